@@ -1,0 +1,50 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+// S3 is an in-memory S3 endpoint on loopback.
+type S3 struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// StartS3 serves gofakes3 on 127.0.0.1 at addr ("" or ":0" picks a free port).
+func StartS3(addr string) (*S3, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for s3 on %s: %w", addr, err)
+	}
+	faker := gofakes3.New(s3mem.New(), gofakes3.WithTimeSkewLimit(0))
+	s := &S3{ln: ln, srv: &http.Server{Handler: faker.Server(), ReadHeaderTimeout: 10 * time.Second}}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// Serve only fails here if the listener breaks; clients then see
+			// connection errors, which name the endpoint.
+			_ = err
+		}
+	}()
+	return s, nil
+}
+
+// Endpoint is the http:// URL to use as the S3 endpoint (path-style).
+func (s *S3) Endpoint() string { return "http://" + s.ln.Addr().String() }
+
+// Close stops the endpoint.
+func (s *S3) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.srv.Shutdown(ctx)
+}

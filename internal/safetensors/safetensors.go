@@ -1,0 +1,156 @@
+package safetensors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// DType names an element type as the format spells it.
+type DType string
+
+// The dtypes Sluice produces.
+const (
+	U8  DType = "U8"
+	I32 DType = "I32"
+	I64 DType = "I64"
+	F16 DType = "F16"
+	F32 DType = "F32"
+)
+
+// Size is the byte width of one element.
+func (d DType) Size() int {
+	switch d {
+	case U8:
+		return 1
+	case F16:
+		return 2
+	case I32, F32:
+		return 4
+	case I64:
+		return 8
+	}
+	return 0
+}
+
+// Tensor is one named array; Data holds its elements little-endian, row-major.
+type Tensor struct {
+	Name  string
+	DType DType
+	Shape []int
+	Data  []byte
+}
+
+// File is a decoded safetensors file. Tensor data aliases the input buffer.
+type File struct {
+	Tensors  map[string]Tensor
+	Metadata map[string]string
+}
+
+// maxHeader bounds the JSON header we accept, so a corrupt length cannot make
+// us allocate gigabytes (the reference implementation uses 100 MB).
+const maxHeader = 100 << 20
+
+type entry struct {
+	DType       DType  `json:"dtype"`
+	Shape       []int  `json:"shape"`
+	DataOffsets [2]int `json:"data_offsets"`
+}
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("corrupt safetensors")
+
+// Encode lays tensors out in the order given and returns the whole file.
+func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	header := make(map[string]any, len(tensors)+1)
+	if len(metadata) > 0 {
+		header["__metadata__"] = metadata
+	}
+	off := 0
+	for _, t := range tensors {
+		if t.Name == "" || t.Name == "__metadata__" {
+			return nil, fmt.Errorf("tensor name %q is reserved or empty", t.Name)
+		}
+		if _, dup := header[t.Name]; dup {
+			return nil, fmt.Errorf("tensor %q appears twice", t.Name)
+		}
+		if want := elements(t.Shape) * t.DType.Size(); want != len(t.Data) || t.DType.Size() == 0 {
+			return nil, fmt.Errorf("tensor %q: %s%v needs %d bytes, has %d", t.Name, t.DType, t.Shape, want, len(t.Data))
+		}
+		header[t.Name] = entry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int{off, off + len(t.Data)}}
+		off += len(t.Data)
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		return nil, fmt.Errorf("encoding header: %w", err)
+	}
+	// Pad the header with spaces so the data starts 8-byte aligned, as the
+	// reference writer does; readers may then view it in place.
+	for (8+len(h))%8 != 0 {
+		h = append(h, ' ')
+	}
+	out := make([]byte, 8, 8+len(h)+off)
+	binary.LittleEndian.PutUint64(out, uint64(len(h)))
+	out = append(out, h...)
+	for _, t := range tensors {
+		out = append(out, t.Data...)
+	}
+	return out, nil
+}
+
+// Decode parses b; tensors alias b.
+func Decode(b []byte) (File, error) {
+	if len(b) < 8 {
+		return File{}, fmt.Errorf("%w: %d bytes, shorter than the header length", ErrCorrupt, len(b))
+	}
+	n := binary.LittleEndian.Uint64(b)
+	if n > maxHeader || n > uint64(len(b)-8) {
+		return File{}, fmt.Errorf("%w: header length %d does not fit in %d bytes", ErrCorrupt, n, len(b))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b[8:8+n], &raw); err != nil {
+		return File{}, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+	}
+	data := b[8+n:]
+	f := File{Tensors: make(map[string]Tensor, len(raw))}
+	names := make([]string, 0, len(raw))
+	for name := range raw {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(raw[name], &f.Metadata); err != nil {
+				return File{}, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+			}
+			continue
+		}
+		var e entry
+		if err := json.Unmarshal(raw[name], &e); err != nil {
+			return File{}, fmt.Errorf("%w: tensor %q: %v", ErrCorrupt, name, err)
+		}
+		lo, hi := e.DataOffsets[0], e.DataOffsets[1]
+		if e.DType.Size() == 0 {
+			return File{}, fmt.Errorf("%w: tensor %q: unsupported dtype %q", ErrCorrupt, name, e.DType)
+		}
+		if lo < 0 || hi < lo || hi > len(data) || hi-lo != elements(e.Shape)*e.DType.Size() {
+			return File{}, fmt.Errorf("%w: tensor %q: offsets [%d,%d) do not match %s%v in %d data bytes",
+				ErrCorrupt, name, lo, hi, e.DType, e.Shape, len(data))
+		}
+		f.Tensors[name] = Tensor{Name: name, DType: e.DType, Shape: e.Shape, Data: data[lo:hi:hi]}
+	}
+	return f, nil
+}
+
+func elements(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}

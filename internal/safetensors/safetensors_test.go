@@ -1,0 +1,56 @@
+package safetensors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	img := Tensor{Name: "image", DType: U8, Shape: []int{2, 2, 2, 3}, Data: bytes.Repeat([]byte{7}, 24)}
+	lbl := Tensor{Name: "label", DType: I64, Shape: []int{2}, Data: make([]byte, 16)}
+	binary.LittleEndian.PutUint64(lbl.Data[8:], 42)
+	b, err := Encode([]Tensor{img, lbl}, map[string]string{"job": "j1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hl := binary.LittleEndian.Uint64(b); (8+hl)%8 != 0 {
+		t.Fatalf("data not 8-byte aligned: header %d", hl)
+	}
+	f, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Metadata["job"] != "j1" {
+		t.Fatalf("metadata = %v", f.Metadata)
+	}
+	got := f.Tensors["label"]
+	if binary.LittleEndian.Uint64(got.Data[8:]) != 42 || got.Shape[0] != 2 {
+		t.Fatalf("label = %+v", got)
+	}
+	if !bytes.Equal(f.Tensors["image"].Data, img.Data) {
+		t.Fatal("image bytes differ")
+	}
+}
+
+func TestEncodeRejectsShapeMismatch(t *testing.T) {
+	_, err := Encode([]Tensor{{Name: "x", DType: F32, Shape: []int{3}, Data: make([]byte, 8)}}, nil)
+	if err == nil {
+		t.Fatal("want error for 8 bytes under F32[3]")
+	}
+}
+
+func TestDecodeCorrupt(t *testing.T) {
+	good, _ := Encode([]Tensor{{Name: "x", DType: U8, Shape: []int{4}, Data: []byte{1, 2, 3, 4}}}, nil)
+	for name, b := range map[string][]byte{
+		"short":     {1, 2},
+		"huge len":  append([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, good[8:]...),
+		"truncated": good[:len(good)-1],
+		"not json":  append(append([]byte{}, good[:8]...), bytes.Repeat([]byte{'x'}, len(good)-8)...),
+	} {
+		if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: err = %v, want ErrCorrupt", name, err)
+		}
+	}
+}
