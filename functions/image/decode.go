@@ -1,0 +1,150 @@
+package image
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"image/png"
+)
+
+// DefaultMaxPixels bounds a decoded image (64 megapixels, 192 MB as RGB),
+// so one hostile header cannot exhaust a replica's memory.
+const DefaultMaxPixels = 64_000_000
+
+// ErrTooLarge is wrapped by Decode's error for an image over the pixel limit.
+var ErrTooLarge = errors.New("image too large")
+
+var pngMagic = []byte("\x89PNG\r\n\x1a\n")
+
+// Decode decodes a JPEG or PNG into a new RGB image; maxPixels <= 0 means
+// DefaultMaxPixels.
+func Decode(data []byte, maxPixels int) (*RGB, error) {
+	m := &RGB{}
+	if err := DecodeInto(m, data, maxPixels); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// DecodeInto decodes a JPEG or PNG into dst, reusing its buffer. The header
+// is read first and the size checked against maxPixels (<= 0 means
+// DefaultMaxPixels) before any pixel memory is allocated. Alpha is dropped
+// and grayscale replicated, as PIL's convert("RGB") does.
+func DecodeInto(dst *RGB, data []byte, maxPixels int) (err error) {
+	if maxPixels <= 0 {
+		maxPixels = DefaultMaxPixels
+	}
+	var (
+		format       string
+		decodeConfig func([]byte) (image.Config, error)
+		decode       func([]byte) (image.Image, error)
+	)
+	switch {
+	case len(data) >= 2 && data[0] == 0xff && data[1] == 0xd8:
+		format = "jpeg"
+		decodeConfig = func(b []byte) (image.Config, error) { return jpeg.DecodeConfig(bytes.NewReader(b)) }
+		decode = func(b []byte) (image.Image, error) { return jpeg.Decode(bytes.NewReader(b)) }
+	case bytes.HasPrefix(data, pngMagic):
+		format = "png"
+		decodeConfig = func(b []byte) (image.Config, error) { return png.DecodeConfig(bytes.NewReader(b)) }
+		decode = func(b []byte) (image.Image, error) { return png.Decode(bytes.NewReader(b)) }
+	default:
+		head := data[:min(len(data), 8)]
+		return fmt.Errorf("unrecognised image format (%d bytes starting % x): want jpeg or png", len(data), head)
+	}
+	// A decoder panic on hostile bytes must fail the sample, not the
+	// replica (which would fail the whole shard on every redelivery).
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("decoding %s: decoder panicked: %v", format, p)
+		}
+	}()
+	cfg, err := decodeConfig(data)
+	if err != nil {
+		return fmt.Errorf("reading %s header: %w", format, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return fmt.Errorf("%s header: size %dx%d: want positive sides", format, cfg.Width, cfg.Height)
+	}
+	if px := int64(cfg.Width) * int64(cfg.Height); px > int64(maxPixels) {
+		return fmt.Errorf("%s is %dx%d = %d pixels, over the %d-pixel limit: %w",
+			format, cfg.Width, cfg.Height, px, maxPixels, ErrTooLarge)
+	}
+	img, err := decode(data)
+	if err != nil {
+		return fmt.Errorf("decoding %s: %w", format, err)
+	}
+	toRGB(dst, img)
+	return nil
+}
+
+// toRGB converts a decoded image, with fast paths for what the decoders
+// return for ordinary files.
+func toRGB(dst *RGB, img image.Image) {
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	dst.Reset(w, h)
+	switch m := img.(type) {
+	case *image.YCbCr:
+		ycbcrToRGB(dst, m)
+	case *image.Gray:
+		for y := 0; y < h; y++ {
+			src := m.Pix[m.PixOffset(b.Min.X, b.Min.Y+y):][:w]
+			out := dst.Pix[y*w*3 : (y+1)*w*3]
+			for x, v := range src {
+				out[3*x], out[3*x+1], out[3*x+2] = v, v, v
+			}
+		}
+	case *image.RGBA: // the png decoder uses RGBA only for opaque images
+		copy4to3(dst, m.Pix, m.Stride, m.PixOffset(b.Min.X, b.Min.Y), w, h)
+	case *image.NRGBA:
+		copy4to3(dst, m.Pix, m.Stride, m.PixOffset(b.Min.X, b.Min.Y), w, h)
+	default:
+		i := 0
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				c := color.NRGBAModel.Convert(img.At(x, y)).(color.NRGBA)
+				dst.Pix[i], dst.Pix[i+1], dst.Pix[i+2] = c.R, c.G, c.B
+				i += 3
+			}
+		}
+	}
+}
+
+func copy4to3(dst *RGB, pix []uint8, stride, off, w, h int) {
+	for y := 0; y < h; y++ {
+		src := pix[off+y*stride:][:w*4]
+		out := dst.Pix[y*w*3 : (y+1)*w*3]
+		for x := 0; x < w; x++ {
+			out[3*x], out[3*x+1], out[3*x+2] = src[4*x], src[4*x+1], src[4*x+2]
+		}
+	}
+}
+
+func ycbcrToRGB(dst *RGB, m *image.YCbCr) {
+	b := m.Rect
+	w, h := b.Dx(), b.Dy()
+	// Chroma columns are subsampled by 2^hs; COffset handles the rows.
+	hs := 0
+	switch m.SubsampleRatio {
+	case image.YCbCrSubsampleRatio422, image.YCbCrSubsampleRatio420:
+		hs = 1
+	case image.YCbCrSubsampleRatio411, image.YCbCrSubsampleRatio410:
+		hs = 2
+	}
+	for y := 0; y < h; y++ {
+		yrow := m.Y[m.YOffset(b.Min.X, b.Min.Y+y):][:w]
+		c0 := m.COffset(b.Min.X, b.Min.Y+y)
+		cw := ((b.Min.X+w-1)>>hs - b.Min.X>>hs) + 1
+		cb := m.Cb[c0:][:cw]
+		cr := m.Cr[c0:][:cw]
+		out := dst.Pix[y*w*3 : (y+1)*w*3]
+		for x, yy := range yrow {
+			ci := (b.Min.X+x)>>hs - b.Min.X>>hs
+			out[3*x], out[3*x+1], out[3*x+2] = color.YCbCrToRGB(yy, cb[ci], cr[ci])
+		}
+	}
+}

@@ -1,0 +1,14 @@
+// Package image holds Sluice's stateless image operations on an 8-bit RGB
+// buffer laid out height × width × channel (HWC), the layout the output
+// tensors use: decoding JPEG and PNG under a pixel limit, torchvision's
+// RandomResizedCrop and CenterCrop rectangles, PIL-compatible antialiased
+// bilinear resampling and horizontal flips.
+//
+// Operations are pure functions of their inputs (randomness comes in as a
+// *rand.Rand the caller seeds), so a pipeline built from them gives
+// byte-identical output for the same sample and seed. The numerics follow
+// what torchvision's ImageNet recipes do on PIL images: resampling matches
+// Pillow's bit for bit (a test pins it). Decoding does not quite: Go's JPEG
+// decoder replicates subsampled chroma where libjpeg interpolates it, so
+// colours at chroma edges differ slightly from PIL's.
+package image

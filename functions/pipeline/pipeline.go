@@ -1,0 +1,124 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sort"
+	"strings"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/wds"
+)
+
+// Field is one tensor of one sample's output, without a batch dimension.
+// Data holds the elements little-endian, row-major, as safetensors does.
+type Field struct {
+	Name  string
+	DType safetensors.DType
+	Shape []int
+	Data  []byte
+}
+
+// Output is what a pipeline makes of one sample. Its fields come in a fixed
+// order per pipeline, which becomes the tensor order of a chunk.
+type Output struct {
+	Key    string
+	Fields []Field
+}
+
+// Pipeline preprocesses samples. Implementations are safe for concurrent use.
+type Pipeline interface {
+	Name() string
+	// Process turns one sample into its output; an error fails that sample only
+	// (it becomes a wire.FailedSample with err.Error() as reason).
+	Process(s wds.Sample, seed uint64) (Output, error)
+}
+
+// Options tune the built-in pipelines.
+type Options struct {
+	// MaxPixels caps a decoded image; 0 means image.DefaultMaxPixels.
+	MaxPixels int
+}
+
+// Spec describes a registered pipeline.
+type Spec struct {
+	Name string
+	// Doc says in a line what the pipeline outputs.
+	Doc string
+	New func(Options) Pipeline
+}
+
+// specs is the registry, in the order Names lists it. A function rather
+// than a package variable, so nothing can modify it at run time.
+func specs() []Spec {
+	return []Spec{
+		{
+			Name: "imagenet-train",
+			Doc:  `RandomResizedCrop 224 + random flip: "image" U8 [224,224,3], "label" I64 []`,
+			New:  func(o Options) Pipeline { return newImageNet("imagenet-train", o, true) },
+		},
+		{
+			Name: "imagenet-eval",
+			Doc:  `resize shorter side 256 + center crop 224: "image" U8 [224,224,3], "label" I64 []`,
+			New:  func(o Options) Pipeline { return newImageNet("imagenet-eval", o, false) },
+		},
+	}
+}
+
+// Specs lists the registered pipelines, sorted by name.
+func Specs() []Spec {
+	s := specs()
+	sort.Slice(s, func(i, j int) bool { return s[i].Name < s[j].Name })
+	return s
+}
+
+// Names lists the registered pipeline names, sorted.
+func Names() []string {
+	var names []string
+	for _, s := range Specs() {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// Lookup builds the pipeline registered under name.
+func Lookup(name string, o Options) (Pipeline, error) {
+	for _, s := range specs() {
+		if s.Name == name {
+			return s.New(o), nil
+		}
+	}
+	return nil, fmt.Errorf("unknown pipeline %q: known pipelines are %s", name, strings.Join(Names(), ", "))
+}
+
+// SampleSeed derives the seed of one sample's randomness: 64-bit FNV-1a
+// over jobSeed and epoch (each 8 bytes little-endian) and the key's bytes,
+// then the splitmix64 finaliser so that nearby inputs (epoch 1 vs 2, key
+// "0001" vs "0002") give unrelated seeds. It depends on nothing else — not
+// the replica, the shard's position or the time — so reprocessing a shard
+// reproduces every sample exactly. Changing this function changes every
+// job's augmentations; treat it as part of the wire format.
+func SampleSeed(jobSeed uint64, epoch int, key string) uint64 {
+	h := fnv.New64a()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], jobSeed)
+	binary.LittleEndian.PutUint64(b[8:], uint64(int64(epoch)))
+	h.Write(b[:])
+	h.Write([]byte(key))
+	return mix64(h.Sum64())
+}
+
+// mix64 is splitmix64's finaliser.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// rngStream is the second PCG word; fixed, so the seed alone decides the draws.
+const rngStream = 0x736c75696365 // "sluice"
+
+// newRand is the only source of randomness pipelines may use.
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, rngStream)) }

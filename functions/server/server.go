@@ -1,0 +1,254 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/wds"
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+// Config tunes a function replica. Zero values take the defaults.
+type Config struct {
+	// MaxBodyBytes caps an incoming event body (default 1 MiB; tasks are small JSON).
+	MaxBodyBytes int64
+	// MaxMemberBytes caps one tar member (default wds.DefaultMaxMemberBytes).
+	MaxMemberBytes int64
+	// MaxPixels caps a decoded image (default the image package's, 64 MP).
+	MaxPixels int
+	// Concurrency is how many shards are processed at once; a task beyond
+	// it gets 429 (default 1, one shard per replica, as Knative's
+	// containerConcurrency would be set).
+	Concurrency int
+	// AckTimeout bounds the wait for JetStream to acknowledge a shard's
+	// chunks once they are all sent (default 30s); a lost ack then fails
+	// the task (500) instead of holding the replica forever.
+	AckTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultConcurrency  = 1
+	DefaultAckTimeout   = 30 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxMemberBytes <= 0 {
+		c.MaxMemberBytes = wds.DefaultMaxMemberBytes
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	return c
+}
+
+// EventSource is the CloudEvents source of a replica's result events.
+const EventSource = "sluice/function"
+
+// Server processes shard tasks. Create it with New.
+type Server struct {
+	cfg Config
+	js  jetstream.JetStream
+	s3  *s3.Client
+	log *slog.Logger
+	m   *metrics
+
+	slots    chan struct{} // one token per shard being processed
+	mu       sync.Mutex    // orders admission against Drain
+	draining bool
+	inFlight sync.WaitGroup
+}
+
+// New builds a server publishing with js and reading shards with s3c. The
+// JetStream handle should be created with jetstream.WithPublishAsyncTimeout
+// so abandoned futures are reclaimed. A nil logger discards; a nil
+// registerer skips metric registration.
+func New(cfg Config, js jetstream.JetStream, s3c *s3.Client, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if js == nil || s3c == nil {
+		return nil, errors.New("function server: a jetstream handle and an s3 client are required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Server{cfg: cfg, js: js, s3: s3c, log: logger, m: m, slots: make(chan struct{}, cfg.Concurrency)}, nil
+}
+
+// Handler serves POST / (a shard task CloudEvent, binary or structured
+// mode), GET /healthz (liveness) and GET /readyz (503 while draining).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /{$}", s.serveTask)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.isDraining() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return mux
+}
+
+// Drain stops taking tasks (readyz and new tasks answer 503) and waits
+// for the ones in flight to finish, or for ctx. Knative sends SIGTERM on
+// scale-down; finishing in-flight shards then avoids their redelivery.
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.inFlight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("draining function server: %w", ctx.Err())
+	}
+}
+
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// admit takes a processing slot, or says why not (503 draining, 429 busy).
+func (s *Server) admit() (release func(), status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return nil, http.StatusServiceUnavailable
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return nil, http.StatusTooManyRequests
+	}
+	s.inFlight.Add(1)
+	return func() {
+		<-s.slots
+		s.inFlight.Done()
+	}, 0
+}
+
+func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
+	release, status := s.admit()
+	switch status {
+	case http.StatusServiceUnavailable:
+		s.m.rejected.WithLabelValues("draining").Inc()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "draining: send the task to another replica", status)
+		return
+	case http.StatusTooManyRequests:
+		s.m.rejected.WithLabelValues("busy").Inc()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "busy: "+strconv.Itoa(s.cfg.Concurrency)+" shard(s) in flight", status)
+		return
+	}
+	defer release()
+
+	task, status, err := s.readTask(w, r)
+	if err != nil {
+		s.log.Warn("rejecting shard task event", "status", status, "err", err)
+		http.Error(w, err.Error(), status)
+		return
+	}
+	res, err := s.ProcessShard(r.Context(), task)
+	if err != nil {
+		status := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, ErrInvalidTask):
+			status = http.StatusBadRequest
+		case errors.Is(err, ErrShardNotFound):
+			status = http.StatusNotFound
+		}
+		http.Error(w, err.Error(), status)
+		return
+	}
+	reply := event.New()
+	reply.SetID(task.ID())
+	reply.SetSource(EventSource)
+	reply.SetType(wire.EventTypeShardResult)
+	reply.SetSubject(task.ID())
+	if err := reply.SetData(event.ApplicationJSON, res); err != nil {
+		http.Error(w, "encoding shard result: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if err := cehttp.WriteResponseWriter(r.Context(), binding.ToMessage(&reply), http.StatusOK, w); err != nil {
+		// The output is durable; a lost reply only costs a redelivery,
+		// which the stream deduplicates.
+		s.log.Warn("writing shard result", "task", task.ID(), "err", err)
+	}
+}
+
+// readTask decodes and validates the task event of r.
+func (s *Server) readTask(w http.ResponseWriter, r *http.Request) (wire.ShardTask, int, error) {
+	var task wire.ShardTask
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.m.rejected.WithLabelValues("too_large").Inc()
+			return task, http.StatusRequestEntityTooLarge, fmt.Errorf("event body over %d bytes", tooBig.Limit)
+		}
+		return task, http.StatusBadRequest, fmt.Errorf("reading event body: %w", err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	bad := func(format string, args ...any) (wire.ShardTask, int, error) {
+		s.m.rejected.WithLabelValues("bad_event").Inc()
+		return task, http.StatusBadRequest, fmt.Errorf(format, args...)
+	}
+	if cehttp.IsHTTPBatch(r.Header) {
+		return bad("batched events are not accepted: send one shard task per request")
+	}
+	ev, err := cehttp.NewEventFromHTTPRequest(r)
+	if err != nil {
+		return bad("decoding cloudevent: %v", err)
+	}
+	if err := ev.Validate(); err != nil {
+		return bad("invalid cloudevent: %v", err)
+	}
+	if ev.Type() != wire.EventTypeShardTask {
+		return bad("event type %q: want %q", ev.Type(), wire.EventTypeShardTask)
+	}
+	if err := json.Unmarshal(ev.Data(), &task); err != nil {
+		return bad("event data: want a JSON shard task: %v", err)
+	}
+	if err := task.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	return task, 0, nil
+}
