@@ -301,3 +301,28 @@ func TestDecodeCorrupt(t *testing.T) {
 		_, _ = Decode(b, 0)
 	}
 }
+
+func TestSizeAndDecodeRegion(t *testing.T) {
+	data := encodeJPEG(t, 320, 240)
+	w, h, err := Size(data)
+	if err != nil || w != 320 || h != 240 {
+		t.Fatalf("Size = %d,%d,%v", w, h, err)
+	}
+	if _, _, err := Size([]byte("GIF89a")); err == nil {
+		t.Fatal("Size of a GIF: want error")
+	}
+	var dst RGB
+	r := image.Rect(40, 30, 240, 230)
+	got, err := DecodeRegion(&dst, data, r, 224, 224, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whatever the decoder, the region keeps its aspect and covers the
+	// minimum size or its own size, whichever is smaller.
+	if got.Empty() || !got.In(dst.Bounds()) || got.Dx() < min(224, r.Dx()) || got.Dy() < min(224, r.Dy()) {
+		t.Fatalf("DecodeRegion rect %v in %dx%d", got, dst.W, dst.H)
+	}
+	if _, err := DecodeRegion(&dst, data, image.Rect(300, 0, 400, 10), 1, 1, 0); err == nil {
+		t.Fatal("region outside the image: want error")
+	}
+}
