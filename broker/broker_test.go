@@ -1,0 +1,287 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
+	e := newEnv(t, 5)
+	ctx := context.Background()
+	job := e.submit(t, testSpec("j1", 3))
+
+	if len(job.Shards) != 5 || job.Bucket != "data" || job.Spec.ChunkMaxBytes != wire.DefaultChunkMaxBytes {
+		t.Fatalf("job = %+v, want 5 shards in bucket data, default chunk size", job)
+	}
+	if !slices.IsSorted(job.Shards) || !strings.HasPrefix(job.Shards[0], "ds/") {
+		t.Fatalf("shards %v: want sorted keys under ds/", job.Shards)
+	}
+	tasks := storedTasks(t, e.js, "j1")
+	if len(tasks) != job.Tasks() || len(tasks) != 15 {
+		t.Fatalf("%d tasks in stream, want %d", len(tasks), job.Tasks())
+	}
+	ids := map[string]bool{}
+	for epoch := range 3 {
+		var order []int
+		for _, st := range tasks[epoch*5 : (epoch+1)*5] {
+			task := st.task
+			if task.Epoch != epoch {
+				t.Fatalf("task %s among epoch %d's", task.ID(), epoch)
+			}
+			order = append(order, task.Shard)
+			want := wire.ShardTask{
+				Job: "j1", Epoch: epoch, Shard: task.Shard, Bucket: "data", Key: job.Shards[task.Shard],
+				Pipeline: "image-classification", Seed: 11, ChunkMaxBytes: wire.DefaultChunkMaxBytes,
+				OutputSubject: wire.OutputSubject("j1"),
+			}
+			if diff := cmp.Diff(want, task); diff != "" {
+				t.Errorf("task (-want +got):\n%s", diff)
+			}
+			if err := task.Validate(); err != nil {
+				t.Error(err)
+			}
+			if !strings.HasPrefix(st.msgID, task.ID()+"@") || ids[st.msgID] {
+				t.Errorf("task %s has msg id %q: want a unique id starting %q", task.ID(), st.msgID, task.ID()+"@")
+			}
+			ids[st.msgID] = true
+		}
+		if diff := cmp.Diff(ShardOrder(11, epoch, 5), order); diff != "" {
+			t.Errorf("epoch %d queued out of ShardOrder (-want +got):\n%s", epoch, diff)
+		}
+	}
+
+	got, err := e.b.Job(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(job, got); diff != "" {
+		t.Errorf("stored job record (-submitted +stored):\n%s", diff)
+	}
+
+	out, err := e.js.Stream(ctx, wire.OutputStream("j1"))
+	if err != nil {
+		t.Fatalf("output stream: %v", err)
+	}
+	cfg := out.CachedInfo().Config
+	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1")}) || cfg.Retention != jetstream.LimitsPolicy ||
+		cfg.Storage != jetstream.FileStorage || cfg.Duplicates != time.Hour ||
+		int(cfg.MaxMsgSize) < wire.DefaultChunkMaxBytes+64<<10 {
+		t.Errorf("output stream config %+v: want subject %s, limits, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
+	}
+
+	_, err = e.b.Submit(ctx, testSpec("j1", 1))
+	if !errors.Is(err, ErrJobExists) || !strings.Contains(err.Error(), "j1") {
+		t.Errorf("resubmitting j1: err = %v, want ErrJobExists naming j1", err)
+	}
+	if n := taskCount(t, e.js, "j1"); n != 15 {
+		t.Errorf("after refused resubmit: %d tasks, want 15", n)
+	}
+}
+
+func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	spec := func(f func(*wire.JobSpec)) wire.JobSpec {
+		s := testSpec("bad", 1)
+		f(&s)
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		spec wire.JobSpec
+		want []string
+		is   error
+	}{
+		{"missing bucket", spec(func(s *wire.JobSpec) { s.Dataset = "s3://nope/ds/" }), []string{"nope", "NoSuchBucket"}, nil},
+		{"empty prefix", spec(func(s *wire.JobSpec) { s.Dataset = "s3://data/empty/" }), []string{"s3://data/empty/", "no shards"}, objstore.ErrNoShards},
+		{"not s3", spec(func(s *wire.JobSpec) { s.Dataset = "http://data/ds/" }), []string{"http://data/ds/", "s3://bucket/prefix/"}, nil},
+		{"batch size", spec(func(s *wire.JobSpec) { s.BatchSize = 0 }), []string{"batch size 0"}, nil},
+		{"epochs", spec(func(s *wire.JobSpec) { s.Epochs = 0 }), []string{"epochs 0"}, nil},
+		{"no pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "" }), []string{"pipeline"}, nil},
+		{"job id", spec(func(s *wire.JobSpec) { s.ID = "a.b" }), []string{`job id "a.b"`}, nil},
+		{"chunk over max payload", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 16 << 20 }), []string{"chunk max bytes 16777216", "at most"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := e.b.Submit(ctx, c.spec)
+			if err == nil {
+				t.Fatal("submitted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if c.is != nil && !errors.Is(err, c.is) {
+				t.Errorf("error %q is not %v", err, c.is)
+			}
+			if _, err := e.b.Job(ctx, "bad"); !errors.Is(err, ErrJobNotFound) {
+				t.Errorf("job record after refused submit: %v", err)
+			}
+			if _, err := e.js.Stream(ctx, wire.OutputStream("bad")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("output stream after refused submit: %v", err)
+			}
+		})
+	}
+}
+
+func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
+	e := newEnv(t, 4)
+	ctx := context.Background()
+	job := e.submit(t, testSpec("gone", 2))
+	e.submit(t, testSpec("kept", 2))
+	if _, err := NewDispatcher(ctx, e.js, job, &fakeTarget{}, DispatcherOptions{}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := e.b.Delete(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.Job(ctx, "gone"); !errors.Is(err, ErrJobNotFound) || !strings.Contains(err.Error(), "gone") {
+		t.Errorf("Job after Delete: %v, want ErrJobNotFound naming it", err)
+	}
+	if _, err := e.js.Stream(ctx, wire.OutputStream("gone")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("output stream after Delete: %v", err)
+	}
+	if _, err := e.js.Consumer(ctx, wire.TaskStream, ConsumerName("gone")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("dispatcher consumer after Delete: %v", err)
+	}
+	if n := taskCount(t, e.js, "gone"); n != 0 {
+		t.Errorf("%d tasks of the deleted job left", n)
+	}
+	if n := taskCount(t, e.js, "kept"); n != 8 {
+		t.Errorf("other job has %d tasks after Delete, want 8", n)
+	}
+	if _, err := e.b.Job(ctx, "kept"); err != nil {
+		t.Errorf("other job after Delete: %v", err)
+	}
+	if err := e.b.Delete(ctx, "gone"); !errors.Is(err, ErrJobNotFound) {
+		t.Errorf("deleting twice: %v, want ErrJobNotFound", err)
+	}
+
+	// The same id again, within the duplicate window: its tasks must not be
+	// dropped as duplicates of the deleted job's.
+	e.submit(t, testSpec("gone", 2))
+	if n := taskCount(t, e.js, "gone"); n != 8 {
+		t.Errorf("resubmitted job has %d tasks, want 8", n)
+	}
+}
+
+func TestQueueTasksInWindows(t *testing.T) {
+	e := newEnv(t, 1)
+	if err := EnsureStreams(context.Background(), e.js); err != nil {
+		t.Fatal(err)
+	}
+	job := manyTaskJob("big", 250, 10) // 2500 tasks: past two publish windows
+	if err := e.b.queueTasks(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	tasks := storedTasks(t, e.js, "big")
+	if len(tasks) != 2500 {
+		t.Fatalf("%d tasks stored, want 2500", len(tasks))
+	}
+	seen := map[string]bool{}
+	for i, st := range tasks {
+		if seen[st.task.ID()] {
+			t.Fatalf("task %s stored twice", st.task.ID())
+		}
+		seen[st.task.ID()] = true
+		if st.task.Epoch != i/250 {
+			t.Fatalf("task %d is of epoch %d, want %d", i, st.task.Epoch, i/250)
+		}
+	}
+}
+
+func TestEnsureStreamsIsIdempotent(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	for range 2 {
+		if err := EnsureStreams(ctx, e.js); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := e.js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Retention != jetstream.WorkQueuePolicy || cfg.Storage != jetstream.FileStorage ||
+		!slices.Equal(cfg.Subjects, []string{wire.TaskSubjects}) || cfg.Duplicates < time.Minute {
+		t.Errorf("task stream config %+v", cfg)
+	}
+	if _, err := e.js.KeyValue(ctx, wire.JobsBucket); err != nil {
+		t.Error(err)
+	}
+}
+
+func manyTaskJob(id string, shards, epochs int) wire.Job {
+	spec := testSpec(id, epochs)
+	spec.ChunkMaxBytes = wire.DefaultChunkMaxBytes
+	job := wire.Job{Spec: spec, Bucket: "data", Submitted: time.Now()}
+	for i := range shards {
+		job.Shards = append(job.Shards, fmt.Sprintf("ds/shard-%06d.tar", i))
+	}
+	return job
+}
+
+func BenchmarkQueueTasks(b *testing.B) {
+	e := newEnv(b, 1)
+	if err := EnsureStreams(context.Background(), e.js); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		job := manyTaskJob(fmt.Sprintf("bench%d", i), 1000, 10)
+		if err := e.b.queueTasks(context.Background(), job); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(10000, "tasks/op")
+}
+
+func TestSubmitThatFailsToQueueRollsBack(t *testing.T) {
+	e := newEnv(t, 4)
+	ctx := context.Background()
+	if _, err := e.b.jobsBucket(ctx); err != nil { // the broker ensures streams once, now
+		t.Fatal(err)
+	}
+	// A task stream that takes only 3 messages refuses the 4th task.
+	s, err := e.js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs, cfg.Discard = 3, jetstream.DiscardNew
+	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.Submit(ctx, testSpec("jx", 1)); err == nil || !strings.Contains(err.Error(), "jx") {
+		t.Fatalf("Submit into a full task stream: %v, want an error naming the job", err)
+	}
+	if _, err := e.b.Job(ctx, "jx"); !errors.Is(err, ErrJobNotFound) {
+		t.Errorf("record after failed submit: %v", err)
+	}
+	if _, err := e.js.Stream(ctx, wire.OutputStream("jx")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("output stream after failed submit: %v", err)
+	}
+	if n := taskCount(t, e.js, "jx"); n != 0 {
+		t.Errorf("%d tasks left after failed submit", n)
+	}
+
+	if err := EnsureStreams(ctx, e.js); err != nil {
+		t.Fatal(err)
+	}
+	e.submit(t, testSpec("jx", 1))
+	if n := taskCount(t, e.js, "jx"); n != 4 {
+		t.Errorf("retried submit queued %d tasks, want 4", n)
+	}
+}

@@ -1,0 +1,550 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+const (
+	defaultAckWait    = 30 * time.Second
+	defaultMaxDeliver = 20
+	// maxAckPending bounds delivered-but-unacked tasks on the server; in
+	// flight is bounded by Capacity, so this only has to exceed it plus the
+	// tasks waiting out a retry delay.
+	maxAckPending = 65536
+	// fetchWait is how long one pull waits for a task; it bounds how late
+	// the loop notices that the job is finished.
+	fetchWait = 500 * time.Millisecond
+	// capacityPoll is how often a full dispatcher looks at Capacity again.
+	capacityPoll = 50 * time.Millisecond
+	// settleTimeout bounds an ack after a successful send.
+	settleTimeout = 5 * time.Second
+	// fetchErrorPause keeps a failing pull from spinning.
+	fetchErrorPause = 250 * time.Millisecond
+)
+
+// ConsumerName is the durable consumer through which job's dispatcher pulls
+// its tasks.
+func ConsumerName(job string) string { return "sluice_dispatch_" + job }
+
+// DispatcherOptions tune a Dispatcher.
+type DispatcherOptions struct {
+	// Capacity is how many tasks may be in flight now (replicas ready x
+	// per-replica concurrency). It is polled, may change any time and may
+	// be 0, which pauses dispatch. Nil means 1.
+	Capacity func() int
+	// AckWait is how long the server waits for a delivered task's ack
+	// before redelivering it; default 30s. A task in flight is kept alive
+	// with a progress ping every AckWait/3, so this bounds how long a task
+	// held by a dead dispatcher stays stuck, not how long a shard may take.
+	AckWait time.Duration
+	// MaxDeliver is how many transiently failed sends a task gets before it
+	// is reported as failed; default 20.
+	MaxDeliver int
+}
+
+// DispatchStats is a snapshot of a dispatcher's progress.
+type DispatchStats struct {
+	// Total is the job's task count over all epochs.
+	Total int
+	// Done and Failed count distinct tasks acked or given up on.
+	Done, Failed int
+	// InFlight is sends in progress; Pending is tasks neither settled nor
+	// in flight (queued, or waiting out a retry delay).
+	InFlight, Pending int
+	// Resumed is tasks settled before this dispatcher started, by an
+	// earlier dispatcher of the job (done or failed: the stream does not
+	// say which).
+	Resumed int
+	// Redeliveries is sends of a task beyond its first by this dispatcher.
+	Redeliveries int
+	// SendErrors is failed sends, transient and permanent.
+	SendErrors int
+	// Malformed is task messages that could not be decoded, dropped.
+	Malformed int
+	// FailedShards has one entry per failed task: the shard key, and why.
+	FailedShards []wire.FailedSample
+	// Results is tasks done per epoch.
+	Results map[int]int
+	// Samples, SampleFailures, Chunks and Bytes add up the functions'
+	// results over done tasks.
+	Samples, SampleFailures, Chunks int
+	Bytes                           int64
+}
+
+// Dispatcher pushes one job's tasks to a Target as capacity allows.
+type Dispatcher struct {
+	job     wire.Job
+	target  Target
+	opts    DispatcherOptions
+	log     *slog.Logger
+	m       *Metrics
+	cons    jetstream.Consumer
+	resumed int
+
+	freed chan struct{} // a send finished: there may be room
+
+	mu           sync.Mutex
+	running      bool
+	inflight     int
+	done         map[string]bool
+	failed       map[string]bool
+	failedShards []wire.FailedSample
+	sends        map[string]int // real sends per task, for redeliveries
+	failures     map[string]int // transient failures per task, against MaxDeliver
+	epochDone    map[int]int
+	stats        DispatchStats // counters only; the rest is derived in Stats
+}
+
+// NewDispatcher creates (or takes over) the job's durable consumer on the
+// task stream. Create it after the job's Submit returned: a consumer that
+// already exists is a restart, and tasks missing from the stream then count
+// as settled by the earlier dispatcher. m nil uses unregistered metrics.
+func NewDispatcher(ctx context.Context, js jetstream.JetStream, job wire.Job, target Target, opts DispatcherOptions, logger *slog.Logger, m *Metrics) (*Dispatcher, error) {
+	id := job.Spec.ID
+	if err := wire.ValidateJobID(id); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if job.Tasks() == 0 {
+		return nil, fmt.Errorf("dispatcher for job %s: job has no tasks (%d shards, %d epochs)", id, len(job.Shards), job.Spec.Epochs)
+	}
+	if target == nil {
+		return nil, fmt.Errorf("dispatcher for job %s: no target", id)
+	}
+	if opts.Capacity == nil {
+		opts.Capacity = func() int { return 1 }
+	}
+	if opts.AckWait <= 0 {
+		opts.AckWait = defaultAckWait
+	}
+	if opts.MaxDeliver <= 0 {
+		opts.MaxDeliver = defaultMaxDeliver
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	name := ConsumerName(id)
+	_, err := js.Consumer(ctx, wire.TaskStream, name)
+	existed := err == nil
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("job %s: looking up consumer %s: %w", id, name, err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, wire.TaskStream, jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "Sluice dispatcher of job " + id,
+		FilterSubject: wire.TaskSubject(id),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       opts.AckWait,
+		// The dispatcher counts failures and terminates a task at
+		// MaxDeliver itself. Were the server to stop at MaxDeliver, a task
+		// whose last delivery merely timed out would vanish unreported.
+		MaxDeliver:    -1,
+		MaxAckPending: maxAckPending,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("job %s: creating consumer %s: %w", id, name, err)
+	}
+	d := &Dispatcher{
+		job: job, target: target, opts: opts, log: logger.With("job", id), m: m, cons: cons,
+		freed:     make(chan struct{}, 1),
+		done:      map[string]bool{},
+		failed:    map[string]bool{},
+		sends:     map[string]int{},
+		failures:  map[string]int{},
+		epochDone: map[int]int{},
+	}
+	if existed {
+		remaining, err := remainingTasks(ctx, js, id)
+		if err != nil {
+			return nil, err
+		}
+		d.resumed = max(0, job.Tasks()-remaining)
+		d.log.Info("dispatcher resumed", "settled_before", d.resumed, "remaining", remaining)
+	}
+	return d, nil
+}
+
+// remainingTasks counts the distinct tasks of job still in the work queue
+// (queued, or delivered and not yet acked). It reads them rather than
+// trusting the consumer's counts, which also count stray messages.
+func remainingTasks(ctx context.Context, js jetstream.JetStream, job string) (int, error) {
+	s, err := js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		return 0, fmt.Errorf("job %s: opening stream %s: %w", job, wire.TaskStream, err)
+	}
+	ids := map[string]bool{}
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(wire.TaskSubject(job)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return len(ids), nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("job %s: reading queued tasks: %w", job, err)
+		}
+		var task wire.ShardTask
+		if json.Unmarshal(m.Data, &task) == nil && task.Validate() == nil && task.Job == job {
+			ids[task.ID()] = true
+		}
+		seq = m.Sequence + 1
+	}
+}
+
+// Run dispatches until every task of the job is done or failed (nil), or
+// ctx ends (ctx.Err(), once in-flight sends returned; their tasks go back
+// to the queue).
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.mu.Lock()
+	if d.running {
+		d.mu.Unlock()
+		return fmt.Errorf("job %s: dispatcher already running", d.job.Spec.ID)
+	}
+	d.running = true
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.running = false
+		d.mu.Unlock()
+	}()
+
+	id := d.job.Spec.ID
+	d.m.tasks.WithLabelValues(id).Set(float64(d.job.Tasks()))
+	sendCtx, cancelSends := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancelSends()
+		wg.Wait()
+	}()
+	poll := time.NewTicker(capacityPoll)
+	defer poll.Stop()
+
+	for {
+		if d.settled() {
+			st := d.Stats()
+			d.log.Info("job dispatched", "done", st.Done, "failed", st.Failed, "resumed", st.Resumed,
+				"redeliveries", st.Redeliveries)
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Nothing to fetch while every unsettled task is in flight: wait
+		// for one to finish rather than hold a pull open.
+		if !d.hasRoom() || d.pending() == 0 {
+			select {
+			case <-ctx.Done():
+			case <-d.freed:
+			case <-poll.C:
+			}
+			continue
+		}
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := d.cons.Fetch(1, jetstream.FetchContext(fctx))
+		if err == nil {
+			for msg := range batch.Messages() {
+				d.mu.Lock()
+				d.inflight++
+				d.m.inflight.WithLabelValues(id).Set(float64(d.inflight))
+				d.mu.Unlock()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d.handle(sendCtx, msg)
+				}()
+			}
+			err = batch.Error()
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) &&
+			!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+			if errors.Is(err, nats.ErrConnectionClosed) {
+				return fmt.Errorf("job %s: fetching tasks: %w", id, err)
+			}
+			// A pull on a deleted consumer finds no responder: is it gone?
+			if gone := d.consumerGone(ctx); gone != nil {
+				return gone
+			}
+			d.log.Warn("fetching task", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(fetchErrorPause):
+			}
+		}
+	}
+}
+
+// consumerGone returns an error if the job's consumer no longer exists
+// (the job was deleted).
+func (d *Dispatcher) consumerGone(ctx context.Context) error {
+	ictx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	_, err := d.cons.Info(ictx)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("job %s: consumer %s is gone (job deleted?): %w", d.job.Spec.ID, ConsumerName(d.job.Spec.ID), err)
+	}
+	return nil
+}
+
+// hasRoom polls Capacity and says whether another send fits.
+func (d *Dispatcher) hasRoom() bool {
+	c := d.opts.Capacity()
+	d.m.capacity.WithLabelValues(d.job.Spec.ID).Set(float64(c))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.inflight < c
+}
+
+// pending is how many tasks are neither settled nor in flight.
+func (d *Dispatcher) pending() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pendingLocked()
+}
+
+func (d *Dispatcher) pendingLocked() int {
+	return max(0, d.job.Tasks()-d.resumed-len(d.done)-len(d.failed)-d.inflight)
+}
+
+// settled says whether every task is done or failed.
+func (d *Dispatcher) settled() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.resumed+len(d.done)+len(d.failed) >= d.job.Tasks()
+}
+
+// handle sends one delivered task and settles the delivery.
+func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) {
+	id := d.job.Spec.ID
+	defer func() {
+		d.mu.Lock()
+		d.inflight--
+		d.m.inflight.WithLabelValues(id).Set(float64(d.inflight))
+		d.mu.Unlock()
+		select {
+		case d.freed <- struct{}{}:
+		default:
+		}
+	}()
+
+	var task wire.ShardTask
+	err := json.Unmarshal(msg.Data(), &task)
+	if err == nil {
+		err = task.Validate()
+	}
+	if err == nil && task.Job != id {
+		err = fmt.Errorf("task of job %q on job %s's subject", task.Job, id)
+	}
+	if err != nil {
+		d.log.Error("dropping malformed task", "subject", msg.Subject(), "err", err)
+		d.mu.Lock()
+		d.stats.Malformed++
+		d.mu.Unlock()
+		d.term(msg, "malformed task")
+		return
+	}
+	tid := task.ID()
+
+	d.mu.Lock()
+	done, failed := d.done[tid], d.failed[tid]
+	d.mu.Unlock()
+	switch {
+	case done:
+		// The ack of an earlier delivery was lost; its output is published.
+		d.ack(ctx, msg, tid)
+		return
+	case failed:
+		d.term(msg, "task already failed")
+		return
+	case ctx.Err() != nil:
+		d.nak(msg, tid, 0)
+		return
+	}
+
+	stop := d.keepAlive(msg)
+	start := time.Now()
+	res, err := d.target.Send(ctx, task)
+	stop()
+
+	if !errors.Is(err, ErrNoReplica) {
+		d.m.sendSeconds.WithLabelValues(id).Observe(time.Since(start).Seconds())
+		d.mu.Lock()
+		if d.sends[tid]++; d.sends[tid] > 1 {
+			d.stats.Redeliveries++
+			d.m.redeliveries.WithLabelValues(id).Inc()
+		}
+		d.mu.Unlock()
+	}
+	switch {
+	case err == nil:
+		d.ack(ctx, msg, tid)
+		d.succeed(task, res)
+	case ctx.Err() != nil:
+		// Shutting down: hand the task back for the next dispatcher.
+		d.nak(msg, tid, 0)
+	case errors.Is(err, ErrNoReplica):
+		// Not the task's fault: retry soon, without using up its deliveries.
+		d.log.Debug("no replica for task, requeueing", "task", tid)
+		d.nak(msg, tid, RetryDelay(1))
+	case IsPermanent(err):
+		d.sendError("permanent")
+		d.log.Warn("task failed permanently", "task", tid, "err", err)
+		d.term(msg, "permanent error")
+		d.fail(task, err.Error())
+	default:
+		d.sendError("transient")
+		d.mu.Lock()
+		d.failures[tid]++
+		n := d.failures[tid]
+		d.mu.Unlock()
+		if n >= d.opts.MaxDeliver {
+			d.log.Warn("task failed too often", "task", tid, "failures", n, "err", err)
+			d.term(msg, "max deliveries")
+			d.fail(task, fmt.Sprintf("gave up after %d failed deliveries, last: %v", n, err))
+			return
+		}
+		d.log.Debug("task failed, retrying", "task", tid, "failures", n, "err", err)
+		d.nak(msg, tid, RetryDelay(n))
+	}
+}
+
+// keepAlive tells the server every AckWait/3 that msg is still being
+// worked on; the returned stop waits for the pinger to exit, so no progress
+// ping follows the ack.
+func (d *Dispatcher) keepAlive(msg jetstream.Msg) (stop func()) {
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(max(d.opts.AckWait/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					d.log.Warn("extending task ack deadline", "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-exited
+	}
+}
+
+// ack confirms the task with the server. The function's output is durable
+// whatever happens here, so a failed ack only means a redelivery, which is
+// acked without sending.
+func (d *Dispatcher) ack(ctx context.Context, msg jetstream.Msg, tid string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := msg.DoubleAck(actx); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		d.log.Warn("acking task", "task", tid, "err", err)
+	}
+}
+
+func (d *Dispatcher) nak(msg jetstream.Msg, tid string, delay time.Duration) {
+	var err error
+	if delay > 0 {
+		err = msg.NakWithDelay(delay)
+	} else {
+		err = msg.Nak()
+	}
+	if err != nil {
+		d.log.Warn("returning task to queue", "task", tid, "err", err)
+	}
+}
+
+func (d *Dispatcher) term(msg jetstream.Msg, reason string) {
+	if err := msg.TermWithReason(reason); err != nil {
+		d.log.Warn("terminating task", "subject", msg.Subject(), "err", err)
+	}
+}
+
+func (d *Dispatcher) sendError(kind string) {
+	d.mu.Lock()
+	d.stats.SendErrors++
+	d.mu.Unlock()
+	d.m.sendErrors.WithLabelValues(d.job.Spec.ID, kind).Inc()
+}
+
+// succeed records a done task, once per task id.
+func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
+	tid := task.ID()
+	if res.Task != "" && res.Task != tid {
+		d.log.Warn("result names another task", "task", tid, "result_task", res.Task)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done[tid] {
+		return
+	}
+	if d.failed[tid] {
+		// A duplicate delivery succeeded after another failed: it is done.
+		delete(d.failed, tid)
+		d.failedShards = slices.DeleteFunc(d.failedShards, func(f wire.FailedSample) bool {
+			return f.Key == task.Key && strings.HasPrefix(f.Reason, failReasonPrefix(task))
+		})
+	}
+	d.done[tid] = true
+	d.epochDone[task.Epoch]++
+	d.stats.Samples += res.Samples
+	d.stats.SampleFailures += len(res.Failed)
+	d.stats.Chunks += res.Chunks
+	d.stats.Bytes += res.Bytes
+	id := d.job.Spec.ID
+	d.m.done.WithLabelValues(id).Inc()
+	d.m.epochDone.WithLabelValues(id, epochLabel(task.Epoch)).Set(float64(d.epochDone[task.Epoch]))
+}
+
+// fail records a task given up on, once per task id; its samples are
+// reported under the shard's key.
+func (d *Dispatcher) fail(task wire.ShardTask, reason string) {
+	tid := task.ID()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done[tid] || d.failed[tid] {
+		return
+	}
+	d.failed[tid] = true
+	d.failedShards = append(d.failedShards, wire.FailedSample{Key: task.Key, Reason: failReasonPrefix(task) + reason})
+	d.m.failed.WithLabelValues(d.job.Spec.ID).Inc()
+}
+
+func failReasonPrefix(task wire.ShardTask) string {
+	return fmt.Sprintf("epoch %d shard %d: ", task.Epoch, task.Shard)
+}
+
+// Stats is a snapshot of the dispatcher's progress.
+func (d *Dispatcher) Stats() DispatchStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.stats
+	s.Total = d.job.Tasks()
+	s.Resumed = d.resumed
+	s.Done = len(d.done)
+	s.Failed = len(d.failed)
+	s.InFlight = d.inflight
+	s.Pending = d.pendingLocked()
+	s.FailedShards = slices.Clone(d.failedShards)
+	s.Results = maps.Clone(d.epochDone)
+	return s
+}

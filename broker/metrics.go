@@ -1,0 +1,87 @@
+package broker
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the dispatchers' Prometheus series, labelled by job. Build one
+// per registry and share it between the dispatchers of all jobs.
+type Metrics struct {
+	tasks        *prometheus.GaugeVec
+	done         *prometheus.CounterVec
+	failed       *prometheus.CounterVec
+	epochDone    *prometheus.GaugeVec
+	inflight     *prometheus.GaugeVec
+	capacity     *prometheus.GaugeVec
+	redeliveries *prometheus.CounterVec
+	sendErrors   *prometheus.CounterVec
+	sendSeconds  *prometheus.HistogramVec
+}
+
+// NewMetrics builds the series and registers them with reg; nil reg leaves
+// them unregistered. Call it once per registry.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	job := []string{"job"}
+	m := &Metrics{
+		tasks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_broker_tasks",
+			Help: "Shard tasks of the job over all epochs.",
+		}, job),
+		done: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_broker_tasks_done_total",
+			Help: "Shard tasks the function finished and the dispatcher acked (distinct tasks).",
+		}, job),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_broker_tasks_failed_total",
+			Help: "Shard tasks given up on: permanent error or too many deliveries.",
+		}, job),
+		epochDone: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_broker_epoch_tasks_done",
+			Help: "Shard tasks done per epoch (of len(shards) each).",
+		}, []string{"job", "epoch"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_broker_tasks_inflight",
+			Help: "Shard tasks being sent to functions now.",
+		}, job),
+		capacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_broker_capacity",
+			Help: "Tasks the replicas can take at once, as last polled.",
+		}, job),
+		redeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_broker_task_redeliveries_total",
+			Help: "Sends of a task beyond its first delivery.",
+		}, job),
+		sendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_broker_send_errors_total",
+			Help: "Failed sends, by kind (transient or permanent).",
+		}, []string{"job", "kind"}),
+		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_broker_send_seconds",
+			Help:    "Time from sending a task to the function's reply.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+		}, job),
+	}
+	if reg != nil {
+		reg.MustRegister(m.tasks, m.done, m.failed, m.epochDone, m.inflight, m.capacity,
+			m.redeliveries, m.sendErrors, m.sendSeconds)
+	}
+	return m
+}
+
+// Forget drops job's series, for a deleted job.
+func (m *Metrics) Forget(job string) {
+	l := prometheus.Labels{"job": job}
+	m.tasks.DeletePartialMatch(l)
+	m.done.DeletePartialMatch(l)
+	m.failed.DeletePartialMatch(l)
+	m.epochDone.DeletePartialMatch(l)
+	m.inflight.DeletePartialMatch(l)
+	m.capacity.DeletePartialMatch(l)
+	m.redeliveries.DeletePartialMatch(l)
+	m.sendErrors.DeletePartialMatch(l)
+	m.sendSeconds.DeletePartialMatch(l)
+}
+
+func epochLabel(epoch int) string { return strconv.Itoa(epoch) }
