@@ -1,0 +1,46 @@
+// Package autoscale turns a job's demand signal (from its trainer agent)
+// and its task backlog (from the broker) into a replica count for its
+// preprocessing functions, and applies it through an Actuator: local
+// processes (package local) or, later, Knative.
+//
+// The policy (Decide) is a pure function of (config, state, inputs, now):
+//
+//   - A job that is done goes to zero at once. A job with nothing pending
+//     or in flight goes to MinReplicas at once: an idle replica has no task
+//     to take.
+//   - A job at zero with tasks pending activates with InitialReplicas.
+//   - Without a demand signal fresher than DemandStale the count holds: the
+//     agent may not have started, or the signal path is broken, and
+//     neither is a reason to move.
+//   - With demand: the trainer's unstalled appetite is
+//     D = ConsumedPerS / max(1-StallFraction, 0.1), and one replica's
+//     throughput r is learned (a moving average) from ArrivedPerS / ready
+//     replicas, but only while the agent's buffer is below 75%: a full
+//     buffer throttles arrivals and would make replicas look slow.
+//   - Stall above TargetStall: want ceil(Headroom * D / r), at least the
+//     current count. While r is unknown, or the trainer is starved (D = 0),
+//     add one replica per decision, unless replicas are still starting: a
+//     cold start stalls the trainer, and adding replicas then only
+//     overshoots.
+//   - Stall at or below target with the buffer 75% full or more: the job
+//     is over-supplied; want the smaller count that still covers D.
+//   - Otherwise hold.
+//   - Scale-ups are limited per decision to max(2x, +MaxStepUp), to
+//     MaxReplicas, and to pending+in-flight tasks (more replicas than
+//     tasks would idle). While tasks remain the count stays at or above
+//     max(MinReplicas, 1).
+//   - Scale-downs go only as low as the highest count wanted within the
+//     last ScaleDownDelay (Knative's scale-down window), so a dip in the
+//     signal does not shed replicas that are needed a second later.
+//
+// Allocate then shares the cluster capacity between jobs, max-min fair:
+// every job gets what it wants if that fits, otherwise the capacity is
+// split evenly with what small jobs leave over going to the others, and a
+// remainder unit goes to jobs in name order.
+//
+// Runner is the thin loop around both: it keeps the latest demand per job
+// (Observe, fed by a NATS subscription in Run), asks each job's Backlog,
+// decides, allocates, calls Actuator.Scale for every job on every tick
+// (so the actuator can replace replicas that died) and records scale
+// events.
+package autoscale

@@ -1,0 +1,15 @@
+// Package local is the autoscaler's actuator on one machine: each replica
+// is a child process (normally `sluice fn serve`) started with the same
+// command line for every job.
+//
+// A replica is ready once it prints one line "SLUICE_READY <base URL>" on
+// its stdout; its stderr goes to the logger at debug level, and its last
+// lines are logged when it dies unasked. Replicas run in their own process
+// group, so a Ctrl-C at the terminal reaches the parent only and the
+// replicas are drained by the parent (SIGTERM, then SIGKILL after
+// StopTimeout) rather than killed mid-shard.
+//
+// Scale is a reconcile: it counts the replicas that are starting or
+// serving and starts or stops (newest first) the difference, so calling it
+// again with the same count replaces replicas that died or were killed.
+package local

@@ -1,0 +1,289 @@
+package autoscale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+// Actuator runs a job's replicas.
+type Actuator interface {
+	// Scale sets the number of replicas of job. It is called on every
+	// tick with the current count, so an actuator can replace replicas
+	// that died.
+	Scale(ctx context.Context, job string, replicas int) error
+	// Ready is the number of replicas of job that serve now.
+	Ready(job string) int
+}
+
+// Backlog reports a job's shard tasks: queued, being processed, and
+// whether the job needs no more work.
+type Backlog interface {
+	Backlog() (pending, inflight int, done bool)
+}
+
+// ScaleEvent records a change of a job's replica count.
+type ScaleEvent struct {
+	Time     time.Time
+	Job      string
+	Replicas int
+	Reason   string
+}
+
+var errNoNATS = errors.New("autoscale: Run needs a nats connection")
+
+// maxEvents bounds the event log; the oldest go first.
+const maxEvents = 10000
+
+// Runner applies the policy to every job on each tick.
+type Runner struct {
+	nc  *nats.Conn
+	act Actuator
+	cfg Config
+	log *slog.Logger
+
+	desired *prometheus.GaugeVec
+	events  *prometheus.CounterVec
+
+	tick sync.Mutex // serialises Tick
+
+	mu      sync.Mutex
+	jobs    map[string]*managed
+	demand  map[string]observed
+	removed map[string]bool
+	history []ScaleEvent
+}
+
+type managed struct {
+	backlog Backlog
+	state   State
+}
+
+type observed struct {
+	demand wire.Demand
+	at     time.Time
+}
+
+// NewRunner checks cfg and creates a runner. nc is only needed by Run; reg
+// may be nil.
+func NewRunner(nc *nats.Conn, act Actuator, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Runner, error) {
+	if act == nil {
+		return nil, fmt.Errorf("autoscale: an actuator is required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Runner{
+		nc: nc, act: act, cfg: cfg, log: logger,
+		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_autoscale_desired_replicas", Help: "Replicas the autoscaler decided for a job.",
+		}, []string{"job"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_autoscale_scale_events_total", Help: "Changes of a job's replica count.",
+		}, []string{"job", "direction"}),
+		jobs:    map[string]*managed{},
+		demand:  map[string]observed{},
+		removed: map[string]bool{},
+	}
+	if reg != nil {
+		reg.MustRegister(r.desired, r.events)
+	}
+	return r, nil
+}
+
+// AddJob starts managing job; its replicas start from zero.
+func (r *Runner) AddJob(job string, b Backlog) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.jobs[job]; ok {
+		m.backlog = b
+		return
+	}
+	r.jobs[job] = &managed{backlog: b}
+	delete(r.removed, job)
+}
+
+// RemoveJob stops managing job; the next Tick scales it to zero.
+func (r *Runner) RemoveJob(job string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.jobs[job]; !ok {
+		return
+	}
+	delete(r.jobs, job)
+	delete(r.demand, job)
+	r.removed[job] = true
+}
+
+// Observe records a demand signal received at at; older signals than the
+// one kept are ignored.
+func (r *Runner) Observe(d wire.Demand, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o, ok := r.demand[d.Job]; ok && o.at.After(at) {
+		return
+	}
+	r.demand[d.Job] = observed{d, at}
+}
+
+// Replicas is the count last decided for job.
+func (r *Runner) Replicas(job string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.jobs[job]; ok {
+		return m.state.Replicas
+	}
+	return 0
+}
+
+// Events returns the scale events so far, oldest first.
+func (r *Runner) Events() []ScaleEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ScaleEvent(nil), r.history...)
+}
+
+// Tick runs one decision round: Decide per job, Allocate the cluster
+// capacity, Scale every job (changed or not) and record the changes.
+func (r *Runner) Tick(ctx context.Context, now time.Time) {
+	r.tick.Lock()
+	defer r.tick.Unlock()
+
+	type round struct {
+		name    string
+		m       *managed
+		backlog Backlog
+		state   State
+		in      Inputs
+		dec     Decision
+		next    State
+	}
+	r.mu.Lock()
+	rounds := make([]*round, 0, len(r.jobs))
+	for name, m := range r.jobs {
+		rd := &round{name: name, m: m, backlog: m.backlog, state: m.state}
+		if o, ok := r.demand[name]; ok {
+			d := o.demand
+			rd.in.Demand, rd.in.DemandAt = &d, o.at
+		}
+		rounds = append(rounds, rd)
+	}
+	var removed []string
+	for name := range r.removed {
+		removed = append(removed, name)
+	}
+	r.mu.Unlock()
+	sort.Slice(rounds, func(i, j int) bool { return rounds[i].name < rounds[j].name })
+	sort.Strings(removed)
+
+	// Outside the lock: the backlog and the actuator may take their own.
+	desired := make(map[string]int, len(rounds))
+	for _, rd := range rounds {
+		rd.in.Pending, rd.in.InFlight, rd.in.Done = rd.backlog.Backlog()
+		rd.in.Ready = r.act.Ready(rd.name)
+		rd.dec, rd.next = Decide(r.cfg, rd.state, rd.in, now)
+		desired[rd.name] = rd.dec.Replicas
+	}
+	capacity := r.cfg.Capacity()
+	granted := Allocate(desired, capacity)
+
+	var events []ScaleEvent
+	r.mu.Lock()
+	for _, rd := range rounds {
+		if g := granted[rd.name]; g < rd.dec.Replicas {
+			rd.dec.Reason += fmt.Sprintf("; %d granted of cluster capacity %d", g, capacity)
+			rd.dec.Replicas = g
+			rd.next.Replicas = g
+		}
+		if r.jobs[rd.name] != rd.m {
+			continue // removed (or re-added) during the round
+		}
+		rd.m.state = rd.next
+		r.desired.WithLabelValues(rd.name).Set(float64(rd.dec.Replicas))
+		if rd.dec.Replicas != rd.state.Replicas {
+			events = append(events, ScaleEvent{now, rd.name, rd.dec.Replicas, rd.dec.Reason})
+			dir := "up"
+			if rd.dec.Replicas < rd.state.Replicas {
+				dir = "down"
+			}
+			r.events.WithLabelValues(rd.name, dir).Inc()
+		}
+	}
+	for _, name := range removed {
+		delete(r.removed, name)
+		r.desired.DeleteLabelValues(name)
+		events = append(events, ScaleEvent{now, name, 0, "job removed"})
+		r.events.WithLabelValues(name, "down").Inc()
+	}
+	r.history = append(r.history, events...)
+	if over := len(r.history) - maxEvents; over > 0 {
+		r.history = append([]ScaleEvent(nil), r.history[over:]...)
+	}
+	r.mu.Unlock()
+
+	for _, e := range events {
+		r.log.Info("scaling", "job", e.Job, "replicas", e.Replicas, "reason", e.Reason)
+	}
+	for _, rd := range rounds {
+		if err := r.act.Scale(ctx, rd.name, rd.dec.Replicas); err != nil {
+			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "error", err)
+		}
+	}
+	for _, name := range removed {
+		if err := r.act.Scale(ctx, name, 0); err != nil {
+			r.log.Warn("scaling a removed job to zero", "job", name, "error", err)
+		}
+	}
+}
+
+// Run keeps the latest demand signal of every job (from
+// wire.DemandSubjects) and calls Tick on each tick, until ctx ends or tick
+// closes; it then returns nil.
+func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) error {
+	if r.nc == nil {
+		return errNoNATS
+	}
+	prefix := strings.TrimSuffix(wire.DemandSubjects, "*")
+	sub, err := r.nc.Subscribe(wire.DemandSubjects, func(m *nats.Msg) {
+		var d wire.Demand
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			r.log.Warn("ignoring a malformed demand signal", "subject", m.Subject, "error", err)
+			return
+		}
+		// The subject names the job; a signal cannot speak for another.
+		d.Job = strings.TrimPrefix(m.Subject, prefix)
+		r.Observe(d, time.Now())
+	})
+	if err != nil {
+		return fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
+	}
+	defer sub.Unsubscribe()
+	if err := r.nc.Flush(); err != nil {
+		return fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now, ok := <-tick:
+			if !ok {
+				return nil
+			}
+			r.Tick(ctx, now)
+		}
+	}
+}

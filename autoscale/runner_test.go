@@ -1,0 +1,267 @@
+package autoscale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+// fakeActuator records Scale calls; every replica is ready at once unless
+// ready overrides it.
+type fakeActuator struct {
+	mu     sync.Mutex
+	counts map[string]int
+	calls  []string
+	ready  map[string]int
+	err    error
+}
+
+func newFakeActuator() *fakeActuator {
+	return &fakeActuator{counts: map[string]int{}, ready: map[string]int{}}
+}
+
+func (f *fakeActuator) Scale(_ context.Context, job string, n int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("%s=%d", job, n))
+	if f.err != nil {
+		return f.err
+	}
+	f.counts[job] = n
+	return nil
+}
+
+func (f *fakeActuator) Ready(job string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n, ok := f.ready[job]; ok {
+		return n
+	}
+	return f.counts[job]
+}
+
+func (f *fakeActuator) count(job string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[job]
+}
+
+func (f *fakeActuator) takeCalls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.calls
+	f.calls = nil
+	return c
+}
+
+type fakeBacklog struct {
+	mu                sync.Mutex
+	pending, inflight int
+	done              bool
+}
+
+func (b *fakeBacklog) Backlog() (int, int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pending, b.inflight, b.done
+}
+
+func (b *fakeBacklog) set(pending, inflight int, done bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pending, b.inflight, b.done = pending, inflight, done
+}
+
+func stalled(job string) wire.Demand {
+	return wire.Demand{Job: job, StallFraction: 1, BufferCapacity: 100}
+}
+
+func TestRunnerTick(t *testing.T) {
+	act := newFakeActuator()
+	cfg := DefaultConfig()
+	cfg.ClusterCapacity = 5
+	reg := prometheus.NewRegistry()
+	r, err := NewRunner(nil, act, cfg, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, b, idle := &fakeBacklog{pending: 40}, &fakeBacklog{pending: 40}, &fakeBacklog{}
+	r.AddJob("a", a)
+	r.AddJob("b", b)
+	r.AddJob("idle", idle)
+
+	r.Tick(ctx, sec(0))
+	if diff := cmp.Diff([]string{"a=1", "b=1", "idle=0"}, act.takeCalls()); diff != "" {
+		t.Fatalf("first tick scale calls (-want +got):\n%s", diff)
+	}
+	// Both trainers starve: each wants more; the cluster has 5.
+	for i := 1; i <= 3; i++ {
+		r.Observe(stalled("a"), sec(float64(i)))
+		r.Observe(stalled("b"), sec(float64(i)))
+		r.Tick(ctx, sec(float64(i)))
+	}
+	if a, b := r.Replicas("a"), r.Replicas("b"); a+b != 5 || a != 3 || b != 2 {
+		t.Fatalf("replicas a=%d b=%d, want 3 and 2 of the cluster's 5", a, b)
+	}
+	if act.count("a") != 3 || act.count("b") != 2 {
+		t.Fatalf("actuator a=%d b=%d, want 3 and 2", act.count("a"), act.count("b"))
+	}
+	// Every tick scales every job, so an actuator can replace dead replicas.
+	act.takeCalls()
+	r.Tick(ctx, sec(3.5))
+	if diff := cmp.Diff([]string{"a=3", "b=2", "idle=0"}, act.takeCalls()); diff != "" {
+		t.Errorf("steady tick scale calls (-want +got):\n%s", diff)
+	}
+
+	// A new job gets its fair share at once, taken from the biggest.
+	r.AddJob("c", &fakeBacklog{pending: 5})
+	r.Observe(stalled("a"), sec(4))
+	r.Observe(stalled("b"), sec(4))
+	r.Tick(ctx, sec(4))
+	if diff := cmp.Diff([]string{"a=2", "b=2", "c=1", "idle=0"}, act.takeCalls()); diff != "" {
+		t.Errorf("scale calls with a third job (-want +got):\n%s", diff)
+	}
+
+	// An older signal does not replace a newer one.
+	r.Observe(wire.Demand{Job: "a", StallFraction: 0, BufferedSamples: 50, BufferCapacity: 100}, sec(4.9))
+	r.Observe(wire.Demand{Job: "a", Done: true}, sec(0.5))
+	b.set(0, 0, true)
+	r.RemoveJob("idle")
+	r.Tick(ctx, sec(5))
+	if diff := cmp.Diff([]string{"a=2", "b=0", "c=1", "idle=0"}, act.takeCalls()); diff != "" {
+		t.Errorf("scale calls after done and remove (-want +got):\n%s", diff)
+	}
+
+	var got []string
+	for _, e := range r.Events() {
+		if e.Time.After(sec(3.5)) {
+			got = append(got, fmt.Sprintf("%s=%d %s", e.Job, e.Replicas, e.Reason))
+		}
+	}
+	want := []string{
+		"a=2 trainer stalled 100% and no per-replica rate to size by yet: add one; 2 granted of cluster capacity 5",
+		"c=1 activate from zero: 5 tasks pending",
+		"b=0 job done",
+		"idle=0 job removed",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events of the last ticks (-want +got):\n%s", diff)
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	desired := map[string]float64{}
+	ups := 0.0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "sluice_autoscale_desired_replicas":
+				desired[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			case "sluice_autoscale_scale_events_total":
+				if m.GetLabel()[0].GetValue() == "up" {
+					ups += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]float64{"a": 2, "b": 0, "c": 1}, desired); diff != "" {
+		t.Errorf("desired replicas gauge (-want +got):\n%s", diff)
+	}
+	if ups == 0 {
+		t.Error("no scale-up events counted")
+	}
+}
+
+func TestRunnerKeepsDecidingWhenScaleFails(t *testing.T) {
+	act := newFakeActuator()
+	act.err = errors.New("quota exceeded")
+	r, err := NewRunner(nil, act, DefaultConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddJob("a", &fakeBacklog{pending: 3})
+	r.Tick(context.Background(), sec(0))
+	r.Tick(context.Background(), sec(1))
+	if diff := cmp.Diff([]string{"a=1", "a=1"}, act.takeCalls()); diff != "" {
+		t.Errorf("scale calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewRunnerRejectsBadConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxReplicas = 0
+	if _, err := NewRunner(nil, newFakeActuator(), cfg, nil, nil); err == nil {
+		t.Error("NewRunner accepted max replicas 0")
+	}
+	if _, err := NewRunner(nil, nil, DefaultConfig(), nil, nil); err == nil {
+		t.Error("NewRunner accepted no actuator")
+	}
+	r, _ := NewRunner(nil, newFakeActuator(), DefaultConfig(), nil, nil)
+	if err := r.Run(context.Background(), nil); err == nil {
+		t.Error("Run without a nats connection succeeded")
+	}
+}
+
+func TestRunnerRunReadsDemandOverNATS(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	act := newFakeActuator()
+	r, err := NewRunner(nc, act, DefaultConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddJob("job-7", &fakeBacklog{pending: 20})
+	ctx, cancel := context.WithCancel(context.Background())
+	tick := make(chan time.Time)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, tick) }()
+
+	tick <- time.Now()
+	testenv.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+		if n := r.Replicas("job-7"); n != 1 {
+			return fmt.Errorf("%d replicas, want 1 (activation)", n)
+		}
+		return nil
+	})
+	// The trainer starves: its signal, published like an agent does, makes
+	// the next ticks add replicas. The subject names the job, whatever the body says.
+	d := stalled("someone-else")
+	data, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := nc.Publish(wire.DemandSubject("job-7"), data); err != nil {
+			return err
+		}
+		if err := nc.Flush(); err != nil {
+			return err
+		}
+		tick <- time.Now()
+		if n := act.count("job-7"); n < 2 {
+			return fmt.Errorf("%d replicas, want more after a stall", n)
+		}
+		return nil
+	})
+	ev := r.Events()
+	if len(ev) < 2 || !strings.Contains(ev[1].Reason, "stalled 100%") {
+		t.Errorf("events %+v: want activation then a stall", ev)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after cancel = %v, want nil", err)
+	}
+}

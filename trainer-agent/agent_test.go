@@ -1,0 +1,486 @@
+package traineragent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+// env is a NATS server with a job's output stream created as the broker does.
+type env struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env{nc, js}
+}
+
+func (e env) createStream(t *testing.T, job string) {
+	t.Helper()
+	_, err := e.js.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: wire.OutputStream(job), Subjects: []string{wire.OutputSubject(job)}, Duplicates: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e env) publish(t *testing.T, m outputMsg, msgID string) {
+	t.Helper()
+	if _, err := e.js.PublishMsg(context.Background(), m.natsMsg(msgID)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// demands collects the demand signals of a job.
+type demands struct {
+	mu  sync.Mutex
+	got []wire.Demand
+}
+
+func (e env) watchDemand(t *testing.T, job string) *demands {
+	t.Helper()
+	d := &demands{}
+	sub, err := e.nc.Subscribe(wire.DemandSubject(job), func(m *nats.Msg) {
+		var dm wire.Demand
+		if err := json.Unmarshal(m.Data, &dm); err != nil {
+			t.Errorf("demand %q: %v", m.Data, err)
+			return
+		}
+		d.mu.Lock()
+		d.got = append(d.got, dm)
+		d.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (d *demands) all() []wire.Demand {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.got)
+}
+
+// runAgent starts Run and returns a function waiting for its result.
+func runAgent(t *testing.T, a *Agent) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- a.Run(ctx) }()
+	var once sync.Once
+	var err error
+	wait := func() error {
+		once.Do(func() {
+			select {
+			case err = <-errc:
+			case <-time.After(30 * time.Second):
+				err = errors.New("Run did not return within 30s")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { cancel(); wait() })
+	return wait
+}
+
+// drain calls Next until io.EOF and checks every batch.
+func drain(t *testing.T, next func(context.Context) (Batch, error)) []Batch {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []Batch
+	for {
+		b, err := next(ctx)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("after %d batches: %v", len(out), err)
+		}
+		checkBatch(t, b)
+		out = append(out, b)
+	}
+}
+
+// checkDelivery asserts every sample of the layout arrived once per epoch,
+// in batches of one epoch each, full but for each epoch's last.
+func checkDelivery(t *testing.T, job wire.Job, l layout, batches []Batch) {
+	t.Helper()
+	want := map[string]bool{}
+	perEpoch := 0
+	for e := range job.Spec.Epochs {
+		for s, chunks := range l {
+			for c, n := range chunks {
+				for i := range n {
+					want[fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))] = true
+				}
+			}
+		}
+	}
+	for _, chunks := range l {
+		for _, n := range chunks {
+			perEpoch += n
+		}
+	}
+	got := map[string]bool{}
+	sizes := map[int][]int{}
+	lastEpochOfBatch := map[int]int{}
+	for i, b := range batches {
+		for _, k := range b.Keys {
+			id := fmt.Sprintf("%d/%s", b.Epoch, k)
+			if got[id] {
+				t.Errorf("sample %s delivered twice", id)
+			}
+			got[id] = true
+		}
+		sizes[b.Epoch] = append(sizes[b.Epoch], len(b.Keys))
+		lastEpochOfBatch[b.Epoch] = i
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("samples delivered (-want +got):\n%s", diff)
+	}
+	for e := range job.Spec.Epochs {
+		var wantSizes []int
+		for n := perEpoch; n > 0; n -= job.Spec.BatchSize {
+			wantSizes = append(wantSizes, min(n, job.Spec.BatchSize))
+		}
+		if diff := cmp.Diff(wantSizes, sizes[e]); diff != "" {
+			t.Errorf("epoch %d batch sizes (-want +got):\n%s", e, diff)
+		}
+	}
+}
+
+func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
+	job := testJob("job-1", 2, 4, l)
+	reg := prometheus.NewRegistry()
+	a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, NewMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm := e.watchDemand(t, job.Spec.ID)
+	// The agent may start before the broker created the stream.
+	wait := runAgent(t, a)
+	e.createStream(t, job.Spec.ID)
+
+	msgs := outputs(t, job, l)
+	rng := rand.New(rand.NewPCG(7, 7))
+	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	half := len(msgs) / 2
+	for _, m := range msgs[:half] {
+		e.publish(t, m, "")
+	}
+	// A redelivered shard published again past the duplicate window: the
+	// stream keeps the copies (new msg ids), the agent must drop them.
+	e.publish(t, msgs[0], "republished-0")
+	e.publish(t, msgs[1], "republished-1")
+	// A copy inside the window never reaches the agent.
+	e.publish(t, msgs[2], "")
+
+	var batches []Batch
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		batches = drain(t, a.Next)
+	}()
+	for _, m := range msgs[half:] {
+		e.publish(t, m, "")
+	}
+	<-done
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	checkDelivery(t, job, l, batches)
+
+	st := a.Stats()
+	if st.DuplicateChunks != 2 {
+		t.Errorf("DuplicateChunks = %d, want 2", st.DuplicateChunks)
+	}
+	if st.SamplesDelivered != 30 || st.SamplesArrived != 30 || st.BatchesDelivered != 8 || st.Epochs != 2 || st.BufferedSamples != 0 {
+		t.Errorf("stats = %+v, want 30 samples arrived and delivered in 8 batches over 2 epochs, none buffered", st)
+	}
+	var failed []string
+	for _, f := range st.FailedSamples {
+		failed = append(failed, f.Key)
+	}
+	slices.Sort(failed)
+	if diff := cmp.Diff([]string{"s0-corrupt", "s0-corrupt", "s1-corrupt", "s1-corrupt", "s2-corrupt", "s2-corrupt"}, failed); diff != "" {
+		t.Errorf("failed samples (-want +got):\n%s", diff)
+	}
+	if st.TimeToFirstBatch <= 0 || st.RunTime < st.TimeToFirstBatch {
+		t.Errorf("time to first batch %v, run time %v", st.TimeToFirstBatch, st.RunTime)
+	}
+	if _, err := a.Next(context.Background()); !errors.Is(err, io.EOF) {
+		t.Errorf("Next after the end = %v, want io.EOF", err)
+	}
+
+	// The final demand says Done, and it is the last one.
+	testenv.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		got := dm.all()
+		if len(got) == 0 || !got[len(got)-1].Done {
+			return fmt.Errorf("demands %+v: want the last one Done", got)
+		}
+		return nil
+	})
+	got := dm.all()
+	last := got[len(got)-1]
+	if last.Job != job.Spec.ID || last.SamplesDone != 30 || last.BufferCapacity != 256 || last.GPUUtilization != -1 {
+		t.Errorf("final demand %+v: want job %s, 30 samples done, capacity 256, gpu -1", last, job.Spec.ID)
+	}
+	for _, d := range got[:len(got)-1] {
+		if d.Done {
+			t.Errorf("demand %+v is Done before the last one", d)
+		}
+	}
+
+	n, err := prometheusCounter(reg, "sluice_agent_samples_delivered_total")
+	if err != nil || n != 30 {
+		t.Errorf("samples delivered metric = %v (%v), want 30", n, err)
+	}
+}
+
+func prometheusCounter(reg *prometheus.Registry, name string) (float64, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue(), nil
+		}
+	}
+	return 0, fmt.Errorf("no single series %s", name)
+}
+
+func TestAgentStopsPullingWhileTheBufferIsFull(t *testing.T) {
+	e := newEnv(t)
+	chunks := make([]int, 10)
+	for i := range chunks {
+		chunks[i] = 4
+	}
+	l := layout{chunks, chunks, chunks} // 120 samples in 30 chunks of 4
+	job := testJob("slow", 1, 4, l)
+	e.createStream(t, job.Spec.ID)
+	msgs := outputs(t, job, l)
+	for _, m := range msgs {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8, DemandInterval: 20 * time.Millisecond}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm := e.watchDemand(t, job.Spec.ID)
+	wait := runAgent(t, a)
+
+	// Two chunks make two ready batches, which fill the buffer; the agent
+	// then stops taking messages until the trainer takes a batch.
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if st := a.Stats(); st.BufferedSamples < 8 {
+			return fmt.Errorf("buffered %d samples, want 8", st.BufferedSamples)
+		}
+		return nil
+	})
+	cons, err := e.js.Consumer(context.Background(), wire.OutputStream(job.Spec.ID), ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.SamplesArrived != 8 || ci.AckFloor.Stream >= uint64(len(msgs)) {
+		t.Fatalf("with a full buffer: %d samples arrived, ack floor %d of %d messages; want 8 and most unacked",
+			st.SamplesArrived, ci.AckFloor.Stream, len(msgs))
+	}
+	testenv.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		for _, d := range dm.all() {
+			if d.BufferedSamples == 8 && d.BufferCapacity == 8 {
+				return nil
+			}
+		}
+		return errors.New("no demand reports the full buffer")
+	})
+
+	// A trainer waiting in Next stalls; cancelling the wait returns ctx's error.
+	b, err := a.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, b)
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if st := a.Stats(); st.SamplesArrived <= 8 {
+			return fmt.Errorf("%d samples arrived after a batch was taken, want more", st.SamplesArrived)
+		}
+		return nil
+	})
+	rest := drain(t, a.Next)
+	checkDelivery(t, job, l, append([]Batch{b}, rest...))
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAgentNextReportsStallAndStop(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{2}}
+	job := testJob("idle", 1, 2, l)
+	e.createStream(t, job.Spec.ID)
+	a, err := New(e.nc, e.js, job, Options{DemandInterval: 10 * time.Millisecond, GPU: fixedGPU(0.42)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm := e.watchDemand(t, job.Spec.ID)
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx) }()
+
+	// Nothing is published: a trainer waiting in Next is stalled, and the
+	// demand says so while the wait is still going on.
+	nextCtx, nextCancel := context.WithCancel(context.Background())
+	nextErr := make(chan error, 1)
+	go func() {
+		_, err := a.Next(nextCtx)
+		nextErr <- err
+	}()
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		for _, d := range dm.all() {
+			if d.StallFraction > 0.5 && d.GPUUtilization == 0.42 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no demand reports a stall and the gpu reading: %+v", dm.all())
+	})
+	nextCancel()
+	if err := <-nextErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("Next with a cancelled context = %v, want context.Canceled", err)
+	}
+	if st := a.Stats(); st.StallTime <= 0 {
+		t.Errorf("stall time %v after a wait, want > 0", st.StallTime)
+	}
+
+	cancel()
+	if err := <-runErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run after cancel = %v, want context.Canceled", err)
+	}
+	if _, err := a.Next(context.Background()); !errors.Is(err, ErrStopped) {
+		t.Errorf("Next after Run stopped = %v, want ErrStopped", err)
+	}
+	if err := a.Run(context.Background()); err == nil {
+		t.Error("a second Run succeeded")
+	}
+}
+
+func TestAgentHTTP(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{3}, {2}}
+	job := testJob("http", 1, 2, l)
+	e.createStream(t, job.Spec.ID)
+	for _, m := range outputs(t, job, l) {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+
+	get := func(ctx context.Context) (Batch, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/batch", nil)
+		if err != nil {
+			return Batch{}, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return Batch{}, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return Batch{}, err
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return DecodeBatch(body)
+		case http.StatusGone:
+			return Batch{}, io.EOF
+		}
+		return Batch{}, fmt.Errorf("GET /v1/batch: %s: %s", resp.Status, body)
+	}
+	batches := drain(t, get)
+	checkDelivery(t, job, l, batches)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := http.Get(srv.URL + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		SamplesDelivered int                 `json:"samples_delivered"`
+		Epochs           int                 `json:"epochs"`
+		FailedSamples    []wire.FailedSample `json:"failed_samples"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.SamplesDelivered != 5 || st.Epochs != 1 || len(st.FailedSamples) != 2 {
+		t.Errorf("GET /v1/stats = %+v, want 5 samples, 1 epoch, 2 failed", st)
+	}
+}
+
+func TestNewRejectsBadJobs(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name string
+		job  wire.Job
+		opts Options
+	}{
+		{"bad id", testJob("a b", 1, 1, layout{{1}}), Options{}},
+		{"no batch size", testJob("j", 1, 0, layout{{1}}), Options{}},
+		{"no epochs", testJob("j", 0, 1, layout{{1}}), Options{}},
+		{"negative prefetch", testJob("j", 1, 1, layout{{1}}), Options{PrefetchSamples: -1}},
+	} {
+		if _, err := New(e.nc, e.js, tc.job, tc.opts, nil, nil); err == nil {
+			t.Errorf("%s: New succeeded", tc.name)
+		}
+	}
+}
+
+type fixedGPU float64
+
+func (g fixedGPU) Utilization() (float64, error) { return float64(g), nil }

@@ -1,0 +1,157 @@
+package traineragent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+// feed applies msgs in order and collects the batches and completed epochs.
+func feed(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
+	t.Helper()
+	for _, m := range msgs {
+		out, err := a.add(m.ref, m.data)
+		if err != nil {
+			t.Fatalf("add %s: %v", m.ref.MsgID(), err)
+		}
+		for _, b := range out.batches {
+			checkBatch(t, b)
+		}
+		batches = append(batches, out.batches...)
+		completed = append(completed, out.completed...)
+		failed = append(failed, out.failed...)
+		if out.duplicate {
+			dups++
+		}
+	}
+	return
+}
+
+func TestAssemblerBatchesPerEpochExactlyOnce(t *testing.T) {
+	l := layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
+	job := testJob("j", 2, 4, l)
+	msgs := outputs(t, job, l)
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	// Re-publications: a chunk and a shard end again, somewhere later.
+	msgs = append(msgs, msgs[3], msgs[0])
+	for i := range msgs {
+		if msgs[i].ref.Chunk == -1 {
+			msgs = append(msgs, msgs[i])
+			break
+		}
+	}
+	a := newAssembler(job)
+	batches, completed, dups, failed := feed(t, a, msgs)
+
+	if dups != 3 {
+		t.Errorf("duplicates = %d, want 3", dups)
+	}
+	if len(failed) != 6 {
+		t.Errorf("failed = %v, want one per shard per epoch", failed)
+	}
+	if diff := cmp.Diff([]int{0, 1}, slices.Sorted(slices.Values(completed))); diff != "" {
+		t.Errorf("completed epochs (-want +got):\n%s", diff)
+	}
+	if !a.allComplete() || a.pending != 0 || len(a.open) != 0 {
+		t.Errorf("after all: complete=%v pending=%d open=%d", a.allComplete(), a.pending, len(a.open))
+	}
+	seen := map[string]bool{}
+	perEpoch := map[int][]int{}
+	for _, b := range batches {
+		perEpoch[b.Epoch] = append(perEpoch[b.Epoch], len(b.Keys))
+		for _, k := range b.Keys {
+			id := fmt.Sprintf("%d/%s", b.Epoch, k)
+			if seen[id] {
+				t.Errorf("sample %s delivered twice", id)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) != 30 {
+		t.Errorf("delivered %d samples, want 30", len(seen))
+	}
+	want := map[int][]int{0: {4, 4, 4, 3}, 1: {4, 4, 4, 3}}
+	if diff := cmp.Diff(want, perEpoch); diff != "" {
+		t.Errorf("batch sizes per epoch (-want +got):\n%s", diff)
+	}
+}
+
+func TestAssemblerWaitsForEveryChunkTheShardEndAnnounces(t *testing.T) {
+	l := layout{{2, 2}}
+	job := testJob("j", 1, 3, l)
+	msgs := outputs(t, job, l) // chunk 0, chunk 1, end
+	a := newAssembler(job)
+	// The end first, then chunk 1: the shard still misses chunk 0.
+	batches, completed, _, _ := feed(t, a, []outputMsg{msgs[2], msgs[1]})
+	if len(batches) != 0 || len(completed) != 0 {
+		t.Fatalf("before chunk 0: batches %d, completed %v; want none", len(batches), completed)
+	}
+	batches, completed, _, _ = feed(t, a, []outputMsg{msgs[0]})
+	if len(completed) != 1 || len(batches) != 2 || len(batches[0].Keys) != 3 || len(batches[1].Keys) != 1 {
+		t.Fatalf("after chunk 0: %d batches, completed %v; want a batch of 3, the final one of 1, epoch 0 complete", len(batches), completed)
+	}
+	// Anything of a complete epoch is a duplicate.
+	out, err := a.add(msgs[1].ref, msgs[1].data)
+	if err != nil || !out.duplicate {
+		t.Fatalf("chunk of a complete epoch: duplicate=%v err=%v", out.duplicate, err)
+	}
+}
+
+func TestAssemblerReportsBadMessages(t *testing.T) {
+	l := layout{{2}, {2}}
+	job := testJob("j", 1, 2, l)
+	msgs := outputs(t, job, l)
+	a := newAssembler(job)
+
+	for _, ref := range []wire.ChunkRef{{Job: "j", Epoch: 1, Shard: 0, Chunk: 0}, {Job: "j", Epoch: 0, Shard: 2, Chunk: 0}} {
+		if _, err := a.add(ref, msgs[0].data); err == nil {
+			t.Errorf("%s: out of range, want an error", ref.MsgID())
+		}
+	}
+	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, []byte("{")); err == nil || !strings.Contains(err.Error(), "shard end") {
+		t.Errorf("malformed shard end: err = %v", err)
+	}
+
+	// A corrupt chunk counts as seen (so the shard completes) and is reported.
+	out, err := a.add(msgs[0].ref, []byte("not safetensors"))
+	if err != nil || len(out.failed) != 1 || !strings.Contains(out.failed[0].Reason, "corrupt chunk") {
+		t.Fatalf("corrupt chunk: out=%+v err=%v", out, err)
+	}
+	// A chunk whose tensors differ from the first chunk's cannot be stacked.
+	other := chunkBytes(t, "j", 0, 1, 0, []string{"a", "b"})
+	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other); err != nil {
+		t.Fatal(err)
+	}
+	a2 := newAssembler(job)
+	a2.schema = &schema{names: []string{"image"}}
+	out, err = a2.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other)
+	if err != nil || len(out.failed) != 2 || out.arrived != 0 || !strings.Contains(out.failed[0].Reason, "cannot stack") {
+		t.Fatalf("mismatched chunk: out=%+v err=%v", out, err)
+	}
+}
+
+func TestAssemblerJobWithoutShardsIsCompleteAtOnce(t *testing.T) {
+	a := newAssembler(testJob("j", 3, 2, layout{}))
+	if diff := cmp.Diff([]int{0, 1, 2}, a.start()); diff != "" || !a.allComplete() {
+		t.Errorf("start (-want +got):\n%s", diff)
+	}
+}
+
+func TestSplitChunkRejectsRowMismatch(t *testing.T) {
+	bad, err := safetensors.Encode([]safetensors.Tensor{{Name: "label", DType: safetensors.I64, Shape: []int{2}, Data: make([]byte, 16)}},
+		map[string]string{wire.MetaKeys: `["a","b","c"]`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := splitChunk(bad); err == nil || !strings.Contains(err.Error(), "want 3 rows") {
+		t.Errorf("3 keys and 2 rows: err = %v", err)
+	}
+}

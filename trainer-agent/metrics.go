@@ -1,0 +1,72 @@
+package traineragent
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the agent's Prometheus series, labelled by job.
+type Metrics struct {
+	samplesArrived   *prometheus.CounterVec
+	samplesDelivered *prometheus.CounterVec
+	batchesDelivered *prometheus.CounterVec
+	duplicateChunks  *prometheus.CounterVec
+	failedSamples    *prometheus.CounterVec
+	stallSeconds     *prometheus.CounterVec
+	bufferedSamples  *prometheus.GaugeVec
+	stallFraction    *prometheus.GaugeVec
+}
+
+// NewMetrics creates the agent's series and registers them with reg unless
+// reg is nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	job := []string{"job"}
+	m := &Metrics{
+		samplesArrived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_samples_arrived_total", Help: "Samples received from functions.",
+		}, job),
+		samplesDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_samples_delivered_total", Help: "Samples handed to the trainer.",
+		}, job),
+		batchesDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_batches_delivered_total", Help: "Batches handed to the trainer.",
+		}, job),
+		duplicateChunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_duplicate_chunks_total", Help: "Output messages dropped as already seen.",
+		}, job),
+		failedSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_failed_samples_total", Help: "Samples reported as failed.",
+		}, job),
+		stallSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_stall_seconds_total", Help: "Time the trainer spent waiting for a batch.",
+		}, job),
+		bufferedSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_agent_buffered_samples", Help: "Samples held by the agent (ready batches and partial batches).",
+		}, job),
+		stallFraction: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_agent_stall_fraction", Help: "Share of the last demand interval the trainer waited for data.",
+		}, job),
+	}
+	if reg != nil {
+		reg.MustRegister(m.samplesArrived, m.samplesDelivered, m.batchesDelivered, m.duplicateChunks,
+			m.failedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction)
+	}
+	return m
+}
+
+// jobMetrics are the series of one job.
+type jobMetrics struct {
+	samplesArrived, samplesDelivered, batchesDelivered prometheus.Counter
+	duplicateChunks, failedSamples, stallSeconds       prometheus.Counter
+	bufferedSamples, stallFraction                     prometheus.Gauge
+}
+
+func (m *Metrics) forJob(job string) jobMetrics {
+	return jobMetrics{
+		samplesArrived:   m.samplesArrived.WithLabelValues(job),
+		samplesDelivered: m.samplesDelivered.WithLabelValues(job),
+		batchesDelivered: m.batchesDelivered.WithLabelValues(job),
+		duplicateChunks:  m.duplicateChunks.WithLabelValues(job),
+		failedSamples:    m.failedSamples.WithLabelValues(job),
+		stallSeconds:     m.stallSeconds.WithLabelValues(job),
+		bufferedSamples:  m.bufferedSamples.WithLabelValues(job),
+		stallFraction:    m.stallFraction.WithLabelValues(job),
+	}
+}
