@@ -232,7 +232,10 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
 			return out, fmt.Errorf("output %s: shard end: chunks %d: want >= 0", ref.MsgID(), end.Chunks)
 		}
 		sh.end = &end
-		out.failed = append(out.failed, end.Failed...)
+		for _, f := range end.Failed {
+			f.Epoch = ref.Epoch
+			out.failed = append(out.failed, f)
+		}
 	} else {
 		if sh.chunks[ref.Chunk] {
 			out.duplicate = true
@@ -242,12 +245,12 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
 		samples, sc, err := splitChunk(data)
 		switch {
 		case err != nil:
-			out.failed = append(out.failed, wire.FailedSample{Key: ref.MsgID(), Reason: "corrupt chunk: " + err.Error()})
+			out.failed = append(out.failed, wire.FailedSample{Key: ref.MsgID(), Reason: "corrupt chunk: " + err.Error(), Epoch: ref.Epoch})
 		case len(samples) == 0:
 		case a.schema != nil && !a.schema.equal(sc):
 			reason := fmt.Sprintf("chunk %s has tensors %s, the job's first chunk %s: cannot stack", ref.MsgID(), sc, a.schema)
 			for _, s := range samples {
-				out.failed = append(out.failed, wire.FailedSample{Key: s.key, Reason: reason})
+				out.failed = append(out.failed, wire.FailedSample{Key: s.key, Reason: reason, Epoch: ref.Epoch})
 			}
 		default:
 			if a.schema == nil {

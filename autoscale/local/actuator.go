@@ -44,6 +44,7 @@ type Counts struct {
 	Killed  int // by KillRandom
 	Crashed int // exited unasked, or never got ready
 	MaxLive int // most replica processes alive at once
+	Live    int // replica processes alive now, stopping ones included
 }
 
 // Actuator runs replicas as local processes.
@@ -322,7 +323,9 @@ func (a *Actuator) KillRandom(job string, rng *rand.Rand) bool {
 func (a *Actuator) Counts() Counts {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.counts
+	c := a.counts
+	c.Live = a.live
+	return c
 }
 
 // Close stops every replica (SIGTERM, SIGKILL after StopTimeout) and waits

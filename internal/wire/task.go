@@ -55,6 +55,9 @@ func (t ShardTask) Validate() error {
 type FailedSample struct {
 	Key    string `json:"key"`
 	Reason string `json:"reason"`
+	// Epoch is set where samples of several epochs are reported together
+	// (the trainer agent's stats); within one shard's result it is implied.
+	Epoch int `json:"epoch"`
 }
 
 // ShardResult is a function's reply once every chunk of the shard and its

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-project/sluice/internal/demo"
+)
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := demo.DefaultOptions()
+	fs := newFlagSet("demo", stderr)
+	fs.IntVar(&d.Samples, "samples", d.Samples, "samples in the synthetic dataset")
+	fs.IntVar(&d.Shards, "shards", d.Shards, "tar shards the dataset is split into")
+	fs.IntVar(&d.Epochs, "epochs", d.Epochs, "epochs to train")
+	fs.IntVar(&d.BatchSize, "batch-size", d.BatchSize, "samples per training batch")
+	seed := fs.Uint64("seed", d.Seed, "seed of the dataset, the shard order and the augmentations")
+	fs.DurationVar(&d.StepTime, "step-time", d.StepTime, "simulated GPU time per batch")
+	fs.IntVar(&d.MaxReplicas, "max-replicas", d.MaxReplicas, "most function replicas the autoscaler may run")
+	fs.DurationVar(&d.ChaosKillEvery, "chaos-kill-every", 0, "SIGKILL a random function replica at this period (0: never)")
+	fs.IntVar(&d.Corrupt, "corrupt", d.Corrupt, "samples to write with a broken JPEG (reported as failed samples)")
+	fs.StringVar(&d.DataDir, "data-dir", "", "JetStream store directory (default: a temporary one, removed at exit)")
+	fs.IntVar(&d.ChunkMaxBytes, "chunk-max-bytes", d.ChunkMaxBytes, "largest output chunk message")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object on stdout")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9090)")
+	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice demo [flags]\n\nRuns one training job end to end on embedded NATS JetStream and S3:\n"+
+			"function replicas start from zero, scale with the trainer's demand and end at zero.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args,
+		intRange("samples", &d.Samples, 1, 1_000_000),
+		func() error { return intRange("shards", &d.Shards, 1, min(10_000, max(d.Samples, 1)))() },
+		intRange("epochs", &d.Epochs, 1, 1000),
+		intRange("batch-size", &d.BatchSize, 1, 65536),
+		durationRange("step-time", &d.StepTime, 0, time.Minute),
+		intRange("max-replicas", &d.MaxReplicas, 1, 64),
+		durationRange("chaos-kill-every", &d.ChaosKillEvery, 0, time.Hour),
+		func() error { return intRange("corrupt", &d.Corrupt, 0, d.Samples)() },
+		intRange("chunk-max-bytes", &d.ChunkMaxBytes, 64<<10, 64<<20),
+		oneOf("log-level", logLevel, logLevels...),
+	); err != nil {
+		return err
+	}
+	d.Seed = *seed
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the sluice binary for replicas: %w", err)
+	}
+	d.ReplicaCommand = []string{exe, "fn", "serve"}
+	logger := newLogger(stderr, *logLevel)
+
+	reg := prometheus.NewRegistry()
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr %s: %w", *metricsAddr, err)
+		}
+		hs := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(ln)
+		defer hs.Close()
+	}
+
+	status := newStatusLine(stderr)
+	sum, err := demo.Run(ctx, d, logger, reg, status.show)
+	status.end()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sum)
+	}
+	sum.WriteText(stdout)
+	return nil
+}
+
+// statusLine refreshes one line in place on a terminal and prints a line
+// every few seconds elsewhere (CI logs), so progress is visible either way.
+type statusLine struct {
+	w        io.Writer
+	tty      bool
+	lastLine time.Time
+	shown    bool
+}
+
+func newStatusLine(w io.Writer) *statusLine {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &statusLine{w: w, tty: tty}
+}
+
+func (s *statusLine) show(p demo.Progress) {
+	if s.tty {
+		fmt.Fprintf(s.w, "\r\033[K%s", p.Line())
+		s.shown = true
+		return
+	}
+	if time.Since(s.lastLine) >= 5*time.Second {
+		fmt.Fprintln(s.w, p.Line())
+		s.lastLine = time.Now()
+	}
+}
+
+func (s *statusLine) end() {
+	if s.tty && s.shown {
+		fmt.Fprintln(s.w)
+	}
+}

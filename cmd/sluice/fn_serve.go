@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/functions/server"
+	"github.com/sluice-project/sluice/internal/natsconn"
+	"github.com/sluice-project/sluice/internal/objstore"
+)
+
+// readyLine is what a replica prints on stdout once it serves; the local
+// actuator reads the endpoint from it.
+const readyLine = "SLUICE_READY"
+
+func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("fn serve", stderr)
+	listen := fs.String("listen", "", "address to serve on (default :$PORT as Knative sets it, else 127.0.0.1:8080)")
+	natsURL := fs.String("nats", envOr("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env SLUICE_NATS_URL)")
+	var s3c objstore.Config
+	fs.StringVar(&s3c.Endpoint, "s3-endpoint", "", "S3 endpoint URL; empty means AWS (env SLUICE_S3_ENDPOINT)")
+	fs.StringVar(&s3c.Region, "s3-region", "", "S3 region (env AWS_REGION, default us-east-1)")
+	concurrency := fs.Int("concurrency", 1, "shards processed at once; more get 429")
+	cpus := fs.Int("cpus", 0, "GOMAXPROCS for this replica; 0 keeps Go's default")
+	maxPixels := fs.Int("max-pixels", 64_000_000, "largest image accepted, in pixels (decompression-bomb guard)")
+	maxBody := fs.Int("max-body-bytes", 1<<20, "largest CloudEvent body accepted")
+	drain := fs.Duration("drain-timeout", 5*time.Minute, "how long SIGTERM waits for in-flight shards")
+	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
+			"POST / takes a %q event and replies with the shard's result; GET /healthz, /readyz, /metrics.\n\n", pipeline.Names(), "dev.sluice.shard.task.v1")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args,
+		intRange("concurrency", concurrency, 1, 256),
+		intRange("cpus", cpus, 0, 1024),
+		intRange("max-pixels", maxPixels, 1, 1<<30),
+		intRange("max-body-bytes", maxBody, 1024, 64<<20),
+		durationRange("drain-timeout", drain, 0, time.Hour),
+		oneOf("log-level", logLevel, logLevels...),
+	); err != nil {
+		return err
+	}
+	if *cpus > 0 {
+		runtime.GOMAXPROCS(*cpus)
+	}
+	logger := newLogger(stderr, *logLevel).With("component", "function")
+	if *listen == "" {
+		*listen = "127.0.0.1:8080"
+		if p := os.Getenv("PORT"); p != "" {
+			*listen = ":" + p
+		}
+	}
+
+	nc, js, err := natsconn.Connect(*natsURL, "sluice-function", logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	s3client, err := objstore.NewClient(ctx, s3c.FromEnv())
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := server.New(server.Config{
+		MaxBodyBytes: int64(*maxBody),
+		MaxPixels:    *maxPixels,
+		Concurrency:  *concurrency,
+	}, js, s3client, logger, reg)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", srv.Handler())
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", *listen, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(stdout, "%s http://%s\n", readyLine, ln.Addr())
+	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	// Knative and the local actuator stop a replica with SIGTERM: finish the
+	// shards in flight (their tasks would otherwise be redelivered and done
+	// twice), then close.
+	logger.Info("draining")
+	dctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := srv.Drain(dctx); err != nil {
+		logger.Warn("drain incomplete", "err", err)
+	}
+	if err := hs.Shutdown(dctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	return nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

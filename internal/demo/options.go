@@ -1,0 +1,59 @@
+package demo
+
+import (
+	"fmt"
+	"time"
+)
+
+// Options shape a demo run. Zero values are replaced by DefaultOptions'.
+type Options struct {
+	Samples, Shards int
+	Epochs          int
+	BatchSize       int
+	Seed            uint64
+	// StepTime is the simulated GPU time per batch.
+	StepTime time.Duration
+	// MaxReplicas bounds the function replicas the autoscaler may run.
+	MaxReplicas int
+	// ChaosKillEvery, when > 0, SIGKILLs a random replica at that period.
+	ChaosKillEvery time.Duration
+	// Corrupt is how many samples get a broken JPEG.
+	Corrupt int
+	// DataDir holds the JetStream store; a temp dir when empty.
+	DataDir string
+	// ReplicaCommand is the argv prefix that starts a function replica
+	// (the sluice binary and "fn", "serve"); Run appends the wiring flags.
+	ReplicaCommand []string
+	// ReplicaCPUs is GOMAXPROCS per replica: replicas are the unit of scale.
+	ReplicaCPUs int
+	// ChunkMaxBytes caps one output chunk.
+	ChunkMaxBytes int
+	// Pipeline names the preprocessing pipeline.
+	Pipeline string
+}
+
+// DefaultOptions are tuned so that on a 2-core machine one replica cannot
+// feed the simulated trainer, and the run ends in about a minute.
+func DefaultOptions() Options {
+	return Options{
+		Samples: 2000, Shards: 24, Epochs: 2, BatchSize: 32, Seed: 1,
+		StepTime: 150 * time.Millisecond, MaxReplicas: 3, ReplicaCPUs: 1,
+		ChunkMaxBytes: 4 << 20, Pipeline: "imagenet-train",
+	}
+}
+
+// Validate names the first option out of range (the CLI checks flags
+// itself, with flag names; this guards library callers).
+func (o Options) Validate() error {
+	switch {
+	case o.Epochs < 1:
+		return fmt.Errorf("epochs %d: want >= 1", o.Epochs)
+	case o.BatchSize < 1:
+		return fmt.Errorf("batch size %d: want >= 1", o.BatchSize)
+	case o.MaxReplicas < 1:
+		return fmt.Errorf("max replicas %d: want >= 1", o.MaxReplicas)
+	case len(o.ReplicaCommand) == 0:
+		return fmt.Errorf("replica command is empty")
+	}
+	return nil
+}

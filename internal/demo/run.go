@@ -1,0 +1,354 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/embedded"
+	"github.com/sluice-project/sluice/internal/natsconn"
+	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/internal/wire"
+	traineragent "github.com/sluice-project/sluice/trainer-agent"
+)
+
+const (
+	jobID       = "demo"
+	bucket      = "sluice-demo"
+	prefix      = "imagenet-synth/"
+	demoKey     = "sluice"
+	demoSecret  = "sluice-demo-secret"
+	tickEvery   = time.Second
+	drainWithin = 60 * time.Second
+)
+
+// Run executes the demo and returns its summary. progress, when not nil, is
+// called about twice a second with a live snapshot. reg may be nil.
+func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Registerer, progress func(Progress)) (Summary, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := o.Validate(); err != nil {
+		return Summary{}, err
+	}
+	start := time.Now()
+
+	// 1. Embedded servers.
+	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: o.DataDir})
+	if err != nil {
+		return Summary{}, err
+	}
+	defer nsrv.Shutdown()
+	s3srv, err := embedded.StartS3("")
+	if err != nil {
+		return Summary{}, err
+	}
+	defer s3srv.Close()
+	s3cfg := objstore.Config{Endpoint: s3srv.Endpoint(), AccessKey: demoKey, SecretKey: demoSecret}
+	s3c, err := objstore.NewClient(ctx, s3cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+
+	// 2. Dataset.
+	dso := synth.DefaultImageOptions()
+	dso.Samples, dso.Shards, dso.Seed, dso.Corrupt = o.Samples, o.Shards, o.Seed, o.Corrupt
+	shards, err := synth.Images(dso)
+	if err != nil {
+		return Summary{}, fmt.Errorf("generating dataset: %w", err)
+	}
+	if err := synth.Upload(ctx, s3c, bucket, prefix, shards); err != nil {
+		return Summary{}, err
+	}
+	logger.Info("dataset written", "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
+
+	// 3. Broker: the job and its queued shard tasks.
+	nc, js, err := natsconn.Connect(nsrv.URL(), "sluice-demo", logger)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer nc.Close()
+	if err := broker.EnsureStreams(ctx, js); err != nil {
+		return Summary{}, err
+	}
+	b := broker.New(js, s3c, logger.With("component", "broker"))
+	submitted := time.Now()
+	job, err := b.Submit(ctx, wire.JobSpec{
+		ID: jobID, Dataset: "s3://" + bucket + "/" + prefix, Pipeline: o.Pipeline,
+		BatchSize: o.BatchSize, Epochs: o.Epochs, Seed: o.Seed, ChunkMaxBytes: o.ChunkMaxBytes,
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+
+	// 4. Zero replicas to start with; the autoscaler starts them.
+	act := local.New(local.Options{
+		Command: append(append([]string{}, o.ReplicaCommand...),
+			"--listen", "127.0.0.1:0", "--nats", nsrv.URL(), "--s3-endpoint", s3srv.Endpoint(),
+			"--cpus", strconv.Itoa(o.ReplicaCPUs), "--log-level", "warn"),
+		Env: []string{"AWS_ACCESS_KEY_ID=" + demoKey, "AWS_SECRET_ACCESS_KEY=" + demoSecret},
+	}, logger.With("component", "actuator"), reg)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = act.Close(cctx)
+	}()
+	target := broker.NewCloudEventsTarget(func() []string { return act.Endpoints(jobID) }, &http.Client{Timeout: 10 * time.Minute})
+	disp, err := broker.NewDispatcher(ctx, js, job, target, broker.DispatcherOptions{
+		Capacity: func() int { return act.Ready(jobID) },
+	}, logger.With("component", "dispatcher"), broker.NewMetrics(reg))
+	if err != nil {
+		return Summary{}, err
+	}
+	agent, err := traineragent.New(nc, js, job, traineragent.Options{}, logger.With("component", "agent"), traineragent.NewMetrics(reg))
+	if err != nil {
+		return Summary{}, err
+	}
+	acfg := autoscale.DefaultConfig()
+	acfg.MaxReplicas, acfg.ClusterCapacity = o.MaxReplicas, o.MaxReplicas
+	runner, err := autoscale.NewRunner(nc, act, acfg, logger.With("component", "autoscaler"), reg)
+	if err != nil {
+		return Summary{}, err
+	}
+	runner.AddJob(jobID, backlog{disp})
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	goRun := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	dispDone := make(chan struct{})
+	goRun("dispatcher", func(ctx context.Context) error { defer close(dispDone); return disp.Run(ctx) })
+	goRun("trainer agent", agent.Run)
+	ticker := time.NewTicker(tickEvery)
+	defer ticker.Stop()
+	goRun("autoscaler", func(ctx context.Context) error { return runner.Run(ctx, ticker.C) })
+
+	chaosCtx, stopChaos := context.WithCancel(runCtx)
+	defer stopChaos()
+	if o.ChaosKillEvery > 0 {
+		go chaos(chaosCtx, act, o.ChaosKillEvery, o.Seed, logger)
+	}
+
+	// 5. The simulated trainer.
+	tr := &trainer{stepTime: o.StepTime, seen: map[string]int{}}
+	expected := int64(o.Samples) * int64(o.Epochs)
+	stopProgress := reportProgress(runCtx, progress, tr, act, expected, start)
+	trainErr := tr.run(runCtx, agent)
+	stopChaos()
+
+	// 6. Back to zero: the dispatcher has acked everything, the autoscaler
+	// sees no backlog and scales to zero.
+	if trainErr == nil {
+		trainErr = waitFor(runCtx, drainWithin, func() bool {
+			select {
+			case <-dispDone:
+			default:
+				return false
+			}
+			return act.Ready(jobID) == 0 && act.Counts().Live == 0
+		})
+		if trainErr != nil {
+			trainErr = fmt.Errorf("scaling back to zero: %w", trainErr)
+		}
+	}
+	stopProgress()
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		trainErr = errors.Join(trainErr, err)
+	}
+	if trainErr != nil && ctx.Err() == nil {
+		return Summary{}, trainErr
+	}
+	if ctx.Err() != nil {
+		return Summary{}, ctx.Err()
+	}
+
+	ast, dst, counts := agent.Stats(), disp.Stats(), act.Counts()
+	s := Summary{
+		Job:              jobID,
+		SamplesExpected:  expected,
+		SamplesDelivered: int64(len(tr.seen)),
+		Duplicates:       tr.duplicates,
+		FailedSamples:    nonNil(ast.FailedSamples),
+		FailedShards:     nonNil(dst.FailedShards),
+		Epochs:           ast.Epochs,
+		StallFraction:    ratio(tr.waited.Seconds(), tr.ran.Seconds()),
+		WallS:            time.Since(start).Seconds(),
+		ReplicasMax:      counts.MaxLive,
+		ReplicasFinal:    counts.Live,
+		ReplicasKilled:   counts.Killed,
+		TaskRedeliveries: dst.Redeliveries,
+		DuplicateChunks:  ast.DuplicateChunks,
+	}
+	s.Lost = s.SamplesExpected - s.SamplesDelivered - int64(len(s.FailedSamples))
+	if !tr.first.IsZero() {
+		s.TimeToFirstBatchS = tr.first.Sub(submitted).Seconds()
+		s.ThroughputSamplesPerS = ratio(float64(s.SamplesDelivered), tr.last.Sub(submitted).Seconds())
+	}
+	for _, e := range runner.Events() {
+		s.ScaleEvents = append(s.ScaleEvents, ScaleEvent{TS: e.Time.Sub(start).Seconds(), Replicas: e.Replicas, Reason: e.Reason})
+	}
+	return s, nil
+}
+
+// backlog adapts the dispatcher's stats to what the autoscaler reads.
+type backlog struct{ d *broker.Dispatcher }
+
+func (b backlog) Backlog() (pending, inflight int, done bool) {
+	s := b.d.Stats()
+	return s.Pending, s.InFlight, s.Done+s.Failed >= s.Total
+}
+
+// trainer stands in for a training loop: it takes batches from the agent
+// and "computes" for stepTime each, counting what it saw.
+type trainer struct {
+	stepTime    time.Duration
+	mu          sync.Mutex
+	seen        map[string]int // epoch/key -> deliveries
+	duplicates  int64
+	delivered   atomic.Int64
+	waitedNanos atomic.Int64
+	waited, ran time.Duration
+	first, last time.Time
+}
+
+func (t *trainer) run(ctx context.Context, agent *traineragent.Agent) error {
+	began := time.Now()
+	defer func() { t.ran = time.Since(began); t.waited = time.Duration(t.waitedNanos.Load()) }()
+	for {
+		asked := time.Now()
+		batch, err := agent.Next(ctx)
+		t.waitedNanos.Add(int64(time.Since(asked)))
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("trainer: next batch: %w", err)
+		}
+		now := time.Now()
+		if t.first.IsZero() {
+			t.first = now
+		}
+		t.last = now
+		t.mu.Lock()
+		for _, k := range batch.Keys {
+			id := strconv.Itoa(batch.Epoch) + "/" + k
+			if t.seen[id]++; t.seen[id] > 1 {
+				t.duplicates++
+			}
+		}
+		t.mu.Unlock()
+		t.delivered.Add(int64(len(batch.Keys)))
+		select { // the simulated GPU step
+		case <-time.After(t.stepTime):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// chaos SIGKILLs a random replica every period.
+func chaos(ctx context.Context, act *local.Actuator, every time.Duration, seed uint64, logger *slog.Logger) {
+	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if act.KillRandom(jobID, rng) {
+				logger.Info("chaos: killed a replica")
+			}
+		}
+	}
+}
+
+// reportProgress calls progress every 500ms until the returned stop is called.
+func reportProgress(ctx context.Context, progress func(Progress), tr *trainer, act *local.Actuator, expected int64, start time.Time) (stop func()) {
+	if progress == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		var lastN, lastWait int64
+		last := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				n, w := tr.delivered.Load(), tr.waitedNanos.Load()
+				dt := now.Sub(last)
+				c := act.Counts()
+				progress(Progress{
+					Elapsed: now.Sub(start), Delivered: n, Expected: expected,
+					SamplesPerS:   float64(n-lastN) / dt.Seconds(),
+					StallFraction: min(1, ratio(float64(w-lastWait), float64(dt))),
+					Replicas:      act.Ready(jobID), Killed: c.Killed,
+				})
+				lastN, lastWait, last = n, w, now
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func waitFor(ctx context.Context, within time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done after %v", within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+func nonNil(f []wire.FailedSample) []wire.FailedSample {
+	if f == nil {
+		return []wire.FailedSample{}
+	}
+	return f
+}

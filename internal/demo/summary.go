@@ -1,0 +1,99 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sluice-project/sluice/internal/wire"
+)
+
+// ScaleEvent is one replica-count change, relative to the run's start.
+type ScaleEvent struct {
+	TS       float64 `json:"t_s"`
+	Replicas int     `json:"replicas"`
+	Reason   string  `json:"reason"`
+}
+
+// Summary is what `sluice demo --json` prints. Counts are over all epochs.
+type Summary struct {
+	Job              string `json:"job"`
+	SamplesExpected  int64  `json:"samples_expected"`
+	SamplesDelivered int64  `json:"samples_delivered"`
+	// Duplicates counts samples the trainer got more than once.
+	Duplicates int64 `json:"duplicates"`
+	// Lost counts samples neither delivered nor reported as failed.
+	Lost          int64               `json:"lost"`
+	FailedSamples []wire.FailedSample `json:"failed_samples"`
+	// FailedShards are shard tasks given up on (each names its shard key).
+	FailedShards          []wire.FailedSample `json:"failed_shards"`
+	Epochs                int                 `json:"epochs"`
+	ThroughputSamplesPerS float64             `json:"throughput_samples_per_s"`
+	StallFraction         float64             `json:"stall_fraction"`
+	TimeToFirstBatchS     float64             `json:"time_to_first_batch_s"`
+	WallS                 float64             `json:"wall_s"`
+	ReplicasMax           int                 `json:"replicas_max"`
+	ReplicasFinal         int                 `json:"replicas_final"`
+	ReplicasKilled        int                 `json:"replicas_killed"`
+	TaskRedeliveries      int                 `json:"task_redeliveries"`
+	DuplicateChunks       int64               `json:"duplicate_chunks_dropped"`
+	ScaleEvents           []ScaleEvent        `json:"scale_events"`
+}
+
+// WriteText prints the summary for a person.
+func (s Summary) WriteText(w io.Writer) {
+	ok := "OK"
+	if s.Lost != 0 || s.Duplicates != 0 || s.ReplicasFinal != 0 {
+		ok = "PROBLEM"
+	}
+	fmt.Fprintf(w, "\njob %s: %s\n", s.Job, ok)
+	fmt.Fprintf(w, "  samples      %d delivered of %d expected, %d failed, %d lost, %d duplicates (%d epochs)\n",
+		s.SamplesDelivered, s.SamplesExpected, len(s.FailedSamples), s.Lost, s.Duplicates, s.Epochs)
+	fmt.Fprintf(w, "  speed        %.1f samples/s, trainer stalled %.1f%% of the time, first batch after %.2fs, %.1fs in all\n",
+		s.ThroughputSamplesPerS, 100*s.StallFraction, s.TimeToFirstBatchS, s.WallS)
+	fmt.Fprintf(w, "  replicas     max %d, final %d, killed %d; %d task redeliveries, %d duplicate chunks dropped\n",
+		s.ReplicasMax, s.ReplicasFinal, s.ReplicasKilled, s.TaskRedeliveries, s.DuplicateChunks)
+	for i, f := range s.FailedSamples {
+		if i == 5 {
+			fmt.Fprintf(w, "  ... and %d more failed samples (see --json)\n", len(s.FailedSamples)-5)
+			break
+		}
+		fmt.Fprintf(w, "  failed       epoch %d, sample %s: %s\n", f.Epoch, f.Key, f.Reason)
+	}
+	for _, f := range s.FailedShards {
+		fmt.Fprintf(w, "  failed shard %s: %s\n", f.Key, f.Reason)
+	}
+	fmt.Fprintln(w, "  scaling:")
+	for _, e := range s.ScaleEvents {
+		fmt.Fprintf(w, "    %6.1fs -> %d  %s\n", e.TS, e.Replicas, e.Reason)
+	}
+}
+
+// Progress is a live snapshot for the status line.
+type Progress struct {
+	Elapsed       time.Duration
+	Delivered     int64
+	Expected      int64
+	SamplesPerS   float64
+	StallFraction float64
+	Replicas      int
+	Killed        int
+}
+
+// Line renders the snapshot as one status line.
+func (p Progress) Line() string {
+	pct := 0.0
+	if p.Expected > 0 {
+		pct = 100 * float64(p.Delivered) / float64(p.Expected)
+	}
+	const width = 20
+	filled := int(pct / 100 * width)
+	bar := strings.Repeat("#", filled) + strings.Repeat(".", width-filled)
+	s := fmt.Sprintf("[%s] %5.1f%% %d/%d samples  %6.1f/s  stall %4.1f%%  replicas %d  %5.1fs",
+		bar, pct, p.Delivered, p.Expected, p.SamplesPerS, 100*p.StallFraction, p.Replicas, p.Elapsed.Seconds())
+	if p.Killed > 0 {
+		s += fmt.Sprintf("  killed %d", p.Killed)
+	}
+	return s
+}
