@@ -62,7 +62,7 @@ func (c *chunker) add(o pipeline.Output) (*chunk, error) {
 		if f.DType.Size() == 0 {
 			return nil, fmt.Errorf("output field %s: unsupported dtype %q", f.Name, f.DType)
 		}
-		if want := elements(f.Shape) * f.DType.Size(); want != len(f.Data) {
+		if want := safetensors.Elements(f.Shape) * f.DType.Size(); want != len(f.Data) {
 			return nil, fmt.Errorf("output field %s: %s%v needs %d bytes, has %d", f.Name, f.DType, f.Shape, want, len(f.Data))
 		}
 		n += len(f.Data)
@@ -159,17 +159,6 @@ func keyLen(key string) int {
 	inner, _ := json.Marshal(key)
 	outer, _ := json.Marshal(string(inner))
 	return len(outer) - 2 + 1
-}
-
-func elements(shape []int) int {
-	n := 1
-	for _, d := range shape {
-		if d < 0 {
-			return -1
-		}
-		n *= d
-	}
-	return n
 }
 
 func grow[T any](s []T, n int) []T {

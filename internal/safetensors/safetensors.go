@@ -76,7 +76,7 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 		if _, dup := header[t.Name]; dup {
 			return nil, fmt.Errorf("tensor %q appears twice", t.Name)
 		}
-		if want := elements(t.Shape) * t.DType.Size(); want != len(t.Data) || t.DType.Size() == 0 {
+		if want := Elements(t.Shape) * t.DType.Size(); want != len(t.Data) || t.DType.Size() == 0 {
 			return nil, fmt.Errorf("tensor %q: %s%v needs %d bytes, has %d", t.Name, t.DType, t.Shape, want, len(t.Data))
 		}
 		header[t.Name] = entry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int{off, off + len(t.Data)}}
@@ -135,7 +135,7 @@ func Decode(b []byte) (File, error) {
 		if e.DType.Size() == 0 {
 			return File{}, fmt.Errorf("%w: tensor %q: unsupported dtype %q", ErrCorrupt, name, e.DType)
 		}
-		if lo < 0 || hi < lo || hi > len(data) || hi-lo != elements(e.Shape)*e.DType.Size() {
+		if lo < 0 || hi < lo || hi > len(data) || hi-lo != Elements(e.Shape)*e.DType.Size() {
 			return File{}, fmt.Errorf("%w: tensor %q: offsets [%d,%d) do not match %s%v in %d data bytes",
 				ErrCorrupt, name, lo, hi, e.DType, e.Shape, len(data))
 		}
@@ -144,7 +144,8 @@ func Decode(b []byte) (File, error) {
 	return f, nil
 }
 
-func elements(shape []int) int {
+// Elements is the number of elements a shape holds; -1 for a negative dimension.
+func Elements(shape []int) int {
 	n := 1
 	for _, d := range shape {
 		if d < 0 {
