@@ -83,8 +83,9 @@ func ParseURL(raw string) (bucket, prefix string, err error) {
 	return u.Host, strings.TrimPrefix(u.Path, "/"), nil
 }
 
-// ShardSuffixes are the object name endings taken as shards.
-var ShardSuffixes = []string{".tar"}
+// ShardSuffixes are the object name endings taken as shards: WebDataset
+// tar, JSON Lines and tab-separated lines (one sample per line).
+var ShardSuffixes = []string{".tar", ".jsonl", ".tsv"}
 
 // ErrNoShards means the prefix exists (or not) but holds no shard objects.
 var ErrNoShards = errors.New("no shards")

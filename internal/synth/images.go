@@ -2,14 +2,11 @@ package synth
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"image"
 	"image/jpeg"
 	"math/rand/v2"
 	"strconv"
-
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-project/sluice/internal/wds"
 )
@@ -53,17 +50,9 @@ func (o ImageOptions) Validate() error {
 	return nil
 }
 
-// ImageShard is one generated shard.
-type ImageShard struct {
-	Name    string
-	Data    []byte
-	Samples int
-	Corrupt []string // keys of the corrupt samples
-}
-
 // Images generates the shards in memory. Sample i goes to shard i%Shards;
 // keys are zero-padded sample numbers, so they are unique across shards.
-func Images(o ImageOptions) ([]ImageShard, error) {
+func Images(o ImageOptions) ([]Shard, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -74,7 +63,7 @@ func Images(o ImageOptions) ([]ImageShard, error) {
 	}
 	bufs := make([]bytes.Buffer, o.Shards)
 	ws := make([]*wds.Writer, o.Shards)
-	out := make([]ImageShard, o.Shards)
+	out := make([]Shard, o.Shards)
 	for s := range ws {
 		ws[s] = wds.NewWriter(&bufs[s])
 		out[s].Name = fmt.Sprintf("shard-%06d.tar", s)
@@ -140,20 +129,4 @@ func encodeJPEG(rng *rand.Rand, w, h, label, quality int) ([]byte, error) {
 		return nil, fmt.Errorf("encoding synthetic jpeg: %w", err)
 	}
 	return b.Bytes(), nil
-}
-
-// Upload creates bucket if needed and writes each shard under prefix.
-func Upload(ctx context.Context, c *s3.Client, bucket, prefix string, shards []ImageShard) error {
-	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		if _, herr := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket}); herr != nil {
-			return fmt.Errorf("creating bucket %s: %w", bucket, err)
-		}
-	}
-	for _, s := range shards {
-		key := prefix + s.Name
-		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: bytes.NewReader(s.Data)}); err != nil {
-			return fmt.Errorf("uploading s3://%s/%s: %w", bucket, key, err)
-		}
-	}
-	return nil
 }
