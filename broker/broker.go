@@ -81,6 +81,9 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 	if spec.ChunkMaxBytes == 0 {
 		spec.ChunkMaxBytes = wire.DefaultChunkMaxBytes
 	}
+	if spec.OutputBufferBytes == 0 {
+		spec.OutputBufferBytes = wire.DefaultOutputBufferBytes
+	}
 	if err := spec.Validate(); err != nil {
 		return wire.Job{}, fmt.Errorf("invalid job spec: %w", err)
 	}

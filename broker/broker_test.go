@@ -74,10 +74,11 @@ func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
 		t.Fatalf("output stream: %v", err)
 	}
 	cfg := out.CachedInfo().Config
-	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1")}) || cfg.Retention != jetstream.LimitsPolicy ||
+	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1")}) || cfg.Retention != jetstream.WorkQueuePolicy ||
+		cfg.MaxBytes != wire.DefaultOutputBufferBytes || cfg.Discard != jetstream.DiscardNew ||
 		cfg.Storage != jetstream.FileStorage || cfg.Duplicates != time.Hour ||
 		int(cfg.MaxMsgSize) < wire.DefaultChunkMaxBytes+64<<10 {
-		t.Errorf("output stream config %+v: want subject %s, limits, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
+		t.Errorf("output stream config %+v: want subject %s, work queue capped at the output buffer, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
 	}
 
 	_, err = e.b.Submit(ctx, testSpec("j1", 1))

@@ -93,6 +93,7 @@ type Dispatcher struct {
 	log     *slog.Logger
 	m       *Metrics
 	cons    jetstream.Consumer
+	output  outputGauge
 	resumed int
 
 	freed chan struct{} // a send finished: there may be room
@@ -163,6 +164,7 @@ func NewDispatcher(ctx context.Context, js jetstream.JetStream, job wire.Job, ta
 	}
 	d := &Dispatcher{
 		job: job, target: target, opts: opts, log: logger.With("job", id), m: m, cons: cons,
+		output:    outputGauge{js: js, stream: wire.OutputStream(id), highWater: job.Spec.OutputBufferBytes * 3 / 4},
 		freed:     make(chan struct{}, 1),
 		done:      map[string]bool{},
 		failed:    map[string]bool{},
@@ -246,7 +248,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		// Nothing to fetch while every unsettled task is in flight: wait
 		// for one to finish rather than hold a pull open.
-		if !d.hasRoom() || d.pending() == 0 {
+		if !d.hasRoom(ctx) || d.pending() == 0 {
 			select {
 			case <-ctx.Done():
 			case <-d.freed:
@@ -302,10 +304,16 @@ func (d *Dispatcher) consumerGone(ctx context.Context) error {
 	return nil
 }
 
-// hasRoom polls Capacity and says whether another send fits.
-func (d *Dispatcher) hasRoom() bool {
+// hasRoom polls Capacity and the output buffer and says whether another
+// send fits.
+func (d *Dispatcher) hasRoom(ctx context.Context) bool {
 	c := d.opts.Capacity()
 	d.m.capacity.WithLabelValues(d.job.Spec.ID).Set(float64(c))
+	bytes, full := d.output.full(ctx, time.Now())
+	d.m.outputBacklog.WithLabelValues(d.job.Spec.ID).Set(float64(bytes))
+	if full {
+		return false
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.inflight < c

@@ -421,3 +421,58 @@ func TestDispatcherKeepsLongTasksAlive(t *testing.T) {
 		t.Errorf("stats %+v, want 2 done, 4 redeliveries (of the failing task)", st)
 	}
 }
+
+func TestDispatcherPausesWhileTheOutputBufferIsFull(t *testing.T) {
+	e := newEnv(t, 3)
+	ctx := context.Background()
+	spec := testSpec("jo", 1)
+	spec.ChunkMaxBytes = 64 << 10
+	spec.OutputBufferBytes = 4 * 64 << 10 // high water at 192 KiB
+	job := e.submit(t, spec)
+	// Chunks the trainer has not taken yet: 200 KiB, over the high water.
+	for i := 0; i < 4; i++ {
+		if _, err := e.js.Publish(ctx, wire.OutputSubject("jo"), make([]byte, 50<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	f := &fakeTarget{}
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(2)}, nil, NewMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := runAsync(ctx, d)
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return err
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_broker_output_backlog_bytes" && len(mf.GetMetric()) == 1 {
+				if b := mf.GetMetric()[0].GetGauge().GetValue(); b >= 200<<10 {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("output backlog gauge has not seen the 200 KiB published")
+	})
+	time.Sleep(3 * outputCheckEvery) // several more looks at the full buffer
+	if calls, _, _ := f.snapshot(); len(calls) != 0 {
+		t.Fatalf("sent %v while the output buffer was over its high water", calls)
+	}
+
+	// The trainer takes the chunks: dispatch resumes and finishes.
+	out, err := e.js.Stream(ctx, wire.OutputStream("jo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	if _, succeeded, _ := f.snapshot(); len(succeeded) != 3 {
+		t.Errorf("%d tasks done after the buffer drained, want 3", len(succeeded))
+	}
+}

@@ -9,15 +9,16 @@ import (
 // Metrics are the dispatchers' Prometheus series, labelled by job. Build one
 // per registry and share it between the dispatchers of all jobs.
 type Metrics struct {
-	tasks        *prometheus.GaugeVec
-	done         *prometheus.CounterVec
-	failed       *prometheus.CounterVec
-	epochDone    *prometheus.GaugeVec
-	inflight     *prometheus.GaugeVec
-	capacity     *prometheus.GaugeVec
-	redeliveries *prometheus.CounterVec
-	sendErrors   *prometheus.CounterVec
-	sendSeconds  *prometheus.HistogramVec
+	tasks         *prometheus.GaugeVec
+	done          *prometheus.CounterVec
+	failed        *prometheus.CounterVec
+	epochDone     *prometheus.GaugeVec
+	inflight      *prometheus.GaugeVec
+	capacity      *prometheus.GaugeVec
+	outputBacklog *prometheus.GaugeVec
+	redeliveries  *prometheus.CounterVec
+	sendErrors    *prometheus.CounterVec
+	sendSeconds   *prometheus.HistogramVec
 }
 
 // NewMetrics builds the series and registers them with reg; nil reg leaves
@@ -49,6 +50,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_broker_capacity",
 			Help: "Tasks the replicas can take at once, as last polled.",
 		}, job),
+		outputBacklog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_broker_output_backlog_bytes",
+			Help: "Bytes in the job's output stream not yet taken by the trainer agent; dispatch pauses at 3/4 of its cap.",
+		}, job),
 		redeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_broker_task_redeliveries_total",
 			Help: "Sends of a task beyond its first delivery.",
@@ -65,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.tasks, m.done, m.failed, m.epochDone, m.inflight, m.capacity,
-			m.redeliveries, m.sendErrors, m.sendSeconds)
+			m.outputBacklog, m.redeliveries, m.sendErrors, m.sendSeconds)
 	}
 	return m
 }
@@ -79,6 +84,7 @@ func (m *Metrics) Forget(job string) {
 	m.epochDone.DeletePartialMatch(l)
 	m.inflight.DeletePartialMatch(l)
 	m.capacity.DeletePartialMatch(l)
+	m.outputBacklog.DeletePartialMatch(l)
 	m.redeliveries.DeletePartialMatch(l)
 	m.sendErrors.DeletePartialMatch(l)
 	m.sendSeconds.DeletePartialMatch(l)

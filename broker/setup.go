@@ -68,9 +68,15 @@ func outputStreamConfig(spec wire.JobSpec, maxPayload int64) (jetstream.StreamCo
 		Name:        wire.OutputStream(spec.ID),
 		Description: "Sluice output chunks of job " + spec.ID,
 		Subjects:    []string{wire.OutputSubject(spec.ID)},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Duplicates:  outputDuplicateWindow,
-		MaxMsgSize:  int32(size),
+		// The trainer agent is the one consumer: a chunk is removed once it
+		// acks it, so the stream holds only what the trainer has not taken,
+		// capped at OutputBufferBytes (a publish past it fails and the
+		// shard is retried later; the dispatcher pauses before that).
+		Retention:  jetstream.WorkQueuePolicy,
+		MaxBytes:   spec.OutputBufferBytes,
+		Discard:    jetstream.DiscardNew,
+		Storage:    jetstream.FileStorage,
+		Duplicates: outputDuplicateWindow,
+		MaxMsgSize: int32(size),
 	}, nil
 }

@@ -17,11 +17,18 @@ type JobSpec struct {
 	Seed      uint64 `json:"seed"`
 	// ChunkMaxBytes caps the size of one output chunk message.
 	ChunkMaxBytes int `json:"chunk_max_bytes"`
+	// OutputBufferBytes caps the chunks stored between the functions and the
+	// trainer agent. Dispatch pauses as the buffer nears it, so functions
+	// never run further ahead of the trainer than this.
+	OutputBufferBytes int64 `json:"output_buffer_bytes"`
 }
 
 // DefaultChunkMaxBytes keeps chunks well under the 8 MiB max payload the
 // embedded NATS server is configured with (and NATS' advice against more).
 const DefaultChunkMaxBytes = 4 << 20
+
+// DefaultOutputBufferBytes holds a few thousand ImageNet-sized samples.
+const DefaultOutputBufferBytes = 1 << 30
 
 // Validate names the first field that is out of range.
 func (s JobSpec) Validate() error {
@@ -39,6 +46,8 @@ func (s JobSpec) Validate() error {
 		return fmt.Errorf("job %s: epochs %d: want 1..10000", s.ID, s.Epochs)
 	case s.ChunkMaxBytes < 64<<10 || s.ChunkMaxBytes > 64<<20:
 		return fmt.Errorf("job %s: chunk max bytes %d: want 65536..67108864", s.ID, s.ChunkMaxBytes)
+	case s.OutputBufferBytes < 4*int64(s.ChunkMaxBytes) || s.OutputBufferBytes > 1<<40:
+		return fmt.Errorf("job %s: output buffer bytes %d: want 4 x chunk max bytes (%d)..%d", s.ID, s.OutputBufferBytes, 4*int64(s.ChunkMaxBytes), int64(1)<<40)
 	}
 	return nil
 }
