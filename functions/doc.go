@@ -3,18 +3,21 @@
 //
 // Layout, from the bottom up:
 //
-//   - image: stateless pixel operations on an RGB buffer (decode with a
-//     pixel limit, torchvision's RandomResizedCrop rectangle, PIL-style
-//     antialiased bilinear resize, flip). Pure functions, no I/O.
-//   - pipeline: named per-sample recipes ("imagenet-train",
-//     "imagenet-eval") built from image ops, a small registry to look them
-//     up by the name a job carries, and the per-sample seed that makes a
+//   - image, text, tabular: stateless operations of one modality, pure
+//     functions without I/O: image decoding (pure Go, or libjpeg-turbo with
+//     region-of-interest and DCT-scaled decoding under the `turbojpeg`
+//     build tag), torchvision's crops, Pillow-exact resizing; BERT
+//     WordPiece tokenization; Criteo TSV parsing and feature hashing.
+//   - pipeline: the op registry (each op with a spec of its parameters,
+//     defaults and ranges, and its input and output types), pipelines
+//     declared in YAML or JSON or picked by a built-in name and validated
+//     before any work starts, and the per-sample seed that makes a
 //     reprocessed shard byte-identical.
 //   - server: the CloudEvents HTTP endpoint. It streams a shard from S3,
 //     runs the job's pipeline on every sample, packs outputs into
 //     safetensors chunks and publishes them to the job's output stream,
 //     replying only once everything is acknowledged.
 //
-// New ops go in image (or a sibling package for another modality); new
-// recipes are one more entry in pipeline's registry.
+// A new op is one registry entry in pipeline over a function in its
+// modality's package; a new built-in pipeline is one more Definition.
 package functions

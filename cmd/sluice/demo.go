@@ -8,17 +8,31 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/demo"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	d := demo.DefaultOptions()
+	dataset := "image"
+	for i, a := range args { // the dataset picks the other flags' defaults
+		switch {
+		case (a == "--dataset" || a == "-dataset") && i+1 < len(args):
+			dataset = args[i+1]
+		case strings.HasPrefix(a, "--dataset="), strings.HasPrefix(a, "-dataset="):
+			dataset = a[strings.IndexByte(a, '=')+1:]
+		}
+	}
+	d := demo.DatasetDefaults(dataset)
 	fs := newFlagSet("demo", stderr)
+	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (JPEG tar shards), text (.txt tar shards) or tabular (Criteo .tsv shards)")
+	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's) or a YAML/JSON spec file")
 	fs.IntVar(&d.Samples, "samples", d.Samples, "samples in the synthetic dataset")
 	fs.IntVar(&d.Shards, "shards", d.Shards, "tar shards the dataset is split into")
 	fs.IntVar(&d.Epochs, "epochs", d.Epochs, "epochs to train")
@@ -49,10 +63,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		func() error { return intRange("corrupt", &d.Corrupt, 0, d.Samples)() },
 		intRange("chunk-max-bytes", &d.ChunkMaxBytes, 64<<10, 64<<20),
 		oneOf("log-level", logLevel, logLevels...),
+		oneOf("dataset", &d.Dataset, demo.Datasets...),
 	); err != nil {
 		return err
 	}
 	d.Seed = *seed
+	var err error
+	if d.Pipeline, err = pipelineDocument(d.Pipeline); err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the sluice binary for replicas: %w", err)
@@ -121,4 +140,21 @@ func (s *statusLine) end() {
 	if s.tty && s.shown {
 		fmt.Fprintln(s.w)
 	}
+}
+
+// pipelineDocument turns --pipeline into what a job carries: a built-in
+// name as it is, or a spec file's contents, validated here so that every
+// error in it is reported before anything starts.
+func pipelineDocument(nameOrFile string) (string, error) {
+	if slices.Contains(pipeline.Names(), nameOrFile) {
+		return nameOrFile, nil
+	}
+	if _, err := pipeline.LoadFile(nameOrFile, pipeline.Options{}); err != nil {
+		return "", fmt.Errorf("--pipeline %s: %w", nameOrFile, err)
+	}
+	b, err := os.ReadFile(nameOrFile)
+	if err != nil {
+		return "", fmt.Errorf("--pipeline: %w", err)
+	}
+	return string(b), nil
 }

@@ -119,3 +119,29 @@ func TestDemoEndToEndWithReplicaKills(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoTextAndTabular runs the other two synthetic datasets end to end
+// through their built-in pipelines, with real replicas.
+func TestDemoTextAndTabular(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end run")
+	}
+	t.Setenv(replicaEnv, "1")
+	for _, ds := range []string{"text", "tabular"} {
+		t.Run(ds, func(t *testing.T) {
+			o := demo.DatasetDefaults(ds)
+			o.Samples, o.Shards, o.Epochs, o.StepTime = 3000, 4, 2, time.Millisecond
+			o.ReplicaCommand = []string{os.Args[0], "fn", "serve"}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			s, err := demo.Run(ctx, o, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.SamplesDelivered != 6000 || s.Lost != 0 || s.Duplicates != 0 || len(s.FailedSamples) != 0 || s.ReplicasFinal != 0 {
+				js, _ := json.Marshal(s)
+				t.Fatalf("summary %s: want 6000 delivered, none lost, failed or duplicated, 0 replicas at the end", js)
+			}
+		})
+	}
+}

@@ -1,10 +1,64 @@
 // Package pipeline turns one WebDataset sample into the tensors a trainer
-// receives. A Pipeline is a named, stateless recipe (decode, augment,
-// label); a job names one, and every function replica looks it up in the
-// registry here, so adding a recipe is one more registry entry.
+// receives. A pipeline is an ordered list of registered ops plus where the
+// label comes from; a job names a built-in pipeline ("imagenet-train",
+// "imagenet-eval", "text-wordpiece", "criteo") or passes a whole spec
+// document, and every function replica builds it with Lookup.
 //
-// All randomness a pipeline uses comes from the seed it is handed, which
-// SampleSeed derives from (job seed, epoch, sample key): a shard processed
-// twice, on any replica, yields byte-identical output. That is what lets a
-// redelivered task's chunks be deduplicated downstream.
+// # Ops and types
+//
+// Each op is registered with an OpSpec: a name, a one-line doc, typed
+// parameters with defaults and allowed ranges or values, the value types
+// it accepts and the one it gives. Values flow between ops as types:
+// sample (the raw wds.Sample) -> encoded_image -> image_u8 ->
+// tensor_u8_hwc | tensor_f32_chw | tensor_f16_chw for images, sample ->
+// text -> tokens for text, sample -> tabular for Criteo lines. A pipeline
+// starts from a sample and must end with a tensor type. Ops() lists the
+// registry; `sluice fn apply --list` prints it.
+//
+// # Specs
+//
+// A spec document is YAML, or JSON when it starts with '{':
+//
+//	name: my-train
+//	label: {member: cls}        # or {field: label} of a JSON member, or none (the default)
+//	ops:
+//	  - decode
+//	  - {op: random_resized_crop, size: 224, scale: [0.08, 1]}
+//	  - {op: random_horizontal_flip, p: 0.5}
+//	  - {op: color_jitter, brightness: 0.4, contrast: 0.4, saturation: 0.4}
+//	  - {op: normalize, dtype: f16}
+//
+// Build (and Parse, LoadFile, Lookup) validate a spec before any sample is
+// touched and report every problem at once in a *ValidationError, each
+// with its position: the document line where YAML gives one, and the op's
+// index, e.g. `line 6: ops[2] (color_jitter): brightness 3: want 0..1`.
+//
+// # Image decoding is lazy
+//
+// decode only reads the image header. The first op that needs pixels
+// decodes them, and a geometric op decodes only the rectangle it reads
+// (image.DecodeRegion): random_resized_crop draws its rectangle in the
+// full image's coordinates first, so the turbojpeg build can skip rows,
+// crop columns and decode at a reduced DCT scale. resize decodes the whole
+// image at full scale unless reduced_decode is set, so imagenet-eval stays
+// faithful to torchvision's Resize(256) + CenterCrop(224).
+//
+// # Determinism
+//
+// All randomness an op uses is drawn, in op order, from one generator
+// seeded by the seed Process is handed, which SampleSeed derives from (job
+// seed, epoch, sample key): a shard processed twice, on any replica,
+// yields byte-identical output. That is what lets a redelivered task's
+// chunks be deduplicated downstream.
+//
+// # Memory
+//
+// Process is safe for concurrent use. Each call takes a pooled state
+// holding three image buffers (the decoded image or region, and two work
+// buffers for op outputs), each capped at Options.MaxPixels pixels like
+// decoding itself (64 megapixels, 192 MB, by default). Per sample a call
+// allocates little beyond its output tensors. A replica's pixel memory is
+// thus at most concurrent calls × 3 × 3 × MaxPixels bytes (plus what the
+// decoder allocates); for ImageNet-sized JPEGs into 224×224 crops it is
+// about 1 MB per call.
 package pipeline

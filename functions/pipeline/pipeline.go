@@ -2,11 +2,8 @@ package pipeline
 
 import (
 	"encoding/binary"
-	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"sort"
-	"strings"
 
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/wds"
@@ -36,61 +33,11 @@ type Pipeline interface {
 	Process(s wds.Sample, seed uint64) (Output, error)
 }
 
-// Options tune the built-in pipelines.
+// Options tune how a pipeline is built; they are the replica's settings,
+// not the job's (a job's choices are in its pipeline spec).
 type Options struct {
 	// MaxPixels caps a decoded image; 0 means image.DefaultMaxPixels.
 	MaxPixels int
-}
-
-// Spec describes a registered pipeline.
-type Spec struct {
-	Name string
-	// Doc says in a line what the pipeline outputs.
-	Doc string
-	New func(Options) Pipeline
-}
-
-// specs is the registry, in the order Names lists it. A function rather
-// than a package variable, so nothing can modify it at run time.
-func specs() []Spec {
-	return []Spec{
-		{
-			Name: "imagenet-train",
-			Doc:  `RandomResizedCrop 224 + random flip: "image" U8 [224,224,3], "label" I64 []`,
-			New:  func(o Options) Pipeline { return newImageNet("imagenet-train", o, true) },
-		},
-		{
-			Name: "imagenet-eval",
-			Doc:  `resize shorter side 256 + center crop 224: "image" U8 [224,224,3], "label" I64 []`,
-			New:  func(o Options) Pipeline { return newImageNet("imagenet-eval", o, false) },
-		},
-	}
-}
-
-// Specs lists the registered pipelines, sorted by name.
-func Specs() []Spec {
-	s := specs()
-	sort.Slice(s, func(i, j int) bool { return s[i].Name < s[j].Name })
-	return s
-}
-
-// Names lists the registered pipeline names, sorted.
-func Names() []string {
-	var names []string
-	for _, s := range Specs() {
-		names = append(names, s.Name)
-	}
-	return names
-}
-
-// Lookup builds the pipeline registered under name.
-func Lookup(name string, o Options) (Pipeline, error) {
-	for _, s := range specs() {
-		if s.Name == name {
-			return s.New(o), nil
-		}
-	}
-	return nil, fmt.Errorf("unknown pipeline %q: known pipelines are %s", name, strings.Join(Names(), ", "))
 }
 
 // SampleSeed derives the seed of one sample's randomness: 64-bit FNV-1a

@@ -164,7 +164,7 @@ func TestBadSamples(t *testing.T) {
 		{"not an image", with("jpg", []byte("GIF89a....")), []string{"member jpg", "unrecognised image format"}},
 	}
 	for _, c := range cases {
-		for _, name := range Names() {
+		for _, name := range []string{"imagenet-train", "imagenet-eval"} {
 			_, err := lookup(t, name).Process(c.s, 1)
 			if err == nil {
 				t.Errorf("%s %s: no error", name, c.name)
@@ -217,12 +217,17 @@ func TestBadSamples(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	if diff := cmp.Diff([]string{"imagenet-eval", "imagenet-train"}, Names()); diff != "" {
+	if diff := cmp.Diff([]string{"criteo", "imagenet-eval", "imagenet-train", "text-wordpiece"}, Names()); diff != "" {
 		t.Errorf("Names (-want +got):\n%s", diff)
 	}
 	_, err := Lookup("resnet-magic", Options{})
-	if err == nil || !strings.Contains(err.Error(), `"resnet-magic"`) || !strings.Contains(err.Error(), "imagenet-eval, imagenet-train") {
+	if err == nil || !strings.Contains(err.Error(), `"resnet-magic"`) || !strings.Contains(err.Error(), "criteo, imagenet-eval, imagenet-train, text-wordpiece") {
 		t.Errorf("unknown pipeline: error %v, want one naming it and the known ones", err)
+	}
+	// A name with a colon is tried as a YAML document, which a lone word is not.
+	_, err = Lookup("imagenet-train:v2", Options{})
+	if err == nil || !strings.Contains(err.Error(), `unknown pipeline "imagenet-train:v2"`) {
+		t.Errorf("unknown pipeline with a colon: error %v, want one naming it", err)
 	}
 }
 

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -16,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/internal/lines"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/internal/wire"
@@ -81,6 +85,11 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 			ErrInvalidTask, task.ID(), task.ChunkMaxBytes, maxPayload)
 	}
 
+	format, err := shardFormat(task.Key)
+	if err != nil {
+		return res, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
+	}
+
 	obj, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &task.Bucket, Key: &task.Key})
 	if err != nil {
 		if isNotFound(err) {
@@ -90,7 +99,10 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 	}
 	defer obj.Body.Close()
 	body := &readErr{r: obj.Body}
-	rd := wds.NewReader(body, s.cfg.MaxMemberBytes)
+	var rd sampleReader = wds.NewReader(body, s.cfg.MaxMemberBytes)
+	if format != "tar" {
+		rd = lines.NewReader(body, task.Key, format, int(min(s.cfg.MaxMemberBytes, math.MaxInt32)))
+	}
 	ch := newChunker(task)
 	var acks []jetstream.PubAckFuture
 
@@ -180,6 +192,27 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 	s.m.chunks.Add(float64(res.Chunks))
 	s.m.bytes.Add(float64(res.Bytes))
 	return res, nil
+}
+
+// sampleReader is what wds.Reader and lines.Reader have in common.
+type sampleReader interface {
+	Next() (wds.Sample, error)
+}
+
+// shardFormat picks the reader by the key's suffix: "tar" for WebDataset
+// tar shards, else the member name every sample of a line-oriented shard
+// gets ("jsonl", "tsv"). The listing side is objstore.ShardSuffixes.
+func shardFormat(key string) (string, error) {
+	formats := []string{".tar", ".jsonl", ".tsv"}
+	for _, suffix := range formats {
+		if strings.HasSuffix(key, suffix) {
+			return suffix[1:], nil
+		}
+	}
+	if ext := path.Ext(key); ext != "" {
+		return "", fmt.Errorf("shard key %q: unsupported suffix %q: want one of %s", key, ext, strings.Join(formats, ", "))
+	}
+	return "", fmt.Errorf("shard key %q has no suffix: want one of %s", key, strings.Join(formats, ", "))
 }
 
 // waitAcks waits for every chunk's PubAck and counts the duplicates.

@@ -7,6 +7,8 @@ import (
 
 // Options shape a demo run. Zero values are replaced by DefaultOptions'.
 type Options struct {
+	// Dataset is the kind of synthetic dataset: image, text or tabular.
+	Dataset         string
 	Samples, Shards int
 	Epochs          int
 	BatchSize       int
@@ -32,20 +34,42 @@ type Options struct {
 	Pipeline string
 }
 
-// DefaultOptions are tuned so that on a 2-core machine one replica cannot
-// feed the simulated trainer, and the run ends in about a minute.
+// Datasets are the synthetic dataset kinds the demo can generate.
+var Datasets = []string{"image", "text", "tabular"}
+
+// DefaultOptions are the image demo's, tuned so that on a 2-core machine
+// one replica cannot feed the simulated trainer, and the run ends in about
+// a minute.
 func DefaultOptions() Options {
 	return Options{
-		Samples: 2000, Shards: 24, Epochs: 2, BatchSize: 32, Seed: 1,
+		Dataset: "image", Samples: 2000, Shards: 24, Epochs: 2, BatchSize: 32, Seed: 1,
 		StepTime: 150 * time.Millisecond, MaxReplicas: 3, ReplicaCPUs: 1,
 		ChunkMaxBytes: 4 << 20, Pipeline: "imagenet-train",
 	}
+}
+
+// DatasetDefaults returns DefaultOptions adjusted for a dataset kind: its
+// built-in pipeline, and a size and trainer speed that keep the run about
+// a minute long. Text and tabular samples are cheap to preprocess, so the
+// simulated trainer eats bigger batches faster.
+func DatasetDefaults(dataset string) Options {
+	o := DefaultOptions()
+	o.Dataset = dataset
+	switch dataset {
+	case "text":
+		o.Pipeline, o.Samples, o.Shards, o.BatchSize, o.StepTime = "text-wordpiece", 20000, 16, 128, 40*time.Millisecond
+	case "tabular":
+		o.Pipeline, o.Samples, o.Shards, o.BatchSize, o.StepTime = "criteo", 100000, 16, 2048, 50*time.Millisecond
+	}
+	return o
 }
 
 // Validate names the first option out of range (the CLI checks flags
 // itself, with flag names; this guards library callers).
 func (o Options) Validate() error {
 	switch {
+	case o.Dataset != "image" && o.Dataset != "text" && o.Dataset != "tabular":
+		return fmt.Errorf("dataset %q: want image, text or tabular", o.Dataset)
 	case o.Epochs < 1:
 		return fmt.Errorf("epochs %d: want >= 1", o.Epochs)
 	case o.BatchSize < 1:

@@ -29,7 +29,7 @@ import (
 const (
 	jobID       = "demo"
 	bucket      = "sluice-demo"
-	prefix      = "imagenet-synth/"
+	prefix      = "synthetic/"
 	demoKey     = "sluice"
 	demoSecret  = "sluice-demo-secret"
 	tickEvery   = time.Second
@@ -65,16 +65,14 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	}
 
 	// 2. Dataset.
-	dso := synth.DefaultImageOptions()
-	dso.Samples, dso.Shards, dso.Seed, dso.Corrupt = o.Samples, o.Shards, o.Seed, o.Corrupt
-	shards, err := synth.Images(dso)
+	shards, err := dataset(o)
 	if err != nil {
 		return Summary{}, fmt.Errorf("generating dataset: %w", err)
 	}
 	if err := synth.Upload(ctx, s3c, bucket, prefix, shards); err != nil {
 		return Summary{}, err
 	}
-	logger.Info("dataset written", "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
+	logger.Info("dataset written", "kind", o.Dataset, "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
 
 	// 3. Broker: the job and its queued shard tasks.
 	nc, js, err := natsconn.Connect(nsrv.URL(), "sluice-demo", logger)
@@ -86,6 +84,10 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return Summary{}, err
 	}
 	b := broker.New(js, s3c, logger.With("component", "broker"))
+	// A --data-dir kept from an earlier run still holds that run's job.
+	if err := b.Delete(ctx, jobID); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
+		return Summary{}, fmt.Errorf("clearing the previous demo job: %w", err)
+	}
 	submitted := time.Now()
 	job, err := b.Submit(ctx, wire.JobSpec{
 		ID: jobID, Dataset: "s3://" + bucket + "/" + prefix, Pipeline: o.Pipeline,
@@ -215,6 +217,23 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		s.ScaleEvents = append(s.ScaleEvents, ScaleEvent{TS: e.Time.Sub(start).Seconds(), Replicas: e.Replicas, Reason: e.Reason})
 	}
 	return s, nil
+}
+
+// dataset generates the synthetic shards o asks for.
+func dataset(o Options) ([]synth.Shard, error) {
+	switch o.Dataset {
+	case "text":
+		to := synth.DefaultTextOptions()
+		to.Samples, to.Shards, to.Seed = o.Samples, o.Shards, o.Seed
+		return synth.Text(to)
+	case "tabular":
+		to := synth.DefaultTabularOptions()
+		to.Samples, to.Shards, to.Seed = o.Samples, o.Shards, o.Seed
+		return synth.Tabular(to)
+	}
+	io := synth.DefaultImageOptions()
+	io.Samples, io.Shards, io.Seed, io.Corrupt = o.Samples, o.Shards, o.Seed, o.Corrupt
+	return synth.Images(io)
 }
 
 // backlog adapts the dispatcher's stats to what the autoscaler reads.

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/internal/wds"
+)
+
+func applyCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), append([]string{"fn", "apply"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// readOutput decodes a written file: its tensors' shapes and its keys.
+func readOutput(t *testing.T, path string) (safetensors.File, []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	if err := json.Unmarshal([]byte(f.Metadata["keys"]), &keys); err != nil {
+		t.Fatalf("keys metadata %q: %v", f.Metadata["keys"], err)
+	}
+	return f, keys
+}
+
+// tensorShapes describes each tensor as "DTYPE[d0,d1,...]".
+func tensorShapes(f safetensors.File) map[string]string {
+	m := map[string]string{}
+	for name, ts := range f.Tensors {
+		shape, _ := json.Marshal(ts.Shape)
+		m[name] = string(ts.DType) + string(shape)
+	}
+	return m
+}
+
+func imageShard(t *testing.T, dir string, n, corrupt int) (string, synth.Shard) {
+	t.Helper()
+	shards, err := synth.Images(synth.ImageOptions{Samples: n, Shards: 1, Seed: 4, MinSide: 60, MaxSide: 320, Quality: 85, Classes: 10, Corrupt: corrupt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "shard-000.tar")
+	if err := os.WriteFile(path, shards[0].Data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, shards[0]
+}
+
+func TestFnApplyTarShard(t *testing.T) {
+	dir := t.TempDir()
+	tarPath, shard := imageShard(t, dir, 10, 2)
+	out := filepath.Join(dir, "out.safetensors")
+	code, stdout, stderr := applyCLI(t, "--pipeline", "imagenet-train", "--input", tarPath, "--output", out, "--seed", "7", "--epoch", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	f, keys := readOutput(t, out)
+	if diff := cmp.Diff(map[string]string{"image": "U8[8,224,224,3]", "label": "I64[8]"}, tensorShapes(f)); diff != "" {
+		t.Errorf("tensors (-want +got):\n%s", diff)
+	}
+	if len(keys) != 8 {
+		t.Fatalf("keys %v", keys)
+	}
+	for _, k := range shard.Corrupt {
+		if !strings.Contains(stderr, "failed "+k+": member jpg") {
+			t.Errorf("stderr does not report corrupt sample %s:\n%s", k, stderr)
+		}
+		for _, g := range keys {
+			if g == k {
+				t.Errorf("corrupt sample %s is in the output", k)
+			}
+		}
+	}
+	if !strings.Contains(stderr, "2 of 10 samples failed") {
+		t.Errorf("stderr lacks the failure count:\n%s", stderr)
+	}
+	want := map[string]string{"pipeline": "imagenet-train", "seed": "7", "epoch": "3", "failed": "2"}
+	for k, v := range want {
+		if f.Metadata[k] != v {
+			t.Errorf("metadata %s = %q, want %q", k, f.Metadata[k], v)
+		}
+	}
+	if !strings.Contains(stdout, "wrote 8 samples (2 failed) through imagenet-train") {
+		t.Errorf("stdout: %s", stdout)
+	}
+	// Labels are the cls members, in key order.
+	r := wds.NewReader(bytes.NewReader(shard.Data), 0)
+	cls := map[string]string{}
+	for {
+		s, err := r.Next()
+		if err != nil {
+			break
+		}
+		cls[s.Key] = strings.TrimSpace(string(s.Files["cls"]))
+	}
+	lbl := f.Tensors["label"].Data
+	for i, k := range keys {
+		if got := int64(binary.LittleEndian.Uint64(lbl[8*i:])); cls[k] != jsonInt(got) {
+			t.Errorf("%s: label %d, cls %s", k, got, cls[k])
+		}
+	}
+
+	// Same seed and epoch: the same bytes; another epoch: other crops.
+	again := filepath.Join(dir, "again.safetensors")
+	if code, _, stderr := applyCLI(t, "--pipeline", "imagenet-train", "--input", tarPath, "--output", again, "--seed", "7", "--epoch", "3"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	other := filepath.Join(dir, "other.safetensors")
+	if code, _, stderr := applyCLI(t, "--pipeline", "imagenet-train", "--input", tarPath, "--output", other, "--seed", "7", "--epoch", "4"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	a, _ := os.ReadFile(out)
+	b, _ := os.ReadFile(again)
+	c, _ := readOutput(t, other)
+	if !bytes.Equal(a, b) {
+		t.Error("two runs with the same seed and epoch wrote different files")
+	}
+	if bytes.Equal(f.Tensors["image"].Data, c.Tensors["image"].Data) {
+		t.Error("epochs 3 and 4 gave the same images")
+	}
+}
+
+func jsonInt(v int64) string { b, _ := json.Marshal(v); return string(b) }
+
+func TestFnApplyDirectoryAndSpecFile(t *testing.T) {
+	dir := t.TempDir()
+	_, shard := imageShard(t, dir, 4, 0)
+	in := filepath.Join(dir, "images")
+	if err := os.Mkdir(in, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A directory of KEY.jpg and KEY.cls files: each key is one sample.
+	r := wds.NewReader(bytes.NewReader(shard.Data), 0)
+	var want []string
+	for {
+		s, err := r.Next()
+		if err != nil {
+			break
+		}
+		want = append(want, s.Key)
+		for ext, data := range s.Files {
+			if err := os.WriteFile(filepath.Join(in, s.Key+"."+strings.ToUpper(ext)), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(in, "notes.txt"), []byte("not an image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "eval.yaml")
+	doc := "name: small-eval\nlabel: {member: cls}\nops:\n  - decode\n  - {op: resize, size: 72}\n  - {op: center_crop, size: 64}\n  - {op: normalize, dtype: f16}\n"
+	if err := os.WriteFile(spec, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.safetensors")
+	code, _, stderr := applyCLI(t, "--pipeline", spec, "--input", in, "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "failed notes: no image member") {
+		t.Errorf("stderr does not report notes.txt:\n%s", stderr)
+	}
+	f, keys := readOutput(t, out)
+	if diff := cmp.Diff(want, keys); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"image": "F16[4,3,64,64]", "label": "I64[4]"}, tensorShapes(f)); diff != "" {
+		t.Errorf("tensors (-want +got):\n%s", diff)
+	}
+	if f.Metadata["pipeline"] != "small-eval" || f.Metadata["pipeline_spec"] != doc {
+		t.Errorf("metadata %v", f.Metadata)
+	}
+}
+
+func TestFnApplyTextAndTabular(t *testing.T) {
+	dir := t.TempDir()
+	jsonl := filepath.Join(dir, "part-0.jsonl")
+	if err := os.WriteFile(jsonl, []byte(`{"text": "the match was won in the final minute", "label": 0}`+"\n\n"+
+		`{"text": "rain and wind all afternoon", "label": 1}`+"\n"+`{"title": "no text"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "text.safetensors")
+	code, _, stderr := applyCLI(t, "--pipeline", "text-wordpiece", "--input", jsonl, "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	f, keys := readOutput(t, out)
+	if diff := cmp.Diff([]string{"part-0/00000000", "part-0/00000002"}, keys); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"input_ids": "I32[2,128]", "attention_mask": "I32[2,128]"}, tensorShapes(f)); diff != "" {
+		t.Errorf("tensors (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(stderr, `failed part-0/00000003: member jsonl has no field "text"`) {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+
+	// Labelled text through an inline JSON spec.
+	code, _, stderr = applyCLI(t, "--pipeline", `{"label": {"field": "label"}, "ops": ["text", {"op": "wordpiece", "max_len": 16}]}`,
+		"--input", jsonl, "--output", out)
+	if code != 0 {
+		t.Fatalf("inline spec: exit %d: %s", code, stderr)
+	}
+	f, _ = readOutput(t, out)
+	if diff := cmp.Diff(map[string]string{"input_ids": "I32[2,16]", "attention_mask": "I32[2,16]", "label": "I64[2]"}, tensorShapes(f)); diff != "" {
+		t.Errorf("tensors (-want +got):\n%s", diff)
+	}
+
+	// A directory of .txt files.
+	txt := filepath.Join(dir, "docs")
+	if err := os.Mkdir(txt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []string{"hello world", "coffee and cake"} {
+		if err := os.WriteFile(filepath.Join(txt, string(rune('a'+i))+".txt"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, stderr := applyCLI(t, "--pipeline", "text-wordpiece", "--input", txt, "--output", out); code != 0 {
+		t.Fatalf("txt dir: exit %d: %s", code, stderr)
+	}
+	if _, keys := readOutput(t, out); !cmp.Equal(keys, []string{"a", "b"}) {
+		t.Errorf("txt dir keys %v", keys)
+	}
+
+	// Criteo TSV.
+	shards, err := synth.Tabular(synth.TabularOptions{Samples: 5, Shards: 1, Seed: 2, MissingRate: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tsv := filepath.Join(dir, shards[0].Name)
+	if err := os.WriteFile(tsv, shards[0].Data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := applyCLI(t, "--pipeline", "criteo", "--input", tsv, "--output", out); code != 0 {
+		t.Fatalf("criteo: exit %d: %s", code, stderr)
+	}
+	f, _ = readOutput(t, out)
+	if diff := cmp.Diff(map[string]string{"label": "I64[5]", "dense": "F32[5,13]", "sparse": "I64[5,26]"}, tensorShapes(f)); diff != "" {
+		t.Errorf("criteo tensors (-want +got):\n%s", diff)
+	}
+}
+
+func TestFnApplyFailures(t *testing.T) {
+	dir := t.TempDir()
+	tarPath, _ := imageShard(t, dir, 3, 0)
+	out := filepath.Join(dir, "out.safetensors")
+
+	// An invalid spec: every problem printed, nothing written.
+	spec := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(spec, []byte("ops:\n  - decode\n  - {op: color_jitter, brightness: 3}\n  - {op: wordpiece}\n  - nope\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := applyCLI(t, "--pipeline", spec, "--input", tarPath, "--output", out)
+	if code != 1 {
+		t.Errorf("invalid spec: exit %d, want 1", code)
+	}
+	for _, w := range []string{
+		"line 3: ops[1] (color_jitter): brightness 3: want 0..1",
+		"line 4: ops[2] (wordpiece): takes text, but ops[1] (color_jitter) gives image_u8",
+		`line 5: ops[3] (nope): unknown op "nope"`,
+	} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("an invalid spec wrote output")
+	}
+
+	// Nothing succeeds: exit 1, nothing written.
+	code, _, stderr = applyCLI(t, "--pipeline", "criteo", "--input", tarPath, "--output", out)
+	if code != 1 || !strings.Contains(stderr, "no sample of "+tarPath+" succeeded (3 failed)") {
+		t.Errorf("nothing succeeded: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a run where nothing succeeded wrote output")
+	}
+
+	// Unknown pipeline names, missing flags.
+	code, _, stderr = applyCLI(t, "--pipeline", "resnet-magic", "--input", tarPath, "--output", out)
+	if code != 1 || !strings.Contains(stderr, `--pipeline "resnet-magic": not a built-in pipeline (criteo, imagenet-eval, imagenet-train, text-wordpiece) nor a spec file`) {
+		t.Errorf("unknown pipeline: exit %d, stderr:\n%s", code, stderr)
+	}
+	code, _, stderr = applyCLI(t, "--epoch", "-1")
+	if code != 2 {
+		t.Errorf("missing flags: exit %d, want 2", code)
+	}
+	for _, w := range []string{"--pipeline is required", "--input is required", "--output is required", "--epoch -1: want 0..1073741824"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+
+	// --limit stops early; --list prints the catalog.
+	if code, stdout, stderr := applyCLI(t, "--pipeline", "imagenet-eval", "--input", tarPath, "--output", out, "--limit", "2"); code != 0 || !strings.Contains(stdout, "wrote 2 samples") {
+		t.Errorf("--limit 2: exit %d, %s%s", code, stdout, stderr)
+	}
+	code, stdout, _ := applyCLI(t, "--list")
+	if code != 0 || !strings.Contains(stdout, "random_resized_crop (encoded_image | image_u8 -> image_u8)") || !strings.Contains(stdout, "imagenet-eval") {
+		t.Errorf("--list: exit %d:\n%s", code, stdout)
+	}
+}

@@ -1,0 +1,96 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+)
+
+// readLabel makes the "label" I64 [] field from where l says.
+func readLabel(st *state, l Label) (Field, error) {
+	var v int64
+	var err error
+	if l.Member != "" {
+		v, err = memberLabel(st, l.Member)
+	} else {
+		v, err = fieldLabel(st, l.Field)
+	}
+	if err != nil {
+		return Field{}, err
+	}
+	b := make([]byte, 8)
+	binary.LittleEndian.PutUint64(b, uint64(v))
+	return Field{Name: "label", DType: safetensors.I64, Shape: []int{}, Data: b}, nil
+}
+
+// memberLabel reads an ASCII integer member, surrounding whitespace
+// allowed (WebDataset writers often add a newline).
+func memberLabel(st *state, member string) (int64, error) {
+	b, ok := st.sample.Files[member]
+	if !ok {
+		return 0, fmt.Errorf("no %s member (sample has %s)", member, describeMembers(st.sample))
+	}
+	txt := strings.TrimSpace(string(b))
+	v, err := strconv.ParseInt(txt, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("member %s %q: want an integer class label", member, clip(txt, 32))
+	}
+	return v, nil
+}
+
+func fieldLabel(st *state, field string) (int64, error) {
+	obj, member, err := st.jsonObject()
+	if err != nil {
+		return 0, err
+	}
+	raw, ok := obj[field]
+	if !ok {
+		return 0, fmt.Errorf("member %s has no field %q for the label", member, field)
+	}
+	var v int64
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return 0, fmt.Errorf("member %s field %s %s: want an integer class label", member, field, clip(string(raw), 32))
+	}
+	return v, nil
+}
+
+// jsonMembers are the members read as a sample's JSON object, in order.
+var jsonMembers = []string{"jsonl", "json"}
+
+// jsonObject parses the sample's JSON member (the first of members it has;
+// jsonMembers if none are given) once per sample.
+func (st *state) jsonObject(members ...string) (map[string]json.RawMessage, string, error) {
+	if len(members) == 0 {
+		members = jsonMembers
+	}
+	for _, m := range members {
+		b, ok := st.sample.Files[m]
+		if !ok {
+			continue
+		}
+		if st.json == nil || st.jsonMember != m {
+			st.jsonMember = m
+			if err := json.Unmarshal(bytes.TrimSpace(b), &st.json); err != nil || st.json == nil {
+				st.json = nil
+				if err == nil {
+					err = fmt.Errorf("got %s", clip(string(b), 32))
+				}
+				return nil, m, fmt.Errorf("member %s: want a JSON object: %w", m, err)
+			}
+		}
+		return st.json, m, nil
+	}
+	return nil, "", fmt.Errorf("no %s member (sample has %s)", strings.Join(members, " or "), describeMembers(st.sample))
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

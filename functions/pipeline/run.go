@@ -1,0 +1,161 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/sluice-project/sluice/functions/image"
+	"github.com/sluice-project/sluice/internal/wds"
+)
+
+// stage is a built op. apply reads the value its input type names from st
+// and leaves its output there; validation guarantees the types line up.
+type stage interface {
+	apply(st *state) error
+}
+
+// compiled is a validated pipeline: its stages in order, run over a
+// pooled per-call state, so Process is safe for concurrent use and
+// allocates little more than the output.
+type compiled struct {
+	name      string
+	ops       []string
+	stages    []stage
+	label     Label
+	maxPixels int
+	fieldCap  int
+	// decodeOwner[i] is the op whose lazy decode stage i may carry out
+	// (-1: none); profiling charges the decoding time to it.
+	decodeOwner []int
+	states      sync.Pool // of *state
+}
+
+// Profiler is implemented by every pipeline this package builds: it runs
+// a sample like Process and adds the time each op took to spent (one
+// entry per op of OpNames). An image decoded lazily by the op after
+// decode is charged to decode. `sluice bench ops` uses it.
+type Profiler interface {
+	Pipeline
+	OpNames() []string
+	ProcessProfiled(s wds.Sample, seed uint64, spent []time.Duration) (Output, error)
+}
+
+func (c *compiled) Name() string { return c.name }
+
+// OpNames lists the pipeline's ops in order.
+func (c *compiled) OpNames() []string { return append([]string(nil), c.ops...) }
+
+func (c *compiled) Process(s wds.Sample, seed uint64) (Output, error) {
+	return c.process(s, seed, nil)
+}
+
+func (c *compiled) ProcessProfiled(s wds.Sample, seed uint64, spent []time.Duration) (Output, error) {
+	if len(spent) < len(c.stages) {
+		spent = make([]time.Duration, len(c.stages)) // wrong size: time nothing rather than panic
+	}
+	return c.process(s, seed, spent)
+}
+
+func (c *compiled) process(s wds.Sample, seed uint64, spent []time.Duration) (out Output, err error) {
+	st := c.states.Get().(*state)
+	defer c.release(st)
+	i := 0
+	// Hostile bytes must fail their sample, not the replica (which would
+	// fail the shard again on every redelivery).
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = Output{}, fmt.Errorf("%s: panicked: %v", c.ops[min(i, len(c.ops)-1)], p)
+		}
+	}()
+	st.start(s, seed, c.maxPixels, spent != nil)
+	st.fields = make([]Field, 0, c.fieldCap)
+	for ; i < len(c.stages); i++ {
+		stg := c.stages[i]
+		var t0 time.Time
+		if spent != nil {
+			t0 = time.Now()
+			st.decodeTime = 0
+		}
+		if err := stg.apply(st); err != nil {
+			return Output{}, err
+		}
+		if spent != nil {
+			d := time.Since(t0)
+			if o := c.decodeOwner[i]; o >= 0 && o != i {
+				spent[o] += st.decodeTime
+				d -= st.decodeTime
+			}
+			spent[i] += d
+		}
+	}
+	if !c.label.None() {
+		f, err := readLabel(st, c.label)
+		if err != nil {
+			return Output{}, err
+		}
+		st.fields = append(st.fields, f)
+	}
+	return Output{Key: s.Key, Fields: st.fields}, nil
+}
+
+func (c *compiled) release(st *state) {
+	st.finish()
+	c.states.Put(st)
+}
+
+// state is one Process call's working values. Its image buffers survive
+// in the pool between calls; references to the sample do not.
+type state struct {
+	sample    wds.Sample
+	pcg       rand.PCG
+	rng       *rand.Rand
+	maxPixels int
+
+	// The encoded image (encoded_image), while encoded is set.
+	encoded    bool
+	enc        []byte
+	member     string
+	srcW, srcH int
+
+	// The decoded image (image_u8): one of the buffers below.
+	img       *image.RGB
+	decodeBuf image.RGB
+	work      [2]image.RGB
+
+	// Text (text): one string, or segments from a JSON list.
+	text     string
+	segments []string
+	// The sample's JSON object, parsed once for the text op and the label.
+	json       map[string]json.RawMessage
+	jsonMember string
+
+	fields []Field
+
+	profile    bool
+	decodeTime time.Duration
+}
+
+func newState() *state {
+	st := &state{}
+	st.rng = rand.New(&st.pcg)
+	return st
+}
+
+// start readies st for one sample. The generator is reseeded as newRand
+// would make it, so a pooled state draws exactly what a fresh one does.
+func (st *state) start(s wds.Sample, seed uint64, maxPixels int, profile bool) {
+	st.sample = s
+	st.pcg.Seed(seed, rngStream)
+	st.maxPixels = maxPixels
+	st.profile = profile
+}
+
+func (st *state) finish() {
+	st.sample = wds.Sample{}
+	st.encoded, st.enc, st.member, st.img = false, nil, "", nil
+	clear(st.segments) // the strings alias the sample
+	st.text, st.segments, st.json, st.jsonMember, st.fields = "", st.segments[:0], nil, "", nil
+}
