@@ -41,6 +41,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&d.StepTime, "step-time", d.StepTime, "simulated GPU time per batch")
 	fs.IntVar(&d.MaxReplicas, "max-replicas", d.MaxReplicas, "most function replicas the autoscaler may run")
 	fs.DurationVar(&d.ChaosKillEvery, "chaos-kill-every", 0, "SIGKILL a random function replica at this period (0: never)")
+	fs.IntVar(&d.ChaosKillMidShard, "chaos-kill-mid-shard", 0, "SIGKILL a random function replica this many times, each as a shard's first chunk is published")
 	fs.IntVar(&d.Corrupt, "corrupt", d.Corrupt, "samples to write with a broken JPEG (reported as failed samples)")
 	fs.StringVar(&d.DataDir, "data-dir", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	fs.IntVar(&d.ChunkMaxBytes, "chunk-max-bytes", d.ChunkMaxBytes, "largest output chunk message")
@@ -60,6 +61,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		durationRange("step-time", &d.StepTime, 0, time.Minute),
 		intRange("max-replicas", &d.MaxReplicas, 1, 64),
 		durationRange("chaos-kill-every", &d.ChaosKillEvery, 0, time.Hour),
+		intRange("chaos-kill-mid-shard", &d.ChaosKillMidShard, 0, 1000),
 		func() error { return intRange("corrupt", &d.Corrupt, 0, d.Samples)() },
 		intRange("chunk-max-bytes", &d.ChunkMaxBytes, 64<<10, 64<<20),
 		oneOf("log-level", logLevel, logLevels...),

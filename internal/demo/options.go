@@ -19,6 +19,10 @@ type Options struct {
 	MaxReplicas int
 	// ChaosKillEvery, when > 0, SIGKILLs a random replica at that period.
 	ChaosKillEvery time.Duration
+	// ChaosKillMidShard SIGKILLs a random replica this many times, each as
+	// soon as some shard's first chunk is published: a kill that lands
+	// mid-shard whatever the processing speed.
+	ChaosKillMidShard int
 	// Corrupt is how many samples get a broken JPEG.
 	Corrupt int
 	// DataDir holds the JetStream store; a temp dir when empty.

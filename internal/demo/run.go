@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/autoscale"
@@ -153,6 +154,13 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	defer stopChaos()
 	if o.ChaosKillEvery > 0 {
 		go chaos(chaosCtx, act, o.ChaosKillEvery, o.Seed, logger)
+	}
+	if o.ChaosKillMidShard > 0 {
+		stop, err := chaosMidShard(chaosCtx, nc, act, o.ChaosKillMidShard, o.Seed, logger)
+		if err != nil {
+			return Summary{}, err
+		}
+		defer stop()
 	}
 
 	// 5. The simulated trainer.
@@ -307,6 +315,29 @@ func chaos(ctx context.Context, act *local.Actuator, every time.Duration, seed u
 			}
 		}
 	}
+}
+
+// chaosMidShard watches the job's output and SIGKILLs a random replica
+// when a shard's first chunk is published, up to kills times. A core NATS
+// subscription sees the functions' publications as they happen.
+func chaosMidShard(ctx context.Context, nc *nats.Conn, act *local.Actuator, kills int, seed uint64, logger *slog.Logger) (stop func(), err error) {
+	rng := rand.New(rand.NewPCG(seed, 0xc4a06))
+	var mu sync.Mutex
+	sub, err := nc.Subscribe(wire.OutputSubject(jobID), func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if kills == 0 || ctx.Err() != nil || m.Header.Get(wire.HeaderKind) != wire.KindChunk || m.Header.Get(wire.HeaderChunk) != "0" {
+			return
+		}
+		if act.KillRandom(jobID, rng) {
+			kills--
+			logger.Info("chaos: killed a replica mid-shard", "epoch", m.Header.Get(wire.HeaderEpoch), "shard", m.Header.Get(wire.HeaderShard))
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching output for chaos: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
 }
 
 // reportProgress calls progress every 500ms until the returned stop is called.
