@@ -11,4 +11,11 @@
 // Pillow's bit for bit (a test pins it). Decoding does not quite: Go's JPEG
 // decoder replicates subsampled chroma where libjpeg interpolates it, so
 // colours at chroma edges differ slightly from PIL's.
+//
+// DecodeRegion is the fast path crops take: it decodes only the rows,
+// blocks and DCT scale a region needs. The default build does that in pure
+// Go (internal/jpeg, a fork of the standard library's decoder); building
+// with -tags turbojpeg (cgo, Debian's libjpeg62-turbo-dev) does it with
+// libjpeg-turbo, which decodes exactly as PIL does at full scale. Decoder
+// names the one compiled in.
 package image

@@ -36,11 +36,37 @@ func Size(data []byte) (w, h int, err error) {
 // leaves the region at least minW x minH pixels, into dst. It returns where
 // r lies in dst's pixels; the caller then resizes that rectangle.
 //
-// Which decoder runs is a build choice: the default, pure-Go build decodes
-// the whole image at full scale (so the returned rectangle is r); the
-// `turbojpeg` build decodes JPEGs through libjpeg-turbo, only the rows and
-// columns the region needs, at the smallest DCT scale that still covers
-// minW x minH. The two give the same shapes and nearly the same pixels.
+// Both builds decode only what the region needs: a JPEG's rows down to the
+// region's last, its blocks (or columns) that cover the region, at the
+// smallest DCT scale (1/8, 1/4, 1/2 or 1) that still leaves the region
+// minW×minH, or its own size where that is smaller. The default build does
+// it in pure Go (a fork of the standard library's decoder); the
+// `turbojpeg` build through libjpeg-turbo. The two give the same shapes and
+// nearly the same pixels (Go's decoder replicates subsampled chroma where
+// libjpeg interpolates it). A JPEG cut short anywhere fails, even below the
+// region. PNGs are decoded whole.
 func DecodeRegion(dst *RGB, data []byte, r image.Rectangle, minW, minH, maxPixels int) (image.Rectangle, error) {
 	return decodeRegion(dst, data, r, minW, minH, maxPixels)
+}
+
+// decodeRegionStd is the pure-Go path (and the turbojpeg build's path for
+// PNG and for JPEGs libjpeg cannot convert to RGB). A JPEG goes to the
+// forked decoder (region_gojpeg.go), which decodes only what the region
+// needs, at the smallest of the scales 1/8, 1/4, 1/2 and 1 that keeps it
+// at least minW×minH; a PNG is decoded whole. Either way only the region
+// is converted to RGB, so dst holds just the region.
+func decodeRegionStd(dst *RGB, data []byte, r image.Rectangle, minW, minH, maxPixels int) (image.Rectangle, error) {
+	if len(data) >= 2 && data[0] == 0xff && data[1] == 0xd8 {
+		return decodeRegionGoJPEG(dst, data, r, minW, minH, maxPixels)
+	}
+	img, err := decodeStd(data, maxPixels)
+	if err != nil {
+		return image.Rectangle{}, err
+	}
+	b := img.Bounds()
+	if r.Empty() || !r.In(image.Rect(0, 0, b.Dx(), b.Dy())) {
+		return image.Rectangle{}, fmt.Errorf("region %v is not inside the %dx%d image", r, b.Dx(), b.Dy())
+	}
+	toRGB(dst, img, r.Add(b.Min))
+	return image.Rect(0, 0, r.Dx(), r.Dy()), nil
 }

@@ -50,9 +50,8 @@ func FlipHorizontal(m *RGB) {
 	for y := 0; y < m.H; y++ {
 		p := m.Pix[y*row : (y+1)*row]
 		for i, j := 0, row-3; i < j; i, j = i+3, j-3 {
-			p[i], p[j] = p[j], p[i]
-			p[i+1], p[j+1] = p[j+1], p[i+1]
-			p[i+2], p[j+2] = p[j+2], p[i+2]
+			a, b := p[i:i+3:i+3], p[j:j+3:j+3]
+			a[0], a[1], a[2], b[0], b[1], b[2] = b[0], b[1], b[2], a[0], a[1], a[2]
 		}
 	}
 }
