@@ -60,5 +60,6 @@
 // allocates little beyond its output tensors. A replica's pixel memory is
 // thus at most concurrent calls × 3 × 3 × MaxPixels bytes (plus what the
 // decoder allocates); for ImageNet-sized JPEGs into 224×224 crops it is
-// about 1 MB per call.
+// about 1 MB per call. Buffers grown past 16 MiB by a large image are
+// dropped when the call ends rather than kept in the pool.
 package pipeline

@@ -432,3 +432,16 @@ func TestResizeRefusesHugeOutputs(t *testing.T) {
 		t.Errorf("error %v, want one naming the pixel limit", err)
 	}
 }
+
+func TestPooledStateDropsHugeBuffers(t *testing.T) {
+	st := newState()
+	st.decodeBuf.Reset(4000, 3000) // 36 MB
+	st.work[0].Reset(224, 224)
+	st.trim()
+	if st.decodeBuf.Pix != nil {
+		t.Errorf("a %d-byte decode buffer stayed pooled", cap(st.decodeBuf.Pix))
+	}
+	if cap(st.work[0].Pix) != 224*224*3 {
+		t.Errorf("a small work buffer was dropped (cap %d)", cap(st.work[0].Pix))
+	}
+}

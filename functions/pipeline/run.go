@@ -103,7 +103,22 @@ func (c *compiled) process(s wds.Sample, seed uint64, spent []time.Duration) (ou
 
 func (c *compiled) release(st *state) {
 	st.finish()
+	st.trim()
 	c.states.Put(st)
+}
+
+// pooledBufferBytes bounds each image buffer a pooled state keeps between
+// calls (16 MiB: a 2,300 x 2,300 RGB image). Without it one huge image
+// would pin up to 3 x MaxPixels x 3 bytes in the pool for good.
+const pooledBufferBytes = 16 << 20
+
+// trim drops buffers grown past pooledBufferBytes.
+func (st *state) trim() {
+	for _, b := range []*image.RGB{&st.decodeBuf, &st.work[0], &st.work[1]} {
+		if cap(b.Pix) > pooledBufferBytes {
+			*b = image.RGB{}
+		}
+	}
 }
 
 // state is one Process call's working values. Its image buffers survive
