@@ -46,8 +46,8 @@ var Datasets = []string{"image", "text", "tabular"}
 // a minute.
 func DefaultOptions() Options {
 	return Options{
-		Dataset: "image", Samples: 2000, Shards: 24, Epochs: 2, BatchSize: 32, Seed: 1,
-		StepTime: 150 * time.Millisecond, MaxReplicas: 3, ReplicaCPUs: 1,
+		Dataset: "image", Samples: 2000, Shards: 24, Epochs: 3, BatchSize: 32, Seed: 1,
+		StepTime: 45 * time.Millisecond, MaxReplicas: 3, ReplicaCPUs: 1,
 		ChunkMaxBytes: 4 << 20, Pipeline: "imagenet-train",
 	}
 }
