@@ -6,7 +6,10 @@ import (
 	"image"
 	"image/jpeg"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sluice-project/sluice/internal/wds"
 )
@@ -52,15 +55,45 @@ func (o ImageOptions) Validate() error {
 
 // Images generates the shards in memory. Sample i goes to shard i%Shards;
 // keys are zero-padded sample numbers, so they are unique across shards.
+// Each sample draws from its own generator, seeded by (Seed, i), so the
+// JPEGs are encoded on all cores and the bytes still depend on Seed alone.
 func Images(o ImageOptions) ([]Shard, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	corrupt := map[int]bool{}
-	for _, i := range rng.Perm(o.Samples)[:o.Corrupt] {
+	for _, i := range rand.New(rand.NewPCG(o.Seed, 0x5eed)).Perm(o.Samples)[:o.Corrupt] {
 		corrupt[i] = true
 	}
+	type sample struct {
+		jpg   []byte
+		label int
+		err   error
+	}
+	samples := make([]sample, o.Samples)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < o.Samples; i = int(next.Add(1) - 1) {
+				rng := rand.New(rand.NewPCG(o.Seed, uint64(i)))
+				w := o.MinSide + rng.IntN(o.MaxSide-o.MinSide+1)
+				h := o.MinSide + rng.IntN(o.MaxSide-o.MinSide+1)
+				label := rng.IntN(o.Classes)
+				img, err := encodeJPEG(rng, w, h, label, o.Quality)
+				if corrupt[i] {
+					// Keep the JPEG header, cut the entropy-coded data: a
+					// decoder gets far enough to fail, as on real bit rot.
+					img = img[:len(img)/3]
+				}
+				samples[i] = sample{jpg: img, label: label, err: err}
+			}
+		}()
+	}
+	wg.Wait()
+
 	bufs := make([]bytes.Buffer, o.Shards)
 	ws := make([]*wds.Writer, o.Shards)
 	out := make([]Shard, o.Shards)
@@ -68,24 +101,17 @@ func Images(o ImageOptions) ([]Shard, error) {
 		ws[s] = wds.NewWriter(&bufs[s])
 		out[s].Name = fmt.Sprintf("shard-%06d.tar", s)
 	}
-	for i := 0; i < o.Samples; i++ {
-		s := i % o.Shards
-		w := o.MinSide + rng.IntN(o.MaxSide-o.MinSide+1)
-		h := o.MinSide + rng.IntN(o.MaxSide-o.MinSide+1)
-		label := rng.IntN(o.Classes)
-		img, err := encodeJPEG(rng, w, h, label, o.Quality)
-		if err != nil {
-			return nil, err
+	for i, smp := range samples {
+		if smp.err != nil {
+			return nil, smp.err
 		}
+		s := i % o.Shards
 		key := fmt.Sprintf("%08d", i)
 		if corrupt[i] {
-			// Keep the JPEG header, scramble the entropy-coded data: a
-			// decoder gets far enough to fail, as on real bit rot.
-			img = img[:len(img)/3]
 			out[s].Corrupt = append(out[s].Corrupt, key)
 		}
 		if err := ws[s].Write(wds.Sample{Key: key, Files: map[string][]byte{
-			"jpg": img, "cls": []byte(strconv.Itoa(label)),
+			"jpg": smp.jpg, "cls": []byte(strconv.Itoa(smp.label)),
 		}}); err != nil {
 			return nil, err
 		}
