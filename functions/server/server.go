@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/internal/wire"
 )
@@ -76,10 +77,11 @@ type Server struct {
 	log *slog.Logger
 	m   *metrics
 
-	slots    chan struct{} // one token per shard being processed
-	mu       sync.Mutex    // orders admission against Drain
-	draining bool
-	inFlight sync.WaitGroup
+	pipelines *pipelineCache
+	slots     chan struct{} // one token per shard being processed
+	mu        sync.Mutex    // orders admission against Drain
+	draining  bool
+	inFlight  sync.WaitGroup
 }
 
 // New builds a server publishing with js and reading shards with s3c. The
@@ -98,7 +100,9 @@ func New(cfg Config, js jetstream.JetStream, s3c *s3.Client, logger *slog.Logger
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Server{cfg: cfg, js: js, s3: s3c, log: logger, m: m, slots: make(chan struct{}, cfg.Concurrency)}, nil
+	return &Server{cfg: cfg, js: js, s3: s3c, log: logger, m: m,
+		pipelines: &pipelineCache{opts: pipeline.Options{MaxPixels: cfg.MaxPixels}},
+		slots:     make(chan struct{}, cfg.Concurrency)}, nil
 }
 
 // Handler serves POST / (a shard task CloudEvent, binary or structured

@@ -76,7 +76,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 	if err := task.Validate(); err != nil {
 		return res, fmt.Errorf("%w: %w", ErrInvalidTask, err)
 	}
-	p, err := pipeline.Lookup(task.Pipeline, pipeline.Options{MaxPixels: s.cfg.MaxPixels})
+	p, err := s.pipelines.get(task.Pipeline)
 	if err != nil {
 		return res, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
 	}
