@@ -75,19 +75,4 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Forget drops job's series, for a deleted job.
-func (m *Metrics) Forget(job string) {
-	l := prometheus.Labels{"job": job}
-	m.tasks.DeletePartialMatch(l)
-	m.done.DeletePartialMatch(l)
-	m.failed.DeletePartialMatch(l)
-	m.epochDone.DeletePartialMatch(l)
-	m.inflight.DeletePartialMatch(l)
-	m.capacity.DeletePartialMatch(l)
-	m.outputBacklog.DeletePartialMatch(l)
-	m.redeliveries.DeletePartialMatch(l)
-	m.sendErrors.DeletePartialMatch(l)
-	m.sendSeconds.DeletePartialMatch(l)
-}
-
 func epochLabel(epoch int) string { return strconv.Itoa(epoch) }

@@ -15,15 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/internal/natsconn"
 	"github.com/sluice-project/sluice/internal/objstore"
 )
-
-// readyLine is what a replica prints on stdout once it serves; the local
-// actuator reads the endpoint from it.
-const readyLine = "SLUICE_READY"
 
 func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("fn serve", stderr)
@@ -93,7 +90,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	fmt.Fprintf(stdout, "%s http://%s\n", readyLine, ln.Addr())
+	// The local actuator reads the endpoint from this line.
+	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
 	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names())
 
 	select {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -62,10 +63,10 @@ func TestFnServeFinishesInFlightShardOnSIGTERM(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, readyLine+" ") {
-		t.Fatalf("replica's first line %q, %v: want %q", line, err, readyLine+" URL")
+	if err != nil || !strings.HasPrefix(line, local.ReadyPrefix) {
+		t.Fatalf("replica's first line %q, %v: want %q", line, err, local.ReadyPrefix+"URL")
 	}
-	url := strings.TrimSpace(strings.TrimPrefix(line, readyLine+" "))
+	url := strings.TrimSpace(strings.TrimPrefix(line, local.ReadyPrefix))
 
 	var once sync.Once
 	firstChunk := make(chan struct{})

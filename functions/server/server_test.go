@@ -45,7 +45,7 @@ type env struct {
 	srv    *Server
 	reg    *prometheus.Registry
 	url    string
-	shards []synth.ImageShard
+	shards []synth.Shard
 }
 
 func setup(t *testing.T, cfg Config) *env {
@@ -196,7 +196,7 @@ func readStream(t *testing.T, js jetstream.JetStream, stream, jobID string) []ou
 }
 
 // samplesOf reads a shard's labels and keys from its tar.
-func samplesOf(t *testing.T, s synth.ImageShard) (keys []string, labels map[string]int64) {
+func samplesOf(t *testing.T, s synth.Shard) (keys []string, labels map[string]int64) {
 	t.Helper()
 	labels = map[string]int64{}
 	r := wds.NewReader(bytes.NewReader(s.Data), 0)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -123,15 +122,4 @@ func Explain(err error) error {
 		return fmt.Errorf("%s: %s", api.ErrorCode(), api.ErrorMessage())
 	}
 	return err
-}
-
-// Ping checks that the endpoint answers, with a short timeout, so an
-// unreachable endpoint is one clear error rather than SDK retries.
-func Ping(ctx context.Context, c *s3.Client, bucket string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket}); err != nil {
-		return fmt.Errorf("s3 bucket %q: %w", bucket, Explain(err))
-	}
-	return nil
 }

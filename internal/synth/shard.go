@@ -18,9 +18,6 @@ type Shard struct {
 	Corrupt []string // keys of the corrupt samples
 }
 
-// ImageShard is the name Shard had when all shards were image shards.
-type ImageShard = Shard
-
 // Upload creates bucket if needed and writes each shard under prefix.
 func Upload(ctx context.Context, c *s3.Client, bucket, prefix string, shards []Shard) error {
 	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
