@@ -117,7 +117,16 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if err != nil {
 		return Summary{}, err
 	}
-	agent, err := traineragent.New(nc, js, job, traineragent.Options{}, logger.With("component", "agent"), traineragent.NewMetrics(reg))
+	// GPU utilisation goes into the demand signals where NVML finds a GPU;
+	// elsewhere the agent reports -1 and the wait time alone measures stall.
+	agentOpts := traineragent.Options{}
+	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
+		agentOpts.GPU = gpu
+		defer closeGPU()
+	} else {
+		logger.Info("no GPU utilisation", "reason", err)
+	}
+	agent, err := traineragent.New(nc, js, job, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(reg))
 	if err != nil {
 		return Summary{}, err
 	}
