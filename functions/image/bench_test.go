@@ -1,31 +1,19 @@
 package image
 
 import (
-	"bytes"
-	"image"
-	"image/jpeg"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sluice-project/sluice/internal/synth"
 )
 
-// benchJPEG is a 400x300 4:2:0 JPEG with gradients and noise, so its
-// entropy (and decode cost) resembles a photo's more than a flat fill would.
+// benchJPEG is the shared 400x300 quality-90 benchmark JPEG.
 func benchJPEG(b *testing.B) []byte {
-	rng := rand.New(rand.NewPCG(1, 2))
-	img := image.NewYCbCr(image.Rect(0, 0, 400, 300), image.YCbCrSubsampleRatio420)
-	for y := 0; y < 300; y++ {
-		for x := 0; x < 400; x++ {
-			img.Y[img.YOffset(x, y)] = uint8(x/3+y/3) + uint8(rng.IntN(24))
-		}
-	}
-	for i := range img.Cb {
-		img.Cb[i], img.Cr[i] = uint8(i/7), uint8(255-i/11)
-	}
-	var buf bytes.Buffer
-	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90}); err != nil {
+	data, err := synth.NoisyJPEG(400, 300, 90)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return buf.Bytes()
+	return data
 }
 
 func BenchmarkDecode400x300(b *testing.B) {

@@ -2,35 +2,23 @@ package pipeline
 
 import (
 	"bytes"
-	stdimage "image"
-	"image/jpeg"
-	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/sluice-project/sluice/internal/synth"
 
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/internal/wds"
 )
 
-// benchJPEG is a 400x300 4:2:0 quality-90 JPEG with gradients and noise
-// (the image package's benchmark image), so decoding costs what a photo's
-// would rather than a flat fill's.
+// benchJPEG is the shared 400x300 quality-90 benchmark JPEG (the image
+// package's benchmarks decode the same bytes).
 func benchJPEG(b *testing.B) []byte {
-	rng := rand.New(rand.NewPCG(1, 2))
-	img := stdimage.NewYCbCr(stdimage.Rect(0, 0, 400, 300), stdimage.YCbCrSubsampleRatio420)
-	for y := range 300 {
-		for x := range 400 {
-			img.Y[img.YOffset(x, y)] = uint8(x/3+y/3) + uint8(rng.IntN(24))
-		}
-	}
-	for i := range img.Cb {
-		img.Cb[i], img.Cr[i] = uint8(i/7), uint8(255-i/11)
-	}
-	var buf bytes.Buffer
-	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90}); err != nil {
+	data, err := synth.NoisyJPEG(400, 300, 90)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return buf.Bytes()
+	return data
 }
 
 const benchText = "Sluice preprocesses samples in serverless functions that scale with the trainer's demand, " +

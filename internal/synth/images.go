@@ -156,3 +156,24 @@ func encodeJPEG(rng *rand.Rand, w, h, label, quality int) ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// NoisyJPEG is a w x h 4:2:0 JPEG of gradients and noise, the same bytes
+// every call: enough entropy that decoding it costs what a photo's does.
+// Benchmarks of several packages share it so their figures compare.
+func NoisyJPEG(w, h, quality int) ([]byte, error) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	img := image.NewYCbCr(image.Rect(0, 0, w, h), image.YCbCrSubsampleRatio420)
+	for y := range h {
+		for x := range w {
+			img.Y[img.YOffset(x, y)] = uint8(x/3+y/3) + uint8(rng.IntN(24))
+		}
+	}
+	for i := range img.Cb {
+		img.Cb[i], img.Cr[i] = uint8(i/7), uint8(255-i/11)
+	}
+	var buf bytes.Buffer
+	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: quality}); err != nil {
+		return nil, fmt.Errorf("encoding noisy jpeg: %w", err)
+	}
+	return buf.Bytes(), nil
+}
