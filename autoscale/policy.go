@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Config bounds and tunes the policy; see the package documentation.

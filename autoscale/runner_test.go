@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // fakeActuator records Scale calls; every replica is ready at once unless

@@ -15,7 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/objstore"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // ErrJobNotFound means no job record has the id.
@@ -37,21 +38,22 @@ const rollbackTimeout = 10 * time.Second
 
 // Broker submits, looks up and deletes jobs.
 type Broker struct {
-	js  jetstream.JetStream
-	s3  *s3.Client
-	log *slog.Logger
+	js   jetstream.JetStream
+	s3   *s3.Client
+	log  *slog.Logger
+	opts streams.Options
 
 	mu   sync.Mutex
 	jobs jetstream.KeyValue // set once EnsureStreams succeeded
 }
 
 // New builds a broker. s3c lists datasets at submission; logger nil
-// discards. Streams are ensured on first use.
-func New(js jetstream.JetStream, s3c *s3.Client, logger *slog.Logger) *Broker {
+// discards. Streams are ensured on first use, with opts.
+func New(js jetstream.JetStream, s3c *s3.Client, opts streams.Options, logger *slog.Logger) *Broker {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Broker{js: js, s3: s3c, log: logger}
+	return &Broker{js: js, s3: s3c, log: logger, opts: opts}
 }
 
 // jobsBucket ensures the streams once and returns the jobs bucket.
@@ -61,7 +63,7 @@ func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if b.jobs != nil {
 		return b.jobs, nil
 	}
-	if err := EnsureStreams(ctx, b.js); err != nil {
+	if err := streams.Ensure(ctx, b.js, b.opts); err != nil {
 		return nil, err
 	}
 	kv, err := b.js.KeyValue(ctx, wire.JobsBucket)
@@ -78,12 +80,7 @@ func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 // fails after recording the job removes what it created, so it can simply
 // be retried.
 func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error) {
-	if spec.ChunkMaxBytes == 0 {
-		spec.ChunkMaxBytes = wire.DefaultChunkMaxBytes
-	}
-	if spec.OutputBufferBytes == 0 {
-		spec.OutputBufferBytes = wire.DefaultOutputBufferBytes
-	}
+	spec = spec.WithDefaults(b.js.Conn().MaxPayload())
 	if err := spec.Validate(); err != nil {
 		return wire.Job{}, fmt.Errorf("invalid job spec: %w", err)
 	}
@@ -108,14 +105,22 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 	if err != nil {
 		return wire.Job{}, fmt.Errorf("job %s: %w", id, err)
 	}
-	job := wire.Job{Spec: spec, Bucket: bucket, Shards: shards, Submitted: time.Now().UTC()}
+	now := time.Now().UTC()
+	job := wire.Job{Spec: spec, Bucket: bucket, Shards: shards, Submitted: now, State: wire.JobQueued, Updated: now}
 
-	cfg, err := outputStreamConfig(spec, b.js.Conn().MaxPayload())
+	cfg, err := streams.Output(spec, b.js.Conn().MaxPayload(), b.opts)
 	if err != nil {
 		return wire.Job{}, err
 	}
 	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
 		return wire.Job{}, fmt.Errorf("job %s: creating output stream %s: %w", id, cfg.Name, err)
+	}
+	// Readers' consumers exist before the first chunk, so that the
+	// interest-retention stream keeps every chunk for each of them.
+	for _, r := range spec.Readers {
+		if _, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Name, streams.Reader(id, r)); err != nil {
+			return wire.Job{}, fmt.Errorf("job %s: creating reader %s: %w", id, r, err)
+		}
 	}
 	record, err := json.Marshal(job)
 	if err != nil {
@@ -272,11 +277,11 @@ func (b *Broker) remove(ctx context.Context, id string) (found bool, err error) 
 		return false, fmt.Errorf("looking up job %s: %w", id, err)
 	}
 	found = recorded
-	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, ConsumerName(id)); {
+	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, wire.DispatchConsumer(id)); {
 	case err == nil:
 		found = true
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, ConsumerName(id), err)
+		return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
 	}
 	tasks, err := b.js.Stream(ctx, wire.TaskStream)
 	if err != nil {

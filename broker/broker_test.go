@@ -13,7 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/objstore"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/wire"
 )
 
 func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
@@ -74,11 +75,11 @@ func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
 		t.Fatalf("output stream: %v", err)
 	}
 	cfg := out.CachedInfo().Config
-	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1")}) || cfg.Retention != jetstream.WorkQueuePolicy ||
+	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1")}) || cfg.Retention != jetstream.InterestPolicy ||
 		cfg.MaxBytes != wire.DefaultOutputBufferBytes || cfg.Discard != jetstream.DiscardNew ||
 		cfg.Storage != jetstream.FileStorage || cfg.Duplicates != time.Hour ||
 		int(cfg.MaxMsgSize) < wire.DefaultChunkMaxBytes+64<<10 {
-		t.Errorf("output stream config %+v: want subject %s, work queue capped at the output buffer, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
+		t.Errorf("output stream config %+v: want subject %s, interest retention capped at the output buffer, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
 	}
 
 	_, err = e.b.Submit(ctx, testSpec("j1", 1))
@@ -107,10 +108,10 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 		{"missing bucket", spec(func(s *wire.JobSpec) { s.Dataset = "s3://nope/ds/" }), []string{"nope", "NoSuchBucket"}, nil},
 		{"empty prefix", spec(func(s *wire.JobSpec) { s.Dataset = "s3://data/empty/" }), []string{"s3://data/empty/", "no shards"}, objstore.ErrNoShards},
 		{"not s3", spec(func(s *wire.JobSpec) { s.Dataset = "http://data/ds/" }), []string{"http://data/ds/", "s3://bucket/prefix/"}, nil},
-		{"batch size", spec(func(s *wire.JobSpec) { s.BatchSize = 0 }), []string{"batch size 0"}, nil},
-		{"epochs", spec(func(s *wire.JobSpec) { s.Epochs = 0 }), []string{"epochs 0"}, nil},
+		{"batch size", spec(func(s *wire.JobSpec) { s.BatchSize = 0 }), []string{"batch_size: 0"}, nil},
+		{"epochs", spec(func(s *wire.JobSpec) { s.Epochs = 0 }), []string{"epochs: 0"}, nil},
 		{"no pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "" }), []string{"pipeline"}, nil},
-		{"job id", spec(func(s *wire.JobSpec) { s.ID = "a.b" }), []string{`job id "a.b"`}, nil},
+		{"job id", spec(func(s *wire.JobSpec) { s.ID = "a.b" }), []string{`id: "a.b"`}, nil},
 		{"chunk over max payload", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 16 << 20 }), []string{"chunk max bytes 16777216", "at most"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -154,7 +155,7 @@ func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 	if _, err := e.js.Stream(ctx, wire.OutputStream("gone")); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Errorf("output stream after Delete: %v", err)
 	}
-	if _, err := e.js.Consumer(ctx, wire.TaskStream, ConsumerName("gone")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if _, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("gone")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Errorf("dispatcher consumer after Delete: %v", err)
 	}
 	if n := taskCount(t, e.js, "gone"); n != 0 {
@@ -180,7 +181,7 @@ func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 
 func TestQueueTasksInWindows(t *testing.T) {
 	e := newEnv(t, 1)
-	if err := EnsureStreams(context.Background(), e.js); err != nil {
+	if err := streams.Ensure(context.Background(), e.js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	job := manyTaskJob("big", 250, 10) // 2500 tasks: past two publish windows
@@ -207,7 +208,7 @@ func TestEnsureStreamsIsIdempotent(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := context.Background()
 	for range 2 {
-		if err := EnsureStreams(ctx, e.js); err != nil {
+		if err := streams.Ensure(ctx, e.js, streams.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,7 +238,7 @@ func manyTaskJob(id string, shards, epochs int) wire.Job {
 
 func BenchmarkQueueTasks(b *testing.B) {
 	e := newEnv(b, 1)
-	if err := EnsureStreams(context.Background(), e.js); err != nil {
+	if err := streams.Ensure(context.Background(), e.js, streams.Options{}); err != nil {
 		b.Fatal(err)
 	}
 	for i := 0; b.Loop(); i++ {
@@ -278,7 +279,7 @@ func TestSubmitThatFailsToQueueRollsBack(t *testing.T) {
 		t.Errorf("%d tasks left after failed submit", n)
 	}
 
-	if err := EnsureStreams(ctx, e.js); err != nil {
+	if err := streams.Ensure(ctx, e.js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	e.submit(t, testSpec("jx", 1))

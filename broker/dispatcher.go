@@ -15,16 +15,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/wire"
 )
 
 const (
-	defaultAckWait    = 30 * time.Second
 	defaultMaxDeliver = 20
-	// maxAckPending bounds delivered-but-unacked tasks on the server; in
-	// flight is bounded by Capacity, so this only has to exceed it plus the
-	// tasks waiting out a retry delay.
-	maxAckPending = 65536
 	// fetchWait is how long one pull waits for a task; it bounds how late
 	// the loop notices that the job is finished.
 	fetchWait = 500 * time.Millisecond
@@ -35,10 +31,6 @@ const (
 	// fetchErrorPause keeps a failing pull from spinning.
 	fetchErrorPause = 250 * time.Millisecond
 )
-
-// ConsumerName is the durable consumer through which job's dispatcher pulls
-// its tasks.
-func ConsumerName(job string) string { return "sluice_dispatch_" + job }
 
 // DispatcherOptions tune a Dispatcher.
 type DispatcherOptions struct {
@@ -129,7 +121,7 @@ func NewDispatcher(ctx context.Context, js jetstream.JetStream, job wire.Job, ta
 		opts.Capacity = func() int { return 1 }
 	}
 	if opts.AckWait <= 0 {
-		opts.AckWait = defaultAckWait
+		opts.AckWait = streams.DispatchAckWait
 	}
 	if opts.MaxDeliver <= 0 {
 		opts.MaxDeliver = defaultMaxDeliver
@@ -140,25 +132,13 @@ func NewDispatcher(ctx context.Context, js jetstream.JetStream, job wire.Job, ta
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	name := ConsumerName(id)
+	name := wire.DispatchConsumer(id)
 	_, err := js.Consumer(ctx, wire.TaskStream, name)
 	existed := err == nil
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("job %s: looking up consumer %s: %w", id, name, err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, wire.TaskStream, jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   "Sluice dispatcher of job " + id,
-		FilterSubject: wire.TaskSubject(id),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       opts.AckWait,
-		// The dispatcher counts failures and terminates a task at
-		// MaxDeliver itself. Were the server to stop at MaxDeliver, a task
-		// whose last delivery merely timed out would vanish unreported.
-		MaxDeliver:    -1,
-		MaxAckPending: maxAckPending,
-	})
+	cons, err := js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch(id, opts.AckWait))
 	if err != nil {
 		return nil, fmt.Errorf("job %s: creating consumer %s: %w", id, name, err)
 	}
@@ -299,7 +279,7 @@ func (d *Dispatcher) consumerGone(ctx context.Context) error {
 	_, err := d.cons.Info(ictx)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
 		errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("job %s: consumer %s is gone (job deleted?): %w", d.job.Spec.ID, ConsumerName(d.job.Spec.ID), err)
+		return fmt.Errorf("job %s: consumer %s is gone (job deleted?): %w", d.job.Spec.ID, wire.DispatchConsumer(d.job.Spec.ID), err)
 	}
 	return nil
 }

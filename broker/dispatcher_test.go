@@ -16,8 +16,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // taskIDs lists job's task ids, epoch by epoch, shard by shard.
@@ -274,7 +275,7 @@ func TestDispatcherStopsOnCancelAndAnotherResumes(t *testing.T) {
 func TestDispatcherDropsMalformedTasks(t *testing.T) {
 	e := newEnv(t, 3)
 	ctx := context.Background()
-	if err := EnsureStreams(ctx, e.js); err != nil {
+	if err := streams.Ensure(ctx, e.js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// Queued ahead of the job's tasks, so they are delivered first.

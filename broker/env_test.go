@@ -9,9 +9,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // env is a broker over real embedded NATS and S3, with a dataset of shards
@@ -38,7 +39,7 @@ func newEnv(t testing.TB, shards int) env {
 	if err := synth.Upload(context.Background(), c, "data", "ds/", imgs); err != nil {
 		t.Fatal(err)
 	}
-	return env{js: js, s3: c, b: New(js, c, nil)}
+	return env{js: js, s3: c, b: New(js, c, streams.Options{}, nil)}
 }
 
 func testSpec(id string, epochs int) wire.JobSpec {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // fakeTarget plays the function side of the seam: it records every send and

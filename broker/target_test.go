@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 func testTask(shard int) wire.ShardTask {

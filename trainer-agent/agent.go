@@ -14,11 +14,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // ConsumerName is the durable consumer the agent reads a job's output stream with.
-const ConsumerName = "sluice-trainer"
+var ConsumerName = wire.ReaderConsumer(wire.DefaultReader)
 
 // ErrStopped is returned by Next once Run has ended before the job was delivered.
 var ErrStopped = errors.New("trainer agent stopped")
@@ -230,15 +231,7 @@ func (a *Agent) run(ctx context.Context) error {
 // broker to create the output stream if the agent came first.
 func (a *Agent) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	stream := wire.OutputStream(a.job.Spec.ID)
-	cfg := jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		// Messages may wait in the client buffer while the trainer is slow;
-		// a redelivery after AckWait is harmless (deduped) but wasteful.
-		AckWait:           10 * time.Minute,
-		InactiveThreshold: time.Hour,
-	}
+	cfg := streams.Reader(a.job.Spec.ID, wire.DefaultReader)
 	logged := false
 	for {
 		cons, err := a.js.CreateOrUpdateConsumer(ctx, stream, cfg)

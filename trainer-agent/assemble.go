@@ -7,7 +7,7 @@ import (
 	"sort"
 
 	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Batch is what the trainer gets: BatchSize samples of one epoch (fewer in

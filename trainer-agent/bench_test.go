@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // BenchmarkAgentMBChunks pushes ImageNet-size samples in chunks of about

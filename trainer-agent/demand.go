@@ -3,7 +3,7 @@ package traineragent
 import (
 	"time"
 
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // stallWindow accumulates what happens between two demand signals.

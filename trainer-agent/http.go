@@ -10,7 +10,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Safetensors metadata keys of a batch served over HTTP.

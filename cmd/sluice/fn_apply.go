@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-project/sluice/internal/lines"
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/wds"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Metadata keys of the file `sluice fn apply` writes, beside wire.MetaKeys

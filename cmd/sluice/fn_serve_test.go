@@ -17,9 +17,10 @@ import (
 
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // TestFnServeFinishesInFlightShardOnSIGTERM is the contract Knative's
@@ -41,10 +42,10 @@ func TestFnServeFinishesInFlightShardOnSIGTERM(t *testing.T) {
 	if err := synth.Upload(ctx, s3c, "data", "ds/", imgs); err != nil {
 		t.Fatal(err)
 	}
-	if err := broker.EnsureStreams(ctx, js); err != nil {
+	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	job, err := broker.New(js, s3c, nil).Submit(ctx, wire.JobSpec{ID: "drain", Dataset: "s3://data/ds/",
+	job, err := broker.New(js, s3c, streams.Options{}, nil).Submit(ctx, wire.JobSpec{ID: "drain", Dataset: "s3://data/ds/",
 		Pipeline: "imagenet-train", BatchSize: 8, Epochs: 1, Seed: 1, ChunkMaxBytes: 512 << 10})
 	if err != nil {
 		t.Fatal(err)

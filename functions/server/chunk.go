@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // chunker packs sample outputs into safetensors chunks of at most max

@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-project/sluice/functions/tabular"
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 func putObject(t *testing.T, e *env, key string, data []byte) {

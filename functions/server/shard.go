@@ -22,7 +22,7 @@ import (
 	"github.com/sluice-project/sluice/internal/lines"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/wds"
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Errors ProcessShard wraps for failures that retrying cannot fix.

@@ -22,9 +22,10 @@ import (
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/natsconn"
 	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wire"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/wire"
 )
 
 const (
@@ -81,10 +82,10 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return Summary{}, err
 	}
 	defer nc.Close()
-	if err := broker.EnsureStreams(ctx, js); err != nil {
+	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
 		return Summary{}, err
 	}
-	b := broker.New(js, s3c, logger.With("component", "broker"))
+	b := broker.New(js, s3c, streams.Options{}, logger.With("component", "broker"))
 	// A --data-dir kept from an earlier run still holds that run's job.
 	if err := b.Delete(ctx, jobID); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
 		return Summary{}, fmt.Errorf("clearing the previous demo job: %w", err)

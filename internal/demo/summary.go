@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-project/sluice/internal/wire"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // ScaleEvent is one replica-count change, relative to the run's start.

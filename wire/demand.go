@@ -6,8 +6,11 @@ import "time"
 // once a second: how fast the trainer eats, how much of the interval it
 // waited for data, and how much is buffered ahead of it.
 type Demand struct {
-	Job  string    `json:"job"`
-	Time time.Time `json:"time"`
+	Job string `json:"job"`
+	// Reader names the reader (agent) speaking; a job with several readers
+	// has a signal from each (empty means DefaultReader).
+	Reader string    `json:"reader,omitempty"`
+	Time   time.Time `json:"time"`
 	// IntervalS is the length of the window the rates cover.
 	IntervalS float64 `json:"interval_s"`
 	// ConsumedPerS is samples handed to the trainer per second.

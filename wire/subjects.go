@@ -10,8 +10,16 @@ import (
 const (
 	// TaskStream is the work-queue stream holding one task per shard per epoch.
 	TaskStream = "SLUICE_TASKS"
-	// JobsBucket is the JetStream key-value bucket holding job records.
+	// JobsBucket is the JetStream key-value bucket holding job records (Job).
 	JobsBucket = "sluice_jobs"
+	// StatusBucket holds each job's live JobStatus, written by its owner.
+	StatusBucket = "sluice_job_status"
+	// LeasesBucket holds each job's Lease: which controller owns it.
+	LeasesBucket = "sluice_leases"
+	// ReadersBucket holds each reader's position in a job's output, so a
+	// restarted agent resumes where its delivered batches end. Keys are
+	// ReaderKey(job, reader); the trainer agent owns the value's format.
+	ReadersBucket = "sluice_readers"
 
 	taskSubjectPrefix   = "sluice.tasks."
 	outputSubjectPrefix = "sluice.out."
@@ -33,6 +41,17 @@ func OutputStream(job string) string { return outputStreamPrefix + job }
 
 // OutputSubject is where function replicas publish a job's chunks and shard ends.
 func OutputSubject(job string) string { return outputSubjectPrefix + job }
+
+// DispatchConsumer is the durable consumer on TaskStream through which the
+// job's owning controller pulls its tasks.
+func DispatchConsumer(job string) string { return "sluice_dispatch_" + job }
+
+// ReaderConsumer is the durable consumer on the job's output stream of one
+// reader (a trainer agent, a trainer rank, a sweep trial).
+func ReaderConsumer(reader string) string { return "sluice_reader_" + reader }
+
+// ReaderKey is the key of a reader's position in ReadersBucket.
+func ReaderKey(job, reader string) string { return job + "." + reader }
 
 // DemandSubject is where a job's trainer agent publishes demand signals (core NATS).
 func DemandSubject(job string) string { return demandSubjectPrefix + job }

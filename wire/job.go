@@ -1,0 +1,182 @@
+package wire
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// JobSpec is what a user submits: where the dataset is and how to feed it.
+// The JSON names are also the keys of a job spec file (YAML).
+type JobSpec struct {
+	ID string `json:"id"`
+	// Dataset is an S3 URL of a prefix holding shards: s3://bucket/prefix/.
+	Dataset string `json:"dataset"`
+	// Pipeline is a built-in pipeline's name or a pipeline spec (YAML or
+	// JSON) inline.
+	Pipeline string `json:"pipeline"`
+	// BatchSize is the number of samples in a training batch.
+	BatchSize int    `json:"batch_size"`
+	Epochs    int    `json:"epochs"`
+	Seed      uint64 `json:"seed"`
+	// MinReplicas are kept while the job has work (0 lets it scale to
+	// zero); MaxReplicas caps it (0: the controller's cap).
+	MinReplicas int `json:"min_replicas,omitempty"`
+	MaxReplicas int `json:"max_replicas,omitempty"`
+	// Weight is the job's share of the replica capacity against other
+	// jobs when capacity is short (default 1).
+	Weight float64 `json:"weight,omitempty"`
+	// Readers name the consumers of the job's output: each gets every
+	// sample of every epoch (default: one, DefaultReader).
+	Readers []string `json:"readers,omitempty"`
+	// ChunkMaxBytes caps the size of one output chunk message (0: what
+	// fits the NATS server's max payload, at most DefaultChunkMaxBytes).
+	ChunkMaxBytes int `json:"chunk_max_bytes,omitempty"`
+	// OutputBufferBytes caps the chunks stored between the functions and the
+	// readers. Dispatch pauses as the buffer nears it, so functions
+	// never run further ahead of the slowest reader than this.
+	OutputBufferBytes int64 `json:"output_buffer_bytes,omitempty"`
+}
+
+// DefaultChunkMaxBytes is the chunk cap where the server allows it; a
+// server's max payload below it + headroom lowers it (see ChunkMaxBytesFor).
+const DefaultChunkMaxBytes = 4 << 20
+
+// DefaultOutputBufferBytes holds a few thousand ImageNet-sized samples.
+const DefaultOutputBufferBytes = 1 << 30
+
+// OutputHeadroom is what an output message may carry beyond ChunkMaxBytes:
+// the safetensors header with its sample keys, and a shard end listing
+// failed samples.
+const OutputHeadroom = 1 << 20
+
+// MinOutputHeadroom is the least headroom accepted when the server's max
+// payload forces less than OutputHeadroom.
+const MinOutputHeadroom = 64 << 10
+
+// ChunkMaxBytesFor is the default chunk cap on a server whose max payload
+// is maxPayload: DefaultChunkMaxBytes, or less so that a chunk and its
+// headroom fit (a stock nats-server's 1 MiB gives 768 KiB).
+func ChunkMaxBytesFor(maxPayload int64) int {
+	c := int64(DefaultChunkMaxBytes)
+	if c+OutputHeadroom > maxPayload {
+		c = maxPayload * 3 / 4
+	}
+	return int(max(c, 64<<10))
+}
+
+// WithDefaults fills zero fields; maxPayload is the NATS server's limit on
+// one message (0 if unknown).
+func (s JobSpec) WithDefaults(maxPayload int64) JobSpec {
+	if s.ChunkMaxBytes == 0 {
+		s.ChunkMaxBytes = DefaultChunkMaxBytes
+		if maxPayload > 0 {
+			s.ChunkMaxBytes = ChunkMaxBytesFor(maxPayload)
+		}
+	}
+	if s.OutputBufferBytes == 0 {
+		s.OutputBufferBytes = DefaultOutputBufferBytes
+	}
+	if s.Weight == 0 {
+		s.Weight = 1
+	}
+	if len(s.Readers) == 0 {
+		s.Readers = []string{DefaultReader}
+	}
+	return s
+}
+
+// FieldError is one problem with one field of a spec; Field is its JSON
+// (and YAML) name, so that a spec file's parser can point at its line.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Problems lists every field out of range, in field order; none means the
+// spec is valid. It checks a spec with defaults applied.
+func (s JobSpec) Problems() []FieldError {
+	var out []FieldError
+	add := func(field, format string, args ...any) {
+		out = append(out, FieldError{field, fmt.Sprintf(format, args...)})
+	}
+	if err := ValidateJobID(s.ID); err != nil {
+		add("id", "%q: want 1-64 characters of [A-Za-z0-9_-]", s.ID)
+	}
+	if u, err := url.Parse(s.Dataset); err != nil || u.Scheme != "s3" || u.Host == "" {
+		add("dataset", "%q: want an s3://bucket/prefix/ URL", s.Dataset)
+	}
+	if strings.TrimSpace(s.Pipeline) == "" {
+		add("pipeline", "want a built-in pipeline name or an inline pipeline spec")
+	}
+	if s.BatchSize < 1 || s.BatchSize > 65536 {
+		add("batch_size", "%d: want 1..65536", s.BatchSize)
+	}
+	if s.Epochs < 1 || s.Epochs > 10000 {
+		add("epochs", "%d: want 1..10000", s.Epochs)
+	}
+	if s.MinReplicas < 0 || s.MinReplicas > 10000 {
+		add("min_replicas", "%d: want 0..10000", s.MinReplicas)
+	}
+	if s.MaxReplicas < 0 || s.MaxReplicas > 10000 {
+		add("max_replicas", "%d: want 0..10000 (0: the controller's cap)", s.MaxReplicas)
+	} else if s.MaxReplicas > 0 && s.MinReplicas > s.MaxReplicas {
+		add("max_replicas", "%d: want >= min_replicas (%d)", s.MaxReplicas, s.MinReplicas)
+	}
+	if !(s.Weight > 0 && s.Weight <= 1000) {
+		add("weight", "%v: want > 0 and <= 1000", s.Weight)
+	}
+	seen := map[string]bool{}
+	for i, r := range s.Readers {
+		if err := ValidateReader(r); err != nil {
+			add("readers", "[%d] %q: want 1-64 characters of [A-Za-z0-9_-]", i, r)
+		} else if seen[r] {
+			add("readers", "[%d] %q: named twice", i, r)
+		}
+		seen[r] = true
+	}
+	if len(s.Readers) > 64 {
+		add("readers", "%d readers: want at most 64", len(s.Readers))
+	}
+	if s.ChunkMaxBytes < 64<<10 || s.ChunkMaxBytes > 64<<20 {
+		add("chunk_max_bytes", "%d: want 65536..67108864", s.ChunkMaxBytes)
+	}
+	if s.OutputBufferBytes < 4*int64(s.ChunkMaxBytes) || s.OutputBufferBytes > 1<<40 {
+		add("output_buffer_bytes", "%d: want 4 x chunk_max_bytes (%d)..%d", s.OutputBufferBytes, 4*int64(s.ChunkMaxBytes), int64(1)<<40)
+	}
+	return out
+}
+
+// Validate returns every problem of Problems as one error, or nil.
+func (s JobSpec) Validate() error {
+	ps := s.Problems()
+	if len(ps) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.Error()
+	}
+	return fmt.Errorf("job %s: %s", s.ID, strings.Join(msgs, "; "))
+}
+
+// Job is the broker's record of a submitted job, stored in JobsBucket under
+// the job id. Shards is the listing taken at submission, so every epoch and
+// every reader sees the same shard set.
+type Job struct {
+	Spec      JobSpec   `json:"spec"`
+	Bucket    string    `json:"bucket"`
+	Shards    []string  `json:"shards"` // object keys, sorted
+	Submitted time.Time `json:"submitted"`
+	// State and Reason (for failed and cancelled) change by compare-and-set
+	// on the record; Updated is the time of the last change.
+	State   JobState  `json:"state"`
+	Reason  string    `json:"reason,omitempty"`
+	Updated time.Time `json:"updated"`
+}
+
+// Tasks is the number of shard tasks the job queues over all epochs.
+func (j Job) Tasks() int { return len(j.Shards) * j.Spec.Epochs }
