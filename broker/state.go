@@ -1,0 +1,99 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// ErrTransition means a job is not in a state the asked change may leave.
+var ErrTransition = errors.New("job state does not allow this change")
+
+// casRetries bounds how often Transition re-reads a record that changed
+// under it.
+const casRetries = 16
+
+// Transition moves job id to state to with reason, by compare-and-set on
+// the record, if allowed(from) holds for its current state; otherwise it
+// returns an error wrapping ErrTransition that names the state. It returns
+// the record as written.
+func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, reason string, allowed func(from wire.JobState) bool) (wire.Job, error) {
+	if err := wire.ValidateJobID(id); err != nil {
+		return wire.Job{}, err
+	}
+	kv, err := b.jobsBucket(ctx)
+	if err != nil {
+		return wire.Job{}, err
+	}
+	for range casRetries {
+		e, err := kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return wire.Job{}, fmt.Errorf("job %s: %w", id, ErrJobNotFound)
+		}
+		if err != nil {
+			return wire.Job{}, fmt.Errorf("looking up job %s: %w", id, err)
+		}
+		var job wire.Job
+		if err := json.Unmarshal(e.Value(), &job); err != nil {
+			return wire.Job{}, fmt.Errorf("decoding job %s record: %w", id, err)
+		}
+		if !allowed(job.State) {
+			return job, fmt.Errorf("job %s is %s: %w to %s", id, job.State, ErrTransition, to)
+		}
+		job.State, job.Reason, job.Updated = to, reason, time.Now().UTC()
+		data, err := json.Marshal(job)
+		if err != nil {
+			return wire.Job{}, fmt.Errorf("encoding job %s record: %w", id, err)
+		}
+		if _, err := kv.Update(ctx, id, data, e.Revision()); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+				continue // changed under us: read again
+			}
+			return wire.Job{}, fmt.Errorf("updating job %s record: %w", id, err)
+		}
+		return job, nil
+	}
+	return wire.Job{}, fmt.Errorf("job %s: record kept changing; gave up after %d tries", id, casRetries)
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// Release removes what a job no longer needs once it is finished or
+// cancelled: its dispatcher's consumer, its remaining tasks and its output
+// stream with the readers' consumers. The record, with its state, stays
+// until Delete. It is idempotent.
+func (b *Broker) Release(ctx context.Context, id string) error {
+	if err := wire.ValidateJobID(id); err != nil {
+		return err
+	}
+	if _, err := b.jobsBucket(ctx); err != nil { // ensures the streams
+		return err
+	}
+	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, wire.DispatchConsumer(id)); {
+	case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
+	default:
+		return fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
+	}
+	tasks, err := b.js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		return fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
+	}
+	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(wire.TaskSubject(id))); err != nil {
+		return fmt.Errorf("job %s: purging tasks: %w", id, err)
+	}
+	switch err := b.js.DeleteStream(ctx, wire.OutputStream(id)); {
+	case err == nil, errors.Is(err, jetstream.ErrStreamNotFound):
+	default:
+		return fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
+	}
+	return nil
+}
