@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond Go: libjpeg-turbo's headers for
-# the `turbojpeg` build. Idempotent; does nothing when they are present.
+# Installs what the test suite needs beyond Go, idempotently:
+# - libjpeg-turbo's headers for the `turbojpeg` build (apt, when missing);
+# - versitygw, the S3 server the integration suite (internal/itest) runs,
+#   into <repo>/.bin (about 2 minutes the first time, then nothing).
+# nats-server is built by the suite itself from the version in go.mod.
 set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+
+versitygw_version=v1.8.0
+bin="$root/.bin"
+if [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$versitygw_version" ] || [ ! -x "$bin/versitygw" ]; then
+  echo "deps: installing versitygw $versitygw_version into $bin" >&2
+  mkdir -p "$bin"
+  GOBIN="$bin" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+  echo "$versitygw_version" > "$bin/versitygw.version"
+fi
+
 if [ -f /usr/include/jpeglib.h ] || [ -f /usr/include/x86_64-linux-gnu/jpeglib.h ]; then
   exit 0
 fi

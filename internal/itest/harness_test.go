@@ -1,0 +1,90 @@
+package itest
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/objstore"
+)
+
+// TestIntegrationHarness checks the parts the scenarios stand on: the
+// nats-server takes the user and client certificate and survives a
+// restart with its store, versitygw serves the dataset, and the fault
+// proxy's faults reach an S3 client, which retries them.
+func TestIntegrationHarness(t *testing.T) {
+	c := StartCluster(t, binaries(t), ClusterOptions{Faults: &FaultOptions{Seed: 1, SlowDown: 0.15, Internal: 0.15, Reset: 0.1, SlowBody: 0.1}})
+	d := c.UploadImages("harness", "imgs/", SmallImages(40, 4, 1))
+	if len(d.Keys) != 40 {
+		t.Fatalf("dataset keys: %d, want 40", len(d.Keys))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, js := c.JetStream()
+	kv, err := js.CreateKeyValue(ctx, jetstreamKV("itest_harness"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NATS.Restart(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NATS.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		_, err := kv.Get(ctx, "k")
+		return err
+	})
+
+	// Through the proxy, with the SDK's retries: every shard lists and reads.
+	cl, err := objstore.NewClient(ctx, objstore.Config{Endpoint: c.Proxy.Endpoint(), AccessKey: c.S3.AccessKey, SecretKey: c.S3.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The SDK makes 3 attempts; the test tries again on top, as a
+	// product's own retries would.
+	var keys []string
+	CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		keys, err = objstore.ListShards(ctx, cl, d.Bucket, d.Prefix)
+		return err
+	})
+	if len(keys) != 4 {
+		t.Fatalf("listing through the proxy: %v", keys)
+	}
+	for range 5 {
+		for _, k := range keys {
+			CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+				out, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: &d.Bucket, Key: &k})
+				if err != nil {
+					return err
+				}
+				defer out.Body.Close()
+				_, err = io.Copy(io.Discard, out.Body)
+				return err
+			})
+		}
+	}
+	if c.Proxy.InjectedTotal() == 0 {
+		t.Fatalf("no faults injected: %s", c.Proxy.Summary())
+	}
+	t.Logf("fault proxy: %s", c.Proxy.Summary())
+
+	// Wrong credentials are refused by versitygw itself.
+	bad, _ := objstore.NewClient(ctx, objstore.Config{Endpoint: c.S3.Endpoint(), AccessKey: c.S3.AccessKey, SecretKey: "wrong"})
+	if _, err := objstore.ListShards(ctx, bad, d.Bucket, d.Prefix); err == nil || !strings.Contains(err.Error(), "Signature") {
+		t.Fatalf("listing with a wrong secret: %v, want a signature error", err)
+	}
+}
+
+func jetstreamKV(name string) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.FileStorage}
+}

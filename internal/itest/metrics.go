@@ -1,0 +1,137 @@
+package itest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ScrapeSum fetches a Prometheus text page and sums every series of metric
+// (all label sets). found is false when the page has no such series.
+func ScrapeSum(ctx context.Context, url, metric string) (sum float64, found bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, false, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("scraping %s: %s", url, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric) {
+			continue
+		}
+		rest := line[len(metric):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue // another metric with this prefix
+		}
+		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("scraping %s: %q: %w", url, line, err)
+		}
+		sum += v
+		found = true
+	}
+	return sum, found, sc.Err()
+}
+
+// replicaURL finds the replica URLs the local actuator logs ("replica
+// ready ... url=http://...").
+var replicaURL = regexp.MustCompile(`replica ready.*?url=("?)(http://[0-9.:]+)`)
+
+// ReplicaScraper follows the replicas the controllers start (from their
+// logs) and keeps, per replica, the highest value of a counter it scraped
+// from the replica's /metrics, so that the counts of replicas that have
+// exited since still add up.
+type ReplicaScraper struct {
+	metric string
+	logs   []*Process
+	mu     sync.Mutex
+	max    map[string]float64 // replica URL -> highest value seen
+	found  map[string]bool
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// ScrapeReplicas scrapes every replica that a process in logs started,
+// every 200ms, until Stop.
+func ScrapeReplicas(metric string, logs ...*Process) *ReplicaScraper {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &ReplicaScraper{metric: metric, logs: logs, max: map[string]float64{}, found: map[string]bool{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			s.scrape(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *ReplicaScraper) scrape(ctx context.Context) {
+	urls := map[string]bool{}
+	for _, p := range s.logs {
+		for _, m := range replicaURL.FindAllStringSubmatch(p.Log(), -1) {
+			urls[m[2]] = true
+		}
+	}
+	for u := range urls {
+		v, found, err := ScrapeSum(ctx, u+"/metrics", s.metric)
+		if err != nil {
+			continue // exited since
+		}
+		s.mu.Lock()
+		if found {
+			s.found[u] = true
+		}
+		s.max[u] = max(s.max[u], v)
+		s.mu.Unlock()
+	}
+}
+
+// Stop ends scraping after one last round.
+func (s *ReplicaScraper) Stop() {
+	s.stop()
+	<-s.done
+	s.scrape(context.Background())
+}
+
+// Total is the sum over replicas of the highest value seen, with the
+// number of replicas scraped and how many of them exposed the metric.
+func (s *ReplicaScraper) Total() (total float64, replicas, exposing int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for u, v := range s.max {
+		total += v
+		replicas++
+		if s.found[u] {
+			exposing++
+		}
+	}
+	return total, replicas, exposing
+}

@@ -1,0 +1,119 @@
+package itest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATSServer is a nats-server process with JetStream on a file store,
+// one user with a password, and TLS that requires a client certificate
+// signed by the test's CA.
+type NATSServer struct {
+	*Process
+	Port     int
+	StoreDir string
+	User     string
+	Password string
+	Certs    Certs
+}
+
+// StartNATSServer writes the server's config into dir and starts it.
+func StartNATSServer(t testing.TB, bin, dir string, certs Certs) *NATSServer {
+	t.Helper()
+	s := &NATSServer{
+		Port:     MustFreePort(t),
+		StoreDir: filepath.Join(dir, "jetstream"),
+		User:     "sluice",
+		Password: "s3cret-itest",
+		Certs:    certs,
+	}
+	conf := filepath.Join(dir, "nats-server.conf")
+	// max_payload stays at the stock 1 MiB: output chunks must fit it.
+	text := fmt.Sprintf(`listen: "127.0.0.1:%d"
+server_name: itest
+jetstream {
+  store_dir: %q
+}
+authorization {
+  users: [ { user: %q, password: %q } ]
+}
+tls {
+  cert_file: %q
+  key_file: %q
+  ca_file: %q
+  verify: true
+  timeout: 5
+}
+`, s.Port, s.StoreDir, s.User, s.Password, certs.ServerCert, certs.ServerKey, certs.CA)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Process = StartProcess(t, dir, "nats-server", bin, []string{"-c", conf}, nil)
+	if err := s.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// URL is the client URL.
+func (s *NATSServer) URL() string { return "tls://127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// WaitReady waits until a client can log in and reach JetStream.
+func (s *NATSServer) WaitReady(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		nc, err := s.Connect()
+		if err == nil {
+			js, jerr := jetstream.New(nc)
+			if jerr == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, jerr = js.AccountInfo(ctx)
+				cancel()
+			}
+			nc.Close()
+			if jerr == nil {
+				return nil
+			}
+			err = jerr
+		}
+		if !s.Running() {
+			return fmt.Errorf("nats-server exited: %v\n%s", s.ExitErr(), s.Tail(30))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats-server not ready after %v: %w\n%s", within, err, s.Tail(30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ClientArgs are the sluice connection flags that reach this server.
+func (s *NATSServer) ClientArgs() []string {
+	return []string{
+		"--nats", s.URL(),
+		"--nats-user", s.User, "--nats-password", s.Password,
+		"--nats-tls-ca", s.Certs.CA,
+		"--nats-tls-cert", s.Certs.ClientCert, "--nats-tls-key", s.Certs.ClientKey,
+	}
+}
+
+// Connect opens a client connection for the test's own checks; it
+// reconnects across a server restart.
+func (s *NATSServer) Connect() (*nats.Conn, error) {
+	return nats.Connect(s.URL(),
+		nats.UserInfo(s.User, s.Password),
+		nats.RootCAs(s.Certs.CA),
+		nats.ClientCert(s.Certs.ClientCert, s.Certs.ClientKey),
+		nats.Name("sluice-itest"),
+		nats.Timeout(5*time.Second),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(200*time.Millisecond),
+	)
+}
