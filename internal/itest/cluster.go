@@ -320,6 +320,19 @@ func (c *Cluster) killStrays() {
 	}
 }
 
+// Replicas lists the live `sluice fn serve` processes against this
+// cluster's NATS server (the replicas controllers started).
+func (c *Cluster) Replicas() []int {
+	var out []int
+	for _, pid := range c.StrayPids() {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), "\x00fn\x00serve\x00") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // StrayPids lists live processes that run the sluice binary against this
 // cluster's NATS server and that the test did not start itself (replicas).
 func (c *Cluster) StrayPids() []int {
@@ -341,10 +354,24 @@ func (c *Cluster) StrayPids() []int {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) == 0 || args[0] != c.Bins.Sluice || !strings.Contains(string(cmdline), c.NATS.URL()) {
+		if len(args) == 0 || args[0] != c.Bins.Sluice {
+			continue
+		}
+		// The URL is on the command line, or in the environment (SLUICE_NATS_URL).
+		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if !strings.Contains(string(cmdline), c.NATS.URL()) && !strings.Contains(string(environ), c.NATS.URL()) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err != nil || isZombie(string(stat)) {
 			continue
 		}
 		out = append(out, pid)
 	}
 	return out
+}
+
+// isZombie reads the state field of /proc/PID/stat ("pid (comm) S ...").
+func isZombie(stat string) bool {
+	i := strings.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z'
 }

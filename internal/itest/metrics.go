@@ -55,8 +55,8 @@ func ScrapeSum(ctx context.Context, url, metric string) (sum float64, found bool
 }
 
 // replicaURL finds the replica URLs the local actuator logs ("replica
-// ready ... url=http://...").
-var replicaURL = regexp.MustCompile(`replica ready.*?url=("?)(http://[0-9.:]+)`)
+// ready ... url=http://..." in text, "url":"http://..." in JSON).
+var replicaURL = regexp.MustCompile(`replica ready.*?\burl"?[=:]"?(http://[0-9.:]+)`)
 
 // ReplicaScraper follows the replicas the controllers start (from their
 // logs) and keeps, per replica, the highest value of a counter it scraped
@@ -97,7 +97,7 @@ func (s *ReplicaScraper) scrape(ctx context.Context) {
 	urls := map[string]bool{}
 	for _, p := range s.logs {
 		for _, m := range replicaURL.FindAllStringSubmatch(p.Log(), -1) {
-			urls[m[2]] = true
+			urls[m[1]] = true
 		}
 	}
 	for u := range urls {

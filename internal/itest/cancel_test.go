@@ -1,0 +1,68 @@
+package itest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// TestIntegrationCancel: a job cancelled mid-epoch with `sluice job
+// cancel` ends cancelled, its replicas stop, and it leaves no tasks, no
+// dispatch consumer and no output stream or reader consumers behind.
+func TestIntegrationCancel(t *testing.T) {
+	c := StartCluster(t, binaries(t), ClusterOptions{})
+	d := c.UploadImages("cancel", "train/", SmallImages(scenarioSamples, scenarioShards, 15))
+	_, js := c.JetStream()
+	c.StartController("controller", ControllerOptions{})
+
+	start := time.Now()
+	c.Submit(imageJob("cancel", d, "imagenet-eval"))
+	agent := c.StartAgent("agent", "cancel", "")
+	tr := NewTrainer()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	trained := runTrainer(ctx, tr, agent)
+	waitSamples(t, tr, scenarioSamples/2, trained)
+
+	c.MustSluice("job", "cancel", "cancel")
+	at := tr.Samples()
+	j := c.WaitJobState(js, "cancel", wire.JobCancelled, 10*time.Second)
+	waitReleased(t, c, js, "cancel", wire.JobCancelled)
+	if err := consumersLeft(js, "cancel"); err != nil {
+		t.Error(err)
+	}
+	// The agent has nothing more to hand out: the trainer ends (410 or an
+	// error), never with samples of the cancelled job after its buffer.
+	cancel()
+	<-trained
+	t.Logf("scenario=cancel cancelled_after=%d samples reason=%q replicas=0 seconds=%.1f", at, j.Reason, time.Since(start).Seconds())
+}
+
+// consumersLeft names any consumer of the task stream that belongs to job.
+func consumersLeft(js jetstream.JetStream, job string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		return err
+	}
+	names := s.ConsumerNames(ctx)
+	for n := range names.Name() {
+		if n == wire.DispatchConsumer(job) {
+			return fmt.Errorf("consumer %s still on %s", n, wire.TaskStream)
+		}
+	}
+	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return err
+	}
+	if _, err := js.Stream(ctx, wire.OutputStream(job)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("output stream %s: %v, want it deleted (with its reader consumers)", wire.OutputStream(job), err)
+	}
+	return nil
+}

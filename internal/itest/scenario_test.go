@@ -1,0 +1,110 @@
+package itest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// The scenarios' common sizes: 400 small JPEGs in 10 shards, 2 epochs.
+const (
+	scenarioSamples = 400
+	scenarioShards  = 10
+	scenarioEpochs  = 2
+	scenarioBatch   = 16
+)
+
+// jobTimeout bounds one scenario's job, from submission to success.
+const jobTimeout = 3 * time.Minute
+
+// imageJob is a spec over d with the scenarios' sizes.
+func imageJob(id string, d Dataset, pipeline string) Spec {
+	return Spec{
+		"id": id, "dataset": d.URL(), "pipeline": pipeline,
+		"batch_size": scenarioBatch, "epochs": scenarioEpochs, "seed": 7,
+		"max_replicas": 2,
+	}
+}
+
+// runTrainer reads batches from the agent in the background; the channel
+// gets Run's result.
+func runTrainer(ctx context.Context, tr *Trainer, agent *Agent) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx, func() string { return agent.URL }) }()
+	return done
+}
+
+// waitSamples waits until the trainer has received at least n samples
+// (the "mid-epoch" moment of a scenario) or failed.
+func waitSamples(t *testing.T, tr *Trainer, n int, trained <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(jobTimeout)
+	for tr.Samples() < n {
+		select {
+		case err := <-trained:
+			t.Fatalf("trainer ended after %d samples, before %d: %v", tr.Samples(), n, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trainer has %d samples after %v, want %d", tr.Samples(), jobTimeout, n)
+		}
+	}
+}
+
+// waitTrained waits for the trainer to get 410 Gone.
+func waitTrained(t *testing.T, trained <-chan error) {
+	t.Helper()
+	select {
+	case err := <-trained:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(jobTimeout):
+		t.Fatalf("trainer not done after %v", jobTimeout)
+	}
+}
+
+// waitReleased waits until the job succeeded and its replicas are gone,
+// and checks that its dispatch consumer and output stream were removed.
+func waitReleased(t *testing.T, c *Cluster, js jetstream.JetStream, job string, want wire.JobState) {
+	t.Helper()
+	c.WaitJobState(js, job, want, time.Minute)
+	CheckFor(t, time.Minute, 200*time.Millisecond, func() error {
+		if pids := c.Replicas(); len(pids) > 0 {
+			return fmt.Errorf("replicas still running after job %s ended: pids %v", job, pids)
+		}
+		return nil
+	})
+	CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error { return jobLeftovers(js, job) })
+}
+
+// jobLeftovers names what job left behind in JetStream: tasks in the task
+// stream, its dispatch consumer, its output stream (with the readers'
+// consumers).
+func jobLeftovers(js jetstream.JetStream, job string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tasks, err := js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		return fmt.Errorf("task stream: %w", err)
+	}
+	info, err := tasks.Info(ctx, jetstream.WithSubjectFilter(wire.TaskSubject(job)))
+	if err != nil {
+		return fmt.Errorf("task stream info: %w", err)
+	}
+	if n := info.State.Subjects[wire.TaskSubject(job)]; n > 0 {
+		return fmt.Errorf("job %s: %d tasks left in %s", job, n, wire.TaskStream)
+	}
+	if _, err := tasks.Consumer(ctx, wire.DispatchConsumer(job)); err == nil {
+		return fmt.Errorf("job %s: dispatch consumer %s left", job, wire.DispatchConsumer(job))
+	}
+	if _, err := js.Stream(ctx, wire.OutputStream(job)); err == nil {
+		return fmt.Errorf("job %s: output stream %s left", job, wire.OutputStream(job))
+	}
+	return nil
+}
