@@ -33,9 +33,9 @@ func TestIntegrationBadInput(t *testing.T) {
 		if conn != nil {
 			connArgs = conn(connArgs)
 		}
-		r := c.Sluice(env, append(args, connArgs...)...)
-		if r.Code == 0 {
-			t.Fatalf("exit 0, want an error:\n%s", r)
+		r := c.SluiceWithin(time.Minute, env, append(args, connArgs...)...)
+		if r.Code <= 0 {
+			t.Fatalf("want an error and a non-zero exit:\n%s", r)
 		}
 		for _, w := range want {
 			if !strings.Contains(strings.ToLower(r.Stderr), strings.ToLower(w)) {

@@ -116,7 +116,14 @@ func (r Result) String() string {
 // (ConnArgs), so that a test can give wrong ones.
 func (c *Cluster) Sluice(env []string, args ...string) Result {
 	c.T.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return c.SluiceWithin(2*time.Minute, env, args...)
+}
+
+// SluiceWithin is Sluice for a command that must exit within d; one still
+// running then is killed and gets Code -1.
+func (c *Cluster) SluiceWithin(d time.Duration, env []string, args ...string) Result {
+	c.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Bins.Sluice, args...)
 	cmd.Env = append(append(os.Environ(), c.Env()...), env...)
@@ -126,6 +133,9 @@ func (c *Cluster) Sluice(env []string, args ...string) Result {
 	r := Result{Args: args, Stdout: stdout.String(), Stderr: stderr.String()}
 	var exit *exec.ExitError
 	switch {
+	case ctx.Err() != nil:
+		r.Code = -1
+		r.Stderr += fmt.Sprintf("\n(itest: killed, still running after %v)", d)
 	case err == nil:
 	case errors.As(err, &exit):
 		r.Code = exit.ExitCode()
