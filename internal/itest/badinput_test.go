@@ -28,6 +28,7 @@ func TestIntegrationBadInput(t *testing.T) {
 	// one of want (case-insensitive), and that the job store is unchanged.
 	refused := func(t *testing.T, env []string, conn func([]string) []string, want []string, args ...string) Result {
 		t.Helper()
+		c := c.For(t)
 		before := jobRecords(t, js)
 		connArgs := c.ConnArgs()
 		if conn != nil {
@@ -50,37 +51,45 @@ func TestIntegrationBadInput(t *testing.T) {
 	}
 
 	t.Run("invalid spec", func(t *testing.T) {
+		c := c.For(t)
 		s := good("invalid")
 		s["batch_size"], s["epochs"] = 0, -1
 		refused(t, nil, nil, []string{"batch_size", "epochs"}, "job", "submit", c.WriteSpec("invalid", s))
 	})
 	t.Run("prefix without shards", func(t *testing.T) {
+		c := c.For(t)
 		s := good("noshards")
 		s["dataset"] = "s3://" + d.Bucket + "/nothing-here/"
 		refused(t, nil, nil, []string{"no shards"}, "job", "submit", c.WriteSpec("noshards", s))
 	})
 	t.Run("missing bucket", func(t *testing.T) {
+		c := c.For(t)
 		s := good("nobucket")
 		s["dataset"] = "s3://no-such-bucket/train/"
 		refused(t, nil, nil, []string{"no-such-bucket"}, "job", "submit", c.WriteSpec("nobucket", s))
 	})
 	wrongS3 := S3Env(c.S3.AccessKey, "not-the-secret")
 	t.Run("wrong S3 credentials at submit", func(t *testing.T) {
+		c := c.For(t)
 		refused(t, wrongS3, nil, []string{"credentials"}, "job", "submit", c.WriteSpec("wrongs3", good("wrongs3")))
 	})
 	t.Run("wrong S3 credentials at fn serve", func(t *testing.T) {
+		c := c.For(t)
 		refused(t, wrongS3, nil, []string{"credentials"}, "fn", "serve", "--listen", "127.0.0.1:0")
 	})
 	wrongPassword := func(args []string) []string { return withFlag(args, "--nats-password", "not-the-password") }
 	t.Run("wrong NATS password", func(t *testing.T) {
+		c := c.For(t)
 		refused(t, nil, wrongPassword, []string{"authorization"}, "job", "list")
 		refused(t, nil, wrongPassword, []string{"authorization"}, "job", "submit", c.WriteSpec("wrongnats", good("wrongnats")))
 	})
 	t.Run("duplicate job id", func(t *testing.T) {
+		c := c.For(t)
 		c.Submit(good("dup"))
 		refused(t, nil, nil, []string{"dup", "exists"}, "job", "submit", c.WriteSpec("dup", good("dup")))
 	})
 	t.Run("delete a running job", func(t *testing.T) {
+		c := c.For(t)
 		// No agent reads its output, so the job stays running.
 		c.StartController("controller", ControllerOptions{})
 		c.Submit(good("running"))

@@ -33,7 +33,15 @@ type Cluster struct {
 	NATS  *NATSServer
 	S3    *S3Server
 	Proxy *FaultProxy // nil without faults
-	procs []*Process
+	procs *[]*Process // shared with the copies For makes
+}
+
+// For returns the cluster for a subtest: failures and cleanups go to t,
+// the processes started stay the cluster's.
+func (c *Cluster) For(t testing.TB) *Cluster {
+	cc := *c
+	cc.T = t
+	return &cc
 }
 
 // ClusterOptions shape a Cluster.
@@ -51,12 +59,12 @@ func StartCluster(t testing.TB, bins Binaries, o ClusterOptions) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{T: t, Bins: bins, Dir: dir}
+	c := &Cluster{T: t, Bins: bins, Dir: dir, procs: new([]*Process)}
 	// Registered first, so it runs last: after every process stopped.
 	t.Cleanup(func() {
 		c.killStrays()
 		if t.Failed() || os.Getenv("SLUICE_ITEST_KEEP") != "" {
-			for _, p := range c.procs {
+			for _, p := range *c.procs {
 				t.Logf("--- %s log (last 40 lines of %s):\n%s", p.Name, p.LogPath, p.Tail(40))
 			}
 			t.Logf("logs and data kept in %s", dir)
@@ -69,9 +77,9 @@ func StartCluster(t testing.TB, bins Binaries, o ClusterOptions) *Cluster {
 		t.Fatal(err)
 	}
 	c.NATS = StartNATSServer(t, bins.NATSServer, dir, certs)
-	c.procs = append(c.procs, c.NATS.Process)
+	*c.procs = append(*c.procs, c.NATS.Process)
 	c.S3 = StartS3Server(t, bins.VersityGW, dir)
-	c.procs = append(c.procs, c.S3.Process)
+	*c.procs = append(*c.procs, c.S3.Process)
 	if o.Faults != nil {
 		p, err := StartFaultProxy(c.S3.Endpoint(), *o.Faults)
 		if err != nil {
@@ -161,7 +169,7 @@ func (c *Cluster) MustSluice(args ...string) Result {
 func (c *Cluster) Start(name string, args ...string) *Process {
 	c.T.Helper()
 	p := StartProcess(c.T, c.Dir, name, c.Bins.Sluice, append(args, c.ConnArgs()...), c.Env())
-	c.procs = append(c.procs, p)
+	*c.procs = append(*c.procs, p)
 	return p
 }
 
@@ -347,7 +355,7 @@ func (c *Cluster) Replicas() []int {
 // cluster's NATS server and that the test did not start itself (replicas).
 func (c *Cluster) StrayPids() []int {
 	own := map[int]bool{}
-	for _, p := range c.procs {
+	for _, p := range *c.procs {
 		if p.Running() {
 			own[p.Pid()] = true
 		}
