@@ -74,7 +74,6 @@ func TestIntegrationBadInput(t *testing.T) {
 		refused(t, wrongS3, nil, []string{"credentials"}, "job", "submit", c.WriteSpec("wrongs3", good("wrongs3")))
 	})
 	t.Run("wrong S3 credentials at fn serve", func(t *testing.T) {
-		c := c.For(t)
 		refused(t, wrongS3, nil, []string{"credentials"}, "fn", "serve", "--listen", "127.0.0.1:0")
 	})
 	wrongPassword := func(args []string) []string { return withFlag(args, "--nats-password", "not-the-password") }
