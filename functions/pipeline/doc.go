@@ -28,6 +28,11 @@
 //	  - {op: color_jitter, brightness: 0.4, contrast: 0.4, saturation: 0.4}
 //	  - {op: normalize, dtype: f16}
 //
+// Build (and Parse, LoadFile, Lookup) validate a spec before any sample is
+// touched and report every problem at once in a *ValidationError, each
+// with its position: the document line where YAML gives one, and the op's
+// index, e.g. `line 6: ops[2] (color_jitter): brightness 3: want 0..1`.
+//
 // # Labels
 //
 // The label is an int64 "label" field read from a member holding an ASCII
@@ -39,11 +44,6 @@
 // stack into one chunk; a trainer masks label < 0 or passes
 // ignore_index=-1 to its loss. A label that is present but not an integer
 // fails its sample.
-//
-// Build (and Parse, LoadFile, Lookup) validate a spec before any sample is
-// touched and report every problem at once in a *ValidationError, each
-// with its position: the document line where YAML gives one, and the op's
-// index, e.g. `line 6: ops[2] (color_jitter): brightness 3: want 0..1`.
 //
 // # Image decoding is lazy
 //
