@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +31,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d := demo.DatasetDefaults(dataset)
 	fs := newFlagSet("demo", stderr)
 	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (JPEG tar shards), text (.txt tar shards) or tabular (Criteo .tsv shards)")
-	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's) or a YAML/JSON spec file")
+	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's), a YAML/JSON spec file, or an inline spec")
 	fs.IntVar(&d.Samples, "samples", d.Samples, "samples in the synthetic dataset")
 	fs.IntVar(&d.Shards, "shards", d.Shards, "tar shards the dataset is split into")
 	fs.IntVar(&d.Epochs, "epochs", d.Epochs, "epochs to train")
@@ -145,18 +144,16 @@ func (s *statusLine) end() {
 }
 
 // pipelineDocument turns --pipeline into what a job carries: a built-in
-// name as it is, or a spec file's contents, validated here so that every
-// error in it is reported before anything starts.
-func pipelineDocument(nameOrFile string) (string, error) {
-	if slices.Contains(pipeline.Names(), nameOrFile) {
-		return nameOrFile, nil
-	}
-	if _, err := pipeline.LoadFile(nameOrFile, pipeline.Options{}); err != nil {
-		return "", fmt.Errorf("--pipeline %s: %w", nameOrFile, err)
-	}
-	b, err := os.ReadFile(nameOrFile)
+// name as it is, or a spec's text (from a file, a pipe or the flag
+// itself), validated here so that every error in it is reported before
+// anything starts.
+func pipelineDocument(value string) (string, error) {
+	_, doc, err := loadPipelineFlag(value, pipeline.Options{})
 	if err != nil {
-		return "", fmt.Errorf("--pipeline: %w", err)
+		return "", err
 	}
-	return string(b), nil
+	if doc == "" {
+		return value, nil
+	}
+	return doc, nil
 }

@@ -31,7 +31,7 @@ const (
 
 func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("fn apply", stderr)
-	name := fset.String("pipeline", "", "built-in pipeline ("+strings.Join(pipeline.Names(), ", ")+") or a YAML/JSON spec file")
+	name := fset.String("pipeline", "", "built-in pipeline ("+strings.Join(pipeline.Names(), ", ")+"), a YAML/JSON spec file, or an inline spec")
 	input := fset.String("input", "", "a sample file (image, .txt, .json; .jsonl or .tsv: one sample a line), a directory of them, or a .tar shard")
 	output := fset.String("output", "", "safetensors file to write")
 	seed := fset.Uint64("seed", 0, "job seed the per-sample seeds derive from")
@@ -69,7 +69,7 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 
-	p, specText, err := resolvePipeline(*name, pipeline.Options{MaxPixels: *maxPixels})
+	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels})
 	if err != nil {
 		return err
 	}
@@ -124,33 +124,6 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "wrote %d samples (%d failed) through %s to %s: %s\n", len(st.keys), failed, p.Name(), *output, st.describe())
 	return nil
-}
-
-// resolvePipeline builds a built-in by name, a spec file, or an inline
-// spec; specText is the file's text when it was a file.
-func resolvePipeline(name string, o pipeline.Options) (p pipeline.Pipeline, specText string, err error) {
-	if slices.Contains(pipeline.Names(), name) {
-		p, err = pipeline.Lookup(name, o)
-		return p, "", err
-	}
-	info, statErr := os.Stat(name)
-	if statErr == nil && info.Mode().IsRegular() {
-		doc, err := os.ReadFile(name)
-		if err != nil {
-			return nil, "", fmt.Errorf("reading pipeline spec: %w", err)
-		}
-		p, err := pipeline.Parse(doc, o)
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", name, err)
-		}
-		return p, string(doc), nil
-	}
-	if strings.ContainsAny(name, ":{\n") {
-		p, err = pipeline.Lookup(name, o) // an inline spec
-		return p, name, err
-	}
-	return nil, "", fmt.Errorf("--pipeline %q: not a built-in pipeline (%s) nor a spec file (%v)",
-		name, strings.Join(pipeline.Names(), ", "), statErr)
 }
 
 // eachSample calls fn with every sample of path, in a stable order: a tar
