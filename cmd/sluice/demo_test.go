@@ -45,12 +45,12 @@ func TestDemoNothingPreprocessedFails(t *testing.T) {
 		}
 		var out, errb strings.Builder
 		code := run(ctx, args, &out, &errb)
-		want := "sluice demo: job demo failed: no sample could be preprocessed: 40 of 40 samples failed; the first, epoch 0 sample shard-"
-		if code != 1 || !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), "no image member") {
-			t.Errorf("json %v: exit %d, stderr %q; want 1 and %q", asJSON, code, errb.String(), want)
+		// Whether the summary or the job's own state says it: what failed, and why.
+		if code != 1 || !strings.Contains(errb.String(), "no sample could be") || !strings.Contains(errb.String(), "no image member") {
+			t.Errorf("json %v: exit %d, stderr %q; want 1, no sample could be preprocessed, and why", asJSON, code, errb.String())
 		}
-		if !asJSON && !strings.Contains(out.String(), "job demo: FAILED") {
-			t.Errorf("summary:\n%s", out.String())
+		if strings.Contains(out.String(), ": OK") {
+			t.Errorf("summary says OK:\n%s", out.String())
 		}
 	}
 }
