@@ -61,7 +61,10 @@ func (w inputWalker) walk(path string) error {
 			files = append(files, e.Name())
 		}
 	}
-	if len(classes) > 0 {
+	// Hidden folders alone (.git, .ipynb_checkpoints beside a folder of
+	// images) do not make an ImageFolder; beside class folders they are
+	// classes, as ImageFolder counts them.
+	if slices.ContainsFunc(classes, func(c string) bool { return !strings.HasPrefix(c, ".") }) {
 		if len(files) > 0 {
 			w.note(fmt.Sprintf("ignoring %d files beside the class folders of %s (%s), as ImageFolder does", len(files), path, clipList(files, 3)))
 		}
@@ -155,8 +158,14 @@ func (w inputWalker) imageFolder(root string, classes []string) error {
 		if strings.HasPrefix(class, ".") {
 			w.note(fmt.Sprintf("class folder %s is hidden but counted, as ImageFolder counts it: it is class %d", class, idx))
 		}
+		// The class folder itself may be a symbolic link (ImageFolder
+		// follows links); WalkDir does not follow its root's.
+		dir, err := filepath.EvalSymlinks(filepath.Join(root, class))
+		if err != nil {
+			return fmt.Errorf("reading class folder %s: %w", class, err)
+		}
 		var images []string // slash-separated, relative to the class folder
-		err := filepath.WalkDir(filepath.Join(root, class), func(p string, d fs.DirEntry, err error) error {
+		err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
@@ -167,7 +176,7 @@ func (w inputWalker) imageFolder(root string, classes []string) error {
 				skipped++
 				return nil
 			}
-			rel, err := filepath.Rel(filepath.Join(root, class), p)
+			rel, err := filepath.Rel(dir, p)
 			if err != nil {
 				return err
 			}
@@ -190,7 +199,7 @@ func (w inputWalker) imageFolder(root string, classes []string) error {
 				continue
 			}
 			seen[key] = rel
-			data, err := readCapped(filepath.Join(root, class, filepath.FromSlash(rel)), w.maxMember)
+			data, err := readCapped(filepath.Join(dir, filepath.FromSlash(rel)), w.maxMember)
 			if err != nil {
 				w.fail(key, err.Error())
 				continue

@@ -369,7 +369,9 @@ func writeFiles(t *testing.T, root string, files map[string][]byte) {
 func TestFnApplyUnlabelled(t *testing.T) {
 	dir := t.TempDir()
 	imgs := jpegs(t, 3)
-	writeFiles(t, dir, map[string][]byte{"one.jpg": imgs[0], "folder/a.jpg": imgs[1], "folder/b.JPEG": imgs[2]})
+	// A hidden folder beside the images does not make it an ImageFolder.
+	writeFiles(t, dir, map[string][]byte{"one.jpg": imgs[0], "folder/a.jpg": imgs[1], "folder/b.JPEG": imgs[2],
+		"folder/.ipynb_checkpoints/a-checkpoint.jpg": imgs[1]})
 	out := filepath.Join(dir, "out.safetensors")
 	for _, tc := range []struct {
 		input string
@@ -408,9 +410,15 @@ func TestFnApplyImageFolder(t *testing.T) {
 		".hidden/h.jpg":       imgs[6],
 		"README.md":           []byte("# a dataset"),
 	})
-	// Python: sorted(['Zebra', 'apple', 'b', 'banana', 'Äpfel', '.hidden'])
-	// == ['.hidden', 'Zebra', 'apple', 'b', 'banana', 'Äpfel'].
-	want := map[string]int64{".hidden/h": 0, "Zebra/z1": 1, "apple/a1": 2, "apple/deeper/a2": 2, "b/b1": 3, "banana/b1": 4, "Äpfel/x": 5}
+	// A class folder may be a symbolic link.
+	linked := filepath.Join(t.TempDir(), "cherries")
+	writeFiles(t, linked, map[string][]byte{"c1.png": imgs[0]})
+	if err := os.Symlink(linked, filepath.Join(root, "cherry")); err != nil {
+		t.Fatal(err)
+	}
+	// Python: sorted(['Zebra', 'apple', 'b', 'banana', 'cherry', 'Äpfel', '.hidden'])
+	// == ['.hidden', 'Zebra', 'apple', 'b', 'banana', 'cherry', 'Äpfel'].
+	want := map[string]int64{".hidden/h": 0, "Zebra/z1": 1, "apple/a1": 2, "apple/deeper/a2": 2, "b/b1": 3, "banana/b1": 4, "cherry/c1": 5, "Äpfel/x": 6}
 	out := filepath.Join(t.TempDir(), "out.safetensors")
 	code, _, stderr := applyCLI(t, "--pipeline", "imagenet-eval", "--input", root, "--output", out)
 	if code != 0 {
