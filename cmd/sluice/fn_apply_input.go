@@ -39,7 +39,8 @@ type inputWalker struct {
 // shard's in its order; the lines of a .jsonl or .tsv file keyed as a
 // line shard's are; a directory's by file name, files sharing a name up
 // to the extension making one sample (a.jpg + a.cls). A directory with
-// subfolders is an ImageFolder (see imageFolder).
+// subfolders, other than hidden ones alone, is an ImageFolder (see
+// imageFolder).
 func (w inputWalker) walk(path string) error {
 	info, err := os.Stat(path)
 	if err != nil {
