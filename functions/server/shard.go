@@ -45,9 +45,9 @@ const headerRoom = 4 << 10
 // ProcessShard preprocesses one shard and returns once its chunks and
 // shard-end message are acknowledged by JetStream. Bad samples do not fail
 // the shard: they are listed in the result. A returned error wraps
-// ErrInvalidTask or ErrShardNotFound when retrying cannot help; any other
-// error is transient. ProcessShard does no admission control (Handler does).
-// A missing output stream (ErrNoOutputStream) is also permanent.
+// ErrInvalidTask, ErrShardNotFound or ErrNoOutputStream when retrying
+// cannot help; any other error is transient. ProcessShard does no
+// admission control (Handler does).
 func (s *Server) ProcessShard(ctx context.Context, task wire.ShardTask) (wire.ShardResult, error) {
 	start := time.Now()
 	s.m.inFlight.Inc()
