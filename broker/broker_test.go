@@ -43,7 +43,7 @@ func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
 			order = append(order, task.Shard)
 			want := wire.ShardTask{
 				Job: "j1", Epoch: epoch, Shard: task.Shard, Bucket: "data", Key: job.Shards[task.Shard],
-				Pipeline: "image-classification", Seed: 11, ChunkMaxBytes: wire.DefaultChunkMaxBytes,
+				Pipeline: "imagenet-train", Seed: 11, ChunkMaxBytes: wire.DefaultChunkMaxBytes,
 				OutputSubject: wire.OutputSubject("j1"),
 			}
 			if diff := cmp.Diff(want, task); diff != "" {
@@ -146,7 +146,13 @@ func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := e.b.Delete(ctx, "gone"); err != nil {
+	if err := e.b.Delete(ctx, "gone", false); !errors.Is(err, ErrJobActive) || err.Error() != "job gone is queued: cancel it first or use --force" {
+		t.Fatalf("deleting a queued job without force: %v, want ErrJobActive saying what to do", err)
+	}
+	if n := taskCount(t, e.js, "gone"); n != 8 {
+		t.Fatalf("refused delete left %d tasks, want 8", n)
+	}
+	if err := e.b.Delete(ctx, "gone", true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.b.Job(ctx, "gone"); !errors.Is(err, ErrJobNotFound) || !strings.Contains(err.Error(), "gone") {
@@ -167,7 +173,7 @@ func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 	if _, err := e.b.Job(ctx, "kept"); err != nil {
 		t.Errorf("other job after Delete: %v", err)
 	}
-	if err := e.b.Delete(ctx, "gone"); !errors.Is(err, ErrJobNotFound) {
+	if err := e.b.Delete(ctx, "gone", false); !errors.Is(err, ErrJobNotFound) {
 		t.Errorf("deleting twice: %v, want ErrJobNotFound", err)
 	}
 

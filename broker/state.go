@@ -97,3 +97,35 @@ func (b *Broker) Release(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// Cancel stops job id for good: its record turns cancelled with reason
+// (compare-and-set, from queued or running), then Release removes its
+// tasks, its dispatcher's consumer and its output stream with the readers'
+// consumers. It needs no controller; one owning the job sees the state and
+// lets the job go. A finished job is refused with an error wrapping
+// ErrTransition that names its state; one already cancelled is released
+// again before that error, so a Cancel whose Release failed can be retried.
+func (b *Broker) Cancel(ctx context.Context, id, reason string) (wire.Job, error) {
+	if reason == "" {
+		reason = "cancelled"
+	}
+	job, err := b.Transition(ctx, id, wire.JobCancelled, reason, func(from wire.JobState) bool {
+		return from == wire.JobQueued || from == wire.JobRunning
+	})
+	if errors.Is(err, ErrTransition) {
+		if job.State == wire.JobCancelled {
+			if rerr := b.Release(ctx, id); rerr != nil {
+				return job, rerr
+			}
+		}
+		return job, fmt.Errorf("job %s is already %s: only a queued or running job can be cancelled: %w", id, job.State, ErrTransition)
+	}
+	if err != nil {
+		return wire.Job{}, err
+	}
+	if err := b.Release(ctx, id); err != nil {
+		return job, fmt.Errorf("job %s is cancelled, but releasing it failed (cancel again to retry): %w", id, err)
+	}
+	b.log.Info("job cancelled", "job", id, "reason", reason)
+	return job, nil
+}

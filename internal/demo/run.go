@@ -87,7 +87,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	}
 	b := broker.New(js, s3c, streams.Options{}, logger.With("component", "broker"))
 	// A --data-dir kept from an earlier run still holds that run's job.
-	if err := b.Delete(ctx, jobID); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
+	if err := b.Delete(ctx, jobID, true); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
 		return Summary{}, fmt.Errorf("clearing the previous demo job: %w", err)
 	}
 	submitted := time.Now()
