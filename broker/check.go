@@ -22,6 +22,11 @@ type SpecProblem struct {
 	// problem of the document as a whole.
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
+
+	// docLine is a pipeline problem's line in the pipeline document, and
+	// bare its message without it, for a spec file to place it in.
+	docLine int
+	bare    string
 }
 
 func (p SpecProblem) String() string {
@@ -81,7 +86,11 @@ func specProblems(spec wire.JobSpec) []SpecProblem {
 	}
 	if strings.TrimSpace(spec.Pipeline) != "" {
 		for _, p := range pipelineProblems(spec.Pipeline) {
-			ps = append(ps, SpecProblem{Line: p.Line, Field: "pipeline", Message: p.Msg})
+			sp := SpecProblem{Field: "pipeline", Message: p.Msg, docLine: p.Line, bare: p.Msg}
+			if p.Line > 0 {
+				sp.Message = fmt.Sprintf("line %d: %s", p.Line, p.Msg)
+			}
+			ps = append(ps, sp)
 		}
 	}
 	return ps
