@@ -113,6 +113,14 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 		{"no pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "" }), []string{"pipeline"}, nil},
 		{"job id", spec(func(s *wire.JobSpec) { s.ID = "a.b" }), []string{`id: "a.b"`}, nil},
 		{"chunk over max payload", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 16 << 20 }), []string{"chunk max bytes 16777216", "at most"}, nil},
+		{"unknown pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "nosuch" }),
+			[]string{`pipeline: unknown pipeline "nosuch": known pipelines are`, "imagenet-train", "text-wordpiece"}, ErrInvalidSpec},
+		{"bad inline pipeline", spec(func(s *wire.JobSpec) {
+			s.Pipeline = "ops:\n  - decode\n  - op: resize\n    size: 0\n  - to_uint8_hwc\n"
+		}),
+			[]string{"pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}, ErrInvalidSpec},
+		{"every problem at once", spec(func(s *wire.JobSpec) { s.BatchSize, s.Epochs, s.Pipeline = 0, 0, "nosuch" }),
+			[]string{"3 problems", "batch_size: 0", "epochs: 0", `unknown pipeline "nosuch"`}, ErrInvalidSpec},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := e.b.Submit(ctx, c.spec)
@@ -132,6 +140,9 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 			}
 			if _, err := e.js.Stream(ctx, wire.OutputStream("bad")); !errors.Is(err, jetstream.ErrStreamNotFound) {
 				t.Errorf("output stream after refused submit: %v", err)
+			}
+			if n := taskCount(t, e.js, "bad"); n != 0 {
+				t.Errorf("%d tasks after refused submit", n)
 			}
 		})
 	}
