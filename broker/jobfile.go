@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -270,31 +271,43 @@ var sizeUnits = map[string]float64{"": 1, "B": 1,
 	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
 	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
-// decodeSize reads a byte count: an integer, or a string such as "64MiB",
-// "1.5 GiB" or "100MB".
+// sizeWant says what a byte count may be.
+const sizeWant = "want a byte count: an integer or a size such as 64MiB, 1GiB, 100MB"
+
+// decodeSize reads a byte count: an integer or a ParseSize string.
 func decodeSize(v *yaml.Node) (int64, error) {
-	const want = "want a byte count: an integer or a size such as 64MiB, 1GiB, 100MB"
-	if v.Kind != yaml.ScalarNode {
-		return 0, fmt.Errorf("%s: %s", describe(v), want)
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!str") {
+		return 0, fmt.Errorf("%s: %s", describe(v), sizeWant)
 	}
-	if v.Tag == "!!int" {
-		var n int64
-		if err := v.Decode(&n); err != nil || n < 0 {
-			return 0, fmt.Errorf("%s: %s", v.Value, want)
+	n, err := ParseSize(v.Value)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", describe(v), err)
+	}
+	return n, nil
+}
+
+// ParseSize reads a byte count as job spec files and flags write it: an
+// integer, or a number with a unit of B, KiB, MiB, GiB, TiB (powers of
+// 1024) or KB, MB, GB, TB (of 1000), such as "64MiB" or "1.5 GiB".
+func ParseSize(s string) (int64, error) {
+	m := sizePattern.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, errors.New(sizeWant)
+	}
+	if m[2] == "" && !strings.Contains(m[1], ".") {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil {
+			return 0, errors.New("too large")
 		}
 		return n, nil
 	}
-	m := sizePattern.FindStringSubmatch(strings.TrimSpace(v.Value))
-	if v.Tag != "!!str" || m == nil {
-		return 0, fmt.Errorf("%s: %s", describe(v), want)
-	}
 	x, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %s", describe(v), want)
+		return 0, errors.New(sizeWant)
 	}
 	x *= sizeUnits[m[2]]
-	if x > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%s: too large", describe(v))
+	if x >= math.MaxInt64/2 {
+		return 0, errors.New("too large")
 	}
 	return int64(x), nil
 }

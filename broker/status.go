@@ -122,6 +122,7 @@ func (b *Broker) Watch(ctx context.Context, id string, each func(wire.Job, wire.
 		job        wire.Job
 		recorded   bool
 		rawStatus  []byte
+		statusRev  uint64
 		jobsReady  bool // the watcher's initial values are in
 		statsReady bool
 		deadline   <-chan time.Time // set once the record is terminal
@@ -157,7 +158,10 @@ func (b *Broker) Watch(ctx context.Context, id string, each func(wire.Job, wire.
 				statsReady = true
 				break
 			}
-			rawStatus = nil
+			if e.Revision() <= statusRev {
+				continue // read already, by the Get below
+			}
+			rawStatus, statusRev = nil, e.Revision()
 			if e.Operation() == jetstream.KeyValuePut {
 				rawStatus = e.Value()
 			}
@@ -166,6 +170,16 @@ func (b *Broker) Watch(ctx context.Context, id string, each func(wire.Job, wire.
 		}
 		if !jobsReady || !statsReady {
 			continue
+		}
+		if job.State.Terminal() && deadline == nil {
+			// The two watchers are not ordered with each other: a status
+			// written before the record turned terminal may not be in yet.
+			switch e, err := kvs.status.Get(ctx, id); {
+			case err == nil && e.Revision() > statusRev:
+				rawStatus, statusRev = e.Value(), e.Revision()
+			case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+				return fmt.Errorf("looking up job %s status: %w", id, err)
+			}
 		}
 		var st wire.JobStatus
 		if rawStatus != nil {

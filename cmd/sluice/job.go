@@ -1,0 +1,465 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/internal/natsconn"
+	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// runJob is `sluice job` alone (or with an unknown subcommand): it lists
+// the job commands.
+func runJob(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	w := stdout
+	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+		fmt.Fprintf(stderr, "sluice job: unknown command %q\n\n", args[0])
+		w = stderr
+	}
+	cmds := commands()
+	var names []string
+	for n := range cmds {
+		if strings.HasPrefix(n, "job ") {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "Usage: sluice job <command> [flags]\n\nCommands:")
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'sluice job <command> -h' for a command's flags.")
+	if w == stderr {
+		return errUsage
+	}
+	return nil
+}
+
+// jobConn holds the connection flags of the job commands.
+//
+// TODO(connect): a stand-in for internal/connect (NATS credentials, TLS,
+// stream replicas, the S3 options) until it lands; then the flags and
+// dialing here become its.
+type jobConn struct {
+	nats string
+	s3   objstore.Config
+}
+
+func (c *jobConn) flags(fs *flag.FlagSet, s3 bool) {
+	fs.StringVar(&c.nats, "nats", envOr("SLUICE_NATS_URL", nats.DefaultURL), "NATS server URL (env SLUICE_NATS_URL)")
+	if s3 {
+		fs.StringVar(&c.s3.Endpoint, "s3-endpoint", "", "S3 endpoint URL; empty means AWS (env SLUICE_S3_ENDPOINT)")
+		fs.StringVar(&c.s3.Region, "s3-region", "", "S3 region (env AWS_REGION, default us-east-1)")
+	}
+}
+
+// connect connects and returns a broker, with S3 when s3 (only Submit
+// lists a dataset), and what closes it.
+func (c *jobConn) connect(ctx context.Context, s3 bool) (*broker.Broker, func(), error) {
+	nc, js, err := natsconn.Connect(c.nats, "sluice-job", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := broker.New(js, nil, streams.Options{}, nil)
+	if s3 {
+		s3c, err := objstore.NewClient(ctx, c.s3.FromEnv())
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		b = broker.New(js, s3c, streams.Options{}, nil)
+	}
+	return b, nc.Close, nil
+}
+
+// parseArgs parses flags placed before, between or after the positional
+// arguments (`sluice job status ID --watch`), and wants between least and
+// most of them, named by what.
+func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) < least || len(pos) > most {
+		if len(pos) < least {
+			fmt.Fprintf(fs.Output(), "%s: want %s\n", fs.Name(), what)
+		} else {
+			fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (want %s)\n", fs.Name(), pos[most], what)
+		}
+		fs.Usage()
+		return nil, errUsage
+	}
+	return pos, nil
+}
+
+// printJSON writes v indented, with a final newline.
+func printJSON(w io.Writer, v any) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(v)
+}
+
+func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("job submit", stderr)
+	var conn jobConn
+	conn.flags(fs, true)
+	var f wire.JobSpec
+	fs.StringVar(&f.ID, "id", "", "job id: 1-64 characters of [A-Za-z0-9_-]")
+	fs.StringVar(&f.Dataset, "dataset", "", "dataset: s3://bucket/prefix/ holding the shards")
+	pipelineFlag := fs.String("pipeline", "", "pipeline: a built-in name ("+strings.Join(pipeline.Names(), ", ")+") or a YAML/JSON spec file")
+	fs.IntVar(&f.Epochs, "epochs", 0, "epochs")
+	fs.Uint64Var(&f.Seed, "seed", 0, "seed of the shard order and the augmentations")
+	fs.IntVar(&f.BatchSize, "batch-size", 0, "samples per training batch")
+	fs.IntVar(&f.MinReplicas, "min-replicas", 0, "function replicas kept while the job has work")
+	fs.IntVar(&f.MaxReplicas, "max-replicas", 0, "most function replicas for the job (0: the controller's cap)")
+	fs.Float64Var(&f.Weight, "weight", 0, "share of the replica capacity against other jobs (default 1)")
+	outputBuffer := fs.String("output-buffer", "", "most bytes of output buffered for the readers, such as 2GiB (default 1GiB)")
+	var readers stringList
+	fs.Var(&readers, "reader", "a reader of the job's output (repeat for several; default one, "+wire.DefaultReader+")")
+	asJSON := fs.Bool("json", false, "print the job record as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: sluice job submit [FILE.yaml] [flags]\n\n"+
+			"Checks a job spec, lists its dataset's shards, and queues one task per shard per epoch.\n"+
+			"Flags override the file's fields; without a file the flags are the whole spec.\n"+
+			"Nothing is created when anything is wrong.\n\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args, 0, 1, "at most one job spec file")
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["pipeline"] {
+		if f.Pipeline, err = jobPipeline(*pipelineFlag); err != nil {
+			return err
+		}
+	}
+	if set["output-buffer"] {
+		if f.OutputBufferBytes, err = broker.ParseSize(*outputBuffer); err != nil {
+			return fmt.Errorf("--output-buffer %q: %w", *outputBuffer, err)
+		}
+	}
+	f.Readers = readers
+	override := func(s *wire.JobSpec) { // the flags given, over the file
+		if set["id"] {
+			s.ID = f.ID
+		}
+		if set["dataset"] {
+			s.Dataset = f.Dataset
+		}
+		if set["pipeline"] {
+			s.Pipeline = f.Pipeline
+		}
+		if set["epochs"] {
+			s.Epochs = f.Epochs
+		}
+		if set["seed"] {
+			s.Seed = f.Seed
+		}
+		if set["batch-size"] {
+			s.BatchSize = f.BatchSize
+		}
+		if set["min-replicas"] {
+			s.MinReplicas = f.MinReplicas
+		}
+		if set["max-replicas"] {
+			s.MaxReplicas = f.MaxReplicas
+		}
+		if set["weight"] {
+			s.Weight = f.Weight
+		}
+		if set["output-buffer"] {
+			s.OutputBufferBytes = f.OutputBufferBytes
+		}
+		if set["reader"] {
+			s.Readers = f.Readers
+		}
+	}
+	var spec wire.JobSpec
+	if len(pos) == 1 {
+		data, err := os.ReadFile(pos[0])
+		if err != nil {
+			return fmt.Errorf("reading job spec: %w", err)
+		}
+		if spec, err = broker.ParseJobSpecWith(data, override); err != nil {
+			return fmt.Errorf("%s: %w", pos[0], byFlag(err, set))
+		}
+	} else {
+		override(&spec)
+		// Checked as the file would be, before connecting.
+		if err := broker.CheckJobSpec(spec.WithDefaults(1 << 20)); err != nil {
+			return byFlag(err, nil)
+		}
+	}
+
+	b, closeConn, err := conn.connect(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	job, err := b.Submit(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, job)
+	}
+	fmt.Fprintf(stdout, "job %s submitted: %d shards x %d epochs = %d tasks, pipeline %s, readers %s\n",
+		job.Spec.ID, len(job.Shards), job.Spec.Epochs, job.Tasks(), pipelineName(job.Spec.Pipeline), strings.Join(job.Spec.Readers, ", "))
+	return nil
+}
+
+// specFlags are the submit flags that set a job spec's fields, by field.
+var specFlags = map[string]string{"id": "id", "dataset": "dataset", "pipeline": "pipeline", "epochs": "epochs",
+	"seed": "seed", "batch_size": "batch-size", "min_replicas": "min-replicas", "max_replicas": "max-replicas",
+	"weight": "weight", "output_buffer_bytes": "output-buffer", "readers": "reader"}
+
+// byFlag names the flag in a spec problem whose value came from one: all
+// of them when set is nil (no file), else those set.
+func byFlag(err error, set map[string]bool) error {
+	var se *broker.SpecError
+	if !errors.As(err, &se) {
+		return err
+	}
+	out := &broker.SpecError{Job: se.Job, Problems: slices.Clone(se.Problems)}
+	for i, p := range out.Problems {
+		if name, ok := specFlags[p.Field]; ok && p.Line == 0 && (set == nil || set[name]) {
+			out.Problems[i].Field = "--" + name
+		}
+	}
+	return out
+}
+
+// stringList is a flag that may be repeated.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// jobPipeline turns --pipeline into what a job carries: a built-in name as
+// it is, a spec file's contents, or the value as given (the spec check
+// then says it is no built-in pipeline and lists those).
+func jobPipeline(nameOrFile string) (string, error) {
+	if slices.Contains(pipeline.Names(), nameOrFile) {
+		return nameOrFile, nil
+	}
+	st, err := os.Stat(nameOrFile)
+	if err != nil || !st.Mode().IsRegular() {
+		return nameOrFile, nil
+	}
+	data, err := os.ReadFile(nameOrFile)
+	if err != nil {
+		return "", fmt.Errorf("--pipeline: %w", err)
+	}
+	return string(data), nil
+}
+
+// pipelineName is what a job's pipeline is called in a line: its name, or
+// the name an inline spec gives.
+func pipelineName(p string) string {
+	if slices.Contains(pipeline.Names(), p) {
+		return p
+	}
+	if d, err := pipeline.ParseDefinition([]byte(p)); err == nil && d.Name != "" {
+		return d.Name + " (inline)"
+	}
+	return "custom (inline)"
+}
+
+// jobStatusJSON is what `sluice job status --json` prints: the record and
+// the live status, null until a controller writes one.
+type jobStatusJSON struct {
+	Job    wire.Job        `json:"job"`
+	Status *wire.JobStatus `json:"status"`
+}
+
+func statusJSON(job wire.Job, st wire.JobStatus) jobStatusJSON {
+	out := jobStatusJSON{Job: job}
+	if broker.HasStatus(st) {
+		out.Status = &st
+	}
+	return out
+}
+
+func runJobStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("job status", stderr)
+	var conn jobConn
+	conn.flags(fs, false)
+	watch := fs.Bool("watch", false, "print again at every change until the job ends; exit 1 unless it succeeded")
+	asJSON := fs.Bool("json", false, "print {\"job\": record, \"status\": live status or null} as JSON (one line per change with --watch)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: sluice job status ID [--watch] [--json]\n\n"+
+			"Shows a job's state and progress: tasks per epoch, samples, readers, replicas, failed shards.\n\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args, 1, 1, "a job id")
+	if err != nil {
+		return err
+	}
+	b, closeConn, err := conn.connect(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if !*watch {
+		job, st, err := b.Status(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, statusJSON(job, st))
+		}
+		printStatus(stdout, job, st)
+		return nil
+	}
+	var last wire.Job
+	enc := json.NewEncoder(stdout)
+	err = b.Watch(ctx, pos[0], func(job wire.Job, st wire.JobStatus) error {
+		last = job
+		if *asJSON {
+			return enc.Encode(statusJSON(job, st))
+		}
+		printStatus(stdout, job, st)
+		fmt.Fprintln(stdout)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if last.State != wire.JobSucceeded {
+		reason := ""
+		if last.Reason != "" {
+			reason = ": " + last.Reason
+		}
+		return fmt.Errorf("job %s %s%s", last.Spec.ID, last.State, reason)
+	}
+	return nil
+}
+
+func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("job list", stderr)
+	var conn jobConn
+	conn.flags(fs, false)
+	asJSON := fs.Bool("json", false, "print the job records as a JSON array")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: sluice job list [--json]\n\nLists the jobs, oldest submission first.\n\n")
+		fs.PrintDefaults()
+	}
+	if _, err := parseArgs(fs, args, 0, 0, "no arguments"); err != nil {
+		return err
+	}
+	b, closeConn, err := conn.connect(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	jobs, err := b.List(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if jobs == nil {
+			jobs = []wire.Job{}
+		}
+		return printJSON(stdout, jobs)
+	}
+	rows := make([]listRow, 0, len(jobs))
+	for _, j := range jobs {
+		row := listRow{job: j}
+		if _, st, err := b.Status(ctx, j.Spec.ID); err == nil && broker.HasStatus(st) {
+			row.status = &st
+		}
+		rows = append(rows, row)
+	}
+	printList(stdout, rows)
+	return nil
+}
+
+func runJobCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("job cancel", stderr)
+	var conn jobConn
+	conn.flags(fs, false)
+	reason := fs.String("reason", "cancelled with sluice job cancel", "why, kept in the job record")
+	asJSON := fs.Bool("json", false, "print the job record as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: sluice job cancel ID [--reason TEXT] [--json]\n\n"+
+			"Stops a queued or running job: its tasks, dispatcher consumer and output stream are removed;\n"+
+			"its record stays, cancelled, until `sluice job delete`. Needs no controller running.\n\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args, 1, 1, "a job id")
+	if err != nil {
+		return err
+	}
+	b, closeConn, err := conn.connect(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	job, err := b.Cancel(ctx, pos[0], *reason)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, job)
+	}
+	fmt.Fprintf(stdout, "job %s cancelled\n", job.Spec.ID)
+	return nil
+}
+
+func runJobDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("job delete", stderr)
+	var conn jobConn
+	conn.flags(fs, false)
+	force := fs.Bool("force", false, "cancel a queued or running job first instead of refusing")
+	asJSON := fs.Bool("json", false, `print {"id": ID, "deleted": true} as JSON`)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: sluice job delete ID [--force] [--json]\n\n"+
+			"Removes a finished job and everything of it: record, status, lease, reader positions,\n"+
+			"output stream, tasks and consumers. A queued or running job is refused unless --force.\n\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args, 1, 1, "a job id")
+	if err != nil {
+		return err
+	}
+	b, closeConn, err := conn.connect(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if err := b.Delete(ctx, pos[0], *force); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, map[string]any{"id": pos[0], "deleted": true})
+	}
+	fmt.Fprintf(stdout, "job %s deleted\n", pos[0])
+	return nil
+}
