@@ -106,9 +106,9 @@ func decodeJobFile(data []byte) (jobFile, []SpecProblem) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return f, []SpecProblem{{Message: "empty job spec"}}
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return f, []SpecProblem{syntaxProblem(err)}
+	root, prob := parseYAML(data)
+	if prob != nil {
+		return f, []SpecProblem{*prob}
 	}
 	if root.Kind != yaml.DocumentNode || len(root.Content) != 1 {
 		return f, []SpecProblem{{Message: "empty job spec"}}
@@ -135,6 +135,48 @@ func decodeJobFile(data []byte) (jobFile, []SpecProblem) {
 		}
 	}
 	return f, probs
+}
+
+// parseYAML parses a spec file. A JSON one gets JSON's syntax errors,
+// clearer than YAML's; one YAML cannot read (indented with tabs) is read
+// compacted, without lines.
+func parseYAML(data []byte) (yaml.Node, *SpecProblem) {
+	var root yaml.Node
+	trimmed := bytes.TrimSpace(data)
+	if trimmed[0] == '{' {
+		if err := json.Unmarshal(trimmed, new(any)); err != nil {
+			p := SpecProblem{Message: "not valid JSON: " + err.Error()}
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				p.Line = 1 + bytes.Count(trimmed[:min(int(se.Offset), len(trimmed))], []byte("\n"))
+				p.Line += bytes.Count(data[:bytes.Index(data, trimmed)], []byte("\n"))
+			}
+			return root, &p
+		}
+		if yaml.Unmarshal(data, &root) != nil {
+			var c bytes.Buffer
+			_ = json.Compact(&c, trimmed)
+			root = yaml.Node{}
+			if err := yaml.Unmarshal(c.Bytes(), &root); err != nil {
+				p := syntaxProblem(err)
+				return root, &p
+			}
+			clearLines(&root)
+		}
+		return root, nil
+	}
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		p := syntaxProblem(err)
+		return root, &p
+	}
+	return root, nil
+}
+
+func clearLines(n *yaml.Node) {
+	n.Line = 0
+	for _, c := range n.Content {
+		clearLines(c)
+	}
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)

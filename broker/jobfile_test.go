@@ -220,3 +220,31 @@ func TestCheckJobSpecWithoutFile(t *testing.T) {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
+
+func TestParseJobSpecJSON(t *testing.T) {
+	// Indented with tabs, which YAML does not read: JSON still does.
+	spec, err := ParseJobSpec([]byte("{\n\t\"id\": \"j\",\n\t\"dataset\": \"s3://b/p/\",\n\t\"pipeline\": \"criteo\",\n\t\"batch_size\": 2,\n\t\"epochs\": 1\n}\n"))
+	if err != nil || spec.ID != "j" || spec.Pipeline != "criteo" {
+		t.Errorf("tab-indented JSON: %+v, %v", spec, err)
+	}
+	_, err = ParseJobSpec([]byte("\n{\n  \"id\": \"j\",\n  \"epochs\": 1,,\n}\n"))
+	if diff := cmp.Diff([]string{"line 4: not valid JSON: invalid character ',' looking for beginning of object key string"}, problems(t, err)); diff != "" {
+		t.Errorf("JSON syntax error (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "1048576": 1 << 20, "64MiB": 64 << 20, "1 GiB": 1 << 30, "1.5GiB": 3 << 29,
+		"512KiB": 512 << 10, "2TiB": 2 << 40, "100MB": 100e6, "3GB": 3e9, "7B": 7, " 4 KB ": 4000,
+	} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1XB", "MiB", "1 mib", "1e9", "99999999999999999999", "9999999999TiB"} {
+		if got, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
