@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/broker"
@@ -59,31 +60,29 @@ type jobConn struct {
 	s3   objstore.Config
 }
 
-func (c *jobConn) flags(fs *flag.FlagSet, s3 bool) {
+func (c *jobConn) flags(fs *flag.FlagSet, withS3 bool) {
 	fs.StringVar(&c.nats, "nats", envOr("SLUICE_NATS_URL", nats.DefaultURL), "NATS server URL (env SLUICE_NATS_URL)")
-	if s3 {
+	if withS3 {
 		fs.StringVar(&c.s3.Endpoint, "s3-endpoint", "", "S3 endpoint URL; empty means AWS (env SLUICE_S3_ENDPOINT)")
 		fs.StringVar(&c.s3.Region, "s3-region", "", "S3 region (env AWS_REGION, default us-east-1)")
 	}
 }
 
-// connect connects and returns a broker, with S3 when s3 (only Submit
-// lists a dataset), and what closes it.
-func (c *jobConn) connect(ctx context.Context, s3 bool) (*broker.Broker, func(), error) {
+// connect connects and returns a broker, with S3 when withS3 (only
+// Submit lists a dataset), and what closes it.
+func (c *jobConn) connect(ctx context.Context, withS3 bool) (*broker.Broker, func(), error) {
 	nc, js, err := natsconn.Connect(c.nats, "sluice-job", nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	b := broker.New(js, nil, streams.Options{}, nil)
-	if s3 {
-		s3c, err := objstore.NewClient(ctx, c.s3.FromEnv())
-		if err != nil {
+	var s3c *s3.Client
+	if withS3 {
+		if s3c, err = objstore.NewClient(ctx, c.s3.FromEnv()); err != nil {
 			nc.Close()
 			return nil, nil, err
 		}
-		b = broker.New(js, s3c, streams.Options{}, nil)
 	}
-	return b, nc.Close, nil
+	return broker.New(js, s3c, streams.Options{}, nil), nc.Close, nil
 }
 
 // parseArgs parses flags placed before, between or after the positional
