@@ -261,6 +261,7 @@ batch_size: 0
 epoch: 2
 `)
 	tmpl := e.file(t, "tmpl.yaml", jobFile)
+	badPipe := e.file(t, "pipe.yaml", "name: small\nops:\n  - decode\n  - {op: resize, size: 0}\n  - to_uint8_hwc\n")
 	for _, c := range []struct {
 		name string
 		args []string
@@ -280,6 +281,8 @@ epoch: 2
 		{"a bad flag over a file", []string{tmpl, "--epochs", "0", "--id", "bad"}, []string{"--epochs: 0: want 1..10000"}},
 		{"prefix with no shards", []string{tmpl, "--id", "bad", "--dataset", "s3://data/none/"}, []string{"s3://data/none/", "no shards"}},
 		{"missing bucket", []string{tmpl, "--id", "bad", "--dataset", "s3://nope/ds/"}, []string{"nope", "NoSuchBucket"}},
+		{"a pipeline file's problems, at their lines in it", []string{tmpl, "--id", "bad", "--pipeline", badPipe},
+			[]string{"--pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}},
 		{"output buffer", []string{bad, "--output-buffer", "lots"}, []string{`--output-buffer "lots": want a byte count`}},
 		{"no such file", []string{filepath.Join(e.dir, "none.yaml")}, []string{"reading job spec", "none.yaml"}},
 	} {
@@ -301,6 +304,13 @@ epoch: 2
 	// An invalid spec is refused before connecting: no NATS is needed.
 	code, _, errs := runCLI(t, "job", "submit", bad, "--nats", "nats://127.0.0.1:1")
 	wantOutput(t, "invalid spec, no NATS", code, 1, errs, "4 problems")
+
+	pipe := e.file(t, "good-pipe.yaml", "name: small\nops: [decode, {op: resize, size: 32}, to_uint8_hwc]\n")
+	var out string
+	code, out, errs = e.job(t, "submit", tmpl, "--id", "piped", "--pipeline", pipe, "--json")
+	if job := decode[wire.Job](t, out); code != 0 || !strings.HasPrefix(job.Spec.Pipeline, "name: small\nops:") {
+		t.Errorf("submit --pipeline FILE: exit %d, %s %s: want the file's spec as the job's pipeline", code, out, errs)
+	}
 
 	good := e.file(t, "good.yaml", jobFile)
 	code, _, _ = e.job(t, "submit", good)
