@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -22,33 +22,6 @@ import (
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// runJob is `sluice job` alone (or with an unknown subcommand): it lists
-// the job commands.
-func runJob(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	w := stdout
-	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
-		fmt.Fprintf(stderr, "sluice job: unknown command %q\n\n", args[0])
-		w = stderr
-	}
-	cmds := commands()
-	var names []string
-	for n := range cmds {
-		if strings.HasPrefix(n, "job ") {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	fmt.Fprintln(w, "Usage: sluice job <command> [flags]\n\nCommands:")
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, cmds[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun 'sluice job <command> -h' for a command's flags.")
-	if w == stderr {
-		return errUsage
-	}
-	return nil
-}
 
 // jobConn holds the connection flags of the job commands.
 //
@@ -155,9 +128,11 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if set["pipeline"] {
-		if f.Pipeline, err = jobPipeline(*pipelineFlag); err != nil {
+		_, doc, err := loadPipelineFlag(*pipelineFlag, pipeline.Options{})
+		if err != nil {
 			return err
 		}
+		f.Pipeline = cmp.Or(doc, *pipelineFlag)
 	}
 	if set["output-buffer"] {
 		if f.OutputBufferBytes, err = broker.ParseSize(*outputBuffer); err != nil {
@@ -260,24 +235,6 @@ type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
-
-// jobPipeline turns --pipeline into what a job carries: a built-in name as
-// it is, a spec file's contents, or the value as given (the spec check
-// then says it is no built-in pipeline and lists those).
-func jobPipeline(nameOrFile string) (string, error) {
-	if slices.Contains(pipeline.Names(), nameOrFile) {
-		return nameOrFile, nil
-	}
-	st, err := os.Stat(nameOrFile)
-	if err != nil || !st.Mode().IsRegular() {
-		return nameOrFile, nil
-	}
-	data, err := os.ReadFile(nameOrFile)
-	if err != nil {
-		return "", fmt.Errorf("--pipeline: %w", err)
-	}
-	return string(data), nil
-}
 
 // pipelineName is what a job's pipeline is called in a line: its name, or
 // the name an inline spec gives.

@@ -282,7 +282,9 @@ epoch: 2
 		{"prefix with no shards", []string{tmpl, "--id", "bad", "--dataset", "s3://data/none/"}, []string{"s3://data/none/", "no shards"}},
 		{"missing bucket", []string{tmpl, "--id", "bad", "--dataset", "s3://nope/ds/"}, []string{"nope", "NoSuchBucket"}},
 		{"a pipeline file's problems, at their lines in it", []string{tmpl, "--id", "bad", "--pipeline", badPipe},
-			[]string{"--pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}},
+			[]string{"--pipeline " + badPipe + `: invalid pipeline "small": line 4: ops[1] (resize): size 0: want 1..8192`}},
+		{"an unknown pipeline", []string{tmpl, "--id", "bad", "--pipeline", "nosuch"},
+			[]string{`--pipeline "nosuch" is neither a built-in pipeline (` + strings.Join(pipeline.Names(), ", ")}},
 		{"output buffer", []string{bad, "--output-buffer", "lots"}, []string{`--output-buffer "lots": want a byte count`}},
 		{"no such file", []string{filepath.Join(e.dir, "none.yaml")}, []string{"reading job spec", "none.yaml"}},
 	} {
@@ -327,7 +329,7 @@ func TestJobUsage(t *testing.T) {
 	}{
 		{[]string{"job"}, 0, "job submit"},
 		{[]string{"job", "--help"}, 0, "job cancel"},
-		{[]string{"job", "launch"}, 2, `sluice job: unknown command "launch"`},
+		{[]string{"job", "launch"}, 2, `unknown command "job launch"`},
 		{[]string{"job", "status"}, 2, "sluice job status: want a job id"},
 		{[]string{"job", "cancel", "a", "b"}, 2, `unexpected argument "b" (want a job id)`},
 		{[]string{"job", "submit", "a.yaml", "b.yaml"}, 2, `unexpected argument "b.yaml"`},
