@@ -296,15 +296,16 @@ func runJobStatus(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	var last wire.Job
 	enc := json.NewEncoder(stdout)
+	view := newWatchView(stdout)
 	err = b.Watch(ctx, pos[0], func(job wire.Job, st wire.JobStatus) error {
 		last = job
 		if *asJSON {
 			return enc.Encode(statusJSON(job, st))
 		}
-		printStatus(stdout, job, st)
-		fmt.Fprintln(stdout)
+		view.show(job, st)
 		return nil
 	})
+	view.end()
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -121,4 +123,64 @@ func printList(w io.Writer, rows []listRow) {
 			pipelineName(r.job.Spec.Pipeline), r.job.Spec.Dataset, r.job.Submitted.Local().Format(time.DateTime))
 	}
 	_ = tw.Flush()
+}
+
+// watchEvery is how often at most `job status --watch` prints a status
+// that has not changed state, where it cannot redraw (a log).
+const watchEvery = 5 * time.Second
+
+// watchView shows a watched job: redrawn in place on a terminal;
+// elsewhere printed at each change of state and every watchEvery at most,
+// the last status always.
+type watchView struct {
+	w         io.Writer
+	tty       bool
+	lines     int // drawn last, on a terminal
+	printed   time.Time
+	lastState wire.JobState
+	pending   []byte // the latest status not printed yet
+}
+
+func newWatchView(w io.Writer) *watchView {
+	v := &watchView{w: w}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			v.tty = true
+		}
+	}
+	return v
+}
+
+func (v *watchView) show(job wire.Job, st wire.JobStatus) {
+	var b bytes.Buffer
+	printStatus(&b, job, st)
+	if v.tty {
+		if v.lines > 0 {
+			fmt.Fprintf(v.w, "\033[%dA\033[J", v.lines)
+		}
+		_, _ = v.w.Write(b.Bytes())
+		v.lines = bytes.Count(b.Bytes(), []byte("\n"))
+		return
+	}
+	v.pending = b.Bytes()
+	if job.State != v.lastState || time.Since(v.printed) >= watchEvery {
+		v.flush()
+	}
+	v.lastState = job.State
+}
+
+// end prints the last status if it was held back.
+func (v *watchView) end() {
+	if !v.tty {
+		v.flush()
+	}
+}
+
+func (v *watchView) flush() {
+	if v.pending == nil {
+		return
+	}
+	_, _ = v.w.Write(v.pending)
+	fmt.Fprintln(v.w)
+	v.pending, v.printed = nil, time.Now()
 }

@@ -340,3 +340,23 @@ func TestJobUsage(t *testing.T) {
 		wantOutput(t, strings.Join(c.args, " "), code, c.code, out+errs, c.want)
 	}
 }
+
+func TestWatchViewInALogPrintsChangesAndTheLastStatus(t *testing.T) {
+	var out strings.Builder
+	v := newWatchView(&out)
+	job := wire.Job{Spec: wire.JobSpec{ID: "j", Pipeline: "criteo", Epochs: 1}, Shards: []string{"a", "b"}, State: wire.JobQueued}
+	st := func(done int) wire.JobStatus {
+		return wire.JobStatus{Job: "j", State: wire.JobRunning, Updated: time.Now(), Tasks: wire.TaskCounts{Total: 2, Done: done}}
+	}
+	v.show(job, wire.JobStatus{})
+	job.State = wire.JobRunning
+	v.show(job, st(0))
+	v.show(job, st(1)) // held: same state, a moment later
+	if n := strings.Count(out.String(), "job j: "); n != 2 || strings.Contains(out.String(), "1/2 done") {
+		t.Fatalf("after queued, running, running: %q, want two blocks, the third held", out.String())
+	}
+	v.end()
+	if n := strings.Count(out.String(), "job j: "); n != 3 || !strings.HasSuffix(out.String(), "replicas  0 (0 ready)\n\n") || !strings.Contains(out.String(), "1/2 done") {
+		t.Errorf("after end: %q, want the held status printed last", out.String())
+	}
+}
