@@ -127,19 +127,56 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	f.Readers = readers
+	file := ""
+	if len(pos) == 1 {
+		file = pos[0]
+	}
+	spec, err := submittedSpec(file, set, f, *pipelineFlag, *outputBuffer)
+	if err != nil {
+		return err
+	}
+
+	b, closeConn, err := conn.connect(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	job, err := b.Submit(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, job)
+	}
+	fmt.Fprintf(stdout, "job %s submitted: %d shards x %d epochs = %d tasks, pipeline %s, readers %s\n",
+		job.Spec.ID, len(job.Shards), job.Spec.Epochs, job.Tasks(), pipelineName(job.Spec.Pipeline), strings.Join(job.Spec.Readers, ", "))
+	return nil
+}
+
+// submittedSpec is the spec `job submit` sends: the file's, if any, with
+// the flags given (set) over it, f holding their values. It is checked
+// before anything connects, every problem of the file and the flags at
+// once.
+func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineValue, outputBuffer string) (wire.JobSpec, error) {
+	var flagProbs []broker.SpecProblem
+	failed := map[string]bool{} // fields whose flag could not be read
 	if set["pipeline"] {
-		_, doc, err := loadPipelineFlag(*pipelineFlag, pipeline.Options{})
+		_, doc, err := loadPipelineFlag(pipelineValue, pipeline.Options{})
 		if err != nil {
-			return err
+			flagProbs = append(flagProbs, broker.SpecProblem{Message: err.Error()})
+			failed["pipeline"], set["pipeline"] = true, false
 		}
-		f.Pipeline = cmp.Or(doc, *pipelineFlag)
+		f.Pipeline = cmp.Or(doc, pipelineValue)
 	}
 	if set["output-buffer"] {
-		if f.OutputBufferBytes, err = broker.ParseSize(*outputBuffer); err != nil {
-			return fmt.Errorf("--output-buffer %q: %w", *outputBuffer, err)
+		n, err := broker.ParseSize(outputBuffer)
+		if err != nil {
+			flagProbs = append(flagProbs, broker.SpecProblem{Message: fmt.Sprintf("--output-buffer %q: %v", outputBuffer, err)})
+			failed["output_buffer_bytes"], set["output-buffer"] = true, false
 		}
+		f.OutputBufferBytes = n
 	}
-	f.Readers = readers
 	override := func(s *wire.JobSpec) { // the flags given, over the file
 		if set["id"] {
 			s.ID = f.ID
@@ -176,59 +213,44 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	var spec wire.JobSpec
-	if len(pos) == 1 {
-		data, err := os.ReadFile(pos[0])
-		if err != nil {
-			return fmt.Errorf("reading job spec: %w", err)
+	var err error
+	if file != "" {
+		data, rerr := os.ReadFile(file)
+		if rerr != nil {
+			return spec, fmt.Errorf("reading job spec: %w", rerr)
 		}
-		if spec, err = broker.ParseJobSpecWith(data, override); err != nil {
-			return fmt.Errorf("%s: %w", pos[0], byFlag(err, set))
-		}
+		spec, err = broker.ParseJobSpecWith(data, override)
 	} else {
 		override(&spec)
-		// Checked as the file would be, before connecting.
-		if err := broker.CheckJobSpec(spec.WithDefaults(1 << 20)); err != nil {
-			return byFlag(err, nil)
+		// Checked as a file would be, before connecting.
+		err = broker.CheckJobSpec(spec.WithDefaults(1 << 20))
+	}
+	if err == nil && len(flagProbs) == 0 {
+		return spec, nil
+	}
+	se := &broker.SpecError{Job: spec.ID, Problems: flagProbs}
+	var specErr *broker.SpecError
+	if errors.As(err, &specErr) {
+		for _, p := range specErr.Problems {
+			if failed[p.Field] {
+				continue // unset because its flag failed: said already
+			}
+			if name, ok := specFlags[p.Field]; ok && p.Line == 0 && (file == "" || set[name]) {
+				p.Field = "--" + name // the value came from this flag
+			}
+			se.Problems = append(se.Problems, p)
 		}
 	}
-
-	b, closeConn, err := conn.connect(ctx, true)
-	if err != nil {
-		return err
+	if file != "" {
+		return spec, fmt.Errorf("%s: %w", file, se)
 	}
-	defer closeConn()
-	job, err := b.Submit(ctx, spec)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printJSON(stdout, job)
-	}
-	fmt.Fprintf(stdout, "job %s submitted: %d shards x %d epochs = %d tasks, pipeline %s, readers %s\n",
-		job.Spec.ID, len(job.Shards), job.Spec.Epochs, job.Tasks(), pipelineName(job.Spec.Pipeline), strings.Join(job.Spec.Readers, ", "))
-	return nil
+	return spec, se
 }
 
 // specFlags are the submit flags that set a job spec's fields, by field.
 var specFlags = map[string]string{"id": "id", "dataset": "dataset", "pipeline": "pipeline", "epochs": "epochs",
 	"seed": "seed", "batch_size": "batch-size", "min_replicas": "min-replicas", "max_replicas": "max-replicas",
 	"weight": "weight", "output_buffer_bytes": "output-buffer", "readers": "reader"}
-
-// byFlag names the flag in a spec problem whose value came from one: all
-// of them when set is nil (no file), else those set.
-func byFlag(err error, set map[string]bool) error {
-	var se *broker.SpecError
-	if !errors.As(err, &se) {
-		return err
-	}
-	out := &broker.SpecError{Job: se.Job, Problems: slices.Clone(se.Problems)}
-	for i, p := range out.Problems {
-		if name, ok := specFlags[p.Field]; ok && p.Line == 0 && (set == nil || set[name]) {
-			out.Problems[i].Field = "--" + name
-		}
-	}
-	return out
-}
 
 // stringList is a flag that may be repeated.
 type stringList []string

@@ -286,6 +286,8 @@ epoch: 2
 		{"an unknown pipeline", []string{tmpl, "--id", "bad", "--pipeline", "nosuch"},
 			[]string{`--pipeline "nosuch" is neither a built-in pipeline (` + strings.Join(pipeline.Names(), ", ")}},
 		{"output buffer", []string{bad, "--output-buffer", "lots"}, []string{`--output-buffer "lots": want a byte count`}},
+		{"bad flags and a bad field at once", []string{tmpl, "--id", "bad", "--pipeline", "nosuch", "--output-buffer", "lots", "--epochs", "0"}, []string{
+			"(3 problems)", `--pipeline "nosuch" is neither`, `--output-buffer "lots": want a byte count`, "--epochs: 0: want 1..10000"}},
 		{"no such file", []string{filepath.Join(e.dir, "none.yaml")}, []string{"reading job spec", "none.yaml"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
