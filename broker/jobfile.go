@@ -90,6 +90,9 @@ type jobFile struct {
 	lines map[string]int
 	// overridden are the keys whose value came from elsewhere (flags).
 	overridden map[string]bool
+	// unread are the keys whose value could not be decoded (and so is
+	// left zero): their problem is said already.
+	unread map[string]bool
 	// readerLines are the lines of the readers' entries.
 	readerLines []int
 	// pipelineOffset is added to a line of the pipeline document to get
@@ -102,7 +105,7 @@ var jobKeys = []string{"id", "dataset", "pipeline", "batch_size", "epochs", "see
 	"max_replicas", "weight", "readers", "chunk_max_bytes", "output_buffer_bytes"}
 
 func decodeJobFile(data []byte) (jobFile, []SpecProblem) {
-	f := jobFile{lines: map[string]int{}, overridden: map[string]bool{}, pipelineOffset: -1}
+	f := jobFile{lines: map[string]int{}, overridden: map[string]bool{}, unread: map[string]bool{}, pipelineOffset: -1}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return f, []SpecProblem{{Message: "empty job spec"}}
 	}
@@ -132,6 +135,7 @@ func decodeJobFile(data []byte) (jobFile, []SpecProblem) {
 		f.lines[k.Value] = k.Line
 		if err := f.decodeField(data, top, i, k.Value, v); err != nil {
 			probs = append(probs, SpecProblem{Line: v.Line, Field: k.Value, Message: err.Error()})
+			f.unread[k.Value] = true
 		}
 	}
 	return f, probs
@@ -430,6 +434,9 @@ func blockText(data []byte, first, last, column int) (string, bool) {
 func (f *jobFile) place(probs []SpecProblem) []SpecProblem {
 	out := make([]SpecProblem, 0, len(probs))
 	for _, p := range probs {
+		if f.unread[p.Field] && !f.overridden[p.Field] {
+			continue
+		}
 		line, set := f.lines[p.Field]
 		switch {
 		case f.overridden[p.Field]: // not the file's value: no line

@@ -190,6 +190,12 @@ func TestParseJobSpecSyntaxAndShape(t *testing.T) {
 			t.Errorf("%q: problems %q lack %q", c.doc, got, c.want)
 		}
 	}
+	// A value that cannot be read has that one problem, not also the
+	// zero value's.
+	_, err := ParseJobSpec([]byte("id: j\ndataset: s3://b/p/\npipeline: criteo\nbatch_size: many\nepochs: 1\n"))
+	if diff := cmp.Diff([]string{`line 4: batch_size: "many": want an integer`}, problems(t, err)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
 }
 
 func TestParseJobSpecWithOverrides(t *testing.T) {
