@@ -70,9 +70,15 @@ type buckets struct {
 	jobs, status, leases, readers jetstream.KeyValue
 }
 
-// New builds a broker. s3c lists datasets at submission; logger nil
-// discards. Streams are ensured on first use, with opts.
-func New(js jetstream.JetStream, s3c *s3.Client, opts streams.Options, logger *slog.Logger) *Broker {
+// StreamOptions apply to the streams and buckets a Broker creates
+// (Replicas: 3 on a NATS cluster). An alias of the internal definition, so
+// that programs outside this module can give them.
+type StreamOptions = streams.Options
+
+// New builds a broker. s3c lists datasets at submission (nil: Submit
+// refuses); logger nil discards. Streams are ensured on first use, with
+// opts.
+func New(js jetstream.JetStream, s3c *s3.Client, opts StreamOptions, logger *slog.Logger) *Broker {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
