@@ -53,7 +53,7 @@ func TestFnServeFinishesInFlightShardOnSIGTERM(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0", "--nats", srv.URL(),
 		"--s3-endpoint", s3cfg.Endpoint, "--log-level", "warn")
-	cmd.Env = append(os.Environ(), replicaEnv+"=1", "AWS_ACCESS_KEY_ID="+s3cfg.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3cfg.SecretKey)
+	cmd.Env = append(append(os.Environ(), replicaEnv+"=1"), testenv.S3Env()...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
