@@ -77,7 +77,9 @@ func (f *Flags) Resolve() (Config, error) {
 	defaulted := map[string]bool{}
 	for _, s := range settings {
 		if s.part&f.parts == 0 {
-			_ = s.set(&c, s.def)
+			if s.def != "" {
+				_ = s.set(&c, s.def)
+			}
 			continue
 		}
 		var v, where string
@@ -92,6 +94,10 @@ func (f *Flags) Resolve() (Config, error) {
 			defaulted[s.name] = true
 		}
 		from[s.name] = where
+		if v == "" && s.isBool {
+			defaulted[s.name] = true // an empty SLUICE_S3_PATH_STYLE too
+			continue
+		}
 		if err := s.set(&c, v); err != nil {
 			problems = append(problems, describe(where, s, v)+": "+err.Error())
 		}
