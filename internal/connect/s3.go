@@ -59,6 +59,7 @@ var wrongCredentialCodes = map[string]bool{
 	"TokenRefreshRequired":  true,
 	"InvalidSecurity":       true,
 	"InvalidClientTokenId":  true,
+	"XAdminUserNotFound":    true, // versitygw: no such access key
 }
 
 // ExplainS3 classifies an error from an S3 call as one of the check's
