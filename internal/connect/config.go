@@ -103,19 +103,19 @@ var settings = func() []setting {
 	secret := func(st setting) setting { st.secret = true; return st }
 	return []setting{
 		{name: "nats", env: "SLUICE_NATS_URL", key: "nats.url", part: PartNATS, def: DefaultNATSURL,
-			usage: "NATS server URLs, comma-separated",
+			usage: "NATS server `URLs`, comma-separated",
 			get:   func(c Config) string { return strings.Join(c.NATS.URLs, ",") },
 			set:   func(c *Config, v string) error { c.NATS.URLs = splitList(v); return nil }},
-		s("nats-creds", "SLUICE_NATS_CREDS", "nats.creds", PartNATS, "NATS credentials file (JWT and seed)", func(c *Config) *string { return &c.NATS.CredsFile }),
-		s("nats-nkey", "SLUICE_NATS_NKEY", "nats.nkey", PartNATS, "NATS NKey seed file", func(c *Config) *string { return &c.NATS.NKeyFile }),
-		s("nats-user", "SLUICE_NATS_USER", "nats.user", PartNATS, "NATS user name", func(c *Config) *string { return &c.NATS.User }),
-		secret(s("nats-password", "SLUICE_NATS_PASSWORD", "nats.password", PartNATS, "NATS password (prefer the environment variable)", func(c *Config) *string { return &c.NATS.Password })),
-		secret(s("nats-token", "SLUICE_NATS_TOKEN", "nats.token", PartNATS, "NATS authentication token (prefer the environment variable)", func(c *Config) *string { return &c.NATS.Token })),
-		s("nats-tls-ca", "SLUICE_NATS_TLS_CA", "nats.tls.ca", PartNATS, "PEM CA bundle that signed the NATS servers' certificates", func(c *Config) *string { return &c.NATS.TLSCA }),
-		s("nats-tls-cert", "SLUICE_NATS_TLS_CERT", "nats.tls.cert", PartNATS, "client certificate (PEM) for NATS TLS", func(c *Config) *string { return &c.NATS.TLSCert }),
-		s("nats-tls-key", "SLUICE_NATS_TLS_KEY", "nats.tls.key", PartNATS, "client certificate's key (PEM)", func(c *Config) *string { return &c.NATS.TLSKey }),
+		s("nats-creds", "SLUICE_NATS_CREDS", "nats.creds", PartNATS, "NATS credentials `file` (JWT and seed)", func(c *Config) *string { return &c.NATS.CredsFile }),
+		s("nats-nkey", "SLUICE_NATS_NKEY", "nats.nkey", PartNATS, "NATS NKey seed `file`", func(c *Config) *string { return &c.NATS.NKeyFile }),
+		s("nats-user", "SLUICE_NATS_USER", "nats.user", PartNATS, "NATS user `name`", func(c *Config) *string { return &c.NATS.User }),
+		secret(s("nats-password", "SLUICE_NATS_PASSWORD", "nats.password", PartNATS, "NATS `password` (prefer the environment variable)", func(c *Config) *string { return &c.NATS.Password })),
+		secret(s("nats-token", "SLUICE_NATS_TOKEN", "nats.token", PartNATS, "NATS authentication `token` (prefer the environment variable)", func(c *Config) *string { return &c.NATS.Token })),
+		s("nats-tls-ca", "SLUICE_NATS_TLS_CA", "nats.tls.ca", PartNATS, "PEM CA bundle `file` that signed the NATS servers' certificates", func(c *Config) *string { return &c.NATS.TLSCA }),
+		s("nats-tls-cert", "SLUICE_NATS_TLS_CERT", "nats.tls.cert", PartNATS, "client certificate `file` (PEM) for NATS TLS", func(c *Config) *string { return &c.NATS.TLSCert }),
+		s("nats-tls-key", "SLUICE_NATS_TLS_KEY", "nats.tls.key", PartNATS, "client certificate's key `file` (PEM)", func(c *Config) *string { return &c.NATS.TLSKey }),
 		{name: "stream-replicas", env: "SLUICE_STREAM_REPLICAS", key: "stream_replicas", part: PartStreams, def: "1",
-			usage: "JetStream replicas of Sluice's streams and buckets: 1, or 3 on a NATS cluster (1..5)",
+			usage: "JetStream `replicas` of Sluice's streams and buckets: 1, or 3 on a NATS cluster (1..5)",
 			get:   func(c Config) string { return strconv.Itoa(c.StreamReplicas) },
 			set: func(c *Config, v string) error {
 				n, err := strconv.Atoi(strings.TrimSpace(v))
@@ -125,8 +125,8 @@ var settings = func() []setting {
 				c.StreamReplicas = n
 				return nil
 			}},
-		s("s3-endpoint", "SLUICE_S3_ENDPOINT", "s3.endpoint", PartS3, "S3 endpoint URL; empty means AWS", func(c *Config) *string { return &c.S3.Endpoint }),
-		s("s3-region", "SLUICE_S3_REGION", "s3.region", PartS3, "S3 region (default: the AWS SDK's, AWS_REGION or the profile's, else us-east-1)", func(c *Config) *string { return &c.S3.Region }),
+		s("s3-endpoint", "SLUICE_S3_ENDPOINT", "s3.endpoint", PartS3, "S3 endpoint `URL`; empty means AWS", func(c *Config) *string { return &c.S3.Endpoint }),
+		s("s3-region", "SLUICE_S3_REGION", "s3.region", PartS3, "S3 `region` (default: the AWS SDK's, AWS_REGION or the profile's, else us-east-1)", func(c *Config) *string { return &c.S3.Region }),
 		{name: "s3-path-style", env: "SLUICE_S3_PATH_STYLE", key: "s3.path_style", part: PartS3, isBool: true,
 			usage: "path-style S3 addressing (default true when --s3-endpoint is set)",
 			get:   func(c Config) string { return strconv.FormatBool(c.S3.PathStyle) },
@@ -138,7 +138,7 @@ var settings = func() []setting {
 				c.S3.PathStyle = b
 				return nil
 			}},
-		s("s3-ca", "SLUICE_S3_CA", "s3.ca", PartS3, "PEM CA bundle to trust for the S3 endpoint", func(c *Config) *string { return &c.S3.CAFile }),
+		s("s3-ca", "SLUICE_S3_CA", "s3.ca", PartS3, "PEM CA bundle `file` to trust for the S3 endpoint", func(c *Config) *string { return &c.S3.CAFile }),
 	}
 }()
 

@@ -27,7 +27,7 @@ type Flags struct {
 // after fs.Parse.
 func Register(fs *flag.FlagSet, parts Parts) *Flags {
 	f := &Flags{parts: parts, fs: fs, vals: map[string]*string{}}
-	fs.StringVar(&f.config, "config", "", "YAML file with connection settings (env "+ConfigEnv+"); flags and env override it")
+	fs.StringVar(&f.config, "config", "", "YAML `file` with connection settings (env "+ConfigEnv+"); flags and env override it")
 	for _, s := range settings {
 		if s.part&parts == 0 {
 			continue
