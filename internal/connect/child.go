@@ -22,19 +22,25 @@ func (c Config) Args(parts Parts) []string {
 	return args
 }
 
-// Env is the NAME=value environment a child process needs besides Args:
-// the secrets of parts in c. AWS credentials are not in it: the child
-// finds them the way its parent did, through the SDK's default chain
+// Env is the environment a child process needs besides Args; append it
+// after os.Environ() (exec.Cmd keeps the last value of a name). It carries
+// the secrets of parts in c, and clears what the child would otherwise
+// inherit and read instead: the other SLUICE_* variables of parts (their
+// values are in Args) and SLUICE_CONFIG (the parent has already folded the
+// file into Args and Env). AWS credentials are not in it: the child finds
+// them the way its parent did, through the SDK's default chain
 // (inherited environment, profile, role).
 func (c Config) Env(parts Parts) []string {
-	var env []string
+	env := []string{ConfigEnv + "="}
 	for _, s := range settings {
-		if s.part&parts == 0 || !s.secret {
+		if s.part&parts == 0 {
 			continue
 		}
-		if v := s.get(c); v != "" {
-			env = append(env, s.env+"="+v)
+		v := ""
+		if s.secret {
+			v = s.get(c)
 		}
+		env = append(env, s.env+"="+v)
 	}
 	return env
 }

@@ -172,7 +172,11 @@ func TestArgsAndEnvGiveAChildTheSameConfig(t *testing.T) {
 		if strings.Contains(strings.Join(args, " "), "pa ss") {
 			t.Errorf("secret on argv: %q", args)
 		}
-		envMap := map[string]string{}
+		// What the child would inherit from its parent's environment,
+		// which Env must override.
+		junk := writeFile(t, "junk.yaml", "nats:\n  url: nats://junk:4222\n  token: junk\ns3:\n  ca: /junk\n")
+		envMap := map[string]string{"SLUICE_CONFIG": junk, "SLUICE_NATS_TOKEN": "junk", "SLUICE_NATS_CREDS": "/junk",
+			"SLUICE_S3_PATH_STYLE": "true", "SLUICE_STREAM_REPLICAS": "2"}
 		for _, kv := range env {
 			k, v, _ := strings.Cut(kv, "=")
 			envMap[k] = v
