@@ -105,6 +105,7 @@ func TestResolveReportsEveryProblemAtOnce(t *testing.T) {
 	env := map[string]string{
 		"SLUICE_NATS_TOKEN":      "secret-token",
 		"SLUICE_STREAM_REPLICAS": "7",
+		"SLUICE_NATS_TLS_KEY":    "",
 		"SLUICE_S3_PATH_STYLE":   "maybe",
 	}
 	_, err := resolveWith(t, PartAll, []string{
@@ -153,7 +154,7 @@ func TestResolveBadConfigFile(t *testing.T) {
 		}
 	}
 	_, err := resolveWith(t, PartAll, []string{"--config", "/nonexistent.yaml"}, nil)
-	if err == nil || !strings.Contains(err.Error(), "--config open /nonexistent.yaml") {
+	if err == nil || !strings.Contains(err.Error(), "--config: open /nonexistent.yaml") {
 		t.Errorf("missing file: %v", err)
 	}
 }
@@ -195,5 +196,12 @@ func TestArgsAndEnvGiveAChildTheSameConfig(t *testing.T) {
 		if diff := cmp.Diff(want, child); diff != "" {
 			t.Errorf("parts %b: child (-want,+got):\n%s\nargs %q env %q", parts, diff, args, env)
 		}
+	}
+}
+
+func TestResolveUnparsableValueIsOneProblem(t *testing.T) {
+	_, err := resolveWith(t, PartAll, nil, map[string]string{"SLUICE_STREAM_REPLICAS": "three"})
+	if err == nil || err.Error() != `SLUICE_STREAM_REPLICAS "three": want a number 1..5` {
+		t.Errorf("got %v", err)
 	}
 }

@@ -39,11 +39,6 @@ func Register(fs *flag.FlagSet, parts Parts) *Flags {
 	return f
 }
 
-// origin says where a setting's value came from, as a user would look for it.
-type origin struct {
-	flag, env, file string
-}
-
 // Resolve merges flags (those given), environment, config file and
 // defaults, and validates the result. The error lists every problem, one
 // per line (errors.Join), each naming its flag, variable or file key.
@@ -68,7 +63,7 @@ func (f *Flags) Resolve() (Config, error) {
 		var fp []string
 		file, fp = readFile(path)
 		for _, p := range fp {
-			problems = append(problems, pathFrom+" "+p)
+			problems = append(problems, pathFrom+": "+p)
 		}
 	}
 
@@ -100,6 +95,9 @@ func (f *Flags) Resolve() (Config, error) {
 		}
 		if err := s.set(&c, v); err != nil {
 			problems = append(problems, describe(where, s, v)+": "+err.Error())
+			if s.def != "" {
+				_ = s.set(&c, s.def) // reported once, not again by validate
+			}
 		}
 	}
 	if f.parts&PartS3 != 0 && defaulted["s3-path-style"] {

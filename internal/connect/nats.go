@@ -176,7 +176,7 @@ func isTLSError(err error) bool {
 		alert   tls.AlertError
 	)
 	switch {
-	case errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted),
+	case errors.Is(err, nats.ErrTLS), errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted),
 		errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid),
 		errors.As(err, &header), errors.As(err, &alert):
 		return true

@@ -117,9 +117,10 @@ func TestConnectNATSTLS(t *testing.T) {
 	if !errors.Is(err, ErrNATSTLS) || !strings.Contains(err.Error(), "--nats-tls-ca") {
 		t.Errorf("unknown CA: %v; want a TLS error suggesting --nats-tls-ca", err)
 	}
-	// No client certificate.
+	// No client certificate: the server says "certificate required", or
+	// closes the connection before the client reads that.
 	err = connectErr(t, natsConfig(url, func(n *NATS) { n.TLSCA = pki.ca }))
-	if !errors.Is(err, ErrNATSTLS) || !strings.Contains(err.Error(), "certificate required") {
+	if !errors.Is(err, ErrNATSTLS) {
 		t.Errorf("no client certificate: %v; want a TLS error", err)
 	}
 	// Plain nats:// to a TLS server, no TLS settings.
