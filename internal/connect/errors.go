@@ -18,6 +18,8 @@ var (
 
 	// ErrS3Unreachable: the S3 endpoint did not answer (refused, DNS, timeout).
 	ErrS3Unreachable = errors.New("s3 endpoint unreachable")
+	// ErrS3TLS: the endpoint's certificate is not trusted (or TLS failed).
+	ErrS3TLS = errors.New("s3 tls failed")
 	// ErrS3NoCredentials: the AWS SDK's default chain found no credentials.
 	ErrS3NoCredentials = errors.New("no s3 credentials found")
 	// ErrS3WrongCredentials: S3 answered that the access key is unknown or

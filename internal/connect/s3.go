@@ -2,6 +2,8 @@ package connect
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +29,7 @@ func (c Config) S3Client(ctx context.Context, reg prometheus.Registerer) (*s3.Cl
 const s3CheckTimeout = 15 * time.Second
 
 // CheckS3 asks S3 to list buckets, once (no retries), and says whether the
-// endpoint answers and accepts the credentials: ErrS3Unreachable,
+// endpoint answers and accepts the credentials: ErrS3Unreachable, ErrS3TLS,
 // ErrS3NoCredentials or ErrS3WrongCredentials (errors.Is). AccessDenied
 // counts as success: the credentials were accepted, and least-privilege
 // roles often may not list buckets (s3:ListAllMyBuckets).
@@ -78,6 +80,11 @@ func ExplainS3(err error, endpoint *string) error {
 	}
 	if isNoCredentials(err) {
 		return fmt.Errorf("%w for %s: the AWS SDK's default chain has none (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a web identity token, or run with an instance role): %v", ErrS3NoCredentials, at, err)
+	}
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	if errors.As(err, &verify) || errors.As(err, &unknown) {
+		return fmt.Errorf("%w at %s: %v (trust its CA with --s3-ca)", ErrS3TLS, at, err)
 	}
 	var send *smithyhttp.RequestSendError
 	if errors.As(err, &send) || errors.Is(err, context.DeadlineExceeded) || isNetError(err) {

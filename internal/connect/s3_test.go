@@ -2,15 +2,20 @@ package connect
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -129,4 +134,38 @@ func answer(t *testing.T, status int, code string) string {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// TestS3CustomCA serves S3 over TLS with a certificate from a CA made in
+// the test: trusted with S3.CAFile, refused without it.
+func TestS3CustomCA(t *testing.T) {
+	pki := newPKI(t)
+	cert, err := tls.LoadX509KeyPair(pki.serverCert, pki.serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(gofakes3.New(s3mem.New()).Server())
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	awsEnv(t, "key", "secret")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := Default()
+	c.S3 = S3{Endpoint: srv.URL, PathStyle: true, CAFile: pki.ca}
+	client, err := c.S3Client(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckS3(ctx, client, nil); err != nil {
+		t.Errorf("with the CA: %v", err)
+	}
+	c.S3.CAFile = ""
+	if client, err = c.S3Client(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckS3(ctx, client, nil); !errors.Is(err, ErrS3TLS) || !strings.Contains(err.Error(), "--s3-ca") {
+		t.Errorf("without the CA: %v; want a certificate error", err)
+	}
 }
