@@ -12,4 +12,18 @@
 //
 // Args and Env hand the same settings to child processes, secrets through
 // the environment only.
+//
+// The config file (--config FILE or SLUICE_CONFIG) holds the same settings
+// as the flags; unknown keys are errors:
+//
+//	nats:
+//	  url: [nats://nats-0:4222, nats://nats-1:4222]   # or "a,b"
+//	  creds: /etc/sluice/user.creds   # or nkey: FILE, user + password, token
+//	  tls: {ca: /etc/sluice/ca.pem, cert: /etc/sluice/client.pem, key: /etc/sluice/client-key.pem}
+//	s3:
+//	  endpoint: https://minio.internal:9000
+//	  region: us-east-1
+//	  path_style: true
+//	  ca: /etc/sluice/minio-ca.pem
+//	stream_replicas: 3
 package connect

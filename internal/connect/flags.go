@@ -23,8 +23,8 @@ type Flags struct {
 	LookupEnv func(string) (string, bool)
 }
 
-// Register adds the flags of parts, and --config, to fs. Call Resolve
-// after fs.Parse.
+// Register adds the flags of parts, and --config, to fs; call it once per
+// FlagSet, with every part the command needs. Call Resolve after fs.Parse.
 func Register(fs *flag.FlagSet, parts Parts) *Flags {
 	f := &Flags{parts: parts, fs: fs, vals: map[string]*string{}}
 	fs.StringVar(&f.config, "config", "", "YAML `file` with connection settings (env "+ConfigEnv+"); flags and env override it")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -48,7 +49,7 @@ func CheckS3(ctx context.Context, client *s3.Client, logger *slog.Logger) error 
 		logger.Debug("s3 credentials accepted; listing buckets is not allowed", "err", api.ErrorMessage())
 		return nil
 	}
-	return ExplainS3(err, client.Options().BaseEndpoint)
+	return ExplainS3(err, aws.ToString(client.Options().BaseEndpoint))
 }
 
 // wrongCredentialCodes are the S3 error codes for an unknown access key,
@@ -65,11 +66,11 @@ var wrongCredentialCodes = map[string]bool{
 }
 
 // ExplainS3 classifies an error from an S3 call as one of the check's
-// errors when it is one, naming the endpoint (nil: AWS).
-func ExplainS3(err error, endpoint *string) error {
+// errors when it is one, naming the endpoint ("" for AWS).
+func ExplainS3(err error, endpoint string) error {
 	at := "AWS S3"
-	if endpoint != nil && *endpoint != "" {
-		at = *endpoint
+	if endpoint != "" {
+		at = endpoint
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
