@@ -85,15 +85,32 @@ func New(js jetstream.JetStream, s3c *s3.Client, opts StreamOptions, logger *slo
 	return &Broker{js: js, s3: s3c, log: logger, opts: opts}
 }
 
-// buckets ensures the streams once and opens the buckets.
+// buckets opens the buckets once, creating the streams and buckets
+// first if any is missing. Existing ones are left as they are: a command
+// run without the cluster's stream replicas must not change them.
 func (b *Broker) buckets(ctx context.Context) (*buckets, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.kvs != nil {
 		return b.kvs, nil
 	}
-	if err := streams.Ensure(ctx, b.js, b.opts); err != nil {
-		return nil, err
+	kvs, err := b.openBuckets(ctx)
+	if err != nil {
+		if err := streams.Ensure(ctx, b.js, b.opts); err != nil {
+			return nil, err
+		}
+		if kvs, err = b.openBuckets(ctx); err != nil {
+			return nil, err
+		}
+	}
+	b.kvs = kvs
+	return kvs, nil
+}
+
+// openBuckets opens the buckets, and checks that the task stream exists.
+func (b *Broker) openBuckets(ctx context.Context) (*buckets, error) {
+	if _, err := b.js.Stream(ctx, wire.TaskStream); err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", wire.TaskStream, err)
 	}
 	var kvs buckets
 	for _, o := range []struct {
@@ -106,11 +123,10 @@ func (b *Broker) buckets(ctx context.Context) (*buckets, error) {
 		}
 		*o.kv = kv
 	}
-	b.kvs = &kvs
-	return b.kvs, nil
+	return &kvs, nil
 }
 
-// jobsBucket ensures the streams once and returns the jobs bucket.
+// jobsBucket returns the jobs bucket (see buckets).
 func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	kvs, err := b.buckets(ctx)
 	if err != nil {

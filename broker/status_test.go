@@ -194,3 +194,30 @@ func TestWatchEnds(t *testing.T) {
 		t.Errorf("Watch whose callback failed: %v, want that error", err)
 	}
 }
+
+func TestBrokerCreatesMissingStreamsAndLeavesExistingOnesAlone(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	if _, err := e.js.Stream(ctx, wire.TaskStream); err == nil {
+		t.Fatal("task stream before any use")
+	}
+	if _, err := e.b.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		t.Fatalf("task stream after first use: %v", err)
+	}
+	// As an operator may have tuned it (replicas on a cluster, limits).
+	cfg := s.CachedInfo().Config
+	cfg.Description = "tuned"
+	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(e.js, e.s3, StreamOptions{}, nil).List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = e.js.Stream(ctx, wire.TaskStream); err != nil || s.CachedInfo().Config.Description != "tuned" {
+		t.Errorf("a broker's first use changed the existing task stream: %v", err)
+	}
+}

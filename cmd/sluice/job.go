@@ -13,55 +13,59 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/natsconn"
-	"github.com/sluice-project/sluice/internal/objstore"
-	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/wire"
 )
 
-// jobConn holds the connection flags of the job commands.
-//
-// TODO(connect): a stand-in for internal/connect (NATS credentials, TLS,
-// stream replicas, the S3 options) until it lands; then the flags and
-// dialing here become its.
+// jobConn is a job command's connection settings (internal/connect):
+// NATS and the stream replicas for all, S3 for submit, which lists the
+// dataset.
 type jobConn struct {
-	nats string
-	s3   objstore.Config
+	flags *connect.Flags
+	conn  connect.Config
+	s3    bool
 }
 
-func (c *jobConn) flags(fs *flag.FlagSet, withS3 bool) {
-	fs.StringVar(&c.nats, "nats", envOr("SLUICE_NATS_URL", nats.DefaultURL), "NATS server URL (env SLUICE_NATS_URL)")
+func newJobConn(fs *flag.FlagSet, withS3 bool) *jobConn {
+	parts := connect.PartNATS | connect.PartStreams
 	if withS3 {
-		fs.StringVar(&c.s3.Endpoint, "s3-endpoint", "", "S3 endpoint URL; empty means AWS (env SLUICE_S3_ENDPOINT)")
-		fs.StringVar(&c.s3.Region, "s3-region", "", "S3 region (env AWS_REGION, default us-east-1)")
+		parts |= connect.PartS3
 	}
+	return &jobConn{flags: connect.Register(fs, parts), s3: withS3}
 }
 
-// connect connects and returns a broker, with S3 when withS3 (only
-// Submit lists a dataset), and what closes it.
-func (c *jobConn) connect(ctx context.Context, withS3 bool) (*broker.Broker, func(), error) {
-	nc, js, err := natsconn.Connect(c.nats, "sluice-job", nil)
+// resolve is the parse check that merges flags, SLUICE_* environment and
+// config file.
+func (c *jobConn) resolve() func() error { return resolve(c.flags, &c.conn) }
+
+// connect returns a broker and what closes its connection. Submit's has
+// an S3 client, checked first so that wrong credentials say so.
+func (c *jobConn) connect(ctx context.Context) (*broker.Broker, func(), error) {
+	nc, js, err := c.conn.ConnectNATS(ctx, "sluice-job", nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	var s3c *s3.Client
-	if withS3 {
-		if s3c, err = objstore.NewClient(ctx, c.s3.FromEnv()); err != nil {
+	if c.s3 {
+		if s3c, err = c.conn.S3Client(ctx, nil); err == nil {
+			err = connect.CheckS3(ctx, s3c, nil)
+		}
+		if err != nil {
 			nc.Close()
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("checking s3: %w", err)
 		}
 	}
-	return broker.New(js, s3c, streams.Options{}, nil), nc.Close, nil
+	return broker.New(js, s3c, c.conn.Streams(), nil), nc.Close, nil
 }
 
 // parseArgs parses flags placed before, between or after the positional
-// arguments (`sluice job status ID --watch`), and wants between least and
-// most of them, named by what.
-func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([]string, error) {
+// arguments (`sluice job status ID --watch`), wants between least and most
+// of them, named by what, and runs checks as parse does: every problem is
+// printed at once.
+func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string, checks ...func() error) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -77,16 +81,16 @@ func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
-	if len(pos) < least || len(pos) > most {
-		if len(pos) < least {
-			fmt.Fprintf(fs.Output(), "%s: want %s\n", fs.Name(), what)
-		} else {
-			fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (want %s)\n", fs.Name(), pos[most], what)
+	count := func() error {
+		switch {
+		case len(pos) < least:
+			return fmt.Errorf("want %s", what)
+		case len(pos) > most:
+			return fmt.Errorf("unexpected argument %q (want %s)", pos[most], what)
 		}
-		fs.Usage()
-		return nil, errUsage
+		return nil
 	}
-	return pos, nil
+	return pos, parse(fs, nil, append([]func() error{count}, checks...)...)
 }
 
 // printJSON writes v indented, with a final newline.
@@ -98,8 +102,7 @@ func printJSON(w io.Writer, v any) error {
 
 func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("job submit", stderr)
-	var conn jobConn
-	conn.flags(fs, true)
+	conn := newJobConn(fs, true)
 	var f wire.JobSpec
 	fs.StringVar(&f.ID, "id", "", "job id: 1-64 characters of [A-Za-z0-9_-]")
 	fs.StringVar(&f.Dataset, "dataset", "", "dataset: s3://bucket/prefix/ holding the shards")
@@ -121,7 +124,7 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			"Nothing is created when anything is wrong.\n\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args, 0, 1, "at most one job spec file")
+	pos, err := parseArgs(fs, args, 0, 1, "at most one job spec file", conn.resolve())
 	if err != nil {
 		return err
 	}
@@ -137,7 +140,7 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 
-	b, closeConn, err := conn.connect(ctx, true)
+	b, closeConn, err := conn.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -287,8 +290,7 @@ func statusJSON(job wire.Job, st wire.JobStatus) jobStatusJSON {
 
 func runJobStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("job status", stderr)
-	var conn jobConn
-	conn.flags(fs, false)
+	conn := newJobConn(fs, false)
 	watch := fs.Bool("watch", false, "print again at every change until the job ends; exit 1 unless it succeeded")
 	asJSON := fs.Bool("json", false, "print {\"job\": record, \"status\": live status or null} as JSON (one line per change with --watch)")
 	fs.Usage = func() {
@@ -296,11 +298,11 @@ func runJobStatus(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			"Shows a job's state and progress: tasks per epoch, samples, readers, replicas, failed shards.\n\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args, 1, 1, "a job id")
+	pos, err := parseArgs(fs, args, 1, 1, "a job id", conn.resolve())
 	if err != nil {
 		return err
 	}
-	b, closeConn, err := conn.connect(ctx, false)
+	b, closeConn, err := conn.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -343,17 +345,16 @@ func runJobStatus(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("job list", stderr)
-	var conn jobConn
-	conn.flags(fs, false)
+	conn := newJobConn(fs, false)
 	asJSON := fs.Bool("json", false, "print the job records as a JSON array")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job list [--json]\n\nLists the jobs, oldest submission first.\n\n")
 		fs.PrintDefaults()
 	}
-	if _, err := parseArgs(fs, args, 0, 0, "no arguments"); err != nil {
+	if _, err := parseArgs(fs, args, 0, 0, "no arguments", conn.resolve()); err != nil {
 		return err
 	}
-	b, closeConn, err := conn.connect(ctx, false)
+	b, closeConn, err := conn.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -382,8 +383,7 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runJobCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("job cancel", stderr)
-	var conn jobConn
-	conn.flags(fs, false)
+	conn := newJobConn(fs, false)
 	reason := fs.String("reason", "cancelled with sluice job cancel", "why, kept in the job record")
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
 	fs.Usage = func() {
@@ -392,11 +392,11 @@ func runJobCancel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			"its record stays, cancelled, until `sluice job delete`. Needs no controller running.\n\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args, 1, 1, "a job id")
+	pos, err := parseArgs(fs, args, 1, 1, "a job id", conn.resolve())
 	if err != nil {
 		return err
 	}
-	b, closeConn, err := conn.connect(ctx, false)
+	b, closeConn, err := conn.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -414,8 +414,7 @@ func runJobCancel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 func runJobDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("job delete", stderr)
-	var conn jobConn
-	conn.flags(fs, false)
+	conn := newJobConn(fs, false)
 	force := fs.Bool("force", false, "cancel a queued or running job first instead of refusing")
 	asJSON := fs.Bool("json", false, `print {"id": ID, "deleted": true} as JSON`)
 	fs.Usage = func() {
@@ -424,11 +423,11 @@ func runJobDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			"output stream, tasks and consumers. A queued or running job is refused unless --force.\n\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args, 1, 1, "a job id")
+	pos, err := parseArgs(fs, args, 1, 1, "a job id", conn.resolve())
 	if err != nil {
 		return err
 	}
-	b, closeConn, err := conn.connect(ctx, false)
+	b, closeConn, err := conn.connect(ctx)
 	if err != nil {
 		return err
 	}

@@ -36,10 +36,7 @@ func newJobEnv(t *testing.T) jobEnv {
 		t.Fatal(err)
 	}
 	c, cfg := testenv.S3(t, "")
-	t.Setenv("AWS_ACCESS_KEY_ID", cfg.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
-	t.Setenv("SLUICE_NATS_URL", "")
-	t.Setenv("SLUICE_S3_ENDPOINT", "")
+	s3TestEnv(t, testenv.S3AccessKey, testenv.S3SecretKey)
 	imgs, err := synth.Images(synth.ImageOptions{Samples: 8, Shards: 4, Seed: 1, MinSide: 8, MaxSide: 16, Quality: 50, Classes: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -321,6 +318,31 @@ epoch: 2
 	wantOutput(t, "submit", code, 0, "")
 	code, _, errs = e.job(t, "submit", good)
 	wantOutput(t, "duplicate id", code, 1, errs, "job j1: job already exists (delete it first)")
+
+	// Connections: each problem says which, and nothing is created.
+	code, _, errs = runCLI(t, "job", "submit", tmpl, "--id", "bad", "--nats", "nats://127.0.0.1:1")
+	wantOutput(t, "unreachable nats", code, 1, errs, "connecting to nats at nats://127.0.0.1:1: nats server unreachable")
+	code, _, errs = runCLI(t, "job", "status", "j1", "--nats", "nats://127.0.0.1:1")
+	wantOutput(t, "status, unreachable nats", code, 1, errs, "connecting to nats at nats://127.0.0.1:1: nats server unreachable")
+	s3TestEnv(t, "", "")
+	code, _, errs = e.job(t, "submit", tmpl, "--id", "bad")
+	wantOutput(t, "no s3 credentials", code, 1, errs, "checking s3: no s3 credentials found for http://")
+	code, _, errs = runCLI(t, "job", "status", "--stream-replicas", "7", "--nats", "not a url")
+	wantOutput(t, "bad arguments and connection flags", code, 2, errs, "sluice job status: want a job id", "--stream-replicas 7", `--nats "not a url"`)
+	if jobs, err := e.b.List(context.Background()); err != nil || len(jobs) != 2 {
+		t.Errorf("after refused submits: %d jobs, %v; want the 2 submitted", len(jobs), err)
+	}
+}
+
+// TestJobSubmitWrongS3Credentials asks a real S3 server that checks
+// signatures (versitygw; skipped where it is not installed).
+func TestJobSubmitWrongS3Credentials(t *testing.T) {
+	endpoint := testenv.Versitygw(t, "sluice-key", "sluice-secret")
+	nsrv, _ := testenv.NATS(t)
+	s3TestEnv(t, "sluice-key", "not-the-secret")
+	code, out, errs := runCLI(t, "job", "submit", "--id", "j", "--dataset", "s3://data/ds/", "--pipeline", "criteo",
+		"--batch-size", "1", "--epochs", "1", "--nats", nsrv.URL(), "--s3-endpoint", endpoint)
+	wantOutput(t, "wrong s3 credentials", code, 1, out+errs, "checking s3: wrong s3 credentials at "+endpoint+": SignatureDoesNotMatch")
 }
 
 func TestJobUsage(t *testing.T) {
