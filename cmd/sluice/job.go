@@ -104,18 +104,18 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlagSet("job submit", stderr)
 	conn := newJobConn(fs, true)
 	var f wire.JobSpec
-	fs.StringVar(&f.ID, "id", "", "job id: 1-64 characters of [A-Za-z0-9_-]")
-	fs.StringVar(&f.Dataset, "dataset", "", "dataset: s3://bucket/prefix/ holding the shards")
-	pipelineFlag := fs.String("pipeline", "", "pipeline: a built-in name ("+strings.Join(pipeline.Names(), ", ")+") or a YAML/JSON spec file")
+	fs.StringVar(&f.ID, "id", "", "job `id`: 1-64 characters of [A-Za-z0-9_-]")
+	fs.StringVar(&f.Dataset, "dataset", "", "dataset: the s3://bucket/prefix/ `URL` holding the shards")
+	pipelineFlag := fs.String("pipeline", "", "pipeline: a built-in `name` ("+strings.Join(pipeline.Names(), ", ")+") or a YAML/JSON spec file")
 	fs.IntVar(&f.Epochs, "epochs", 0, "epochs")
 	fs.Uint64Var(&f.Seed, "seed", 0, "seed of the shard order and the augmentations")
 	fs.IntVar(&f.BatchSize, "batch-size", 0, "samples per training batch")
 	fs.IntVar(&f.MinReplicas, "min-replicas", 0, "function replicas kept while the job has work")
 	fs.IntVar(&f.MaxReplicas, "max-replicas", 0, "most function replicas for the job (0: the controller's cap)")
 	fs.Float64Var(&f.Weight, "weight", 0, "share of the replica capacity against other jobs (default 1)")
-	outputBuffer := fs.String("output-buffer", "", "most bytes of output buffered for the readers, such as 2GiB (default 1GiB)")
+	outputBuffer := fs.String("output-buffer", "", "most bytes of output buffered for the readers: a `size` such as 2GiB (default 1GiB)")
 	var readers stringList
-	fs.Var(&readers, "reader", "a reader of the job's output (repeat for several; default one, "+wire.DefaultReader+")")
+	fs.Var(&readers, "reader", "a reader of the job's output, by `name` (repeat for several; default one, "+wire.DefaultReader+")")
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job submit [FILE.yaml] [flags]\n\n"+
@@ -384,7 +384,7 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func runJobCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("job cancel", stderr)
 	conn := newJobConn(fs, false)
-	reason := fs.String("reason", "cancelled with sluice job cancel", "why, kept in the job record")
+	reason := fs.String("reason", "cancelled with sluice job cancel", "why, kept in the job record as its `reason`")
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job cancel ID [--reason TEXT] [--json]\n\n"+
