@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -267,5 +269,44 @@ func TestDeleteRefusesRunningJobUnlessForcedThenRemovesEverything(t *testing.T) 
 	}
 	if got := leftovers(t, e, "other"); len(got) != 0 {
 		t.Errorf("after delete of a cancelled job: %v left", got)
+	}
+}
+
+// TestCancelMidRunLeavesNoWorkBehind cancels a job while its dispatcher
+// has a shard in flight, as a controller would be running it: the
+// dispatcher stops, and no task, consumer or output stream is left.
+func TestCancelMidRunLeavesNoWorkBehind(t *testing.T) {
+	e := newEnv(t, 3)
+	ctx := context.Background()
+	job := e.submit(t, testSpec("m", 2))
+	release := make(chan struct{})
+	f := &fakeTarget{hold: func(ctx context.Context, task wire.ShardTask) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(1)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := runAsync(ctx, d)
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := f.inFlight(); n != 1 {
+			return fmt.Errorf("%d sends in flight, want 1", n)
+		}
+		return nil
+	})
+	if _, err := e.b.Cancel(ctx, "m", "mid-run"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := wait(t, errc); err == nil || !strings.Contains(err.Error(), "m") {
+		t.Errorf("Run after Cancel = %v, want an error naming the job", err)
+	}
+	if got := leftovers(t, e, "m"); !slices.Equal(got, []string{wire.JobsBucket + " key"}) {
+		t.Errorf("after cancel mid-run: %v, want only the (cancelled) record", got)
 	}
 }
