@@ -20,9 +20,9 @@ var ErrTransition = errors.New("job state does not allow this change")
 const casRetries = 16
 
 // Transition moves job id to state to with reason, by compare-and-set on
-// the record, if allowed(from) holds for its current state; otherwise it
-// returns an error wrapping ErrTransition that names the state. It returns
-// the record as written.
+// the record, if allowed(from) holds for its current state (nil: any);
+// otherwise it returns the record as it is and an error wrapping
+// ErrTransition that names the state. It returns the record as written.
 func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, reason string, allowed func(from wire.JobState) bool) (wire.Job, error) {
 	if err := wire.ValidateJobID(id); err != nil {
 		return wire.Job{}, err
@@ -43,7 +43,7 @@ func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, re
 		if err := json.Unmarshal(e.Value(), &job); err != nil {
 			return wire.Job{}, fmt.Errorf("decoding job %s record: %w", id, err)
 		}
-		if !allowed(job.State) {
+		if allowed != nil && !allowed(job.State) {
 			return job, fmt.Errorf("job %s is %s: %w to %s", id, job.State, ErrTransition, to)
 		}
 		job.State, job.Reason, job.Updated = to, reason, time.Now().UTC()
