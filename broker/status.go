@@ -146,10 +146,11 @@ func (b *Broker) Watch(ctx context.Context, id string, each func(wire.Job, wire.
 			if e.Operation() != jetstream.KeyValuePut {
 				return gone
 			}
-			if err := json.Unmarshal(e.Value(), &job); err != nil {
+			var j wire.Job // not into job: fields left out must not keep old values
+			if err := json.Unmarshal(e.Value(), &j); err != nil {
 				return fmt.Errorf("decoding job %s record: %w", id, err)
 			}
-			recorded = true
+			job, recorded = j, true
 		case e, ok := <-statuses.Updates():
 			if !ok {
 				return fmt.Errorf("watching job %s status: watcher stopped", id)
