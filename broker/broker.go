@@ -356,25 +356,10 @@ func (b *Broker) remove(ctx context.Context, id string) (found bool, err error) 
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, fmt.Errorf("looking up job %s: %w", id, err)
 	}
-	found = recorded
-	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, wire.DispatchConsumer(id)); {
-	case err == nil:
-		found = true
-	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
-	}
-	tasks, err := b.js.Stream(ctx, wire.TaskStream)
+	released, err := b.release(ctx, id)
+	found = recorded || released
 	if err != nil {
-		return found, fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
-	}
-	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(wire.TaskSubject(id))); err != nil {
-		return found, fmt.Errorf("job %s: purging tasks: %w", id, err)
-	}
-	switch err := b.js.DeleteStream(ctx, wire.OutputStream(id)); {
-	case err == nil:
-		found = true
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return found, fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
+		return found, err
 	}
 	// Every reader's position, declared or not: job ids hold no dots, so
 	// the wildcard matches this job's readers only.

@@ -75,27 +75,36 @@ func (b *Broker) Release(ctx context.Context, id string) error {
 	if err := wire.ValidateJobID(id); err != nil {
 		return err
 	}
-	if _, err := b.jobsBucket(ctx); err != nil { // ensures the streams
+	if _, err := b.buckets(ctx); err != nil { // the task stream exists
 		return err
 	}
+	_, err := b.release(ctx, id)
+	return err
+}
+
+// release is Release, saying whether the consumer or the output stream
+// existed.
+func (b *Broker) release(ctx context.Context, id string) (found bool, err error) {
 	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, wire.DispatchConsumer(id)); {
-	case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
-	default:
-		return fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
+	case err == nil:
+		found = true
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
 	}
 	tasks, err := b.js.Stream(ctx, wire.TaskStream)
 	if err != nil {
-		return fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
+		return found, fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
 	}
 	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(wire.TaskSubject(id))); err != nil {
-		return fmt.Errorf("job %s: purging tasks: %w", id, err)
+		return found, fmt.Errorf("job %s: purging tasks: %w", id, err)
 	}
 	switch err := b.js.DeleteStream(ctx, wire.OutputStream(id)); {
-	case err == nil, errors.Is(err, jetstream.ErrStreamNotFound):
-	default:
-		return fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
+	case err == nil:
+		found = true
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return found, fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
 	}
-	return nil
+	return found, nil
 }
 
 // Cancel stops job id for good: its record turns cancelled with reason
