@@ -330,6 +330,9 @@ func runJobStatus(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return nil
 	})
 	view.end()
+	if err != nil && ctx.Err() != nil {
+		return nil // interrupted: the watcher stopped watching, the job goes on
+	}
 	if err != nil {
 		return err
 	}
