@@ -23,11 +23,16 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"demo":      {"run a whole elastic training job on embedded NATS and S3", runDemo},
-		"fn serve":  {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
-		"fn apply":  {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
-		"bench ops": {"measure a pipeline's single-core throughput, per op", runBenchOps},
-		"version":   {"print the version", func(_ context.Context, _ []string, out, _ io.Writer) error { fmt.Fprintln(out, version); return nil }},
+		"demo":       {"run a whole elastic training job on embedded NATS and S3", runDemo},
+		"fn serve":   {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
+		"fn apply":   {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
+		"bench ops":  {"measure a pipeline's single-core throughput, per op", runBenchOps},
+		"job submit": {"check a job spec (YAML file and/or flags) and queue the job", runJobSubmit},
+		"job status": {"show a job's state and progress (--watch follows it)", runJobStatus},
+		"job list":   {"list the jobs", runJobList},
+		"job cancel": {"stop a queued or running job and release its tasks and streams", runJobCancel},
+		"job delete": {"remove a finished job and all it has (--force: a running one)", runJobDelete},
+		"version":    {"print the version", func(_ context.Context, _ []string, out, _ io.Writer) error { fmt.Fprintln(out, version); return nil }},
 	}
 }
 
