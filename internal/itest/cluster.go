@@ -100,13 +100,15 @@ func (c *Cluster) S3Endpoint() string {
 	return c.S3.Endpoint()
 }
 
-// ConnArgs are the connection flags every sluice command gets.
-func (c *Cluster) ConnArgs() []string {
-	return append(c.NATS.ClientArgs(), "--s3-endpoint", c.S3Endpoint())
-}
+// ConnArgs are the NATS connection flags every sluice command gets.
+func (c *Cluster) ConnArgs() []string { return c.NATS.ClientArgs() }
 
-// Env is the environment every sluice process gets (S3 credentials).
-func (c *Cluster) Env() []string { return c.S3.Env() }
+// Env is the environment every sluice process gets: the S3 endpoint and
+// credentials (SLUICE_S3_ENDPOINT, since only the commands that read S3
+// take --s3-endpoint).
+func (c *Cluster) Env() []string {
+	return append(c.S3.Env(), "SLUICE_S3_ENDPOINT="+c.S3Endpoint())
+}
 
 // Result is what a finished sluice command printed and its exit status.
 type Result struct {
@@ -193,9 +195,15 @@ func (c *Cluster) StartController(name string, o ControllerOptions) *Process {
 	if o.TaskAckWait == 0 {
 		o.TaskAckWait = 5 * time.Second
 	}
-	return c.Start(name, "controller", "--actuator", "local",
+	p := c.Start(name, "controller", "--actuator", "local",
 		"--max-replicas", strconv.Itoa(o.MaxReplicas),
 		"--lease-ttl", o.LeaseTTL.String(), "--task-ack-wait", o.TaskAckWait.String())
+	// A controller has no ready line; one that cannot start (a bad flag,
+	// no NATS) exits at once: fail here rather than wait for its jobs.
+	if p.Wait(time.Second) == nil {
+		c.T.Fatalf("%s exited at start (%v):\n%s", name, p.ExitErr(), p.Tail(20))
+	}
+	return p
 }
 
 // Agent is a `sluice agent` process on a fixed port, so that a restart

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -46,7 +47,9 @@ func TestIntegrationHarness(t *testing.T) {
 	})
 
 	// Through the proxy, with the SDK's retries: every shard lists and reads.
-	cl, err := objstore.NewClient(ctx, objstore.Config{Endpoint: c.Proxy.Endpoint(), AccessKey: c.S3.AccessKey, SecretKey: c.S3.SecretKey})
+	cfg := c.S3.Config(c.Proxy.Endpoint())
+	cfg.MaxAttempts = 3 // the test retries on top, to see faults reach it
+	cl, err := objstore.NewClient(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,9 @@ func TestIntegrationHarness(t *testing.T) {
 	t.Logf("fault proxy: %s", c.Proxy.Summary())
 
 	// Wrong credentials are refused by versitygw itself.
-	bad, _ := objstore.NewClient(ctx, objstore.Config{Endpoint: c.S3.Endpoint(), AccessKey: c.S3.AccessKey, SecretKey: "wrong"})
+	badCfg := c.S3.Config(c.S3.Endpoint())
+	badCfg.Credentials = credentials.NewStaticCredentialsProvider(c.S3.AccessKey, "wrong", "")
+	bad, _ := objstore.NewClient(ctx, badCfg, nil)
 	if _, err := objstore.ListShards(ctx, bad, d.Bucket, d.Prefix); err == nil || !strings.Contains(err.Error(), "Signature") {
 		t.Fatalf("listing with a wrong secret: %v, want a signature error", err)
 	}

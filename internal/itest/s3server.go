@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-project/sluice/internal/objstore"
@@ -52,11 +53,18 @@ func (s *S3Server) Endpoint() string { return "http://" + s.Addr() }
 // default chain, through their environment).
 func (s *S3Server) Client(t testing.TB) *s3.Client {
 	t.Helper()
-	c, err := objstore.NewClient(context.Background(), objstore.Config{Endpoint: s.Endpoint(), AccessKey: s.AccessKey, SecretKey: s.SecretKey})
+	c, err := objstore.NewClient(context.Background(), s.Config(s.Endpoint()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// Config reaches endpoint (the server's or a proxy's) with the server's
+// static credentials, as the test's own client.
+func (s *S3Server) Config(endpoint string) objstore.Config {
+	return objstore.Config{Endpoint: endpoint, PathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, "")}
 }
 
 // Env is what a sluice process needs to sign its S3 requests.
