@@ -51,7 +51,7 @@ func (tr *Trainer) Samples() int {
 	return tr.samples
 }
 
-// ErrGone is Run's nil-equivalent: the agent said every batch was delivered.
+// errGone is the agent's 410: every batch was delivered (or the job ended).
 var errGone = fmt.Errorf("410 gone")
 
 // Run reads batches from the agent at agentURL() (asked again on every
@@ -63,9 +63,13 @@ func (tr *Trainer) Run(ctx context.Context, agentURL func() string) error {
 		err := tr.next(ctx, agentURL())
 		switch {
 		case err == errGone:
-			return tr.readStats(ctx, agentURL())
+			// The agent exits once it answered 410, so its stats may be
+			// gone: the ones read after the last batch hold every failure
+			// (an epoch's last batch waits for all its shards' ends).
+			_ = tr.readStats(ctx, agentURL())
+			return nil
 		case err == nil:
-			continue
+			_ = tr.readStats(ctx, agentURL()) // a restarting agent: the next read will do
 		case ctx.Err() != nil:
 			return fmt.Errorf("trainer: %w (last: %v)", ctx.Err(), err)
 		case isRetryable(err):
@@ -122,7 +126,8 @@ func (tr *Trainer) next(ctx context.Context, base string) error {
 	return nil
 }
 
-// readStats records the samples the agent reports as failed.
+// readStats records the samples the agent reports as failed (adding to
+// those of earlier reads, which a restarted agent no longer reports).
 func (tr *Trainer) readStats(ctx context.Context, base string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/stats", nil)
 	if err != nil {
