@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -206,4 +205,3 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("default capacity %d, want max replicas %d", c.Capacity(), c.MaxReplicas)
 	}
 }
-
