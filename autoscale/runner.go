@@ -295,12 +295,12 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	}
 }
 
-// Run keeps the latest demand signal of every job (from
-// wire.DemandSubjects) and calls Tick on each tick, until ctx ends or tick
-// closes; it then returns nil.
-func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) error {
+// Listen subscribes to every job's demand signals (wire.DemandSubjects)
+// and keeps the latest of each reader, until stop is called. Run does it
+// itself; a caller that ticks the runner itself (the controller) uses it.
+func (r *Runner) Listen() (stop func(), err error) {
 	if r.nc == nil {
-		return errNoNATS
+		return nil, errNoNATS
 	}
 	prefix := strings.TrimSuffix(wire.DemandSubjects, "*")
 	sub, err := r.nc.Subscribe(wire.DemandSubjects, func(m *nats.Msg) {
@@ -314,12 +314,24 @@ func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) error {
 		r.Observe(d, time.Now())
 	})
 	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
+		return nil, fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
 	}
-	defer sub.Unsubscribe()
 	if err := r.nc.Flush(); err != nil {
-		return fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
 	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// Run keeps the latest demand signal of every job's readers (Listen) and
+// calls Tick on each tick, until ctx ends or tick closes; it then returns
+// nil.
+func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) error {
+	stop, err := r.Listen()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():

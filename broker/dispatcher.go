@@ -78,6 +78,9 @@ type DispatchStats struct {
 	Malformed int
 	// FailedShards has one entry per failed task: the shard key, and why.
 	FailedShards []wire.FailedSample
+	// FirstFailedSample is the first sample a function reported failed,
+	// to say why when none could be preprocessed.
+	FirstFailedSample *wire.FailedSample
 	// Results is tasks done per epoch.
 	Results map[int]int
 	// Samples, SampleFailures, Chunks and Bytes add up the functions'
@@ -508,6 +511,10 @@ func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
 	d.epochDone[task.Epoch]++
 	d.stats.Samples += res.Samples
 	d.stats.SampleFailures += len(res.Failed)
+	if d.stats.FirstFailedSample == nil && len(res.Failed) > 0 {
+		f := res.Failed[0]
+		d.stats.FirstFailedSample = &f
+	}
 	d.stats.Chunks += res.Chunks
 	d.stats.Bytes += res.Bytes
 	id := d.job.Spec.ID
