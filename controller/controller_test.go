@@ -254,3 +254,37 @@ func TestTwoJobsShareTheCapacity(t *testing.T) {
 		t.Errorf("the jobs never had replicas at the same time (%v)", e.pool.together)
 	}
 }
+
+// TestJobWaitsForEveryDeclaredReader: a job with two readers succeeds only
+// once both have taken every chunk; the status shows each reader's signal.
+func TestJobWaitsForEveryDeclaredReader(t *testing.T) {
+	e := newEnv(t, 8, 2)
+	e.gate.release()
+	e.startController(t, "c1", Options{})
+	s := spec("two", "img", 1)
+	s.Readers = []string{"train", "eval"}
+	job := e.submit(t, s)
+	ra := e.startReader(t, "two", "train")
+	d, _ := json.Marshal(wire.Demand{Job: "two", Reader: "eval", Time: time.Now(), StallFraction: 0.25, SamplesTotal: 8})
+	testenv.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if err := e.nc.Publish(wire.DemandSubject("two"), d); err != nil {
+			return err
+		}
+		st, err := e.status("two")
+		if err != nil {
+			return err
+		}
+		if st.Tasks.Done != job.Tasks() || st.Readers["eval"].StallFraction != 0.25 || st.SamplesExpected != 8 {
+			return fmt.Errorf("status %+v readers %+v: want every task done and eval's signal", st.Tasks, st.Readers)
+		}
+		return nil
+	})
+	ra.exactlyOnce(t, e.samples)
+	time.Sleep(300 * time.Millisecond) // a few ticks: eval has not read
+	if st, _ := e.status("two"); st.State != wire.JobRunning {
+		t.Fatalf("job is %s while reader eval has read nothing, want running", st.State)
+	}
+	rb := e.startReader(t, "two", "eval")
+	e.waitState(t, "two", wire.JobSucceeded, 20*time.Second)
+	rb.exactlyOnce(t, e.samples)
+}

@@ -42,7 +42,11 @@ type env struct {
 	samples int
 }
 
-func newEnv(t *testing.T, samples, shards int) *env {
+func newEnv(t *testing.T, samples, shards int) *env { return newEnvTB(t, samples, shards) }
+
+func newBenchEnv(b *testing.B) *env { return newEnvTB(b, 8, 2) }
+
+func newEnvTB(t testing.TB, samples, shards int) *env {
 	t.Helper()
 	ctx := context.Background()
 	_, nc := testenv.NATS(t)
@@ -287,6 +291,10 @@ type running struct {
 }
 
 func (e *env) startController(t *testing.T, id string, o Options) *running {
+	return e.startControllerB(t, id, o)
+}
+
+func (e *env) startControllerB(t testing.TB, id string, o Options) *running {
 	t.Helper()
 	o.ID, o.NC, o.JS, o.Broker = id, e.nc, e.js, e.b
 	if o.Actuator == nil {
@@ -322,7 +330,7 @@ func (e *env) startController(t *testing.T, id string, o Options) *running {
 }
 
 // stop ends the controller and waits for Run to return.
-func (r *running) stop(t *testing.T) {
+func (r *running) stop(t testing.TB) {
 	t.Helper()
 	r.cancel()
 	select {
