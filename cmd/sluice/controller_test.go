@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -192,17 +194,19 @@ func TestControllerRunsAJobWithLocalReplicas(t *testing.T) {
 	}
 }
 
-// TestControllerKilledLeavesNoReplicas: SIGKILL gives the controller no
-// chance to stop its replicas; the kernel's parent-death signal does.
-func TestControllerKilledLeavesNoReplicas(t *testing.T) {
+// TestControllerKilledLeavesNoReplicasAndAStandbyFinishes: SIGKILL gives
+// the controller no chance to stop its replicas; the kernel's parent-death
+// signal does. A standby controller takes the job once the lease expires,
+// and the reader gets every sample of every epoch once.
+func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
 	e := newControllerEnv(t, 16, 8)
 	cmd, _ := startControllerProcess(t, e, "kill")
-	// Nobody reads: the tiny output buffer fills and the job keeps its replicas.
+	// Nobody reads yet: the small output buffer fills and the job keeps its replicas.
 	if _, err := e.b.Submit(context.Background(), wire.JobSpec{ID: "stuck", Dataset: "s3://data/ds/",
-		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 4, Seed: 3, ChunkMaxBytes: 64 << 10, OutputBufferBytes: 256 << 10}); err != nil {
+		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 4, Seed: 3, ChunkMaxBytes: 256 << 10, OutputBufferBytes: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
@@ -211,6 +215,7 @@ func TestControllerKilledLeavesNoReplicas(t *testing.T) {
 		}
 		return nil
 	})
+	startControllerProcess(t, e, "standby")
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +225,54 @@ func TestControllerKilledLeavesNoReplicas(t *testing.T) {
 		}
 		return nil
 	})
+
+	seen := map[string]int{}
+	var mu sync.Mutex
+	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("stuck"), wire.ReaderConsumer(wire.DefaultReader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		defer m.Ack()
+		ref, err := wire.ParseChunkRef("stuck", m.Headers())
+		if err != nil || ref.Chunk < 0 {
+			return
+		}
+		f, err := safetensors.Decode(m.Data())
+		if err != nil {
+			return
+		}
+		var keys []string
+		_ = json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			seen[fmt.Sprintf("%d/%s", ref.Epoch, k)]++
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
+		s, err := jobStatus(e.js, "stuck")
+		if err != nil {
+			return err
+		}
+		if s.State != wire.JobSucceeded || s.Owner != "ctl-standby" {
+			return fmt.Errorf("job is %s by %q (tasks %+v), want succeeded by the standby", s.State, s.Owner, s.Tasks)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	dups := 0
+	for _, n := range seen {
+		dups += n - 1
+	}
+	if len(seen) != 4*16 || dups != 0 {
+		t.Errorf("reader got %d distinct samples with %d duplicates, want %d once each", len(seen), dups, 4*16)
+	}
 }
 
 func TestControllerFlagErrorsNameTheFlag(t *testing.T) {
