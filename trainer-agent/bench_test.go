@@ -8,13 +8,13 @@ import (
 	"io"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -33,6 +33,9 @@ func BenchmarkAgentMBChunks(b *testing.B) {
 	defer srv.Shutdown()
 	nc, js := benchConnect(b, srv.URL())
 	defer nc.Close()
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		b.Fatal(err)
+	}
 
 	img := make([]byte, perChunk*side*side*3)
 	lab := make([]byte, perChunk*8)
@@ -47,9 +50,7 @@ func BenchmarkAgentMBChunks(b *testing.B) {
 		b.StopTimer() // publishing is the functions' work, not the agent's
 		id := fmt.Sprintf("bench-%d", i)
 		job := testJob(id, 1, 32, l)
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.OutputStream(id), Subjects: []string{wire.OutputSubject(id)}, Duplicates: time.Hour}); err != nil {
-			b.Fatal(err)
-		}
+		createOutput(b, nc, js, job)
 		for s := range shards {
 			for c := range chunksPerShard {
 				keys := make([]string, perChunk)
