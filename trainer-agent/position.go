@@ -17,7 +17,7 @@ const maxChunksPerShard = 1 << 24
 // wire.ReadersBucket under wire.ReaderKey(job, reader): what was handed out
 // to the trainer, nothing about what merely arrived. Example:
 //
-//	{"v":1,"finished":1,"epochs":{"1":{"complete":"0-4999,5002",
+//	{"v":1,"submitted":"2026-11-23T05:39:25.123Z","finished":1,"epochs":{"1":{"complete":"0-4999,5002",
 //	  "shards":{"5000":{"end":3,"chunks":"0-1","rows":{"2":7}}}}}}
 //
 // says epoch 0 is finished; of epoch 1, shards 0-4999 and 5002 are complete
@@ -27,9 +27,12 @@ const maxChunksPerShard = 1 << 24
 // base64 bitmap where that is shorter (encodeSet), so an epoch of 10,000
 // shards takes at most about 1.7 KB whatever order its shards complete in.
 type position struct {
-	Version  int                   `json:"v"`
-	Finished int                   `json:"finished"` // epochs 0..Finished-1
-	Epochs   map[int]epochPosition `json:"epochs,omitempty"`
+	Version int `json:"v"`
+	// Submitted is the submission time of the job the position is of: a
+	// job deleted and submitted again under its id starts afresh.
+	Submitted string                `json:"submitted,omitempty"`
+	Finished  int                   `json:"finished"` // epochs 0..Finished-1
+	Epochs    map[int]epochPosition `json:"epochs,omitempty"`
 }
 
 type epochPosition struct {

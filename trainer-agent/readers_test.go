@@ -364,3 +364,34 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 		}
 	})
 }
+
+func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{2}, {3}}
+	job := testJob("again", 1, 2, l)
+	job.Submitted = time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := `{"v":1,"submitted":"2026-11-22T05:00:00Z","finished":1}`
+	if _, err := kv.Put(context.Background(), wire.ReaderKey(job.Spec.ID, wire.DefaultReader), []byte(stale)); err != nil {
+		t.Fatal(err)
+	}
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, l) {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+	checkDelivery(t, job, l, take(t, a, -1))
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.storedPosition(t, job.Spec.ID, wire.DefaultReader); p.Submitted != "2026-11-23T05:00:00Z" || p.Finished != 1 {
+		t.Errorf("position after the job = %+v", p)
+	}
+}

@@ -129,6 +129,14 @@ func (a *Agent) watchJob(ctx context.Context, jobs jetstream.KeyValue) {
 	}
 }
 
+// submitted identifies the job's submission in its position.
+func (a *Agent) submitted() string {
+	if a.job.Submitted.IsZero() {
+		return ""
+	}
+	return a.job.Submitted.UTC().Format(time.RFC3339Nano)
+}
+
 // positionKey is where the reader's position is stored.
 func (a *Agent) positionKey() string { return wire.ReaderKey(a.job.Spec.ID, a.reader) }
 
@@ -151,7 +159,13 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("position of reader %s (key %s): %w", a.reader, key, err)
 		}
-		rev, p = e.Revision(), &got
+		rev = e.Revision()
+		if got.Submitted == a.submitted() {
+			p = &got
+		} else {
+			a.log.Warn("ignoring the position of an earlier job under this id", "key", key,
+				"position_of", got.Submitted, "job_submitted", a.submitted())
+		}
 	}
 	a.posMu.Lock()
 	a.posKV, a.posRev = kv, rev
@@ -187,7 +201,9 @@ func (a *Agent) sync(ctx context.Context) error {
 	var data []byte
 	var err error
 	if version != a.written {
-		data, err = encodePosition(a.asm.snapshot())
+		p := a.asm.snapshot()
+		p.Submitted = a.submitted()
+		data, err = encodePosition(p)
 	}
 	acks := a.asm.takeAcks()
 	a.mu.Unlock()
