@@ -120,6 +120,7 @@ type Agent struct {
 	created time.Time
 	started atomic.Bool
 	bound   atomic.Bool // reading the reader's consumer
+	warned  atomic.Bool // about an output buffer too small
 
 	// posMu serialises position writes; posRev and written belong to it.
 	posMu   sync.Mutex
@@ -476,6 +477,22 @@ func (a *Agent) handle(msg jetstream.Msg) {
 	if out.duplicate {
 		a.log.Debug("dropping a duplicate output message", "msg_id", ref.MsgID())
 	}
+	a.checkBuffer()
+}
+
+// checkBuffer warns once when the chunks held unacked nearly fill the
+// job's output buffer: functions cannot publish more, and if those chunks
+// do not make up the batches the trainer waits for, the job stalls.
+func (a *Agent) checkBuffer() {
+	limit := a.job.Spec.OutputBufferBytes
+	a.mu.Lock()
+	held, ready := a.asm.heldBytes, len(a.ready)
+	a.mu.Unlock()
+	if limit <= 0 || held*10 < limit*9 || ready > 0 || a.warned.Swap(true) {
+		return
+	}
+	a.log.Warn("the chunks this agent holds nearly fill the job's output buffer: raise output_buffer_bytes or lower the batch size or prefetch",
+		"held_bytes", held, "output_buffer_bytes", limit, "prefetch_samples", a.opts.PrefetchSamples, "batch_size", a.job.Spec.BatchSize)
 }
 
 func (a *Agent) term(msg jetstream.Msg) {

@@ -17,6 +17,7 @@ type heldChunk struct {
 	msg    jetstream.Msg // nil in tests of the assembler alone
 	rows   int           // rows of the chunk, those handed out before a restart included
 	handed int           // leading rows handed out
+	bytes  int           // size of the message
 }
 
 // shardState is a shard of an unfinished epoch that is not complete yet.
@@ -77,6 +78,7 @@ type assembler struct {
 	finished  int                 // epochs 0..finished-1 are finished
 	open      map[int]*epochState // epochs >= finished with anything recorded or held
 	pending   int                 // samples in partial batches over all open epochs
+	heldBytes int64               // message bytes of the chunks held
 	// acks are messages to ack once the position is written.
 	acks []jetstream.Msg
 	// version counts changes to the position.
@@ -257,6 +259,8 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte, msg jetstream.Msg) (outc
 			a.version++
 			a.ackLater(msg)
 		} else {
+			h.bytes = len(data)
+			a.heldBytes += int64(h.bytes)
 			sh.held[ref.Chunk] = h
 		}
 	}
@@ -345,6 +349,7 @@ func (a *assembler) handOut(b readyBatch) []int {
 		ep := a.open[h.ref.Epoch]
 		sh := ep.shards[h.ref.Shard]
 		delete(sh.held, h.ref.Chunk)
+		a.heldBytes -= int64(h.bytes)
 		sh.delivered.add(h.ref.Chunk)
 		a.ackLater(h.msg)
 		finished = append(finished, a.checkShard(h.ref.Epoch, h.ref.Shard)...)

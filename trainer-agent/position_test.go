@@ -165,8 +165,8 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 			}
 			handOut(len(ready))
 			sync()
-			if !a.allFinished() {
-				t.Fatalf("trial %d: after the last run not finished: %s", trial, stored)
+			if !a.allFinished() || a.heldBytes != 0 || len(a.held()) != 0 {
+				t.Fatalf("trial %d: after the last run: finished %v, %d bytes held: %s", trial, a.allFinished(), a.heldBytes, stored)
 			}
 			break
 		}
