@@ -350,8 +350,10 @@ func (a *Agent) release(err error) {
 	if serr := a.sync(ctx); serr != nil {
 		a.log.Warn("recording the position on the way out", "error", serr)
 	}
+	// What the position does not cover goes back to the stream: the chunks
+	// held, and the messages whose acks wait for a write that failed.
 	a.mu.Lock()
-	held := a.asm.held()
+	held := append(a.asm.held(), a.asm.takeAcks()...)
 	a.mu.Unlock()
 	for _, m := range held {
 		if err := m.Nak(); err != nil {

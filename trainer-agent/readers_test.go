@@ -395,3 +395,69 @@ func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
 		t.Errorf("position after the job = %+v", p)
 	}
 }
+
+// TestTwoAgentsOfOneReaderDoNotBothDeliver runs two agents as one reader:
+// they split the reader's chunks until one of them records a position and
+// the other's compare-and-set fails. The loser stops without handing out
+// its batch and returns its chunks; the winner delivers every sample once.
+// (If the winner took every chunk first, the other just waits.)
+func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{3, 2}, {4}, {1, 2, 3}, {5}}
+	job := testJob("twice", 2, 2, l)
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, l) {
+		e.publish(t, m, "")
+	}
+	type result struct {
+		batches []Batch
+		err     error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	results := make(chan result, 2)
+	for range 2 {
+		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runAgent(t, a)
+		go func() {
+			var r result
+			for {
+				b, err := a.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					r.err = err
+					break
+				}
+				r.batches = append(r.batches, b)
+			}
+			results <- r
+		}()
+	}
+	var won []Batch
+	winners := 0
+	for range 2 {
+		r := <-results
+		switch {
+		case r.err == nil:
+			won = r.batches
+			winners++
+			cancel() // the other has nothing left to wait for
+		case errors.Is(r.err, ErrReaderTaken), errors.Is(r.err, context.Canceled) && winners == 1:
+			t.Logf("the other agent: %v", r.err)
+			if len(r.batches) > 0 {
+				t.Errorf("the agent that lost handed out %d batches (%v)", len(r.batches), r.err)
+			}
+		default:
+			t.Fatalf("agent: %v", r.err)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d agents delivered the job, want 1", winners)
+	}
+	checkDelivery(t, job, l, won)
+}

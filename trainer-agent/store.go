@@ -212,6 +212,10 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	if data != nil {
 		if err := a.writePosition(ctx, data); err != nil {
+			// Not recorded, so not to be acked: keep them for release.
+			a.mu.Lock()
+			a.asm.acks = append(acks, a.asm.acks...)
+			a.mu.Unlock()
 			return err
 		}
 		a.written = version
