@@ -123,10 +123,14 @@ type Agent struct {
 	warned  atomic.Bool // about an output buffer too small
 
 	// posMu serialises position writes; posRev and written belong to it.
-	posMu   sync.Mutex
-	posKV   jetstream.KeyValue
-	posRev  uint64 // revision of the stored position, 0 if none
-	written uint64 // assembler version last written
+	posMu     sync.Mutex
+	posKV     jetstream.KeyValue
+	posRev    uint64 // revision of the stored position, 0 if none
+	written   uint64 // assembler version last written
+	posBroken bool   // a write failed: no more writes
+	// posAttempt is the last value written, which may have landed even
+	// if the write reported failure.
+	posAttempt []byte
 
 	mu           sync.Mutex
 	wake         chan struct{} // closed and replaced on every change
@@ -141,6 +145,7 @@ type Agent struct {
 	finished     time.Time
 	runCtx       context.Context
 	fail         context.CancelCauseFunc
+	closing      bool // Run is returning: no more batches
 	runEnded     bool
 	runErr       error
 }
@@ -319,7 +324,7 @@ func (a *Agent) run(ctx context.Context) error {
 	if err := a.waitFor(ctx, a.asm.allFinished); err != nil {
 		return err
 	}
-	if err := a.sync(ctx); err != nil {
+	if err := a.sync(ctx, false); err != nil {
 		return err
 	}
 	stopDemand()
@@ -342,12 +347,15 @@ func (a *Agent) run(ctx context.Context) error {
 // position once more (acking what waited for it) and returns the chunks
 // still held to the stream for immediate redelivery.
 func (a *Agent) release(err error) {
+	a.mu.Lock()
+	a.closing = true
+	a.mu.Unlock()
 	if err == nil || errors.Is(err, ErrJobEnded) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if serr := a.sync(ctx); serr != nil {
+	if serr := a.sync(ctx, false); serr != nil {
 		a.log.Warn("recording the position on the way out", "error", serr)
 	}
 	// What the position does not cover goes back to the stream: the chunks
@@ -574,7 +582,9 @@ func (a *Agent) Next(ctx context.Context) (Batch, error) {
 	if err != nil {
 		return Batch{}, err
 	}
-	if err := a.sync(runCtx); err != nil {
+	// Not cancelled with Run: a batch taken is recorded and returned even
+	// while the agent stops (else a later write could record it unreturned).
+	if err := a.sync(context.WithoutCancel(runCtx), true); err != nil {
 		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
 		a.stop(err)
 		return Batch{}, fmt.Errorf("%w: %w", ErrStopped, err)
@@ -597,7 +607,7 @@ func (a *Agent) take(ctx context.Context) (Batch, context.Context, error) {
 			stopWaiting()
 			return Batch{}, nil, io.EOF
 		}
-		if a.runEnded {
+		if a.runEnded || a.closing {
 			stopWaiting()
 			if a.runErr != nil {
 				return Batch{}, nil, fmt.Errorf("%w: %w", ErrStopped, a.runErr)

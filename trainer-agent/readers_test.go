@@ -353,6 +353,19 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 			}
 		})
 	}
+	t.Run("succeeded through another agent", func(t *testing.T) {
+		e := newEnv(t)
+		job := testJob("done", 1, 2, layout{{2}})
+		job.State = wire.JobSucceeded
+		e.record(t, job)
+		a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := runAgent(t, a)(); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "succeeded") {
+			t.Errorf("Run of an agent with nothing delivered of a succeeded job: %v", err)
+		}
+	})
 	t.Run("refused at open", func(t *testing.T) {
 		e := newEnv(t)
 		job := testJob("over", 1, 2, layout{{2}})

@@ -120,7 +120,11 @@ func (a *Agent) watchJob(ctx context.Context, jobs jetstream.KeyValue) {
 			if e == nil {
 				continue
 			}
-			if err := jobEnded(a.job.Spec.ID, e); err != nil {
+			err := jobEnded(a.job.Spec.ID, e)
+			if err == nil && a.succeededWithoutMe(e) {
+				err = fmt.Errorf("%w: job %s succeeded: another agent of reader %s delivered what this one had not", ErrJobEnded, a.job.Spec.ID, a.reader)
+			}
+			if err != nil {
 				a.log.Warn("stopping", "reason", err)
 				a.stop(err)
 				return
@@ -135,6 +139,19 @@ func (a *Agent) submitted() string {
 		return ""
 	}
 	return a.job.Submitted.UTC().Format(time.RFC3339Nano)
+}
+
+// succeededWithoutMe reports whether the job's record says it succeeded
+// while this agent has not handed out everything: a job succeeds only once
+// every reader acked every chunk, so another agent of this reader did.
+func (a *Agent) succeededWithoutMe(e jetstream.KeyValueEntry) bool {
+	var job wire.Job
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &job) != nil || job.State != wire.JobSucceeded {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.asm.allFinished()
 }
 
 // positionKey is where the reader's position is stored.
@@ -193,9 +210,17 @@ func mustEncode(p position) []byte {
 // sync writes the position if it changed since the last write, then acks
 // the messages that waited for it. Writes are serialised, and each writes
 // the latest position, so a later write never records less than an earlier.
-func (a *Agent) sync(ctx context.Context) error {
+// forBatch says that a batch taken from memory is returned only if this
+// succeeds: if it fails, no later write may record that batch, so none
+// happens at all.
+func (a *Agent) sync(ctx context.Context, forBatch bool) error {
 	a.posMu.Lock()
 	defer a.posMu.Unlock()
+	if a.posBroken {
+		// The memory may hold batches that were never returned: writing
+		// it now would record them as delivered.
+		return errors.New("an earlier position write failed")
+	}
 	a.mu.Lock()
 	version := a.asm.version
 	var data []byte
@@ -212,6 +237,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	if data != nil {
 		if err := a.writePosition(ctx, data); err != nil {
+			a.posBroken = a.posBroken || forBatch
 			// Not recorded, so not to be acked: keep them for release.
 			a.mu.Lock()
 			a.asm.acks = append(acks, a.asm.acks...)
@@ -244,6 +270,7 @@ func (a *Agent) writePosition(ctx context.Context, data []byte) error {
 	deadline := time.Now().Add(positionWriteTimeout)
 	wait := 50 * time.Millisecond
 	for {
+		a.posAttempt = data
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var rev uint64
 		var err error
@@ -265,6 +292,11 @@ func (a *Agent) writePosition(ctx context.Context, data []byte) error {
 			if gerr == nil && bytes.Equal(e.Value(), data) {
 				a.posRev = e.Revision()
 				return nil
+			}
+			if gerr == nil && bytes.Equal(e.Value(), a.posAttempt) {
+				// An earlier write of ours that reported failure landed.
+				a.posRev, a.posAttempt = e.Revision(), nil
+				continue
 			}
 			return fmt.Errorf("job %s reader %s: %w (the position under %s changed)", a.job.Spec.ID, a.reader, ErrReaderTaken, key)
 		}
@@ -294,7 +326,7 @@ func (a *Agent) keepAlive(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := a.sync(ctx); err != nil {
+		if err := a.sync(ctx, false); err != nil {
 			if ctx.Err() == nil {
 				err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
 				a.stop(err)
