@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +26,22 @@ var ErrJobNotFound = errors.New("job not found")
 // ErrJobExists means a job with the id is already submitted.
 var ErrJobExists = errors.New("job already exists")
 
+// ErrJobActive means a job is still queued or running where only a
+// finished one may be deleted.
+var ErrJobActive = errors.New("job is queued or running")
+
+// activeError names the job and its state, and what to do.
+type activeError struct {
+	id    string
+	state wire.JobState
+}
+
+func (e *activeError) Error() string {
+	return fmt.Sprintf("job %s is %s: cancel it first or use --force", e.id, e.state)
+}
+
+func (e *activeError) Is(target error) bool { return target == ErrJobActive }
+
 // publishWindow is how many task publishes may await their PubAck at once:
 // enough to keep the connection busy, well under the client's default limit
 // of 4000 outstanding async publishes, which other users of js share.
@@ -36,53 +53,98 @@ const publishAckTimeout = 30 * time.Second
 // rollbackTimeout bounds the cleanup of a Submit that failed half way.
 const rollbackTimeout = 10 * time.Second
 
-// Broker submits, looks up and deletes jobs.
+// Broker submits, lists, watches, cancels and deletes jobs. It needs no
+// controller running: what it changes is all in JetStream.
 type Broker struct {
 	js   jetstream.JetStream
 	s3   *s3.Client
 	log  *slog.Logger
 	opts streams.Options
 
-	mu   sync.Mutex
-	jobs jetstream.KeyValue // set once EnsureStreams succeeded
+	mu  sync.Mutex
+	kvs *buckets // set once the streams are ensured
 }
 
-// New builds a broker. s3c lists datasets at submission; logger nil
-// discards. Streams are ensured on first use, with opts.
-func New(js jetstream.JetStream, s3c *s3.Client, opts streams.Options, logger *slog.Logger) *Broker {
+// buckets are the key-value buckets a broker reads and writes.
+type buckets struct {
+	jobs, status, leases, readers jetstream.KeyValue
+}
+
+// StreamOptions apply to the streams and buckets a Broker creates
+// (Replicas: 3 on a NATS cluster). An alias of the internal definition, so
+// that programs outside this module can give them.
+type StreamOptions = streams.Options
+
+// New builds a broker. s3c lists datasets at submission (nil: Submit
+// refuses); logger nil discards. Streams are ensured on first use, with
+// opts.
+func New(js jetstream.JetStream, s3c *s3.Client, opts StreamOptions, logger *slog.Logger) *Broker {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Broker{js: js, s3: s3c, log: logger, opts: opts}
 }
 
-// jobsBucket ensures the streams once and returns the jobs bucket.
-func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+// buckets opens the buckets once, creating the streams and buckets
+// first if any is missing. Existing ones are left as they are: a command
+// run without the cluster's stream replicas must not change them.
+func (b *Broker) buckets(ctx context.Context) (*buckets, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.jobs != nil {
-		return b.jobs, nil
+	if b.kvs != nil {
+		return b.kvs, nil
 	}
-	if err := streams.Ensure(ctx, b.js, b.opts); err != nil {
-		return nil, err
-	}
-	kv, err := b.js.KeyValue(ctx, wire.JobsBucket)
+	kvs, err := b.openBuckets(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("opening key-value bucket %s: %w", wire.JobsBucket, err)
+		if err := streams.Ensure(ctx, b.js, b.opts); err != nil {
+			return nil, err
+		}
+		if kvs, err = b.openBuckets(ctx); err != nil {
+			return nil, err
+		}
 	}
-	b.jobs = kv
-	return kv, nil
+	b.kvs = kvs
+	return kvs, nil
 }
 
-// Submit validates spec, lists its dataset's shards, creates the job's
+// openBuckets opens the buckets, and checks that the task stream exists.
+func (b *Broker) openBuckets(ctx context.Context) (*buckets, error) {
+	if _, err := b.js.Stream(ctx, wire.TaskStream); err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", wire.TaskStream, err)
+	}
+	var kvs buckets
+	for _, o := range []struct {
+		kv   *jetstream.KeyValue
+		name string
+	}{{&kvs.jobs, wire.JobsBucket}, {&kvs.status, wire.StatusBucket}, {&kvs.leases, wire.LeasesBucket}, {&kvs.readers, wire.ReadersBucket}} {
+		kv, err := b.js.KeyValue(ctx, o.name)
+		if err != nil {
+			return nil, fmt.Errorf("opening key-value bucket %s: %w", o.name, err)
+		}
+		*o.kv = kv
+	}
+	return &kvs, nil
+}
+
+// jobsBucket returns the jobs bucket (see buckets).
+func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	kvs, err := b.buckets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return kvs.jobs, nil
+}
+
+// Submit checks spec (CheckJobSpec, with defaults for the NATS server's
+// max payload), lists its dataset's shards, creates the job's
 // output stream and record, and queues one task per shard per epoch, each
 // epoch in ShardOrder. It returns once every task is stored. A Submit that
 // fails after recording the job removes what it created, so it can simply
 // be retried.
 func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error) {
 	spec = spec.WithDefaults(b.js.Conn().MaxPayload())
-	if err := spec.Validate(); err != nil {
-		return wire.Job{}, fmt.Errorf("invalid job spec: %w", err)
+	if err := CheckJobSpec(spec); err != nil {
+		return wire.Job{}, err
 	}
 	id := spec.ID
 	bucket, prefix, err := objstore.ParseURL(spec.Dataset)
@@ -247,11 +309,29 @@ func (b *Broker) Job(ctx context.Context, id string) (wire.Job, error) {
 	return job, nil
 }
 
-// Delete removes job id: its dispatcher's consumer, its remaining tasks,
-// its output stream and its record. Stop the job's dispatcher first.
-func (b *Broker) Delete(ctx context.Context, id string) error {
+// Delete removes job id and everything of it: its dispatcher's consumer,
+// its remaining tasks, its output stream with the readers' consumers, the
+// readers' positions, its status, its lease and its record. A job still
+// queued or running is refused with an error matching ErrJobActive unless
+// force, which cancels it first (see Cancel). A controller owning the job
+// sees it cancelled or gone and lets it go.
+func (b *Broker) Delete(ctx context.Context, id string, force bool) error {
 	if err := wire.ValidateJobID(id); err != nil {
 		return err
+	}
+	job, err := b.Job(ctx, id)
+	switch {
+	case errors.Is(err, ErrJobNotFound): // remove what a half-finished Submit or Delete left
+	case err != nil:
+		return err
+	case !job.State.Terminal() && !force:
+		return &activeError{id: id, state: job.State}
+	case !job.State.Terminal():
+		// Cancelled first, so that the owning controller stops dispatching
+		// before the tasks go; one that finished meanwhile is fine too.
+		if _, err := b.Cancel(ctx, id, "deleted with --force"); err != nil && !errors.Is(err, ErrTransition) {
+			return err
+		}
 	}
 	found, err := b.remove(ctx, id)
 	if err != nil {
@@ -260,46 +340,80 @@ func (b *Broker) Delete(ctx context.Context, id string) error {
 	if !found {
 		return fmt.Errorf("job %s: %w", id, ErrJobNotFound)
 	}
-	b.log.Info("job deleted", "job", id)
+	b.log.Info("job deleted", "job", id, "force", force)
 	return nil
 }
 
 // remove deletes whatever of job id exists, the record last so that the id
 // stays taken until the rest is gone, and says whether anything did.
 func (b *Broker) remove(ctx context.Context, id string) (found bool, err error) {
-	kv, err := b.jobsBucket(ctx)
+	kvs, err := b.buckets(ctx)
 	if err != nil {
 		return false, err
 	}
-	_, err = kv.Get(ctx, id)
+	_, err = kvs.jobs.Get(ctx, id)
 	recorded := err == nil
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, fmt.Errorf("looking up job %s: %w", id, err)
 	}
-	found = recorded
-	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, wire.DispatchConsumer(id)); {
-	case err == nil:
-		found = true
-	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
-	}
-	tasks, err := b.js.Stream(ctx, wire.TaskStream)
+	released, err := b.release(ctx, id)
+	found = recorded || released
 	if err != nil {
-		return found, fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
+		return found, err
 	}
-	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(wire.TaskSubject(id))); err != nil {
-		return found, fmt.Errorf("job %s: purging tasks: %w", id, err)
+	// Every reader's position, declared or not: job ids hold no dots, so
+	// the wildcard matches this job's readers only.
+	readers, err := listKeys(ctx, kvs.readers, wire.ReaderKey(id, "*"))
+	if err != nil {
+		return found, fmt.Errorf("job %s: listing reader positions: %w", id, err)
 	}
-	switch err := b.js.DeleteStream(ctx, wire.OutputStream(id)); {
-	case err == nil:
+	for _, k := range readers {
+		if _, err := purgeKey(ctx, kvs.readers, k); err != nil {
+			return found, fmt.Errorf("job %s: deleting reader position %s: %w", id, k, err)
+		}
 		found = true
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return found, fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
+	}
+	for _, kv := range []jetstream.KeyValue{kvs.status, kvs.leases} {
+		gone, err := purgeKey(ctx, kv, id)
+		if err != nil {
+			return found, fmt.Errorf("job %s: deleting from %s: %w", id, kv.Bucket(), err)
+		}
+		found = found || gone
 	}
 	if recorded {
-		if err := kv.Purge(ctx, id); err != nil {
+		if err := kvs.jobs.Purge(ctx, id); err != nil {
 			return found, fmt.Errorf("job %s: deleting record: %w", id, err)
 		}
 	}
 	return found, nil
+}
+
+// purgeKey removes key with its history if it exists, and says whether it
+// did. A key never written gets no purge marker.
+func purgeKey(ctx context.Context, kv jetstream.KeyValue, key string) (bool, error) {
+	if _, err := kv.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return true, kv.Purge(ctx, key)
+}
+
+// listKeys lists the keys of kv matching filter.
+func listKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
+	l, err := kv.ListKeysFiltered(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	// The lister ends quietly when ctx does: a short list must not pass
+	// for a complete one.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
 }

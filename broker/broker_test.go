@@ -43,7 +43,7 @@ func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
 			order = append(order, task.Shard)
 			want := wire.ShardTask{
 				Job: "j1", Epoch: epoch, Shard: task.Shard, Bucket: "data", Key: job.Shards[task.Shard],
-				Pipeline: "image-classification", Seed: 11, ChunkMaxBytes: wire.DefaultChunkMaxBytes,
+				Pipeline: "imagenet-train", Seed: 11, ChunkMaxBytes: wire.DefaultChunkMaxBytes,
 				OutputSubject: wire.OutputSubject("j1"),
 			}
 			if diff := cmp.Diff(want, task); diff != "" {
@@ -113,6 +113,14 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 		{"no pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "" }), []string{"pipeline"}, nil},
 		{"job id", spec(func(s *wire.JobSpec) { s.ID = "a.b" }), []string{`id: "a.b"`}, nil},
 		{"chunk over max payload", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 16 << 20 }), []string{"chunk max bytes 16777216", "at most"}, nil},
+		{"unknown pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "nosuch" }),
+			[]string{`pipeline: unknown pipeline "nosuch": known pipelines are`, "imagenet-train", "text-wordpiece"}, ErrInvalidSpec},
+		{"bad inline pipeline", spec(func(s *wire.JobSpec) {
+			s.Pipeline = "ops:\n  - decode\n  - op: resize\n    size: 0\n  - to_uint8_hwc\n"
+		}),
+			[]string{"pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}, ErrInvalidSpec},
+		{"every problem at once", spec(func(s *wire.JobSpec) { s.BatchSize, s.Epochs, s.Pipeline = 0, 0, "nosuch" }),
+			[]string{"3 problems", "batch_size: 0", "epochs: 0", `unknown pipeline "nosuch"`}, ErrInvalidSpec},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := e.b.Submit(ctx, c.spec)
@@ -133,6 +141,9 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 			if _, err := e.js.Stream(ctx, wire.OutputStream("bad")); !errors.Is(err, jetstream.ErrStreamNotFound) {
 				t.Errorf("output stream after refused submit: %v", err)
 			}
+			if n := taskCount(t, e.js, "bad"); n != 0 {
+				t.Errorf("%d tasks after refused submit", n)
+			}
 		})
 	}
 }
@@ -146,7 +157,13 @@ func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := e.b.Delete(ctx, "gone"); err != nil {
+	if err := e.b.Delete(ctx, "gone", false); !errors.Is(err, ErrJobActive) || err.Error() != "job gone is queued: cancel it first or use --force" {
+		t.Fatalf("deleting a queued job without force: %v, want ErrJobActive saying what to do", err)
+	}
+	if n := taskCount(t, e.js, "gone"); n != 8 {
+		t.Fatalf("refused delete left %d tasks, want 8", n)
+	}
+	if err := e.b.Delete(ctx, "gone", true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.b.Job(ctx, "gone"); !errors.Is(err, ErrJobNotFound) || !strings.Contains(err.Error(), "gone") {
@@ -167,7 +184,7 @@ func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 	if _, err := e.b.Job(ctx, "kept"); err != nil {
 		t.Errorf("other job after Delete: %v", err)
 	}
-	if err := e.b.Delete(ctx, "gone"); !errors.Is(err, ErrJobNotFound) {
+	if err := e.b.Delete(ctx, "gone", false); !errors.Is(err, ErrJobNotFound) {
 		t.Errorf("deleting twice: %v, want ErrJobNotFound", err)
 	}
 

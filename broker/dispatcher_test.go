@@ -372,7 +372,7 @@ func TestDispatcherStopsWhenJobIsDeleted(t *testing.T) {
 		}
 		return nil
 	})
-	if err := e.b.Delete(ctx, "jd"); err != nil {
+	if err := e.b.Delete(ctx, "jd", true); err != nil {
 		t.Fatal(err)
 	}
 	close(release)

@@ -43,7 +43,7 @@ func newEnv(t testing.TB, shards int) env {
 }
 
 func testSpec(id string, epochs int) wire.JobSpec {
-	return wire.JobSpec{ID: id, Dataset: "s3://data/ds/", Pipeline: "image-classification", BatchSize: 4, Epochs: epochs, Seed: 11}
+	return wire.JobSpec{ID: id, Dataset: "s3://data/ds/", Pipeline: "imagenet-train", BatchSize: 4, Epochs: epochs, Seed: 11}
 }
 
 func (e env) submit(t testing.TB, spec wire.JobSpec) wire.Job {

@@ -20,9 +20,9 @@ var ErrTransition = errors.New("job state does not allow this change")
 const casRetries = 16
 
 // Transition moves job id to state to with reason, by compare-and-set on
-// the record, if allowed(from) holds for its current state; otherwise it
-// returns an error wrapping ErrTransition that names the state. It returns
-// the record as written.
+// the record, if allowed(from) holds for its current state (nil: any);
+// otherwise it returns the record as it is and an error wrapping
+// ErrTransition that names the state. It returns the record as written.
 func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, reason string, allowed func(from wire.JobState) bool) (wire.Job, error) {
 	if err := wire.ValidateJobID(id); err != nil {
 		return wire.Job{}, err
@@ -43,7 +43,7 @@ func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, re
 		if err := json.Unmarshal(e.Value(), &job); err != nil {
 			return wire.Job{}, fmt.Errorf("decoding job %s record: %w", id, err)
 		}
-		if !allowed(job.State) {
+		if allowed != nil && !allowed(job.State) {
 			return job, fmt.Errorf("job %s is %s: %w to %s", id, job.State, ErrTransition, to)
 		}
 		job.State, job.Reason, job.Updated = to, reason, time.Now().UTC()
@@ -75,25 +75,66 @@ func (b *Broker) Release(ctx context.Context, id string) error {
 	if err := wire.ValidateJobID(id); err != nil {
 		return err
 	}
-	if _, err := b.jobsBucket(ctx); err != nil { // ensures the streams
+	if _, err := b.buckets(ctx); err != nil { // the task stream exists
 		return err
 	}
+	_, err := b.release(ctx, id)
+	return err
+}
+
+// release is Release, saying whether the consumer or the output stream
+// existed.
+func (b *Broker) release(ctx context.Context, id string) (found bool, err error) {
 	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, wire.DispatchConsumer(id)); {
-	case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
-	default:
-		return fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
+	case err == nil:
+		found = true
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
 	}
 	tasks, err := b.js.Stream(ctx, wire.TaskStream)
 	if err != nil {
-		return fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
+		return found, fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
 	}
 	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(wire.TaskSubject(id))); err != nil {
-		return fmt.Errorf("job %s: purging tasks: %w", id, err)
+		return found, fmt.Errorf("job %s: purging tasks: %w", id, err)
 	}
 	switch err := b.js.DeleteStream(ctx, wire.OutputStream(id)); {
-	case err == nil, errors.Is(err, jetstream.ErrStreamNotFound):
-	default:
-		return fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
+	case err == nil:
+		found = true
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return found, fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
 	}
-	return nil
+	return found, nil
+}
+
+// Cancel stops job id for good: its record turns cancelled with reason
+// (compare-and-set, from queued or running), then Release removes its
+// tasks, its dispatcher's consumer and its output stream with the readers'
+// consumers. It needs no controller; one owning the job sees the state and
+// lets the job go. A finished job is refused with an error wrapping
+// ErrTransition that names its state; one already cancelled is released
+// again before that error, so a Cancel whose Release failed can be retried.
+func (b *Broker) Cancel(ctx context.Context, id, reason string) (wire.Job, error) {
+	if reason == "" {
+		reason = "cancelled"
+	}
+	job, err := b.Transition(ctx, id, wire.JobCancelled, reason, func(from wire.JobState) bool {
+		return from == wire.JobQueued || from == wire.JobRunning
+	})
+	if errors.Is(err, ErrTransition) {
+		if job.State == wire.JobCancelled {
+			if rerr := b.Release(ctx, id); rerr != nil {
+				return job, rerr
+			}
+		}
+		return job, fmt.Errorf("job %s is already %s: only a queued or running job can be cancelled: %w", id, job.State, ErrTransition)
+	}
+	if err != nil {
+		return wire.Job{}, err
+	}
+	if err := b.Release(ctx, id); err != nil {
+		return job, fmt.Errorf("job %s is cancelled, but releasing it failed (cancel again to retry): %w", id, err)
+	}
+	b.log.Info("job cancelled", "job", id, "reason", reason)
+	return job, nil
 }

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -14,13 +12,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-project/sluice/autoscale/local"
-	"github.com/sluice-project/sluice/internal/natsconn"
+	"github.com/sluice-project/sluice/internal/connect"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -33,7 +30,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	prefetch := fs.Int("prefetch", 0, "samples held in batches ready for the trainer (0: 4 batches, at least 256)")
 	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
-	connect := natsFlags(fs)
+	connFlags := connect.Register(fs, connect.PartNATS)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice agent --job ID [flags]\n\n"+
 			"Feeds a job's batches to a trainer on this machine: GET /v1/batch gives the next batch as a\n"+
@@ -44,6 +41,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			local.ReadyPrefix)
 		fs.PrintDefaults()
 	}
+	var conn connect.Config
 	if err := parse(fs, args,
 		func() error {
 			if *jobID == "" {
@@ -55,12 +53,13 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		intRange("prefetch", prefetch, 0, 1<<24),
 		durationRange("linger", linger, 0, 10*time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
+		resolve(connFlags, &conn),
 	); err != nil {
 		return err
 	}
 	logger := newLogger(stderr, *logLevel).With("component", "agent")
 
-	nc, js, err := connect(logger)
+	nc, js, err := conn.ConnectNATS(ctx, "sluice-agent", logger)
 	if err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	metrics := traineragent.NewMetrics(reg)
 
 	// Serve at once: a trainer's GET /v1/batch waits for the job to appear.
-	s := &agentServer{opened: make(chan struct{}), gone: make(chan struct{})}
+	s := &agentServer{nc: nc, opened: make(chan struct{}), gone: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -150,6 +149,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // agentServer serves the agent once the job was found.
 type agentServer struct {
+	nc     *nats.Conn
 	agent  atomic.Pointer[traineragent.Agent]
 	opened chan struct{} // closed once agent is set
 	gone   chan struct{} // closed at the first 410
@@ -166,11 +166,14 @@ func (s *agentServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *agentServer) readyz(w http.ResponseWriter, _ *http.Request) {
-	if a := s.agent.Load(); a != nil && a.Ready() {
+	switch a := s.agent.Load(); {
+	case !s.nc.IsConnected():
+		http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
+	case a == nil || !a.Ready():
+		http.Error(w, "not reading the job's output (yet)", http.StatusServiceUnavailable)
+	default:
 		fmt.Fprintln(w, "ready")
-		return
 	}
-	http.Error(w, "not reading the job's output (yet)", http.StatusServiceUnavailable)
 }
 
 // goneWatcher notes that the trainer got a 410: it knows the end.
@@ -183,15 +186,5 @@ func (g *goneWatcher) WriteHeader(code int) {
 	g.ResponseWriter.WriteHeader(code)
 	if code == http.StatusGone {
 		g.s.once.Do(func() { close(g.s.gone) })
-	}
-}
-
-// natsFlags adds the NATS connection flags to fs and returns the function
-// that connects with them. (The one place to switch to the shared
-// connection settings of internal/connect.)
-func natsFlags(fs *flag.FlagSet) func(*slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
-	url := fs.String("nats", envOr("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env SLUICE_NATS_URL)")
-	return func(logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
-		return natsconn.Connect(*url, "sluice-agent", logger)
 	}
 }

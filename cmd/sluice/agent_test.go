@@ -157,6 +157,13 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(got) == 0 {
+			if resp, err := http.Get(url + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("GET /readyz while serving batches: %v %v, want 200", resp, err)
+			} else {
+				resp.Body.Close()
+			}
+		}
 		if h := resp.Header.Get(wire.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
 			t.Errorf("epoch header %q, batch of epoch %d", h, b.Epoch)
 		}

@@ -98,7 +98,7 @@ func runBenchOps(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	); err != nil {
 		return err
 	}
-	p, err := benchLoadPipeline(*name, pipeline.Options{MaxPixels: *maxPixels})
+	p, _, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels})
 	if err != nil {
 		return err
 	}
@@ -125,16 +125,6 @@ func runBenchOps(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	printBenchReport(stdout, rep)
 	return nil
-}
-
-// benchLoadPipeline takes a built-in name, else an existing file as a spec.
-func benchLoadPipeline(name string, o pipeline.Options) (pipeline.Pipeline, error) {
-	if !slices.Contains(pipeline.Names(), name) {
-		if st, err := os.Stat(name); err == nil && st.Mode().IsRegular() {
-			return pipeline.LoadFile(name, o)
-		}
-	}
-	return pipeline.Lookup(name, o)
 }
 
 func printBenchReport(w io.Writer, rep benchReport) {

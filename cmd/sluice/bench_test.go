@@ -131,7 +131,7 @@ func TestBenchOpsBadInput(t *testing.T) {
 	}{
 		{[]string{"--pipeline", "imagenet-train"}, 2, []string{"--input is required"}},
 		{[]string{"--input", dir, "--seconds", "0"}, 2, []string{"--seconds 0: want more than 0"}},
-		{[]string{"--input", dir, "--pipeline", "no-such"}, 1, []string{`unknown pipeline "no-such"`}},
+		{[]string{"--input", dir, "--pipeline", "no-such"}, 1, []string{`--pipeline "no-such" is neither a built-in pipeline (criteo, imagenet-eval`}},
 		{[]string{"--input", filepath.Join(dir, "missing")}, 1, []string{"reading input"}},
 		{[]string{"--input", dir, "--seconds", "0.01"}, 1, []string{"every sample failed", "sample a", "unrecognised image format"}},
 		{[]string{"--input", t.TempDir()}, 1, []string{"holds no samples"}},

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -31,10 +30,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	d := demo.DatasetDefaults(dataset)
 	fs := newFlagSet("demo", stderr)
-	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (JPEG tar shards), text (.txt tar shards) or tabular (Criteo .tsv shards)")
-	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's) or a YAML/JSON spec file")
+	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (WebDataset tar shards of JPEGs), text (JSONL shards: one passage and its label a line) or tabular (Criteo .tsv shards)")
+	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's), a YAML/JSON spec file, or an inline spec")
 	fs.IntVar(&d.Samples, "samples", d.Samples, "samples in the synthetic dataset")
-	fs.IntVar(&d.Shards, "shards", d.Shards, "tar shards the dataset is split into")
+	fs.IntVar(&d.Shards, "shards", d.Shards, "shards the dataset is split into")
 	fs.IntVar(&d.Epochs, "epochs", d.Epochs, "epochs to train")
 	fs.IntVar(&d.BatchSize, "batch-size", d.BatchSize, "samples per training batch")
 	seed := fs.Uint64("seed", d.Seed, "seed of the dataset, the shard order and the augmentations")
@@ -53,16 +52,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			"function replicas start from zero, scale with the trainer's demand and end at zero.\n\n")
 		fs.PrintDefaults()
 	}
+	samplesOK := intRange("samples", &d.Samples, 1, 1_000_000)
 	if err := parse(fs, args,
-		intRange("samples", &d.Samples, 1, 1_000_000),
-		func() error { return intRange("shards", &d.Shards, 1, min(10_000, max(d.Samples, 1)))() },
+		samplesOK,
+		// Checks bounded by --samples are left to its own error when it is out of range.
+		whenValid(samplesOK, func() error { return intRange("shards", &d.Shards, 1, min(10_000, d.Samples))() }),
 		intRange("epochs", &d.Epochs, 1, 1000),
 		intRange("batch-size", &d.BatchSize, 1, 65536),
 		durationRange("step-time", &d.StepTime, 0, time.Minute),
 		intRange("max-replicas", &d.MaxReplicas, 1, 64),
 		durationRange("chaos-kill-every", &d.ChaosKillEvery, 0, time.Hour),
 		intRange("chaos-kill-mid-shard", &d.ChaosKillMidShard, 0, 1000),
-		func() error { return intRange("corrupt", &d.Corrupt, 0, d.Samples)() },
+		whenValid(samplesOK, func() error { return intRange("corrupt", &d.Corrupt, 0, d.Samples)() }),
 		intRange("chunk-max-bytes", &d.ChunkMaxBytes, 64<<10, 64<<20),
 		oneOf("log-level", logLevel, logLevels...),
 		oneOf("dataset", &d.Dataset, demo.Datasets...),
@@ -101,10 +102,33 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(sum)
+		if err := enc.Encode(sum); err != nil {
+			return err
+		}
+	} else {
+		sum.WriteText(stdout)
 	}
-	sum.WriteText(stdout)
+	return demoVerdict(sum)
+}
+
+// demoVerdict fails a run whose summary lists problems (nothing delivered,
+// samples lost or duplicated), so that its exit status says so.
+func demoVerdict(sum demo.Summary) error {
+	if p := sum.Problems(); len(p) > 0 {
+		return fmt.Errorf("job %s failed: %s", sum.Job, strings.Join(p, "; "))
+	}
 	return nil
+}
+
+// whenValid runs check only when first passes: a flag whose range depends on
+// another is not reported when that other flag is itself wrong.
+func whenValid(first, check func() error) func() error {
+	return func() error {
+		if first() != nil {
+			return nil
+		}
+		return check()
+	}
 }
 
 // statusLine refreshes one line in place on a terminal and prints a line
@@ -145,18 +169,16 @@ func (s *statusLine) end() {
 }
 
 // pipelineDocument turns --pipeline into what a job carries: a built-in
-// name as it is, or a spec file's contents, validated here so that every
-// error in it is reported before anything starts.
-func pipelineDocument(nameOrFile string) (string, error) {
-	if slices.Contains(pipeline.Names(), nameOrFile) {
-		return nameOrFile, nil
-	}
-	if _, err := pipeline.LoadFile(nameOrFile, pipeline.Options{}); err != nil {
-		return "", fmt.Errorf("--pipeline %s: %w", nameOrFile, err)
-	}
-	b, err := os.ReadFile(nameOrFile)
+// name as it is, or a spec's text (from a file, a pipe or the flag
+// itself), validated here so that every error in it is reported before
+// anything starts.
+func pipelineDocument(value string) (string, error) {
+	_, doc, err := loadPipelineFlag(value, pipeline.Options{})
 	if err != nil {
-		return "", fmt.Errorf("--pipeline: %w", err)
+		return "", err
 	}
-	return string(b), nil
+	if doc == "" {
+		return value, nil
+	}
+	return doc, nil
 }

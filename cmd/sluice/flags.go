@@ -35,9 +35,17 @@ func parse(fs *flag.FlagSet, args []string, checks ...func() error) error {
 	}
 	bad := false
 	for _, c := range checks {
-		if err := c(); err != nil {
-			fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
-			bad = true
+		err := c()
+		if err == nil {
+			continue
+		}
+		bad = true
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap() // several problems (errors.Join): one line each
+		}
+		for _, e := range errs {
+			fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), e)
 		}
 	}
 	if bad {

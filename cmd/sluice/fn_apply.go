@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/lines"
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
@@ -31,8 +29,8 @@ const (
 
 func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fset := newFlagSet("fn apply", stderr)
-	name := fset.String("pipeline", "", "built-in pipeline ("+strings.Join(pipeline.Names(), ", ")+") or a YAML/JSON spec file")
-	input := fset.String("input", "", "a sample file (image, .txt, .json; .jsonl or .tsv: one sample a line), a directory of them, or a .tar shard")
+	name := fset.String("pipeline", "", "built-in pipeline ("+strings.Join(pipeline.Names(), ", ")+"), a YAML/JSON spec file, or an inline spec")
+	input := fset.String("input", "", acceptedInputs)
 	output := fset.String("output", "", "safetensors file to write")
 	seed := fset.Uint64("seed", 0, "job seed the per-sample seeds derive from")
 	epoch := fset.Int("epoch", 0, "epoch the per-sample seeds derive from")
@@ -44,7 +42,10 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+
 			"Runs a pipeline locally, as a function replica would, and writes every sample's\n"+
 			"output stacked into one safetensors file (tensors named as in chunks; metadata:\n"+
-			"keys, pipeline, seed, epoch). Failed samples are listed on stderr.\n\n")
+			"keys, pipeline, seed, epoch). Failed samples are listed on stderr.\n\n"+
+			"Labels: a sample without one (a lone JPEG, images without .cls files) gets -1.\n"+
+			"A directory of class subfolders is read as torchvision's ImageFolder: each\n"+
+			"image's label is its folder's index among all subfolders sorted by name.\n\n")
 		fset.PrintDefaults()
 	}
 	required := func(flag string, v *string) func() error {
@@ -69,7 +70,7 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 
-	p, specText, err := resolvePipeline(*name, pipeline.Options{MaxPixels: *maxPixels})
+	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels})
 	if err != nil {
 		return err
 	}
@@ -80,7 +81,9 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "failed %s: %s\n", key, reason)
 	}
 	errLimit := errors.New("limit reached")
-	err = eachSample(*input, int64(*maxMember), func(s wds.Sample) error {
+	walker := inputWalker{maxMember: int64(*maxMember), fail: fail,
+		note: func(msg string) { fmt.Fprintf(stderr, "note: %s\n", msg) }}
+	walker.fn = func(s wds.Sample) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -96,9 +99,12 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fail(s.Key, err.Error())
 		}
 		return nil
-	}, fail)
-	if err != nil && !errors.Is(err, errLimit) {
+	}
+	if err := walker.walk(*input); err != nil && !errors.Is(err, errLimit) {
 		return err
+	}
+	if failed+len(st.keys) == 0 {
+		return fmt.Errorf("--input %s holds no samples: want %s", *input, acceptedInputs)
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "%d of %d samples failed\n", failed, failed+len(st.keys))
@@ -124,171 +130,6 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "wrote %d samples (%d failed) through %s to %s: %s\n", len(st.keys), failed, p.Name(), *output, st.describe())
 	return nil
-}
-
-// resolvePipeline builds a built-in by name, a spec file, or an inline
-// spec; specText is the file's text when it was a file.
-func resolvePipeline(name string, o pipeline.Options) (p pipeline.Pipeline, specText string, err error) {
-	if slices.Contains(pipeline.Names(), name) {
-		p, err = pipeline.Lookup(name, o)
-		return p, "", err
-	}
-	info, statErr := os.Stat(name)
-	if statErr == nil && info.Mode().IsRegular() {
-		doc, err := os.ReadFile(name)
-		if err != nil {
-			return nil, "", fmt.Errorf("reading pipeline spec: %w", err)
-		}
-		p, err := pipeline.Parse(doc, o)
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", name, err)
-		}
-		return p, string(doc), nil
-	}
-	if strings.ContainsAny(name, ":{\n") {
-		p, err = pipeline.Lookup(name, o) // an inline spec
-		return p, name, err
-	}
-	return nil, "", fmt.Errorf("--pipeline %q: not a built-in pipeline (%s) nor a spec file (%v)",
-		name, strings.Join(pipeline.Names(), ", "), statErr)
-}
-
-// eachSample calls fn with every sample of path, in a stable order: a tar
-// shard's in its order; a directory's by file name, files sharing a name
-// up to the extension making one sample (a.jpg + a.cls); the lines of a
-// .jsonl or .tsv file keyed as a line shard's are. Samples that cannot be
-// read go to fail. fn's error stops the walk and is returned.
-func eachSample(path string, maxMember int64, fn func(wds.Sample) error, fail func(key, reason string)) error {
-	info, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("--input: %w", err)
-	}
-	if !info.IsDir() {
-		return eachFileSample(path, filepath.Base(path), maxMember, fn, fail)
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return fmt.Errorf("reading input directory: %w", err)
-	}
-	// Group plain files by key; line and tar files are samples of their own.
-	type group struct {
-		key   string
-		files []string // names in the directory
-	}
-	var groups []*group
-	byKey := map[string]*group{}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		key, ext := splitExt(e.Name())
-		if isContainer(ext) {
-			groups = append(groups, &group{key: e.Name(), files: []string{e.Name()}})
-			continue
-		}
-		g := byKey[key]
-		if g == nil {
-			g = &group{key: key}
-			byKey[key] = g
-			groups = append(groups, g)
-		}
-		g.files = append(g.files, e.Name())
-	}
-	slices.SortStableFunc(groups, func(a, b *group) int { return strings.Compare(a.key, b.key) })
-	for _, g := range groups {
-		if _, ext := splitExt(g.files[0]); isContainer(ext) {
-			if err := eachFileSample(filepath.Join(path, g.files[0]), g.files[0], maxMember, fn, fail); err != nil {
-				return err
-			}
-			continue
-		}
-		s := wds.Sample{Key: g.key, Files: map[string][]byte{}}
-		bad := ""
-		for _, name := range g.files {
-			_, ext := splitExt(name)
-			data, err := readCapped(filepath.Join(path, name), maxMember)
-			if err != nil {
-				bad = err.Error()
-				break
-			}
-			if _, dup := s.Files[ext]; dup {
-				bad = fmt.Sprintf("two files with member %s (names differ only in case)", ext)
-				break
-			}
-			s.Files[ext] = data
-		}
-		if bad != "" {
-			fail(g.key, bad)
-			continue
-		}
-		if err := fn(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// eachFileSample reads one file: a tar shard, a line file, or one sample.
-func eachFileSample(path, name string, maxMember int64, fn func(wds.Sample) error, fail func(key, reason string)) error {
-	key, ext := splitExt(name)
-	if !isContainer(ext) {
-		data, err := readCapped(path, maxMember)
-		if err != nil {
-			fail(key, err.Error())
-			return nil
-		}
-		return fn(wds.Sample{Key: key, Files: map[string][]byte{ext: data}})
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("opening input: %w", err)
-	}
-	defer f.Close()
-	next := wds.NewReader(f, maxMember).Next
-	if ext != "tar" {
-		next = lines.NewReader(f, name, ext, int(maxMember)).Next
-	}
-	for {
-		s, err := next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		var se *wds.SampleError
-		if errors.As(err, &se) {
-			fail(se.Key, se.Reason)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", path, err)
-		}
-		if err := fn(s); err != nil {
-			return err
-		}
-	}
-}
-
-// splitExt splits a file name at its last dot; the extension, lowercased,
-// names the member ("photo.JPG" is member jpg of sample "photo").
-func splitExt(name string) (key, ext string) {
-	i := strings.LastIndexByte(name, '.')
-	if i <= 0 {
-		return name, ""
-	}
-	return name[:i], strings.ToLower(name[i+1:])
-}
-
-// isContainer reports whether files with this extension hold many samples.
-func isContainer(ext string) bool { return ext == "tar" || ext == "jsonl" || ext == "tsv" }
-
-func readCapped(path string, max int64) ([]byte, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if info.Size() > max {
-		return nil, fmt.Errorf("file %s is %d bytes, over the %d-byte cap", filepath.Base(path), info.Size(), max)
-	}
-	return os.ReadFile(path)
 }
 
 // stacker stacks sample outputs into one tensor per field, as a chunk

@@ -298,7 +298,7 @@ func TestFnApplyFailures(t *testing.T) {
 
 	// Unknown pipeline names, missing flags.
 	code, _, stderr = applyCLI(t, "--pipeline", "resnet-magic", "--input", tarPath, "--output", out)
-	if code != 1 || !strings.Contains(stderr, `--pipeline "resnet-magic": not a built-in pipeline (criteo, imagenet-eval, imagenet-train, text-wordpiece) nor a spec file`) {
+	if code != 1 || !strings.Contains(stderr, `--pipeline "resnet-magic" is neither a built-in pipeline (criteo, imagenet-eval, imagenet-train, text-wordpiece) nor a readable spec file (no such file or directory)`) {
 		t.Errorf("unknown pipeline: exit %d, stderr:\n%s", code, stderr)
 	}
 	code, _, stderr = applyCLI(t, "--epoch", "-1")
@@ -318,5 +318,137 @@ func TestFnApplyFailures(t *testing.T) {
 	code, stdout, _ := applyCLI(t, "--list")
 	if code != 0 || !strings.Contains(stdout, "random_resized_crop (encoded_image | image_u8 -> image_u8)") || !strings.Contains(stdout, "imagenet-eval") {
 		t.Errorf("--list: exit %d:\n%s", code, stdout)
+	}
+}
+
+// labels reads a written file's label tensor by key.
+func labels(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	f, keys := readOutput(t, path)
+	lbl := f.Tensors["label"].Data
+	if len(lbl) != 8*len(keys) {
+		t.Fatalf("label tensor %d bytes for %d keys", len(lbl), len(keys))
+	}
+	m := map[string]int64{}
+	for i, k := range keys {
+		m[k] = int64(binary.LittleEndian.Uint64(lbl[8*i:]))
+	}
+	return m
+}
+
+// jpegs returns n JPEGs of a synthetic shard.
+func jpegs(t *testing.T, n int) [][]byte {
+	t.Helper()
+	_, shard := imageShard(t, t.TempDir(), n, 0)
+	r := wds.NewReader(bytes.NewReader(shard.Data), 0)
+	var out [][]byte
+	for {
+		s, err := r.Next()
+		if err != nil {
+			return out
+		}
+		out = append(out, s.Files["jpg"])
+	}
+}
+
+func writeFiles(t *testing.T, root string, files map[string][]byte) {
+	t.Helper()
+	for name, data := range files {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFnApplyUnlabelled: a lone JPEG, or a folder of JPEGs without .cls
+// members, goes through the built-in image pipelines with label -1.
+func TestFnApplyUnlabelled(t *testing.T) {
+	dir := t.TempDir()
+	imgs := jpegs(t, 3)
+	// A hidden folder beside the images does not make it an ImageFolder.
+	writeFiles(t, dir, map[string][]byte{"one.jpg": imgs[0], "folder/a.jpg": imgs[1], "folder/b.JPEG": imgs[2],
+		"folder/.ipynb_checkpoints/a-checkpoint.jpg": imgs[1]})
+	out := filepath.Join(dir, "out.safetensors")
+	for _, tc := range []struct {
+		input string
+		want  map[string]int64
+	}{
+		{filepath.Join(dir, "one.jpg"), map[string]int64{"one": -1}},
+		{filepath.Join(dir, "folder"), map[string]int64{"a": -1, "b": -1}},
+	} {
+		for _, p := range []string{"imagenet-train", "imagenet-eval"} {
+			code, _, stderr := applyCLI(t, "--pipeline", p, "--input", tc.input, "--output", out)
+			if code != 0 {
+				t.Errorf("%s through %s: exit %d: %s", tc.input, p, code, stderr)
+				continue
+			}
+			if diff := cmp.Diff(tc.want, labels(t, out)); diff != "" {
+				t.Errorf("%s through %s: labels (-want +got):\n%s", tc.input, p, diff)
+			}
+		}
+	}
+}
+
+// TestFnApplyImageFolder: one subfolder per class gives each image its
+// class's index as torchvision's ImageFolder numbers them: every
+// subfolder, hidden ones too, sorted by code point.
+func TestFnApplyImageFolder(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "train")
+	imgs := jpegs(t, 7)
+	writeFiles(t, root, map[string][]byte{
+		"Zebra/z1.jpg":        imgs[0],
+		"apple/a1.jpg":        imgs[1],
+		"apple/deeper/a2.JPG": imgs[2],
+		"apple/notes.txt":     []byte("not an image"),
+		"b/b1.jpeg":           imgs[3],
+		"banana/b1.jpg":       imgs[4],
+		"Äpfel/x.jpg":         imgs[5],
+		".hidden/h.jpg":       imgs[6],
+		"README.md":           []byte("# a dataset"),
+	})
+	// A class folder may be a symbolic link.
+	linked := filepath.Join(t.TempDir(), "cherries")
+	writeFiles(t, linked, map[string][]byte{"c1.png": imgs[0]})
+	if err := os.Symlink(linked, filepath.Join(root, "cherry")); err != nil {
+		t.Fatal(err)
+	}
+	// Python: sorted(['Zebra', 'apple', 'b', 'banana', 'cherry', 'Äpfel', '.hidden'])
+	// == ['.hidden', 'Zebra', 'apple', 'b', 'banana', 'cherry', 'Äpfel'].
+	want := map[string]int64{".hidden/h": 0, "Zebra/z1": 1, "apple/a1": 2, "apple/deeper/a2": 2, "b/b1": 3, "banana/b1": 4, "cherry/c1": 5, "Äpfel/x": 6}
+	out := filepath.Join(t.TempDir(), "out.safetensors")
+	code, _, stderr := applyCLI(t, "--pipeline", "imagenet-eval", "--input", root, "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if diff := cmp.Diff(want, labels(t, out)); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	for _, w := range []string{"ignoring 1 files beside the class folders", "README.md", "skipped 1 files under the class folders that are not images",
+		"class folder .hidden is hidden but counted"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if strings.Contains(stderr, "failed") {
+		t.Errorf("stderr reports failures:\n%s", stderr)
+	}
+}
+
+// TestFnApplyNoSamples: an empty directory (or empty shard) is an error
+// that names it and the accepted inputs, not "(0 failed)".
+func TestFnApplyNoSamples(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	writeFiles(t, dir, map[string][]byte{"empty/.keep": nil, "empty.jsonl": nil})
+	for _, in := range []string{empty, filepath.Join(dir, "empty.jsonl")} {
+		code, _, stderr := applyCLI(t, "--pipeline", "imagenet-train", "--input", in, "--output", filepath.Join(dir, "out"))
+		if code != 1 || !strings.Contains(stderr, "--input "+in+" holds no samples: want a sample file (image, .txt, .json)") ||
+			!strings.Contains(stderr, "ImageFolder") || strings.Contains(stderr, "0 failed") {
+			t.Errorf("%s: exit %d, stderr %q", in, code, stderr)
+		}
 	}
 }

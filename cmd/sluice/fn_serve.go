@@ -18,17 +18,13 @@ import (
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/server"
-	"github.com/sluice-project/sluice/internal/natsconn"
-	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/connect"
 )
 
 func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("fn serve", stderr)
 	listen := fs.String("listen", "", "address to serve on (default :$PORT as Knative sets it, else 127.0.0.1:8080)")
-	natsURL := fs.String("nats", envOr("SLUICE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (env SLUICE_NATS_URL)")
-	var s3c objstore.Config
-	fs.StringVar(&s3c.Endpoint, "s3-endpoint", "", "S3 endpoint URL; empty means AWS (env SLUICE_S3_ENDPOINT)")
-	fs.StringVar(&s3c.Region, "s3-region", "", "S3 region (env AWS_REGION, default us-east-1)")
+	connFlags := connect.Register(fs, connect.PartNATS|connect.PartS3)
 	concurrency := fs.Int("concurrency", 1, "shards processed at once; more get 429")
 	cpus := fs.Int("cpus", 0, "GOMAXPROCS for this replica; 0 keeps Go's default")
 	maxPixels := fs.Int("max-pixels", 64_000_000, "largest image accepted, in pixels (decompression-bomb guard)")
@@ -40,6 +36,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"POST / takes a %q event and replies with the shard's result; GET /healthz, /readyz, /metrics.\n\n", pipeline.Names(), "dev.sluice.shard.task.v1")
 		fs.PrintDefaults()
 	}
+	var conn connect.Config
 	if err := parse(fs, args,
 		intRange("concurrency", concurrency, 1, 256),
 		intRange("cpus", cpus, 0, 1024),
@@ -47,6 +44,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		intRange("max-body-bytes", maxBody, 1024, 64<<20),
 		durationRange("drain-timeout", drain, 0, time.Hour),
 		oneOf("log-level", logLevel, logLevels...),
+		resolve(connFlags, &conn),
 	); err != nil {
 		return err
 	}
@@ -61,17 +59,22 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 
-	nc, js, err := natsconn.Connect(*natsURL, "sluice-function", logger)
+	// Check both servers before serving: a replica that cannot reach them
+	// would report ready and then fail every task.
+	nc, js, err := conn.ConnectNATS(ctx, "sluice-function", logger)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	s3client, err := objstore.NewClient(ctx, s3c.FromEnv())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s3client, err := conn.S3Client(ctx, reg)
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := connect.CheckS3(ctx, s3client, logger); err != nil {
+		return fmt.Errorf("checking s3: %w", err)
+	}
 	srv, err := server.New(server.Config{
 		MaxBodyBytes: int64(*maxBody),
 		MaxPixels:    *maxPixels,
@@ -82,7 +85,16 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", srv.Handler())
+	tasks := srv.Handler()
+	// Not ready while NATS is away: results could not be published.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !nc.IsConnected() {
+			http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
+			return
+		}
+		tasks.ServeHTTP(w, r)
+	})
+	mux.Handle("/", tasks)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", *listen, err)
@@ -90,7 +102,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	// The local actuator reads the endpoint from this line.
+	// The local actuator reads the endpoint from this line, printed once
+	// NATS and S3 answered and the server listens.
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
 	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names())
 
@@ -112,11 +125,4 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("shutting down: %w", err)
 	}
 	return nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

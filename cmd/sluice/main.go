@@ -23,12 +23,17 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"agent":     {"feed a job's batches to a trainer over HTTP, resuming after a restart", runAgent},
-		"demo":      {"run a whole elastic training job on embedded NATS and S3", runDemo},
-		"fn serve":  {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
-		"fn apply":  {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
-		"bench ops": {"measure a pipeline's single-core throughput, per op", runBenchOps},
-		"version":   {"print the version", func(_ context.Context, _ []string, out, _ io.Writer) error { fmt.Fprintln(out, version); return nil }},
+		"agent":      {"feed a job's batches to a trainer over HTTP, resuming after a restart", runAgent},
+		"demo":       {"run a whole elastic training job on embedded NATS and S3", runDemo},
+		"fn serve":   {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
+		"fn apply":   {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
+		"bench ops":  {"measure a pipeline's single-core throughput, per op", runBenchOps},
+		"job submit": {"check a job spec (YAML file and/or flags) and queue the job", runJobSubmit},
+		"job status": {"show a job's state and progress (--watch follows it)", runJobStatus},
+		"job list":   {"list the jobs", runJobList},
+		"job cancel": {"stop a queued or running job and release its tasks and streams", runJobCancel},
+		"job delete": {"remove a finished job and all it has (--force: a running one)", runJobDelete},
+		"version":    {"print the version", func(_ context.Context, _ []string, out, _ io.Writer) error { fmt.Fprintln(out, version); return nil }},
 	}
 }
 
@@ -48,6 +53,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 // run resolves the longest matching subcommand ("fn serve" before "fn").
+// A first word that only starts commands ("fn", "bench") lists them.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	for n := min(2, len(args)); n >= 1; n-- {
@@ -66,24 +72,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	if len(args) > 0 && args[0] != "help" && args[0] != "-h" && args[0] != "--help" {
+	help := func(i int) bool { return i >= len(args) || isHelp(args[i]) }
+	if len(args) > 0 && !isHelp(args[0]) {
+		if group := withPrefix(cmds, args[0]); len(group) > 0 {
+			if help(1) {
+				usage(stdout, args[0], group)
+				return 0
+			}
+			fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", strings.Join(args, " "))
+			usage(stderr, args[0], group)
+			return 2
+		}
 		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", strings.Join(args, " "))
-		usage(stderr, cmds)
+		usage(stderr, "", cmds)
 		return 2
 	}
-	usage(stdout, cmds)
+	usage(stdout, "", cmds)
 	return 0
 }
 
-func usage(w io.Writer, cmds map[string]command) {
+func isHelp(arg string) bool {
+	return arg == "help" || arg == "-h" || arg == "--help" || arg == "-help"
+}
+
+// withPrefix is the commands whose first word is word and that have more.
+func withPrefix(cmds map[string]command, word string) map[string]command {
+	group := map[string]command{}
+	for name, c := range cmds {
+		if strings.HasPrefix(name, word+" ") {
+			group[name] = c
+		}
+	}
+	return group
+}
+
+// usage lists cmds; prefix is the command group they share, if any.
+func usage(w io.Writer, prefix string, cmds map[string]command) {
 	names := make([]string, 0, len(cmds))
+	width := 12
 	for n := range cmds {
 		names = append(names, n)
+		width = max(width, len(n))
 	}
 	sort.Strings(names)
-	fmt.Fprintln(w, "Usage: sluice <command> [flags]\n\nCommands:")
+	if prefix == "" {
+		fmt.Fprintln(w, "Usage: sluice <command> [flags]\n\nCommands:")
+	} else {
+		fmt.Fprintf(w, "Usage: sluice %s <command> [flags]\n\nCommands:\n", prefix)
+	}
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-*s %s\n", width, n, cmds[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'sluice <command> -h' for a command's flags.")
 }

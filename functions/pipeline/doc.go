@@ -33,6 +33,18 @@
 // with its position: the document line where YAML gives one, and the op's
 // index, e.g. `line 6: ops[2] (color_jitter): brightness 3: want 0..1`.
 //
+// # Labels
+//
+// The label is an int64 "label" field read from a member holding an ASCII
+// integer (the built-in image pipelines read "cls", as WebDataset
+// ImageNet shards have it) or from a field of the JSON member. It is
+// optional per sample: a sample without it (a lone JPEG, a folder of
+// images without .cls files, a shard of unlabelled images) gets NoLabel,
+// -1, so the output keeps one schema and labelled and unlabelled samples
+// stack into one chunk; a trainer masks label < 0 or passes
+// ignore_index=-1 to its loss. A label that is present but not an integer
+// fails its sample.
+//
 // # Image decoding is lazy
 //
 // decode only reads the image header. The first op that needs pixels

@@ -11,6 +11,15 @@ import (
 	"github.com/sluice-project/sluice/internal/safetensors"
 )
 
+// NoLabel is the label of a sample that has none: its label member (or
+// JSON field) is missing, e.g. a lone JPEG or a folder of images without
+// .cls files. A label present but not an integer still fails the sample.
+// It is -1 rather than an absent tensor so that labelled and unlabelled
+// samples stack into one chunk; -1 is what torchvision (STL10's unlabeled
+// split) and Hugging Face datasets give unlabelled samples, and a trainer
+// masks it (label >= 0) or passes ignore_index=-1 to its loss.
+const NoLabel = -1
+
 // readLabel makes the "label" I64 [] field from where l says.
 func readLabel(st *state, l Label) (Field, error) {
 	var v int64
@@ -29,11 +38,11 @@ func readLabel(st *state, l Label) (Field, error) {
 }
 
 // memberLabel reads an ASCII integer member, surrounding whitespace
-// allowed (WebDataset writers often add a newline).
+// allowed (WebDataset writers often add a newline); NoLabel without one.
 func memberLabel(st *state, member string) (int64, error) {
 	b, ok := st.sample.Files[member]
 	if !ok {
-		return 0, fmt.Errorf("no %s member (sample has %s)", member, describeMembers(st.sample))
+		return NoLabel, nil
 	}
 	txt := strings.TrimSpace(string(b))
 	v, err := strconv.ParseInt(txt, 10, 64)
@@ -43,14 +52,19 @@ func memberLabel(st *state, member string) (int64, error) {
 	return v, nil
 }
 
+// fieldLabel reads an integer field of the sample's JSON object; NoLabel
+// when the object has no such field or the sample no JSON member.
 func fieldLabel(st *state, field string) (int64, error) {
+	if !st.hasAny(jsonMembers) {
+		return NoLabel, nil
+	}
 	obj, member, err := st.jsonObject()
 	if err != nil {
 		return 0, err
 	}
 	raw, ok := obj[field]
-	if !ok {
-		return 0, fmt.Errorf("member %s has no field %q for the label", member, field)
+	if !ok || string(bytes.TrimSpace(raw)) == "null" {
+		return NoLabel, nil
 	}
 	var v int64
 	if err := json.Unmarshal(raw, &v); err != nil {
@@ -86,6 +100,16 @@ func (st *state) jsonObject(members ...string) (map[string]json.RawMessage, stri
 		return st.json, m, nil
 	}
 	return nil, "", fmt.Errorf("no %s member (sample has %s)", strings.Join(members, " or "), describeMembers(st.sample))
+}
+
+// hasAny reports whether the sample has one of members.
+func (st *state) hasAny(members []string) bool {
+	for _, m := range members {
+		if _, ok := st.sample.Files[m]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func clip(s string, n int) string {

@@ -158,7 +158,6 @@ func TestBadSamples(t *testing.T) {
 		want []string // substrings of the error
 	}{
 		{"no image", without("jpg"), []string{"no image member", "jpg, jpeg, png", "sample has cls"}},
-		{"no cls", without("cls"), []string{"no cls member", "sample has jpg"}},
 		{"bad cls", with("cls", []byte("cat")), []string{"member cls", `"cat"`, "integer"}},
 		{"empty", wds.Sample{Key: "x"}, []string{"no image member", "no members"}},
 		{"not an image", with("jpg", []byte("GIF89a....")), []string{"member jpg", "unrecognised image format"}},
@@ -175,6 +174,18 @@ func TestBadSamples(t *testing.T) {
 					t.Errorf("%s %s: error %q does not contain %q", name, c.name, err, w)
 				}
 			}
+		}
+	}
+	// A sample without a cls member (a lone JPEG) is unlabelled: NoLabel.
+	for _, name := range []string{"imagenet-train", "imagenet-eval"} {
+		out, err := lookup(t, name).Process(without("cls"), 1)
+		if err != nil {
+			t.Errorf("%s without cls: %v", name, err)
+			continue
+		}
+		f := out.Fields[len(out.Fields)-1]
+		if got := int64(binary.LittleEndian.Uint64(f.Data)); f.Name != "label" || got != NoLabel {
+			t.Errorf("%s without cls: last field %s = %d, want label %d", name, f.Name, got, NoLabel)
 		}
 	}
 	// " 7\n" is a label (writers often add a newline).

@@ -47,7 +47,8 @@ type OpCall struct {
 
 // Label says which member of a sample holds its integer class label; the
 // zero Label means none (the pipeline outputs no "label" field unless an
-// op, like criteo, makes one).
+// op, like criteo, makes one). A sample without that member or field is
+// unlabelled and gets NoLabel (-1); one whose label is not an integer fails.
 type Label struct {
 	// Member is a member holding an ASCII integer ("cls").
 	Member string `json:"member,omitempty"`

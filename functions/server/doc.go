@@ -15,8 +15,12 @@
 //
 //	200 result event (also when some samples failed: they are listed)
 //	400 malformed event or invalid task: permanent, the task is terminated
-//	404 the shard object does not exist: permanent
-//	413 event body over Config.MaxBodyBytes
+//	404 the shard object does not exist, or no stream takes the task's
+//	    output subject (the job was cancelled or has finished): permanent
+//	413 event body over Config.MaxBodyBytes: permanent
+//	415 Content-Type neither application/json (binary mode) nor
+//	    application/cloudevents+json (structured mode with JSON data):
+//	    do not retry (the dispatcher never sends one)
 //	429 at Config.Concurrency: retry later
 //	503 draining (scale-down): retry elsewhere
 //	500 transient failure (S3 read, NATS publish): retry

@@ -11,6 +11,7 @@ const (
 	outcomeOK       = "ok"
 	outcomeInvalid  = "invalid"
 	outcomeNotFound = "not_found"
+	outcomeNoOutput = "no_output" // the job's output stream is gone
 	outcomeError    = "error"
 )
 
@@ -29,11 +30,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		shards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_function_shards_total",
-			Help: "Shard tasks processed, by outcome (ok, invalid, not_found, error).",
+			Help: "Shard tasks processed, by outcome (ok, invalid, not_found, no_output, error).",
 		}, []string{"outcome"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_function_requests_rejected_total",
-			Help: "Task requests turned away before processing, by reason (busy, draining, too_large, bad_event).",
+			Help: "Task requests turned away before processing, by reason (busy, draining, too_large, bad_event, unsupported_media_type).",
 		}, []string{"reason"}),
 		samples: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_function_samples_total",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"sync"
@@ -196,7 +197,9 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, ErrInvalidTask):
 			status = http.StatusBadRequest
-		case errors.Is(err, ErrShardNotFound):
+		case errors.Is(err, ErrShardNotFound), errors.Is(err, ErrNoOutputStream):
+			// 404 is one of the statuses the dispatcher takes for "do
+			// not retry" (broker.permanentStatus).
 			status = http.StatusNotFound
 		}
 		http.Error(w, err.Error(), status)
@@ -218,9 +221,30 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// Media types of a shard task request: a binary-mode event's data, and a
+// structured-mode event.
+const (
+	mediaJSON       = "application/json"
+	mediaCloudEvent = "application/cloudevents+json"
+)
+
 // readTask decodes and validates the task event of r.
 func (s *Server) readTask(w http.ResponseWriter, r *http.Request) (wire.ShardTask, int, error) {
 	var task wire.ShardTask
+	unsupported := func(format string, args ...any) (wire.ShardTask, int, error) {
+		s.m.rejected.WithLabelValues("unsupported_media_type").Inc()
+		w.Header().Set("Accept-Post", mediaJSON+", "+mediaCloudEvent)
+		return task, http.StatusUnsupportedMediaType, fmt.Errorf(format, args...)
+	}
+	if cehttp.IsHTTPBatch(r.Header) {
+		s.m.rejected.WithLabelValues("bad_event").Inc()
+		return task, http.StatusBadRequest, errors.New("batched events are not accepted: send one shard task per request")
+	}
+	ct := r.Header.Get("Content-Type")
+	structured := mediaType(ct) == mediaCloudEvent
+	if !structured && mediaType(ct) != mediaJSON {
+		return unsupported("Content-Type %q: want %s (a binary-mode event) or %s (structured mode)", ct, mediaJSON, mediaCloudEvent)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -235,15 +259,16 @@ func (s *Server) readTask(w http.ResponseWriter, r *http.Request) (wire.ShardTas
 		s.m.rejected.WithLabelValues("bad_event").Inc()
 		return task, http.StatusBadRequest, fmt.Errorf(format, args...)
 	}
-	if cehttp.IsHTTPBatch(r.Header) {
-		return bad("batched events are not accepted: send one shard task per request")
-	}
 	ev, err := cehttp.NewEventFromHTTPRequest(r)
 	if err != nil {
 		return bad("decoding cloudevent: %v", err)
 	}
 	if err := ev.Validate(); err != nil {
 		return bad("invalid cloudevent: %v", err)
+	}
+	// A structured event's data is JSON unless it says otherwise.
+	if dct := ev.DataContentType(); structured && dct != "" && mediaType(dct) != mediaJSON {
+		return unsupported("datacontenttype %q: want %s", dct, mediaJSON)
 	}
 	if ev.Type() != wire.EventTypeShardTask {
 		return bad("event type %q: want %q", ev.Type(), wire.EventTypeShardTask)
@@ -255,4 +280,15 @@ func (s *Server) readTask(w http.ResponseWriter, r *http.Request) (wire.ShardTas
 		return bad("%v", err)
 	}
 	return task, 0, nil
+}
+
+// mediaType is a Content-Type's media type, lowercased and without
+// parameters ("application/json; charset=utf-8" is "application/json");
+// "" when it does not parse.
+func mediaType(contentType string) string {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return ""
+	}
+	return mt
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/internal/wds"
@@ -56,11 +57,7 @@ func setup(t *testing.T, cfg Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: wire.OutputStream(job), Subjects: []string{wire.OutputSubject(job)}, Duplicates: 10 * time.Minute,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	outputStream(t, js, wire.JobSpec{ID: job, ChunkMaxBytes: chunkMax})
 	s3c, _ := testenv.S3(t, bucket)
 	shards, err := synth.Images(synth.ImageOptions{Samples: 40, Shards: 2, Seed: 9, MinSide: 48, MaxSide: 200, Quality: 85, Classes: 10, Corrupt: 4})
 	if err != nil {
@@ -78,6 +75,27 @@ func setup(t *testing.T, cfg Config) *env {
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &env{js: js, s3: s3c, srv: srv, reg: reg, url: hs.URL, shards: shards}
+}
+
+// outputStream creates spec's output stream and its readers' consumers
+// as broker.Submit does, with the production limits (buffer cap, interest
+// retention, message size, duplicate window).
+func outputStream(t *testing.T, js jetstream.JetStream, spec wire.JobSpec) {
+	t.Helper()
+	ctx := context.Background()
+	spec = spec.WithDefaults(js.Conn().MaxPayload())
+	cfg, err := streams.Output(spec, js.Conn().MaxPayload(), streams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range spec.Readers {
+		if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Name, streams.Reader(spec.ID, r)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func task(shard int) wire.ShardTask {
@@ -322,15 +340,14 @@ func TestShardTask(t *testing.T) {
 
 	// And the reprocessed bytes are identical: publish to a second stream.
 	ctx := context.Background()
-	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "COPY", Subjects: []string{"copy.out"}}); err != nil {
-		t.Fatal(err)
-	}
+	const copyJob = "job-copy"
+	outputStream(t, e.js, wire.JobSpec{ID: copyJob, ChunkMaxBytes: chunkMax})
 	tk := task(1)
-	tk.OutputSubject = "copy.out"
+	tk.OutputSubject = wire.OutputSubject(copyJob)
 	if _, err := e.srv.ProcessShard(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	copies := readStream(t, e.js, "COPY", job)
+	copies := readStream(t, e.js, wire.OutputStream(copyJob), job)
 	if len(copies) != len(msgs) {
 		t.Fatalf("reprocessing published %d messages, first run %d", len(copies), len(msgs))
 	}
@@ -345,7 +362,7 @@ func TestShardTask(t *testing.T) {
 	if _, err := e.srv.ProcessShard(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	epoch3 := readStream(t, e.js, "COPY", job)[len(copies):]
+	epoch3 := readStream(t, e.js, wire.OutputStream(copyJob), job)[len(copies):]
 	if len(epoch3) != len(msgs) || bytes.Equal(epoch3[0].data, msgs[0].data) {
 		t.Errorf("epoch 3: %d messages, first chunk identical to epoch 2's: %v", len(epoch3), bytes.Equal(epoch3[0].data, msgs[0].data))
 	}
@@ -453,13 +470,137 @@ func TestOversizedBody(t *testing.T) {
 	expectStatus(t, post(t, e.url, taskEvent(t, big)), 413, "over 1024 bytes")
 }
 
-func TestPublishFailureIs500(t *testing.T) {
+// TestNoOutputStreamIs404: a valid task whose job has no output stream
+// (cancelled, finished, never submitted) cannot succeed by retrying: 404,
+// which the dispatcher takes as permanent, naming the job and subject.
+func TestNoOutputStreamIs404(t *testing.T) {
 	e := setup(t, Config{})
+	gone := task(0)
+	gone.Job = "job-gone"
+	gone.OutputSubject = wire.OutputSubject(gone.Job)
+	expectStatus(t, post(t, e.url, taskEvent(t, gone)), 404, "no stream takes subject "+gone.OutputSubject+", so job job-gone was cancelled")
+	// Also when no sample made a chunk (only the shard end is published).
+	empty := gone
+	empty.Key = "train/empty.jsonl"
+	putObject(t, e, empty.Key, nil)
+	expectStatus(t, post(t, e.url, taskEvent(t, empty)), 404, "no output stream")
+	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "no_output"); got != 2 {
+		t.Errorf("shards_total{no_output} = %v, want 2", got)
+	}
+}
+
+// TestOutputBufferFullIs500: a job's output buffer (OutputBufferBytes)
+// full of chunks its readers have not taken yet refuses more; that is
+// worth a retry once they have, so the reply is 500.
+func TestOutputBufferFullIs500(t *testing.T) {
+	e := setup(t, Config{})
+	const small = "job-small"
+	outputStream(t, e.js, wire.JobSpec{ID: small, ChunkMaxBytes: chunkMax, OutputBufferBytes: 2 * chunkMax})
 	tk := task(0)
-	tk.OutputSubject = "no.stream.here"
-	expectStatus(t, post(t, e.url, taskEvent(t, tk)), 500, "not acknowledged")
+	tk.Job, tk.OutputSubject = small, wire.OutputSubject(small)
+	expectStatus(t, post(t, e.url, taskEvent(t, tk)), 500, "maximum bytes exceeded")
 	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "error"); got != 1 {
 		t.Errorf("shards_total{error} = %v, want 1", got)
+	}
+	// Nothing says the shard ended: the redelivery will redo it.
+	for _, m := range readStream(t, e.js, wire.OutputStream(small), small) {
+		if m.ref.Chunk < 0 {
+			t.Errorf("shard end published for a shard whose chunks were refused")
+		}
+	}
+}
+
+// TestContentType: a task is JSON, in a binary-mode event (Content-Type
+// application/json) or a structured one (application/cloudevents+json,
+// JSON data); anything else is refused with 415 before it is read.
+func TestContentType(t *testing.T) {
+	e := setup(t, Config{})
+	data, _ := json.Marshal(task(0))
+	binary := func(ct string) http.Header {
+		h := http.Header{"Ce-Specversion": {"1.0"}, "Ce-Id": {"1"}, "Ce-Source": {"x"}, "Ce-Type": {wire.EventTypeShardTask}}
+		if ct != "" {
+			h.Set("Content-Type", ct)
+		}
+		return h
+	}
+	for _, ct := range []string{"text/plain", "text/plain; charset=utf-8", "", "application/x-www-form-urlencoded"} {
+		resp := postRaw(t, e.url, binary(ct), data)
+		if got := resp.Header.Get("Accept-Post"); got != "application/json, application/cloudevents+json" {
+			t.Errorf("%q: Accept-Post %q", ct, got)
+		}
+		expectStatus(t, resp, 415, fmt.Sprintf("Content-Type %q: want application/json", ct))
+	}
+	structured := func(dct string) []byte {
+		payload := data
+		if dct != "application/json" { // the JSON task as text
+			payload, _ = json.Marshal(string(data))
+		}
+		return []byte(fmt.Sprintf(`{"specversion":"1.0","id":"x1","source":"test","type":%q,"datacontenttype":%q,"data":%s}`,
+			wire.EventTypeShardTask, dct, payload))
+	}
+	expectStatus(t, postRaw(t, e.url, http.Header{"Content-Type": {"application/cloudevents+json"}}, structured("text/plain")),
+		415, `datacontenttype "text/plain": want application/json`)
+	if got := metricValue(t, e.reg, "sluice_function_requests_rejected_total", "reason", "unsupported_media_type"); got != 5 {
+		t.Errorf("rejected{unsupported_media_type} = %v, want 5", got)
+	}
+	// JSON with parameters is JSON.
+	result(t, postRaw(t, e.url, binary("Application/JSON; charset=utf-8"), data))
+	result(t, postRaw(t, e.url, http.Header{"Content-Type": {"application/cloudevents+json; charset=utf-8"}}, structured("application/json")))
+	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "ok"); got != 2 {
+		t.Errorf("shards_total{ok} = %v, want 2: only the JSON requests processed", got)
+	}
+}
+
+// TestUnlabelledShard: a WebDataset shard of images without .cls members
+// goes through the built-in image pipelines, each sample labelled -1.
+func TestUnlabelledShard(t *testing.T) {
+	e := setup(t, Config{})
+	var samples []wds.Sample
+	r := wds.NewReader(bytes.NewReader(e.shards[0].Data), 0)
+	for {
+		s, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(e.shards[0].Corrupt, s.Key) {
+			delete(s.Files, "cls")
+			samples = append(samples, s)
+		}
+	}
+	var tarball bytes.Buffer
+	tw := wds.NewWriter(&tarball)
+	for _, s := range samples {
+		if err := tw.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tk := task(0)
+	tk.Key = "unlabelled/shard-000000.tar"
+	putObject(t, e, tk.Key, tarball.Bytes())
+	res := result(t, post(t, e.url, taskEvent(t, tk)))
+	if res.Samples != len(samples) || len(res.Failed) != 0 {
+		t.Fatalf("result %+v: want all %d samples, none failed", res, len(samples))
+	}
+	for i, m := range readStream(t, e.js, wire.OutputStream(job), job) {
+		if m.ref.Chunk < 0 {
+			continue
+		}
+		f, err := safetensors.Decode(m.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lbl := f.Tensors["label"].Data
+		for j := 0; j+8 <= len(lbl); j += 8 {
+			if got := int64(binary.LittleEndian.Uint64(lbl[j:])); got != pipeline.NoLabel {
+				t.Errorf("chunk %d row %d: label %d, want %d", i, j/8, got, pipeline.NoLabel)
+			}
+		}
 	}
 }
 

@@ -32,6 +32,10 @@ var (
 	ErrInvalidTask = errors.New("invalid shard task")
 	// ErrShardNotFound: the shard's bucket or object does not exist.
 	ErrShardNotFound = errors.New("shard not found")
+	// ErrNoOutputStream: no stream takes the task's output subject. The
+	// job was cancelled or has finished (its output stream is deleted
+	// then), or was never submitted; its tasks can only be dropped.
+	ErrNoOutputStream = errors.New("no output stream")
 )
 
 // headerRoom is what a chunk message's headers and subject may take on
@@ -41,8 +45,9 @@ const headerRoom = 4 << 10
 // ProcessShard preprocesses one shard and returns once its chunks and
 // shard-end message are acknowledged by JetStream. Bad samples do not fail
 // the shard: they are listed in the result. A returned error wraps
-// ErrInvalidTask or ErrShardNotFound when retrying cannot help; any other
-// error is transient. ProcessShard does no admission control (Handler does).
+// ErrInvalidTask, ErrShardNotFound or ErrNoOutputStream when retrying
+// cannot help; any other error is transient. ProcessShard does no
+// admission control (Handler does).
 func (s *Server) ProcessShard(ctx context.Context, task wire.ShardTask) (wire.ShardResult, error) {
 	start := time.Now()
 	s.m.inFlight.Inc()
@@ -57,6 +62,8 @@ func (s *Server) ProcessShard(ctx context.Context, task wire.ShardTask) (wire.Sh
 		outcome = outcomeInvalid
 	case errors.Is(err, ErrShardNotFound):
 		outcome = outcomeNotFound
+	case errors.Is(err, ErrNoOutputStream):
+		outcome = outcomeNoOutput
 	case err != nil:
 		outcome = outcomeError
 	}
@@ -172,7 +179,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 	}
 	dups, err := s.waitAcks(ctx, acks)
 	if err != nil {
-		return res, fmt.Errorf("publishing shard %s: %w", task.ID(), err)
+		return res, s.outputGone(ctx, task, fmt.Errorf("publishing shard %s: %w", task.ID(), err))
 	}
 	if dups > 0 {
 		log.Debug("stream dropped duplicate chunks (a redelivered task)", "duplicates", dups)
@@ -185,13 +192,28 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 	}
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
 	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: task.OutputSubject, Header: ref.Header(), Data: end}); err != nil {
-		return res, fmt.Errorf("publishing shard end %s: %w", ref.MsgID(), err)
+		return res, s.outputGone(ctx, task, fmt.Errorf("publishing shard end %s: %w", ref.MsgID(), err))
 	}
 	s.m.samples.Add(float64(res.Samples))
 	s.m.failed.Add(float64(len(res.Failed)))
 	s.m.chunks.Add(float64(res.Chunks))
 	s.m.bytes.Add(float64(res.Bytes))
 	return res, nil
+}
+
+// outputGone makes a publish error ErrNoOutputStream when JetStream says
+// no stream takes the task's output subject. "No response from stream"
+// alone is not enough: a stream between leaders, or a server restarting,
+// answers that too, and those are worth a retry.
+func (s *Server) outputGone(ctx context.Context, task wire.ShardTask, err error) error {
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return err
+	}
+	if _, lookupErr := s.js.StreamNameBySubject(ctx, task.OutputSubject); !errors.Is(lookupErr, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	return fmt.Errorf("%w: task %s: no stream takes subject %s, so job %s was cancelled, has finished or was never submitted",
+		ErrNoOutputStream, task.ID(), task.OutputSubject, task.Job)
 }
 
 // sampleReader is what wds.Reader and lines.Reader have in common.

@@ -13,14 +13,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/embedded"
-	"github.com/sluice-project/sluice/internal/natsconn"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
@@ -60,8 +61,11 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return Summary{}, err
 	}
 	defer s3srv.Close()
-	s3cfg := objstore.Config{Endpoint: s3srv.Endpoint(), AccessKey: demoKey, SecretKey: demoSecret}
-	s3c, err := objstore.NewClient(ctx, s3cfg)
+	// The embedded endpoint's own keys: given to this process's client
+	// directly, and to the replicas through the environment, where the AWS
+	// SDK's default chain finds them.
+	s3c, err := objstore.NewClient(ctx, objstore.Config{Endpoint: s3srv.Endpoint(), PathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(demoKey, demoSecret, "")}, reg)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -77,7 +81,9 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	logger.Info("dataset written", "kind", o.Dataset, "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
 
 	// 3. Broker: the job and its queued shard tasks.
-	nc, js, err := natsconn.Connect(nsrv.URL(), "sluice-demo", logger)
+	conn := connect.Default()
+	conn.NATS.URLs = []string{nsrv.URL()}
+	nc, js, err := conn.ConnectNATS(ctx, "sluice-demo", logger)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -87,7 +93,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	}
 	b := broker.New(js, s3c, streams.Options{}, logger.With("component", "broker"))
 	// A --data-dir kept from an earlier run still holds that run's job.
-	if err := b.Delete(ctx, jobID); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
+	if err := b.Delete(ctx, jobID, true); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
 		return Summary{}, fmt.Errorf("clearing the previous demo job: %w", err)
 	}
 	submitted := time.Now()

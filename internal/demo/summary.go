@@ -41,13 +41,54 @@ type Summary struct {
 	ScaleEvents           []ScaleEvent        `json:"scale_events"`
 }
 
+// Problems says, one line each, what makes the run a failure: no sample
+// preprocessed at all (with the first reason given), samples lost or
+// duplicated, replicas left running. None means the run is OK; failed
+// samples alone (a corrupt JPEG) are not a problem while others get
+// through. `sluice demo` exits non-zero when there are any.
+func (s Summary) Problems() []string {
+	var p []string
+	if s.SamplesExpected > 0 && s.SamplesDelivered == 0 {
+		p = append(p, "no sample could be preprocessed: "+s.firstFailure())
+	}
+	if s.Lost != 0 {
+		p = append(p, fmt.Sprintf("%d samples lost (neither delivered nor reported as failed)", s.Lost))
+	}
+	if s.Duplicates != 0 {
+		p = append(p, fmt.Sprintf("%d samples delivered more than once", s.Duplicates))
+	}
+	if s.ReplicasFinal != 0 {
+		p = append(p, fmt.Sprintf("%d replicas still running at the end", s.ReplicasFinal))
+	}
+	return p
+}
+
+// firstFailure says why the first sample (or shard) failed, and how many
+// did.
+func (s Summary) firstFailure() string {
+	switch {
+	case len(s.FailedSamples) > 0:
+		f := s.FailedSamples[0]
+		return fmt.Sprintf("%d of %d samples failed; the first, epoch %d sample %s: %s",
+			len(s.FailedSamples), s.SamplesExpected, f.Epoch, f.Key, f.Reason)
+	case len(s.FailedShards) > 0:
+		f := s.FailedShards[0]
+		return fmt.Sprintf("%d shard tasks failed; the first, shard %s: %s", len(s.FailedShards), f.Key, f.Reason)
+	}
+	return fmt.Sprintf("0 of %d samples delivered and no failure reported", s.SamplesExpected)
+}
+
 // WriteText prints the summary for a person.
 func (s Summary) WriteText(w io.Writer) {
-	ok := "OK"
-	if s.Lost != 0 || s.Duplicates != 0 || s.ReplicasFinal != 0 {
-		ok = "PROBLEM"
+	problems := s.Problems()
+	verdict := "OK"
+	if len(problems) > 0 {
+		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "\njob %s: %s\n", s.Job, ok)
+	fmt.Fprintf(w, "\njob %s: %s\n", s.Job, verdict)
+	for _, p := range problems {
+		fmt.Fprintf(w, "  problem      %s\n", p)
+	}
 	fmt.Fprintf(w, "  samples      %d delivered of %d expected, %d failed, %d lost, %d duplicates (%d epochs)\n",
 		s.SamplesDelivered, s.SamplesExpected, len(s.FailedSamples), s.Lost, s.Duplicates, s.Epochs)
 	fmt.Fprintf(w, "  speed        %.1f samples/s, trainer stalled %.1f%% of the time, first batch after %.2fs, %.1fs in all\n",

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go"
 
@@ -29,8 +30,21 @@ func NATS(t testing.TB) (*embedded.NATS, *nats.Conn) {
 	return srv, nc
 }
 
+// The keys of the test S3 endpoint (gofakes3 takes any).
+const (
+	S3AccessKey = "test"
+	S3SecretKey = "test"
+)
+
+// S3Env is the environment a child process needs to find the test S3
+// endpoint's credentials through the AWS SDK's default chain.
+func S3Env() []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + S3AccessKey, "AWS_SECRET_ACCESS_KEY=" + S3SecretKey}
+}
+
 // S3 starts an S3 endpoint, creates bucket and returns a client and the
-// config that reaches it.
+// config that reaches it (with the test keys as its credentials, so that
+// the test's own environment does not matter).
 func S3(t testing.TB, bucket string) (*s3.Client, objstore.Config) {
 	t.Helper()
 	srv, err := embedded.StartS3("")
@@ -38,8 +52,9 @@ func S3(t testing.TB, bucket string) (*s3.Client, objstore.Config) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	cfg := objstore.Config{Endpoint: srv.Endpoint(), AccessKey: "test", SecretKey: "test"}
-	c, err := objstore.NewClient(context.Background(), cfg)
+	cfg := objstore.Config{Endpoint: srv.Endpoint(), PathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(S3AccessKey, S3SecretKey, "")}
+	c, err := objstore.NewClient(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

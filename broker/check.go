@@ -1,0 +1,118 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// ErrInvalidSpec means a job spec has problems; the error is a *SpecError
+// listing all of them.
+var ErrInvalidSpec = errors.New("invalid job spec")
+
+// SpecProblem is one thing wrong with a job spec.
+type SpecProblem struct {
+	// Line is the 1-based line in the spec file; 0 when the spec did not
+	// come from a file or the key is not in it.
+	Line int `json:"line,omitempty"`
+	// Field is the JSON (and YAML) key, as in wire.JobSpec; empty for a
+	// problem of the document as a whole.
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+
+	// docLine is a pipeline problem's line in the pipeline document, and
+	// bare its message without it, for a spec file to place it in.
+	docLine int
+	bare    string
+}
+
+func (p SpecProblem) String() string {
+	var b strings.Builder
+	if p.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", p.Line)
+	}
+	if p.Field != "" {
+		b.WriteString(p.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// SpecError lists every problem of a job spec, found before anything is
+// created. It matches ErrInvalidSpec.
+type SpecError struct {
+	Job      string
+	Problems []SpecProblem
+}
+
+func (e *SpecError) Error() string {
+	name := ""
+	if e.Job != "" {
+		name = fmt.Sprintf(" %q", e.Job)
+	}
+	if len(e.Problems) == 1 {
+		return fmt.Sprintf("invalid job spec%s: %s", name, e.Problems[0])
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid job spec%s (%d problems):", name, len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+func (e *SpecError) Unwrap() error { return ErrInvalidSpec }
+
+// CheckJobSpec returns every problem of spec as one *SpecError, or nil:
+// the fields' ranges (wire.JobSpec.Problems) and the pipeline, which must
+// be a built-in name or a pipeline spec document that builds. It checks
+// spec as given: apply WithDefaults first.
+func CheckJobSpec(spec wire.JobSpec) error {
+	if ps := specProblems(spec); len(ps) > 0 {
+		return &SpecError{Job: spec.ID, Problems: ps}
+	}
+	return nil
+}
+
+func specProblems(spec wire.JobSpec) []SpecProblem {
+	var ps []SpecProblem
+	for _, p := range spec.Problems() {
+		ps = append(ps, SpecProblem{Field: p.Field, Message: p.Message})
+	}
+	if strings.TrimSpace(spec.Pipeline) != "" {
+		for _, p := range pipelineProblems(spec.Pipeline) {
+			sp := SpecProblem{Field: "pipeline", Message: p.Msg, docLine: p.Line, bare: p.Msg}
+			if p.Line > 0 {
+				sp.Message = fmt.Sprintf("line %d: %s", p.Line, p.Msg)
+			}
+			ps = append(ps, sp)
+		}
+	}
+	return ps
+}
+
+// pipelineProblems builds the pipeline a job names, as a replica will,
+// and lists what is wrong with it, each with its line in the document
+// (0 for a name). An unknown name's problem lists the built-in pipelines.
+func pipelineProblems(nameOrDoc string) []pipeline.Problem {
+	_, err := pipeline.Lookup(nameOrDoc, pipeline.Options{})
+	if err == nil {
+		return nil
+	}
+	var ve *pipeline.ValidationError
+	if !errors.As(err, &ve) {
+		return []pipeline.Problem{{Op: -1, Msg: err.Error()}}
+	}
+	out := make([]pipeline.Problem, len(ve.Problems))
+	for i, p := range ve.Problems {
+		line := p.Line
+		p.Line = 0 // String without the line: the caller places it
+		out[i] = pipeline.Problem{Line: line, Op: -1, Msg: p.String()}
+	}
+	return out
+}

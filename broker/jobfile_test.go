@@ -1,0 +1,256 @@
+package broker
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// problems returns err's problems as strings, failing unless it is a
+// *SpecError matching ErrInvalidSpec.
+func problems(t *testing.T, err error) []string {
+	t.Helper()
+	var se *SpecError
+	if !errors.As(err, &se) || !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("error %v: want a *SpecError", err)
+	}
+	var out []string
+	for _, p := range se.Problems {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+func TestParseJobSpecReadsEveryKey(t *testing.T) {
+	doc := `# a job
+id: resnet-01
+dataset: s3://datasets/imagenet/train/
+pipeline: imagenet-train
+batch_size: 256
+epochs: 90
+seed: 18446744073709551615
+min_replicas: 1
+max_replicas: 16
+weight: 2.5
+readers: [rank0, rank1]
+chunk_max_bytes: 512KiB
+output_buffer_bytes: 1.5 GiB
+`
+	got, err := ParseJobSpec([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wire.JobSpec{ID: "resnet-01", Dataset: "s3://datasets/imagenet/train/", Pipeline: "imagenet-train",
+		BatchSize: 256, Epochs: 90, Seed: 1<<64 - 1, MinReplicas: 1, MaxReplicas: 16, Weight: 2.5,
+		Readers: []string{"rank0", "rank1"}, ChunkMaxBytes: 512 << 10, OutputBufferBytes: 3 << 29}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("spec (-want +got):\n%s", diff)
+	}
+
+	// JSON is YAML; sizes as integers; defaults left to Submit.
+	got, err = ParseJobSpec([]byte(`{"id": "j", "dataset": "s3://b/p/", "pipeline": "criteo",
+		"batch_size": 8, "epochs": 1, "output_buffer_bytes": 100000000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = wire.JobSpec{ID: "j", Dataset: "s3://b/p/", Pipeline: "criteo", BatchSize: 8, Epochs: 1, OutputBufferBytes: 1e8}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("JSON spec (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseJobSpecReportsEveryProblemAtItsLine(t *testing.T) {
+	doc := `id: a.b
+dataset: http://x
+pipeline: nosuch
+batch-size: 32
+epochs: 0
+weight: -1
+readers:
+  - a
+  - a
+  - b.c
+chunk_max_bytes: 64 MiB
+output_buffer_bytes: 1XB
+seed: -4
+id: again
+`
+	_, err := ParseJobSpec([]byte(doc))
+	want := []string{
+		`line 1: id: "a.b": want 1-64 characters of [A-Za-z0-9_-]`,
+		`line 2: dataset: "http://x": want an s3://bucket/prefix/ URL`,
+		`line 3: pipeline: unknown pipeline "nosuch": known pipelines are ` + strings.Join(pipeline.Names(), ", ") + ` (or give a YAML or JSON spec)`,
+		`line 4: unknown key "batch-size": did you mean "batch_size"?`,
+		`line 5: epochs: 0: want 1..10000`,
+		`line 6: weight: -1: want > 0 and <= 1000`,
+		`line 9: readers: [1] "a": named twice`,
+		`line 10: readers: [2] "b.c": want 1-64 characters of [A-Za-z0-9_-]`,
+		`line 12: output_buffer_bytes: "1XB": want a byte count: an integer or a size such as 64MiB, 1GiB, 100MB`,
+		`line 13: seed: -4: want an integer 0..18446744073709551615`,
+		`line 14: id: set twice (first on line 1)`,
+		`batch_size: not set (0: want 1..65536)`,
+	}
+	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(err.Error(), `invalid job spec "a.b" (12 problems):`+"\n  line 1: id:") {
+		t.Errorf("error text %q", err)
+	}
+}
+
+func TestParseJobSpecUnknownKeys(t *testing.T) {
+	_, err := ParseJobSpec([]byte("id: j\nepoch: 2\nreplicas: 3\n"))
+	got := problems(t, err)
+	for _, w := range []string{
+		`line 2: unknown key "epoch": did you mean "epochs"?`,
+		`line 3: unknown key "replicas": a job spec has id, dataset, pipeline, batch_size, epochs, seed, min_replicas, max_replicas, weight, readers, chunk_max_bytes, output_buffer_bytes`,
+	} {
+		if !strings.Contains(strings.Join(got, "\n"), w) {
+			t.Errorf("problems %q lack %q", got, w)
+		}
+	}
+}
+
+const inlinePipelineJob = `id: flowers
+dataset: s3://data/flowers/
+pipeline:
+  name: flowers-eval
+  label: {member: cls}
+  ops:
+    - decode
+    - op: resize
+      size: 64
+    - op: center_crop
+      size: 56
+    - to_uint8_hwc
+batch_size: 16
+epochs: 2
+`
+
+func TestParseJobSpecInlinePipeline(t *testing.T) {
+	spec, err := ParseJobSpec([]byte(inlinePipelineJob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.Lookup(spec.Pipeline, pipeline.Options{})
+	if err != nil {
+		t.Fatalf("the job's pipeline document %q: %v", spec.Pipeline, err)
+	}
+	if p.Name() != "flowers-eval" || !strings.HasPrefix(spec.Pipeline, "name: flowers-eval\nlabel:") || spec.Epochs != 2 {
+		t.Errorf("pipeline %q named %q, epochs %d: want the inline spec as a document, then the keys after it", spec.Pipeline, p.Name(), spec.Epochs)
+	}
+
+	// A problem inside it is reported at its line in the job file, with
+	// the file's other problems.
+	bad := strings.Replace(inlinePipelineJob, "size: 56", "size: 0", 1)
+	bad = strings.Replace(bad, "epochs: 2", "epochs: -1", 1)
+	_, err = ParseJobSpec([]byte(bad))
+	want := []string{
+		"line 11: pipeline: ops[2] (center_crop): size 0: want 1..8192",
+		"line 14: epochs: -1: want 1..10000",
+	}
+	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+
+	// In JSON (a flow mapping) and as a block string, too.
+	spec, err = ParseJobSpec([]byte(`{"id": "j", "dataset": "s3://b/p/", "batch_size": 1, "epochs": 1,
+		"pipeline": {"ops": ["decode", {"op": "resize", "size": 32}, "to_uint8_hwc"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Lookup(spec.Pipeline, pipeline.Options{}); err != nil {
+		t.Errorf("JSON inline pipeline %q: %v", spec.Pipeline, err)
+	}
+	_, err = ParseJobSpec([]byte("id: j\ndataset: s3://b/p/\nbatch_size: 1\nepochs: 1\npipeline: |\n  ops:\n    - decode\n    - op: resize\n      size: 0\n    - to_uint8_hwc\n"))
+	if diff := cmp.Diff([]string{"line 9: pipeline: ops[1] (resize): size 0: want 1..8192"}, problems(t, err)); diff != "" {
+		t.Errorf("block string pipeline problems (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseJobSpecSyntaxAndShape(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		want string
+	}{
+		{"", "empty job spec"},
+		{"id: [\n", "line 1: not valid YAML: did not find expected node content"},
+		{"- id: j\n", "line 1: want a mapping of id, dataset, pipeline"},
+		{"id: j\nreaders: trainer\n", `line 2: readers: "trainer": want a list of reader names`},
+		{"id: j\nbatch_size: 1.5\n", "line 2: batch_size: 1.5: want an integer"},
+		{"id: j\npipeline: [decode]\n", "line 2: pipeline: a list: want a built-in pipeline name or a pipeline spec (a mapping)"},
+	} {
+		_, err := ParseJobSpec([]byte(c.doc))
+		if got := strings.Join(problems(t, err), "\n"); !strings.Contains(got, c.want) {
+			t.Errorf("%q: problems %q lack %q", c.doc, got, c.want)
+		}
+	}
+	// A value that cannot be read has that one problem, not also the
+	// zero value's.
+	_, err := ParseJobSpec([]byte("id: j\ndataset: s3://b/p/\npipeline: criteo\nbatch_size: many\nepochs: 1\n"))
+	if diff := cmp.Diff([]string{`line 4: batch_size: "many": want an integer`}, problems(t, err)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseJobSpecWithOverrides(t *testing.T) {
+	doc := "dataset: s3://b/p/\npipeline: imagenet-eval\nbatch_size: 4\nepochs: 3\n"
+	spec, err := ParseJobSpecWith([]byte(doc), func(s *wire.JobSpec) { s.ID, s.Epochs = "from-flag", 5 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.ID != "from-flag" || spec.Epochs != 5 || spec.BatchSize != 4 {
+		t.Errorf("spec %+v: want the flags' id and epochs over the file's", spec)
+	}
+	// A bad value from a flag is not blamed on the file's line.
+	_, err = ParseJobSpecWith([]byte(doc), func(s *wire.JobSpec) { s.ID, s.Epochs = "j", 0 })
+	if diff := cmp.Diff([]string{"epochs: 0: want 1..10000"}, problems(t, err)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
+
+func TestCheckJobSpecWithoutFile(t *testing.T) {
+	spec := testSpec("j", 1).WithDefaults(1 << 20)
+	if err := CheckJobSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Pipeline = "ops:\n  - decode\n  - op: resize\n    size: 0\n  - to_uint8_hwc\n"
+	spec.BatchSize = 0
+	want := []string{"batch_size: 0: want 1..65536", "pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}
+	if diff := cmp.Diff(want, problems(t, CheckJobSpec(spec))); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseJobSpecJSON(t *testing.T) {
+	// Indented with tabs, which YAML does not read: JSON still does.
+	spec, err := ParseJobSpec([]byte("{\n\t\"id\": \"j\",\n\t\"dataset\": \"s3://b/p/\",\n\t\"pipeline\": \"criteo\",\n\t\"batch_size\": 2,\n\t\"epochs\": 1\n}\n"))
+	if err != nil || spec.ID != "j" || spec.Pipeline != "criteo" {
+		t.Errorf("tab-indented JSON: %+v, %v", spec, err)
+	}
+	_, err = ParseJobSpec([]byte("\n{\n  \"id\": \"j\",\n  \"epochs\": 1,,\n}\n"))
+	if diff := cmp.Diff([]string{"line 4: not valid JSON: invalid character ',' looking for beginning of object key string"}, problems(t, err)); diff != "" {
+		t.Errorf("JSON syntax error (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "1048576": 1 << 20, "64MiB": 64 << 20, "1 GiB": 1 << 30, "1.5GiB": 3 << 29,
+		"512KiB": 512 << 10, "2TiB": 2 << 40, "100MB": 100e6, "3GB": 3e9, "7B": 7, " 4 KB ": 4000,
+	} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1XB", "MiB", "1 mib", "1e9", "99999999999999999999", "9999999999TiB"} {
+		if got, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package connect
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// How a long-lived connection behaves.
+const (
+	dialTimeout      = 5 * time.Second  // one connection attempt
+	reconnectWait    = 2 * time.Second  // between attempts at the same server
+	reconnectJitter  = time.Second      // added at random, plain and TLS
+	jetStreamTimeout = 10 * time.Second // the start-up JetStream check
+	// publishAsyncTimeout reclaims async publish futures never acked.
+	publishAsyncTimeout = 30 * time.Second
+)
+
+// ConnectNATS connects to the first NATS server of c.NATS.URLs that
+// answers, authenticates and checks that JetStream answers. Once
+// connected it reconnects forever (servers restart; a long-lived service
+// should outlast that), logging disconnects and reconnects. A failure at
+// start says which problem it is: ErrNATSUnreachable, ErrNATSAuthorization,
+// ErrNATSTLS or ErrNoJetStream (errors.Is), naming the URLs.
+func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	urls := strings.Join(c.NATS.URLs, ",")
+	opts, err := c.NATS.options(name, logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to nats at %s: %w", urls, err)
+	}
+	nc, err := nats.Connect(urls, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to nats at %s: %w", urls, c.NATS.explain(err))
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", nc.ConnectedUrlRedacted(), err)
+	}
+	if err := CheckJetStream(ctx, js); err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("nats at %s: %w", nc.ConnectedUrlRedacted(), err)
+	}
+	logger.Debug("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+	return nc, js, nil
+}
+
+// CheckJetStream asks JetStream for the account's information, which
+// needs JetStream enabled and a meta leader in a cluster.
+func CheckJetStream(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, jetStreamTimeout)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+			return fmt.Errorf("%w: not enabled (start nats-server with -js, or enable it for the account): %v", ErrNoJetStream, err)
+		case errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("%w: no answer within %v", ErrNoJetStream, jetStreamTimeout)
+		}
+		return fmt.Errorf("%w: %v", ErrNoJetStream, err)
+	}
+	return nil
+}
+
+// options are the nats.go options for n.
+func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.Timeout(dialTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(reconnectWait),
+		nats.ReconnectJitter(reconnectJitter, reconnectJitter),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("nats disconnected; reconnecting", "url", nc.ConnectedUrlRedacted(), "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				logger.Warn("nats connection closed", "err", err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			logger.Warn("nats async error", "subject", subjectOf(sub), "err", err)
+		}),
+	}
+	switch {
+	case n.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(n.CredsFile))
+	case n.NKeyFile != "":
+		o, err := nats.NkeyOptionFromSeed(n.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey seed: %w", err)
+		}
+		opts = append(opts, o)
+	case n.User != "":
+		opts = append(opts, nats.UserInfo(n.User, n.Password))
+	case n.Token != "":
+		opts = append(opts, nats.Token(n.Token))
+	}
+	if n.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(n.TLSCA))
+	}
+	if n.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(n.TLSCert, n.TLSKey))
+	}
+	return opts, nil
+}
+
+// explain turns a failed first connect into the problem it is.
+func (n NATS) explain(err error) error {
+	switch {
+	case isAuthError(err):
+		return fmt.Errorf("%w %s (%v)", ErrNATSAuthorization, n.identity(), err)
+	case isTLSError(err):
+		hint := "check --nats-tls-ca, --nats-tls-cert and --nats-tls-key, and tls:// in the URL"
+		var unknown x509.UnknownAuthorityError
+		if errors.As(err, &unknown) && n.TLSCA == "" {
+			hint = "the server's certificate is signed by a CA this client does not trust: give it with --nats-tls-ca"
+		}
+		return fmt.Errorf("%w: %v (%s)", ErrNATSTLS, err, hint)
+	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrTimeout), isNetError(err):
+		return fmt.Errorf("%w (is it running, and listening there?): %v", ErrNATSUnreachable, err)
+	}
+	return err
+}
+
+// identity names who tried to connect, without secrets.
+func (n NATS) identity() string {
+	switch {
+	case n.CredsFile != "":
+		return "for creds file " + n.CredsFile
+	case n.NKeyFile != "":
+		return "for nkey seed " + n.NKeyFile
+	case n.User != "":
+		return fmt.Sprintf("for user %q", n.User)
+	case n.Token != "":
+		return "for the token given"
+	case n.TLSCert != "":
+		return "for client certificate " + n.TLSCert
+	}
+	return "with no credentials given (the server requires them: --nats-creds, --nats-nkey, --nats-user or --nats-token)"
+}
+
+func isAuthError(err error) bool {
+	for _, e := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked, nats.ErrAccountAuthExpired} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}
+
+func isTLSError(err error) bool {
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		header  tls.RecordHeaderError
+		alert   tls.AlertError
+	)
+	switch {
+	case errors.Is(err, nats.ErrTLS), errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted),
+		errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid),
+		errors.As(err, &header), errors.As(err, &alert):
+		return true
+	}
+	return strings.Contains(err.Error(), "tls: ")
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+func subjectOf(s *nats.Subscription) string {
+	if s == nil {
+		return ""
+	}
+	return s.Subject
+}

@@ -1,0 +1,223 @@
+package connect
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// startNATS runs a real nats-server in-process on loopback, configured by
+// edit, and returns it.
+func startNATS(t *testing.T, edit func(*server.Options)) *server.Server {
+	t.Helper()
+	o := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	if edit != nil {
+		edit(o)
+	}
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+func natsConfig(url string, edit func(*NATS)) Config {
+	c := Default()
+	c.NATS.URLs = []string{url}
+	if edit != nil {
+		edit(&c.NATS)
+	}
+	return c
+}
+
+// connectOK connects with c, publishes through JetStream's account info
+// (ConnectNATS checks it) and closes.
+func connectOK(t *testing.T, c Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, _, err := c.ConnectNATS(ctx, "test", nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	nc.Close()
+}
+
+func connectErr(t *testing.T, c Config) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, _, err := c.ConnectNATS(ctx, "test", nil)
+	if err == nil {
+		nc.Close()
+		t.Fatal("connected; want an error")
+	}
+	return err
+}
+
+func TestConnectNATSUserPassword(t *testing.T) {
+	s := startNATS(t, func(o *server.Options) { o.Username, o.Password = "bob", "s3cret" })
+	connectOK(t, natsConfig(s.ClientURL(), func(n *NATS) { n.User, n.Password = "bob", "s3cret" }))
+
+	err := connectErr(t, natsConfig(s.ClientURL(), func(n *NATS) { n.User, n.Password = "bob", "wrong" }))
+	if !errors.Is(err, ErrNATSAuthorization) || !strings.Contains(err.Error(), `authorization failed for user "bob"`) || strings.Contains(err.Error(), "wrong") {
+		t.Errorf("wrong password: %v; want an authorization error naming the user, not the password", err)
+	}
+	err = connectErr(t, natsConfig(s.ClientURL(), nil))
+	if !errors.Is(err, ErrNATSAuthorization) || !strings.Contains(err.Error(), "no credentials given") {
+		t.Errorf("no credentials: %v", err)
+	}
+}
+
+func TestConnectNATSToken(t *testing.T) {
+	s := startNATS(t, func(o *server.Options) { o.Authorization = "tok-123" })
+	connectOK(t, natsConfig(s.ClientURL(), func(n *NATS) { n.Token = "tok-123" }))
+	err := connectErr(t, natsConfig(s.ClientURL(), func(n *NATS) { n.Token = "tok-456" }))
+	if !errors.Is(err, ErrNATSAuthorization) || !strings.Contains(err.Error(), "authorization failed for the token") || strings.Contains(err.Error(), "tok-456") {
+		t.Errorf("wrong token: %v", err)
+	}
+}
+
+// TestConnectNATSTLS: a server that requires TLS with client
+// certificates, from a CA made in the test.
+func TestConnectNATSTLS(t *testing.T) {
+	pki := newPKI(t)
+	s := startNATS(t, func(o *server.Options) {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: pki.serverCert, KeyFile: pki.serverKey, CaFile: pki.ca, Verify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.TLSConfig, o.TLS, o.TLSVerify, o.TLSTimeout = tc, true, true, 5
+	})
+	url := strings.Replace(s.ClientURL(), "nats://", "tls://", 1)
+	connectOK(t, natsConfig(url, func(n *NATS) { n.TLSCA, n.TLSCert, n.TLSKey = pki.ca, pki.clientCert, pki.clientKey }))
+
+	// The server's CA not trusted.
+	err := connectErr(t, natsConfig(url, func(n *NATS) { n.TLSCert, n.TLSKey = pki.clientCert, pki.clientKey }))
+	if !errors.Is(err, ErrNATSTLS) || !strings.Contains(err.Error(), "--nats-tls-ca") {
+		t.Errorf("unknown CA: %v; want a TLS error suggesting --nats-tls-ca", err)
+	}
+	// No client certificate: the server says "certificate required", or
+	// closes the connection before the client reads that.
+	err = connectErr(t, natsConfig(url, func(n *NATS) { n.TLSCA = pki.ca }))
+	if !errors.Is(err, ErrNATSTLS) {
+		t.Errorf("no client certificate: %v; want a TLS error", err)
+	}
+	// Plain nats:// to a TLS server, no TLS settings.
+	err = connectErr(t, natsConfig(s.ClientURL(), nil))
+	if !errors.Is(err, ErrNATSTLS) {
+		t.Errorf("plain to TLS: %v; want a TLS error", err)
+	}
+}
+
+func TestConnectNATSNKey(t *testing.T) {
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	seedFile := writeFile(t, "user.nk", string(seed))
+	s := startNATS(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
+	connectOK(t, natsConfig(s.ClientURL(), func(n *NATS) { n.NKeyFile = seedFile }))
+
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	otherFile := writeFile(t, "other.nk", string(otherSeed))
+	err = connectErr(t, natsConfig(s.ClientURL(), func(n *NATS) { n.NKeyFile = otherFile }))
+	if !errors.Is(err, ErrNATSAuthorization) || !strings.Contains(err.Error(), "for nkey seed "+otherFile) {
+		t.Errorf("unknown nkey: %v", err)
+	}
+}
+
+func TestConnectNATSUnreachableNamesEveryURL(t *testing.T) {
+	c := Default()
+	c.NATS.URLs = []string{"nats://127.0.0.1:1", "nats://127.0.0.1:2"}
+	err := connectErr(t, c)
+	if !errors.Is(err, ErrNATSUnreachable) || !strings.Contains(err.Error(), "nats://127.0.0.1:1,nats://127.0.0.1:2") {
+		t.Errorf("unreachable: %v", err)
+	}
+}
+
+func TestConnectNATSWithoutJetStream(t *testing.T) {
+	s := startNATS(t, func(o *server.Options) { o.JetStream = false })
+	err := connectErr(t, natsConfig(s.ClientURL(), nil))
+	if !errors.Is(err, ErrNoJetStream) || !strings.Contains(err.Error(), "-js") {
+		t.Errorf("no jetstream: %v", err)
+	}
+}
+
+// pki is a CA with a server certificate for 127.0.0.1 and a client
+// certificate, as PEM files.
+type pki struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+func newPKI(t *testing.T) pki {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	now := time.Now()
+	caKey := key()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leaf := func(serial int64, name string, usage x509.ExtKeyUsage) (certPath, keyPath string) {
+		k := key()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name+".pem", "CERTIFICATE", der), write(name+"-key.pem", "EC PRIVATE KEY", kder)
+	}
+	p := pki{ca: write("ca.pem", "CERTIFICATE", caDER)}
+	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth)
+	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth)
+	return p
+}

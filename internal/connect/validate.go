@@ -1,0 +1,124 @@
+package connect
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// validate returns every problem of c; where names a setting's source
+// (flag, variable or file key) for the message.
+func validate(c Config, where func(name string) string) []string {
+	var ps []string
+	add := func(format string, a ...any) { ps = append(ps, fmt.Sprintf(format, a...)) }
+
+	// NATS servers.
+	if len(c.NATS.URLs) == 0 {
+		add("%s: no NATS server URL", where("nats"))
+	}
+	for _, u := range c.NATS.URLs {
+		if !validNATSURL(u) {
+			add("%s %q: want nats://host:port (or tls://, ws://, wss://)", where("nats"), u)
+		}
+	}
+
+	// NATS authentication: at most one way.
+	var ways []string
+	if c.NATS.CredsFile != "" {
+		ways = append(ways, where("nats-creds"))
+		if err := readable(c.NATS.CredsFile); err != nil {
+			add("%s: %v", where("nats-creds"), err)
+		}
+	}
+	if c.NATS.NKeyFile != "" {
+		ways = append(ways, where("nats-nkey"))
+		if _, err := nats.NkeyOptionFromSeed(c.NATS.NKeyFile); err != nil {
+			add("%s: %v", where("nats-nkey"), err)
+		}
+	}
+	if c.NATS.User != "" {
+		ways = append(ways, where("nats-user"))
+	} else if c.NATS.Password != "" {
+		add("%s given without a user (%s)", where("nats-password"), names("nats-user"))
+	}
+	if c.NATS.Token != "" {
+		ways = append(ways, where("nats-token"))
+	}
+	if len(ways) > 1 {
+		add("%s: give one way to authenticate to NATS, not %d", strings.Join(ways, " and "), len(ways))
+	}
+
+	// NATS TLS.
+	if c.NATS.TLSCA != "" {
+		if err := pemCAs(c.NATS.TLSCA); err != nil {
+			add("%s: %v", where("nats-tls-ca"), err)
+		}
+	}
+	switch {
+	case c.NATS.TLSCert != "" && c.NATS.TLSKey == "":
+		add("%s given without its key (%s)", where("nats-tls-cert"), names("nats-tls-key"))
+	case c.NATS.TLSKey != "" && c.NATS.TLSCert == "":
+		add("%s given without its certificate (%s)", where("nats-tls-key"), names("nats-tls-cert"))
+	case c.NATS.TLSCert != "":
+		if _, err := tls.LoadX509KeyPair(c.NATS.TLSCert, c.NATS.TLSKey); err != nil {
+			add("%s, %s: %v", where("nats-tls-cert"), where("nats-tls-key"), err)
+		}
+	}
+
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		add("%s %d: want 1..5 (1 on one server, 3 on a cluster)", where("stream-replicas"), c.StreamReplicas)
+	}
+
+	// S3.
+	if c.S3.Endpoint != "" {
+		u, err := url.Parse(c.S3.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("%s %q: want http(s)://host[:port]", where("s3-endpoint"), c.S3.Endpoint)
+		}
+	}
+	if c.S3.CAFile != "" {
+		if err := pemCAs(c.S3.CAFile); err != nil {
+			add("%s: %v", where("s3-ca"), err)
+		}
+	}
+	return ps
+}
+
+func validNATSURL(raw string) bool {
+	if !strings.Contains(raw, "://") {
+		raw = "nats://" + raw // nats.go takes host:port alone
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Hostname() == "" {
+		return false
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+		return true
+	}
+	return false
+}
+
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func pemCAs(path string) error {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		return fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return nil
+}
