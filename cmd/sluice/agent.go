@@ -24,10 +24,10 @@ import (
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("agent", stderr)
-	jobID := fs.String("job", "", "id of the job to read (required)")
-	listen := fs.String("listen", "127.0.0.1:8081", "address to serve the trainer on")
-	reader := fs.String("reader", wire.DefaultReader, "which of the job's declared readers this agent is")
-	prefetch := fs.Int("prefetch", 0, "samples held in batches ready for the trainer (0: 4 batches, at least 256)")
+	jobID := fs.String("job", "", "`ID` of the job to read (required)")
+	listen := fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on")
+	reader := fs.String("reader", wire.DefaultReader, "reader `NAME`: which of the job's declared readers this agent is")
+	prefetch := fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches, at least 256)")
 	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartNATS)
