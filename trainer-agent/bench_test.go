@@ -116,3 +116,61 @@ func benchConnect(b *testing.B, url string) (*nats.Conn, jetstream.JetStream) {
 	}
 	return nc, js
 }
+
+// BenchmarkNextRecordsPosition measures a batch's cost when batches are
+// tiny (one sample), so that recording the position before each batch is
+// returned (one key-value update on the embedded server) dominates. An
+// op is 1000 batches.
+func BenchmarkNextRecordsPosition(b *testing.B) {
+	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, js := benchConnect(b, srv.URL())
+	defer nc.Close()
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	chunks := make([]int, 100)
+	for i := range chunks {
+		chunks[i] = 10
+	}
+	l := layout{chunks} // 1000 samples
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		job := testJob(fmt.Sprintf("pos-%d", i), 1, 1, l)
+		createOutput(b, nc, js, job)
+		for _, m := range outputs(b, job, l) {
+			if _, err := js.PublishMsg(ctx, m.natsMsg("")); err != nil {
+				b.Fatal(err)
+			}
+		}
+		a, err := New(nc, js, job, Options{}, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		errc := make(chan error, 1)
+		go func() { errc <- a.Run(ctx) }()
+		n := 0
+		for {
+			_, err := a.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+		if n != 1000 {
+			b.Fatalf("%d batches, want 1000", n)
+		}
+	}
+}
