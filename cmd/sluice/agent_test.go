@@ -93,9 +93,33 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 		t.Fatalf("GET /readyz before the job exists: %v %v, want 503", resp, err)
 	}
 
+	want := submitAgentTestJob(t, nc, js, "cli")
+
+	got := map[string]bool{}
+	getBatches(t, url, got, -1)
+	if len(got) != len(want) {
+		t.Errorf("delivered %d samples, want %d", len(got), len(want))
+	}
+	for id := range want {
+		if !got[id] {
+			t.Errorf("sample %s not delivered", id)
+		}
+	}
+	// The 410 ends the linger at once.
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("agent exit %d after delivering everything, want 0", code)
+	}
+}
+
+// submitAgentTestJob records a job (output stream and reader consumer, as
+// the broker does) and publishes its chunks as functions do; it returns
+// the samples expected, as "epoch/key".
+func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id string) map[string]bool {
+	t.Helper()
+	ctx := context.Background()
 	const shards, chunks, perChunk, epochs, batch = 3, 2, 5, 2, 4
-	spec := wire.JobSpec{ID: "cli", Dataset: "s3://b/p/", Pipeline: "test", BatchSize: batch, Epochs: epochs}.WithDefaults(nc.MaxPayload())
-	job := wire.Job{Spec: spec, Bucket: "b", State: wire.JobRunning}
+	spec := wire.JobSpec{ID: id, Dataset: "s3://b/p/", Pipeline: "test", BatchSize: batch, Epochs: epochs}.WithDefaults(nc.MaxPayload())
+	job := wire.Job{Spec: spec, Bucket: "b", State: wire.JobRunning, Submitted: time.Now().UTC()}
 	for s := range shards {
 		job.Shards = append(job.Shards, fmt.Sprintf("s%d.tar", s))
 	}
@@ -136,8 +160,13 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 		}
 	}
 
-	got := map[string]bool{}
-	for {
+	return want
+}
+
+// getBatches GETs n batches (n < 0: until 410) and adds their samples to got.
+func getBatches(t *testing.T, url string, got map[string]bool, n int) {
+	t.Helper()
+	for i := 0; n < 0 || i < n; i++ {
 		resp, err := http.Get(url + "/v1/batch")
 		if err != nil {
 			t.Fatal(err)
@@ -147,8 +176,8 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.StatusCode == http.StatusGone {
-			break
+		if resp.StatusCode == http.StatusGone && n < 0 {
+			return
 		}
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET /v1/batch: %s: %s", resp.Status, body)
@@ -157,15 +186,15 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if h := resp.Header.Get(wire.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
+			t.Errorf("epoch header %q, batch of epoch %d", h, b.Epoch)
+		}
 		if len(got) == 0 {
 			if resp, err := http.Get(url + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
 				t.Errorf("GET /readyz while serving batches: %v %v, want 200", resp, err)
 			} else {
 				resp.Body.Close()
 			}
-		}
-		if h := resp.Header.Get(wire.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
-			t.Errorf("epoch header %q, batch of epoch %d", h, b.Epoch)
 		}
 		for _, k := range b.Keys {
 			id := fmt.Sprintf("%d/%s", b.Epoch, k)
@@ -175,6 +204,35 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 			got[id] = true
 		}
 	}
+}
+
+// TestAgentCommandResumesAfterRestart stops `sluice agent` (SIGTERM) in
+// the middle of the first epoch and starts another for the same job and
+// reader: together they deliver every sample once.
+func TestAgentCommandResumesAfterRestart(t *testing.T) {
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := submitAgentTestJob(t, nc, js, "restart")
+	got := map[string]bool{}
+	cmd, url := startAgent(t, "--job", "restart", "--nats", srv.URL(), "--prefetch", "4")
+	getBatches(t, url, got, 3) // 12 of the first epoch's 30 samples
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Fatalf("agent exit %d on SIGTERM, want 0", code)
+	}
+	cmd, url = startAgent(t, "--job", "restart", "--nats", srv.URL())
+	getBatches(t, url, got, -1)
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("restarted agent exit %d after delivering everything, want 0", code)
+	}
 	if len(got) != len(want) {
 		t.Errorf("delivered %d samples, want %d", len(got), len(want))
 	}
@@ -182,10 +240,6 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 		if !got[id] {
 			t.Errorf("sample %s not delivered", id)
 		}
-	}
-	// The 410 ends the linger at once.
-	if code := waitExit(t, cmd); code != 0 {
-		t.Errorf("agent exit %d after delivering everything, want 0", code)
 	}
 }
 
