@@ -317,6 +317,9 @@ func (a *Agent) run(ctx context.Context) error {
 		}
 		a.bound.Store(true)
 		if err := a.consume(ctx, cons); err != nil {
+			if ended := a.checkJob(ctx, jobs); ended != nil {
+				return ended // the reason the output went away
+			}
 			return err
 		}
 		a.log.Info("every epoch arrived; waiting for the trainer to take the last batches")

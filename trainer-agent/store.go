@@ -141,6 +141,24 @@ func (a *Agent) submitted() string {
 	return a.job.Submitted.UTC().Format(time.RFC3339Nano)
 }
 
+// checkJob reads the job's record once and returns an error wrapping
+// ErrJobEnded if the job is gone, else nil.
+func (a *Agent) checkJob(ctx context.Context, jobs jetstream.KeyValue) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := jobs.Get(gctx, a.job.Spec.ID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("%w: job %s was deleted", ErrJobEnded, a.job.Spec.ID)
+	case err != nil:
+		return nil
+	}
+	return jobEnded(a.job.Spec.ID, e)
+}
+
 // succeededWithoutMe reports whether the job's record says it succeeded
 // while this agent has not handed out everything: a job succeeds only once
 // every reader acked every chunk, so another agent of this reader did.
