@@ -23,6 +23,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
+		"agent":      {"feed a job's batches to a trainer over HTTP, resuming after a restart", runAgent},
 		"demo":       {"run a whole elastic training job on embedded NATS and S3", runDemo},
 		"fn serve":   {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
 		"fn apply":   {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
