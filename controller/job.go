@@ -275,23 +275,25 @@ func (c *Controller) cleanup(jr *jobRun, end ending, final wire.Job) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	// The last status first, while the readers' signals are still kept.
+	switch {
+	case end == endFinished:
+		c.writeFinalStatus(ctx, jr, final)
+	case why == stopCancelled || end == endGone:
+		if rec, err := c.opts.Broker.Job(ctx, jr.id); err == nil && rec.State.Terminal() {
+			c.writeFinalStatus(ctx, jr, rec)
+		}
+	}
 	c.runner.RemoveJob(jr.id)
 	if err := c.opts.Actuator.Scale(ctx, jr.id, 0); err != nil {
 		jr.log.Warn("scaling replicas to zero", "err", err)
 	}
 	c.dm.DeleteJob(jr.id)
-
-	switch {
-	case end == endFinished:
-		c.writeFinalStatus(ctx, jr, final)
+	if end == endFinished {
 		if err := c.opts.Broker.Release(ctx, jr.id); err != nil {
 			jr.log.Warn("releasing the job's streams", "err", err)
 		}
 		c.m.finished.WithLabelValues(string(final.State)).Inc()
-	case why == stopCancelled || end == endGone:
-		if rec, err := c.opts.Broker.Job(ctx, jr.id); err == nil && rec.State.Terminal() {
-			c.writeFinalStatus(ctx, jr, rec)
-		}
 	}
 	forget()
 	switch why {
