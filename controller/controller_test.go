@@ -288,3 +288,78 @@ func TestJobWaitsForEveryDeclaredReader(t *testing.T) {
 	e.waitState(t, "two", wire.JobSucceeded, 20*time.Second)
 	rb.exactlyOnce(t, e.samples)
 }
+
+// TestOwnerStopsAJobWhoseLeaseWasTaken: when the lease names another
+// owner (taken over after this controller was cut off), the job stops here
+// at the next lease round, its replicas go, and the other's lease stays.
+func TestOwnerStopsAJobWhoseLeaseWasTaken(t *testing.T) {
+	e := newEnv(t, 8, 4)
+	e.gate.hold(0)
+	c := e.startController(t, "a", Options{})
+	e.submit(t, spec("taken", "img", 1))
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if e.pool.replicas("taken") == 0 {
+			return errors.New("no replica yet")
+		}
+		return nil
+	})
+	kv, err := e.js.KeyValue(context.Background(), wire.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := json.Marshal(wire.Lease{Owner: "intruder", Acquired: time.Now(), Expires: time.Now().Add(time.Minute)})
+	if _, err := kv.Put(context.Background(), "taken", other); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if got := c.c.Owned(); len(got) != 0 {
+			return fmt.Errorf("still runs %v", got)
+		}
+		if n := e.pool.replicas("taken"); n != 0 {
+			return fmt.Errorf("%d replicas", n)
+		}
+		return nil
+	})
+	if l, err := e.lease("taken"); err != nil || l == nil || l.Owner != "intruder" {
+		t.Errorf("lease %+v (%v), want the intruder's left alone", l, err)
+	}
+	e.gate.release()
+}
+
+// TestOwnerThatCannotRenewStopsBeforeExpiry: with the lease bucket gone no
+// renewal succeeds; the owner stops the job before its lease expires, so a
+// standby could take it without two dispatchers at once.
+func TestOwnerThatCannotRenewStopsBeforeExpiry(t *testing.T) {
+	e := newEnv(t, 8, 4)
+	e.gate.hold(0)
+	c := e.startController(t, "a", Options{LeaseTTL: 2 * time.Second})
+	e.submit(t, spec("cutoff", "img", 1))
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if e.pool.replicas("cutoff") == 0 {
+			return errors.New("no replica yet")
+		}
+		return nil
+	})
+	l, err := e.lease("cutoff")
+	if err != nil || l == nil {
+		t.Fatalf("lease %+v (%v)", l, err)
+	}
+	if err := e.js.DeleteKeyValue(context.Background(), wire.LeasesBucket); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if got := c.c.Owned(); len(got) != 0 {
+			return fmt.Errorf("still runs %v", got)
+		}
+		return nil
+	})
+	// The last renewal before the bucket went was at most ttl/3 before
+	// it; its lease ran at least 2/3 of the TTL from now on.
+	if deadline := l.Expires.Add(renewEvery(2 * time.Second)); !time.Now().Before(deadline) {
+		t.Errorf("stopped at %v, after the lease could have expired (%v)", time.Now(), deadline)
+	}
+	if n := e.pool.replicas("cutoff"); n != 0 {
+		t.Errorf("%d replicas after losing the lease, want 0", n)
+	}
+	e.gate.release()
+}
