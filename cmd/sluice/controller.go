@@ -33,7 +33,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("controller", stderr)
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this controller's name in job leases; unique among controllers")
-	actuator := fs.String("actuator", "local", "how replicas run: local (`sluice fn serve` processes on this machine)")
+	actuator := fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine)")
 	maxReplicas := fs.Int("max-replicas", controller.DefaultMaxReplicas, "replicas over all jobs (the capacity jobs share), and a job's cap when its spec sets none")
 	replicaCPUs := fs.Int("replica-cpus", 1, "cores (GOMAXPROCS) of one replica")
 	concurrency := fs.Int("replica-concurrency", 1, "shards one replica processes at once")
@@ -46,7 +46,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
 			"and its status. Several controllers may run: each job is owned by one (a lease), and a standby\n"+
-			"takes the jobs of one that died. SIGTERM hands the jobs over at once.\n\n")
+			"takes the jobs of one that died. SIGTERM hands the jobs over at once. With --listen it prints\n"+
+			"\"SLUICE_READY http://ADDR\" on stdout once it has read the job store.\n\n")
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
