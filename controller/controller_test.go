@@ -157,13 +157,8 @@ func TestCancelledJobReleasesReplicasAndLeavesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	// What `sluice job cancel` does (broker.Cancel, from the jobs branch):
-	// state to cancelled by compare-and-set, then consumer, tasks and output go.
-	if _, err := e.b.Transition(context.Background(), "cancel", wire.JobCancelled, "test cancels it",
-		func(from wire.JobState) bool { return !from.Terminal() }); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.b.Release(context.Background(), "cancel"); err != nil {
+	// What `sluice job cancel` does.
+	if _, err := e.b.Cancel(context.Background(), "cancel", "test cancels it"); err != nil {
 		t.Fatal(err)
 	}
 	testenv.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error { return e.released("cancel") })
