@@ -33,14 +33,21 @@
 //     last ScaleDownDelay (Knative's scale-down window), so a dip in the
 //     signal does not shed replicas that are needed a second later.
 //
-// Allocate then shares the cluster capacity between jobs, max-min fair:
-// every job gets what it wants if that fits, otherwise the capacity is
-// split evenly with what small jobs leave over going to the others, and a
-// remainder unit goes to jobs in name order.
+// Each job decides within its own bounds (Config.ForJob: the spec's
+// min/max replicas, the controller's cap when it sets none). A job with
+// several readers has a signal from each; Aggregate picks the one that
+// drives it: the most stalled reader (the output stays until every reader
+// took it), and the job's demand is done once every declared reader is.
 //
-// Runner is the thin loop around both: it keeps the latest demand per job
-// (Observe, fed by a NATS subscription in Run), asks each job's Backlog,
-// decides, allocates, calls Actuator.Scale for every job on every tick
-// (so the actuator can replace replicas that died) and records scale
-// events.
+// Allocate then shares the cluster capacity between jobs, weighted max-min
+// fair: every job gets what it wants if that fits, otherwise capacity in
+// proportion to its weight, with what small jobs leave over going to the
+// others, and the rounding's remainder one unit at a time to the job
+// lowest per weight (ties in name order).
+//
+// Runner is the thin loop around all three: it keeps the latest demand per
+// job and reader (Observe, fed by a NATS subscription in Run), asks each
+// job's Backlog, decides, allocates, calls Actuator.Scale for every job on
+// every tick (so the actuator can replace replicas that died) and records
+// scale events. A removed job is scaled to zero and its series deleted.
 package autoscale

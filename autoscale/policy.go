@@ -3,7 +3,6 @@ package autoscale
 import (
 	"fmt"
 	"math"
-	"sort"
 	"time"
 
 	"github.com/sluice-project/sluice/wire"
@@ -43,6 +42,19 @@ func DefaultConfig() Config {
 		MaxStepUp:       2,
 		DemandStale:     5 * time.Second,
 	}
+}
+
+// ForJob is the config one job's decisions use: its own min and max
+// replicas (max 0 keeps c.MaxReplicas), a max never above the cluster
+// capacity, and InitialReplicas within them.
+func (c Config) ForJob(minReplicas, maxReplicas int) Config {
+	if maxReplicas > 0 {
+		c.MaxReplicas = maxReplicas
+	}
+	c.MaxReplicas = max(min(c.MaxReplicas, c.Capacity()), 1)
+	c.MinReplicas = min(max(minReplicas, 0), c.MaxReplicas)
+	c.InitialReplicas = min(max(c.InitialReplicas, 1), c.MaxReplicas)
+	return c
 }
 
 // Capacity is the cluster capacity in effect.
@@ -261,54 +273,4 @@ func wantFor(cfg Config, next *State, in Inputs, cur int) (int, string) {
 		}
 	}
 	return cur, fmt.Sprintf("stall %.0f%%, buffer %.0f%% full: hold %d", pct(stall), pct(fill), cur)
-}
-
-// Allocate shares capacity between jobs max-min fairly: if the desired
-// counts fit they are granted; otherwise capacity is split evenly, a job
-// wanting less than its share gets what it wants and leaves the rest to the
-// others, and a remainder too small to split goes one unit per job in name
-// order. Every job of desired is in the result.
-func Allocate(desired map[string]int, capacity int) map[string]int {
-	names := make([]string, 0, len(desired))
-	total := 0
-	out := make(map[string]int, len(desired))
-	for name, d := range desired {
-		names = append(names, name)
-		out[name] = 0
-		total += max(d, 0)
-	}
-	sort.Strings(names)
-	if total <= capacity {
-		for _, name := range names {
-			out[name] = max(desired[name], 0)
-		}
-		return out
-	}
-	var open []string
-	for _, name := range names {
-		if desired[name] > 0 {
-			open = append(open, name)
-		}
-	}
-	left := max(capacity, 0)
-	for len(open) > 0 && left > 0 {
-		share := left / len(open)
-		if share == 0 {
-			for _, name := range open[:left] {
-				out[name]++
-			}
-			break
-		}
-		var still []string
-		for _, name := range open {
-			give := min(share, desired[name]-out[name])
-			out[name] += give
-			left -= give
-			if out[name] < desired[name] {
-				still = append(still, name)
-			}
-		}
-		open = still
-	}
-	return out
 }

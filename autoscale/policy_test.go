@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -205,36 +203,5 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if c := DefaultConfig(); c.Capacity() != c.MaxReplicas {
 		t.Errorf("default capacity %d, want max replicas %d", c.Capacity(), c.MaxReplicas)
-	}
-}
-
-func TestAllocate(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		desired  map[string]int
-		capacity int
-		want     map[string]int
-	}{
-		{"fits", map[string]int{"a": 3, "b": 2}, 8, map[string]int{"a": 3, "b": 2}},
-		{"small jobs leave their share to the others", map[string]int{"a": 6, "b": 2, "c": 6}, 10, map[string]int{"a": 4, "b": 2, "c": 4}},
-		{"remainder in name order", map[string]int{"c": 5, "a": 5, "b": 5}, 7, map[string]int{"a": 3, "b": 2, "c": 2}},
-		{"fewer units than jobs", map[string]int{"c": 2, "b": 2, "a": 2}, 2, map[string]int{"a": 1, "b": 1, "c": 0}},
-		{"jobs at zero stay listed", map[string]int{"a": 0, "b": 9}, 4, map[string]int{"a": 0, "b": 4}},
-		{"no capacity", map[string]int{"a": 1}, 0, map[string]int{"a": 0}},
-		{"nothing desired", map[string]int{}, 4, map[string]int{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Allocate(tc.desired, tc.capacity)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Allocate(%v, %d) (-want +got):\n%s", tc.desired, tc.capacity, diff)
-			}
-			sum := 0
-			for _, n := range got {
-				sum += n
-			}
-			if sum > max(tc.capacity, 0) {
-				t.Errorf("granted %d, over capacity %d", sum, tc.capacity)
-			}
-		})
 	}
 }

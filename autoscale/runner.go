@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/internal/promreg"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -31,6 +32,20 @@ type Actuator interface {
 // whether the job needs no more work.
 type Backlog interface {
 	Backlog() (pending, inflight int, done bool)
+}
+
+// Job is what the runner needs to know about one job.
+type Job struct {
+	Backlog Backlog
+	// MinReplicas and MaxReplicas bound the job's replicas; MaxReplicas 0
+	// means the runner's Config.MaxReplicas.
+	MinReplicas, MaxReplicas int
+	// Weight is the job's share of the capacity when it is short (<= 0: 1).
+	Weight float64
+	// Readers are the job's declared readers: the most stalled one drives
+	// scaling, and the job's demand is done once all of them are (see
+	// Aggregate). None: every reader that signals counts.
+	Readers []string
 }
 
 // ScaleEvent records a change of a job's replica count.
@@ -60,19 +75,16 @@ type Runner struct {
 
 	mu      sync.Mutex
 	jobs    map[string]*managed
-	demand  map[string]observed
+	demand  map[string]map[string]Signal // job -> reader -> latest
 	removed map[string]bool
 	history []ScaleEvent
 }
 
 type managed struct {
-	backlog Backlog
-	state   State
-}
-
-type observed struct {
-	demand wire.Demand
-	at     time.Time
+	job    Job
+	cfg    Config // r.cfg with the job's bounds
+	state  State
+	reason string
 }
 
 // NewRunner checks cfg and creates a runner. nc is only needed by Run; reg
@@ -96,28 +108,30 @@ func NewRunner(nc *nats.Conn, act Actuator, cfg Config, logger *slog.Logger, reg
 			Name: "sluice_autoscale_scale_events_total", Help: "Changes of a job's replica count.",
 		}, []string{"job", "direction"}),
 		jobs:    map[string]*managed{},
-		demand:  map[string]observed{},
+		demand:  map[string]map[string]Signal{},
 		removed: map[string]bool{},
 	}
-	if reg != nil {
-		reg.MustRegister(r.desired, r.events)
-	}
+	r.desired = promreg.Register(reg, r.desired)
+	r.events = promreg.Register(reg, r.events)
 	return r, nil
 }
 
-// AddJob starts managing job; its replicas start from zero.
-func (r *Runner) AddJob(job string, b Backlog) {
+// AddJob starts managing job, or updates what is known of it; its replicas
+// start from zero.
+func (r *Runner) AddJob(name string, j Job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m, ok := r.jobs[job]; ok {
-		m.backlog = b
+	cfg := r.cfg.ForJob(j.MinReplicas, j.MaxReplicas)
+	if m, ok := r.jobs[name]; ok {
+		m.job, m.cfg = j, cfg
 		return
 	}
-	r.jobs[job] = &managed{backlog: b}
-	delete(r.removed, job)
+	r.jobs[name] = &managed{job: j, cfg: cfg}
+	delete(r.removed, name)
 }
 
-// RemoveJob stops managing job; the next Tick scales it to zero.
+// RemoveJob stops managing job; the next Tick scales it to zero and
+// deletes its series.
 func (r *Runner) RemoveJob(job string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -129,25 +143,52 @@ func (r *Runner) RemoveJob(job string) {
 	r.removed[job] = true
 }
 
-// Observe records a demand signal received at at; older signals than the
-// one kept are ignored.
+// Observe records a demand signal of a reader of d.Job received at at;
+// signals older than the one kept for that reader are ignored. Signals of
+// a job the runner does not manage are dropped.
 func (r *Runner) Observe(d wire.Demand, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if o, ok := r.demand[d.Job]; ok && o.at.After(at) {
+	if _, ok := r.jobs[d.Job]; !ok {
 		return
 	}
-	r.demand[d.Job] = observed{d, at}
+	byReader := r.demand[d.Job]
+	if byReader == nil {
+		byReader = map[string]Signal{}
+		r.demand[d.Job] = byReader
+	}
+	reader := readerOf(d)
+	if o, ok := byReader[reader]; ok && o.At.After(at) {
+		return
+	}
+	byReader[reader] = Signal{d, at}
+}
+
+// Signals returns the latest signal of each reader of job.
+func (r *Runner) Signals(job string) map[string]Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]Signal, len(r.demand[job]))
+	for k, v := range r.demand[job] {
+		out[k] = v
+	}
+	return out
 }
 
 // Replicas is the count last decided for job.
 func (r *Runner) Replicas(job string) int {
+	n, _ := r.Decision(job)
+	return n
+}
+
+// Decision is the count last decided for job and why.
+func (r *Runner) Decision(job string) (replicas int, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if m, ok := r.jobs[job]; ok {
-		return m.state.Replicas
+		return m.state.Replicas, m.reason
 	}
-	return 0
+	return 0, ""
 }
 
 // Events returns the scale events so far, oldest first.
@@ -164,22 +205,20 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	defer r.tick.Unlock()
 
 	type round struct {
-		name    string
-		m       *managed
-		backlog Backlog
-		state   State
-		in      Inputs
-		dec     Decision
-		next    State
+		name  string
+		m     *managed
+		job   Job
+		cfg   Config
+		state State
+		in    Inputs
+		dec   Decision
+		next  State
 	}
 	r.mu.Lock()
 	rounds := make([]*round, 0, len(r.jobs))
 	for name, m := range r.jobs {
-		rd := &round{name: name, m: m, backlog: m.backlog, state: m.state}
-		if o, ok := r.demand[name]; ok {
-			d := o.demand
-			rd.in.Demand, rd.in.DemandAt = &d, o.at
-		}
+		rd := &round{name: name, m: m, job: m.job, cfg: m.cfg, state: m.state}
+		rd.in.Demand, rd.in.DemandAt = Aggregate(r.demand[name], m.job.Readers, now, m.cfg.DemandStale)
 		rounds = append(rounds, rd)
 	}
 	var removed []string
@@ -191,15 +230,17 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	sort.Strings(removed)
 
 	// Outside the lock: the backlog and the actuator may take their own.
-	desired := make(map[string]int, len(rounds))
+	claims := make(map[string]Claim, len(rounds))
 	for _, rd := range rounds {
-		rd.in.Pending, rd.in.InFlight, rd.in.Done = rd.backlog.Backlog()
+		if rd.job.Backlog != nil {
+			rd.in.Pending, rd.in.InFlight, rd.in.Done = rd.job.Backlog.Backlog()
+		}
 		rd.in.Ready = r.act.Ready(rd.name)
-		rd.dec, rd.next = Decide(r.cfg, rd.state, rd.in, now)
-		desired[rd.name] = rd.dec.Replicas
+		rd.dec, rd.next = Decide(rd.cfg, rd.state, rd.in, now)
+		claims[rd.name] = Claim{Want: rd.dec.Replicas, Weight: rd.job.Weight}
 	}
 	capacity := r.cfg.Capacity()
-	granted := Allocate(desired, capacity)
+	granted := Allocate(claims, capacity)
 
 	var events []ScaleEvent
 	r.mu.Lock()
@@ -212,7 +253,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		if r.jobs[rd.name] != rd.m {
 			continue // removed (or re-added) during the round
 		}
-		rd.m.state = rd.next
+		rd.m.state, rd.m.reason = rd.next, rd.dec.Reason
 		r.desired.WithLabelValues(rd.name).Set(float64(rd.dec.Replicas))
 		if rd.dec.Replicas != rd.state.Replicas {
 			events = append(events, ScaleEvent{now, rd.name, rd.dec.Replicas, rd.dec.Reason})
@@ -225,9 +266,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	}
 	for _, name := range removed {
 		delete(r.removed, name)
-		r.desired.DeleteLabelValues(name)
 		events = append(events, ScaleEvent{now, name, 0, "job removed"})
-		r.events.WithLabelValues(name, "down").Inc()
 	}
 	r.history = append(r.history, events...)
 	if over := len(r.history) - maxEvents; over > 0 {
@@ -247,15 +286,21 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		if err := r.act.Scale(ctx, name, 0); err != nil {
 			r.log.Warn("scaling a removed job to zero", "job", name, "error", err)
 		}
+		r.mu.Lock()
+		if _, back := r.jobs[name]; !back {
+			r.desired.DeleteLabelValues(name)
+			r.events.DeletePartialMatch(prometheus.Labels{"job": name})
+		}
+		r.mu.Unlock()
 	}
 }
 
-// Run keeps the latest demand signal of every job (from
-// wire.DemandSubjects) and calls Tick on each tick, until ctx ends or tick
-// closes; it then returns nil.
-func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) error {
+// Listen subscribes to every job's demand signals (wire.DemandSubjects)
+// and keeps the latest of each reader, until stop is called. Run does it
+// itself; a caller that ticks the runner itself (the controller) uses it.
+func (r *Runner) Listen() (stop func(), err error) {
 	if r.nc == nil {
-		return errNoNATS
+		return nil, errNoNATS
 	}
 	prefix := strings.TrimSuffix(wire.DemandSubjects, "*")
 	sub, err := r.nc.Subscribe(wire.DemandSubjects, func(m *nats.Msg) {
@@ -269,12 +314,24 @@ func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) error {
 		r.Observe(d, time.Now())
 	})
 	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
+		return nil, fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
 	}
-	defer sub.Unsubscribe()
 	if err := r.nc.Flush(); err != nil {
-		return fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribing to %s: %w", wire.DemandSubjects, err)
 	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// Run keeps the latest demand signal of every job's readers (Listen) and
+// calls Tick on each tick, until ctx ends or tick closes; it then returns
+// nil.
+func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) error {
+	stop, err := r.Listen()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():

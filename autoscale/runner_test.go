@@ -98,9 +98,9 @@ func TestRunnerTick(t *testing.T) {
 	}
 	ctx := context.Background()
 	a, b, idle := &fakeBacklog{pending: 40}, &fakeBacklog{pending: 40}, &fakeBacklog{}
-	r.AddJob("a", a)
-	r.AddJob("b", b)
-	r.AddJob("idle", idle)
+	r.AddJob("a", Job{Backlog: a})
+	r.AddJob("b", Job{Backlog: b})
+	r.AddJob("idle", Job{Backlog: idle})
 
 	r.Tick(ctx, sec(0))
 	if diff := cmp.Diff([]string{"a=1", "b=1", "idle=0"}, act.takeCalls()); diff != "" {
@@ -126,7 +126,7 @@ func TestRunnerTick(t *testing.T) {
 	}
 
 	// A new job gets its fair share at once, taken from the biggest.
-	r.AddJob("c", &fakeBacklog{pending: 5})
+	r.AddJob("c", Job{Backlog: &fakeBacklog{pending: 5}})
 	r.Observe(stalled("a"), sec(4))
 	r.Observe(stalled("b"), sec(4))
 	r.Tick(ctx, sec(4))
@@ -193,7 +193,7 @@ func TestRunnerKeepsDecidingWhenScaleFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.AddJob("a", &fakeBacklog{pending: 3})
+	r.AddJob("a", Job{Backlog: &fakeBacklog{pending: 3}})
 	r.Tick(context.Background(), sec(0))
 	r.Tick(context.Background(), sec(1))
 	if diff := cmp.Diff([]string{"a=1", "a=1"}, act.takeCalls()); diff != "" {
@@ -223,7 +223,7 @@ func TestRunnerRunReadsDemandOverNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.AddJob("job-7", &fakeBacklog{pending: 20})
+	r.AddJob("job-7", Job{Backlog: &fakeBacklog{pending: 20}})
 	ctx, cancel := context.WithCancel(context.Background())
 	tick := make(chan time.Time)
 	done := make(chan error, 1)
@@ -263,5 +263,68 @@ func TestRunnerRunReadsDemandOverNATS(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run after cancel = %v, want nil", err)
+	}
+}
+
+func TestRunnerAppliesEachJobsBoundsAndWeight(t *testing.T) {
+	act := newFakeActuator()
+	cfg := DefaultConfig()
+	cfg.ClusterCapacity = 9
+	r, err := NewRunner(nil, act, cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r.AddJob("capped", Job{Backlog: &fakeBacklog{pending: 100}, MaxReplicas: 2})
+	r.AddJob("heavy", Job{Backlog: &fakeBacklog{pending: 100}, Weight: 2})
+	r.AddJob("light", Job{Backlog: &fakeBacklog{pending: 100}, Weight: 1})
+	r.AddJob("floor", Job{Backlog: &fakeBacklog{}, MinReplicas: 1})
+	for i := range 6 {
+		for _, j := range []string{"capped", "heavy", "light"} {
+			r.Observe(stalled(j), sec(float64(i)))
+		}
+		r.Tick(ctx, sec(float64(i)))
+	}
+	// 9 in all: the floor job keeps its 1, the capped job its max 2, and
+	// the 6 left go 2:1 by weight.
+	got := map[string]int{}
+	for _, j := range []string{"capped", "heavy", "light", "floor"} {
+		got[j] = act.count(j)
+	}
+	if diff := cmp.Diff(map[string]int{"capped": 2, "heavy": 4, "light": 2, "floor": 1}, got); diff != "" {
+		t.Errorf("replicas (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunnerFollowsTheMostStalledReader(t *testing.T) {
+	act := newFakeActuator()
+	r, err := NewRunner(nil, act, DefaultConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r.AddJob("j", Job{Backlog: &fakeBacklog{pending: 100}, Readers: []string{"fast", "slow"}})
+	r.Tick(ctx, sec(0)) // activation: 1
+	for i := 1; i <= 2; i++ {
+		r.Observe(wire.Demand{Job: "j", Reader: "fast", StallFraction: 0, BufferedSamples: 90, BufferCapacity: 100}, sec(float64(i)))
+		r.Observe(wire.Demand{Job: "j", Reader: "slow", StallFraction: 1, BufferCapacity: 100}, sec(float64(i)))
+		r.Tick(ctx, sec(float64(i)))
+	}
+	if n := act.count("j"); n <= 1 {
+		t.Fatalf("%d replicas: the stalled reader should have added some", n)
+	}
+	if got := r.Signals("j"); len(got) != 2 {
+		t.Errorf("signals %v, want one per reader", got)
+	}
+	// One reader done is not the job done.
+	r.Observe(wire.Demand{Job: "j", Reader: "fast", Done: true}, sec(3))
+	r.Tick(ctx, sec(3))
+	if n := act.count("j"); n == 0 {
+		t.Fatal("scaled to zero while a reader still reads")
+	}
+	r.Observe(wire.Demand{Job: "j", Reader: "slow", Done: true}, sec(3.5))
+	r.Tick(ctx, sec(4))
+	if n, reason := r.Decision("j"); n != 0 || reason != "job done" {
+		t.Errorf("decision %d %q, want 0 \"job done\" once every reader is", n, reason)
 	}
 }

@@ -24,7 +24,7 @@ const (
 	// fetchWait is how long one pull waits for a task; it bounds how late
 	// the loop notices that the job is finished.
 	fetchWait = 500 * time.Millisecond
-	// capacityPoll is how often a full dispatcher looks at Capacity again.
+	// capacityPoll is how often a full dispatcher looks at the capacity again.
 	capacityPoll = 50 * time.Millisecond
 	// settleTimeout bounds an ack after a successful send.
 	settleTimeout = 5 * time.Second
@@ -32,12 +32,21 @@ const (
 	fetchErrorPause = 250 * time.Millisecond
 )
 
+// ReadyReplicas counts a job's function replicas that serve now; the local
+// actuator is one.
+type ReadyReplicas interface {
+	Ready(job string) int
+}
+
 // DispatcherOptions tune a Dispatcher.
 type DispatcherOptions struct {
-	// Capacity is how many tasks may be in flight now (replicas ready x
-	// per-replica concurrency). It is polled, may change any time and may
-	// be 0, which pauses dispatch. Nil means 1.
-	Capacity func() int
+	// Replicas gives the capacity: Ready(job) x PerReplica tasks may be in
+	// flight. It is polled, may change any time and may be 0, which pauses
+	// dispatch. Nil means one task at a time.
+	Replicas ReadyReplicas
+	// PerReplica is how many tasks one replica takes at once (its
+	// concurrency); default 1.
+	PerReplica int
 	// AckWait is how long the server waits for a delivered task's ack
 	// before redelivering it; default 30s. A task in flight is kept alive
 	// with a progress ping every AckWait/3, so this bounds how long a task
@@ -69,6 +78,9 @@ type DispatchStats struct {
 	Malformed int
 	// FailedShards has one entry per failed task: the shard key, and why.
 	FailedShards []wire.FailedSample
+	// FirstFailedSample is the first sample a function reported failed,
+	// to say why when none could be preprocessed.
+	FirstFailedSample *wire.FailedSample
 	// Results is tasks done per epoch.
 	Results map[int]int
 	// Samples, SampleFailures, Chunks and Bytes add up the functions'
@@ -117,8 +129,8 @@ func NewDispatcher(ctx context.Context, js jetstream.JetStream, job wire.Job, ta
 	if target == nil {
 		return nil, fmt.Errorf("dispatcher for job %s: no target", id)
 	}
-	if opts.Capacity == nil {
-		opts.Capacity = func() int { return 1 }
+	if opts.PerReplica <= 0 {
+		opts.PerReplica = 1
 	}
 	if opts.AckWait <= 0 {
 		opts.AckWait = streams.DispatchAckWait
@@ -284,10 +296,13 @@ func (d *Dispatcher) consumerGone(ctx context.Context) error {
 	return nil
 }
 
-// hasRoom polls Capacity and the output buffer and says whether another
+// hasRoom polls the capacity and the output buffer and says whether another
 // send fits.
 func (d *Dispatcher) hasRoom(ctx context.Context) bool {
-	c := d.opts.Capacity()
+	c := 1
+	if d.opts.Replicas != nil {
+		c = d.opts.Replicas.Ready(d.job.Spec.ID) * d.opts.PerReplica
+	}
 	d.m.capacity.WithLabelValues(d.job.Spec.ID).Set(float64(c))
 	bytes, full := d.output.full(ctx, time.Now())
 	d.m.outputBacklog.WithLabelValues(d.job.Spec.ID).Set(float64(bytes))
@@ -496,6 +511,10 @@ func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
 	d.epochDone[task.Epoch]++
 	d.stats.Samples += res.Samples
 	d.stats.SampleFailures += len(res.Failed)
+	if d.stats.FirstFailedSample == nil && len(res.Failed) > 0 {
+		f := res.Failed[0]
+		d.stats.FirstFailedSample = &f
+	}
 	d.stats.Chunks += res.Chunks
 	d.stats.Bytes += res.Bytes
 	id := d.job.Spec.ID

@@ -32,7 +32,12 @@ func taskIDs(job wire.Job) []string {
 	return ids
 }
 
-func capacity(n int) func() int { return func() int { return n } }
+// readyFunc adapts a function to ReadyReplicas.
+type readyFunc func() int
+
+func (f readyFunc) Ready(string) int { return f() }
+
+func capacity(n int) ReadyReplicas { return readyFunc(func() int { return n }) }
 
 // runAsync runs d until it returns, reporting on the channel.
 func runAsync(ctx context.Context, d *Dispatcher) <-chan error {
@@ -63,7 +68,7 @@ func TestDispatcherRetriesTransientAndReportsPermanentFailures(t *testing.T) {
 		always:    map[string]bool{ids[10]: true},
 	}
 	reg := prometheus.NewRegistry()
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(4), AckWait: 2 * time.Second, MaxDeliver: 3}, nil, NewMetrics(reg))
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(4), AckWait: 2 * time.Second, MaxDeliver: 3}, nil, NewMetrics(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +145,7 @@ func TestDispatcherSendsNothingWithoutCapacity(t *testing.T) {
 	job := e.submit(t, testSpec("jc", 2))
 	f := &fakeTarget{}
 	var capNow, polls atomic.Int64
-	opts := DispatcherOptions{Capacity: func() int { polls.Add(1); return int(capNow.Load()) }}
+	opts := DispatcherOptions{Replicas: readyFunc(func() int { polls.Add(1); return int(capNow.Load()) })}
 	d, err := NewDispatcher(ctx, e.js, job, f, opts, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +205,7 @@ func TestDispatcherKeepsInFlightWithinCapacity(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		return nil
 	}
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(2)}, nil, nil)
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(2)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +233,7 @@ func TestDispatcherStopsOnCancelAndAnotherResumes(t *testing.T) {
 		<-ctx.Done() // a shard that takes until shutdown
 		return ctx.Err()
 	}}
-	d1, err := NewDispatcher(ctx, e.js, job, first, DispatcherOptions{Capacity: capacity(1)}, nil, nil)
+	d1, err := NewDispatcher(ctx, e.js, job, first, DispatcherOptions{Replicas: capacity(1)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +258,7 @@ func TestDispatcherStopsOnCancelAndAnotherResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := &fakeTarget{}
-	d2, err := NewDispatcher(ctx, e.js, job, second, DispatcherOptions{Capacity: capacity(3)}, nil, nil)
+	d2, err := NewDispatcher(ctx, e.js, job, second, DispatcherOptions{Replicas: capacity(3)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +293,7 @@ func TestDispatcherDropsMalformedTasks(t *testing.T) {
 	}
 	job := e.submit(t, testSpec("jm", 1))
 	f := &fakeTarget{}
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(2)}, nil, nil)
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(2)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +366,7 @@ func TestDispatcherStopsWhenJobIsDeleted(t *testing.T) {
 			return ctx.Err()
 		}
 	}}
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(1)}, nil, nil)
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(1)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +413,7 @@ func TestDispatcherKeepsLongTasksAlive(t *testing.T) {
 		}
 		return nil
 	}}
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(2), AckWait: time.Second}, nil, nil)
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(2), AckWait: time.Second}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +443,7 @@ func TestDispatcherPausesWhileTheOutputBufferIsFull(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	f := &fakeTarget{}
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(2)}, nil, NewMetrics(reg))
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(2)}, nil, NewMetrics(reg))
 	if err != nil {
 		t.Fatal(err)
 	}

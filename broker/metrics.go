@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/promreg"
 )
 
 // Metrics are the dispatchers' Prometheus series, labelled by job. Build one
@@ -22,7 +24,8 @@ type Metrics struct {
 }
 
 // NewMetrics builds the series and registers them with reg; nil reg leaves
-// them unregistered. Call it once per registry.
+// them unregistered. Calling it again on the same registry shares the
+// series registered first.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	job := []string{"job"}
 	m := &Metrics{
@@ -68,11 +71,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}, job),
 	}
-	if reg != nil {
-		reg.MustRegister(m.tasks, m.done, m.failed, m.epochDone, m.inflight, m.capacity,
-			m.outputBacklog, m.redeliveries, m.sendErrors, m.sendSeconds)
-	}
+	m.tasks = promreg.Register(reg, m.tasks)
+	m.done = promreg.Register(reg, m.done)
+	m.failed = promreg.Register(reg, m.failed)
+	m.epochDone = promreg.Register(reg, m.epochDone)
+	m.inflight = promreg.Register(reg, m.inflight)
+	m.capacity = promreg.Register(reg, m.capacity)
+	m.outputBacklog = promreg.Register(reg, m.outputBacklog)
+	m.redeliveries = promreg.Register(reg, m.redeliveries)
+	m.sendErrors = promreg.Register(reg, m.sendErrors)
+	m.sendSeconds = promreg.Register(reg, m.sendSeconds)
 	return m
+}
+
+// DeleteJob removes every series of job; call it once the job's
+// dispatcher has returned.
+func (m *Metrics) DeleteJob(job string) {
+	l := prometheus.Labels{"job": job}
+	m.tasks.DeletePartialMatch(l)
+	m.done.DeletePartialMatch(l)
+	m.failed.DeletePartialMatch(l)
+	m.epochDone.DeletePartialMatch(l)
+	m.inflight.DeletePartialMatch(l)
+	m.capacity.DeletePartialMatch(l)
+	m.outputBacklog.DeletePartialMatch(l)
+	m.redeliveries.DeletePartialMatch(l)
+	m.sendErrors.DeletePartialMatch(l)
+	m.sendSeconds.DeletePartialMatch(l)
 }
 
 func epochLabel(epoch int) string { return strconv.Itoa(epoch) }

@@ -288,7 +288,7 @@ func TestCancelMidRunLeavesNoWorkBehind(t *testing.T) {
 			return ctx.Err()
 		}
 	}}
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Capacity: capacity(1)}, nil, nil)
+	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(1)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

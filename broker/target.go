@@ -71,29 +71,44 @@ func permanentStatus(code int) bool {
 // maxErrorBody caps how much of an error reply is kept for the message.
 const maxErrorBody = 4 << 10
 
+// Replicas gives the base URLs of a job's function replicas that serve
+// now; the local actuator is one.
+type Replicas interface {
+	Endpoints(job string) []string
+}
+
+// StaticEndpoints is a fixed replica pool, the same for every job (a
+// Knative Service URL, or a test's function server).
+type StaticEndpoints []string
+
+// Endpoints returns the pool.
+func (s StaticEndpoints) Endpoints(string) []string { return s }
+
 type cloudEventsTarget struct {
-	endpoints func() []string
-	hc        *http.Client
+	job      string
+	replicas Replicas
+	hc       *http.Client
 
 	mu       sync.Mutex
 	inflight map[string]int // per endpoint
 	next     int            // rotates the tie-break among equally loaded endpoints
 }
 
-// NewCloudEventsTarget sends each task as a binary-mode CloudEvent POSTed to
-// the endpoint of endpoints() with the fewest sends in flight (ties rotate),
-// and decodes the function's reply event. hc carries the timeouts; nil uses
-// a client without one, since a shard may take long.
-func NewCloudEventsTarget(endpoints func() []string, hc *http.Client) Target {
+// NewCloudEventsTarget sends each task of job as a binary-mode CloudEvent
+// POSTed to the endpoint of replicas.Endpoints(job) with the fewest sends
+// in flight (ties rotate), and decodes the function's reply event. hc
+// carries the timeouts; nil uses a client without one, since a shard may
+// take long.
+func NewCloudEventsTarget(job string, replicas Replicas, hc *http.Client) Target {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	return &cloudEventsTarget{endpoints: endpoints, hc: hc, inflight: map[string]int{}}
+	return &cloudEventsTarget{job: job, replicas: replicas, hc: hc, inflight: map[string]int{}}
 }
 
 // pick chooses an endpoint and counts a send on it until release.
 func (t *cloudEventsTarget) pick() (endpoint string, release func(), err error) {
-	eps := t.endpoints()
+	eps := t.replicas.Endpoints(t.job)
 	if len(eps) == 0 {
 		return "", nil, ErrNoReplica
 	}

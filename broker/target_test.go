@@ -102,11 +102,11 @@ func (f *fnServer) received() ([]event.Event, []wire.ShardTask, []error) {
 	return append([]event.Event(nil), f.events...), append([]wire.ShardTask(nil), f.tasks...), append([]error(nil), f.errs...)
 }
 
-func endpoints(urls ...string) func() []string { return func() []string { return urls } }
+func endpoints(urls ...string) Replicas { return StaticEndpoints(urls) }
 
 func TestCloudEventsTargetSendsTaskEventAndDecodesResult(t *testing.T) {
 	fn := newFnServer(t, nil)
-	target := NewCloudEventsTarget(endpoints(fn.URL), &http.Client{Timeout: 10 * time.Second})
+	target := NewCloudEventsTarget("j", endpoints(fn.URL), &http.Client{Timeout: 10 * time.Second})
 	task := testTask(4)
 	res, err := target.Send(context.Background(), task)
 	if err != nil {
@@ -147,7 +147,7 @@ func TestCloudEventsTargetClassifiesFailures(t *testing.T) {
 		t.Run(fmt.Sprint(c.status), func(t *testing.T) {
 			body := fmt.Sprintf("pipeline says no (%d)", c.status)
 			fn := newFnServer(t, func(wire.ShardTask) (int, string) { return c.status, body })
-			_, err := NewCloudEventsTarget(endpoints(fn.URL), nil).Send(context.Background(), testTask(1))
+			_, err := NewCloudEventsTarget("j", endpoints(fn.URL), nil).Send(context.Background(), testTask(1))
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -186,7 +186,7 @@ func TestCloudEventsTargetTransportFailuresAreTransient(t *testing.T) {
 		"wrong reply type":   {endpoints: []string{wrongType.URL}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := NewCloudEventsTarget(endpoints(c.endpoints...), nil).Send(context.Background(), testTask(2))
+			_, err := NewCloudEventsTarget("j", endpoints(c.endpoints...), nil).Send(context.Background(), testTask(2))
 			if err == nil || IsPermanent(err) {
 				t.Fatalf("err = %v, want a transient error", err)
 			}
@@ -204,7 +204,7 @@ func TestCloudEventsTargetPrefersLeastBusyReplica(t *testing.T) {
 		return http.StatusOK, ""
 	})
 	idle := newFnServer(t, nil)
-	target := NewCloudEventsTarget(endpoints(busy.URL, idle.URL), nil)
+	target := NewCloudEventsTarget("j", endpoints(busy.URL, idle.URL), nil)
 
 	// Both idle: the first send goes to the first endpoint, and is held there.
 	blocked := make(chan error, 1)
@@ -264,8 +264,8 @@ func TestDispatcherOverCloudEvents(t *testing.T) {
 		}
 		return http.StatusOK, ""
 	})
-	target := NewCloudEventsTarget(endpoints(fn.URL), &http.Client{Timeout: 30 * time.Second})
-	d, err := NewDispatcher(ctx, e.js, job, target, DispatcherOptions{Capacity: capacity(2)}, nil, nil)
+	target := NewCloudEventsTarget("j", endpoints(fn.URL), &http.Client{Timeout: 30 * time.Second})
+	d, err := NewDispatcher(ctx, e.js, job, target, DispatcherOptions{Replicas: capacity(2)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,20 +20,30 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// ConsumerName is the durable consumer the agent reads a job's output stream with.
-var ConsumerName = wire.ReaderConsumer(wire.DefaultReader)
-
 // ErrStopped is returned by Next once Run has ended before the job was delivered.
 var ErrStopped = errors.New("trainer agent stopped")
 
+// ErrJobEnded means the job was cancelled, failed or deleted while the agent
+// read it: its output is gone and nothing more will come.
+var ErrJobEnded = errors.New("job ended")
+
 // Options tune an Agent; zero values take the defaults.
 type Options struct {
+	// Reader names which of the job's declared readers (wire.JobSpec.Readers)
+	// this agent is: each reader gets every sample of every epoch through
+	// its own durable consumer and keeps its own position. Default
+	// wire.DefaultReader.
+	Reader string
 	// PrefetchSamples bounds the samples held in batches ready for the
 	// trainer; the agent stops pulling at this bound. Default: 4 batches,
 	// at least 256 samples.
 	PrefetchSamples int
 	// DemandInterval is how often a demand signal is published. Default 1s.
 	DemandInterval time.Duration
+	// KeepAliveInterval is how often the chunks held unacked get a progress
+	// ping (and acks waiting for a position write are flushed). Default a
+	// third of streams.ReaderAckWait.
+	KeepAliveInterval time.Duration
 	// GPU reads GPU utilisation; nil reports -1 (no GPU).
 	GPU GPUSampler
 }
@@ -90,35 +102,57 @@ func ratio(a, b time.Duration) float64 {
 	return a.Seconds() / b.Seconds()
 }
 
-// Agent feeds one job to one trainer.
+// Agent feeds one job to one trainer, as one of the job's readers.
+//
+// Delivery is exactly once per (epoch, sample) across restarts of the
+// agent, provided it is not killed while a batch is on its way to the
+// trainer: the position is recorded before Next returns a batch (and the
+// chunks it completes are acked only after), so a batch that was handed out
+// counts as delivered even if the trainer never read it.
 type Agent struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	job     wire.Job
+	reader  string
 	opts    Options
 	log     *slog.Logger
 	m       jobMetrics
 	created time.Time
 	started atomic.Bool
+	bound   atomic.Bool // reading the reader's consumer
+	warned  atomic.Bool // about an output buffer too small
 
-	mu            sync.Mutex
-	wake          chan struct{} // closed and replaced on every change
-	asm           *assembler
-	ready         []Batch
-	readySamples  int
-	readyPerEpoch map[int]int
-	delivered     int // epochs whose last batch was handed out
-	blocked       int // callers waiting in Next
-	blockStart    time.Time
-	window        stallWindow
-	stats         Stats
-	firstBatch    time.Time
-	finished      time.Time
-	runEnded      bool
-	runErr        error
+	// posMu serialises position writes; posRev and written belong to it.
+	posMu     sync.Mutex
+	posKV     jetstream.KeyValue
+	posRev    uint64 // revision of the stored position, 0 if none
+	written   uint64 // assembler version last written
+	posBroken bool   // a write failed: no more writes
+	// posAttempt is the last value written, which may have landed even
+	// if the write reported failure.
+	posAttempt []byte
+
+	mu           sync.Mutex
+	wake         chan struct{} // closed and replaced on every change
+	asm          *assembler
+	ready        []readyBatch
+	readySamples int
+	blocked      int // callers waiting in Next
+	blockStart   time.Time
+	window       stallWindow
+	stats        Stats
+	firstBatch   time.Time
+	finished     time.Time
+	runCtx       context.Context
+	fail         context.CancelCauseFunc
+	closing      bool // Run is returning: no more batches
+	runEnded     bool
+	runErr       error
 }
 
-// New prepares an agent for job; Run starts it. m may be nil.
+// New prepares agent opts.Reader for job; Run starts it. m may be nil.
+// The reader must be one the job's spec declares (none declared means
+// wire.DefaultReader).
 func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logger *slog.Logger, m *Metrics) (*Agent, error) {
 	if nc == nil || js == nil {
 		return nil, errors.New("trainer agent: a nats connection and a jetstream context are required")
@@ -126,21 +160,36 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	if err := wire.ValidateJobID(job.Spec.ID); err != nil {
 		return nil, fmt.Errorf("trainer agent: %w", err)
 	}
+	if opts.Reader == "" {
+		opts.Reader = wire.DefaultReader
+	}
+	readers := job.Spec.Readers
+	if len(readers) == 0 {
+		readers = []string{wire.DefaultReader}
+	}
 	switch {
 	case job.Spec.BatchSize < 1:
 		return nil, fmt.Errorf("trainer agent: job %s: batch size %d: want >= 1", job.Spec.ID, job.Spec.BatchSize)
 	case job.Spec.Epochs < 1:
 		return nil, fmt.Errorf("trainer agent: job %s: epochs %d: want >= 1", job.Spec.ID, job.Spec.Epochs)
+	case !slices.Contains(readers, opts.Reader):
+		return nil, fmt.Errorf("trainer agent: job %s has no reader %q: its spec declares %s",
+			job.Spec.ID, opts.Reader, strings.Join(readers, ", "))
 	case opts.PrefetchSamples < 0:
 		return nil, fmt.Errorf("trainer agent: prefetch samples %d: want >= 0 (0 for the default)", opts.PrefetchSamples)
 	case opts.DemandInterval < 0:
 		return nil, fmt.Errorf("trainer agent: demand interval %v: want >= 0 (0 for the default)", opts.DemandInterval)
+	case opts.KeepAliveInterval < 0 || opts.KeepAliveInterval >= streams.ReaderAckWait:
+		return nil, fmt.Errorf("trainer agent: keep-alive interval %v: want 0 (the default) up to %v", opts.KeepAliveInterval, streams.ReaderAckWait)
 	}
 	if opts.PrefetchSamples == 0 {
 		opts.PrefetchSamples = max(4*job.Spec.BatchSize, 256)
 	}
 	if opts.DemandInterval == 0 {
 		opts.DemandInterval = time.Second
+	}
+	if opts.KeepAliveInterval == 0 {
+		opts.KeepAliveInterval = streams.ReaderAckWait / 3
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -149,18 +198,29 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		m = NewMetrics(nil)
 	}
 	now := time.Now()
-	a := &Agent{
-		nc: nc, js: js, job: job, opts: opts,
-		log:           logger.With("job", job.Spec.ID),
-		m:             m.forJob(job.Spec.ID),
-		created:       now,
-		wake:          make(chan struct{}),
-		asm:           newAssembler(job),
-		readyPerEpoch: map[int]int{},
-		window:        stallWindow{Start: now, Capacity: opts.PrefetchSamples},
-	}
-	a.complete(a.asm.start(), now)
-	return a, nil
+	return &Agent{
+		nc: nc, js: js, job: job, reader: opts.Reader, opts: opts,
+		log:     logger.With("job", job.Spec.ID, "reader", opts.Reader),
+		m:       m.forJob(job.Spec.ID, opts.Reader),
+		created: now,
+		wake:    make(chan struct{}),
+		asm:     newAssembler(job),
+		window:  stallWindow{Start: now, Capacity: opts.PrefetchSamples},
+	}, nil
+}
+
+// Job is the job the agent reads.
+func (a *Agent) Job() wire.Job { return a.job }
+
+// Reader is the reader the agent is.
+func (a *Agent) Reader() string { return a.reader }
+
+// Ready reports whether the agent has loaded its position and is reading
+// the job's output (or had nothing left to read), and has not stopped.
+func (a *Agent) Ready() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bound.Load() && !a.runEnded
 }
 
 // notify wakes every waiter; a.mu must be held.
@@ -169,15 +229,28 @@ func (a *Agent) notify() {
 	a.wake = make(chan struct{})
 }
 
-// Run consumes the job's output stream and publishes demand signals until
-// the trainer has taken every batch; it then publishes the final demand
-// (Done) and returns nil. It returns early with ctx's error or a consuming
-// error; Next then fails with ErrStopped.
+// Run loads the reader's position, consumes the job's output stream and
+// publishes demand signals until the trainer has taken every batch; it then
+// publishes the final demand (Done) and returns nil. It returns early with
+// ctx's error, an error wrapping ErrJobEnded when the job is cancelled or
+// deleted, or a consuming error; Next then fails with ErrStopped. On an
+// early return the chunks held are released for redelivery, so that a new
+// agent of the same reader can resume at once.
 func (a *Agent) Run(ctx context.Context) error {
 	if !a.started.CompareAndSwap(false, true) {
 		return errors.New("trainer agent: Run called twice")
 	}
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	a.mu.Lock()
+	a.runCtx, a.fail = ctx, fail
+	a.mu.Unlock()
+
 	err := a.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx) // the reason the agent was stopped
+	}
+	a.release(err)
 	a.mu.Lock()
 	a.runEnded, a.runErr = true, err
 	a.notify()
@@ -185,14 +258,42 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
+// stop ends Run with err.
+func (a *Agent) stop(err error) {
+	a.mu.Lock()
+	fail := a.fail
+	a.mu.Unlock()
+	if fail != nil {
+		fail(err)
+	}
+}
+
 func (a *Agent) run(ctx context.Context) error {
 	id := a.job.Spec.ID
-	cons, err := a.consumer(ctx)
+	jobs, err := a.js.KeyValue(ctx, wire.JobsBucket)
 	if err != nil {
+		return fmt.Errorf("opening the job store (bucket %s): %w", wire.JobsBucket, err)
+	}
+	if err := a.loadPosition(ctx); err != nil {
 		return err
 	}
 
-	demandCtx, stopDemand := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	bgCtx, stopBG := context.WithCancel(ctx)
+	defer func() {
+		stopBG()
+		bg.Wait()
+	}()
+	goBG := func(f func(context.Context)) {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			f(bgCtx)
+		}()
+	}
+	goBG(func(ctx context.Context) { a.watchJob(ctx, jobs) })
+	goBG(a.keepAlive)
+	demandCtx, stopDemand := context.WithCancel(bgCtx)
 	var demandDone sync.WaitGroup
 	demandDone.Add(1)
 	go func() {
@@ -204,11 +305,29 @@ func (a *Agent) run(ctx context.Context) error {
 		demandDone.Wait()
 	}()
 
-	if err := a.consume(ctx, cons); err != nil {
+	a.mu.Lock()
+	allCut := a.asm.allCut()
+	a.mu.Unlock()
+	if allCut {
+		a.bound.Store(true)
+	} else {
+		cons, err := a.consumer(ctx)
+		if err != nil {
+			return err
+		}
+		a.bound.Store(true)
+		if err := a.consume(ctx, cons); err != nil {
+			if ended := a.checkJob(ctx, jobs); ended != nil {
+				return ended // the reason the output went away
+			}
+			return err
+		}
+		a.log.Info("every epoch arrived; waiting for the trainer to take the last batches")
+	}
+	if err := a.waitFor(ctx, a.asm.allFinished); err != nil {
 		return err
 	}
-	a.log.Info("every epoch arrived; waiting for the trainer to take the last batches")
-	if err := a.waitFor(ctx, a.allDelivered); err != nil {
+	if err := a.sync(ctx, false); err != nil {
 		return err
 	}
 	stopDemand()
@@ -227,22 +346,49 @@ func (a *Agent) run(ctx context.Context) error {
 	return nil
 }
 
-// consumer creates (or resumes) the durable consumer, waiting for the
-// broker to create the output stream if the agent came first.
+// release runs when Run ends: unless the job is gone it records the
+// position once more (acking what waited for it) and returns the chunks
+// still held to the stream for immediate redelivery.
+func (a *Agent) release(err error) {
+	a.mu.Lock()
+	a.closing = true
+	a.mu.Unlock()
+	if err == nil || errors.Is(err, ErrJobEnded) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := a.sync(ctx, false); serr != nil {
+		a.log.Warn("recording the position on the way out", "error", serr)
+	}
+	// What the position does not cover goes back to the stream: the chunks
+	// held, and the messages whose acks wait for a write that failed.
+	a.mu.Lock()
+	held := append(a.asm.held(), a.asm.takeAcks()...)
+	a.mu.Unlock()
+	for _, m := range held {
+		if err := m.Nak(); err != nil {
+			a.log.Debug("releasing a held chunk", "error", err)
+		}
+	}
+}
+
+// consumer binds to the reader's durable consumer, which the broker created
+// with the job's output stream, waiting for both if the agent came first.
 func (a *Agent) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	stream := wire.OutputStream(a.job.Spec.ID)
-	cfg := streams.Reader(a.job.Spec.ID, wire.DefaultReader)
+	name := wire.ReaderConsumer(a.reader)
 	logged := false
 	for {
-		cons, err := a.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		cons, err := a.js.Consumer(ctx, stream, name)
 		if err == nil {
 			return cons, nil
 		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("creating consumer on %s: %w", stream, err)
+		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("binding to consumer %s on %s: %w", name, stream, err)
 		}
 		if !logged {
-			a.log.Info("waiting for the job's output stream", "stream", stream)
+			a.log.Info("waiting for the job's output stream and the reader's consumer", "stream", stream, "consumer", name)
 			logged = true
 		}
 		select {
@@ -264,18 +410,18 @@ func (a *Agent) pullMaxBytes() int {
 	return max(4*chunk, 16<<20) + 1<<20
 }
 
-// consume pulls output messages until every epoch is complete.
-func (a *Agent) consume(ctx context.Context, cons jetstream.Consumer) error {
+// consume pulls output messages until every epoch has arrived.
+func (a *Agent) consume(ctx context.Context, cons jetstream.Consumer) (err error) {
 	// Messages, not Fetch: Fetch issues one request per batch and crawls
 	// with MB-size messages; Messages keeps a byte-bounded request open.
 	iter, err := cons.Messages(jetstream.PullMaxBytes(a.pullMaxBytes()))
 	if err != nil {
 		return fmt.Errorf("consuming %s: %w", wire.OutputStream(a.job.Spec.ID), err)
 	}
-	defer iter.Stop()
+	defer func() { a.drain(iter, err == nil) }()
 	for {
 		a.mu.Lock()
-		done := a.asm.allComplete()
+		done := a.asm.allCut()
 		a.mu.Unlock()
 		if done {
 			return nil
@@ -299,7 +445,29 @@ func (a *Agent) consume(ctx context.Context, cons jetstream.Consumer) error {
 	}
 }
 
-// handle applies one output message and acks it once its samples are buffered.
+// drain stops pulling and settles the messages already delivered to the
+// client: handled (they can only be copies) when every epoch arrived, so
+// that nothing stays pending on the reader's consumer, else returned for
+// redelivery.
+func (a *Agent) drain(iter jetstream.MessagesContext, handle bool) {
+	iter.Drain()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		msg, err := iter.Next(jetstream.NextContext(ctx))
+		cancel()
+		if err != nil {
+			return
+		}
+		if handle {
+			a.handle(msg)
+		} else if err := msg.Nak(); err != nil {
+			a.log.Debug("releasing an output message", "error", err)
+		}
+	}
+}
+
+// handle applies one output message. Its ack waits until its samples were
+// handed out and the position recording that was written.
 func (a *Agent) handle(msg jetstream.Msg) {
 	ref, err := wire.ParseChunkRef(a.job.Spec.ID, msg.Headers())
 	if err != nil {
@@ -309,7 +477,7 @@ func (a *Agent) handle(msg jetstream.Msg) {
 	}
 	now := time.Now()
 	a.mu.Lock()
-	out, err := a.asm.add(ref, msg.Data())
+	out, err := a.asm.add(ref, msg.Data(), msg)
 	if err == nil {
 		a.apply(out, now)
 	}
@@ -322,9 +490,22 @@ func (a *Agent) handle(msg jetstream.Msg) {
 	if out.duplicate {
 		a.log.Debug("dropping a duplicate output message", "msg_id", ref.MsgID())
 	}
-	if err := msg.Ack(); err != nil {
-		a.log.Debug("acking an output message", "msg_id", ref.MsgID(), "error", err)
+	a.checkBuffer()
+}
+
+// checkBuffer warns once when the chunks held unacked nearly fill the
+// job's output buffer: functions cannot publish more, and if those chunks
+// do not make up the batches the trainer waits for, the job stalls.
+func (a *Agent) checkBuffer() {
+	limit := a.job.Spec.OutputBufferBytes
+	a.mu.Lock()
+	held, ready := a.asm.heldBytes, len(a.ready)
+	a.mu.Unlock()
+	if limit <= 0 || held*10 < limit*9 || ready > 0 || a.warned.Swap(true) {
+		return
 	}
+	a.log.Warn("the chunks this agent holds nearly fill the job's output buffer: raise output_buffer_bytes or lower the batch size or prefetch",
+		"held_bytes", held, "output_buffer_bytes", limit, "prefetch_samples", a.opts.PrefetchSamples, "batch_size", a.job.Spec.BatchSize)
 }
 
 func (a *Agent) term(msg jetstream.Msg) {
@@ -351,27 +532,21 @@ func (a *Agent) apply(out outcome, now time.Time) {
 	for _, b := range out.batches {
 		a.ready = append(a.ready, b)
 		a.readySamples += len(b.Keys)
-		a.readyPerEpoch[b.Epoch]++
 	}
-	a.complete(out.completed, now)
+	for _, e := range out.cut {
+		a.log.Info("every chunk of the epoch arrived", "epoch", e)
+	}
+	a.epochsFinished(out.finished, now)
 	a.m.bufferedSamples.Set(float64(a.buffered()))
 	a.notify()
 }
 
-// complete notes epochs whose every shard arrived; a.mu must be held.
-func (a *Agent) complete(epochs []int, now time.Time) {
+// epochsFinished notes epochs whose every sample was handed out; a.mu must be held.
+func (a *Agent) epochsFinished(epochs []int, now time.Time) {
 	for _, e := range epochs {
-		a.log.Info("epoch complete", "epoch", e)
-		if a.readyPerEpoch[e] == 0 {
-			a.epochDelivered(e, now)
-		}
+		a.log.Info("epoch delivered", "epoch", e)
 	}
-}
-
-func (a *Agent) epochDelivered(e int, now time.Time) {
-	delete(a.readyPerEpoch, e)
-	a.delivered++
-	if a.delivered == a.job.Spec.Epochs {
+	if len(epochs) > 0 && a.asm.allFinished() && a.finished.IsZero() {
 		a.finished = now
 	}
 }
@@ -379,8 +554,6 @@ func (a *Agent) epochDelivered(e int, now time.Time) {
 func (a *Agent) buffered() int { return a.readySamples + a.asm.pending }
 
 func (a *Agent) hasRoom() bool { return a.readySamples < a.opts.PrefetchSamples }
-
-func (a *Agent) allDelivered() bool { return a.delivered == a.job.Spec.Epochs }
 
 // waitFor blocks until cond (called with a.mu held) holds.
 func (a *Agent) waitFor(ctx context.Context, cond func() bool) error {
@@ -402,8 +575,28 @@ func (a *Agent) waitFor(ctx context.Context, cond func() bool) error {
 // Next returns the next batch, blocking until one is ready; the time spent
 // blocked is the trainer's stall time. It returns io.EOF after the last
 // batch of the last epoch, and an error wrapping ErrStopped if Run ended
-// before that.
+// before that (wrapping ErrJobEnded too if that is why).
+//
+// The batch counts as delivered once Next returns it: the reader's
+// position is written first, so a restarted agent will not hand out its
+// samples again.
 func (a *Agent) Next(ctx context.Context) (Batch, error) {
+	b, runCtx, err := a.take(ctx)
+	if err != nil {
+		return Batch{}, err
+	}
+	// Not cancelled with Run: a batch taken is recorded and returned even
+	// while the agent stops (else a later write could record it unreturned).
+	if err := a.sync(context.WithoutCancel(runCtx), true); err != nil {
+		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
+		a.stop(err)
+		return Batch{}, fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	return b, nil
+}
+
+// take pops the next batch and records it as handed out, in memory.
+func (a *Agent) take(ctx context.Context) (Batch, context.Context, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	waiting := false
@@ -413,20 +606,20 @@ func (a *Agent) Next(ctx context.Context) (Batch, error) {
 		}
 	}
 	for {
-		if len(a.ready) > 0 {
+		if a.asm.allFinished() {
 			stopWaiting()
-			return a.pop(time.Now()), nil
+			return Batch{}, nil, io.EOF
 		}
-		if a.allDelivered() {
-			stopWaiting()
-			return Batch{}, io.EOF
-		}
-		if a.runEnded {
+		if a.runEnded || a.closing {
 			stopWaiting()
 			if a.runErr != nil {
-				return Batch{}, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
+				return Batch{}, nil, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
 			}
-			return Batch{}, ErrStopped
+			return Batch{}, nil, ErrStopped
+		}
+		if len(a.ready) > 0 {
+			stopWaiting()
+			return a.pop(time.Now()), a.runCtx, nil
 		}
 		if !waiting {
 			waiting = true
@@ -438,7 +631,7 @@ func (a *Agent) Next(ctx context.Context) (Batch, error) {
 		case <-ctx.Done():
 			a.mu.Lock()
 			stopWaiting()
-			return Batch{}, ctx.Err()
+			return Batch{}, nil, ctx.Err()
 		case <-wake:
 		}
 		a.mu.Lock()
@@ -466,7 +659,7 @@ func (a *Agent) unblock(now time.Time) {
 // pop hands out the oldest ready batch; a.mu must be held.
 func (a *Agent) pop(now time.Time) Batch {
 	b := a.ready[0]
-	a.ready[0] = Batch{}
+	a.ready[0] = readyBatch{}
 	a.ready = a.ready[1:]
 	n := len(b.Keys)
 	a.readySamples -= n
@@ -480,12 +673,9 @@ func (a *Agent) pop(now time.Time) Batch {
 	if a.firstBatch.IsZero() {
 		a.firstBatch = now
 	}
-	a.readyPerEpoch[b.Epoch]--
-	if a.readyPerEpoch[b.Epoch] == 0 && a.asm.done[b.Epoch] {
-		a.epochDelivered(b.Epoch, now)
-	}
+	a.epochsFinished(a.asm.handOut(b), now)
 	a.notify()
-	return b
+	return b.Batch
 }
 
 // Fail reports a sample the trainer could not use; it shows in Stats.
@@ -514,7 +704,7 @@ func (a *Agent) Stats() Stats {
 	if !a.firstBatch.IsZero() {
 		s.TimeToFirstBatch = a.firstBatch.Sub(a.created)
 	}
-	s.Epochs = a.delivered
+	s.Epochs = a.asm.finishedCount()
 	s.BufferedSamples = a.buffered()
 	return s
 }
@@ -549,6 +739,7 @@ func (a *Agent) publishDemand(now time.Time, done bool) error {
 	d := a.window.roll(now)
 	a.mu.Unlock()
 	d.Job = a.job.Spec.ID
+	d.Reader = a.reader
 	d.GPUUtilization = gpu
 	d.Done = done
 	a.m.stallFraction.Set(d.StallFraction)

@@ -19,11 +19,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
-// env is a NATS server with a job's output stream created as the broker does.
+// env is a NATS server with Sluice's buckets, where jobs' output streams
+// and readers' consumers are created as the broker does.
 type env struct {
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -36,15 +38,29 @@ func newEnv(t *testing.T) env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	return env{nc, js}
 }
 
-func (e env) createStream(t *testing.T, job string) {
+// createStream creates job's output stream and a consumer per declared
+// reader, through internal/streams as broker.Submit does.
+func (e env) createStream(t *testing.T, job wire.Job) { createOutput(t, e.nc, e.js, job) }
+
+// record stores job's record as broker.Submit does.
+func (e env) record(t *testing.T, job wire.Job) {
 	t.Helper()
-	_, err := e.js.CreateStream(context.Background(), jetstream.StreamConfig{
-		Name: wire.OutputStream(job), Subjects: []string{wire.OutputSubject(job)}, Duplicates: time.Hour,
-	})
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, wire.JobsBucket)
 	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, job.Spec.ID, data); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -192,7 +208,7 @@ func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
 	dm := e.watchDemand(t, job.Spec.ID)
 	// The agent may start before the broker created the stream.
 	wait := runAgent(t, a)
-	e.createStream(t, job.Spec.ID)
+	e.createStream(t, job)
 
 	msgs := outputs(t, job, l)
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -291,7 +307,7 @@ func TestAgentStopsPullingWhileTheBufferIsFull(t *testing.T) {
 	}
 	l := layout{chunks, chunks, chunks} // 120 samples in 30 chunks of 4
 	job := testJob("slow", 1, 4, l)
-	e.createStream(t, job.Spec.ID)
+	e.createStream(t, job)
 	msgs := outputs(t, job, l)
 	for _, m := range msgs {
 		e.publish(t, m, "")
@@ -311,7 +327,7 @@ func TestAgentStopsPullingWhileTheBufferIsFull(t *testing.T) {
 		}
 		return nil
 	})
-	cons, err := e.js.Consumer(context.Background(), wire.OutputStream(job.Spec.ID), ConsumerName)
+	cons, err := e.js.Consumer(context.Background(), wire.OutputStream(job.Spec.ID), wire.ReaderConsumer(wire.DefaultReader))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +371,7 @@ func TestAgentNextReportsStallAndStop(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{2}}
 	job := testJob("idle", 1, 2, l)
-	e.createStream(t, job.Spec.ID)
+	e.createStream(t, job)
 	a, err := New(e.nc, e.js, job, Options{DemandInterval: 10 * time.Millisecond, GPU: fixedGPU(0.42)}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -405,7 +421,7 @@ func TestAgentHTTP(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{3}, {2}}
 	job := testJob("http", 1, 2, l)
-	e.createStream(t, job.Spec.ID)
+	e.createStream(t, job)
 	for _, m := range outputs(t, job, l) {
 		e.publish(t, m, "")
 	}

@@ -8,13 +8,13 @@ import (
 	"io"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -33,6 +33,9 @@ func BenchmarkAgentMBChunks(b *testing.B) {
 	defer srv.Shutdown()
 	nc, js := benchConnect(b, srv.URL())
 	defer nc.Close()
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		b.Fatal(err)
+	}
 
 	img := make([]byte, perChunk*side*side*3)
 	lab := make([]byte, perChunk*8)
@@ -47,9 +50,7 @@ func BenchmarkAgentMBChunks(b *testing.B) {
 		b.StopTimer() // publishing is the functions' work, not the agent's
 		id := fmt.Sprintf("bench-%d", i)
 		job := testJob(id, 1, 32, l)
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.OutputStream(id), Subjects: []string{wire.OutputSubject(id)}, Duplicates: time.Hour}); err != nil {
-			b.Fatal(err)
-		}
+		createOutput(b, nc, js, job)
 		for s := range shards {
 			for c := range chunksPerShard {
 				keys := make([]string, perChunk)
@@ -114,4 +115,62 @@ func benchConnect(b *testing.B, url string) (*nats.Conn, jetstream.JetStream) {
 		b.Fatal(err)
 	}
 	return nc, js
+}
+
+// BenchmarkNextRecordsPosition measures a batch's cost when batches are
+// tiny (one sample), so that recording the position before each batch is
+// returned (one key-value update on the embedded server) dominates. An
+// op is 1000 batches.
+func BenchmarkNextRecordsPosition(b *testing.B) {
+	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, js := benchConnect(b, srv.URL())
+	defer nc.Close()
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	chunks := make([]int, 100)
+	for i := range chunks {
+		chunks[i] = 10
+	}
+	l := layout{chunks} // 1000 samples
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		job := testJob(fmt.Sprintf("pos-%d", i), 1, 1, l)
+		createOutput(b, nc, js, job)
+		for _, m := range outputs(b, job, l) {
+			if _, err := js.PublishMsg(ctx, m.natsMsg("")); err != nil {
+				b.Fatal(err)
+			}
+		}
+		a, err := New(nc, js, job, Options{}, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		errc := make(chan error, 1)
+		go func() { errc <- a.Run(ctx) }()
+		n := 0
+		for {
+			_, err := a.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+		if n != 1000 {
+			b.Fatalf("%d batches, want 1000", n)
+		}
+	}
 }

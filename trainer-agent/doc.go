@@ -3,28 +3,55 @@
 // them per epoch, hands batches to the trainer (in process through Next, or
 // over a local HTTP API for a trainer in another language), measures how
 // long the trainer waits for data and publishes that as a demand signal for
-// the autoscaler.
+// the autoscaler. `sluice agent` runs one as its own process.
 //
-// Delivery is exactly once per (epoch, sample): functions may publish a
-// shard's chunks again after a redelivery, the stream's duplicate window
-// drops most of those and the agent drops the rest by ChunkRef. An epoch is
-// complete once every shard's ShardEnd arrived together with all the chunks
-// it announced; only then is the epoch's last, partial batch emitted. Epochs
-// are numbered 0..Epochs-1 and a batch never mixes two of them.
+// Readers: a job declares its readers (wire.JobSpec.Readers; one trainer
+// agent, or one per trainer rank or sweep trial). The broker creates a
+// durable consumer per reader (internal/streams.Reader) with the job's
+// output stream, which keeps a chunk until every reader acked it. An agent
+// is one reader (Options.Reader), binds to that reader's consumer and gets
+// every sample of every epoch, at its own pace; an undeclared reader is
+// refused.
+//
+// Delivery is exactly once per (epoch, sample), across restarts of the
+// agent too. Functions may publish a shard's chunks again after a
+// redelivery; the stream's duplicate window drops most of those and the
+// agent drops the rest by ChunkRef. An epoch's last, partial batch is cut
+// once every shard's ShardEnd arrived with all the chunks it announced.
+// Epochs are numbered 0..Epochs-1 and a batch never mixes two of them
+// (epochs may interleave when chunks are redelivered).
+//
+// Position: the agent acks a chunk only once every sample of it was handed
+// out in batches, and keeps the chunks it holds alive with progress pings
+// (streams.ReaderAckWait is short). Before Next returns a batch it records
+// the reader's position in wire.ReadersBucket under wire.ReaderKey(job,
+// reader) (compare-and-set, so two agents of one reader stop rather than
+// interleave), and only then acks the chunks the batch completed. The
+// position (see position) holds, per unfinished epoch, the complete shards
+// as ranges or a bitmap, the shard ends seen, the chunks handed out in full
+// and the leading rows handed out of the others; finished epochs are a
+// count. A restarted agent loads it, drops what was handed out, skips the
+// rows already handed out of redelivered chunks, and relies on it for the
+// shard ends already acked, which will not come again. The one gap: a
+// batch returned by Next (or being written to GET /v1/batch) when the agent
+// is killed counts as delivered even if the trainer never got it. A
+// stopped agent (Run's context cancelled) returns the chunks it holds for
+// immediate redelivery; a killed one's come back after ReaderAckWait.
 //
 // Backpressure: the agent pulls with a byte-bounded pull consumer and stops
-// pulling (and acking) while the batches ready for the trainer hold
-// PrefetchSamples or more, so a slow trainer leaves the data in the stream
-// rather than in the agent's memory. Samples waiting in a partial batch do
-// not count against that bound, so an epoch can always complete.
+// pulling while the batches ready for the trainer hold PrefetchSamples or
+// more, so a slow trainer leaves the data in the stream rather than in the
+// agent's memory. Samples waiting in a partial batch do not count against
+// that bound, so an epoch can always complete. The chunks held unacked stay
+// in the output stream: its buffer (OutputBufferBytes) must hold the
+// prefetch window and a batch, or the job stalls.
 //
 // Stall accounting: the time the trainer spends blocked in Next (or in GET
 // /v1/batch) is its stall time; StallFraction in a demand signal is the
 // share of the signal's interval during which at least one caller was
 // blocked, an ongoing block included.
 //
-// Restarts: the agent keeps its partial batches and dedupe state in memory
-// only. The durable consumer resumes after the last acked message, so an
-// agent restarted in the middle of a job does not see the chunks its
-// predecessor acked; a job is meant to be consumed by one agent run.
+// A job cancelled, failed or deleted while the agent reads it stops the
+// agent with an error wrapping ErrJobEnded; GET /v1/batch then answers 410
+// with the reason.
 package traineragent

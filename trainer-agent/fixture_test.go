@@ -1,6 +1,7 @@
 package traineragent
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -146,6 +149,27 @@ func checkBatch(t testing.TB, b Batch) {
 		}
 		if got, want := int64(binary.LittleEndian.Uint64(lab.Data[8*i:])), label(k); got != want {
 			t.Fatalf("row %d (%s) label %d, want %d", i, k, got, want)
+		}
+	}
+}
+
+// createOutput creates job's output stream and a consumer per declared
+// reader, through internal/streams as broker.Submit does: chunks published
+// before would not be kept (interest retention).
+func createOutput(t testing.TB, nc *nats.Conn, js jetstream.JetStream, job wire.Job) {
+	t.Helper()
+	ctx := context.Background()
+	spec := job.Spec.WithDefaults(nc.MaxPayload())
+	cfg, err := streams.Output(spec, nc.MaxPayload(), streams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range spec.Readers {
+		if _, err := js.CreateConsumer(ctx, cfg.Name, streams.Reader(spec.ID, r)); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

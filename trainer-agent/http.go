@@ -62,7 +62,9 @@ func DecodeBatch(data []byte) (Batch, error) {
 //
 //	GET /v1/batch  200: the next batch as a safetensors file (metadata: job,
 //	               epoch, keys); blocks until one is ready; 410 Gone once
-//	               every batch was handed out; 503 if the agent stopped.
+//	               every batch was handed out, or when the job was
+//	               cancelled, failed or deleted (the body says which and
+//	               why); 503 if the agent stopped otherwise.
 //	GET /v1/stats  200: Stats as JSON (durations in seconds).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -83,6 +85,9 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, io.EOF):
 		http.Error(w, fmt.Sprintf("job %s: every batch was delivered", a.job.Spec.ID), http.StatusGone)
 		return
+	case errors.Is(err, ErrJobEnded):
+		http.Error(w, err.Error(), http.StatusGone)
+		return
 	case r.Context().Err() != nil:
 		return // the trainer went away
 	default:
@@ -101,6 +106,8 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	w.Header().Set(wire.HeaderEpoch, strconv.Itoa(b.Epoch))
+	// The position already counts this batch as delivered: a trainer
+	// that loses it here does not get it from a restarted agent either.
 	if _, err := w.Write(data); err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
 		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "samples", len(b.Keys), "error", err)

@@ -2,7 +2,7 @@ package traineragent
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the agent's Prometheus series, labelled by job.
+// Metrics are the agent's Prometheus series, labelled by job and reader.
 type Metrics struct {
 	samplesArrived   *prometheus.CounterVec
 	samplesDelivered *prometheus.CounterVec
@@ -12,12 +12,13 @@ type Metrics struct {
 	stallSeconds     *prometheus.CounterVec
 	bufferedSamples  *prometheus.GaugeVec
 	stallFraction    *prometheus.GaugeVec
+	positionBytes    *prometheus.GaugeVec
 }
 
 // NewMetrics creates the agent's series and registers them with reg unless
 // reg is nil.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	job := []string{"job"}
+	job := []string{"job", "reader"}
 	m := &Metrics{
 		samplesArrived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_agent_samples_arrived_total", Help: "Samples received from functions.",
@@ -43,10 +44,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		stallFraction: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_agent_stall_fraction", Help: "Share of the last demand interval the trainer waited for data.",
 		}, job),
+		positionBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_agent_position_bytes", Help: "Size of the reader's last recorded position.",
+		}, job),
 	}
 	if reg != nil {
 		reg.MustRegister(m.samplesArrived, m.samplesDelivered, m.batchesDelivered, m.duplicateChunks,
-			m.failedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction)
+			m.failedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction, m.positionBytes)
 	}
 	return m
 }
@@ -55,18 +59,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 type jobMetrics struct {
 	samplesArrived, samplesDelivered, batchesDelivered prometheus.Counter
 	duplicateChunks, failedSamples, stallSeconds       prometheus.Counter
-	bufferedSamples, stallFraction                     prometheus.Gauge
+	bufferedSamples, stallFraction, positionBytes      prometheus.Gauge
 }
 
-func (m *Metrics) forJob(job string) jobMetrics {
+func (m *Metrics) forJob(job, reader string) jobMetrics {
 	return jobMetrics{
-		samplesArrived:   m.samplesArrived.WithLabelValues(job),
-		samplesDelivered: m.samplesDelivered.WithLabelValues(job),
-		batchesDelivered: m.batchesDelivered.WithLabelValues(job),
-		duplicateChunks:  m.duplicateChunks.WithLabelValues(job),
-		failedSamples:    m.failedSamples.WithLabelValues(job),
-		stallSeconds:     m.stallSeconds.WithLabelValues(job),
-		bufferedSamples:  m.bufferedSamples.WithLabelValues(job),
-		stallFraction:    m.stallFraction.WithLabelValues(job),
+		samplesArrived:   m.samplesArrived.WithLabelValues(job, reader),
+		samplesDelivered: m.samplesDelivered.WithLabelValues(job, reader),
+		batchesDelivered: m.batchesDelivered.WithLabelValues(job, reader),
+		duplicateChunks:  m.duplicateChunks.WithLabelValues(job, reader),
+		failedSamples:    m.failedSamples.WithLabelValues(job, reader),
+		stallSeconds:     m.stallSeconds.WithLabelValues(job, reader),
+		bufferedSamples:  m.bufferedSamples.WithLabelValues(job, reader),
+		stallFraction:    m.stallFraction.WithLabelValues(job, reader),
+		positionBytes:    m.positionBytes.WithLabelValues(job, reader),
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/promreg"
 )
 
 // ReadyPrefix starts the line a replica prints on stdout once it serves,
@@ -43,8 +45,12 @@ type Counts struct {
 	Stopped int // exited after being asked to (SIGTERM)
 	Killed  int // by KillRandom
 	Crashed int // exited unasked, or never got ready
-	MaxLive int // most replica processes alive at once
-	Live    int // replica processes alive now, stopping ones included
+	// MaxLive is the most replicas counting towards their jobs at once
+	// (started and not asked to stop, killed or timed out): never more
+	// than Scale asked for in all. A replica killed or stopping but not
+	// yet reaped no longer counts, though its process may still exist.
+	MaxLive int
+	Live    int // replica processes alive now, stopping and killed ones included
 }
 
 // Actuator runs replicas as local processes.
@@ -57,6 +63,7 @@ type Actuator struct {
 
 	mu     sync.Mutex
 	jobs   map[string][]*replica // in start order
+	wanted map[string]int        // last Scale per job
 	counts Counts
 	live   int
 	nextID int
@@ -101,11 +108,11 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) *Actuator
 		lifecycle: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_local_replica_events_total", Help: "Replica processes started, stopped, killed and crashed.",
 		}, []string{"job", "event"}),
-		jobs: map[string][]*replica{},
+		jobs:   map[string][]*replica{},
+		wanted: map[string]int{},
 	}
-	if reg != nil {
-		reg.MustRegister(a.liveGauge, a.lifecycle)
-	}
+	a.liveGauge = promreg.Register(reg, a.liveGauge)
+	a.lifecycle = promreg.Register(reg, a.lifecycle)
 	return a
 }
 
@@ -135,12 +142,40 @@ func (a *Actuator) Scale(ctx context.Context, job string, n int) error {
 	for i := len(alive) - 1; i >= n; i-- {
 		a.stop(alive[i])
 	}
+	a.wanted[job] = n
 	for range n - len(alive) {
 		if err := a.start(job); err != nil {
 			return fmt.Errorf("scaling job %s to %d: %w", job, n, err)
 		}
 	}
+	a.forgetIfGone(job)
 	return nil
+}
+
+// forgetIfGone deletes job's series once it is scaled to zero and its last
+// process exited; a.mu must be held.
+func (a *Actuator) forgetIfGone(job string) {
+	if a.wanted[job] != 0 || len(a.jobs[job]) != 0 {
+		return
+	}
+	delete(a.wanted, job)
+	l := prometheus.Labels{"job": job}
+	a.liveGauge.DeletePartialMatch(l)
+	a.lifecycle.DeletePartialMatch(l)
+}
+
+// aliveLocked counts the replicas of every job that count towards it; a.mu
+// must be held.
+func (a *Actuator) aliveLocked() int {
+	n := 0
+	for _, reps := range a.jobs {
+		for _, r := range reps {
+			if r.alive() {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // start launches one replica of job; a.mu must be held.
@@ -150,7 +185,7 @@ func (a *Actuator) start(job string) error {
 	r.stderr = &stderrLog{log: a.log.With("job", job, "replica", r.id)}
 	cmd := exec.Command(a.opts.Command[0], a.opts.Command[1:]...)
 	cmd.Env = append(append(os.Environ(), a.opts.Env...), fmt.Sprintf("SLUICE_REPLICA=%s/%d", job, r.id))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	cmd.Stderr = r.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -163,7 +198,7 @@ func (a *Actuator) start(job string) error {
 	a.jobs[job] = append(a.jobs[job], r)
 	a.counts.Started++
 	a.live++
-	a.counts.MaxLive = max(a.counts.MaxLive, a.live)
+	a.counts.MaxLive = max(a.counts.MaxLive, a.aliveLocked())
 	a.liveGauge.WithLabelValues(job).Inc()
 	a.lifecycle.WithLabelValues(job, "started").Inc()
 	a.log.Debug("replica starting", "job", job, "replica", r.id, "pid", cmd.Process.Pid)
@@ -210,6 +245,7 @@ func (a *Actuator) watch(r *replica, stdout io.Reader) {
 	}
 	a.live--
 	a.liveGauge.WithLabelValues(r.job).Dec()
+	defer a.forgetIfGone(r.job)
 	switch {
 	case r.killed:
 		a.log.Debug("killed replica exited", "job", r.job, "replica", r.id)

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,12 +10,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/testenv"
 )
@@ -24,11 +29,35 @@ import (
 // protocol. SLUICE_TEST_REPLICA_MODE changes its behaviour:
 // "crash" exits 3 once ready, "silent" never says it is ready,
 // "stubborn" ignores SIGTERM.
+//
+// With SLUICE_TEST_PARENT=1 it plays a controller instead: it starts two
+// replicas with an actuator, prints "PIDS <pid> <pid>" once both are
+// ready, and waits to be killed.
 func TestMain(m *testing.M) {
 	if os.Getenv("SLUICE_TEST_REPLICA") == "1" {
 		os.Exit(replicaMain(os.Getenv("SLUICE_TEST_REPLICA_MODE")))
 	}
+	if os.Getenv("SLUICE_TEST_PARENT") == "1" {
+		os.Exit(parentMain())
+	}
 	os.Exit(m.Run())
+}
+
+func parentMain() int {
+	a := New(Options{
+		Command: []string{os.Args[0], "-test.run=^$"},
+		Env:     []string{"SLUICE_TEST_PARENT=", "SLUICE_TEST_REPLICA=1", "SLUICE_TEST_REPLICA_MODE=stubborn"},
+	}, nil, nil)
+	if err := a.Scale(context.Background(), "j", 2); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for a.Ready("j") < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pids := a.pids()
+	fmt.Printf("PIDS %d %d\n", pids[0], pids[1])
+	select {}
 }
 
 func replicaMain(mode string) int {
@@ -278,4 +307,133 @@ func TestCloseLeavesNoChildren(t *testing.T) {
 			t.Errorf("replica %d still exists after Close (kill -0: %v)", pid, err)
 		}
 	}
+}
+
+// gone reports whether process pid has exited (reaped, or a zombie).
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+func TestReplicasDieWithAControllerKilledWithSIGKILL(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux only")
+	}
+	parent := exec.Command(os.Args[0], "-test.run=^$")
+	parent.Env = append(os.Environ(), "SLUICE_TEST_PARENT=1")
+	out, err := parent.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = parent.Process.Kill(); _ = parent.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the parent's pids: %v", err)
+	}
+	var a, b int
+	if _, err := fmt.Sscanf(line, "PIDS %d %d", &a, &b); err != nil {
+		t.Fatalf("parent said %q: %v", line, err)
+	}
+	// Stubborn replicas ignore SIGTERM; SIGKILL of the parent gives them
+	// no chance to be stopped: only the kernel's parent-death signal ends them.
+	if err := parent.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = parent.Wait()
+	t.Cleanup(func() { // don't leak them if the test fails
+		syscall.Kill(a, syscall.SIGKILL)
+		syscall.Kill(b, syscall.SIGKILL)
+	})
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		for _, pid := range []int{a, b} {
+			if !gone(pid) {
+				return fmt.Errorf("replica %d outlived its SIGKILLed parent", pid)
+			}
+		}
+		return nil
+	})
+}
+
+// Under chaos kills and with stopping replicas that take their time, more
+// processes exist than the autoscaler asked for; MaxLive counts replicas
+// that count towards their job, so it never exceeds the scale asked.
+func TestMaxLiveCountsReplicasNotDyingProcesses(t *testing.T) {
+	a := newTestActuator(t, "stubborn", Options{StopTimeout: 3 * time.Second})
+	ctx := context.Background()
+	if err := a.Scale(ctx, "j", 3); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, "j", 3)
+	// One stopping (ignoring SIGTERM, so alive until StopTimeout) and one
+	// killed, each replaced at once.
+	if err := a.Scale(ctx, "j", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Scale(ctx, "j", 3); err != nil {
+		t.Fatal(err)
+	}
+	if c := a.Counts(); c.Live != 4 {
+		t.Errorf("Live %d: want the stopping replica's process counted too (counts %+v)", c.Live, c)
+	}
+	if !a.KillRandom("j", rand.New(rand.NewPCG(3, 3))) {
+		t.Fatal("KillRandom found no replica")
+	}
+	if err := a.Scale(ctx, "j", 3); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, "j", 3)
+	c := a.Counts()
+	if c.MaxLive != 3 {
+		t.Errorf("MaxLive %d, want 3 (counts %+v)", c.MaxLive, c)
+	}
+}
+
+func TestJobSeriesGoOnceScaledToZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := New(Options{
+		Command: []string{os.Args[0], "-test.run=^$"},
+		Env:     []string{"SLUICE_TEST_REPLICA=1", "SLUICE_TEST_REPLICA_MODE="},
+	}, nil, reg)
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	// A second actuator on the registry shares the series instead of panicking.
+	New(Options{}, nil, reg)
+	ctx := context.Background()
+	if err := a.Scale(ctx, "j", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, "j", 1)
+	series := func() int {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			n += len(mf.GetMetric())
+		}
+		return n
+	}
+	if series() == 0 {
+		t.Fatal("no series for a running job")
+	}
+	if err := a.Scale(ctx, "j", 0); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if n := series(); n != 0 {
+			return fmt.Errorf("%d series left after the job went to zero", n)
+		}
+		return nil
+	})
 }

@@ -7,7 +7,13 @@
 // lines are logged when it dies unasked. Replicas run in their own process
 // group, so a Ctrl-C at the terminal reaches the parent only and the
 // replicas are drained by the parent (SIGTERM, then SIGKILL after
-// StopTimeout) rather than killed mid-shard.
+// StopTimeout) rather than killed mid-shard. On Linux a replica also gets
+// SIGKILL from the kernel when the process that started it dies, so a
+// controller that is SIGKILLed leaves no orphaned replicas behind (their
+// tasks go back to the queue after the dispatch consumer's AckWait).
+//
+// A job's series are deleted once it is scaled to zero and its last
+// process has exited.
 //
 // Scale is a reconcile: it counts the replicas that are starting or
 // serving and starts or stops (newest first) the difference, so calling it

@@ -84,7 +84,7 @@ func TestFnServeFinishesInFlightShardOnSIGTERM(t *testing.T) {
 
 	task := wire.ShardTask{Job: "drain", Epoch: 0, Shard: 0, Bucket: job.Bucket, Key: job.Shards[0],
 		Pipeline: "imagenet-train", Seed: 1, ChunkMaxBytes: 512 << 10, OutputSubject: wire.OutputSubject("drain")}
-	target := broker.NewCloudEventsTarget(func() []string { return []string{url} }, http.DefaultClient)
+	target := broker.NewCloudEventsTarget("", broker.StaticEndpoints{url}, http.DefaultClient)
 	type reply struct {
 		res wire.ShardResult
 		err error

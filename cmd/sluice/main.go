@@ -23,10 +23,12 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
+		"agent":      {"feed a job's batches to a trainer over HTTP, resuming after a restart", runAgent},
 		"demo":       {"run a whole elastic training job on embedded NATS and S3", runDemo},
 		"fn serve":   {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
 		"fn apply":   {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
 		"bench ops":  {"measure a pipeline's single-core throughput, per op", runBenchOps},
+		"controller": {"run jobs: dispatch, autoscale replicas, track status (leases let a standby take over)", runController},
 		"job submit": {"check a job spec (YAML file and/or flags) and queue the job", runJobSubmit},
 		"job status": {"show a job's state and progress (--watch follows it)", runJobStatus},
 		"job list":   {"list the jobs", runJobList},

@@ -117,10 +117,9 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		defer cancel()
 		_ = act.Close(cctx)
 	}()
-	target := broker.NewCloudEventsTarget(func() []string { return act.Endpoints(jobID) }, &http.Client{Timeout: 10 * time.Minute})
-	disp, err := broker.NewDispatcher(ctx, js, job, target, broker.DispatcherOptions{
-		Capacity: func() int { return act.Ready(jobID) },
-	}, logger.With("component", "dispatcher"), broker.NewMetrics(reg))
+	target := broker.NewCloudEventsTarget(jobID, act, &http.Client{Timeout: 10 * time.Minute})
+	disp, err := broker.NewDispatcher(ctx, js, job, target, broker.DispatcherOptions{Replicas: act},
+		logger.With("component", "dispatcher"), broker.NewMetrics(reg))
 	if err != nil {
 		return Summary{}, err
 	}
@@ -143,7 +142,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if err != nil {
 		return Summary{}, err
 	}
-	runner.AddJob(jobID, backlog{disp})
+	runner.AddJob(jobID, autoscale.Job{Backlog: backlog{disp}, Readers: job.Spec.Readers})
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

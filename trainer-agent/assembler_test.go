@@ -13,19 +13,21 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// feed applies msgs in order and collects the batches and completed epochs.
+// feed applies msgs in order, hands every batch out at once and collects
+// the batches and the epochs cut.
 func feed(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
 	t.Helper()
 	for _, m := range msgs {
-		out, err := a.add(m.ref, m.data)
+		out, err := a.add(m.ref, m.data, nil)
 		if err != nil {
 			t.Fatalf("add %s: %v", m.ref.MsgID(), err)
 		}
 		for _, b := range out.batches {
-			checkBatch(t, b)
+			checkBatch(t, b.Batch)
+			a.handOut(b)
+			batches = append(batches, b.Batch)
 		}
-		batches = append(batches, out.batches...)
-		completed = append(completed, out.completed...)
+		completed = append(completed, out.cut...)
 		failed = append(failed, out.failed...)
 		if out.duplicate {
 			dups++
@@ -60,8 +62,8 @@ func TestAssemblerBatchesPerEpochExactlyOnce(t *testing.T) {
 	if diff := cmp.Diff([]int{0, 1}, slices.Sorted(slices.Values(completed))); diff != "" {
 		t.Errorf("completed epochs (-want +got):\n%s", diff)
 	}
-	if !a.allComplete() || a.pending != 0 || len(a.open) != 0 {
-		t.Errorf("after all: complete=%v pending=%d open=%d", a.allComplete(), a.pending, len(a.open))
+	if !a.allCut() || !a.allFinished() || a.pending != 0 || len(a.open) != 0 {
+		t.Errorf("after all: cut=%v finished=%v pending=%d open=%d", a.allCut(), a.allFinished(), a.pending, len(a.open))
 	}
 	seen := map[string]bool{}
 	perEpoch := map[int][]int{}
@@ -99,7 +101,7 @@ func TestAssemblerWaitsForEveryChunkTheShardEndAnnounces(t *testing.T) {
 		t.Fatalf("after chunk 0: %d batches, completed %v; want a batch of 3, the final one of 1, epoch 0 complete", len(batches), completed)
 	}
 	// Anything of a complete epoch is a duplicate.
-	out, err := a.add(msgs[1].ref, msgs[1].data)
+	out, err := a.add(msgs[1].ref, msgs[1].data, nil)
 	if err != nil || !out.duplicate {
 		t.Fatalf("chunk of a complete epoch: duplicate=%v err=%v", out.duplicate, err)
 	}
@@ -112,27 +114,27 @@ func TestAssemblerReportsBadMessages(t *testing.T) {
 	a := newAssembler(job)
 
 	for _, ref := range []wire.ChunkRef{{Job: "j", Epoch: 1, Shard: 0, Chunk: 0}, {Job: "j", Epoch: 0, Shard: 2, Chunk: 0}} {
-		if _, err := a.add(ref, msgs[0].data); err == nil {
+		if _, err := a.add(ref, msgs[0].data, nil); err == nil {
 			t.Errorf("%s: out of range, want an error", ref.MsgID())
 		}
 	}
-	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, []byte("{")); err == nil || !strings.Contains(err.Error(), "shard end") {
+	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, []byte("{"), nil); err == nil || !strings.Contains(err.Error(), "shard end") {
 		t.Errorf("malformed shard end: err = %v", err)
 	}
 
 	// A corrupt chunk counts as seen (so the shard completes) and is reported.
-	out, err := a.add(msgs[0].ref, []byte("not safetensors"))
+	out, err := a.add(msgs[0].ref, []byte("not safetensors"), nil)
 	if err != nil || len(out.failed) != 1 || !strings.Contains(out.failed[0].Reason, "corrupt chunk") {
 		t.Fatalf("corrupt chunk: out=%+v err=%v", out, err)
 	}
 	// A chunk whose tensors differ from the first chunk's cannot be stacked.
 	other := chunkBytes(t, "j", 0, 1, 0, []string{"a", "b"})
-	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other); err != nil {
+	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other, nil); err != nil {
 		t.Fatal(err)
 	}
 	a2 := newAssembler(job)
 	a2.schema = &schema{names: []string{"image"}}
-	out, err = a2.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other)
+	out, err = a2.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other, nil)
 	if err != nil || len(out.failed) != 2 || out.arrived != 0 || !strings.Contains(out.failed[0].Reason, "cannot stack") {
 		t.Fatalf("mismatched chunk: out=%+v err=%v", out, err)
 	}
@@ -140,7 +142,7 @@ func TestAssemblerReportsBadMessages(t *testing.T) {
 
 func TestAssemblerJobWithoutShardsIsCompleteAtOnce(t *testing.T) {
 	a := newAssembler(testJob("j", 3, 2, layout{}))
-	if diff := cmp.Diff([]int{0, 1, 2}, a.start()); diff != "" || !a.allComplete() {
+	if diff := cmp.Diff([]int{0, 1, 2}, a.start()); diff != "" || !a.allCut() || !a.allFinished() {
 		t.Errorf("start (-want +got):\n%s", diff)
 	}
 }

@@ -1,0 +1,91 @@
+package autoscale
+
+import (
+	"slices"
+	"time"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// Signal is a reader's latest demand signal and when it arrived.
+type Signal struct {
+	Demand wire.Demand
+	At     time.Time
+}
+
+// readerOf names the reader a signal speaks for.
+func readerOf(d wire.Demand) string {
+	if d.Reader == "" {
+		return wire.DefaultReader
+	}
+	return d.Reader
+}
+
+// fill is how full a signal's buffer is, in [0,1].
+func fill(d wire.Demand) float64 {
+	if d.BufferCapacity <= 0 {
+		return 0
+	}
+	return float64(d.BufferedSamples) / float64(d.BufferCapacity)
+}
+
+// Aggregate reduces the latest signals of a job's readers (by reader name)
+// to the one signal the policy reads. readers are the job's declared
+// readers; signals of others are ignored (none declared: all count).
+//
+//   - Once every declared reader's signal says Done, the job's demand is
+//     done (the latest of them is returned).
+//   - Otherwise the most stalled reader among those not done with a signal
+//     fresher than stale drives the job (ties: the emptier buffer, then
+//     name order): replicas must keep up with the slowest-fed consumer,
+//     because the output is kept until every reader took it.
+//   - No fresh signal: nil.
+func Aggregate(signals map[string]Signal, readers []string, now time.Time, stale time.Duration) (*wire.Demand, time.Time) {
+	declared := func(r string) bool { return len(readers) == 0 || slices.Contains(readers, r) }
+	names := make([]string, 0, len(signals))
+	for r := range signals {
+		if declared(r) {
+			names = append(names, r)
+		}
+	}
+	slices.Sort(names)
+
+	expect := readers
+	if len(expect) == 0 {
+		expect = names
+	}
+	allDone := len(expect) > 0
+	var last Signal
+	for _, r := range expect {
+		s, ok := signals[r]
+		if !ok || !s.Demand.Done {
+			allDone = false
+			break
+		}
+		if s.At.After(last.At) {
+			last = s
+		}
+	}
+	if allDone {
+		d := last.Demand
+		return &d, last.At
+	}
+
+	var best *Signal
+	for _, r := range names {
+		s := signals[r]
+		if s.Demand.Done || s.At.IsZero() || now.Sub(s.At) > stale {
+			continue
+		}
+		if best == nil || s.Demand.StallFraction > best.Demand.StallFraction ||
+			(s.Demand.StallFraction == best.Demand.StallFraction && fill(s.Demand) < fill(best.Demand)) {
+			best = &s
+		}
+	}
+	if best == nil {
+		return nil, time.Time{}
+	}
+	d := best.Demand
+	d.Done = false
+	return &d, best.At
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/connect"
+	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/wire"
+)
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("agent", stderr)
+	jobID := fs.String("job", "", "`ID` of the job to read (required)")
+	listen := fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on")
+	reader := fs.String("reader", wire.DefaultReader, "reader `NAME`: which of the job's declared readers this agent is")
+	prefetch := fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches, at least 256)")
+	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
+	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	connFlags := connect.Register(fs, connect.PartNATS)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice agent --job ID [flags]\n\n"+
+			"Feeds a job's batches to a trainer on this machine: GET /v1/batch gives the next batch as a\n"+
+			"safetensors file (410 once every batch was delivered, or when the job was cancelled or\n"+
+			"deleted); also GET /v1/stats, /healthz, /readyz, /metrics. Publishes the trainer's demand\n"+
+			"for the autoscaler. A restarted agent resumes where the batches it handed out end. Prints\n"+
+			"%q and the URL once serving; exits 0 once every batch was delivered, or on SIGTERM.\n\n",
+			local.ReadyPrefix)
+		fs.PrintDefaults()
+	}
+	var conn connect.Config
+	if err := parse(fs, args,
+		func() error {
+			if *jobID == "" {
+				return errors.New("--job: required")
+			}
+			return wire.ValidateJobID(*jobID)
+		},
+		func() error { return wire.ValidateReader(*reader) },
+		intRange("prefetch", prefetch, 0, 1<<24),
+		durationRange("linger", linger, 0, 10*time.Minute),
+		oneOf("log-level", logLevel, logLevels...),
+		resolve(connFlags, &conn),
+	); err != nil {
+		return err
+	}
+	logger := newLogger(stderr, *logLevel).With("component", "agent")
+
+	nc, js, err := conn.ConnectNATS(ctx, "sluice-agent", logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	opts := traineragent.Options{Reader: *reader, PrefetchSamples: *prefetch}
+	// GPU utilisation goes into the demand signals where NVML finds a GPU;
+	// elsewhere the wait time alone measures the trainer's stall.
+	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
+		opts.GPU = gpu
+		defer closeGPU()
+	} else {
+		logger.Info("no GPU utilisation", "reason", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := traineragent.NewMetrics(reg)
+
+	// Serve at once: a trainer's GET /v1/batch waits for the job to appear.
+	s := &agentServer{nc: nc, opened: make(chan struct{}), gone: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("/v1/", s)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", *listen, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx) // lets a batch being written finish
+	}()
+	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
+	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "reader", *reader)
+
+	opened := make(chan error, 1)
+	go func() {
+		a, err := traineragent.Open(ctx, nc, js, *jobID, opts, logger, metrics)
+		if err == nil {
+			s.agent.Store(a)
+			close(s.opened)
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving: %w", err)
+	case err := <-opened:
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // SIGTERM while waiting for the job
+			}
+			return err
+		}
+	}
+
+	a := s.agent.Load()
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving: %w", err)
+	case err = <-ran:
+	}
+	switch {
+	case err == nil:
+		st := a.Stats()
+		logger.Info("every batch delivered", "samples", st.SamplesDelivered, "batches", st.BatchesDelivered, "epochs", st.Epochs)
+	case ctx.Err() != nil:
+		logger.Info("stopped")
+		return nil
+	case !errors.Is(err, traineragent.ErrJobEnded):
+		return err
+	}
+	// Let the trainer learn the end from a 410 rather than a refused connection.
+	select {
+	case <-s.gone:
+	case <-time.After(*linger):
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// agentServer serves the agent once the job was found.
+type agentServer struct {
+	nc     *nats.Conn
+	agent  atomic.Pointer[traineragent.Agent]
+	opened chan struct{} // closed once agent is set
+	gone   chan struct{} // closed at the first 410
+	once   sync.Once
+}
+
+func (s *agentServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-s.opened:
+	case <-r.Context().Done():
+		return
+	}
+	s.agent.Load().Handler().ServeHTTP(&goneWatcher{ResponseWriter: w, s: s}, r)
+}
+
+func (s *agentServer) readyz(w http.ResponseWriter, _ *http.Request) {
+	switch a := s.agent.Load(); {
+	case !s.nc.IsConnected():
+		http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
+	case a == nil || !a.Ready():
+		http.Error(w, "not reading the job's output (yet)", http.StatusServiceUnavailable)
+	default:
+		fmt.Fprintln(w, "ready")
+	}
+}
+
+// goneWatcher notes that the trainer got a 410: it knows the end.
+type goneWatcher struct {
+	http.ResponseWriter
+	s *agentServer
+}
+
+func (g *goneWatcher) WriteHeader(code int) {
+	g.ResponseWriter.WriteHeader(code)
+	if code == http.StatusGone {
+		g.s.once.Do(func() { close(g.s.gone) })
+	}
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/testenv"
+	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// startAgent runs `sluice agent` as a child process and returns its URL.
+func startAgent(t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"agent", "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)...)
+	cmd.Env = append(os.Environ(), replicaEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, local.ReadyPrefix) {
+		t.Fatalf("agent's first line %q, %v: want %q", line, err, local.ReadyPrefix+"URL")
+	}
+	return cmd, strings.TrimSpace(strings.TrimPrefix(line, local.ReadyPrefix))
+}
+
+// waitExit waits for cmd and returns its exit code.
+func waitExit(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			return 0
+		}
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		t.Fatal(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not exit within 30s")
+	}
+	return -1
+}
+
+// TestAgentCommandServesBatchesUntil410 starts `sluice agent` before the
+// job exists, then submits it (record, output stream and reader consumer,
+// as the broker does) and publishes its chunks as functions do: the
+// trainer's GET /v1/batch gets every sample of every epoch once, then 410,
+// and the agent exits 0.
+func TestAgentCommandServesBatchesUntil410(t *testing.T) {
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, url := startAgent(t, "--job", "cli", "--nats", srv.URL(), "--linger", "20s")
+
+	resp, err := http.Get(url + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp, err := http.Get(url + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /readyz before the job exists: %v %v, want 503", resp, err)
+	}
+
+	want := submitAgentTestJob(t, nc, js, "cli")
+
+	got := map[string]bool{}
+	getBatches(t, url, got, -1)
+	if len(got) != len(want) {
+		t.Errorf("delivered %d samples, want %d", len(got), len(want))
+	}
+	for id := range want {
+		if !got[id] {
+			t.Errorf("sample %s not delivered", id)
+		}
+	}
+	// The 410 ends the linger at once.
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("agent exit %d after delivering everything, want 0", code)
+	}
+}
+
+// submitAgentTestJob records a job (output stream and reader consumer, as
+// the broker does) and publishes its chunks as functions do; it returns
+// the samples expected, as "epoch/key".
+func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id string) map[string]bool {
+	t.Helper()
+	ctx := context.Background()
+	const shards, chunks, perChunk, epochs, batch = 3, 2, 5, 2, 4
+	spec := wire.JobSpec{ID: id, Dataset: "s3://b/p/", Pipeline: "test", BatchSize: batch, Epochs: epochs}.WithDefaults(nc.MaxPayload())
+	job := wire.Job{Spec: spec, Bucket: "b", State: wire.JobRunning, Submitted: time.Now().UTC()}
+	for s := range shards {
+		job.Shards = append(job.Shards, fmt.Sprintf("s%d.tar", s))
+	}
+	cfg, err := streams.Output(spec, nc.MaxPayload(), streams.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, cfg.Name, streams.Reader(spec.ID, wire.DefaultReader)); err != nil {
+		t.Fatal(err)
+	}
+	record, _ := json.Marshal(job)
+	jobs, err := js.KeyValue(ctx, wire.JobsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Create(ctx, spec.ID, record); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for e := range epochs {
+		for s := range shards {
+			for c := range chunks {
+				var keys []string
+				for i := range perChunk {
+					keys = append(keys, fmt.Sprintf("s%d-c%d-%d", s, c, i))
+					want[fmt.Sprintf("%d/%s", e, keys[i])] = true
+				}
+				publishChunk(t, js, wire.ChunkRef{Job: spec.ID, Epoch: e, Shard: s, Chunk: c}, keys)
+			}
+			end, _ := json.Marshal(wire.ShardEnd{Job: spec.ID, Epoch: e, Shard: s, Chunks: chunks, Samples: chunks * perChunk})
+			ref := wire.ChunkRef{Job: spec.ID, Epoch: e, Shard: s, Chunk: -1}
+			if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: wire.OutputSubject(spec.ID), Header: ref.Header(), Data: end}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	return want
+}
+
+// getBatches GETs n batches (n < 0: until 410) and adds their samples to got.
+func getBatches(t *testing.T, url string, got map[string]bool, n int) {
+	t.Helper()
+	for i := 0; n < 0 || i < n; i++ {
+		resp, err := http.Get(url + "/v1/batch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusGone && n < 0 {
+			return
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /v1/batch: %s: %s", resp.Status, body)
+		}
+		b, err := traineragent.DecodeBatch(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := resp.Header.Get(wire.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
+			t.Errorf("epoch header %q, batch of epoch %d", h, b.Epoch)
+		}
+		if len(got) == 0 {
+			if resp, err := http.Get(url + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("GET /readyz while serving batches: %v %v, want 200", resp, err)
+			} else {
+				resp.Body.Close()
+			}
+		}
+		for _, k := range b.Keys {
+			id := fmt.Sprintf("%d/%s", b.Epoch, k)
+			if got[id] {
+				t.Errorf("sample %s delivered twice", id)
+			}
+			got[id] = true
+		}
+	}
+}
+
+// TestAgentCommandResumesAfterRestart stops `sluice agent` (SIGTERM) in
+// the middle of the first epoch and starts another for the same job and
+// reader: together they deliver every sample once.
+func TestAgentCommandResumesAfterRestart(t *testing.T) {
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := submitAgentTestJob(t, nc, js, "restart")
+	got := map[string]bool{}
+	cmd, url := startAgent(t, "--job", "restart", "--nats", srv.URL(), "--prefetch", "4")
+	getBatches(t, url, got, 3) // 12 of the first epoch's 30 samples
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Fatalf("agent exit %d on SIGTERM, want 0", code)
+	}
+	cmd, url = startAgent(t, "--job", "restart", "--nats", srv.URL())
+	getBatches(t, url, got, -1)
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("restarted agent exit %d after delivering everything, want 0", code)
+	}
+	if len(got) != len(want) {
+		t.Errorf("delivered %d samples, want %d", len(got), len(want))
+	}
+	for id := range want {
+		if !got[id] {
+			t.Errorf("sample %s not delivered", id)
+		}
+	}
+}
+
+func publishChunk(t *testing.T, js jetstream.JetStream, ref wire.ChunkRef, keys []string) {
+	t.Helper()
+	n := len(keys)
+	labels := make([]byte, 8*n)
+	for i := range n {
+		labels[8*i] = byte(i)
+	}
+	kj, _ := json.Marshal(keys)
+	data, err := safetensors.Encode([]safetensors.Tensor{{Name: "label", DType: safetensors.I64, Shape: []int{n}, Data: labels}},
+		map[string]string{wire.MetaJob: ref.Job, wire.MetaEpoch: strconv.Itoa(ref.Epoch), wire.MetaShard: strconv.Itoa(ref.Shard),
+			wire.MetaChunk: strconv.Itoa(ref.Chunk), wire.MetaKeys: string(kj)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: wire.OutputSubject(ref.Job), Header: ref.Header(), Data: data}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAgentCommandExitsZeroOnSIGTERM(t *testing.T) {
+	srv, _ := testenv.NATS(t)
+	cmd, _ := startAgent(t, "--job", "never", "--nats", srv.URL())
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("agent exit %d on SIGTERM while waiting for its job, want 0", code)
+	}
+}
+
+func TestAgentCommandUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"agent"}, []string{"--job: required"}},
+		{[]string{"agent", "--job", "a b", "--reader", "x.y", "--prefetch", "-1"},
+			[]string{`job id "a b"`, `reader "x.y"`, "--prefetch -1: want 0..16777216"}},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2", tc.args, code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr %q lacks %q", tc.args, stderr, w)
+			}
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/controller"
+	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/streams"
+)
+
+// actuators are the --actuator values.
+var actuators = []string{"local"}
+
+// replicaStopTimeout is how long a replica may drain at shutdown before it
+// is killed; its task goes back to the queue either way.
+const replicaStopTimeout = 30 * time.Second
+
+func runController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("controller", stderr)
+	host, _ := os.Hostname()
+	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this controller's name in job leases; unique among controllers")
+	actuator := fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine)")
+	maxReplicas := fs.Int("max-replicas", controller.DefaultMaxReplicas, "replicas over all jobs (the capacity jobs share), and a job's cap when its spec sets none")
+	replicaCPUs := fs.Int("replica-cpus", 1, "cores (GOMAXPROCS) of one replica")
+	concurrency := fs.Int("replica-concurrency", 1, "shards one replica processes at once")
+	leaseTTL := fs.Duration("lease-ttl", controller.DefaultLeaseTTL, "how long a job's lease lives unrenewed: a standby takes a dead controller's jobs after at most this")
+	tick := fs.Duration("tick", controller.DefaultTick, "how often the autoscaler decides and job statuses are written")
+	ackWait := fs.Duration("task-ack-wait", streams.DispatchAckWait, "how long a task a dead controller had in flight waits before it is redelivered")
+	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
+	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	connFlags := connect.Register(fs, connect.PartAll)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
+			"and its status. Several controllers may run: each job is owned by one (a lease), and a standby\n"+
+			"takes the jobs of one that died. SIGTERM hands the jobs over at once. With --listen it prints\n"+
+			"\"SLUICE_READY http://ADDR\" on stdout once it has read the job store.\n\n")
+		fs.PrintDefaults()
+	}
+	var conn connect.Config
+	if err := parse(fs, args,
+		oneOf("actuator", actuator, actuators...),
+		intRange("max-replicas", maxReplicas, 1, 10000),
+		intRange("replica-cpus", replicaCPUs, 1, 1024),
+		intRange("replica-concurrency", concurrency, 1, 256),
+		durationRange("lease-ttl", leaseTTL, 100*time.Millisecond, time.Hour),
+		durationRange("tick", tick, 10*time.Millisecond, time.Minute),
+		durationRange("task-ack-wait", ackWait, 100*time.Millisecond, time.Hour),
+		oneOf("log-level", logLevel, logLevels...),
+		func() error {
+			if *id == "" {
+				return errors.New("--id: want a name")
+			}
+			return nil
+		},
+		resolve(connFlags, &conn),
+	); err != nil {
+		return err
+	}
+	logger := newLogger(stderr, *logLevel).With("component", "controller")
+
+	nc, js, err := conn.ConnectNATS(ctx, "sluice-controller "+*id, logger)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this binary to run replicas: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Replicas are this binary's `fn serve`, with this controller's
+	// connection settings (secrets through the environment).
+	replicaParts := connect.PartNATS | connect.PartS3
+	act := local.New(local.Options{
+		Command: append([]string{exe, "fn", "serve", "--listen", "127.0.0.1:0",
+			"--cpus", strconv.Itoa(*replicaCPUs), "--concurrency", strconv.Itoa(*concurrency), "--log-level", "warn"},
+			conn.Args(replicaParts)...),
+		Env:         conn.Env(replicaParts),
+		StopTimeout: replicaStopTimeout,
+	}, logger.With("component", "actuator"), reg)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
+		defer cancel()
+		if err := act.Close(cctx); err != nil {
+			logger.Warn("stopping replicas", "err", err)
+		}
+	}()
+
+	c, err := controller.New(controller.Options{
+		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
+		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
+		Actuator: act, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
+		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency,
+	}, logger, reg)
+	if err != nil {
+		return err
+	}
+
+	if *listen != "" {
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", *listen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			switch {
+			case !nc.IsConnected():
+				http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
+			case !c.Ready():
+				http.Error(w, "reading the job store", http.StatusServiceUnavailable)
+			default:
+				fmt.Fprintln(w, "ok")
+			}
+		})
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+		// Scripts and tests wait for this line: the controller serves and runs jobs.
+		go func() {
+			for !c.Ready() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
+		}()
+		logger.Info("serving", "addr", ln.Addr().String())
+	}
+	return c.Run(ctx)
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// controllerEnv is embedded NATS and S3 with an image dataset at
+// s3://data/ds/, and a broker to submit jobs.
+type controllerEnv struct {
+	natsURL, s3Endpoint string
+	js                  jetstream.JetStream
+	b                   *broker.Broker
+}
+
+func newControllerEnv(t *testing.T, samples, shards int) controllerEnv {
+	t.Helper()
+	ctx := context.Background()
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3c, s3cfg := testenv.S3(t, "")
+	imgs, err := synth.Images(synth.ImageOptions{Samples: samples, Shards: shards, Seed: 1, MinSide: 24, MaxSide: 40, Quality: 60, Classes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := synth.Upload(ctx, s3c, "data", "ds/", imgs); err != nil {
+		t.Fatal(err)
+	}
+	return controllerEnv{natsURL: srv.URL(), s3Endpoint: s3cfg.Endpoint, js: js, b: broker.New(js, s3c, streams.Options{}, nil)}
+}
+
+// startControllerProcess runs `sluice controller` (this test binary) with
+// the local actuator; it returns the process and its base URL once ready.
+// mark is set in its environment, which its replicas inherit.
+func startControllerProcess(t *testing.T, e controllerEnv, mark string, extra ...string) (*exec.Cmd, string) {
+	t.Helper()
+	args := append([]string{"controller", "--id", "ctl-" + mark, "--nats", e.natsURL, "--s3-endpoint", e.s3Endpoint,
+		"--listen", "127.0.0.1:0", "--lease-ttl", "2s", "--tick", "200ms", "--task-ack-wait", "2s",
+		"--max-replicas", "2", "--log-level", "warn"}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), replicaEnv+"=1", "SLUICE_TEST_MARK="+mark), testenv.S3Env()...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case line := <-lines:
+		if !strings.HasPrefix(line, local.ReadyPrefix) {
+			t.Fatalf("controller's first line %q, want %q", line, local.ReadyPrefix+"URL")
+		}
+		return cmd, strings.TrimSpace(strings.TrimPrefix(line, local.ReadyPrefix))
+	case <-time.After(30 * time.Second):
+		t.Fatal("controller not ready within 30s")
+	}
+	return nil, ""
+}
+
+// markedProcesses lists the live (not zombie) processes whose environment
+// holds SLUICE_TEST_MARK=mark.
+func markedProcesses(mark string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil || !strings.Contains("\x00"+string(env)+"\x00", "\x00SLUICE_TEST_MARK="+mark+"\x00") {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if i := strings.LastIndexByte(string(stat), ')'); err == nil && i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+func jobStatus(js jetstream.JetStream, job string) (wire.JobStatus, error) {
+	kv, err := js.KeyValue(context.Background(), wire.StatusBucket)
+	if err != nil {
+		return wire.JobStatus{}, err
+	}
+	e, err := kv.Get(context.Background(), job)
+	if err != nil {
+		return wire.JobStatus{}, err
+	}
+	var s wire.JobStatus
+	return s, json.Unmarshal(e.Value(), &s)
+}
+
+// TestControllerRunsAJobWithLocalReplicas: `sluice controller` starts
+// `sluice fn serve` replicas for a submitted job, every sample reaches the
+// reader once, the job succeeds, and its replicas go away.
+func TestControllerRunsAJobWithLocalReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	e := newControllerEnv(t, 24, 6)
+	_, url := startControllerProcess(t, e, "run")
+	if _, err := e.b.Submit(context.Background(), wire.JobSpec{ID: "cli", Dataset: "s3://data/ds/",
+		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 2, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("cli"), wire.ReaderConsumer(wire.DefaultReader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
+		s, err := jobStatus(e.js, "cli")
+		if err != nil {
+			return err
+		}
+		if s.State != wire.JobSucceeded {
+			return fmt.Errorf("job is %s %q (tasks %+v)", s.State, s.Reason, s.Tasks)
+		}
+		if s.SamplesProcessed != 48 {
+			return fmt.Errorf("%d samples processed, want 48", s.SamplesProcessed)
+		}
+		return nil
+	})
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if pids := markedProcesses("run"); len(pids) != 1 {
+			return fmt.Errorf("processes %v, want the controller alone once the job is done", pids)
+		}
+		return nil
+	})
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+		if path == "/metrics" && !strings.Contains(string(body), "sluice_controller_jobs_finished_total") {
+			t.Errorf("metrics lack sluice_controller_jobs_finished_total")
+		}
+	}
+}
+
+// TestControllerKilledLeavesNoReplicasAndAStandbyFinishes: SIGKILL gives
+// the controller no chance to stop its replicas; the kernel's parent-death
+// signal does. A standby controller takes the job once the lease expires,
+// and the reader gets every sample of every epoch once.
+func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	e := newControllerEnv(t, 16, 8)
+	cmd, _ := startControllerProcess(t, e, "kill")
+	// Nobody reads yet: the small output buffer fills and the job keeps its replicas.
+	if _, err := e.b.Submit(context.Background(), wire.JobSpec{ID: "stuck", Dataset: "s3://data/ds/",
+		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 4, Seed: 3, ChunkMaxBytes: 256 << 10, OutputBufferBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if pids := markedProcesses("kill"); len(pids) < 2 {
+			return fmt.Errorf("processes %v, want the controller and a replica", pids)
+		}
+		return nil
+	})
+	startControllerProcess(t, e, "standby")
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if pids := markedProcesses("kill"); len(pids) != 0 {
+			return fmt.Errorf("processes %v outlived the SIGKILLed controller", pids)
+		}
+		return nil
+	})
+
+	seen := map[string]int{}
+	var mu sync.Mutex
+	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("stuck"), wire.ReaderConsumer(wire.DefaultReader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		defer m.Ack()
+		ref, err := wire.ParseChunkRef("stuck", m.Headers())
+		if err != nil || ref.Chunk < 0 {
+			return
+		}
+		f, err := safetensors.Decode(m.Data())
+		if err != nil {
+			return
+		}
+		var keys []string
+		_ = json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			seen[fmt.Sprintf("%d/%s", ref.Epoch, k)]++
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
+		s, err := jobStatus(e.js, "stuck")
+		if err != nil {
+			return err
+		}
+		if s.State != wire.JobSucceeded || s.Owner != "ctl-standby" {
+			return fmt.Errorf("job is %s by %q (tasks %+v), want succeeded by the standby", s.State, s.Owner, s.Tasks)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	dups := 0
+	for _, n := range seen {
+		dups += n - 1
+	}
+	if len(seen) != 4*16 || dups != 0 {
+		t.Errorf("reader got %d distinct samples with %d duplicates, want %d once each", len(seen), dups, 4*16)
+	}
+}
+
+func TestControllerFlagErrorsNameTheFlag(t *testing.T) {
+	code, _, stderr := runCLI(t, "controller", "--actuator", "knative", "--lease-ttl", "1ms", "--max-replicas", "0")
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	for _, w := range []string{`--actuator "knative": want one of local`, "--lease-ttl 1ms: want 100ms..1h0m0s", "--max-replicas 0: want 1..10000"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr %q lacks %q", stderr, w)
+		}
+	}
+}

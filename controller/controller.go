@@ -1,0 +1,308 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// cleanupTimeout bounds what a stopping job does after its context ended:
+// scaling to zero, releasing streams, writing its last status.
+const cleanupTimeout = 30 * time.Second
+
+// Controller runs the jobs whose leases it holds; see the package doc.
+type Controller struct {
+	opts   Options
+	log    *slog.Logger
+	m      *metrics
+	dm     *broker.Metrics
+	runner *autoscale.Runner
+
+	jobsKV, statusKV, leasesKV jetstream.KeyValue
+
+	kick   chan struct{} // wakes the lease keeper
+	synced atomic.Bool   // the job watcher has read every record once
+	stops  sync.WaitGroup
+
+	mu      sync.Mutex
+	known   map[string]wire.Job // job records as last seen
+	owned   map[string]*jobRun
+	closing bool
+}
+
+// New checks opts and builds a controller; logger and reg may be nil.
+func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("controller", opts.ID)
+	runner, err := autoscale.NewRunner(opts.NC, opts.Actuator, opts.Autoscale, logger.With("component", "autoscaler"), reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{
+		opts: opts, log: logger, m: newMetrics(reg), dm: broker.NewMetrics(reg), runner: runner,
+		kick:  make(chan struct{}, 1),
+		known: map[string]wire.Job{},
+		owned: map[string]*jobRun{},
+	}, nil
+}
+
+// ID is the controller's name in leases.
+func (c *Controller) ID() string { return c.opts.ID }
+
+// Ready reports whether the controller has read the job store once and
+// runs its jobs.
+func (c *Controller) Ready() bool { return c.synced.Load() }
+
+// Owned lists the jobs this controller runs now, sorted.
+func (c *Controller) Owned() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.owned))
+	for id := range c.owned {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Runner is the autoscaler shared by the controller's jobs.
+func (c *Controller) Runner() *autoscale.Runner { return c.runner }
+
+// Run ensures the streams and buckets, then watches jobs, keeps leases,
+// runs owned jobs and ticks the autoscaler until ctx ends. It then stops
+// every job's dispatcher (in-flight tasks go back to the queue), scales
+// their replicas to zero and releases their leases, so a standby takes
+// over at once; with Options.Abandon it does none of that. It returns nil
+// after a clean stop.
+func (c *Controller) Run(ctx context.Context) error {
+	if err := streams.Ensure(ctx, c.opts.JS, c.opts.Streams); err != nil {
+		return err
+	}
+	var err error
+	open := func(bucket string) jetstream.KeyValue {
+		if err != nil {
+			return nil
+		}
+		var kv jetstream.KeyValue
+		kv, err = c.opts.JS.KeyValue(ctx, bucket)
+		if err != nil {
+			err = fmt.Errorf("opening key-value bucket %s: %w", bucket, err)
+		}
+		return kv
+	}
+	c.jobsKV, c.statusKV, c.leasesKV = open(wire.JobsBucket), open(wire.StatusBucket), open(wire.LeasesBucket)
+	if err != nil {
+		return err
+	}
+	stopListen, err := c.runner.Listen()
+	if err != nil {
+		return err
+	}
+	defer stopListen()
+	c.log.Info("controller running", "lease_ttl", c.opts.LeaseTTL, "tick", c.opts.Tick,
+		"max_replicas", c.opts.MaxReplicas, "task_ack_wait", c.opts.TaskAckWait)
+
+	var loops sync.WaitGroup
+	loops.Go(func() { c.watchJobs(ctx) })
+	loops.Go(func() { c.keepLeases(ctx) })
+	loops.Go(func() { c.watchLeases(ctx) })
+	t := time.NewTicker(c.opts.Tick)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case now := <-t.C:
+			c.Tick(ctx, now)
+		}
+	}
+	t.Stop()
+	loops.Wait()
+	c.shutdown()
+	return nil
+}
+
+// Tick is one control round: the autoscaler decides and scales every job,
+// then the status of every owned job is written.
+func (c *Controller) Tick(ctx context.Context, now time.Time) {
+	start := time.Now()
+	c.runner.Tick(ctx, now)
+	c.writeStatuses(ctx, now)
+	c.m.tick.Observe(time.Since(start).Seconds())
+}
+
+// writeStatuses puts the status of every job being dispatched or drained.
+func (c *Controller) writeStatuses(ctx context.Context, now time.Time) {
+	c.mu.Lock()
+	runs := make([]*jobRun, 0, len(c.owned))
+	for _, jr := range c.owned {
+		runs = append(runs, jr)
+	}
+	c.mu.Unlock()
+	for _, jr := range runs {
+		c.writeStatus(ctx, jr, now)
+	}
+}
+
+func (c *Controller) writeStatus(ctx context.Context, jr *jobRun, now time.Time) {
+	jr.statusMu.Lock()
+	defer jr.statusMu.Unlock()
+	s, ok := c.status(jr, now)
+	if !ok {
+		return
+	}
+	if err := c.putStatus(ctx, s); err != nil && ctx.Err() == nil {
+		c.m.statusErr.Inc()
+		c.log.Warn("writing job status", "job", jr.id, "err", err)
+	}
+}
+
+// status builds jr's status now; false while it has no dispatcher yet or
+// is stopping.
+func (c *Controller) status(jr *jobRun, now time.Time) (wire.JobStatus, bool) {
+	job, disp, prev, ok := jr.snapshot()
+	if !ok {
+		return wire.JobStatus{}, false
+	}
+	replicas, reason := c.runner.Decision(jr.id)
+	return buildStatus(statusInputs{
+		job: job, owner: c.opts.ID, stats: disp.Stats(), prev: prev,
+		signals:  c.runner.Signals(jr.id),
+		replicas: replicas, ready: c.opts.Actuator.Ready(jr.id), reason: reason,
+	}, now), true
+}
+
+func (c *Controller) putStatus(ctx context.Context, s wire.JobStatus) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encoding status of job %s: %w", s.Job, err)
+	}
+	if _, err := c.statusKV.Put(ctx, s.Job, data); err != nil {
+		return fmt.Errorf("writing status of job %s: %w", s.Job, err)
+	}
+	return nil
+}
+
+// readStatus returns the status stored for job, zero if none.
+func (c *Controller) readStatus(ctx context.Context, job string) (wire.JobStatus, error) {
+	e, err := c.statusKV.Get(ctx, job)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return wire.JobStatus{}, nil
+	}
+	if err != nil {
+		return wire.JobStatus{}, fmt.Errorf("reading status of job %s: %w", job, err)
+	}
+	var s wire.JobStatus
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return wire.JobStatus{}, fmt.Errorf("decoding status of job %s: %w", job, err)
+	}
+	return s, nil
+}
+
+// wants says whether this controller should own job id: its record exists
+// and is not terminal, and the controller is not stopping.
+func (c *Controller) wants(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.known[id]
+	return ok && !j.State.Terminal() && !c.closing
+}
+
+// setKnown records the latest record of a job this controller changed.
+func (c *Controller) setKnown(job wire.Job) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.known[job.Spec.ID]; ok {
+		c.known[job.Spec.ID] = job
+	}
+}
+
+// wake asks the lease keeper for a round now.
+func (c *Controller) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// stopJob stops the run of job id, if this controller has one, for why;
+// it returns once the run has cleaned up.
+func (c *Controller) stopJob(id string, why stopReason) {
+	c.mu.Lock()
+	jr := c.owned[id]
+	if jr == nil || jr.stopping != stopNone {
+		c.mu.Unlock()
+		return
+	}
+	jr.stopping = why
+	c.mu.Unlock()
+	c.log.Info("stopping job", "job", id, "why", why)
+	jr.cancel()
+	<-jr.done
+}
+
+// stopJobAsync stops a job from a loop or timer that must not wait for
+// it. Once the controller is closing, shutdown stops every job itself.
+func (c *Controller) stopJobAsync(id string, why stopReason) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	c.stops.Add(1)
+	go func() {
+		defer c.stops.Done()
+		c.stopJob(id, why)
+	}()
+}
+
+// shutdown stops every owned job, then releases their leases (unless
+// abandoning them).
+func (c *Controller) shutdown() {
+	c.mu.Lock()
+	c.closing = true
+	why := stopShutdown
+	if c.opts.Abandon {
+		why = stopAbandon
+	}
+	ids := make([]string, 0, len(c.owned))
+	for id := range c.owned {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() { c.stopJob(id, why) })
+	}
+	wg.Wait()
+	c.stops.Wait()
+	if c.opts.Abandon {
+		c.log.Info("controller abandoned its jobs", "jobs", len(ids))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for _, id := range ids {
+		c.releaseLease(ctx, id)
+	}
+	c.log.Info("controller stopped", "jobs_released", len(ids))
+}

@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/streams"
+)
+
+// Actuator runs the replicas of jobs: it scales them and says which serve
+// (autoscale.Actuator) and where (broker.Replicas). The local actuator is
+// one.
+type Actuator interface {
+	autoscale.Actuator
+	broker.Replicas
+}
+
+// Defaults of Options.
+const (
+	DefaultLeaseTTL    = 15 * time.Second
+	DefaultTick        = time.Second
+	DefaultMaxReplicas = 8
+	// sendTimeout bounds one shard sent to a replica.
+	sendTimeout = 10 * time.Minute
+)
+
+// Options configure a controller. NC, JS, Broker and Actuator are required.
+type Options struct {
+	// ID names this controller in leases and statuses; unique among the
+	// controllers sharing a NATS system (the command uses hostname-pid).
+	ID string
+	// NC receives the readers' demand signals; JS holds jobs, leases,
+	// statuses and streams; Broker changes job states and releases a
+	// finished job's streams.
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Broker *broker.Broker
+	// Streams are the options the streams and buckets are ensured with.
+	Streams streams.Options
+	// Actuator runs replicas.
+	Actuator Actuator
+	// LeaseTTL is how long a job's lease lives without renewal (default
+	// 15s); it is renewed every LeaseTTL/3. A standby takes a dead
+	// controller's jobs after at most LeaseTTL.
+	LeaseTTL time.Duration
+	// Tick is how often the autoscaler decides and statuses are written (default 1s).
+	Tick time.Duration
+	// TaskAckWait is the dispatch consumers' AckWait: how long tasks a dead
+	// controller had in flight stay stuck (default streams.DispatchAckWait).
+	TaskAckWait time.Duration
+	// MaxReplicas is the cluster capacity: replicas over all jobs, and a
+	// job's cap when its spec sets none (default 8).
+	MaxReplicas int
+	// ReplicaConcurrency is how many tasks one replica takes at once (its
+	// `fn serve --concurrency`; default 1).
+	ReplicaConcurrency int
+	// Autoscale tunes the policy; zero means autoscale.DefaultConfig. Its
+	// MaxReplicas and ClusterCapacity are set from MaxReplicas.
+	Autoscale autoscale.Config
+	// HTTPClient sends tasks to replicas; nil uses one with a 10 minute timeout.
+	HTTPClient *http.Client
+	// Abandon makes Run, when its context ends, stop dispatching and
+	// return without scaling replicas down or releasing leases, as if the
+	// process had died: a standby takes the jobs once the leases expire.
+	// For tests of takeover.
+	Abandon bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.Tick == 0 {
+		o.Tick = DefaultTick
+	}
+	if o.TaskAckWait == 0 {
+		o.TaskAckWait = streams.DispatchAckWait
+	}
+	if o.MaxReplicas == 0 {
+		o.MaxReplicas = DefaultMaxReplicas
+	}
+	if o.ReplicaConcurrency == 0 {
+		o.ReplicaConcurrency = 1
+	}
+	if o.Autoscale == (autoscale.Config{}) {
+		o.Autoscale = autoscale.DefaultConfig()
+	}
+	o.Autoscale.MaxReplicas, o.Autoscale.ClusterCapacity = o.MaxReplicas, o.MaxReplicas
+	o.Autoscale.MinReplicas = min(o.Autoscale.MinReplicas, o.MaxReplicas)
+	o.Autoscale.InitialReplicas = min(max(o.Autoscale.InitialReplicas, 1), o.MaxReplicas)
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: sendTimeout}
+	}
+	return o
+}
+
+// validate names every option out of range at once.
+func (o Options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if strings.TrimSpace(o.ID) == "" {
+		bad("id: want a name unique among controllers")
+	}
+	if o.NC == nil || o.JS == nil {
+		bad("a NATS connection and JetStream are required")
+	}
+	if o.Broker == nil {
+		bad("a broker is required")
+	}
+	if o.Actuator == nil {
+		bad("an actuator is required")
+	}
+	if o.LeaseTTL < 100*time.Millisecond || o.LeaseTTL > time.Hour {
+		bad("lease ttl %v: want 100ms..1h", o.LeaseTTL)
+	}
+	if o.Tick < 10*time.Millisecond || o.Tick > time.Minute {
+		bad("tick %v: want 10ms..1m", o.Tick)
+	}
+	if o.TaskAckWait < 100*time.Millisecond || o.TaskAckWait > time.Hour {
+		bad("task ack wait %v: want 100ms..1h", o.TaskAckWait)
+	}
+	if o.MaxReplicas < 1 || o.MaxReplicas > 10000 {
+		bad("max replicas %d: want 1..10000", o.MaxReplicas)
+	}
+	if o.ReplicaConcurrency < 1 || o.ReplicaConcurrency > 256 {
+		bad("replica concurrency %d: want 1..256", o.ReplicaConcurrency)
+	}
+	if err := o.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Autoscale.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("controller: %w", errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package controller
+
+import (
+	"maps"
+	"time"
+
+	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// statusInputs are what one status is built from.
+type statusInputs struct {
+	job   wire.Job
+	owner string
+	stats broker.DispatchStats
+	// prev is the status found when this controller took the job: what an
+	// earlier owner counted.
+	prev     wire.JobStatus
+	signals  map[string]autoscale.Signal
+	replicas int
+	ready    int
+	reason   string
+}
+
+// buildStatus is the job's status now: this dispatcher's counts on top of
+// what an earlier owner had counted, and each reader's latest signal.
+func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
+	st, prev := in.stats, in.prev
+	s := wire.JobStatus{
+		Job: in.job.Spec.ID, State: in.job.State, Reason: in.job.Reason, Owner: in.owner, Updated: now.UTC(),
+		Tasks: wire.TaskCounts{
+			Total:        st.Total,
+			Done:         max(st.Resumed-prev.Tasks.Failed, 0) + st.Done,
+			Failed:       prev.Tasks.Failed + st.Failed,
+			InFlight:     st.InFlight,
+			Pending:      st.Pending,
+			Redeliveries: prev.Tasks.Redeliveries + st.Redeliveries,
+		},
+		SamplesProcessed: prev.SamplesProcessed + int64(st.Samples),
+		SamplesFailed:    prev.SamplesFailed + int64(st.SampleFailures),
+		SamplesExpected:  prev.SamplesExpected,
+		FailedShards:     append(append([]wire.FailedSample(nil), prev.FailedShards...), st.FailedShards...),
+		Replicas:         in.replicas,
+		ReadyReplicas:    in.ready,
+		ScaleReason:      in.reason,
+	}
+	if st.Total == 0 {
+		s.Tasks.Total = in.job.Tasks()
+	}
+	s.TasksDonePerEpoch = make([]int, in.job.Spec.Epochs)
+	for e := range s.TasksDonePerEpoch {
+		if e < len(prev.TasksDonePerEpoch) {
+			s.TasksDonePerEpoch[e] = prev.TasksDonePerEpoch[e]
+		}
+		s.TasksDonePerEpoch[e] += st.Results[e]
+	}
+	if len(prev.Readers) > 0 || len(in.signals) > 0 {
+		s.Readers = maps.Clone(prev.Readers)
+		if s.Readers == nil {
+			s.Readers = map[string]wire.ReaderStatus{}
+		}
+	}
+	for name, sig := range in.signals {
+		d := sig.Demand
+		s.Readers[name] = wire.ReaderStatus{
+			SamplesDelivered: d.SamplesDone, StallFraction: d.StallFraction,
+			ConsumedPerS: d.ConsumedPerS, Done: d.Done, Seen: sig.At.UTC(),
+		}
+		s.SamplesExpected = max(s.SamplesExpected, d.SamplesTotal)
+	}
+	return s
+}

@@ -1,0 +1,132 @@
+package traineragent
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// Batch is what the trainer gets: BatchSize samples of one epoch (fewer in
+// an epoch's last batch), their keys in row order, and one tensor per name
+// found in the chunks, stacked on dim 0.
+type Batch struct {
+	Epoch   int
+	Keys    []string
+	Tensors []safetensors.Tensor
+}
+
+// sample is one row of a chunk: its key and its bytes in each tensor of the
+// job's schema (aliasing the chunk's payload), and the chunk it came from.
+type sample struct {
+	key  string
+	rows [][]byte
+	src  *heldChunk
+}
+
+// schema is the tensor layout all samples of a job share, so that they can
+// be stacked. Names are sorted; shapes exclude the sample dimension.
+type schema struct {
+	names  []string
+	dtypes []safetensors.DType
+	shapes [][]int
+}
+
+func (s *schema) equal(o *schema) bool {
+	return slices.Equal(s.names, o.names) && slices.Equal(s.dtypes, o.dtypes) &&
+		slices.EqualFunc(s.shapes, o.shapes, func(a, b []int) bool { return slices.Equal(a, b) })
+}
+
+func (s *schema) String() string {
+	out := ""
+	for i, n := range s.names {
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("%s:%s%v", n, s.dtypes[i], s.shapes[i])
+	}
+	return out
+}
+
+// splitChunk decodes a chunk into samples. The payload must outlive them.
+func splitChunk(data []byte) ([]sample, *schema, error) {
+	f, err := safetensors.Decode(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	var keys []string
+	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys); err != nil {
+		return nil, nil, fmt.Errorf("metadata %q: %w", wire.MetaKeys, err)
+	}
+	if len(f.Tensors) == 0 {
+		return nil, nil, fmt.Errorf("no tensors")
+	}
+	sc := &schema{}
+	for name := range f.Tensors {
+		sc.names = append(sc.names, name)
+	}
+	sort.Strings(sc.names)
+	n := len(keys)
+	samples := make([]sample, n)
+	for i := range samples {
+		samples[i] = sample{key: keys[i], rows: make([][]byte, len(sc.names))}
+	}
+	for j, name := range sc.names {
+		t := f.Tensors[name]
+		if len(t.Shape) == 0 || t.Shape[0] != n {
+			return nil, nil, fmt.Errorf("tensor %q has shape %v, want %d rows (one per key)", name, t.Shape, n)
+		}
+		sc.dtypes = append(sc.dtypes, t.DType)
+		sc.shapes = append(sc.shapes, slices.Clone(t.Shape[1:]))
+		if n == 0 {
+			continue
+		}
+		row := len(t.Data) / n
+		for i := range samples {
+			samples[i].rows[j] = t.Data[i*row : (i+1)*row : (i+1)*row]
+		}
+	}
+	return samples, sc, nil
+}
+
+// readyBatch is a batch waiting for the trainer, with the chunks its rows
+// came from, in order.
+type readyBatch struct {
+	Batch
+	from []chunkRows
+}
+
+// chunkRows says that n consecutive rows of a batch came from chunk c.
+type chunkRows struct {
+	c *heldChunk
+	n int
+}
+
+// stack copies samples into one batch.
+func stack(epoch int, sc *schema, samples []sample) readyBatch {
+	b := readyBatch{Batch: Batch{Epoch: epoch, Keys: make([]string, len(samples))}}
+	for i, s := range samples {
+		b.Keys[i] = s.key
+		if k := len(b.from) - 1; k >= 0 && b.from[k].c == s.src {
+			b.from[k].n++
+		} else {
+			b.from = append(b.from, chunkRows{s.src, 1})
+		}
+	}
+	for j, name := range sc.names {
+		size := 0
+		for _, s := range samples {
+			size += len(s.rows[j])
+		}
+		data := make([]byte, 0, size)
+		for _, s := range samples {
+			data = append(data, s.rows[j]...)
+		}
+		shape := append([]int{len(samples)}, sc.shapes[j]...)
+		b.Tensors = append(b.Tensors, safetensors.Tensor{Name: name, DType: sc.dtypes[j], Shape: shape, Data: data})
+	}
+	return b
+}

@@ -1,0 +1,174 @@
+package traineragent
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// positionVersion is the format of a position record.
+const positionVersion = 1
+
+// maxChunksPerShard bounds chunk indices read from a position record.
+const maxChunksPerShard = 1 << 24
+
+// position is a reader's place in a job's output, stored as JSON in
+// wire.ReadersBucket under wire.ReaderKey(job, reader): what was handed out
+// to the trainer, nothing about what merely arrived. Example:
+//
+//	{"v":1,"submitted":"2026-11-23T05:39:25.123Z","finished":1,"epochs":{"1":{"complete":"0-4999,5002",
+//	  "shards":{"5000":{"end":3,"chunks":"0-1","rows":{"2":7}}}}}}
+//
+// says epoch 0 is finished; of epoch 1, shards 0-4999 and 5002 are complete
+// (every chunk handed out, shard end seen); of shard 5000 the end
+// announced 3 chunks, chunks 0 and 1 were handed out in full and the first
+// 7 rows of chunk 2. Shard and chunk sets are written as ranges, or as a
+// base64 bitmap where that is shorter (encodeSet), so an epoch of 10,000
+// shards takes at most about 1.7 KB whatever order its shards complete in.
+type position struct {
+	Version int `json:"v"`
+	// Submitted is the submission time of the job the position is of: a
+	// job deleted and submitted again under its id starts afresh.
+	Submitted string                `json:"submitted,omitempty"`
+	Finished  int                   `json:"finished"` // epochs 0..Finished-1
+	Epochs    map[int]epochPosition `json:"epochs,omitempty"`
+}
+
+type epochPosition struct {
+	Complete string                `json:"complete,omitempty"`
+	Shards   map[int]shardPosition `json:"shards,omitempty"`
+}
+
+type shardPosition struct {
+	// End is the chunk count of the shard end, once it was seen: the end
+	// is acked then and will not come again.
+	End    *int        `json:"end,omitempty"`
+	Chunks string      `json:"chunks,omitempty"` // chunks handed out in full
+	Rows   map[int]int `json:"rows,omitempty"`   // chunk -> leading rows handed out
+}
+
+// snapshot is the current position.
+func (a *assembler) snapshot() position {
+	p := position{Version: positionVersion, Finished: a.finished}
+	for e, ep := range a.open {
+		var out epochPosition
+		out.Complete = encodeSet(ep.complete)
+		for s, sh := range ep.shards {
+			var sp shardPosition
+			if sh.end >= 0 {
+				end := sh.end
+				sp.End = &end
+			}
+			sp.Chunks = encodeSet(sh.delivered)
+			for c, n := range sh.skip {
+				sp.rows(c, n)
+			}
+			for c, h := range sh.held {
+				if h.handed > 0 {
+					sp.rows(c, h.handed)
+				}
+			}
+			if sp.End != nil || sp.Chunks != "" || sp.Rows != nil {
+				if out.Shards == nil {
+					out.Shards = map[int]shardPosition{}
+				}
+				out.Shards[s] = sp
+			}
+		}
+		if out.Complete != "" || out.Shards != nil {
+			if p.Epochs == nil {
+				p.Epochs = map[int]epochPosition{}
+			}
+			p.Epochs[e] = out
+		}
+	}
+	return p
+}
+
+func (sp *shardPosition) rows(c, n int) {
+	if sp.Rows == nil {
+		sp.Rows = map[int]int{}
+	}
+	sp.Rows[c] = n
+}
+
+// restore loads a position into an assembler that has seen no message yet.
+func (a *assembler) restore(p position) error {
+	if p.Version != positionVersion {
+		return fmt.Errorf("position format %d: this agent reads %d", p.Version, positionVersion)
+	}
+	if p.Finished < 0 || p.Finished > a.epochs {
+		return fmt.Errorf("position: finished epochs %d: the job has %d", p.Finished, a.epochs)
+	}
+	a.finished = p.Finished
+	clear(a.open)
+	for _, e := range slices.Sorted(maps.Keys(p.Epochs)) {
+		ep := p.Epochs[e]
+		if e < p.Finished || e >= a.epochs {
+			return fmt.Errorf("position: epoch %d: want %d..%d", e, p.Finished, a.epochs-1)
+		}
+		complete, err := decodeSet(ep.Complete, a.shards)
+		if err != nil {
+			return fmt.Errorf("position: epoch %d: complete shards: %w", e, err)
+		}
+		st := a.epoch(e)
+		st.complete = complete
+		st.nComplete = complete.countBelow(a.shards)
+		st.arrived = st.nComplete
+		for s, sp := range ep.Shards {
+			if s < 0 || s >= a.shards || complete.has(s) {
+				return fmt.Errorf("position: epoch %d: shard %d: out of range or also complete", e, s)
+			}
+			sh := newShardState()
+			if sp.End != nil {
+				if *sp.End < 0 {
+					return fmt.Errorf("position: epoch %d: shard %d: end %d: want >= 0", e, s, *sp.End)
+				}
+				sh.end = *sp.End
+			}
+			limit := maxChunksPerShard
+			if sh.end >= 0 {
+				limit = sh.end
+			}
+			if sh.delivered, err = decodeSet(sp.Chunks, limit); err != nil {
+				return fmt.Errorf("position: epoch %d: shard %d: chunks: %w", e, s, err)
+			}
+			for c, n := range sp.Rows {
+				if c < 0 || c >= limit || n <= 0 || sh.delivered.has(c) {
+					return fmt.Errorf("position: epoch %d: shard %d: rows of chunk %d: %d: out of range", e, s, c, n)
+				}
+				sh.skip[c] = n
+			}
+			st.shards[s] = sh
+			if sh.hasAll(true) {
+				sh.arrivedAll = true
+				st.arrived++
+			}
+			a.checkShard(e, s)
+		}
+		if st.arrived == a.shards {
+			st.cut = true
+		}
+	}
+	a.compact()
+	return nil
+}
+
+// encodePosition is the stored form of p.
+func encodePosition(p position) ([]byte, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encoding position: %w", err)
+	}
+	return data, nil
+}
+
+// decodePosition reads a stored position.
+func decodePosition(data []byte) (position, error) {
+	var p position
+	if err := json.Unmarshal(data, &p); err != nil {
+		return p, fmt.Errorf("decoding position: %w", err)
+	}
+	return p, nil
+}

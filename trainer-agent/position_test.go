@@ -1,0 +1,286 @@
+package traineragent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestSetEncodingRoundTrips(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		members []int
+		want    string // "" to check only the round trip
+	}{
+		{"empty", nil, ""},
+		{"one", []int{0}, "0"},
+		{"ranges", append(span(0, 100), append([]int{150}, span(200, 300)...)...), "0-99,150,200-299"},
+		{"small, as a bitmap", []int{0, 1, 2, 3, 7, 9, 10}, "b:jwY"},
+		{"word boundary", []int{62, 63, 64, 65, 127, 128}, "62-65,127-128"},
+		{"scattered", everyOther(0, 2000), "b:"},
+	} {
+		var b bitset
+		for _, m := range tc.members {
+			b.add(m)
+		}
+		s := encodeSet(b)
+		if tc.want != "" && !strings.HasPrefix(s, tc.want) || tc.want == "" && len(tc.members) == 0 && s != "" {
+			t.Errorf("%s: encoded %q, want %q", tc.name, s, tc.want)
+		}
+		got, err := decodeSet(s, 4000)
+		if err != nil {
+			t.Fatalf("%s: decoding %q: %v", tc.name, s, err)
+		}
+		var members []int
+		for i := range 4000 {
+			if got.has(i) {
+				members = append(members, i)
+			}
+		}
+		if diff := cmp.Diff(tc.members, members); diff != "" {
+			t.Errorf("%s: round trip of %q (-want +got):\n%s", tc.name, s, diff)
+		}
+	}
+	for _, bad := range []string{"1-", "-1", "3-2", "a", "b:!!", "9"} {
+		if _, err := decodeSet(bad, 5); err == nil {
+			t.Errorf("decodeSet(%q, 5) succeeded", bad)
+		}
+	}
+}
+
+func span(from, to int) []int {
+	var out []int
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func everyOther(from, to int) []int {
+	var out []int
+	for i := from; i < to; i += 2 {
+		out = append(out, i)
+	}
+	return out
+}
+
+// fakeMsg stands for a JetStream message in tests of the assembler alone:
+// only its stream sequence is read.
+type fakeMsg struct {
+	jetstream.Msg
+	seq uint64
+	m   outputMsg
+}
+
+func (f *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: f.seq}}, nil
+}
+
+// TestAssemblerResumesExactlyOnce plays a reader that crashes at random
+// points, many times over: each run starts from the last recorded
+// position, gets every message not acked yet (in a new order, copies
+// included), hands out batches at random moments, records the position
+// after each (as Next does) and acks what it allows. Every sample of every
+// epoch must be handed out exactly once over all runs.
+func TestAssemblerResumesExactlyOnce(t *testing.T) {
+	l := layout{{3, 2}, {4}, {1, 2, 3}, {0}, {5, 5}, {}} // a chunk without rows, a shard without chunks
+	job := testJob("j", 3, 4, l)
+	for trial := range 200 {
+		rng := rand.New(rand.NewPCG(uint64(trial), 42))
+		var msgs []*fakeMsg
+		for i, m := range outputs(t, job, l) {
+			msgs = append(msgs, &fakeMsg{seq: uint64(i + 1), m: m})
+		}
+		// Two copies published past the duplicate window: other messages.
+		for range 2 {
+			m := msgs[rng.IntN(len(msgs))]
+			msgs = append(msgs, &fakeMsg{seq: uint64(len(msgs) + 1), m: m.m})
+		}
+		acked := map[uint64]bool{}
+		delivered := map[string]int{}
+		var stored []byte
+		for run := 0; ; run++ {
+			a := newAssembler(job)
+			if stored != nil {
+				p, err := decodePosition(stored)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := a.restore(p); err != nil {
+					t.Fatalf("trial %d run %d: restore %s: %v", trial, run, stored, err)
+				}
+			}
+			a.start()
+			var todo []*fakeMsg
+			for _, m := range msgs {
+				if !acked[m.seq] {
+					todo = append(todo, m)
+				}
+			}
+			rng.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
+			last := run >= 6
+			crashAt := len(todo)
+			if !last && len(todo) > 0 {
+				crashAt = rng.IntN(len(todo) + 1)
+			}
+			var ready []readyBatch
+			sync := func() {
+				data, err := encodePosition(a.snapshot())
+				if err != nil {
+					t.Fatal(err)
+				}
+				stored = data
+				for _, m := range a.takeAcks() {
+					acked[m.(*fakeMsg).seq] = true
+				}
+			}
+			handOut := func(n int) {
+				for ; n > 0 && len(ready) > 0; n-- {
+					b := ready[0]
+					ready = ready[1:]
+					a.handOut(b)
+					sync() // before the batch is returned
+					for _, k := range b.Keys {
+						delivered[fmt.Sprintf("%d/%s", b.Epoch, k)]++
+					}
+				}
+			}
+			for _, m := range todo[:crashAt] {
+				out, err := a.add(m.m.ref, m.m.data, m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ready = append(ready, out.batches...)
+				handOut(rng.IntN(3))
+				if rng.IntN(4) == 0 {
+					sync() // the keep-alive flush
+				}
+			}
+			if !last {
+				continue // crash: what was not recorded is lost with the run
+			}
+			handOut(len(ready))
+			sync()
+			if !a.allFinished() || a.heldBytes != 0 || len(a.held()) != 0 {
+				t.Fatalf("trial %d: after the last run: finished %v, %d bytes held: %s", trial, a.allFinished(), a.heldBytes, stored)
+			}
+			break
+		}
+		for e := range job.Spec.Epochs {
+			for s, chunks := range l {
+				for c, n := range chunks {
+					for i := range n {
+						id := fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))
+						if delivered[id] != 1 {
+							t.Fatalf("trial %d: sample %s delivered %d times", trial, id, delivered[id])
+						}
+						delete(delivered, id)
+					}
+				}
+			}
+		}
+		if len(delivered) > 0 {
+			t.Fatalf("trial %d: unexpected samples delivered: %v", trial, delivered)
+		}
+		for _, m := range msgs {
+			if !acked[m.seq] {
+				t.Fatalf("trial %d: message %s (seq %d) never acked", trial, m.m.ref.MsgID(), m.seq)
+			}
+		}
+	}
+}
+
+// TestPositionSizeFor10000Shards measures the recorded position of an
+// epoch of 10,000 shards: when shards complete roughly in order (as the
+// dispatcher hands them out) and in the worst case, every other shard.
+func TestPositionSizeFor10000Shards(t *testing.T) {
+	const shards = 10000
+	l := make(layout, shards)
+	for s := range l {
+		l[s] = []int{2, 2}
+	}
+	job := testJob("big", 2, 1, l)
+	for _, tc := range []struct {
+		name string
+		done func(s int) bool // shards handed out in full
+	}{
+		{"in order, 16 shards in flight", func(s int) bool { return s < 6000 }},
+		{"every other shard", func(s int) bool { return s%2 == 0 }},
+	} {
+		a := newAssembler(job)
+		a.start()
+		a.finished = 1 // epoch 0 finished
+		add := func(ref outputMsg) []readyBatch {
+			out, err := a.add(ref.ref, ref.data, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out.batches
+		}
+		msgs := outputs(t, testJob("big", 2, 1, l[:1]), l[:1]) // epoch 0 and 1 of shard 0: c0, c1, end
+		for s := range shards {
+			var batches []readyBatch
+			flight := !tc.done(s) && s >= 6000 && s < 6016
+			if !tc.done(s) && !flight {
+				continue
+			}
+			for _, m := range msgs[3:] { // epoch 1
+				m.ref.Shard = s
+				batches = append(batches, add(m)...)
+			}
+			n := len(batches)
+			if flight {
+				n = 3 // chunk 0 in full, the first row of chunk 1
+			}
+			for _, b := range batches[:n] {
+				a.handOut(b)
+			}
+		}
+		data, err := encodePosition(a.snapshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: position of a 10,000-shard epoch: %d bytes", tc.name, len(data))
+		if len(data) > 4<<10 {
+			t.Errorf("%s: position is %d bytes, want at most 4 KiB", tc.name, len(data))
+		}
+		// It restores to the same position.
+		p, err := decodePosition(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newAssembler(job)
+		if err := b.restore(p); err != nil {
+			t.Fatal(err)
+		}
+		again, _ := encodePosition(b.snapshot())
+		if string(again) != string(data) {
+			t.Errorf("%s: restored position differs:\n%s\n%s", tc.name, data, again)
+		}
+	}
+}
+
+func TestRestoreRejectsForeignPositions(t *testing.T) {
+	job := testJob("j", 2, 4, layout{{2}, {2}})
+	for _, bad := range []string{
+		`{"v":2}`,
+		`{"v":1,"finished":3}`,
+		`{"v":1,"finished":1,"epochs":{"0":{"complete":"0"}}}`,
+		`{"v":1,"epochs":{"0":{"complete":"0-2"}}}`,
+		`{"v":1,"epochs":{"0":{"complete":"0","shards":{"0":{"chunks":"0"}}}}}`,
+		`{"v":1,"epochs":{"0":{"shards":{"1":{"end":1,"chunks":"1"}}}}}`,
+		`{"v":1,"epochs":{"0":{"shards":{"1":{"chunks":"0","rows":{"0":1}}}}}}`,
+	} {
+		p, err := decodePosition([]byte(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := newAssembler(job).restore(p); err == nil {
+			t.Errorf("restore(%s) succeeded", bad)
+		}
+	}
+}

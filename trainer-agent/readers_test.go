@@ -1,0 +1,476 @@
+package traineragent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// take calls Next n times (n < 0: until io.EOF) and checks every batch.
+func take(t *testing.T, a *Agent, n int) []Batch {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out []Batch
+	for n < 0 || len(out) < n {
+		b, err := a.Next(ctx)
+		if errors.Is(err, io.EOF) && n < 0 {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("after %d batches: %v", len(out), err)
+		}
+		checkBatch(t, b)
+		out = append(out, b)
+	}
+	return out
+}
+
+// streamMsgs is the number of messages the job's output stream holds.
+func (e env) streamMsgs(t *testing.T, job string) uint64 {
+	t.Helper()
+	s, err := e.js.Stream(context.Background(), wire.OutputStream(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().State.Msgs
+}
+
+// storedPosition reads a reader's recorded position.
+func (e env) storedPosition(t *testing.T, job, reader string) position {
+	t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(context.Background(), wire.ReaderKey(job, reader))
+	if err != nil {
+		t.Fatalf("position of %s: %v", reader, err)
+	}
+	p, err := decodePosition(entry.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestTwoReadersEachGetEverySampleAtTheirOwnPace(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{3, 2}, {4}, {1, 2, 3}}
+	job := testJob("two", 2, 4, l)
+	job.Spec.Readers = []string{"fast", "slow"}
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, l) {
+		e.publish(t, m, "")
+	}
+	agents := map[string]*Agent{}
+	waits := map[string]func() error{}
+	dm := e.watchDemand(t, job.Spec.ID)
+	for _, r := range job.Spec.Readers {
+		a, err := New(e.nc, e.js, job, Options{Reader: r, DemandInterval: 20 * time.Millisecond}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[r] = a
+		waits[r] = runAgent(t, a)
+	}
+	// The fast reader takes everything while the slow one takes nothing.
+	checkDelivery(t, job, l, take(t, agents["fast"], -1))
+	if err := waits["fast"](); err != nil {
+		t.Fatal(err)
+	}
+	if st := agents["slow"].Stats(); st.SamplesDelivered != 0 {
+		t.Fatalf("slow reader delivered %d samples before asking", st.SamplesDelivered)
+	}
+	// The stream keeps every chunk the slow reader has not acked.
+	if n := e.streamMsgs(t, job.Spec.ID); n == 0 {
+		t.Fatal("the stream dropped chunks the slow reader has not taken")
+	}
+	slow := take(t, agents["slow"], 3)
+	checkDelivery(t, job, l, append(slow, take(t, agents["slow"], -1)...))
+	if err := waits["slow"](); err != nil {
+		t.Fatal(err)
+	}
+	// Both acked everything: interest retention empties the stream.
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := e.streamMsgs(t, job.Spec.ID); n != 0 {
+			return fmt.Errorf("%d messages left in the output stream", n)
+		}
+		return nil
+	})
+	for _, r := range job.Spec.Readers {
+		if p := e.storedPosition(t, job.Spec.ID, r); p.Finished != 2 || len(p.Epochs) != 0 {
+			t.Errorf("position of %s = %+v, want 2 epochs finished", r, p)
+		}
+	}
+	done := map[string]bool{}
+	for _, d := range dm.all() {
+		if d.Done {
+			done[d.Reader] = true
+		}
+	}
+	if !done["fast"] || !done["slow"] {
+		t.Errorf("final demands by reader: %v, want one from each", done)
+	}
+}
+
+func TestNewRefusesAnUndeclaredReader(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("j", 1, 1, layout{{1}})
+	job.Spec.Readers = []string{"rank0", "rank1"}
+	_, err := New(e.nc, e.js, job, Options{Reader: "rank2"}, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), `no reader "rank2"`) || !strings.Contains(err.Error(), "rank0, rank1") {
+		t.Errorf("New with an undeclared reader: %v; want an error naming the declared ones", err)
+	}
+	// A spec declaring none has the default reader only.
+	job.Spec.Readers = nil
+	if _, err := New(e.nc, e.js, job, Options{Reader: "other"}, nil, nil); err == nil || !strings.Contains(err.Error(), wire.DefaultReader) {
+		t.Errorf("New with reader other of a job declaring none: %v", err)
+	}
+	if _, err := New(e.nc, e.js, job, Options{}, nil, nil); err != nil {
+		t.Errorf("New with the default reader: %v", err)
+	}
+}
+
+// TestAgentResumesWhereItsBatchesEnded stops agents of one reader twice,
+// once in the middle of a chunk in epoch 0 and once after an epoch finished
+// (with shard ends of the other acked, which the position must remember):
+// over the three runs every sample of every epoch is delivered exactly
+// once, batches full but for each epoch's last.
+func TestAgentResumesWhereItsBatchesEnded(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}} // 26 samples per epoch
+	job := testJob("resume", 2, 4, l)
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, l) {
+		e.publish(t, m, "")
+	}
+	run := func() (*Agent, context.CancelFunc, chan error) {
+		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- a.Run(ctx) }()
+		t.Cleanup(cancel)
+		return a, cancel, errc
+	}
+	stop := func(cancel context.CancelFunc, errc chan error) {
+		cancel()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run after cancel: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run did not stop")
+		}
+	}
+
+	var all []Batch
+	a, cancel, errc := run()
+	all = append(all, take(t, a, 3)...) // 12 samples: shard 0's 9, 3 of shard 1's 5
+	stop(cancel, errc)
+	p := e.storedPosition(t, job.Spec.ID, wire.DefaultReader)
+	partial := 0
+	for _, sh := range p.Epochs[0].Shards {
+		partial += len(sh.Rows)
+	}
+	if p.Finished != 0 || partial == 0 {
+		t.Errorf("position after 3 batches = %+v, want epoch 0 open with a chunk partly handed out", p)
+	}
+
+	a, cancel, errc = run()
+	for a.Stats().Epochs == 0 {
+		all = append(all, take(t, a, 1)...)
+	}
+	stop(cancel, errc)
+	// Epochs may finish out of order (redelivered chunks come after new ones).
+	p = e.storedPosition(t, job.Spec.ID, wire.DefaultReader)
+	finished := p.Finished
+	for _, ep := range p.Epochs {
+		if ep.Complete == fmt.Sprintf("0-%d", len(l)-1) {
+			finished++
+		}
+	}
+	if finished != 1 {
+		t.Errorf("position after an epoch was delivered = %+v, want 1 epoch finished", p)
+	}
+
+	a, _, errc = run()
+	all = append(all, take(t, a, -1)...)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	checkDelivery(t, job, l, all)
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := e.streamMsgs(t, job.Spec.ID); n != 0 {
+			return fmt.Errorf("%d messages left in the output stream", n)
+		}
+		return nil
+	})
+	// A fourth agent has nothing left to deliver.
+	a, _, errc = run()
+	if _, err := a.Next(context.Background()); !errors.Is(err, io.EOF) {
+		t.Errorf("Next of an agent after the end: %v, want io.EOF", err)
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("Run of an agent after the end: %v", err)
+	}
+}
+
+// TestAgentWorksThroughAFullOutputBuffer publishes into an output buffer
+// too small for the job, as functions do (a refused publish is tried again
+// later), while the trainer takes batches only once the buffer was full.
+func TestAgentWorksThroughAFullOutputBuffer(t *testing.T) {
+	e := newEnv(t)
+	chunks := make([]int, 20)
+	for i := range chunks {
+		chunks[i] = 4
+	}
+	l := layout{chunks, chunks, chunks} // 240 samples in 60 chunks
+	job := testJob("full", 1, 4, l)
+	job.Spec.OutputBufferBytes = 16 << 10 // about 30 chunks
+	e.createStream(t, job)
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+
+	var refused atomic.Int64
+	full := make(chan struct{})
+	published := make(chan error, 1)
+	go func() {
+		for _, m := range outputs(t, job, l) {
+			for {
+				_, err := e.js.PublishMsg(context.Background(), m.natsMsg(""))
+				if err == nil {
+					break
+				}
+				var apiErr *jetstream.APIError
+				if !errors.As(err, &apiErr) {
+					published <- err
+					return
+				}
+				if refused.Add(1) == 1 {
+					close(full)
+				}
+				time.Sleep(5 * time.Millisecond) // the dispatcher's retry, shortened
+			}
+		}
+		published <- nil
+	}()
+	select {
+	case <-full:
+	case err := <-published:
+		t.Fatalf("every chunk fit in the output buffer (%v): the test needs a smaller one", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the output buffer never filled")
+	}
+	checkDelivery(t, job, l, take(t, a, -1))
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d publishes refused by the full buffer", refused.Load())
+}
+
+func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
+	for _, end := range []string{"cancelled", "deleted"} {
+		t.Run(end, func(t *testing.T) {
+			e := newEnv(t)
+			l := layout{{2}, {2}}
+			job := testJob("gone", 1, 2, l)
+			job.State = wire.JobRunning
+			e.createStream(t, job)
+			// Open waits for the record.
+			opened := make(chan *Agent, 1)
+			go func() {
+				a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				opened <- a
+			}()
+			e.record(t, job)
+			a := <-opened
+			if a == nil {
+				t.FailNow()
+			}
+			wait := runAgent(t, a)
+			srv := httptest.NewServer(a.Handler())
+			t.Cleanup(srv.Close)
+			msgs := outputs(t, job, l)
+			e.publish(t, msgs[0], "") // shard 0's chunk: one batch
+			b := take(t, a, 1)
+			if len(b[0].Keys) != 2 {
+				t.Fatalf("first batch %v", b[0].Keys)
+			}
+
+			kv, err := e.js.KeyValue(context.Background(), wire.JobsBucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end == "cancelled" {
+				job.State, job.Reason = wire.JobCancelled, "cancelled by alice"
+				e.record(t, job)
+			} else if err := kv.Purge(context.Background(), job.Spec.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := wait(); !errors.Is(err, ErrJobEnded) {
+				t.Fatalf("Run after the job was %s: %v, want ErrJobEnded", end, err)
+			}
+			if _, err := a.Next(context.Background()); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), end) {
+				t.Errorf("Next after the job was %s: %v", end, err)
+			}
+			resp, err := http.Get(srv.URL + "/v1/batch")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusGone || !strings.Contains(string(body), end) {
+				t.Errorf("GET /v1/batch after the job was %s: %s %s", end, resp.Status, body)
+			}
+			if end == "cancelled" && !strings.Contains(string(body), "alice") {
+				t.Errorf("410 body %q does not give the reason", body)
+			}
+		})
+	}
+	t.Run("succeeded through another agent", func(t *testing.T) {
+		e := newEnv(t)
+		job := testJob("done", 1, 2, layout{{2}})
+		job.State = wire.JobSucceeded
+		e.record(t, job)
+		a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := runAgent(t, a)(); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "succeeded") {
+			t.Errorf("Run of an agent with nothing delivered of a succeeded job: %v", err)
+		}
+	})
+	t.Run("refused at open", func(t *testing.T) {
+		e := newEnv(t)
+		job := testJob("over", 1, 2, layout{{2}})
+		job.State, job.Reason = wire.JobFailed, "no sample could be processed"
+		e.record(t, job)
+		_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil)
+		if !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "no sample could be processed") {
+			t.Errorf("Open of a failed job: %v", err)
+		}
+	})
+}
+
+func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{2}, {3}}
+	job := testJob("again", 1, 2, l)
+	job.Submitted = time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := `{"v":1,"submitted":"2026-11-22T05:00:00Z","finished":1}`
+	if _, err := kv.Put(context.Background(), wire.ReaderKey(job.Spec.ID, wire.DefaultReader), []byte(stale)); err != nil {
+		t.Fatal(err)
+	}
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, l) {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+	checkDelivery(t, job, l, take(t, a, -1))
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.storedPosition(t, job.Spec.ID, wire.DefaultReader); p.Submitted != "2026-11-23T05:00:00Z" || p.Finished != 1 {
+		t.Errorf("position after the job = %+v", p)
+	}
+}
+
+// TestTwoAgentsOfOneReaderDoNotBothDeliver runs two agents as one reader:
+// they split the reader's chunks until one of them records a position and
+// the other's compare-and-set fails. The loser stops without handing out
+// its batch and returns its chunks; the winner delivers every sample once.
+// (If the winner took every chunk first, the other just waits.)
+func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{3, 2}, {4}, {1, 2, 3}, {5}}
+	job := testJob("twice", 2, 2, l)
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, l) {
+		e.publish(t, m, "")
+	}
+	type result struct {
+		batches []Batch
+		err     error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	results := make(chan result, 2)
+	for range 2 {
+		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runAgent(t, a)
+		go func() {
+			var r result
+			for {
+				b, err := a.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					r.err = err
+					break
+				}
+				r.batches = append(r.batches, b)
+			}
+			results <- r
+		}()
+	}
+	var won []Batch
+	winners := 0
+	for range 2 {
+		r := <-results
+		switch {
+		case r.err == nil:
+			won = r.batches
+			winners++
+			cancel() // the other has nothing left to wait for
+		case errors.Is(r.err, ErrReaderTaken), errors.Is(r.err, context.Canceled) && winners == 1:
+			t.Logf("the other agent: %v", r.err)
+			if len(r.batches) > 0 {
+				t.Errorf("the agent that lost handed out %d batches (%v)", len(r.batches), r.err)
+			}
+		default:
+			t.Fatalf("agent: %v", r.err)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d agents delivered the job, want 1", winners)
+	}
+	checkDelivery(t, job, l, won)
+}
