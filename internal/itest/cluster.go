@@ -182,8 +182,9 @@ type ControllerOptions struct {
 	TaskAckWait time.Duration // --task-ack-wait (0: 5s)
 }
 
-// StartController starts `sluice controller --actuator local` with short
-// lease and ack timeouts, so that takeovers and redeliveries are quick.
+// StartController starts `sluice controller --actuator local --id NAME`
+// with short lease and ack timeouts, so that takeovers and redeliveries are
+// quick, and waits for its ready line.
 func (c *Cluster) StartController(name string, o ControllerOptions) *Process {
 	c.T.Helper()
 	if o.MaxReplicas == 0 {
@@ -195,13 +196,13 @@ func (c *Cluster) StartController(name string, o ControllerOptions) *Process {
 	if o.TaskAckWait == 0 {
 		o.TaskAckWait = 5 * time.Second
 	}
-	p := c.Start(name, "controller", "--actuator", "local",
+	p := c.Start(name, "controller", "--actuator", "local", "--id", name,
+		"--listen", "127.0.0.1:"+strconv.Itoa(MustFreePort(c.T)),
 		"--max-replicas", strconv.Itoa(o.MaxReplicas),
 		"--lease-ttl", o.LeaseTTL.String(), "--task-ack-wait", o.TaskAckWait.String())
-	// A controller has no ready line; one that cannot start (a bad flag,
-	// no NATS) exits at once: fail here rather than wait for its jobs.
-	if p.Wait(time.Second) == nil {
-		c.T.Fatalf("%s exited at start (%v):\n%s", name, p.ExitErr(), p.Tail(20))
+	// It prints the ready line once it has read the job store.
+	if _, err := p.Ready(60 * time.Second); err != nil {
+		c.T.Fatal(err)
 	}
 	return p
 }
@@ -302,6 +303,11 @@ func Job(ctx context.Context, js jetstream.JetStream, id string) (wire.Job, erro
 func (c *Cluster) WaitJobState(js jetstream.JetStream, id string, want wire.JobState, within time.Duration) wire.Job {
 	c.T.Helper()
 	var j wire.Job
+	defer func() {
+		if c.T.Failed() {
+			c.T.Logf("job %s in JetStream:\n%s", id, DescribeJob(js, id))
+		}
+	}()
 	CheckFor(c.T, within, 200*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -83,12 +83,16 @@ func leaseOwner(t *testing.T, js jetstream.JetStream, job string) string {
 	return owner
 }
 
-// ownerProcess finds the controller an owner id names: by its pid in the
-// id, else by the one controller whose log mentions the id.
+// ownerProcess finds the controller an owner id names: by its name (the
+// controllers' --id), its pid in the id, else by the one controller whose
+// log mentions the id.
 func ownerProcess(t *testing.T, owner string, ctrls []*Process) *Process {
 	t.Helper()
 	var byLog []*Process
 	for _, p := range ctrls {
+		if owner == p.Name {
+			return p
+		}
 		if regexp.MustCompile(`(^|\D)` + strconv.Itoa(p.Pid()) + `(\D|$)`).MatchString(owner) {
 			return p
 		}
