@@ -19,7 +19,8 @@ func TestIntegrationS3Faults(t *testing.T) {
 	c := StartCluster(t, binaries(t), ClusterOptions{Faults: &FaultOptions{
 		Seed: 3, SlowDown: 0.08, Internal: 0.06, Reset: 0.06, SlowBody: 0.05,
 	}})
-	d := c.UploadImages("s3faults", "train/", SmallImages(scenarioSamples, scenarioShards, 13))
+	// More, smaller shards than the other scenarios: more requests to fault.
+	d := c.UploadImages("s3faults", "train/", SmallImages(scenarioSamples, 2*scenarioShards, 13))
 	_, js := c.JetStream()
 	ctrl := c.StartController("controller", ControllerOptions{})
 	retries := ScrapeReplicas(retriesMetric, ctrl)
