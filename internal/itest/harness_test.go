@@ -49,6 +49,7 @@ func TestIntegrationHarness(t *testing.T) {
 	// Through the proxy, with the SDK's retries: every shard lists and reads.
 	cfg := c.S3.Config(c.Proxy.Endpoint())
 	cfg.MaxAttempts = 3 // the test retries on top, to see faults reach it
+	cfg.MaxBackoff = 50 * time.Millisecond
 	cl, err := objstore.NewClient(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
