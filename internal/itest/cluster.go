@@ -219,7 +219,7 @@ type Agent struct {
 func (c *Cluster) StartAgent(name, job, reader string) *Agent {
 	c.T.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(MustFreePort(c.T))
-	args := []string{"agent", "--job", job, "--listen", addr}
+	args := []string{"agent", "--job", job, "--listen", addr, "--log-level", "debug"}
 	if reader != "" {
 		args = append(args, "--reader", reader)
 	}
