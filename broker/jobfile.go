@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-project/sluice/internal/suggest"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -197,7 +198,7 @@ func syntaxProblem(err error) SpecProblem {
 func unknownKey(key string) string {
 	best, dist := "", 3 // suggest only a near miss
 	for _, k := range jobKeys {
-		if d := editDistance(strings.ToLower(strings.ReplaceAll(key, "-", "_")), k); d < dist {
+		if d := suggest.EditDistance(strings.ToLower(strings.ReplaceAll(key, "-", "_")), k); d < dist {
 			best, dist = k, d
 		}
 	}
@@ -205,27 +206,6 @@ func unknownKey(key string) string {
 		return fmt.Sprintf("unknown key %q: did you mean %q?", key, best)
 	}
 	return fmt.Sprintf("unknown key %q: a job spec has %s", key, strings.Join(jobKeys, ", "))
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // decodeField sets key's field from v, the value of top.Content[i].

@@ -62,7 +62,7 @@ func IsPermanent(err error) bool {
 // pass on another attempt or another replica.
 func permanentStatus(code int) bool {
 	switch code {
-	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge:
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
 		return true
 	}
 	return false

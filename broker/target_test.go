@@ -139,6 +139,7 @@ func TestCloudEventsTargetClassifiesFailures(t *testing.T) {
 		{http.StatusBadRequest, true},
 		{http.StatusNotFound, true},
 		{http.StatusRequestEntityTooLarge, true},
+		{http.StatusUnsupportedMediaType, true},
 		{http.StatusTooManyRequests, false},
 		{http.StatusInternalServerError, false},
 		{http.StatusBadGateway, false},

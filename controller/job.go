@@ -321,6 +321,8 @@ func (c *Controller) writeFinalStatus(ctx context.Context, jr *jobRun, rec wire.
 		s = buildStatus(statusInputs{job: job, owner: c.opts.ID, prev: prev}, time.Now())
 	}
 	s.State, s.Reason = rec.State, rec.Reason
+	// Written as the job ends: cleanup scales it to zero right after.
+	s.Replicas, s.ReadyReplicas, s.ScaleReason = 0, 0, "job "+string(rec.State)+": released"
 	if err := c.putStatus(ctx, s); err != nil {
 		jr.log.Warn("writing the final status", "err", err)
 	}

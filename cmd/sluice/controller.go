@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,14 +85,9 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	// Replicas are this binary's `fn serve`, with this controller's
 	// connection settings (secrets through the environment).
-	replicaParts := connect.PartNATS | connect.PartS3
-	act := local.New(local.Options{
-		Command: append([]string{exe, "fn", "serve", "--listen", "127.0.0.1:0",
-			"--cpus", strconv.Itoa(*replicaCPUs), "--concurrency", strconv.Itoa(*concurrency), "--log-level", "warn"},
-			conn.Args(replicaParts)...),
-		Env:         conn.Env(replicaParts),
-		StopTimeout: replicaStopTimeout,
-	}, logger.With("component", "actuator"), reg)
+	ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn)
+	ropts.StopTimeout = replicaStopTimeout
+	act := local.New(ropts, logger.With("component", "actuator"), reg)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
 		defer cancel()

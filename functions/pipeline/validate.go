@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	names "github.com/sluice-project/sluice/internal/suggest"
 )
 
 // Build validates a definition and builds its pipeline. Every problem
@@ -198,7 +200,7 @@ func suggest(name string) string {
 	var all []string
 	for _, o := range Ops() {
 		all = append(all, o.Name)
-		if d := editDistance(name, o.Name); d < bestD {
+		if d := names.EditDistance(name, o.Name); d < bestD {
 			best, bestD = o.Name, d
 		}
 	}
@@ -206,24 +208,4 @@ func suggest(name string) string {
 		return fmt.Sprintf(" (did you mean %s?)", best)
 	}
 	return ": known ops are " + strings.Join(all, ", ")
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -1,6 +1,11 @@
-// Package demo runs one whole Sluice job on a single machine: embedded NATS
-// JetStream and S3, a synthetic dataset, the broker and its dispatcher,
-// function replicas as local processes started from zero by the autoscaler,
-// the trainer agent and a simulated trainer. `sluice demo` and the
-// end-to-end tests call Run; nothing here is mocked.
+// Package demo runs one whole Sluice job on a single machine, composed of
+// the product's own parts and nothing else: embedded NATS JetStream and S3
+// (the embedded defaults), a synthetic dataset, the job submitted through
+// broker.Submit (what `sluice job submit` calls), a controller.Controller
+// with the local actuator built by local.FnServe (what `sluice controller`
+// runs), replicas that are real `sluice fn serve` processes, the trainer
+// agent opened from the job store by id and served over HTTP (what `sluice
+// agent` serves), and a simulated trainer that reads GET /v1/batch as a
+// training script would. `sluice demo` and the end-to-end tests call Run;
+// nothing here is mocked.
 package demo

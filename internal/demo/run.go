@@ -1,12 +1,14 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -17,13 +19,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/controller"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/objstore"
-	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
@@ -45,12 +46,15 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	if err := o.Validate(); err != nil {
 		return Summary{}, err
 	}
 	start := time.Now()
 
-	// 1. Embedded servers.
+	// 1. The embedded defaults: NATS JetStream and S3 on loopback.
 	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: o.DataDir})
 	if err != nil {
 		return Summary{}, err
@@ -61,11 +65,15 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return Summary{}, err
 	}
 	defer s3srv.Close()
+	conn := connect.Default()
+	conn.NATS.URLs = []string{nsrv.URL()}
+	conn.S3.Endpoint, conn.S3.PathStyle = s3srv.Endpoint(), true
 	// The embedded endpoint's own keys: given to this process's client
 	// directly, and to the replicas through the environment, where the AWS
 	// SDK's default chain finds them.
-	s3c, err := objstore.NewClient(ctx, objstore.Config{Endpoint: s3srv.Endpoint(), PathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(demoKey, demoSecret, "")}, reg)
+	ocfg := conn.Objstore()
+	ocfg.Credentials = credentials.NewStaticCredentialsProvider(demoKey, demoSecret, "")
+	s3c, err := objstore.NewClient(ctx, ocfg, reg)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -80,50 +88,45 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	}
 	logger.Info("dataset written", "kind", o.Dataset, "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
 
-	// 3. Broker: the job and its queued shard tasks.
-	conn := connect.Default()
-	conn.NATS.URLs = []string{nsrv.URL()}
+	// 3. The job, as `sluice job submit` submits it.
 	nc, js, err := conn.ConnectNATS(ctx, "sluice-demo", logger)
 	if err != nil {
 		return Summary{}, err
 	}
 	defer nc.Close()
-	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
-		return Summary{}, err
-	}
-	b := broker.New(js, s3c, streams.Options{}, logger.With("component", "broker"))
+	b := broker.New(js, s3c, conn.Streams(), logger.With("component", "broker"))
 	// A --data-dir kept from an earlier run still holds that run's job.
 	if err := b.Delete(ctx, jobID, true); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
 		return Summary{}, fmt.Errorf("clearing the previous demo job: %w", err)
 	}
 	submitted := time.Now()
-	job, err := b.Submit(ctx, wire.JobSpec{
+	if _, err := b.Submit(ctx, wire.JobSpec{
 		ID: jobID, Dataset: "s3://" + bucket + "/" + prefix, Pipeline: o.Pipeline,
 		BatchSize: o.BatchSize, Epochs: o.Epochs, Seed: o.Seed, ChunkMaxBytes: o.ChunkMaxBytes,
-	})
-	if err != nil {
+	}); err != nil {
 		return Summary{}, err
 	}
 
-	// 4. Zero replicas to start with; the autoscaler starts them.
-	act := local.New(local.Options{
-		Command: append(append([]string{}, o.ReplicaCommand...),
-			"--listen", "127.0.0.1:0", "--nats", nsrv.URL(), "--s3-endpoint", s3srv.Endpoint(),
-			"--cpus", strconv.Itoa(o.ReplicaCPUs), "--log-level", "warn"),
-		Env: []string{"AWS_ACCESS_KEY_ID=" + demoKey, "AWS_SECRET_ACCESS_KEY=" + demoSecret},
-	}, logger.With("component", "actuator"), reg)
+	// 4. The controller, as `sluice controller --actuator local` runs it:
+	// zero replicas to start with; its autoscaler starts them.
+	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, conn)
+	ropts.Env = append(ropts.Env, "AWS_ACCESS_KEY_ID="+demoKey, "AWS_SECRET_ACCESS_KEY="+demoSecret)
+	act := local.New(ropts, logger.With("component", "actuator"), reg)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		_ = act.Close(cctx)
 	}()
-	target := broker.NewCloudEventsTarget(jobID, act, &http.Client{Timeout: 10 * time.Minute})
-	disp, err := broker.NewDispatcher(ctx, js, job, target, broker.DispatcherOptions{Replicas: act},
-		logger.With("component", "dispatcher"), broker.NewMetrics(reg))
+	ctl, err := controller.New(controller.Options{
+		ID: "demo", NC: nc, JS: js, Streams: conn.Streams(), Broker: b, Actuator: act,
+		Tick: tickEvery, MaxReplicas: o.MaxReplicas,
+	}, logger.With("component", "controller"), reg)
 	if err != nil {
 		return Summary{}, err
 	}
-	// GPU utilisation goes into the demand signals where NVML finds a GPU;
+
+	// 5. The trainer agent, as `sluice agent --job demo` serves it. GPU
+	// utilisation goes into the demand signals where NVML finds a GPU;
 	// elsewhere the agent reports -1 and the wait time alone measures stall.
 	agentOpts := traineragent.Options{}
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
@@ -132,17 +135,17 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	} else {
 		logger.Info("no GPU utilisation", "reason", err)
 	}
-	agent, err := traineragent.New(nc, js, job, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(reg))
+	agent, err := traineragent.Open(ctx, nc, js, jobID, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(reg))
 	if err != nil {
 		return Summary{}, err
 	}
-	acfg := autoscale.DefaultConfig()
-	acfg.MaxReplicas, acfg.ClusterCapacity = o.MaxReplicas, o.MaxReplicas
-	runner, err := autoscale.NewRunner(nc, act, acfg, logger.With("component", "autoscaler"), reg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, fmt.Errorf("listening for the trainer: %w", err)
 	}
-	runner.AddJob(jobID, autoscale.Job{Backlog: backlog{disp}, Readers: job.Spec.Readers})
+	hs := &http.Server{Handler: agent.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -158,12 +161,14 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 			}
 		}()
 	}
-	dispDone := make(chan struct{})
-	goRun("dispatcher", func(ctx context.Context) error { defer close(dispDone); return disp.Run(ctx) })
-	goRun("trainer agent", agent.Run)
-	ticker := time.NewTicker(tickEvery)
-	defer ticker.Stop()
-	goRun("autoscaler", func(ctx context.Context) error { return runner.Run(ctx, ticker.C) })
+	goRun("controller", ctl.Run)
+	goRun("trainer agent", func(ctx context.Context) error {
+		err := agent.Run(ctx)
+		if errors.Is(err, traineragent.ErrJobEnded) {
+			return nil // the job failed: the summary says why
+		}
+		return err
+	})
 
 	chaosCtx, stopChaos := context.WithCancel(runCtx)
 	defer stopChaos()
@@ -178,29 +183,32 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		defer stop()
 	}
 
-	// 5. The simulated trainer.
-	tr := &trainer{stepTime: o.StepTime, seen: map[string]int{}}
+	// 6. The simulated trainer, reading batches over HTTP.
+	tr := &trainer{url: "http://" + ln.Addr().String() + "/v1/batch", stepTime: o.StepTime, seen: map[string]int{}}
 	expected := int64(o.Samples) * int64(o.Epochs)
 	stopProgress := reportProgress(runCtx, progress, tr, act, expected, start)
-	trainErr := tr.run(runCtx, agent)
+	trainErr := tr.run(runCtx)
 	stopChaos()
 
-	// 6. Back to zero: the dispatcher has acked everything, the autoscaler
-	// sees no backlog and scales to zero.
+	// 7. The job ends (the controller marks it and releases it) and the
+	// replicas go back to zero.
+	var final wire.Job
 	if trainErr == nil {
 		trainErr = waitFor(runCtx, drainWithin, func() bool {
-			select {
-			case <-dispDone:
-			default:
+			j, err := b.Job(runCtx, jobID)
+			if err != nil || !j.State.Terminal() {
 				return false
 			}
+			final = j
 			return act.Ready(jobID) == 0 && act.Counts().Live == 0
 		})
 		if trainErr != nil {
-			trainErr = fmt.Errorf("scaling back to zero: %w", trainErr)
+			trainErr = fmt.Errorf("waiting for the job to end and its replicas to stop: %w", trainErr)
 		}
 	}
 	stopProgress()
+	_, status, statusErr := b.Status(ctx, jobID)
+	events := ctl.Runner().Events()
 	cancel()
 	wg.Wait()
 	close(errs)
@@ -213,22 +221,27 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if ctx.Err() != nil {
 		return Summary{}, ctx.Err()
 	}
+	if statusErr != nil {
+		return Summary{}, fmt.Errorf("reading the job's final status: %w", statusErr)
+	}
 
-	ast, dst, counts := agent.Stats(), disp.Stats(), act.Counts()
+	ast, counts := agent.Stats(), act.Counts()
 	s := Summary{
 		Job:              jobID,
+		State:            string(final.State),
+		Reason:           final.Reason,
 		SamplesExpected:  expected,
 		SamplesDelivered: int64(len(tr.seen)),
 		Duplicates:       tr.duplicates,
 		FailedSamples:    nonNil(ast.FailedSamples),
-		FailedShards:     nonNil(dst.FailedShards),
+		FailedShards:     nonNil(status.FailedShards),
 		Epochs:           ast.Epochs,
 		StallFraction:    ratio(tr.waited.Seconds(), tr.ran.Seconds()),
 		WallS:            time.Since(start).Seconds(),
 		ReplicasMax:      counts.MaxLive,
 		ReplicasFinal:    counts.Live,
 		ReplicasKilled:   counts.Killed,
-		TaskRedeliveries: dst.Redeliveries,
+		TaskRedeliveries: status.Tasks.Redeliveries,
 		DuplicateChunks:  ast.DuplicateChunks,
 	}
 	s.Lost = s.SamplesExpected - s.SamplesDelivered - int64(len(s.FailedSamples))
@@ -236,8 +249,10 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		s.TimeToFirstBatchS = tr.first.Sub(submitted).Seconds()
 		s.ThroughputSamplesPerS = ratio(float64(s.SamplesDelivered), tr.last.Sub(submitted).Seconds())
 	}
-	for _, e := range runner.Events() {
-		s.ScaleEvents = append(s.ScaleEvents, ScaleEvent{TS: e.Time.Sub(start).Seconds(), Replicas: e.Replicas, Reason: e.Reason})
+	for _, e := range events {
+		if e.Job == jobID {
+			s.ScaleEvents = append(s.ScaleEvents, ScaleEvent{TS: e.Time.Sub(start).Seconds(), Replicas: e.Replicas, Reason: e.Reason})
+		}
 	}
 	return s, nil
 }
@@ -259,17 +274,11 @@ func dataset(o Options) ([]synth.Shard, error) {
 	return synth.Images(io)
 }
 
-// backlog adapts the dispatcher's stats to what the autoscaler reads.
-type backlog struct{ d *broker.Dispatcher }
-
-func (b backlog) Backlog() (pending, inflight int, done bool) {
-	s := b.d.Stats()
-	return s.Pending, s.InFlight, s.Done+s.Failed >= s.Total
-}
-
-// trainer stands in for a training loop: it takes batches from the agent
-// and "computes" for stepTime each, counting what it saw.
+// trainer stands in for a training script: it reads batches from the
+// agent's GET /v1/batch until 410 Gone and "computes" for stepTime each,
+// counting what it saw by (epoch, key).
 type trainer struct {
+	url         string
 	stepTime    time.Duration
 	mu          sync.Mutex
 	seen        map[string]int // epoch/key -> deliveries
@@ -280,12 +289,12 @@ type trainer struct {
 	first, last time.Time
 }
 
-func (t *trainer) run(ctx context.Context, agent *traineragent.Agent) error {
+func (t *trainer) run(ctx context.Context) error {
 	began := time.Now()
 	defer func() { t.ran = time.Since(began); t.waited = time.Duration(t.waitedNanos.Load()) }()
 	for {
 		asked := time.Now()
-		batch, err := agent.Next(ctx)
+		batch, err := t.next(ctx)
 		t.waitedNanos.Add(int64(time.Since(asked)))
 		if err == io.EOF {
 			return nil
@@ -313,6 +322,31 @@ func (t *trainer) run(ctx context.Context, agent *traineragent.Agent) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// next GETs one batch; io.EOF once the agent says every batch was
+// delivered (or the job ended: the summary says how).
+func (t *trainer) next(ctx context.Context) (traineragent.Batch, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	if err != nil {
+		return traineragent.Batch{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return traineragent.Batch{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return traineragent.Batch{}, fmt.Errorf("reading a batch: %w", err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return traineragent.DecodeBatch(body)
+	case http.StatusGone:
+		return traineragent.Batch{}, io.EOF
+	}
+	return traineragent.Batch{}, fmt.Errorf("GET %s: %s: %s", t.url, resp.Status, bytes.TrimSpace(body))
 }
 
 // chaos SIGKILLs a random replica every period.

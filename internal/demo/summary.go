@@ -18,7 +18,10 @@ type ScaleEvent struct {
 
 // Summary is what `sluice demo --json` prints. Counts are over all epochs.
 type Summary struct {
-	Job              string `json:"job"`
+	Job string `json:"job"`
+	// State is the job's final state (succeeded, failed) and Reason why it failed.
+	State            string `json:"state"`
+	Reason           string `json:"reason,omitempty"`
 	SamplesExpected  int64  `json:"samples_expected"`
 	SamplesDelivered int64  `json:"samples_delivered"`
 	// Duplicates counts samples the trainer got more than once.
@@ -48,7 +51,10 @@ type Summary struct {
 // through. `sluice demo` exits non-zero when there are any.
 func (s Summary) Problems() []string {
 	var p []string
-	if s.SamplesExpected > 0 && s.SamplesDelivered == 0 {
+	if s.State != "" && s.State != string(wire.JobSucceeded) {
+		p = append(p, fmt.Sprintf("job %s: %s", s.State, s.Reason))
+	}
+	if s.SamplesExpected > 0 && s.SamplesDelivered == 0 && s.State != string(wire.JobFailed) {
 		p = append(p, "no sample could be preprocessed: "+s.firstFailure())
 	}
 	if s.Lost != 0 {
