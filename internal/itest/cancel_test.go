@@ -37,10 +37,15 @@ func TestIntegrationCancel(t *testing.T) {
 	if err := consumersLeft(js, "cancel"); err != nil {
 		t.Error(err)
 	}
-	// The agent has nothing more to hand out: the trainer ends (410 or an
-	// error), never with samples of the cancelled job after its buffer.
-	cancel()
-	<-trained
+	// The agent tells the trainer the job ended: 410 Gone.
+	select {
+	case err := <-trained:
+		if err != nil {
+			t.Errorf("trainer after the cancel: %v, want 410 Gone from the agent", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the agent still serves batches (or waits) 30s after the job was cancelled; want 410 Gone")
+	}
 	t.Logf("scenario=cancel cancelled_after=%d samples reason=%q replicas=0 seconds=%.1f", at, j.Reason, time.Since(start).Seconds())
 }
 
