@@ -20,7 +20,7 @@ func TestIntegrationAgentRestart(t *testing.T) {
 	c := StartCluster(t, binaries(t), ClusterOptions{})
 	d := c.UploadImages("agentrestart", "train/", SmallImages(scenarioSamples, scenarioShards, 16))
 	_, js := c.JetStream()
-	c.StartController("controller", ControllerOptions{})
+	ctrl := c.StartController("controller", ControllerOptions{})
 
 	start := time.Now()
 	c.Submit(imageJob("agentrestart", d, "imagenet-eval"))
@@ -43,6 +43,6 @@ func TestIntegrationAgentRestart(t *testing.T) {
 	defer cancel()
 	waitTrained(t, runTrainer(ctx, tr, agent))
 	took := time.Since(start)
-	waitReleased(t, c, js, "agentrestart", wire.JobSucceeded)
+	waitReleased(t, c, js, "agentrestart", wire.JobSucceeded, ctrl)
 	logReport(t, tr.Check("agent-restart", d.Keys, scenarioEpochs, nil, took))
 }

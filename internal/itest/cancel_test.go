@@ -19,7 +19,7 @@ func TestIntegrationCancel(t *testing.T) {
 	c := StartCluster(t, binaries(t), ClusterOptions{})
 	d := c.UploadImages("cancel", "train/", SmallImages(scenarioSamples, scenarioShards, 15))
 	_, js := c.JetStream()
-	c.StartController("controller", ControllerOptions{})
+	ctrl := c.StartController("controller", ControllerOptions{})
 
 	start := time.Now()
 	c.Submit(imageJob("cancel", d, "imagenet-eval"))
@@ -29,11 +29,15 @@ func TestIntegrationCancel(t *testing.T) {
 	defer cancel()
 	trained := runTrainer(ctx, tr, agent)
 	waitSamples(t, tr, scenarioSamples/2, trained)
+	// The job's series exist while it runs (so that none after means released).
+	if series, err := SeriesOf(ctx, ctrl.URL+"/metrics", "cancel"); err != nil || len(series) == 0 {
+		t.Errorf("controller exports no series of the running job: %v", err)
+	}
 
 	c.MustSluice("job", "cancel", "cancel")
 	at := tr.Samples()
 	j := c.WaitJobState(js, "cancel", wire.JobCancelled, 10*time.Second)
-	waitReleased(t, c, js, "cancel", wire.JobCancelled)
+	waitReleased(t, c, js, "cancel", wire.JobCancelled, ctrl)
 	if err := consumersLeft(js, "cancel"); err != nil {
 		t.Error(err)
 	}

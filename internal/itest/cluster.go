@@ -182,10 +182,17 @@ type ControllerOptions struct {
 	TaskAckWait time.Duration // --task-ack-wait (0: 5s)
 }
 
+// Controller is a `sluice controller` process and the URL of its
+// /metrics, /healthz and /readyz.
+type Controller struct {
+	*Process
+	URL string
+}
+
 // StartController starts `sluice controller --actuator local --id NAME`
 // with short lease and ack timeouts, so that takeovers and redeliveries are
 // quick, and waits for its ready line.
-func (c *Cluster) StartController(name string, o ControllerOptions) *Process {
+func (c *Cluster) StartController(name string, o ControllerOptions) *Controller {
 	c.T.Helper()
 	if o.MaxReplicas == 0 {
 		o.MaxReplicas = 2
@@ -201,10 +208,11 @@ func (c *Cluster) StartController(name string, o ControllerOptions) *Process {
 		"--max-replicas", strconv.Itoa(o.MaxReplicas),
 		"--lease-ttl", o.LeaseTTL.String(), "--task-ack-wait", o.TaskAckWait.String())
 	// It prints the ready line once it has read the job store.
-	if _, err := p.Ready(60 * time.Second); err != nil {
+	url, err := p.Ready(60 * time.Second)
+	if err != nil {
 		c.T.Fatal(err)
 	}
-	return p
+	return &Controller{Process: p, URL: url}
 }
 
 // Agent is a `sluice agent` process on a fixed port, so that a restart

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +22,7 @@ func TestIntegrationControllerFailover(t *testing.T) {
 	o.Corrupt = 2
 	d := c.UploadImages("failover", "train/", o)
 	_, js := c.JetStream()
-	ctrls := []*Process{
+	ctrls := []*Controller{
 		c.StartController("controller-a", ControllerOptions{}),
 		c.StartController("controller-b", ControllerOptions{}),
 	}
@@ -48,7 +45,7 @@ func TestIntegrationControllerFailover(t *testing.T) {
 
 	waitTrained(t, trained)
 	took := time.Since(start)
-	waitReleased(t, c, js, "failover", wire.JobSucceeded)
+	waitReleased(t, c, js, "failover", wire.JobSucceeded, ctrls...)
 	logReport(t, tr.Check("controller-failover", d.Keys, scenarioEpochs, d.Corrupt, took))
 	if r := tr.Check("", d.Keys, scenarioEpochs, d.Corrupt, took); r.Failed != len(d.Corrupt)*scenarioEpochs {
 		t.Errorf("failed samples reported: %d, want %d (the corrupt ones, each epoch)", r.Failed, len(d.Corrupt)*scenarioEpochs)
@@ -83,26 +80,14 @@ func leaseOwner(t *testing.T, js jetstream.JetStream, job string) string {
 	return owner
 }
 
-// ownerProcess finds the controller an owner id names: by its name (the
-// controllers' --id), its pid in the id, else by the one controller whose
-// log mentions the id.
-func ownerProcess(t *testing.T, owner string, ctrls []*Process) *Process {
+// ownerProcess finds the controller an owner id names (their --id).
+func ownerProcess(t *testing.T, owner string, ctrls []*Controller) *Controller {
 	t.Helper()
-	var byLog []*Process
 	for _, p := range ctrls {
 		if owner == p.Name {
 			return p
 		}
-		if regexp.MustCompile(`(^|\D)` + strconv.Itoa(p.Pid()) + `(\D|$)`).MatchString(owner) {
-			return p
-		}
-		if strings.Contains(p.Log(), owner) {
-			byLog = append(byLog, p)
-		}
 	}
-	if len(byLog) == 1 {
-		return byLog[0]
-	}
-	t.Fatalf("cannot tell which controller owner %q is (neither pid in it; %d logs mention it)", owner, len(byLog))
+	t.Fatalf("lease owner %q is none of the controllers", owner)
 	return nil
 }

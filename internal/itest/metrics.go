@@ -135,3 +135,29 @@ func (s *ReplicaScraper) Total() (total float64, replicas, exposing int) {
 	}
 	return total, replicas, exposing
 }
+
+// SeriesOf returns the lines of a Prometheus text page that carry the
+// label job="id".
+func SeriesOf(ctx context.Context, url, job string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	label := `job="` + job + `"`
+	for sc.Scan() {
+		if line := sc.Text(); !strings.HasPrefix(line, "#") && strings.Contains(line, label) {
+			out = append(out, line)
+		}
+	}
+	return out, sc.Err()
+}

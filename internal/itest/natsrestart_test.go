@@ -15,7 +15,7 @@ func TestIntegrationNATSRestart(t *testing.T) {
 	c := StartCluster(t, binaries(t), ClusterOptions{})
 	d := c.UploadImages("natsrestart", "train/", SmallImages(scenarioSamples, scenarioShards, 12))
 	_, js := c.JetStream()
-	c.StartController("controller", ControllerOptions{})
+	ctrl := c.StartController("controller", ControllerOptions{})
 
 	start := time.Now()
 	c.Submit(imageJob("natsrestart", d, "imagenet-eval"))
@@ -36,6 +36,6 @@ func TestIntegrationNATSRestart(t *testing.T) {
 
 	waitTrained(t, trained)
 	took := time.Since(start)
-	waitReleased(t, c, js, "natsrestart", wire.JobSucceeded)
+	waitReleased(t, c, js, "natsrestart", wire.JobSucceeded, ctrl)
 	logReport(t, tr.Check("nats-restart", d.Keys, scenarioEpochs, nil, took))
 }

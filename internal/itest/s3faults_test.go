@@ -23,7 +23,7 @@ func TestIntegrationS3Faults(t *testing.T) {
 	d := c.UploadImages("s3faults", "train/", SmallImages(scenarioSamples, 2*scenarioShards, 13))
 	_, js := c.JetStream()
 	ctrl := c.StartController("controller", ControllerOptions{})
-	retries := ScrapeReplicas(retriesMetric, ctrl)
+	retries := ScrapeReplicas(retriesMetric, ctrl.Process)
 
 	start := time.Now()
 	c.Submit(imageJob("s3faults", d, "imagenet-eval"))
@@ -34,7 +34,7 @@ func TestIntegrationS3Faults(t *testing.T) {
 	waitTrained(t, runTrainer(ctx, tr, agent))
 	took := time.Since(start)
 	retries.Stop()
-	waitReleased(t, c, js, "s3faults", wire.JobSucceeded)
+	waitReleased(t, c, js, "s3faults", wire.JobSucceeded, ctrl)
 	logReport(t, tr.Check("s3-faults", d.Keys, scenarioEpochs, nil, took))
 
 	total, replicas, exposing := retries.Total()

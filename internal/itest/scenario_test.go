@@ -69,9 +69,10 @@ func waitTrained(t *testing.T, trained <-chan error) {
 	}
 }
 
-// waitReleased waits until the job succeeded and its replicas are gone,
-// and checks that its dispatch consumer and output stream were removed.
-func waitReleased(t *testing.T, c *Cluster, js jetstream.JetStream, job string, want wire.JobState) {
+// waitReleased waits until the job is in state want and its replicas are
+// gone, and checks that its tasks, dispatch consumer and output stream were
+// removed and that no running controller still exports a series of it.
+func waitReleased(t *testing.T, c *Cluster, js jetstream.JetStream, job string, want wire.JobState, ctrls ...*Controller) {
 	t.Helper()
 	c.WaitJobState(js, job, want, time.Minute)
 	CheckFor(t, time.Minute, 200*time.Millisecond, func() error {
@@ -81,6 +82,21 @@ func waitReleased(t *testing.T, c *Cluster, js jetstream.JetStream, job string, 
 		return nil
 	})
 	CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error { return jobLeftovers(js, job) })
+	CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		for _, ctrl := range ctrls {
+			if !ctrl.Running() {
+				continue
+			}
+			series, err := SeriesOf(context.Background(), ctrl.URL+"/metrics", job)
+			if err != nil {
+				return err
+			}
+			if len(series) > 0 {
+				return fmt.Errorf("%s still exports %d series of job %s after it ended, e.g. %s", ctrl.Name, len(series), job, series[0])
+			}
+		}
+		return nil
+	})
 }
 
 // jobLeftovers names what job left behind in JetStream: tasks in the task

@@ -61,7 +61,7 @@ func TestIntegrationTwoJobs(t *testing.T) {
 	close(stop)
 	<-watched
 	for _, j := range jobs {
-		waitReleased(t, c, js, j.id, wire.JobSucceeded)
+		waitReleased(t, c, js, j.id, wire.JobSucceeded, ctrl)
 	}
 
 	mu.Lock()
