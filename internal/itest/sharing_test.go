@@ -25,6 +25,9 @@ func TestIntegrationTwoJobs(t *testing.T) {
 	var mu sync.Mutex
 	most := 0
 	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopWatching := func() { stopOnce.Do(func() { close(stop) }) }
+	t.Cleanup(stopWatching)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -58,7 +61,7 @@ func TestIntegrationTwoJobs(t *testing.T) {
 		waitTrained(t, done[i])
 		logReport(t, trainers[i].Check("two-jobs/"+j.id, d.Keys, scenarioEpochs, nil, time.Since(start)))
 	}
-	close(stop)
+	stopWatching()
 	<-watched
 	for _, j := range jobs {
 		waitReleased(t, c, js, j.id, wire.JobSucceeded, ctrl)
