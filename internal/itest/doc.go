@@ -12,10 +12,17 @@
 //
 // The harness (non-test files) is one concept per file: Binaries (building
 // sluice and nats-server, finding versitygw), Process (a child process with
-// its own log, stop, kill, restart), NATSServer, S3Server, FaultProxy,
-// Certs, Trainer, Cluster (all of it wired together, with the connection
-// flags the commands take) and metrics scraping. The scenarios are the
-// TestIntegration* functions.
+// its own log; Stop is SIGTERM then SIGKILL, Kill is SIGKILL, Restart keeps
+// the arguments, so the port and data directory), Certs, NATSServer,
+// S3Server, FaultProxy, Dataset, Trainer (and its by-key Report with the
+// figures line "scenario=... expected=... delivered=... lost=...
+// duplicates=... failed=... seconds=..."), metrics scraping (ScrapeSum,
+// ScrapeReplicas, SeriesOf), DescribeJob (a job's JetStream state, logged
+// when a scenario fails) and Cluster: one scenario's servers with
+// StartController, StartAgent, Submit, Sluice and the connection flags
+// (ConnArgs) and environment (Env) every sluice process gets. The
+// scenarios are the TestIntegration* functions; each starts its own
+// Cluster.
 //
 // Run one scenario:
 //
