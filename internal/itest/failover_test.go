@@ -41,7 +41,16 @@ func TestIntegrationControllerFailover(t *testing.T) {
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now()
 	t.Logf("SIGKILLed %s (lease owner %q) after %d samples", victim.Name, owner, tr.Samples())
+	// The standby takes the lease once it expires (--lease-ttl 3s).
+	CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if o := leaseOwner(t, js, "failover"); o == victim.Name {
+			return fmt.Errorf("lease still owned by %s", o)
+		}
+		return nil
+	})
+	t.Logf("standby took the lease %.1fs after the kill", time.Since(killed).Seconds())
 
 	waitTrained(t, trained)
 	took := time.Since(start)
