@@ -125,9 +125,10 @@ type Agent struct {
 	// posMu serialises position writes; posRev and written belong to it.
 	posMu     sync.Mutex
 	posKV     jetstream.KeyValue
-	posRev    uint64 // revision of the stored position, 0 if none
-	written   uint64 // assembler version last written
-	posBroken bool   // a write failed: no more writes
+	posRev    uint64         // revision of the stored position, 0 if none
+	written   uint64         // assembler version last written
+	posBroken bool           // a write failed: no more writes
+	ackTries  map[uint64]int // failed acks per stream sequence, under posMu
 	// posAttempt is the last value written, which may have landed even
 	// if the write reported failure.
 	posAttempt []byte
@@ -328,6 +329,9 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	if err := a.sync(ctx, false); err != nil {
+		return err
+	}
+	if err := a.settle(ctx); err != nil {
 		return err
 	}
 	stopDemand()

@@ -265,11 +265,7 @@ func (a *Agent) sync(ctx context.Context, forBatch bool) error {
 		a.written = version
 		a.m.positionBytes.Set(float64(len(data)))
 	}
-	for _, m := range acks {
-		if err := m.Ack(); err != nil {
-			a.log.Debug("acking an output message", "error", err)
-		}
-	}
+	a.ackAll(ctx, acks)
 	return nil
 }
 
