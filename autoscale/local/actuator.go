@@ -51,6 +51,8 @@ type Counts struct {
 	// yet reaped no longer counts, though its process may still exist.
 	MaxLive int
 	Live    int // replica processes alive now, stopping and killed ones included
+	// CPU is the CPU time (user + system) of the replicas that exited.
+	CPU time.Duration
 }
 
 // Actuator runs replicas as local processes.
@@ -227,11 +229,16 @@ func (a *Actuator) watch(r *replica, stdout io.Reader) {
 	}
 	io.Copy(io.Discard, stdout) // a line too long for the scanner: keep the pipe flowing
 	err := r.cmd.Wait()
+	var cpu time.Duration
+	if ps := r.cmd.ProcessState; ps != nil {
+		cpu = ps.UserTime() + ps.SystemTime()
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r.exited, r.ready = true, false
 	r.timer.Stop()
+	a.counts.CPU += cpu
 	close(r.done)
 	reps := a.jobs[r.job]
 	for i, x := range reps {

@@ -180,8 +180,14 @@ func TestScaleUpAndDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		if c := a.Counts(); c != (Counts{Started: 2, Stopped: 2, MaxLive: 2}) {
+		c := a.Counts()
+		cpu := c.CPU
+		c.CPU = 0
+		if c != (Counts{Started: 2, Stopped: 2, MaxLive: 2}) {
 			return fmt.Errorf("counts %+v, want 2 started and stopped, 2 at most", c)
+		}
+		if cpu <= 0 {
+			return fmt.Errorf("replicas' CPU time %v, want > 0 once they exited", cpu)
 		}
 		return nil
 	})

@@ -241,6 +241,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		ReplicasMax:      counts.MaxLive,
 		ReplicasFinal:    counts.Live,
 		ReplicasKilled:   counts.Killed,
+		ReplicaCPUS:      counts.CPU.Seconds(),
 		TaskRedeliveries: status.Tasks.Redeliveries,
 		DuplicateChunks:  ast.DuplicateChunks,
 	}

@@ -39,9 +39,11 @@ type Summary struct {
 	ReplicasMax           int                 `json:"replicas_max"`
 	ReplicasFinal         int                 `json:"replicas_final"`
 	ReplicasKilled        int                 `json:"replicas_killed"`
-	TaskRedeliveries      int                 `json:"task_redeliveries"`
-	DuplicateChunks       int64               `json:"duplicate_chunks_dropped"`
-	ScaleEvents           []ScaleEvent        `json:"scale_events"`
+	// ReplicaCPUS is the CPU time the replicas used, in seconds.
+	ReplicaCPUS      float64      `json:"replica_cpu_s"`
+	TaskRedeliveries int          `json:"task_redeliveries"`
+	DuplicateChunks  int64        `json:"duplicate_chunks_dropped"`
+	ScaleEvents      []ScaleEvent `json:"scale_events"`
 }
 
 // Problems says, one line each, what makes the run a failure: no sample
@@ -99,8 +101,8 @@ func (s Summary) WriteText(w io.Writer) {
 		s.SamplesDelivered, s.SamplesExpected, len(s.FailedSamples), s.Lost, s.Duplicates, s.Epochs)
 	fmt.Fprintf(w, "  speed        %.1f samples/s, trainer stalled %.1f%% of the time, first batch after %.2fs, %.1fs in all\n",
 		s.ThroughputSamplesPerS, 100*s.StallFraction, s.TimeToFirstBatchS, s.WallS)
-	fmt.Fprintf(w, "  replicas     max %d, final %d, killed %d; %d task redeliveries, %d duplicate chunks dropped\n",
-		s.ReplicasMax, s.ReplicasFinal, s.ReplicasKilled, s.TaskRedeliveries, s.DuplicateChunks)
+	fmt.Fprintf(w, "  replicas     max %d, final %d, killed %d, %.1f CPU-seconds; %d task redeliveries, %d duplicate chunks dropped\n",
+		s.ReplicasMax, s.ReplicasFinal, s.ReplicasKilled, s.ReplicaCPUS, s.TaskRedeliveries, s.DuplicateChunks)
 	for i, f := range s.FailedSamples {
 		if i == 5 {
 			fmt.Fprintf(w, "  ... and %d more failed samples (see --json)\n", len(s.FailedSamples)-5)
