@@ -22,15 +22,23 @@ const (
 
 // Encode writes b as a safetensors file with the job, epoch and keys in its metadata.
 func (b Batch) Encode(job string) ([]byte, error) {
+	meta, err := b.metadata(job)
+	if err != nil {
+		return nil, err
+	}
+	return safetensors.Encode(b.Tensors, meta)
+}
+
+func (b Batch) metadata(job string) (map[string]string, error) {
 	keys, err := json.Marshal(b.Keys)
 	if err != nil {
 		return nil, fmt.Errorf("encoding batch keys: %w", err)
 	}
-	return safetensors.Encode(b.Tensors, map[string]string{
+	return map[string]string{
 		MetaBatchJob:   job,
 		MetaBatchEpoch: strconv.Itoa(b.Epoch),
 		MetaBatchKeys:  string(keys),
-	})
+	}, nil
 }
 
 // DecodeBatch reads a batch written by Batch.Encode; tensors alias data and
@@ -94,7 +102,14 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	data, err := b.Encode(a.job.Spec.ID)
+	// The file as Encode writes it, without copying the tensors into one
+	// buffer first: a batch is MBs.
+	meta, err := b.metadata(a.job.Spec.ID)
+	var head []byte
+	var size int
+	if err == nil {
+		head, size, err = safetensors.Header(b.Tensors, meta)
+	}
 	if err != nil {
 		// The batch is lost to this trainer; say so rather than hide it.
 		for _, k := range b.Keys {
@@ -104,11 +119,18 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.Header().Set("Content-Length", strconv.Itoa(size))
 	w.Header().Set(wire.HeaderEpoch, strconv.Itoa(b.Epoch))
 	// The position already counts this batch as delivered: a trainer
 	// that loses it here does not get it from a restarted agent either.
-	if _, err := w.Write(data); err != nil {
+	_, err = w.Write(head)
+	for _, t := range b.Tensors {
+		if err != nil {
+			break
+		}
+		_, err = w.Write(t.Data)
+	}
+	if err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
 		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "samples", len(b.Keys), "error", err)
 		for _, k := range b.Keys {

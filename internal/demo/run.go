@@ -227,23 +227,24 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 
 	ast, counts := agent.Stats(), act.Counts()
 	s := Summary{
-		Job:              jobID,
-		State:            string(final.State),
-		Reason:           final.Reason,
-		SamplesExpected:  expected,
-		SamplesDelivered: int64(len(tr.seen)),
-		Duplicates:       tr.duplicates,
-		FailedSamples:    nonNil(ast.FailedSamples),
-		FailedShards:     nonNil(status.FailedShards),
-		Epochs:           ast.Epochs,
-		StallFraction:    ratio(tr.waited.Seconds(), tr.ran.Seconds()),
-		WallS:            time.Since(start).Seconds(),
-		ReplicasMax:      counts.MaxLive,
-		ReplicasFinal:    counts.Live,
-		ReplicasKilled:   counts.Killed,
-		ReplicaCPUS:      counts.CPU.Seconds(),
-		TaskRedeliveries: status.Tasks.Redeliveries,
-		DuplicateChunks:  ast.DuplicateChunks,
+		Job:                jobID,
+		State:              string(final.State),
+		Reason:             final.Reason,
+		SamplesExpected:    expected,
+		SamplesDelivered:   int64(len(tr.seen)),
+		Duplicates:         tr.duplicates,
+		FailedSamples:      nonNil(ast.FailedSamples),
+		FailedShards:       nonNil(status.FailedShards),
+		Epochs:             ast.Epochs,
+		StallFraction:      ratio(tr.waited.Seconds(), tr.ran.Seconds()),
+		AgentStallFraction: ratio(ast.StallTime.Seconds(), tr.ran.Seconds()),
+		WallS:              time.Since(start).Seconds(),
+		ReplicasMax:        counts.MaxLive,
+		ReplicasFinal:      counts.Live,
+		ReplicasKilled:     counts.Killed,
+		ReplicaCPUS:        counts.CPU.Seconds(),
+		TaskRedeliveries:   status.Tasks.Redeliveries,
+		DuplicateChunks:    ast.DuplicateChunks,
 	}
 	s.Lost = s.SamplesExpected - s.SamplesDelivered - int64(len(s.FailedSamples))
 	if !tr.first.IsZero() {
@@ -337,7 +338,13 @@ func (t *trainer) next(ctx context.Context) (traineragent.Batch, error) {
 		return traineragent.Batch{}, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	var body []byte
+	if resp.ContentLength > 0 && resp.ContentLength < 1<<31 {
+		body = make([]byte, resp.ContentLength) // a batch is MBs: read it once
+		_, err = io.ReadFull(resp.Body, body)
+	} else {
+		body, err = io.ReadAll(resp.Body)
+	}
 	if err != nil {
 		return traineragent.Batch{}, fmt.Errorf("reading a batch: %w", err)
 	}

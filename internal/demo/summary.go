@@ -33,12 +33,16 @@ type Summary struct {
 	FailedShards          []wire.FailedSample `json:"failed_shards"`
 	Epochs                int                 `json:"epochs"`
 	ThroughputSamplesPerS float64             `json:"throughput_samples_per_s"`
-	StallFraction         float64             `json:"stall_fraction"`
-	TimeToFirstBatchS     float64             `json:"time_to_first_batch_s"`
-	WallS                 float64             `json:"wall_s"`
-	ReplicasMax           int                 `json:"replicas_max"`
-	ReplicasFinal         int                 `json:"replicas_final"`
-	ReplicasKilled        int                 `json:"replicas_killed"`
+	// StallFraction is the share of the trainer's time spent getting
+	// batches (waiting for data, and the HTTP transfer itself);
+	// AgentStallFraction the share the agent had no batch ready for it.
+	StallFraction      float64 `json:"stall_fraction"`
+	AgentStallFraction float64 `json:"agent_stall_fraction"`
+	TimeToFirstBatchS  float64 `json:"time_to_first_batch_s"`
+	WallS              float64 `json:"wall_s"`
+	ReplicasMax        int     `json:"replicas_max"`
+	ReplicasFinal      int     `json:"replicas_final"`
+	ReplicasKilled     int     `json:"replicas_killed"`
 	// ReplicaCPUS is the CPU time the replicas used, in seconds.
 	ReplicaCPUS      float64      `json:"replica_cpu_s"`
 	TaskRedeliveries int          `json:"task_redeliveries"`
@@ -99,8 +103,8 @@ func (s Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  samples      %d delivered of %d expected, %d failed, %d lost, %d duplicates (%d epochs)\n",
 		s.SamplesDelivered, s.SamplesExpected, len(s.FailedSamples), s.Lost, s.Duplicates, s.Epochs)
-	fmt.Fprintf(w, "  speed        %.1f samples/s, trainer stalled %.1f%% of the time, first batch after %.2fs, %.1fs in all\n",
-		s.ThroughputSamplesPerS, 100*s.StallFraction, s.TimeToFirstBatchS, s.WallS)
+	fmt.Fprintf(w, "  speed        %.1f samples/s, trainer waited %.1f%% of the time (%.1f%% with no batch ready), first batch after %.2fs, %.1fs in all\n",
+		s.ThroughputSamplesPerS, 100*s.StallFraction, 100*s.AgentStallFraction, s.TimeToFirstBatchS, s.WallS)
 	fmt.Fprintf(w, "  replicas     max %d, final %d, killed %d, %.1f CPU-seconds; %d task redeliveries, %d duplicate chunks dropped\n",
 		s.ReplicasMax, s.ReplicasFinal, s.ReplicasKilled, s.ReplicaCPUS, s.TaskRedeliveries, s.DuplicateChunks)
 	for i, f := range s.FailedSamples {

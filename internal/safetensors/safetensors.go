@@ -64,6 +64,22 @@ var ErrCorrupt = errors.New("corrupt safetensors")
 
 // Encode lays tensors out in the order given and returns the whole file.
 func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	head, size, err := Header(tensors, metadata)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, size)
+	out = append(out, head...)
+	for _, t := range tensors {
+		out = append(out, t.Data...)
+	}
+	return out, nil
+}
+
+// Header returns the start of the file Encode would write (the header's
+// length and the header) and the whole file's size, so that a server can
+// write the tensors' data after it without copying them into one buffer.
+func Header(tensors []Tensor, metadata map[string]string) (head []byte, size int, err error) {
 	header := make(map[string]any, len(tensors)+1)
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
@@ -71,33 +87,30 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	off := 0
 	for _, t := range tensors {
 		if t.Name == "" || t.Name == "__metadata__" {
-			return nil, fmt.Errorf("tensor name %q is reserved or empty", t.Name)
+			return nil, 0, fmt.Errorf("tensor name %q is reserved or empty", t.Name)
 		}
 		if _, dup := header[t.Name]; dup {
-			return nil, fmt.Errorf("tensor %q appears twice", t.Name)
+			return nil, 0, fmt.Errorf("tensor %q appears twice", t.Name)
 		}
 		if want := Elements(t.Shape) * t.DType.Size(); want != len(t.Data) || t.DType.Size() == 0 {
-			return nil, fmt.Errorf("tensor %q: %s%v needs %d bytes, has %d", t.Name, t.DType, t.Shape, want, len(t.Data))
+			return nil, 0, fmt.Errorf("tensor %q: %s%v needs %d bytes, has %d", t.Name, t.DType, t.Shape, want, len(t.Data))
 		}
 		header[t.Name] = entry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int{off, off + len(t.Data)}}
 		off += len(t.Data)
 	}
 	h, err := json.Marshal(header)
 	if err != nil {
-		return nil, fmt.Errorf("encoding header: %w", err)
+		return nil, 0, fmt.Errorf("encoding header: %w", err)
 	}
 	// Pad the header with spaces so the data starts 8-byte aligned, as the
 	// reference writer does; readers may then view it in place.
 	for (8+len(h))%8 != 0 {
 		h = append(h, ' ')
 	}
-	out := make([]byte, 8, 8+len(h)+off)
-	binary.LittleEndian.PutUint64(out, uint64(len(h)))
-	out = append(out, h...)
-	for _, t := range tensors {
-		out = append(out, t.Data...)
-	}
-	return out, nil
+	head = make([]byte, 8, 8+len(h))
+	binary.LittleEndian.PutUint64(head, uint64(len(h)))
+	head = append(head, h...)
+	return head, len(head) + off, nil
 }
 
 // Decode parses b; tensors alias b.

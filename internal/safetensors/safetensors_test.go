@@ -54,3 +54,21 @@ func TestDecodeCorrupt(t *testing.T) {
 		}
 	}
 }
+
+func TestHeaderThenDataIsEncode(t *testing.T) {
+	img := Tensor{Name: "image", DType: U8, Shape: []int{2, 3}, Data: []byte{1, 2, 3, 4, 5, 6}}
+	lbl := Tensor{Name: "label", DType: I64, Shape: []int{1}, Data: make([]byte, 8)}
+	meta := map[string]string{"keys": `["a","b"]`}
+	whole, err := Encode([]Tensor{img, lbl}, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, size, err := Header([]Tensor{img, lbl}, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed := append(append(append([]byte{}, head...), img.Data...), lbl.Data...)
+	if !bytes.Equal(streamed, whole) || size != len(whole) {
+		t.Errorf("header + data = %d bytes (size %d), Encode = %d bytes; equal %v", len(streamed), size, len(whole), bytes.Equal(streamed, whole))
+	}
+}
