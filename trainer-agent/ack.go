@@ -13,54 +13,68 @@ import (
 )
 
 const (
-	// ackTimeout bounds the wait for the server to confirm one ack.
-	ackTimeout = 2 * time.Second
-	// ackTries is how often an ack is tried (one try per sync) before
-	// settle is left to catch it.
-	ackTries = 8
+	// ackConfirmTimeout bounds the flush that confirms acks.
+	ackConfirmTimeout = 5 * time.Second
 	// settlePoll is how long settle waits for redeliveries per round.
 	settlePoll = time.Second
 )
 
-// ackAll acks msgs and waits for the server to confirm each: a plain ack
-// written to a connection that is about to drop (a nats-server restart) is
-// lost without a word, and the reader's consumer would then never drain,
-// so the job would never count as done. An ack that fails is tried again
-// on the next sync (a batch, or the keep-alive tick), up to ackTries
-// times. a.posMu must be held.
-func (a *Agent) ackAll(ctx context.Context, msgs []jetstream.Msg) {
-	var retry []jetstream.Msg
+// sentAck is an ack written to the connection, not yet known to have
+// reached the server; conn is the connection's reconnect count then.
+type sentAck struct {
+	msg  jetstream.Msg
+	conn uint64
+}
+
+// ackAll acks msgs. The acks are fire-and-forget, so that handing out a
+// batch waits for no round trip; confirmAcks later makes sure they
+// arrived. a.posMu must be held.
+func (a *Agent) ackAll(msgs []jetstream.Msg) {
+	conn := a.nc.Stats().Reconnects
 	for _, m := range msgs {
-		var seq uint64
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
+		if err := m.Ack(); err != nil {
+			a.log.Debug("acking an output message", "error", err)
 		}
-		err := errors.New("nats disconnected")
-		if a.nc.IsConnected() {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-			err = m.DoubleAck(actx)
-			cancel()
-		}
-		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			delete(a.ackTries, seq)
-			continue
-		}
-		if a.ackTries == nil {
-			a.ackTries = map[uint64]int{}
-		}
-		if a.ackTries[seq]++; a.ackTries[seq] >= ackTries {
-			a.log.Warn("giving up acking an output message; it will come back as a copy", "stream_seq", seq, "error", err)
-			delete(a.ackTries, seq)
-			continue
-		}
-		a.log.Debug("acking an output message; retrying", "stream_seq", seq, "error", err)
-		retry = append(retry, m)
+		a.unconfirmed = append(a.unconfirmed, sentAck{m, conn})
 	}
-	if len(retry) > 0 {
-		a.mu.Lock()
-		a.asm.acks = append(retry, a.asm.acks...)
-		a.mu.Unlock()
+}
+
+// confirmAcks makes sure the acks sent so far reached the server. An ack
+// written to a connection that then drops (a nats-server restart) is lost
+// without a word, and the reader's consumer would never drain, so the job
+// would never count as done. The server reads a connection in order, so a
+// flush round trip confirms every ack written before it on the same
+// connection; acks written before a reconnect are sent again (acking a
+// message twice is harmless). It runs on the keep-alive tick and in settle.
+func (a *Agent) confirmAcks(ctx context.Context) error {
+	a.posMu.Lock()
+	defer a.posMu.Unlock()
+	if len(a.unconfirmed) == 0 {
+		return nil
 	}
+	fctx, cancel := context.WithTimeout(ctx, ackConfirmTimeout)
+	err := a.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("confirming acks: %w", err)
+	}
+	conn := a.nc.Stats().Reconnects
+	again := a.unconfirmed[:0]
+	for _, s := range a.unconfirmed {
+		if s.conn == conn {
+			continue // written to this connection, before the flush
+		}
+		if err := s.msg.Ack(); err != nil {
+			a.log.Debug("acking an output message again after a reconnect", "error", err)
+		}
+		again = append(again, sentAck{s.msg, conn})
+	}
+	clear(a.unconfirmed[len(again):])
+	a.unconfirmed = again
+	if len(again) > 0 {
+		a.log.Info("acks sent again after a reconnect", "messages", len(again))
+	}
+	return nil
 }
 
 // settle runs once every batch was handed out: it waits until the reader's
@@ -84,6 +98,9 @@ func (a *Agent) settle(ctx context.Context) error {
 	for {
 		if err := a.sync(ctx, false); err != nil {
 			return err
+		}
+		if err := a.confirmAcks(ctx); err != nil {
+			a.log.Debug("settling", "error", err)
 		}
 		info, err := cons.Info(ctx)
 		switch {

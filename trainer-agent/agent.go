@@ -125,10 +125,11 @@ type Agent struct {
 	// posMu serialises position writes; posRev and written belong to it.
 	posMu     sync.Mutex
 	posKV     jetstream.KeyValue
-	posRev    uint64         // revision of the stored position, 0 if none
-	written   uint64         // assembler version last written
-	posBroken bool           // a write failed: no more writes
-	ackTries  map[uint64]int // failed acks per stream sequence, under posMu
+	posRev    uint64 // revision of the stored position, 0 if none
+	written   uint64 // assembler version last written
+	posBroken bool   // a write failed: no more writes
+	// unconfirmed are acks sent and not yet confirmed (confirmAcks).
+	unconfirmed []sentAck
 	// posAttempt is the last value written, which may have landed even
 	// if the write reported failure.
 	posAttempt []byte

@@ -265,7 +265,7 @@ func (a *Agent) sync(ctx context.Context, forBatch bool) error {
 		a.written = version
 		a.m.positionBytes.Set(float64(len(data)))
 	}
-	a.ackAll(ctx, acks)
+	a.ackAll(acks)
 	return nil
 }
 
@@ -346,6 +346,9 @@ func (a *Agent) keepAlive(ctx context.Context) {
 				a.stop(err)
 			}
 			return
+		}
+		if err := a.confirmAcks(ctx); err != nil {
+			a.log.Debug("keeping acks", "error", err) // tried again on the next tick
 		}
 		a.mu.Lock()
 		held := a.asm.held()
