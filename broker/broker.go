@@ -295,18 +295,24 @@ func (b *Broker) Job(ctx context.Context, id string) (wire.Job, error) {
 	if err != nil {
 		return wire.Job{}, err
 	}
+	job, _, err := readRecord(ctx, kv, id)
+	return job, err
+}
+
+// readRecord reads job id's record and its revision.
+func readRecord(ctx context.Context, kv jetstream.KeyValue, id string) (wire.Job, uint64, error) {
 	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return wire.Job{}, fmt.Errorf("job %s: %w", id, ErrJobNotFound)
+		return wire.Job{}, 0, fmt.Errorf("job %s: %w", id, ErrJobNotFound)
 	}
 	if err != nil {
-		return wire.Job{}, fmt.Errorf("looking up job %s: %w", id, err)
+		return wire.Job{}, 0, fmt.Errorf("looking up job %s: %w", id, err)
 	}
 	var job wire.Job
 	if err := json.Unmarshal(e.Value(), &job); err != nil {
-		return wire.Job{}, fmt.Errorf("decoding job %s record: %w", id, err)
+		return wire.Job{}, 0, fmt.Errorf("decoding job %s record: %w", id, err)
 	}
-	return job, nil
+	return job, e.Revision(), nil
 }
 
 // Delete removes job id and everything of it: its dispatcher's consumer,

@@ -32,16 +32,9 @@ func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, re
 		return wire.Job{}, err
 	}
 	for range casRetries {
-		e, err := kv.Get(ctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return wire.Job{}, fmt.Errorf("job %s: %w", id, ErrJobNotFound)
-		}
+		job, rev, err := readRecord(ctx, kv, id)
 		if err != nil {
-			return wire.Job{}, fmt.Errorf("looking up job %s: %w", id, err)
-		}
-		var job wire.Job
-		if err := json.Unmarshal(e.Value(), &job); err != nil {
-			return wire.Job{}, fmt.Errorf("decoding job %s record: %w", id, err)
+			return wire.Job{}, err
 		}
 		if allowed != nil && !allowed(job.State) {
 			return job, fmt.Errorf("job %s is %s: %w to %s", id, job.State, ErrTransition, to)
@@ -51,7 +44,7 @@ func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, re
 		if err != nil {
 			return wire.Job{}, fmt.Errorf("encoding job %s record: %w", id, err)
 		}
-		if _, err := kv.Update(ctx, id, data, e.Revision()); err != nil {
+		if _, err := kv.Update(ctx, id, data, rev); err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
 				continue // changed under us: read again
 			}
