@@ -2,6 +2,7 @@ package traineragent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -87,7 +88,7 @@ func (a *Agent) confirmAcks(ctx context.Context) error {
 func (a *Agent) settle(ctx context.Context) error {
 	stream, name := wire.OutputStream(a.job.Spec.ID), wire.ReaderConsumer(a.reader)
 	cons, err := a.js.Consumer(ctx, stream, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if outputGone(err) {
 		return nil
 	}
 	if err != nil {
@@ -104,11 +105,24 @@ func (a *Agent) settle(ctx context.Context) error {
 		}
 		info, err := cons.Info(ctx)
 		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+		case outputGone(err):
+			return nil // the job was released: nothing left to settle
+		case err != nil:
+			if a.jobOver(ctx) {
+				return nil // its controller saw every reader drained, or it ended
+			}
+			if time.Now().After(deadline) {
+				a.log.Warn("could not check the reader's consumer; leaving it", "error", err)
+				return nil
+			}
+			a.log.Debug("checking the reader's consumer", "error", err)
+			if err := sleepCtx(ctx, settlePoll); err != nil {
+				return err
+			}
+			continue
+		case info.NumPending == 0 && info.NumAckPending == 0:
 			return nil
-		case err == nil && info.NumPending == 0 && info.NumAckPending == 0:
-			return nil
-		case err == nil && !logged:
+		case !logged:
 			a.log.Info("every batch delivered; settling the reader's consumer", "pending", info.NumPending, "unacked", info.NumAckPending)
 			logged = true
 		}
@@ -118,8 +132,11 @@ func (a *Agent) settle(ctx context.Context) error {
 		}
 		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(settlePoll))
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if outputGone(err) {
+				return nil
+			}
+			if err := sleepCtx(ctx, settlePoll/4); err != nil {
+				return err
 			}
 			continue
 		}
@@ -127,4 +144,37 @@ func (a *Agent) settle(ctx context.Context) error {
 			a.handle(msg)
 		}
 	}
+}
+
+// outputGone reports whether err says the job's output stream or the
+// reader's consumer no longer exists (the controller released the job).
+func outputGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// jobOver reports whether the job's record is gone or in a terminal state.
+func (a *Agent) jobOver(ctx context.Context) bool {
+	jobs, err := a.js.KeyValue(ctx, wire.JobsBucket)
+	if err != nil {
+		return false
+	}
+	e, err := jobs.Get(ctx, a.job.Spec.ID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	var job wire.Job
+	return json.Unmarshal(e.Value(), &job) == nil && job.State.Terminal()
 }
