@@ -21,8 +21,8 @@ func readerOf(d wire.Demand) string {
 	return d.Reader
 }
 
-// fill is how full a signal's buffer is, in [0,1].
-func fill(d wire.Demand) float64 {
+// bufferFill is how full a signal's buffer is (buffered / capacity).
+func bufferFill(d wire.Demand) float64 {
 	if d.BufferCapacity <= 0 {
 		return 0
 	}
@@ -78,7 +78,7 @@ func Aggregate(signals map[string]Signal, readers []string, now time.Time, stale
 			continue
 		}
 		if best == nil || s.Demand.StallFraction > best.Demand.StallFraction ||
-			(s.Demand.StallFraction == best.Demand.StallFraction && fill(s.Demand) < fill(best.Demand)) {
+			(s.Demand.StallFraction == best.Demand.StallFraction && bufferFill(s.Demand) < bufferFill(best.Demand)) {
 			best = &s
 		}
 	}

@@ -226,10 +226,7 @@ func ceilingName(cfg Config, work int) string {
 func wantFor(cfg Config, next *State, in Inputs, cur int) (int, string) {
 	d := in.Demand
 	stall := min(max(d.StallFraction, 0), 1)
-	fill := 0.0
-	if d.BufferCapacity > 0 {
-		fill = float64(d.BufferedSamples) / float64(d.BufferCapacity)
-	}
+	fill := bufferFill(*d)
 	serving := cur
 	if in.Ready < cur {
 		serving = in.Ready

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -168,11 +169,7 @@ func (r *Runner) Observe(d wire.Demand, at time.Time) {
 func (r *Runner) Signals(job string) map[string]Signal {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]Signal, len(r.demand[job]))
-	for k, v := range r.demand[job] {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.demand[job])
 }
 
 // Replicas is the count last decided for job.
