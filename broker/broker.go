@@ -322,10 +322,7 @@ func readRecord(ctx context.Context, kv jetstream.KeyValue, id string) (wire.Job
 // force, which cancels it first (see Cancel). A controller owning the job
 // sees it cancelled or gone and lets it go.
 func (b *Broker) Delete(ctx context.Context, id string, force bool) error {
-	if err := wire.ValidateJobID(id); err != nil {
-		return err
-	}
-	job, err := b.Job(ctx, id)
+	job, err := b.Job(ctx, id) // checks the id too
 	switch {
 	case errors.Is(err, ErrJobNotFound): // remove what a half-finished Submit or Delete left
 	case err != nil:

@@ -59,7 +59,7 @@ func ParseJobSpecWith(data []byte, override func(*wire.JobSpec)) (wire.JobSpec, 
 		}
 	}
 	if f.ok {
-		probs = append(probs, f.place(specProblems(spec.WithDefaults(stockMaxPayload)))...)
+		probs = append(probs, f.place(specProblems(spec.WithDefaults(StockMaxPayload)))...)
 	}
 	if len(probs) > 0 {
 		// In the file's order; those at no line (keys left out, values
@@ -79,9 +79,9 @@ func lineOrder(line int) int {
 	return line
 }
 
-// stockMaxPayload is a stock nats-server's max_payload, the smallest a
+// StockMaxPayload is a stock nats-server's max_payload, the smallest a
 // default chunk size is fitted to.
-const stockMaxPayload = 1 << 20
+const StockMaxPayload = 1 << 20
 
 // jobFile is a decoded job spec file: the spec and where each key is.
 type jobFile struct {

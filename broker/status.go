@@ -26,7 +26,7 @@ func (b *Broker) List(ctx context.Context) ([]wire.Job, error) {
 	}
 	jobs := make([]wire.Job, 0, len(ids))
 	for _, id := range ids {
-		job, err := b.Job(ctx, id)
+		job, _, err := readRecord(ctx, kvs.jobs, id)
 		if errors.Is(err, ErrJobNotFound) {
 			continue // deleted while listing
 		}

@@ -226,7 +226,7 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 	} else {
 		override(&spec)
 		// Checked as a file would be, before connecting.
-		err = broker.CheckJobSpec(spec.WithDefaults(1 << 20))
+		err = broker.CheckJobSpec(spec.WithDefaults(broker.StockMaxPayload))
 	}
 	if err == nil && len(flagProbs) == 0 {
 		return spec, nil

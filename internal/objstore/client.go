@@ -87,10 +87,7 @@ func NewClient(ctx context.Context, c Config, reg prometheus.Registerer) (*s3.Cl
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
+	m := newMetrics(reg)
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if c.Endpoint != "" {
 			o.BaseEndpoint = aws.String(c.Endpoint)

@@ -2,13 +2,13 @@ package objstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync/atomic"
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/smithy-go/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/promreg"
 )
 
 // metrics counts S3 requests (one per API call, whatever its attempts)
@@ -18,7 +18,7 @@ type metrics struct {
 	retries  *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_s3_requests_total",
@@ -29,33 +29,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "S3 attempts that retried a failed one (throttling, 5xx, broken connections), by operation.",
 		}, []string{"operation"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	if m.requests, err = register(reg, m.requests); err != nil {
-		return nil, err
-	}
-	if m.retries, err = register(reg, m.retries); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// register registers c, or returns the equal collector registered before
-// (a second client on the same registry shares the first one's series).
-func register(reg prometheus.Registerer, c *prometheus.CounterVec) (*prometheus.CounterVec, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-			return existing, nil
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("registering s3 metrics: %w", err)
-	}
-	return c, nil
+	m.requests = promreg.Register(reg, m.requests)
+	m.retries = promreg.Register(reg, m.retries)
+	return m
 }
 
 type attemptsKey struct{}
