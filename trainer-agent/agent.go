@@ -130,9 +130,6 @@ type Agent struct {
 	posBroken bool   // a write failed: no more writes
 	// unconfirmed are acks sent and not yet confirmed (confirmAcks).
 	unconfirmed []sentAck
-	// posAttempt is the last value written, which may have landed even
-	// if the write reported failure.
-	posAttempt []byte
 
 	mu           sync.Mutex
 	wake         chan struct{} // closed and replaced on every change

@@ -39,15 +39,6 @@ func (b bitset) countBelow(n int) int {
 	return c
 }
 
-func (b bitset) empty() bool {
-	for _, w := range b {
-		if w != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // bitmapPrefix marks a set written as a bitmap rather than as ranges.
 const bitmapPrefix = "b:"
 

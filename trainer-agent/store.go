@@ -284,7 +284,6 @@ func (a *Agent) writePosition(ctx context.Context, data []byte) error {
 	deadline := time.Now().Add(positionWriteTimeout)
 	wait := 50 * time.Millisecond
 	for {
-		a.posAttempt = data
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var rev uint64
 		var err error
@@ -306,11 +305,6 @@ func (a *Agent) writePosition(ctx context.Context, data []byte) error {
 			if gerr == nil && bytes.Equal(e.Value(), data) {
 				a.posRev = e.Revision()
 				return nil
-			}
-			if gerr == nil && bytes.Equal(e.Value(), a.posAttempt) {
-				// An earlier write of ours that reported failure landed.
-				a.posRev, a.posAttempt = e.Revision(), nil
-				continue
 			}
 			return fmt.Errorf("job %s reader %s: %w (the position under %s changed)", a.job.Spec.ID, a.reader, ErrReaderTaken, key)
 		}

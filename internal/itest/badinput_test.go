@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/wire"
+
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 // TestIntegrationBadInput: mistakes at the control surface, through the
@@ -95,7 +97,7 @@ func TestIntegrationBadInput(t *testing.T) {
 		c.WaitJobState(js, "running", wire.JobRunning, time.Minute)
 		refused(t, nil, nil, []string{"--force"}, "job", "delete", "running")
 		c.MustSluice("job", "delete", "running", "--force")
-		CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		testenv.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
 			if _, ok := jobRecords(t, js)["running"]; ok {
 				return errors.New("job running: record still there after delete --force")
 			}

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/wire"
+
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 // TestIntegrationControllerFailover: two controllers run from the start;
@@ -44,7 +46,7 @@ func TestIntegrationControllerFailover(t *testing.T) {
 	killed := time.Now()
 	t.Logf("SIGKILLed %s (lease owner %q) after %d samples", victim.Name, owner, tr.Samples())
 	// The standby takes the lease once it expires (--lease-ttl 3s).
-	CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if o := leaseOwner(t, js, "failover"); o == victim.Name {
 			return fmt.Errorf("lease still owned by %s", o)
 		}
@@ -65,7 +67,7 @@ func TestIntegrationControllerFailover(t *testing.T) {
 func leaseOwner(t *testing.T, js jetstream.JetStream, job string) string {
 	t.Helper()
 	var owner string
-	CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+	testenv.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		kv, err := js.KeyValue(ctx, wire.LeasesBucket)

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/objstore"
+
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 // TestIntegrationHarness checks the parts the scenarios stand on: the
@@ -41,7 +43,7 @@ func TestIntegrationHarness(t *testing.T) {
 	if err := c.NATS.WaitReady(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+	testenv.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
 		_, err := kv.Get(ctx, "k")
 		return err
 	})
@@ -57,7 +59,7 @@ func TestIntegrationHarness(t *testing.T) {
 	// The SDK makes 3 attempts; the test tries again on top, as a
 	// product's own retries would.
 	var keys []string
-	CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+	testenv.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		keys, err = objstore.ListShards(ctx, cl, d.Bucket, d.Prefix)
 		return err
 	})
@@ -66,7 +68,7 @@ func TestIntegrationHarness(t *testing.T) {
 	}
 	for range 5 {
 		for _, k := range keys {
-			CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+			testenv.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 				out, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: &d.Bucket, Key: &k})
 				if err != nil {
 					return err

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/sluice-project/sluice/wire"
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 // Spec is a job spec file's content (keys as in wire.JobSpec's JSON).
@@ -79,7 +81,7 @@ func (c *Cluster) WaitJobState(js jetstream.JetStream, id string, want wire.JobS
 			c.T.Logf("job %s in JetStream:\n%s", id, DescribeJob(js, id))
 		}
 	}()
-	CheckFor(c.T, within, 200*time.Millisecond, func() error {
+	testenv.CheckFor(c.T, within, 200*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 // binDir holds this run's sluice binary; TestMain removes it.
@@ -42,12 +44,12 @@ func binaries(t *testing.T) Binaries {
 	binsOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		root, err := ModuleRoot()
+		root, err := testenv.ModuleRoot()
 		if err != nil {
 			binsErr = err
 			return
 		}
-		if bins.VersityGW, binsErr = FindVersityGW(root); binsErr != nil {
+		if bins.VersityGW, binsErr = testenv.FindVersityGW(root); binsErr != nil {
 			return
 		}
 		if bins.NATSServer, binsErr = NATSServerBinary(ctx, root); binsErr != nil {
@@ -55,7 +57,7 @@ func binaries(t *testing.T) Binaries {
 		}
 		bins.Sluice, binsErr = BuildSluice(ctx, root, binDir)
 	})
-	if errors.Is(binsErr, ErrNoVersityGW) && os.Getenv("CI") != "true" {
+	if errors.Is(binsErr, testenv.ErrNoVersityGW) && os.Getenv("CI") != "true" {
 		t.Skip(binsErr)
 	}
 	if binsErr != nil {

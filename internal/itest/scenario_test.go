@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/wire"
+
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 // The scenarios' common sizes: 400 small JPEGs in 10 shards, 2 epochs.
@@ -75,14 +77,14 @@ func waitTrained(t *testing.T, trained <-chan error) {
 func waitReleased(t *testing.T, c *Cluster, js jetstream.JetStream, job string, want wire.JobState, ctrls ...*Controller) {
 	t.Helper()
 	c.WaitJobState(js, job, want, time.Minute)
-	CheckFor(t, time.Minute, 200*time.Millisecond, func() error {
+	testenv.CheckFor(t, time.Minute, 200*time.Millisecond, func() error {
 		if pids := c.Replicas(); len(pids) > 0 {
 			return fmt.Errorf("replicas still running after job %s ended: pids %v", job, pids)
 		}
 		return nil
 	})
-	CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error { return jobLeftovers(js, job) })
-	CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+	testenv.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error { return jobLeftovers(js, job) })
+	testenv.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
 		for _, ctrl := range ctrls {
 			if !ctrl.Running() {
 				continue
