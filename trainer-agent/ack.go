@@ -21,22 +21,28 @@ const (
 )
 
 // sentAck is an ack written to the connection, not yet known to have
-// reached the server; conn is the connection's reconnect count then.
+// reached the server: the message's ack subject (not the message, whose
+// payload can then be collected) and the connection's reconnect count.
 type sentAck struct {
-	msg  jetstream.Msg
-	conn uint64
+	reply string
+	conn  uint64
 }
+
+// ackBody is what JetStream takes as an ack on a message's reply subject.
+var ackBody = []byte("+ACK")
 
 // ackAll acks msgs. The acks are fire-and-forget, so that handing out a
 // batch waits for no round trip; confirmAcks later makes sure they
-// arrived. a.posMu must be held.
+// arrived.
 func (a *Agent) ackAll(msgs []jetstream.Msg) {
 	conn := a.nc.Stats().Reconnects
+	a.ackMu.Lock()
+	defer a.ackMu.Unlock()
 	for _, m := range msgs {
 		if err := m.Ack(); err != nil {
 			a.log.Debug("acking an output message", "error", err)
 		}
-		a.unconfirmed = append(a.unconfirmed, sentAck{m, conn})
+		a.unconfirmed = append(a.unconfirmed, sentAck{m.Reply(), conn})
 	}
 }
 
@@ -46,11 +52,13 @@ func (a *Agent) ackAll(msgs []jetstream.Msg) {
 // would never count as done. The server reads a connection in order, so a
 // flush round trip confirms every ack written before it on the same
 // connection; acks written before a reconnect are sent again (acking a
-// message twice is harmless). It runs on the keep-alive tick and in settle.
+// message twice is harmless). It runs on the keep-alive tick and in
+// settle, and holds no lock a batch needs while it waits.
 func (a *Agent) confirmAcks(ctx context.Context) error {
-	a.posMu.Lock()
-	defer a.posMu.Unlock()
-	if len(a.unconfirmed) == 0 {
+	a.ackMu.Lock()
+	n := len(a.unconfirmed) // acks written before the flush
+	a.ackMu.Unlock()
+	if n == 0 {
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, ackConfirmTimeout)
@@ -60,18 +68,19 @@ func (a *Agent) confirmAcks(ctx context.Context) error {
 		return fmt.Errorf("confirming acks: %w", err)
 	}
 	conn := a.nc.Stats().Reconnects
-	again := a.unconfirmed[:0]
-	for _, s := range a.unconfirmed {
+	a.ackMu.Lock()
+	defer a.ackMu.Unlock()
+	var again []sentAck
+	for _, s := range a.unconfirmed[:n] {
 		if s.conn == conn {
 			continue // written to this connection, before the flush
 		}
-		if err := s.msg.Ack(); err != nil {
+		if err := a.nc.Publish(s.reply, ackBody); err != nil {
 			a.log.Debug("acking an output message again after a reconnect", "error", err)
 		}
-		again = append(again, sentAck{s.msg, conn})
+		again = append(again, sentAck{s.reply, conn})
 	}
-	clear(a.unconfirmed[len(again):])
-	a.unconfirmed = again
+	a.unconfirmed = append(again, a.unconfirmed[n:]...)
 	if len(again) > 0 {
 		a.log.Info("acks sent again after a reconnect", "messages", len(again))
 	}
@@ -85,7 +94,7 @@ func (a *Agent) confirmAcks(ctx context.Context) error {
 // streams.ReaderAckWait), and copies re-published after the agent stopped
 // pulling. The controller counts the job done only once every reader's
 // consumer is drained. A job whose output is gone has nothing to settle.
-func (a *Agent) settle(ctx context.Context) error {
+func (a *Agent) settle(ctx context.Context, jobs jetstream.KeyValue) error {
 	stream, name := wire.OutputStream(a.job.Spec.ID), wire.ReaderConsumer(a.reader)
 	cons, err := a.js.Consumer(ctx, stream, name)
 	if outputGone(err) {
@@ -108,7 +117,7 @@ func (a *Agent) settle(ctx context.Context) error {
 		case outputGone(err):
 			return nil // the job was released: nothing left to settle
 		case err != nil:
-			if a.jobOver(ctx) {
+			if a.jobOver(ctx, jobs) {
 				return nil // its controller saw every reader drained, or it ended
 			}
 			if time.Now().After(deadline) {
@@ -163,11 +172,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // jobOver reports whether the job's record is gone or in a terminal state.
-func (a *Agent) jobOver(ctx context.Context) bool {
-	jobs, err := a.js.KeyValue(ctx, wire.JobsBucket)
-	if err != nil {
-		return false
-	}
+func (a *Agent) jobOver(ctx context.Context, jobs jetstream.KeyValue) bool {
 	e, err := jobs.Get(ctx, a.job.Spec.ID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true

@@ -128,7 +128,8 @@ type Agent struct {
 	posRev    uint64 // revision of the stored position, 0 if none
 	written   uint64 // assembler version last written
 	posBroken bool   // a write failed: no more writes
-	// unconfirmed are acks sent and not yet confirmed (confirmAcks).
+	// ackMu guards unconfirmed: acks sent and not yet confirmed (confirmAcks).
+	ackMu       sync.Mutex
 	unconfirmed []sentAck
 
 	mu           sync.Mutex
@@ -329,7 +330,7 @@ func (a *Agent) run(ctx context.Context) error {
 	if err := a.sync(ctx, false); err != nil {
 		return err
 	}
-	if err := a.settle(ctx); err != nil {
+	if err := a.settle(ctx, jobs); err != nil {
 		return err
 	}
 	stopDemand()
