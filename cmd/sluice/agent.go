@@ -103,6 +103,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go func() {
 		a, err := traineragent.Open(ctx, nc, js, *jobID, opts, logger, metrics)
 		if err == nil {
+			s.handler = a.Handler()
 			s.agent.Store(a)
 			close(s.opened)
 		}
@@ -149,11 +150,13 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // agentServer serves the agent once the job was found.
 type agentServer struct {
-	nc     *nats.Conn
-	agent  atomic.Pointer[traineragent.Agent]
-	opened chan struct{} // closed once agent is set
-	gone   chan struct{} // closed at the first 410
-	once   sync.Once
+	nc    *nats.Conn
+	agent atomic.Pointer[traineragent.Agent]
+	// handler is the agent's, built once; set before opened closes.
+	handler http.Handler
+	opened  chan struct{} // closed once agent and handler are set
+	gone    chan struct{} // closed at the first 410
+	once    sync.Once
 }
 
 func (s *agentServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -162,7 +165,7 @@ func (s *agentServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	s.agent.Load().Handler().ServeHTTP(&goneWatcher{ResponseWriter: w, s: s}, r)
+	s.handler.ServeHTTP(&goneWatcher{ResponseWriter: w, s: s}, r)
 }
 
 func (s *agentServer) readyz(w http.ResponseWriter, _ *http.Request) {

@@ -71,4 +71,13 @@ func TestHeaderThenDataIsEncode(t *testing.T) {
 	if !bytes.Equal(streamed, whole) || size != len(whole) {
 		t.Errorf("header + data = %d bytes (size %d), Encode = %d bytes; equal %v", len(streamed), size, len(whole), bytes.Equal(streamed, whole))
 	}
+	// And what a server streams this way reads back as written.
+	f, err := Decode(streamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Metadata["keys"] != meta["keys"] || !bytes.Equal(f.Tensors["image"].Data, img.Data) ||
+		!bytes.Equal(f.Tensors["label"].Data, lbl.Data) || f.Tensors["image"].DType != U8 || len(f.Tensors["image"].Shape) != 2 {
+		t.Errorf("decoded %+v, want the tensors and metadata written", f)
+	}
 }
