@@ -540,6 +540,15 @@ func failReasonPrefix(task wire.ShardTask) string {
 	return fmt.Sprintf("epoch %d shard %d: ", task.Epoch, task.Shard)
 }
 
+// Backlog is the part of Stats an autoscaler reads every tick, without
+// Stats' copies: tasks pending and in flight, and whether every task is
+// settled. A Dispatcher is an autoscale.Backlog.
+func (d *Dispatcher) Backlog() (pending, inflight int, done bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pendingLocked(), d.inflight, d.resumed+len(d.done)+len(d.failed) >= d.job.Tasks()
+}
+
 // Stats is a snapshot of the dispatcher's progress.
 func (d *Dispatcher) Stats() DispatchStats {
 	d.mu.Lock()

@@ -140,7 +140,7 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 			jr.mu.Lock()
 			jr.disp = disp
 			jr.mu.Unlock()
-			c.runner.AddJob(id, autoscale.Job{Backlog: backlog{disp},
+			c.runner.AddJob(id, autoscale.Job{Backlog: disp,
 				MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
 				Weight: job.Spec.Weight, Readers: job.Spec.Readers})
 			if err = disp.Run(ctx); err == nil {
@@ -326,12 +326,4 @@ func (c *Controller) writeFinalStatus(ctx context.Context, jr *jobRun, rec wire.
 	if err := c.putStatus(ctx, s); err != nil {
 		jr.log.Warn("writing the final status", "err", err)
 	}
-}
-
-// backlog is what the autoscaler reads of a job: the dispatcher's counts.
-type backlog struct{ d *broker.Dispatcher }
-
-func (b backlog) Backlog() (pending, inflight int, done bool) {
-	s := b.d.Stats()
-	return s.Pending, s.InFlight, s.Resumed+s.Done+s.Failed >= s.Total
 }
