@@ -42,8 +42,8 @@ type Options struct {
 var Datasets = []string{"image", "text", "tabular"}
 
 // DefaultOptions are the image demo's, tuned so that on a 2-core machine
-// one replica cannot feed the simulated trainer, and the run ends in about
-// a minute.
+// one replica cannot feed the simulated trainer, and the run ends in
+// under half a minute.
 func DefaultOptions() Options {
 	return Options{
 		Dataset: "image", Samples: 2000, Shards: 24, Epochs: 3, BatchSize: 32, Seed: 1,
@@ -53,8 +53,8 @@ func DefaultOptions() Options {
 }
 
 // DatasetDefaults returns DefaultOptions adjusted for a dataset kind: its
-// built-in pipeline, and a size and trainer speed that keep the run about
-// a minute long. Text and tabular samples are cheap to preprocess, so the
+// built-in pipeline, and a size and trainer speed that keep the run under
+// half a minute. Text and tabular samples are cheap to preprocess, so the
 // simulated trainer eats bigger batches faster.
 func DatasetDefaults(dataset string) Options {
 	o := DefaultOptions()

@@ -50,7 +50,7 @@ func TestIntegrationCancel(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("the agent still serves batches (or waits) 30s after the job was cancelled; want 410 Gone")
 	}
-	t.Logf("scenario=cancel cancelled_after=%d samples reason=%q replicas=0 seconds=%.1f", at, j.Reason, time.Since(start).Seconds())
+	t.Logf("scenario=cancel cancelled_after=%d samples reason=%q replicas=%d seconds=%.1f", at, j.Reason, len(c.Replicas()), time.Since(start).Seconds())
 }
 
 // consumersLeft names any consumer of the task stream that belongs to job.

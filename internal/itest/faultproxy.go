@@ -51,7 +51,6 @@ type FaultProxy struct {
 	proxy    *httputil.ReverseProxy
 	mu       sync.Mutex
 	rng      *rand.Rand
-	enabled  atomic.Bool
 	requests atomic.Int64
 	counts   [numFaults]atomic.Int64
 }
@@ -76,7 +75,6 @@ func StartFaultProxy(target string, o FaultOptions) (*FaultProxy, error) {
 	// The request goes on with the Host header the client signed (the
 	// proxy's address): SigV4 signs the host, and the single-host
 	// director changes only the URL it dials.
-	p.enabled.Store(true)
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go p.srv.Serve(ln)
 	return p, nil
@@ -84,9 +82,6 @@ func StartFaultProxy(target string, o FaultOptions) (*FaultProxy, error) {
 
 // Endpoint is the URL clients use instead of the S3 server's.
 func (p *FaultProxy) Endpoint() string { return "http://" + p.ln.Addr().String() }
-
-// SetEnabled turns fault injection on or off (requests still pass).
-func (p *FaultProxy) SetEnabled(on bool) { p.enabled.Store(on) }
 
 // Close stops the proxy.
 func (p *FaultProxy) Close() error { return p.srv.Close() }
@@ -113,9 +108,6 @@ func (p *FaultProxy) Summary() string {
 }
 
 func (p *FaultProxy) draw() Fault {
-	if !p.enabled.Load() {
-		return FaultNone
-	}
 	p.mu.Lock()
 	x := p.rng.Float64()
 	p.mu.Unlock()
