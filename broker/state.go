@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -45,7 +46,7 @@ func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, re
 			return wire.Job{}, fmt.Errorf("encoding job %s record: %w", id, err)
 		}
 		if _, err := kv.Update(ctx, id, data, rev); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+			if streams.IsCASConflict(err) {
 				continue // changed under us: read again
 			}
 			return wire.Job{}, fmt.Errorf("updating job %s record: %w", id, err)
@@ -53,11 +54,6 @@ func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, re
 		return job, nil
 	}
 	return wire.Job{}, fmt.Errorf("job %s: record kept changing; gave up after %d tries", id, casRetries)
-}
-
-func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // Release removes what a job no longer needs once it is finished or

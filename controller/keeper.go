@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -115,12 +116,6 @@ func ownerOf(l *wire.Lease) string {
 // errLeaseConflict means the lease changed since it was read.
 var errLeaseConflict = errors.New("lease changed concurrently")
 
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) ||
-		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
-}
-
 // getLease returns job id's lease and its revision; nil and 0 when there is none.
 func (c *Controller) getLease(ctx context.Context, id string) (*wire.Lease, uint64, error) {
 	e, err := c.leasesKV.Get(ctx, id)
@@ -155,7 +150,7 @@ func (c *Controller) writeLease(ctx context.Context, id string, action LeaseActi
 	case err == nil:
 		c.m.leaseOps.WithLabelValues(action.String(), "ok").Inc()
 		return nil
-	case isConflict(err):
+	case streams.IsCASConflict(err):
 		c.m.leaseOps.WithLabelValues(action.String(), "conflict").Inc()
 		return errLeaseConflict
 	}
@@ -179,7 +174,7 @@ func (c *Controller) releaseLease(ctx context.Context, id string) {
 	case err == nil:
 		c.m.leaseOps.WithLabelValues(LeaseRelease.String(), "ok").Inc()
 		c.log.Info("released job lease", "job", id)
-	case isConflict(err):
+	case streams.IsCASConflict(err):
 		c.m.leaseOps.WithLabelValues(LeaseRelease.String(), "conflict").Inc()
 	default:
 		c.m.leaseOps.WithLabelValues(LeaseRelease.String(), "error").Inc()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -297,7 +298,7 @@ func (a *Agent) writePosition(ctx context.Context, data []byte) error {
 			a.posRev = rev
 			return nil
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if streams.IsCASConflict(err) {
 			// A retried write that did land looks like a conflict.
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			e, gerr := a.posKV.Get(gctx, key)

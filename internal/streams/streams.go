@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -157,4 +158,13 @@ func Dispatch(job string, ackWait time.Duration) jetstream.ConsumerConfig {
 		MaxDeliver:    -1,
 		MaxAckPending: dispatchMaxAckPending,
 	}
+}
+
+// IsCASConflict reports whether err from a key-value Create or Update
+// with a revision means the entry changed under the caller (or exists). On
+// a replicated bucket (R>1) the server reports a conflict with another
+// code than on one server; nats.go maps both to ErrKeyRevisionMismatch,
+// which a check of ErrKeyExists or the one-server code alone misses.
+func IsCASConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
