@@ -13,11 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// ReadyPrefix starts the line `sluice fn serve` and `sluice agent` print
-// on stdout once they serve.
-const ReadyPrefix = "SLUICE_READY "
+	"github.com/sluice-project/sluice/autoscale/local"
+)
 
 // Process is one child process with its own log file (stdout and stderr).
 // It can be stopped, killed and started again with the same arguments, so
@@ -86,7 +84,7 @@ func (p *Process) Start() error {
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(log, line)
-			if url, ok := strings.CutPrefix(line, ReadyPrefix); ok {
+			if url, ok := strings.CutPrefix(line, local.ReadyPrefix); ok {
 				select {
 				case ready <- strings.TrimSpace(url):
 				default:
@@ -125,7 +123,7 @@ func (p *Process) Ready(within time.Duration) (string, error) {
 	case <-exited:
 		return "", fmt.Errorf("%s exited before it was ready (%v):\n%s", p.Name, p.ExitErr(), p.Tail(30))
 	case <-time.After(within):
-		return "", fmt.Errorf("%s: no %q line within %v:\n%s", p.Name, strings.TrimSpace(ReadyPrefix), within, p.Tail(30))
+		return "", fmt.Errorf("%s: no %q line within %v:\n%s", p.Name, strings.TrimSpace(local.ReadyPrefix), within, p.Tail(30))
 	}
 }
 
