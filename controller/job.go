@@ -279,6 +279,7 @@ func (c *Controller) cleanup(jr *jobRun, end ending, final wire.Job) {
 	switch {
 	case end == endFinished:
 		c.writeFinalStatus(ctx, jr, final)
+		c.m.finished.WithLabelValues(string(final.State)).Inc()
 	case why == stopCancelled || end == endGone:
 		if rec, err := c.opts.Broker.Job(ctx, jr.id); err == nil && rec.State.Terminal() {
 			c.writeFinalStatus(ctx, jr, rec)
@@ -293,7 +294,6 @@ func (c *Controller) cleanup(jr *jobRun, end ending, final wire.Job) {
 		if err := c.opts.Broker.Release(ctx, jr.id); err != nil {
 			jr.log.Warn("releasing the job's streams", "err", err)
 		}
-		c.m.finished.WithLabelValues(string(final.State)).Inc()
 	}
 	forget()
 	switch why {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -179,18 +180,23 @@ func TestControllerRunsAJobWithLocalReplicas(t *testing.T) {
 		return nil
 	})
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		resp, err := http.Get(url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
-		}
-		if path == "/metrics" && !strings.Contains(string(body), "sluice_controller_jobs_finished_total") {
-			t.Errorf("metrics lack sluice_controller_jobs_finished_total")
-		}
+		// The job's end is counted as it is released, which may still be
+		// under way: poll rather than read once.
+		testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			resp, err := http.Get(url + path)
+			if err != nil {
+				return err
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+			}
+			if path == "/metrics" && !strings.Contains(string(body), "sluice_controller_jobs_finished_total") {
+				return errors.New("metrics lack sluice_controller_jobs_finished_total")
+			}
+			return nil
+		})
 	}
 }
 
