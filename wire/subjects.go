@@ -42,6 +42,21 @@ func OutputStream(job string) string { return outputStreamPrefix + job }
 // OutputSubject is where function replicas publish a job's chunks and shard ends.
 func OutputSubject(job string) string { return outputSubjectPrefix + job }
 
+// ReplaySubject is where a job's replay tasks are queued (see
+// ShardTask.Replay): on TaskStream, outside TaskSubject(job), so that its
+// dispatcher can take them before the epochs still queued.
+func ReplaySubject(job string) string { return taskSubjectPrefix + job + ".replay" }
+
+// ReplayConsumer is the durable consumer on TaskStream through which the
+// job's owning controller pulls its replay tasks.
+func ReplayConsumer(job string) string { return "sluice_replay_" + job }
+
+// ReaderDoneKey is the key in ReadersBucket that a reader's agent writes
+// once every rank of the reader reached the end of the last epoch: the job
+// succeeds only when each declared reader has it, so a trainer that
+// crashes before its last batch can still resume from a checkpoint.
+func ReaderDoneKey(job, reader string) string { return "done." + job + "." + reader }
+
 // DispatchConsumer is the durable consumer on TaskStream through which the
 // job's owning controller pulls its tasks.
 func DispatchConsumer(job string) string { return "sluice_dispatch_" + job }

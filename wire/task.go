@@ -23,6 +23,13 @@ type ShardTask struct {
 	ChunkMaxBytes int `json:"chunk_max_bytes"`
 	// OutputSubject is where chunks and the shard end are published.
 	OutputSubject string `json:"output_subject"`
+	// Replay is set on a task that re-produces a shard whose chunks a
+	// reader had already acked (a trainer resumed from a checkpoint older
+	// than what it was handed). The function suffixes every Nats-Msg-Id it
+	// publishes with ".r" + Replay, so that the output stream's duplicate
+	// window does not drop the re-produced chunks; readers drop copies they
+	// do not need by ChunkRef. The bytes are those of the first run.
+	Replay string `json:"replay,omitempty"`
 }
 
 // ID names the task uniquely within the cluster: job/epoch/shard.
