@@ -218,7 +218,43 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 	}
 	a.epochsFinished(a.asm.start(), time.Now())
 	a.written = a.asm.version
+	a.loaded = true
+	a.notify()
 	return nil
+}
+
+// doneRecord is the value of the reader's done key.
+type doneRecord struct {
+	Submitted string    `json:"submitted"`
+	Time      time.Time `json:"time"`
+}
+
+// writeDone records under wire.ReaderDoneKey that every rank of the reader
+// reached the end of the last epoch and its consumer settled: the
+// controller succeeds the job only with this key of each declared reader
+// (for this submission), so that a trainer crashing before its last step
+// can still resume from a checkpoint.
+func (a *Agent) writeDone(ctx context.Context) error {
+	data, err := json.Marshal(doneRecord{Submitted: a.submitted(), Time: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("encoding the done record: %w", err)
+	}
+	a.posMu.Lock()
+	kv := a.posKV
+	a.posMu.Unlock()
+	key := wire.ReaderDoneKey(a.job.Spec.ID, a.reader)
+	wctx, cancel := context.WithTimeout(ctx, positionWriteTimeout)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		_, err := kv.Put(wctx, key, data)
+		if err == nil {
+			return nil
+		}
+		a.log.Warn("writing the reader's done record; retrying", "error", err)
+		if err := sleepCtx(wctx, wait); err != nil {
+			return fmt.Errorf("writing %s: %w", key, err)
+		}
+	}
 }
 
 func mustEncode(p position) []byte {

@@ -1,0 +1,267 @@
+package traineragent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// StateVersion is the format of a trainer's State.
+const StateVersion = 1
+
+// State is a trainer's place in a job as its client saves it in a
+// checkpoint (the client's state dict): the next step the training loop
+// takes, the world size it had, and the position metadata of the last
+// batch it took (null before the first). DDP ranks step together, so rank
+// 0's state stands for every rank's.
+type State struct {
+	Version   int             `json:"v"`
+	Job       string          `json:"job"`
+	Reader    string          `json:"reader"`
+	Epoch     int             `json:"epoch"`
+	Step      int             `json:"step"`
+	WorldSize int             `json:"world_size"`
+	Position  json.RawMessage `json:"position"`
+}
+
+// ResumeResult is what Resume did: Resumed says the agent rewound its
+// position (false when it was already there); ReplayedShards counts the
+// shards it asked to be produced again.
+type ResumeResult struct {
+	Resumed        bool `json:"resumed"`
+	ReplayedShards int  `json:"replayed_shards"`
+}
+
+// ErrBadState means a resume's state is malformed or not this reader's
+// (POST /v1/resume answers 400).
+var ErrBadState = errors.New("bad trainer state")
+
+// ErrResumeConflict means a resume cannot be done: this agent handed out a
+// batch already, or resumed from another state (POST /v1/resume answers 409).
+var ErrResumeConflict = errors.New("conflicting resume")
+
+// replayFunc queues the re-production of shards (epoch -> shard indices)
+// for reader of job and returns how many it queued.
+type replayFunc func(ctx context.Context, js jetstream.JetStream, job wire.Job, reader string, shards map[int][]int) (int, error)
+
+// replayShards is the agent's replayFunc. TODO(lead): broker.Replay, once
+// merged from main.
+var replayShards replayFunc = func(context.Context, jetstream.JetStream, wire.Job, string, map[int][]int) (int, error) {
+	return 0, errors.New("replaying shards: not in this build")
+}
+
+// resumeRecord is the resume this agent did, to answer repeats of it.
+type resumeRecord struct {
+	state  State
+	world  int
+	result ResumeResult
+}
+
+// Resume rewinds the reader to a trainer's checkpointed state, so that
+// every sample the checkpointed model had not consumed is delivered exactly
+// once, to world ranks (0: the state's world size). The agent's recorded
+// position is at or past the state's: the shards whose messages it had
+// acked beyond the state's position are produced again (replaySet), the
+// chunks held are returned to the stream, and the state's position, with
+// those shards noted as replayed, becomes the reader's. Copies of what the
+// state's position already covers are dropped by ChunkRef, as ever.
+//
+// Every rank of a restarted trainer sends the same state: a repeat is
+// answered as the first was. Another state, or any state once a batch was
+// handed out, is refused with ErrResumeConflict.
+func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	p, err := a.checkState(st)
+	if err != nil {
+		return ResumeResult{}, err
+	}
+	if world == 0 {
+		world = st.WorldSize
+	}
+	if world < 1 {
+		return ResumeResult{}, fmt.Errorf("%w: world size %d: want >= 1", ErrBadState, world)
+	}
+	fresh := newAssembler(a.job)
+	if err := fresh.restore(p); err != nil {
+		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
+	}
+
+	// Wait for the recorded position, and for a concurrent resume (every
+	// rank sends one) to finish.
+	if err := a.waitFor(ctx, func() bool { return a.runEnded || a.loaded && !a.resuming }); err != nil {
+		return ResumeResult{}, err
+	}
+	a.mu.Lock()
+	switch {
+	case a.runEnded:
+		err := a.runErr
+		a.mu.Unlock()
+		if err != nil {
+			return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+		return ResumeResult{}, ErrStopped
+	case a.resumed != nil:
+		r := a.resumed
+		a.mu.Unlock()
+		if sameState(r.state, st) && r.world == world {
+			return r.result, nil
+		}
+		return ResumeResult{}, fmt.Errorf("%w: this agent resumed from another state (epoch %d step %d, world size %d)",
+			ErrResumeConflict, r.state.Epoch, r.state.Step, r.world)
+	case a.ranks.formed:
+		a.mu.Unlock()
+		return ResumeResult{}, fmt.Errorf("%w: this agent handed out batches already; restart it to resume from a checkpoint", ErrResumeConflict)
+	}
+	h := a.asm.snapshot()
+	replay, err := replaySet(h, fresh.snapshot(), a.job.Spec.Epochs, len(a.job.Shards))
+	if err != nil {
+		a.mu.Unlock()
+		return ResumeResult{}, err
+	}
+	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(h), mustEncode(fresh.snapshot()))}
+	a.ranks.setWorld(world)
+	a.ranks.epoch, a.ranks.step = 0, 0
+	if st.Epoch == fresh.finished {
+		// The step index goes on from the checkpoint's (with the new
+		// world size, steps hold a different number of samples).
+		a.ranks.epoch, a.ranks.step = st.Epoch, st.Step
+	}
+	if !result.Resumed {
+		a.resumed = &resumeRecord{state: st, world: world, result: result}
+		a.notify()
+		a.mu.Unlock()
+		return result, nil
+	}
+	// Rewind: the chunks held go back to the stream, the ready batches
+	// are dropped, acks waiting for a write stay (h covers them, so the
+	// replay does too), and no step is formed until the replay is queued.
+	held := a.asm.held()
+	fresh.acks = a.asm.takeAcks()
+	fresh.version = a.asm.version + 1
+	fresh.schema = a.asm.schema
+	fresh.markReplayed(replay)
+	a.asm = fresh
+	clear(a.ready)
+	a.readySamples = 0
+	a.epochsFinished(a.asm.start(), time.Now())
+	a.resuming = true
+	a.notify()
+	a.mu.Unlock()
+	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
+		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
+
+	for _, m := range held {
+		if err := m.Nak(); err != nil {
+			a.log.Debug("releasing a held chunk", "error", err)
+		}
+	}
+	err = nil
+	if len(replay) > 0 {
+		result.ReplayedShards, err = a.replay(ctx, a.js, a.job, a.reader, replay)
+		if err != nil {
+			err = fmt.Errorf("resuming reader %s: %w", a.reader, err)
+		}
+	}
+	if err == nil {
+		// The rewound position, with the shards being replayed: an agent
+		// that crashes now leaves a position a later resume replays from.
+		if err = a.sync(ctx, false); err != nil {
+			err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
+		}
+	}
+	if err != nil {
+		// The memory says the replay is queued: the agent cannot go on.
+		// (A position written on the way out notes the shards as
+		// replayed, so the next resume asks for them again.)
+		a.stop(err)
+		a.mu.Lock()
+		a.resuming = false
+		a.notify()
+		a.mu.Unlock()
+		return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	a.mu.Lock()
+	a.resuming = false
+	a.resumed = &resumeRecord{state: st, world: world, result: result}
+	a.notify()
+	a.mu.Unlock()
+	a.log.Info("resumed", "replayed_shards", result.ReplayedShards)
+	return result, nil
+}
+
+// checkState validates st against the agent's job and reader and returns
+// its position (the start of the job for null).
+func (a *Agent) checkState(st State) (position, error) {
+	switch {
+	case st.Version != StateVersion:
+		return position{}, fmt.Errorf("%w: version %d: this agent reads %d", ErrBadState, st.Version, StateVersion)
+	case st.Job != a.job.Spec.ID:
+		return position{}, fmt.Errorf("%w: a state of job %q, this agent reads %q", ErrBadState, st.Job, a.job.Spec.ID)
+	case st.Reader != a.reader:
+		return position{}, fmt.Errorf("%w: a state of reader %q, this agent is %q", ErrBadState, st.Reader, a.reader)
+	case st.Epoch < 0 || st.Step < 0 || st.WorldSize < 0:
+		return position{}, fmt.Errorf("%w: epoch %d step %d world size %d: want >= 0", ErrBadState, st.Epoch, st.Step, st.WorldSize)
+	}
+	raw := bytes.TrimSpace(st.Position)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return position{Version: positionVersion, Submitted: a.submitted()}, nil
+	}
+	p, err := decodePosition(raw)
+	if err != nil {
+		return position{}, fmt.Errorf("%w: %w", ErrBadState, err)
+	}
+	if p.Submitted != a.submitted() {
+		return position{}, fmt.Errorf("%w: a state of the job submitted at %q, this one was submitted at %q",
+			ErrBadState, p.Submitted, a.submitted())
+	}
+	return p, nil
+}
+
+// sameState compares two states, positions by their decoded content (a
+// client may re-encode the JSON).
+func sameState(x, y State) bool {
+	if x.Version != y.Version || x.Job != y.Job || x.Reader != y.Reader || x.Epoch != y.Epoch ||
+		x.Step != y.Step || x.WorldSize != y.WorldSize {
+		return false
+	}
+	var vx, vy any
+	if json.Unmarshal(orNull(x.Position), &vx) != nil || json.Unmarshal(orNull(y.Position), &vy) != nil {
+		return false
+	}
+	return mustJSON(vx) == mustJSON(vy)
+}
+
+func orNull(b []byte) []byte {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+// mustJSON encodes a decoded JSON value; map keys come out sorted.
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// markReplayed notes shards as being replayed.
+func (a *assembler) markReplayed(shards map[int][]int) {
+	for e, ss := range shards {
+		if e < a.finished || e >= a.epochs {
+			continue
+		}
+		ep := a.epoch(e)
+		for _, s := range ss {
+			if !ep.complete.has(s) {
+				ep.replayed.add(s)
+			}
+		}
+	}
+	a.version++
+}
