@@ -161,6 +161,9 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 			a.log.Debug("releasing a held chunk", "error", err)
 		}
 	}
+	// The memory is rewound: finish even if the client goes away.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionWriteTimeout)
+	defer cancel()
 	err = nil
 	if len(replay) > 0 {
 		result.ReplayedShards, err = a.replay(ctx, a.js, a.job, a.reader, replay)
