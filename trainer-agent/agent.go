@@ -164,6 +164,9 @@ type Agent struct {
 	posRev    uint64 // revision of the stored position, 0 if none
 	written   uint64 // assembler version last written
 	posBroken bool   // a write failed: no more writes
+	// recorded is the position last written or loaded (nil: none): every
+	// message acked is in it, as acks wait for the write.
+	recorded []byte
 	// ackMu guards unconfirmed: acks sent and not yet confirmed (confirmAcks).
 	ackMu       sync.Mutex
 	unconfirmed []sentAck

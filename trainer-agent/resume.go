@@ -31,9 +31,9 @@ type State struct {
 	Position  json.RawMessage `json:"position"`
 }
 
-// ResumeResult is what Resume did: Resumed says the agent rewound its
-// position (false when it was already there); ReplayedShards counts the
-// shards it asked to be produced again.
+// ResumeResult is what Resume did: Resumed says the reader's recorded
+// position was past the state's and was rewound (false when it was already
+// there); ReplayedShards counts the shards asked to be produced again.
 type ResumeResult struct {
 	Resumed        bool `json:"resumed"`
 	ReplayedShards int  `json:"replayed_shards"`
@@ -97,34 +97,56 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 	if err := a.waitFor(ctx, func() bool { return a.runEnded || a.loaded && !a.resuming }); err != nil {
 		return ResumeResult{}, err
 	}
+	// No write (and no ack after it) while the position is compared and
+	// rewound: what was acked is what the recorded position holds.
+	a.posMu.Lock()
 	a.mu.Lock()
+	unlock := func() {
+		a.mu.Unlock()
+		a.posMu.Unlock()
+	}
 	switch {
 	case a.runEnded:
 		err := a.runErr
-		a.mu.Unlock()
+		unlock()
 		if err != nil {
 			return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
 		}
 		return ResumeResult{}, ErrStopped
 	case a.resumed != nil:
 		r := a.resumed
-		a.mu.Unlock()
+		unlock()
 		if sameState(r.state, st) && r.world == world {
 			return r.result, nil
 		}
 		return ResumeResult{}, fmt.Errorf("%w: this agent resumed from another state (epoch %d step %d, world size %d)",
 			ErrResumeConflict, r.state.Epoch, r.state.Step, r.world)
 	case a.ranks.formed:
-		a.mu.Unlock()
+		unlock()
 		return ResumeResult{}, fmt.Errorf("%w: this agent handed out batches already; restart it to resume from a checkpoint", ErrResumeConflict)
 	}
-	h := a.asm.snapshot()
+	h := position{Version: positionVersion}
+	if a.recorded != nil {
+		if h, err = decodePosition(a.recorded); err != nil {
+			unlock()
+			return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
+		}
+	}
 	replay, err := replaySet(h, fresh.snapshot(), a.job.Spec.Epochs, len(a.job.Shards))
 	if err != nil {
-		a.mu.Unlock()
+		unlock()
 		return ResumeResult{}, err
 	}
-	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(h), mustEncode(fresh.snapshot()))}
+	// Resumed: the recorded position was past the state's. The memory is
+	// rewound whenever it differs (shard ends may have arrived since).
+	recorded := newAssembler(a.job)
+	if err := recorded.restore(h); err != nil {
+		unlock()
+		return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
+	}
+	want := mustEncode(fresh.snapshot())
+	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(recorded.snapshot()), want)}
+	rewind := !bytes.Equal(mustEncode(a.asm.snapshot()), want)
 	a.ranks.setWorld(world)
 	a.ranks.epoch, a.ranks.step = 0, 0
 	if st.Epoch == fresh.finished {
@@ -132,17 +154,17 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 		// world size, steps hold a different number of samples).
 		a.ranks.epoch, a.ranks.step = st.Epoch, st.Step
 	}
-	if !result.Resumed {
+	if !rewind {
 		a.resumed = &resumeRecord{state: st, world: world, result: result}
 		a.notify()
-		a.mu.Unlock()
+		unlock()
 		return result, nil
 	}
-	// Rewind: the chunks held go back to the stream, the ready batches
-	// are dropped, acks waiting for a write stay (h covers them, so the
-	// replay does too), and no step is formed until the replay is queued.
-	held := a.asm.held()
-	fresh.acks = a.asm.takeAcks()
+	// Rewind: the chunks held go back to the stream, and so do the
+	// messages whose acks wait for a write (the state's position may not
+	// cover them); the ready batches are dropped, and no step is formed
+	// until the replay is queued.
+	held := append(a.asm.held(), a.asm.takeAcks()...)
 	fresh.version = a.asm.version + 1
 	fresh.schema = a.asm.schema
 	fresh.markReplayed(replay)
@@ -152,7 +174,7 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 	a.epochsFinished(a.asm.start(), time.Now())
 	a.resuming = true
 	a.notify()
-	a.mu.Unlock()
+	unlock()
 	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
 		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
 
