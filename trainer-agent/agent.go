@@ -138,13 +138,15 @@ func ratio(a, b time.Duration) float64 {
 	return a.Seconds() / b.Seconds()
 }
 
-// Agent feeds one job to one trainer, as one of the job's readers.
+// Agent feeds one job to the ranks of one trainer, as one of the job's
+// readers.
 //
 // Delivery is exactly once per (epoch, sample) across restarts of the
-// agent, provided it is not killed while a batch is on its way to the
-// trainer: the position is recorded before Next returns a batch (and the
-// chunks it completes are acked only after), so a batch that was handed out
-// counts as delivered even if the trainer never read it.
+// agent, provided it is not killed while a step is on its way to the
+// ranks: the position is recorded before a part of a step is returned (and
+// the chunks the step completes are acked only after), so a step that was
+// handed out counts as delivered even if a rank never read its part. A
+// trainer that resumes from its checkpoint (Resume) closes that gap.
 type Agent struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
