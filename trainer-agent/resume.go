@@ -92,18 +92,24 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
 
-	// Wait for the recorded position, and for a concurrent resume (every
-	// rank sends one) to finish.
-	if err := a.waitFor(ctx, func() bool { return a.runEnded || a.loaded && !a.resuming }); err != nil {
-		return ResumeResult{}, err
-	}
-	// No write (and no ack after it) while the position is compared and
-	// rewound: what was acked is what the recorded position holds.
-	a.posMu.Lock()
-	a.mu.Lock()
 	unlock := func() {
 		a.mu.Unlock()
 		a.posMu.Unlock()
+	}
+	for {
+		// Wait for the recorded position, and for a concurrent resume
+		// (every rank sends one) to finish.
+		if err := a.waitFor(ctx, func() bool { return a.runEnded || a.loaded && !a.resuming }); err != nil {
+			return ResumeResult{}, err
+		}
+		// No write (and no ack after it) while the position is compared
+		// and rewound: what was acked is what the recorded position holds.
+		a.posMu.Lock()
+		a.mu.Lock()
+		if !a.resuming {
+			break
+		}
+		unlock()
 	}
 	switch {
 	case a.runEnded:
