@@ -188,6 +188,7 @@ func (c *Controller) status(jr *jobRun, now time.Time) (wire.JobStatus, bool) {
 		job: job, owner: c.opts.ID, stats: disp.Stats(), prev: prev,
 		signals:  c.runner.Signals(jr.id),
 		replicas: replicas, ready: c.opts.Actuator.Ready(jr.id), reason: reason,
+		stale: c.opts.Autoscale.DemandStale,
 	}, now), true
 }
 
