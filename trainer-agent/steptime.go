@@ -127,10 +127,17 @@ func (s *rankSteps) advance(r StepReport) stepDelta {
 // Agent's mu guards it.
 type stepBook struct {
 	ranks map[int]*rankSteps
+	// reporting is set by the first report with a total above zero: a
+	// client that does not measure its steps may still send zeros, and
+	// its wait must not read as "never waits".
+	reporting bool
 }
 
 // report applies r (valid) and returns what it adds.
 func (b *stepBook) report(r StepReport) stepDelta {
+	if r.Steps > 0 || r.WaitS > 0 || r.ComputeS > 0 {
+		b.reporting = true
+	}
 	s, ok := b.ranks[r.Rank]
 	if !ok {
 		if b.ranks == nil {
@@ -146,8 +153,9 @@ func (b *stepBook) report(r StepReport) stepDelta {
 
 // clientWindow is what the ranks' step reports say of one demand window.
 type clientWindow struct {
-	// Reporting is set once any rank reported: the clients' wait then
-	// stands for the trainer's, not the agent's blocked time.
+	// Reporting is set once any rank reported totals above zero: the
+	// clients' wait then stands for the trainer's, not the agent's
+	// blocked time.
 	Reporting bool
 	// Reported is set when some rank's report in the window added to its
 	// totals.
@@ -168,7 +176,7 @@ type clientWindow struct {
 // window (splitCompute), adds it to the rank's totals and starts the
 // next window.
 func (b *stepBook) closeWindow(interval time.Duration, gpu float64) clientWindow {
-	c := clientWindow{Reporting: len(b.ranks) > 0}
+	c := clientWindow{Reporting: b.reporting}
 	busyS := -1.0
 	if gpu >= 0 {
 		busyS = gpu * max(interval, 0).Seconds()

@@ -115,9 +115,13 @@ func TestStepBookWindows(t *testing.T) {
 	// of GPU time per rank.
 	b.report(rep(0, 0, 0, 0))
 	b.report(rep(1, 0, 0, 0))
+	if c := b.closeWindow(time.Second, 0.5); c.Reporting || c.Reported {
+		t.Errorf("reports of zeros: %+v, want not reporting (a client that does not measure)", c)
+	}
+	b.report(rep(1, 0, 0, 0.1)) // rank 1 computes its first step
 	c := b.closeWindow(time.Second, 0.5)
-	if !c.Reporting || c.Reported || c.Times != (wire.StepTimes{}) {
-		t.Errorf("first reports: %+v, want reporting, nothing counted", c)
+	if !c.Reporting || !c.Reported || c.Times != (wire.StepTimes{}) || c.MaxWait != 0 {
+		t.Errorf("a report of compute only: %+v, want reporting, no step, no wait", c)
 	}
 	b.report(rep(0, 1, 0.2, 0.7))
 	b.report(rep(0, 2, 0.3, 1.4)) // rank 0: 2 steps, 0.3 s wait, 1.4 s compute
@@ -125,10 +129,10 @@ func TestStepBookWindows(t *testing.T) {
 	c = b.closeWindow(2*time.Second, 0.6)
 	want := clientWindow{
 		Reporting: true, Reported: true, MaxWait: 600 * time.Millisecond,
-		Times: wire.StepTimes{Steps: 3, Ranks: 2, WaitS: 0.3, ComputeS: 2.2 / 3, OtherS: 0.2 / 3},
+		Times: wire.StepTimes{Steps: 3, Ranks: 2, WaitS: 0.3, ComputeS: 2.1 / 3, OtherS: 0.2 / 3},
 		PerRank: map[int]stepParts{
 			0: {Steps: 2, WaitS: 0.3, ComputeS: 1.2, OtherS: 0.2},
-			1: {Steps: 1, WaitS: 0.6, ComputeS: 1.0},
+			1: {Steps: 1, WaitS: 0.6, ComputeS: 0.9},
 		},
 	}
 	if diff := cmp.Diff(want, c, approx); diff != "" {
