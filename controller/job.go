@@ -119,7 +119,7 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		}
 	}
 	c.setKnown(job)
-	prev, err := c.readStatus(ctx, id)
+	prev, err := c.readStatus(ctx, job)
 	if err != nil {
 		jr.log.Warn("no earlier status to carry over", "err", err)
 	}
