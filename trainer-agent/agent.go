@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -84,6 +85,8 @@ type Stats struct {
 	DroppedSamples int64
 	// Ranks has what each rank took.
 	Ranks []RankStats
+	// Steps are the step times each rank's client reported, by rank.
+	Steps []RankSteps
 }
 
 // RankStats is what one rank took: parts (batches) and samples, the epoch
@@ -124,10 +127,11 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		DropLast           bool                `json:"drop_last"`
 		DroppedSamples     int64               `json:"dropped_samples"`
 		Ranks              []RankStats         `json:"ranks"`
+		Steps              []RankSteps         `json:"steps"`
 	}{
 		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, failed,
 		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
-		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks,
+		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks, s.Steps,
 	})
 }
 
@@ -188,6 +192,8 @@ type Agent struct {
 	blocked      int // callers waiting in Next
 	blockStart   time.Time
 	window       stallWindow
+	steps        stepBook  // the ranks' step reports
+	gpu          *gpuMeter // readings of the GPU for the demand window
 	stats        Stats
 	firstBatch   time.Time
 	finished     time.Time
@@ -258,8 +264,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		asm:          newAssembler(job),
 		ready:        map[int][]readyBatch{},
 		prefetchAuto: auto,
-		replay:       replayShards,
+		replay:       broker.Replay,
 		window:       stallWindow{Start: now, Capacity: opts.PrefetchSamples},
+		gpu:          newGPUMeter(opts.GPU, opts.DemandInterval, logger.With("job", job.Spec.ID, "reader", opts.Reader)),
 	}
 	if opts.WorldSize > 0 {
 		a.ranks.setWorld(opts.WorldSize)
@@ -727,11 +734,15 @@ func (a *Agent) Stats() Stats {
 	for r, c := range a.ranks.counts {
 		s.Ranks = append(s.Ranks, RankStats{Rank: r, Batches: c.batches, Samples: c.samples, Epoch: c.epoch, Step: c.step, Ended: c.ended})
 	}
+	s.Steps = a.steps.totals()
 	return s
 }
 
 // publishDemands publishes a demand signal every DemandInterval until ctx ends.
 func (a *Agent) publishDemands(ctx context.Context) {
+	var sampling sync.WaitGroup
+	defer sampling.Wait()
+	sampling.Go(func() { a.gpu.run(ctx) })
 	t := time.NewTicker(a.opts.DemandInterval)
 	defer t.Stop()
 	for {
@@ -747,21 +758,13 @@ func (a *Agent) publishDemands(ctx context.Context) {
 }
 
 func (a *Agent) publishDemand(now time.Time, done bool) error {
-	gpu := -1.0
-	if a.opts.GPU != nil {
-		if u, err := a.opts.GPU.Utilization(); err == nil {
-			gpu = u
-		} else {
-			a.log.Debug("reading gpu utilisation", "error", err)
-		}
-	}
+	gpu := a.gpu.take()
 	a.mu.Lock()
 	a.window.Buffered = a.buffered()
-	d := a.window.roll(now)
+	d := a.closeWindow(now, gpu)
 	a.mu.Unlock()
 	d.Job = a.job.Spec.ID
 	d.Reader = a.reader
-	d.GPUUtilization = gpu
 	d.Done = done
 	a.m.stallFraction.Set(d.StallFraction)
 	data, err := json.Marshal(d)

@@ -48,14 +48,9 @@ var ErrBadState = errors.New("bad trainer state")
 var ErrResumeConflict = errors.New("conflicting resume")
 
 // replayFunc queues the re-production of shards (epoch -> shard indices)
-// for reader of job and returns how many it queued.
+// for reader of job and returns how many it queued: broker.Replay, or a
+// test's fake that publishes the chunks itself.
 type replayFunc func(ctx context.Context, js jetstream.JetStream, job wire.Job, reader string, shards map[int][]int) (int, error)
-
-// replayShards is the agent's replayFunc. TODO(lead): broker.Replay, once
-// merged from main.
-var replayShards replayFunc = func(context.Context, jetstream.JetStream, wire.Job, string, map[int][]int) (int, error) {
-	return 0, errors.New("replaying shards: not in this build")
-}
 
 // resumeRecord is the resume this agent did, to answer repeats of it.
 type resumeRecord struct {
