@@ -348,8 +348,8 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusGone || !strings.Contains(string(body), end) {
-				t.Errorf("GET /v1/batch after the job was %s: %s %s", end, resp.Status, body)
+			if resp.StatusCode != http.StatusGone || !strings.Contains(string(body), end) || resp.Header.Get(HeaderEnd) != EndEnded {
+				t.Errorf("GET /v1/batch after the job was %s: %s (%s %q) %s", end, resp.Status, HeaderEnd, resp.Header.Get(HeaderEnd), body)
 			}
 			if end == "cancelled" && !strings.Contains(string(body), "alice") {
 				t.Errorf("410 body %q does not give the reason", body)

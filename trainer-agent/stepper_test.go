@@ -400,3 +400,70 @@ func TestResumeFromACheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeAfterAFailedReplay: an agent whose replay cannot be queued
+// stops, leaving a position that notes the shards; the next agent's resume
+// from the same checkpoint asks for them again, and the model sees every
+// sample once.
+func TestResumeAfterAFailedReplay(t *testing.T) {
+	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}}
+	e := newEnv(t)
+	job := testJob("replay-fails", 1, 2, l)
+	e.createStream(t, job)
+	msgs := outputs(t, job, l)
+	for _, m := range msgs {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- a.Run(ctx) }()
+	kept := takeRanks(t, a, 2, 2)
+	last := kept[0][1]
+	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+		Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
+	takeRanks(t, a, 2, 2)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+
+	b, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.replay = func(context.Context, jetstream.JetStream, wire.Job, string, map[int][]int) (int, error) {
+		return 0, errors.New("task stream unavailable")
+	}
+	wait := runAgent(t, b)
+	if _, err := b.Resume(context.Background(), state, 2); !errors.Is(err, ErrStopped) {
+		t.Fatalf("resume with a failing replay: %v, want ErrStopped", err)
+	}
+	if err := wait(); err == nil || !strings.Contains(err.Error(), "task stream unavailable") {
+		t.Fatalf("Run after a failed replay: %v", err)
+	}
+	if p := e.storedPosition(t, job.Spec.ID, wire.DefaultReader); p.Epochs[0].Replayed == "" {
+		t.Errorf("position after a failed replay %+v: want the shards noted as replayed", p)
+	}
+
+	fake := &fakeReplay{t: t, e: e, msgs: msgs}
+	c, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.replay = fake.replay
+	wait = runAgent(t, c)
+	if res, err := c.Resume(context.Background(), state, 2); err != nil || res.ReplayedShards == 0 {
+		t.Fatalf("resume after a failed replay: %+v, %v", res, err)
+	}
+	rest := takeRanks(t, c, 2, -1)
+	checkSteps(t, rest, 2, [2]int{0, state.Step})
+	checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("replayed after the failure: %v", fake.calls)
+}
