@@ -670,8 +670,10 @@ func (a *Agent) waitFor(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
-// Next returns the next batch, as rank 0 of a world of 1, blocking until
-// one is ready; the time spent blocked is the trainer's stall time. It
+// Next returns the next batch, as rank 0 of a world of 1 (an agent whose
+// ranks were fixed to another world size refuses it with
+// ErrWorldMismatch), blocking until one is ready; the time spent blocked
+// is the trainer's stall time. It
 // returns io.EOF after the last batch of the last epoch, and an error
 // wrapping ErrStopped if Run ended before that (wrapping ErrJobEnded too if
 // that is why).

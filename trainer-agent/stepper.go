@@ -134,6 +134,7 @@ func (a *Agent) takePart(ctx context.Context, req rankRequest) (rankPart, contex
 		return rankPart{}, nil, err
 	}
 	s := &a.ranks
+	world := s.world
 	waiting := false
 	stopWaiting := func() {
 		if waiting {
@@ -142,6 +143,10 @@ func (a *Agent) takePart(ctx context.Context, req rankRequest) (rankPart, contex
 	}
 	for {
 		switch {
+		case s.world != world:
+			// A resume changed the world size while the rank waited.
+			stopWaiting()
+			return rankPart{}, nil, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
 		case a.resuming:
 			// Wait: the position is being rewound.
 		case len(s.queues[req.rank]) > 0:

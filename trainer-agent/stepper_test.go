@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -466,4 +467,42 @@ func TestResumeAfterAFailedReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("replayed after the failure: %v", fake.calls)
+}
+
+// TestResumeRefusesARankWaitingInAnotherWorld: a rank waiting for its
+// first part when a resume sets a smaller world gets ErrWorldMismatch.
+func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("rewait", 1, 2, layout{{2}})
+	e.createStream(t, job)
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.nextPart(context.Background(), rankRequest{rank: 2, world: 3})
+		got <- err
+	}()
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.blocked == 0 {
+			return errors.New("rank 2 is not waiting yet")
+		}
+		return nil
+	})
+	st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
+	if _, err := a.Resume(context.Background(), st, 2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrWorldMismatch) {
+			t.Errorf("the waiting rank of the old world: %v, want ErrWorldMismatch", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting rank of the old world was not refused")
+	}
 }
