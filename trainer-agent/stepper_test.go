@@ -312,14 +312,18 @@ func (f *fakeReplay) replay(_ context.Context, _ jetstream.JetStream, job wire.J
 }
 
 // TestResumeFromACheckpoint trains 2 ranks for 3 steps, checkpoints, takes
-// 3 more steps (which the crashed trainer's model never keeps) and stops;
-// a new agent resumes from the checkpoint with 2 or 3 ranks. The samples
-// the model saw over both runs are every sample of every epoch once, the
-// shards whose chunks were acked past the checkpoint replayed.
+// more steps (which the crashed trainer's model never keeps: 3, or every
+// step left but for the 410s) and stops; a new agent resumes from the
+// checkpoint with 2 or 3 ranks. The samples the model saw over both runs
+// are every sample of every epoch once, the shards whose chunks were acked
+// past the checkpoint replayed.
 func TestResumeFromACheckpoint(t *testing.T) {
-	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch
-	for _, world := range []int{2, 3} {
-		t.Run(fmt.Sprintf("2 ranks to %d", world), func(t *testing.T) {
+	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
+	for _, tc := range []struct {
+		world, past int
+	}{{2, 3}, {3, 3}, {3, 15}} {
+		world := tc.world
+		t.Run(fmt.Sprintf("2 ranks to %d, %d steps past the checkpoint", world, tc.past), func(t *testing.T) {
 			e := newEnv(t)
 			job := testJob("resume", 2, 2, l)
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
@@ -341,7 +345,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			last := kept[0][2]
 			state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 				Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
-			takeRanks(t, a, 2, 3) // past the checkpoint: lost with the crash
+			takeRanks(t, a, 2, tc.past) // past the checkpoint: lost with the crash
 			cancel()
 			if err := <-errc; !errors.Is(err, context.Canceled) {
 				t.Fatalf("Run after cancel: %v", err)
