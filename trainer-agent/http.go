@@ -71,6 +71,7 @@ func DecodeBatch(data []byte) (Batch, error) {
 // Safetensors metadata keys a rank's part of a global step adds over
 // HTTP, and the headers of GET /v1/batch.
 const (
+	MetaBatchReader    = "reader"     // the reader the agent is (for State.Reader)
 	MetaBatchStep      = "step"       // the global step's index within the epoch
 	MetaBatchRank      = "rank"       // the rank the part is for
 	MetaBatchWorldSize = "world_size" // ranks the step was split over
@@ -91,8 +92,8 @@ const (
 //
 //	GET /v1/batch?rank=R&world_size=W&drop_last=0|1&steps=N&wait_s=X&compute_s=Y
 //	               200: rank R's part of the next global step as a
-//	               safetensors file (metadata: job, epoch, step, keys, rank,
-//	               world_size, last_step, position; headers Sluice-Epoch,
+//	               safetensors file (metadata: job, reader, epoch, step, keys,
+//	               rank, world_size, last_step, position; headers Sluice-Epoch,
 //	               Sluice-Step); blocks until one is ready. rank defaults
 //	               to 0, world_size to the agent's (1 if not fixed yet);
 //	               the first request fixes what is not. steps, wait_s and
@@ -218,6 +219,7 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 	var head []byte
 	var size int
 	if err == nil {
+		meta[MetaBatchReader] = a.reader
 		meta[MetaBatchStep] = strconv.Itoa(p.Step)
 		meta[MetaBatchRank] = strconv.Itoa(req.rank)
 		meta[MetaBatchWorldSize] = strconv.Itoa(p.World)

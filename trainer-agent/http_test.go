@@ -57,7 +57,7 @@ func (h httpRank) part(hdr http.Header, body []byte) rankPart {
 	p.Step, _ = strconv.Atoi(m[MetaBatchStep])
 	p.World, _ = strconv.Atoi(m[MetaBatchWorldSize])
 	p.Last = m[MetaBatchLastStep] == "true"
-	if m[MetaBatchRank] != strconv.Itoa(h.rank) || m[MetaBatchJob] == "" ||
+	if m[MetaBatchRank] != strconv.Itoa(h.rank) || m[MetaBatchJob] == "" || m[MetaBatchReader] != wire.DefaultReader ||
 		hdr.Get(wire.HeaderEpoch) != m[MetaBatchEpoch] || hdr.Get(HeaderStep) != m[MetaBatchStep] {
 		h.t.Fatalf("rank %d: metadata %v, headers %v", h.rank, m, hdr)
 	}
@@ -185,6 +185,7 @@ func TestResumeOverHTTP(t *testing.T) {
 		{"not JSON", "", "{"},
 		{"another version", "", `{"v":2,"job":"http-resume","reader":"trainer"}`},
 		{"another job", "", `{"v":1,"job":"other","reader":"trainer"}`},
+		{"a position string that is no JSON", "", `{"v":1,"position":"{"}`},
 		{"another reader", "", `{"v":1,"job":"http-resume","reader":"eval"}`},
 		{"a bad position", "", `{"v":1,"job":"http-resume","reader":"trainer","position":{"v":1,"finished":7}}`},
 		{"a bad world size", "?world_size=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},

@@ -19,8 +19,9 @@ const StateVersion = 1
 // State is a trainer's place in a job as its client saves it in a
 // checkpoint (the client's state dict): the next step the training loop
 // takes, the world size it had, and the position metadata of the last
-// batch it took (null before the first). DDP ranks step together, so rank
-// 0's state stands for every rank's.
+// batch it took (parsed, or as its JSON text; null before the first). DDP
+// ranks step together, so rank 0's state stands for every rank's. An
+// empty job or reader is the agent's own.
 type State struct {
 	Version   int             `json:"v"`
 	Job       string          `json:"job"`
@@ -227,15 +228,18 @@ func (a *Agent) checkState(st State) (position, error) {
 	switch {
 	case st.Version != StateVersion:
 		return position{}, fmt.Errorf("%w: version %d: this agent reads %d", ErrBadState, st.Version, StateVersion)
-	case st.Job != a.job.Spec.ID:
+	case st.Job != "" && st.Job != a.job.Spec.ID:
 		return position{}, fmt.Errorf("%w: a state of job %q, this agent reads %q", ErrBadState, st.Job, a.job.Spec.ID)
-	case st.Reader != a.reader:
+	case st.Reader != "" && st.Reader != a.reader:
 		return position{}, fmt.Errorf("%w: a state of reader %q, this agent is %q", ErrBadState, st.Reader, a.reader)
 	case st.Epoch < 0 || st.Step < 0 || st.WorldSize < 0:
 		return position{}, fmt.Errorf("%w: epoch %d step %d world size %d: want >= 0", ErrBadState, st.Epoch, st.Step, st.WorldSize)
 	}
-	raw := bytes.TrimSpace(st.Position)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+	raw, err := positionJSON(st.Position)
+	if err != nil {
+		return position{}, fmt.Errorf("%w: position: %w", ErrBadState, err)
+	}
+	if bytes.Equal(raw, []byte("null")) {
 		return position{Version: positionVersion, Submitted: a.submitted()}, nil
 	}
 	p, err := decodePosition(raw)
@@ -256,18 +260,30 @@ func sameState(x, y State) bool {
 		x.Step != y.Step || x.WorldSize != y.WorldSize {
 		return false
 	}
+	px, errx := positionJSON(x.Position)
+	py, erry := positionJSON(y.Position)
 	var vx, vy any
-	if json.Unmarshal(orNull(x.Position), &vx) != nil || json.Unmarshal(orNull(y.Position), &vy) != nil {
+	if errx != nil || erry != nil || json.Unmarshal(px, &vx) != nil || json.Unmarshal(py, &vy) != nil {
 		return false
 	}
 	return mustJSON(vx) == mustJSON(vy)
 }
 
-func orNull(b []byte) []byte {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return []byte("null")
+// positionJSON is a state's position as JSON: "null" when absent, and the
+// metadata's JSON text unwrapped when a client kept it as a string.
+func positionJSON(raw json.RawMessage) ([]byte, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '"' {
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, err
+		}
+		raw = bytes.TrimSpace([]byte(text))
 	}
-	return b
+	if len(raw) == 0 {
+		return []byte("null"), nil
+	}
+	return raw, nil
 }
 
 // mustJSON encodes a decoded JSON value; map keys come out sorted.
