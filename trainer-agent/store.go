@@ -225,19 +225,13 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 	return nil
 }
 
-// doneRecord is the value of the reader's done key.
-type doneRecord struct {
-	Submitted string    `json:"submitted"`
-	Time      time.Time `json:"time"`
-}
-
 // writeDone records under wire.ReaderDoneKey that every rank of the reader
 // reached the end of the last epoch and its consumer settled: the
 // controller succeeds the job only with this key of each declared reader
 // (for this submission), so that a trainer crashing before its last step
 // can still resume from a checkpoint.
 func (a *Agent) writeDone(ctx context.Context) error {
-	data, err := json.Marshal(doneRecord{Submitted: a.submitted(), Time: time.Now().UTC()})
+	data, err := json.Marshal(wire.ReaderDone{Submitted: a.job.Submitted, Time: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("encoding the done record: %w", err)
 	}
