@@ -292,6 +292,7 @@ func (a *Agent) dropTail(e int, now time.Time) {
 		n += len(b.Keys)
 	}
 	a.stats.DroppedSamples += int64(n)
+	a.m.droppedSamples.Add(float64(n))
 	a.log.Info("dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", n)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
@@ -228,7 +229,8 @@ func TestRanksDropLast(t *testing.T) {
 	for _, m := range outputs(t, job, rankLayout) {
 		e.publish(t, m, "")
 	}
-	a, err := New(e.nc, e.js, job, Options{WorldSize: 3, DropLast: true}, nil, nil)
+	reg := prometheus.NewRegistry()
+	a, err := New(e.nc, e.js, job, Options{WorldSize: 3, DropLast: true}, nil, NewMetrics(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +247,9 @@ func TestRanksDropLast(t *testing.T) {
 	}
 	if st := a.Stats(); st.DroppedSamples != 4 || !st.DropLast || st.Epochs != 2 {
 		t.Errorf("stats: %d dropped, drop_last %t, %d epochs; want 4, true, 2", st.DroppedSamples, st.DropLast, st.Epochs)
+	}
+	if n, err := prometheusCounter(reg, "sluice_agent_dropped_samples_total"); n != 4 || err != nil {
+		t.Errorf("sluice_agent_dropped_samples_total = %v, %v; want 4", n, err)
 	}
 	e.doneRecordOf(t, job.Spec.ID, wire.DefaultReader)
 }
