@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
+	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/streams"
 )
@@ -42,6 +43,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartAll)
+	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
 			"and its status. Several controllers may run: each job is owned by one (a lease), and a standby\n"+
@@ -50,6 +52,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
+	var cache shardcache.Config
 	if err := parse(fs, args,
 		oneOf("actuator", actuator, actuators...),
 		intRange("max-replicas", maxReplicas, 1, 10000),
@@ -65,6 +68,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			return nil
 		},
+		cacheFlags.resolve(&cache),
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -85,7 +89,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	// Replicas are this binary's `fn serve`, with this controller's
 	// connection settings (secrets through the environment).
-	ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn)
+	ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache)
 	ropts.StopTimeout = replicaStopTimeout
 	act := local.New(ropts, logger.With("component", "actuator"), reg)
 	defer func() {
