@@ -87,6 +87,8 @@ type DispatchStats struct {
 	// results over done tasks.
 	Samples, SampleFailures, Chunks int
 	Bytes                           int64
+	// Reads is where done tasks' shard bytes came from, per epoch.
+	Reads map[int]ShardReads
 }
 
 // Dispatcher pushes one job's tasks to a Target as capacity allows.
@@ -112,6 +114,8 @@ type Dispatcher struct {
 	failures     map[string]int // transient failures per task, against MaxDeliver
 	epochDone    map[int]int
 	stats        DispatchStats // counters only; the rest is derived in Stats
+
+	reads map[int]ShardReads // per epoch, see reads.go
 }
 
 // NewDispatcher creates (or takes over) the job's durable consumer on the
@@ -517,6 +521,7 @@ func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
 	}
 	d.stats.Chunks += res.Chunks
 	d.stats.Bytes += res.Bytes
+	d.recordReads(task, res)
 	id := d.job.Spec.ID
 	d.m.done.WithLabelValues(id).Inc()
 	d.m.epochDone.WithLabelValues(id, epochLabel(task.Epoch)).Set(float64(d.epochDone[task.Epoch]))
@@ -562,5 +567,6 @@ func (d *Dispatcher) Stats() DispatchStats {
 	s.Pending = d.pendingLocked()
 	s.FailedShards = slices.Clone(d.failedShards)
 	s.Results = maps.Clone(d.epochDone)
+	s.Reads = d.readsSnapshot()
 	return s
 }

@@ -54,6 +54,7 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		fmt.Fprintf(w, " of %d expected", st.SamplesExpected)
 	}
 	fmt.Fprintln(w)
+	printReads(w, st)
 	readers := make([]string, 0, len(st.Readers))
 	for r := range st.Readers {
 		readers = append(readers, r)
@@ -80,6 +81,26 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		if n > failedShown {
 			fmt.Fprintf(w, "    ... %d more (--json lists all)\n", n-failedShown)
 		}
+	}
+}
+
+// printReads shows where the job's shards were read from, per epoch.
+func printReads(w io.Writer, st wire.JobStatus) {
+	if len(st.S3BytesPerEpoch) == 0 {
+		return
+	}
+	parts := make([]string, len(st.S3BytesPerEpoch))
+	for i, n := range st.S3BytesPerEpoch {
+		parts[i] = fmt.Sprintf("%d: %s", i, broker.FormatSize(n))
+	}
+	fmt.Fprintf(w, "  s3 read   %s\n", strings.Join(parts, ", "))
+	var cached int64
+	for _, n := range st.CacheBytesPerEpoch {
+		cached += n
+	}
+	if reads := st.CacheHits + st.CacheMisses; reads > 0 {
+		fmt.Fprintf(w, "  cache     %d of %d shard reads hit (%.0f%%), %s from the replicas' caches\n",
+			st.CacheHits, reads, 100*float64(st.CacheHits)/float64(reads), broker.FormatSize(cached))
 	}
 }
 

@@ -133,6 +133,7 @@ type Reader struct {
 	fromS3    *counter
 	fromCache *counter
 	closeFn   func() error
+	closed    bool
 }
 
 // Outcome says where the bytes come from.
@@ -144,7 +145,14 @@ func (r *Reader) CacheBytes() int64 { return r.fromCache.n }
 
 // Close ends the read; a miss that reached the object's end (or comes
 // within a short drain of it) becomes a cache entry.
-func (r *Reader) Close() error { return r.closeFn() }
+// Closing again does nothing.
+func (r *Reader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	return r.closeFn()
+}
 
 // Open reads s3://bucket/key, from the cache when it holds the object's
 // current version. Errors from S3 are returned wrapped, with the SDK's

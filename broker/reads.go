@@ -1,0 +1,50 @@
+package broker
+
+import (
+	"maps"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// ShardReads adds up where one epoch's shard bytes came from, over the
+// functions' results: S3 or the replicas' shard caches.
+type ShardReads struct {
+	S3Bytes, CacheBytes int64
+	// Hits counts shards served from a cache; Misses those read from S3
+	// (cached or not, or with no cache at all).
+	Hits, Misses int
+}
+
+// Cache outcomes a function reports that are hits (shardcache.Outcome).
+const (
+	cacheHitMemory = "hit_memory"
+	cacheHitDisk   = "hit_disk"
+)
+
+// recordReads counts a done task's shard read, per epoch and in the job's
+// metrics. Call with d.mu held.
+func (d *Dispatcher) recordReads(task wire.ShardTask, res wire.ShardResult) {
+	if d.reads == nil {
+		d.reads = map[int]ShardReads{}
+	}
+	r := d.reads[task.Epoch]
+	r.S3Bytes += res.S3Bytes
+	r.CacheBytes += res.CacheBytes
+	outcome := res.Cache
+	switch outcome {
+	case cacheHitMemory, cacheHitDisk:
+		r.Hits++
+	case "":
+		outcome = "unknown" // a replica that does not report it
+		r.Misses++
+	default:
+		r.Misses++
+	}
+	d.reads[task.Epoch] = r
+	id := d.job.Spec.ID
+	d.m.shardReads.WithLabelValues(id, outcome).Inc()
+	d.m.readBytes.WithLabelValues(id, "s3").Add(float64(res.S3Bytes))
+	d.m.readBytes.WithLabelValues(id, "cache").Add(float64(res.CacheBytes))
+}
+
+func (d *Dispatcher) readsSnapshot() map[int]ShardReads { return maps.Clone(d.reads) }
