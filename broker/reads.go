@@ -22,27 +22,27 @@ const (
 )
 
 // recordReads counts a done task's shard read, per epoch and in the job's
-// metrics. Call with d.mu held.
+// metrics; a result that does not say where it read (a replica older than
+// the shard cache) is not counted. Call with d.mu held.
 func (d *Dispatcher) recordReads(task wire.ShardTask, res wire.ShardResult) {
+	if res.Cache == "" {
+		return
+	}
 	if d.reads == nil {
 		d.reads = map[int]ShardReads{}
 	}
 	r := d.reads[task.Epoch]
 	r.S3Bytes += res.S3Bytes
 	r.CacheBytes += res.CacheBytes
-	outcome := res.Cache
-	switch outcome {
+	switch res.Cache {
 	case cacheHitMemory, cacheHitDisk:
 		r.Hits++
-	case "":
-		outcome = "unknown" // a replica that does not report it
-		r.Misses++
 	default:
 		r.Misses++
 	}
 	d.reads[task.Epoch] = r
 	id := d.job.Spec.ID
-	d.m.shardReads.WithLabelValues(id, outcome).Inc()
+	d.m.shardReads.WithLabelValues(id, res.Cache).Inc()
 	d.m.readBytes.WithLabelValues(id, "s3").Add(float64(res.S3Bytes))
 	d.m.readBytes.WithLabelValues(id, "cache").Add(float64(res.CacheBytes))
 }

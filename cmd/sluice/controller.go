@@ -44,6 +44,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartAll)
 	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
+	localityWait := fs.Duration("locality-wait", broker.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
 			"and its status. Several controllers may run: each job is owned by one (a lease), and a standby\n"+
@@ -61,6 +62,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		durationRange("lease-ttl", leaseTTL, 100*time.Millisecond, time.Hour),
 		durationRange("tick", tick, 10*time.Millisecond, time.Minute),
 		durationRange("task-ack-wait", ackWait, 100*time.Millisecond, time.Hour),
+		durationRange("locality-wait", localityWait, 0, time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
 		func() error {
 			if *id == "" {
@@ -104,7 +106,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
 		Actuator: act, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
-		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency,
+		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency, LocalityWait: localityOption(*localityWait),
 	}, logger, reg)
 	if err != nil {
 		return err
@@ -145,4 +147,13 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		logger.Info("serving", "addr", ln.Addr().String())
 	}
 	return c.Run(ctx)
+}
+
+// localityOption is --locality-wait as controller.Options takes it, where
+// 0 means the default and a negative wait none.
+func localityOption(wait time.Duration) time.Duration {
+	if wait == 0 {
+		return -1
+	}
+	return wait
 }
