@@ -28,6 +28,7 @@ func commands() map[string]command {
 		"fn serve":   {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
 		"fn apply":   {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
 		"bench ops":  {"measure a pipeline's single-core throughput, per op", runBenchOps},
+		"plan":       {"predict a job's S3 bytes per epoch with the shard cache, and its I/O-bound samples/s", runPlan},
 		"controller": {"run jobs: dispatch, autoscale replicas, track status (leases let a standby take over)", runController},
 		"job submit": {"check a job spec (YAML file and/or flags) and queue the job", runJobSubmit},
 		"job status": {"show a job's state and progress (--watch follows it)", runJobStatus},
