@@ -40,6 +40,28 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, s3: c, cfg: cfg}
 }
 
+// newVersitygw is an env on versitygw, a real S3 gateway: its ETags, its
+// HEAD and its overwrites are a server's, not a fake's.
+func newVersitygw(t *testing.T) *env {
+	const key, secret = "cache-key", "cache-secret"
+	endpoint := testenv.Versitygw(t, key, secret)
+	cfg := objstore.Config{Endpoint: endpoint, PathStyle: true, Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")}
+	c, err := objstore.NewClient(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: ptr(bucket)}); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, s3: c, cfg: cfg}
+}
+
+// onServers runs f against each S3 server the tests have.
+func onServers(t *testing.T, f func(t *testing.T, e *env)) {
+	t.Run("gofakes3", func(t *testing.T) { f(t, newEnv(t)) })
+	t.Run("versitygw", func(t *testing.T) { f(t, newVersitygw(t)) })
+}
+
 func (e *env) put(key string, data []byte) {
 	e.t.Helper()
 	if _, err := e.s3.PutObject(context.Background(), &s3.PutObjectInput{Bucket: ptr(bucket), Key: &key, Body: bytes.NewReader(data)}); err != nil {
@@ -210,8 +232,9 @@ func TestIntegrationCacheTiers(t *testing.T) {
 
 // TestIntegrationCacheChangedObject: a shard rewritten in S3 under the same
 // key is read again, never served from the old entry, from either tier.
-func TestIntegrationCacheChangedObject(t *testing.T) {
-	e := newEnv(t)
+func TestIntegrationCacheChangedObject(t *testing.T) { onServers(t, testChangedObject) }
+
+func testChangedObject(t *testing.T, e *env) {
 	for _, cfg := range []Config{{Dir: t.TempDir(), DiskBytes: 1 << 20}, {MemoryBytes: 1 << 20}} {
 		v1, v2 := randomBytes(3, 100<<10), randomBytes(4, 100<<10)
 		e.put("s.tar", v1)
@@ -325,14 +348,17 @@ func TestIntegrationCacheUnwritableDir(t *testing.T) {
 // binary halfway through caching a shard: no entry is left to serve, the
 // next read goes to S3 and caches the shard whole, and the temporary file
 // goes once stale.
-func TestIntegrationCacheKilledMidWrite(t *testing.T) {
-	e := newEnv(t)
+func TestIntegrationCacheKilledMidWrite(t *testing.T) { onServers(t, testKilledMidWrite) }
+
+func testKilledMidWrite(t *testing.T, e *env) {
 	a := randomBytes(8, 2<<20)
 	e.put("a.tar", a)
 	dir := t.TempDir()
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCacheWriterProcess$")
-	cmd.Env = append(os.Environ(), "SLUICE_CACHE_WRITER_DIR="+dir, "SLUICE_CACHE_WRITER_S3="+e.cfg.Endpoint)
+	access, _ := e.cfg.Credentials.Retrieve(context.Background())
+	cmd.Env = append(os.Environ(), "SLUICE_CACHE_WRITER_DIR="+dir, "SLUICE_CACHE_WRITER_S3="+e.cfg.Endpoint,
+		"SLUICE_CACHE_WRITER_KEYS="+access.AccessKeyID+":"+access.SecretAccessKey)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -376,8 +402,9 @@ func TestCacheWriterProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestIntegrationCacheKilledMidWrite")
 	}
+	key, secret, _ := strings.Cut(os.Getenv("SLUICE_CACHE_WRITER_KEYS"), ":")
 	s3c, err := objstore.NewClient(context.Background(), objstore.Config{Endpoint: endpoint, PathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(testenv.S3AccessKey, testenv.S3SecretKey, "")}, nil)
+		Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
