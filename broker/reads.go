@@ -10,9 +10,10 @@ import (
 // functions' results: S3 or the replicas' shard caches.
 type ShardReads struct {
 	S3Bytes, CacheBytes int64
-	// Hits counts shards served from a cache; Misses those read from S3
-	// (cached or not, or with no cache at all).
-	Hits, Misses int
+	// Hits counts shards served from a cache, MemoryHits those of them
+	// from the memory of the replica (locality sent them home); Misses
+	// those read from S3 (cached or not, or with no cache at all).
+	Hits, MemoryHits, Misses int
 }
 
 // Cache outcomes a function reports that are hits (shardcache.Outcome).
@@ -35,7 +36,10 @@ func (d *Dispatcher) recordReads(task wire.ShardTask, res wire.ShardResult) {
 	r.S3Bytes += res.S3Bytes
 	r.CacheBytes += res.CacheBytes
 	switch res.Cache {
-	case cacheHitMemory, cacheHitDisk:
+	case cacheHitMemory:
+		r.Hits++
+		r.MemoryHits++
+	case cacheHitDisk:
 		r.Hits++
 	default:
 		r.Misses++

@@ -15,7 +15,7 @@ func addReads(s *wire.JobStatus, prev wire.JobStatus, reads map[int]broker.Shard
 	s.CacheBytesPerEpoch = make([]int64, epochs)
 	copy(s.S3BytesPerEpoch, prev.S3BytesPerEpoch)
 	copy(s.CacheBytesPerEpoch, prev.CacheBytesPerEpoch)
-	s.CacheHits, s.CacheMisses = prev.CacheHits, prev.CacheMisses
+	s.CacheHits, s.CacheMisses, s.CacheMemoryHits = prev.CacheHits, prev.CacheMisses, prev.CacheMemoryHits
 	for e, r := range reads {
 		if e >= 0 && e < epochs {
 			s.S3BytesPerEpoch[e] += r.S3Bytes
@@ -23,5 +23,6 @@ func addReads(s *wire.JobStatus, prev wire.JobStatus, reads map[int]broker.Shard
 		}
 		s.CacheHits += int64(r.Hits)
 		s.CacheMisses += int64(r.Misses)
+		s.CacheMemoryHits += int64(r.MemoryHits)
 	}
 }

@@ -131,7 +131,7 @@ func printBenchCache(w io.Writer, d demo.Options, replicas int, latency time.Dur
 	for e := range d.Epochs {
 		head += fmt.Sprintf("\tEPOCH %d", e)
 	}
-	fmt.Fprintln(tw, head+"\tHITS\tDELIVERED\tDUPLICATES\tLOST")
+	fmt.Fprintln(tw, head+"\tHITS (MEMORY)\tDELIVERED\tDUPLICATES\tLOST")
 	for _, r := range runs {
 		s := r.Summary
 		size := "none"
@@ -146,7 +146,8 @@ func printBenchCache(w io.Writer, d demo.Options, replicas int, latency time.Dur
 				line += "\t-"
 			}
 		}
-		line += fmt.Sprintf("\t%d/%d\t%d/%d\t%d\t%d", s.CacheHits, s.CacheHits+s.CacheMisses, s.SamplesDelivered, s.SamplesExpected, s.Duplicates, s.Lost)
+		line += fmt.Sprintf("\t%d/%d (%d)\t%d/%d\t%d\t%d", s.CacheHits, s.CacheHits+s.CacheMisses, s.CacheMemoryHits,
+			s.SamplesDelivered, s.SamplesExpected, s.Duplicates, s.Lost)
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()

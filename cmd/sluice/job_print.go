@@ -99,8 +99,8 @@ func printReads(w io.Writer, st wire.JobStatus) {
 		cached += n
 	}
 	if reads := st.CacheHits + st.CacheMisses; reads > 0 {
-		fmt.Fprintf(w, "  cache     %d of %d shard reads hit (%.0f%%), %s from the replicas' caches\n",
-			st.CacheHits, reads, 100*float64(st.CacheHits)/float64(reads), broker.FormatSize(cached))
+		fmt.Fprintf(w, "  cache     %d of %d shard reads hit (%.0f%%; %d in a replica's memory), %s from the replicas' caches\n",
+			st.CacheHits, reads, 100*float64(st.CacheHits)/float64(reads), st.CacheMemoryHits, broker.FormatSize(cached))
 	}
 }
 

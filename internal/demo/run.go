@@ -265,6 +265,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	s.Lost = s.SamplesExpected - s.SamplesDelivered - int64(len(s.FailedSamples))
 	s.DatasetBytes = datasetBytes
 	s.S3BytesPerEpoch, s.CacheHits, s.CacheMisses = status.S3BytesPerEpoch, status.CacheHits, status.CacheMisses
+	s.CacheMemoryHits = status.CacheMemoryHits
 	if link != nil {
 		s.S3LinkBytes = link.Bytes()
 	}

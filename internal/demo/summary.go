@@ -59,6 +59,7 @@ type Summary struct {
 	S3BytesPerEpoch []int64 `json:"s3_bytes_per_epoch,omitempty"`
 	CacheHits       int64   `json:"cache_hits,omitempty"`
 	CacheMisses     int64   `json:"cache_misses,omitempty"`
+	CacheMemoryHits int64   `json:"cache_memory_hits,omitempty"`
 	S3LinkBytes     int64   `json:"s3_link_bytes,omitempty"`
 }
 
