@@ -419,3 +419,23 @@ func TestCacheWriterProcess(t *testing.T) {
 	fmt.Println("HALF")
 	time.Sleep(time.Minute)
 }
+
+// TestIntegrationCacheEvictsColdEntries: an entry unused for longer than
+// the horizon (a dataset no job reads any more) makes room for a new one.
+func TestIntegrationCacheEvictsColdEntries(t *testing.T) {
+	e := newEnv(t)
+	a, b := randomBytes(9, 300<<10), randomBytes(10, 300<<10)
+	e.put("a.tar", a)
+	e.put("b.tar", b)
+	dir := t.TempDir()
+	c, _ := newCache(t, Config{Dir: dir, DiskBytes: 400 << 10, IdleHorizon: time.Minute}, e.s3)
+	wantRead(t, c, "a.tar", a, OutcomeMiss)
+	wantRead(t, c, "b.tar", b, OutcomeBypass) // a is hot: b is not cached
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, entryName(bucket, "a.tar")), old, old); err != nil {
+		t.Fatal(err)
+	}
+	wantRead(t, c, "b.tar", b, OutcomeMiss) // a went cold: evicted for b
+	wantRead(t, c, "b.tar", b, OutcomeHitDisk)
+	wantRead(t, c, "a.tar", a, OutcomeBypass)
+}
