@@ -43,17 +43,17 @@ func (f cacheFlags) resolve(c *shardcache.Config) func() error {
 		}
 		*c = shardcache.Config{Dir: *f.dir, DiskBytes: size("cache-bytes", *f.diskBytes),
 			MemoryBytes: size("cache-memory-bytes", *f.memoryBytes), IdleHorizon: *f.horizon}
+		if *f.horizon < time.Second || *f.horizon > 30*24*time.Hour {
+			errs = append(errs, fmt.Errorf("--cache-idle-horizon %v: want 1s..720h0m0s", *f.horizon))
+		}
 		if len(errs) > 0 {
-			return errors.Join(errs...)
+			return errors.Join(errs...) // a budget that did not parse is not also missing
 		}
 		if c.Dir != "" && c.DiskBytes == 0 {
 			errs = append(errs, errors.New("--cache-dir without --cache-bytes: give the directory a budget"))
 		}
 		if c.Dir == "" && c.DiskBytes > 0 {
 			errs = append(errs, errors.New("--cache-bytes without --cache-dir: name the directory"))
-		}
-		if *f.horizon < time.Second || *f.horizon > 30*24*time.Hour {
-			errs = append(errs, fmt.Errorf("--cache-idle-horizon %v: want 1s..720h0m0s", *f.horizon))
 		}
 		return errors.Join(errs...)
 	}
