@@ -26,7 +26,7 @@ func registerCacheFlags(fs *flag.FlagSet, who string) cacheFlags {
 		diskBytes:   fs.String("cache-bytes", "0", "disk budget of --cache-dir, for every replica sharing it (e.g. 20GiB)"),
 		memoryBytes: fs.String("cache-memory-bytes", "0", "memory budget of each replica's shard cache (e.g. 512MiB); 0: none"),
 		horizon: fs.Duration("cache-idle-horizon", shardcache.DefaultIdleHorizon,
-			"how long a cached shard may go unread before another may replace it, until the cache has seen an epoch's length"),
+			"least time a cached shard goes unread before another may replace it (longer when epochs are: twice the longest reuse seen)"),
 	}
 }
 

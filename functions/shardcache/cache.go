@@ -28,9 +28,9 @@ type Config struct {
 	DiskBytes int64
 	// MemoryBytes is this process's memory tier; 0 means none.
 	MemoryBytes int64
-	// IdleHorizon is how long an entry may go unused before it may be
-	// evicted, until the cache has seen a shard read twice and can tell
-	// the epoch's length (default one hour). See the package doc.
+	// IdleHorizon is the least time an entry goes unused before it may be
+	// evicted; twice the longest reuse seen when that is longer (default
+	// one hour). See the package doc.
 	IdleHorizon time.Duration
 }
 

@@ -34,9 +34,10 @@
 // it. A too-small cache then keeps a stable C/D of the dataset and costs
 // nothing on the other reads: it is never worse than no cache. Cold
 // entries are those of datasets no job reads any more: the horizon is
-// twice the longest reuse interval seen (an entry read again one epoch
-// later), so entries of a running job are never cold, and before any reuse
-// is seen it is Config.IdleHorizon (default one hour).
+// twice the longest reuse interval seen (a shard comes back within two
+// epochs), but never less than Config.IdleHorizon (default one hour), so
+// that the entries of a running job are never taken for cold, not even
+// early in an epoch, when the reuse seen so far understates its length.
 //
 // # Safety
 //

@@ -63,11 +63,11 @@ func (r *reuseClock) hit(lastUse, now time.Time) {
 }
 
 // horizon is how long an entry may go unused before it is cold: twice the
-// longest reuse seen (an epoch's shards come back within about one epoch,
-// later ones by at most the next), or the fallback before any.
+// longest reuse seen (a shard comes back within at most two epochs: read
+// first in one, last in the next), and never less than the fallback. The
+// reuse seen early in an epoch understates the epoch's length (only the
+// shards read again so far count), so the fallback is a floor, not just a
+// start: a running job's entries are never taken for cold.
 func (r *reuseClock) horizon() time.Duration {
-	if r.longest <= 0 {
-		return r.fallback
-	}
-	return 2 * r.longest
+	return max(r.fallback, 2*r.longest)
 }

@@ -79,7 +79,7 @@ func TestAdmit(t *testing.T) {
 // reads in every later epoch, where LRU would hit almost none.
 func TestAdmitEpochs(t *testing.T) {
 	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	clock := reuseClock{fallback: time.Hour}
+	clock := reuseClock{fallback: time.Minute}
 	cached := map[string]*Entry{}
 	orders := [][]int{{3, 7, 1, 9, 0, 4, 8, 2, 6, 5}, {5, 0, 2, 8, 7, 1, 3, 6, 9, 4}, {9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}
 	var hitsPerEpoch []int
@@ -111,8 +111,8 @@ func TestAdmitEpochs(t *testing.T) {
 	if diff := cmp.Diff([]int{0, 4, 4}, hitsPerEpoch); diff != "" {
 		t.Errorf("hits per epoch (-want,+got):\n%s", diff)
 	}
-	// Once the job stops, its entries go cold after twice an epoch's reuse.
-	later := now.Add(2*clock.longest + time.Second)
+	// Once the job stops, its entries go cold after the horizon.
+	later := now.Add(clock.horizon() + time.Second)
 	var entries []Entry
 	for _, e := range cached {
 		entries = append(entries, *e)
@@ -129,8 +129,12 @@ func TestReuseClock(t *testing.T) {
 		t.Errorf("horizon before any reuse = %v, want the fallback 1h", got)
 	}
 	c.hit(now.Add(-30*time.Second), now)
+	if got := c.horizon(); got != time.Hour {
+		t.Errorf("horizon = %v, want the fallback 1h over 2 x the longest reuse (30s)", got)
+	}
+	c.hit(now.Add(-50*time.Minute), now)
 	c.hit(now.Add(-10*time.Second), now)
-	if got := c.horizon(); got != time.Minute {
-		t.Errorf("horizon = %v, want 2 x the longest reuse (30s) = 1m", got)
+	if got := c.horizon(); got != 100*time.Minute {
+		t.Errorf("horizon = %v, want 2 x the longest reuse (50m) = 1h40m", got)
 	}
 }
