@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
+	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/streams"
 )
@@ -42,6 +43,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartAll)
+	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
+	localityWait := fs.Duration("locality-wait", broker.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
 			"and its status. Several controllers may run: each job is owned by one (a lease), and a standby\n"+
@@ -50,6 +53,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
+	var cache shardcache.Config
 	if err := parse(fs, args,
 		oneOf("actuator", actuator, actuators...),
 		intRange("max-replicas", maxReplicas, 1, 10000),
@@ -58,6 +62,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		durationRange("lease-ttl", leaseTTL, 100*time.Millisecond, time.Hour),
 		durationRange("tick", tick, 10*time.Millisecond, time.Minute),
 		durationRange("task-ack-wait", ackWait, 100*time.Millisecond, time.Hour),
+		durationRange("locality-wait", localityWait, 0, time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
 		func() error {
 			if *id == "" {
@@ -65,6 +70,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			return nil
 		},
+		cacheFlags.resolve(&cache),
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -85,7 +91,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	// Replicas are this binary's `fn serve`, with this controller's
 	// connection settings (secrets through the environment).
-	ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn)
+	ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache)
 	ropts.StopTimeout = replicaStopTimeout
 	act := local.New(ropts, logger.With("component", "actuator"), reg)
 	defer func() {
@@ -100,7 +106,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
 		Actuator: act, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
-		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency,
+		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency, LocalityWait: localityOption(*localityWait),
 	}, logger, reg)
 	if err != nil {
 		return err
@@ -141,4 +147,13 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		logger.Info("serving", "addr", ln.Addr().String())
 	}
 	return c.Run(ctx)
+}
+
+// localityOption is --locality-wait as controller.Options takes it, where
+// 0 means the default and a negative wait none.
+func localityOption(wait time.Duration) time.Duration {
+	if wait == 0 {
+		return -1
+	}
+	return wait
 }
