@@ -32,7 +32,7 @@ type Controller struct {
 	dm     *broker.Metrics
 	runner *autoscale.Runner
 
-	jobsKV, statusKV, leasesKV jetstream.KeyValue
+	jobsKV, statusKV, leasesKV, readersKV jetstream.KeyValue
 
 	kick   chan struct{} // wakes the lease keeper
 	synced atomic.Bool   // the job watcher has read every record once
@@ -111,6 +111,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return kv
 	}
 	c.jobsKV, c.statusKV, c.leasesKV = open(wire.JobsBucket), open(wire.StatusBucket), open(wire.LeasesBucket)
+	c.readersKV = open(wire.ReadersBucket)
 	if err != nil {
 		return err
 	}

@@ -239,11 +239,35 @@ func (e *env) startReader(t *testing.T, job, name string) *reader {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec, err := e.b.Job(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &reader{seen: map[string]int{}}
+	ends := map[string]bool{}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		defer m.Ack()
 		ref, err := wire.ParseChunkRef(job, m.Headers())
-		if err != nil || ref.Chunk < 0 {
+		if err != nil {
+			return
+		}
+		if ref.Chunk < 0 {
+			// Every shard end of every epoch: done, as an agent says it
+			// once its trainer has the last batch.
+			r.mu.Lock()
+			ends[ref.MsgID()] = true
+			all := len(ends) == rec.Tasks()
+			r.mu.Unlock()
+			if all {
+				data, _ := json.Marshal(wire.ReaderDone{Submitted: rec.Submitted, Time: time.Now()})
+				if _, err := readers.Put(context.Background(), wire.ReaderDoneKey(job, name), data); err != nil {
+					t.Errorf("writing %s: %v", wire.ReaderDoneKey(job, name), err)
+				}
+			}
 			return
 		}
 		f, err := safetensors.Decode(m.Data())

@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/broker"
@@ -175,7 +178,7 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		<-replaysDone
 	}()
 	for {
-		drained, err := c.readersDrained(ctx, job)
+		drained, err := c.readersDone(ctx, job)
 		if drained {
 			break
 		}
@@ -252,17 +255,28 @@ func (c *Controller) jobGone(ctx context.Context, id string) bool {
 	return err == nil && job.State.Terminal()
 }
 
-// readersDrained reports whether every declared reader's consumer has
-// taken and acked every chunk of the job's output.
-func (c *Controller) readersDrained(ctx context.Context, job wire.Job) (bool, error) {
+// readersDone reports whether every declared reader is through: its agent
+// wrote that every rank reached the end of the last epoch
+// (wire.ReaderDoneKey), which it does once its consumer took and acked
+// every chunk. Until the trainer has its last batch it may crash and
+// resume from a checkpoint, and needs the job (its replays) alive. The
+// consumer is not asked: another reader's replays may land on it after
+// its agent finished, and nobody will ack those.
+func (c *Controller) readersDone(ctx context.Context, job wire.Job) (bool, error) {
 	for _, r := range job.Spec.Readers {
-		cons, err := c.opts.JS.Consumer(ctx, wire.OutputStream(job.Spec.ID), wire.ReaderConsumer(r))
-		if err != nil {
-			return false, fmt.Errorf("job %s reader %s: %w", job.Spec.ID, r, err)
-		}
-		info := cons.CachedInfo()
-		if info.NumPending > 0 || info.NumAckPending > 0 {
+		e, err := c.readersKV.Get(ctx, wire.ReaderDoneKey(job.Spec.ID, r))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("job %s reader %s: reading %s: %w", job.Spec.ID, r, wire.ReaderDoneKey(job.Spec.ID, r), err)
+		}
+		var done wire.ReaderDone
+		if err := json.Unmarshal(e.Value(), &done); err != nil {
+			return false, fmt.Errorf("job %s reader %s: decoding %s: %w", job.Spec.ID, r, wire.ReaderDoneKey(job.Spec.ID, r), err)
+		}
+		if !done.Submitted.Equal(job.Submitted) {
+			return false, nil // an earlier job's under this id
 		}
 	}
 	return true, nil
