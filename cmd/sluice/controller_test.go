@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,10 +20,10 @@ import (
 
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
-	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -151,15 +150,7 @@ func TestControllerRunsAJobWithLocalReplicas(t *testing.T) {
 		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 2, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("cli"), wire.ReaderConsumer(wire.DefaultReader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
+	readWithAgent(t, e, "cli")
 	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		s, err := jobStatus(e.js, "cli")
 		if err != nil {
@@ -232,34 +223,7 @@ func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
 		return nil
 	})
 
-	seen := map[string]int{}
-	var mu sync.Mutex
-	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("stuck"), wire.ReaderConsumer(wire.DefaultReader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		defer m.Ack()
-		ref, err := wire.ParseChunkRef("stuck", m.Headers())
-		if err != nil || ref.Chunk < 0 {
-			return
-		}
-		f, err := safetensors.Decode(m.Data())
-		if err != nil {
-			return
-		}
-		var keys []string
-		_ = json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys)
-		mu.Lock()
-		defer mu.Unlock()
-		for _, k := range keys {
-			seen[fmt.Sprintf("%d/%s", ref.Epoch, k)]++
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
+	r := readWithAgent(t, e, "stuck")
 	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		s, err := jobStatus(e.js, "stuck")
 		if err != nil {
@@ -270,14 +234,66 @@ func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
 		}
 		return nil
 	})
-	mu.Lock()
-	defer mu.Unlock()
+	seen, err := r.wait()
+	if err != nil {
+		t.Fatal(err)
+	}
 	dups := 0
 	for _, n := range seen {
 		dups += n - 1
 	}
 	if len(seen) != 4*16 || dups != 0 {
 		t.Errorf("reader got %d distinct samples with %d duplicates, want %d once each", len(seen), dups, 4*16)
+	}
+}
+
+// agentReader is a trainer agent in this process reading a job to its end,
+// as a trainer would: the job succeeds only once its reader is done.
+type agentReader struct {
+	done chan struct{}
+	seen map[string]int // epoch/key -> deliveries
+	err  error
+}
+
+func readWithAgent(t *testing.T, e controllerEnv, job string) *agentReader {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := &agentReader{done: make(chan struct{}), seen: map[string]int{}}
+	go func() {
+		defer close(r.done)
+		a, err := traineragent.Open(ctx, e.js.Conn(), e.js, job, traineragent.Options{}, nil, nil)
+		if err != nil {
+			r.err = err
+			return
+		}
+		runErr := make(chan error, 1)
+		go func() { runErr <- a.Run(ctx) }()
+		for {
+			b, err := a.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				r.err = <-runErr
+				return
+			}
+			if err != nil {
+				r.err = err
+				return
+			}
+			for _, k := range b.Keys {
+				r.seen[fmt.Sprintf("%d/%s", b.Epoch, k)]++
+			}
+		}
+	}()
+	return r
+}
+
+// wait returns what the agent delivered once it read the job to its end.
+func (r *agentReader) wait() (map[string]int, error) {
+	select {
+	case <-r.done:
+		return r.seen, r.err
+	case <-time.After(time.Minute):
+		return nil, errors.New("the agent did not finish within a minute")
 	}
 }
 
