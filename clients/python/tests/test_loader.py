@@ -45,6 +45,18 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual([s[:2] for s in seen], [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)])
         self.assertEqual(list(ld), [])  # nothing more
 
+    def test_buffers_are_reused_only_when_free(self):
+        ag = self.agent([batches(20, 3)])
+        ld = self.loader(ag.url, prefetch=1)
+        kept = []
+        for i, b in enumerate(ld):
+            if i % 2 == 0:
+                kept.append(b)  # held: its buffer must not be reused
+        for b in kept:
+            np.testing.assert_array_equal(b["label"], [int(k) for k in b["__key__"]])
+            self.assertTrue((b["image"][:, 0, 0, 0] == b["label"] % 256).all())
+        self.assertLessEqual(len(ld._pool), ld.prefetch + 4)
+
     def test_each_for_loop_is_one_epoch(self):
         ag = self.agent([batches(3, 1), batches(2, 1, 10)])
         ld = self.loader(ag.url)
@@ -80,7 +92,7 @@ class LoaderTest(unittest.TestCase):
     def test_state_dict_tracks_what_the_loop_took(self):
         ag = self.agent([batches(4, 2), batches(4, 2, 100)])
         ld = self.loader(ag.url, prefetch=3)
-        self.assertEqual(ld.state_dict(), {"v": 1, "job": None, "reader": None, "epoch": 0, "step": 0,
+        self.assertEqual(ld.state_dict(), {"v": 1, "job": None, "reader": "trainer", "epoch": 0, "step": 0,
                                            "world_size": 1, "position": None})
         it = iter(ld)
         next(it)
