@@ -38,7 +38,10 @@ const ddpPipeline = "{\"name\": \"ddp\", \"label\": {\"member\": \"cls\"}, \"ops
 // ranks resumes from the checkpoint through a restarted agent and trains
 // to the end. The samples the model saw, by (epoch, key) — those of the
 // first run up to the checkpoint, and all of the second's — must be every
-// sample of every epoch exactly once.
+// sample of every epoch exactly once. Two scenarios (each about 30 s on
+// two cores, most of it torch starting up): 2 ranks resumed by 3 from a
+// checkpoint in epoch 0, and 2 by 2 after a crash between checkpoints in
+// epoch 1.
 func TestIntegrationPyTorchResume(t *testing.T) {
 	py := pythonWithTorch(t)
 	c := StartCluster(t, binaries(t), ClusterOptions{})
@@ -53,11 +56,11 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 	}{
 		// 2 ranks checkpoint at step 5 of epoch 0 and are killed; 3 resume.
 		{"2-then-3-ranks", 2, 3, 5, 5},
-		// The same world size, from a checkpoint in epoch 1.
-		{"same-world-size", 2, 2, 15, 5},
-		// Killed 3 steps after the last checkpoint: those steps' samples
-		// are seen again by the resumed run, once.
-		{"crash-between-checkpoints", 2, 3, 8, 5},
+		// The same world size, killed in epoch 1 three steps after its last
+		// checkpoint (steps 16-18; 12 steps an epoch, checkpoints every 5
+		// and at the epoch's end): those steps' samples are seen again by
+		// the resumed run, once.
+		{"same-world-size-crash-between-checkpoints", 2, 2, 18, 5},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			c := c.For(t)
@@ -90,6 +93,9 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 				if err := p.Wait(jobTimeout); err != nil {
 					t.Fatalf("%s: %v\n%s", p.Name, err, p.Tail(30))
 				}
+			}
+			if i := strings.Index(second[0].Log(), "resumed: "); i >= 0 {
+				t.Logf("the agent's answer to the resume: %s", strings.SplitN(second[0].Log()[i+len("resumed: "):], "\n", 2)[0])
 			}
 			took := time.Since(start)
 			waitReleased(t, c, js, job, wire.JobSucceeded, ctrl)

@@ -78,6 +78,8 @@ def main():
                 loss.backward()
                 opt.step()
                 steps += 1
+                if steps == 1 and ds.loader.resume_info is not None:
+                    print(f"resumed: {json.dumps(ds.loader.resume_info)}", flush=True)
                 for k in batch["__key__"]:
                     keys_out.write(f"{batch['__epoch__']} {batch['__step__']} {k}\n")
                 keys_out.flush()
