@@ -3,6 +3,7 @@ package itest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,8 @@ import (
 //     against torch's DataLoader over torchvision's ImageFolder with those
 //     transforms and num_workers=2.
 //
-// SLUICE_BENCH_BATCH (32) sets part 1's batch size, SLUICE_BENCH_AGENT_ARGS
+// SLUICE_BENCH_ROUNDS (1) repeats part 2, SLUICE_BENCH_BATCH (32) sets
+// part 1's batch size, SLUICE_BENCH_AGENT_ARGS
 // its agent's extra flags (e.g. "--prefetch 2048"), SLUICE_BENCH_SAMPLES
 // (6000) part 2's images, SLUICE_BENCH_STEP_MS (10) its step,
 // SLUICE_BENCH_PARTS ("throughput,side") the parts run.
@@ -112,28 +114,49 @@ func TestBenchPyTorch(t *testing.T) {
 			t.Fatalf("from_torchvision: %v", err)
 		}
 		t.Logf("the transforms' Sluice spec (from_torchvision):\n%s", spec)
-		rows := map[string]string{}
-		for _, run := range []struct{ name, pipeline string }{
-			{"sluice-f32", string(spec)},
-			{"sluice-u8", "imagenet-train"},
-		} {
-			c.Submit(Spec{"id": run.name, "dataset": "s3://side/train/", "pipeline": run.pipeline, "batch_size": 32,
-				"epochs": 1, "seed": 1, "max_replicas": 2})
-			agent := c.StartAgent("agent-"+run.name, run.name, "")
-			rows[run.name] = runBench(t, py, script, "sluice", "--url", agent.URL, "--step-ms", stepMS, "--warmup-samples", strconv.Itoa(samples/10))
-			t.Logf("%s: %s", run.name, rows[run.name])
-			c.WaitJobState(js, run.name, wire.JobSucceeded, time.Minute)
-			testenv.CheckFor(t, time.Minute, 200*time.Millisecond, func() error {
-				if pids := c.Replicas(); len(pids) > 0 {
-					return fmt.Errorf("replicas still running: %v", pids)
-				}
-				return nil
-			})
+		rounds, err := strconv.Atoi(envOr("SLUICE_BENCH_ROUNDS", "1"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		rows["dataloader"] = runBench(t, py, script, "dataloader", "--dir", folder, "--step-ms", stepMS,
-			"--workers", "2", "--batch-size", "32", "--warmup-samples", strconv.Itoa(samples/10))
-		t.Logf("dataloader: %s", rows["dataloader"])
+		for round := 1; round <= rounds; round++ {
+			benchSide(t, c, js, py, script, string(spec), folder, stepMS, samples, round)
+		}
 	}
+}
+
+// benchSide runs part 2's three loops once, one after the other.
+func benchSide(t *testing.T, c *Cluster, js jetstream.JetStream, py, script, spec, folder, stepMS string, samples, round int) {
+	rows := map[string]string{}
+	for _, run := range []struct{ name, pipeline string }{
+		{"sluice-f32", spec},
+		{"sluice-u8", "imagenet-train"},
+	} {
+		job := fmt.Sprintf("%s-%d", run.name, round)
+		c.Submit(Spec{"id": job, "dataset": "s3://side/train/", "pipeline": run.pipeline, "batch_size": 32,
+			"epochs": 1, "seed": 1, "max_replicas": 2})
+		agent := c.StartAgent("agent-"+job, job, "")
+		rows[run.name] = runBench(t, py, script, "sluice", "--url", agent.URL, "--step-ms", stepMS, "--warmup-samples", strconv.Itoa(samples/10))
+		t.Logf("round %d, %s: %s", round, run.name, rows[run.name])
+		c.WaitJobState(js, job, wire.JobSucceeded, time.Minute)
+		testenv.CheckFor(t, time.Minute, 200*time.Millisecond, func() error {
+			if pids := c.Replicas(); len(pids) > 0 {
+				return fmt.Errorf("replicas still running: %v", pids)
+			}
+			return nil
+		})
+	}
+	rows["dataloader"] = runBench(t, py, script, "dataloader", "--dir", folder, "--step-ms", stepMS,
+		"--workers", "2", "--batch-size", "32", "--warmup-samples", strconv.Itoa(samples/10))
+	t.Logf("round %d, dataloader: %s", round, rows["dataloader"])
+	ratio := func(name string) float64 {
+		var a, b struct {
+			PerS float64 `json:"samples_per_s"`
+		}
+		_ = json.Unmarshal([]byte(rows[name]), &a)
+		_ = json.Unmarshal([]byte(rows["dataloader"]), &b)
+		return a.PerS / max(b.PerS, 1e-9)
+	}
+	t.Logf("round %d: samples/s against the DataLoader: sluice-f32 %.2fx, sluice-u8 %.2fx", round, ratio("sluice-f32"), ratio("sluice-u8"))
 }
 
 func envOr(name, def string) string {
