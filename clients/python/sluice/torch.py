@@ -54,6 +54,8 @@ class SluiceIterableDataset(IterableDataset):
             else:
                 rank = 0 if rank is None else rank
                 world_size = 1 if world_size is None else world_size
+        if pin_memory and not torch.cuda.is_available():
+            raise ValueError("pin_memory=True: page-locked memory needs CUDA, and torch sees no GPU")
         self.pin_memory = pin_memory
         self.loader = Loader(url, rank=rank, world_size=world_size,
                              convert=lambda b: to_tensors(b, pin_memory), **loader_kwargs)

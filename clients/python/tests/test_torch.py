@@ -44,6 +44,11 @@ class SluiceIterableDatasetTest(unittest.TestCase):
         ds = SluiceIterableDataset("http://127.0.0.1:1")
         self.assertEqual((ds.loader.rank, ds.loader.world_size), (0, 1))
 
+    @unittest.skipIf(torch is not None and torch.cuda.is_available(), "a GPU is present")
+    def test_pin_memory_needs_cuda(self):
+        with self.assertRaisesRegex(ValueError, "needs CUDA"):
+            SluiceIterableDataset(self.agent.url, pin_memory=True)
+
     def test_state_dict_delegates(self):
         ds = self.dataset(rank=0, world_size=2)
         next(iter(ds))
