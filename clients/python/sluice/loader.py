@@ -81,6 +81,10 @@ class Loader:
 
     If the agent dies or the connection breaks, iteration raises
     AgentError: restart the training script from its last checkpoint.
+
+    The prefetch thread lives until the rank got every batch, or close()
+    (or leaving a `with Loader(...)` block): a loader dropped mid-epoch
+    without close() keeps its thread (a daemon) until the process ends.
     """
 
     def __init__(self, url, rank=0, world_size=1, prefetch=2, timeout=300.0,
