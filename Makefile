@@ -1,13 +1,21 @@
 # The README's test command is `make test`; .ci/run runs exactly that.
 GO ?= go
 
-.PHONY: test deps build build-turbo demo vet fmt-check
+.PHONY: test test-python deps build build-turbo demo vet fmt-check
 
 # Everything, then the packages whose code differs under the turbojpeg tag
 # again in that build.
 test: deps fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -timeout 10m -tags turbojpeg ./functions/... ./cmd/...
+	$(MAKE) test-python
+
+# The Python client's unit tests, with Debian's python3 (torch, torchvision,
+# numpy); the ones that run pipelines use a sluice built here.
+SLUICE_PYTHON ?= /usr/bin/python3
+test-python:
+	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && $(GO) build -o $$d/sluice ./cmd/sluice && \
+	PYTHONPATH=clients/python SLUICE_BIN=$$d/sluice $(SLUICE_PYTHON) -m unittest discover -s clients/python/tests -t clients/python/tests
 
 deps:
 	@bash .ci/deps.sh

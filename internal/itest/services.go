@@ -52,15 +52,16 @@ type Agent struct {
 	URL string
 }
 
-// StartAgent starts `sluice agent` for job (reader "" is the default) and
-// waits for its ready line.
-func (c *Cluster) StartAgent(name, job, reader string) *Agent {
+// StartAgent starts `sluice agent` for job (reader "" is the default),
+// with extra flags, and waits for its ready line.
+func (c *Cluster) StartAgent(name, job, reader string, extra ...string) *Agent {
 	c.T.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(MustFreePort(c.T))
 	args := []string{"agent", "--job", job, "--listen", addr, "--log-level", "debug"}
 	if reader != "" {
 		args = append(args, "--reader", reader)
 	}
+	args = append(args, extra...)
 	a := &Agent{Process: c.Start(name, args...)}
 	url, err := a.Ready(60 * time.Second)
 	if err != nil {

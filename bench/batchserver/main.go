@@ -1,0 +1,58 @@
+// Command batchserver serves one fixed batch of uint8 224x224x3 images as
+// `sluice agent` serves batches (GET /v1/batch, the same safetensors layout
+// and metadata), as fast as it can and forever: the ceiling of a client's
+// receive rate, without the agent's own work (pulling chunks from JetStream,
+// assembling batches, recording its position).
+//
+//	go run ./bench/batchserver --listen 127.0.0.1:18555 --batch 32 &
+//	/usr/bin/python3 bench/pytorch_bench.py throughput --url http://127.0.0.1:18555 --seconds 10
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"strconv"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:18555", "address to serve on")
+	n := flag.Int("batch", 32, "samples per batch")
+	flag.Parse()
+	keys := make([]string, *n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%08d", i)
+	}
+	kj, err := json.Marshal(keys)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tensors := []safetensors.Tensor{
+		{Name: "image", DType: safetensors.U8, Shape: []int{*n, 224, 224, 3}, Data: make([]byte, *n*224*224*3)},
+		{Name: "label", DType: safetensors.I64, Shape: []int{*n}, Data: make([]byte, *n*8)},
+	}
+	meta := map[string]string{"job": "batchserver", "epoch": "0", "step": "0", "keys": string(kj),
+		"rank": "0", "world_size": "1", "last_step": "false", "position": "null"}
+	head, size, err := safetensors.Header(tensors, meta)
+	if err != nil {
+		log.Fatal(err)
+	}
+	http.HandleFunc("GET /v1/batch", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		if _, err := w.Write(head); err != nil {
+			return
+		}
+		for _, t := range tensors {
+			if _, err := w.Write(t.Data); err != nil {
+				return
+			}
+		}
+	})
+	log.Printf("serving %d-sample batches (%d bytes) on http://%s", *n, size, *listen)
+	log.Fatal(http.ListenAndServe(*listen, nil))
+}

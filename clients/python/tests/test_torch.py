@@ -1,0 +1,68 @@
+import unittest
+
+try:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from sluice.torch import SluiceIterableDataset
+except ImportError:
+    torch = None
+
+from fakeagent import FakeAgent
+from test_loader import batches
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class SluiceIterableDatasetTest(unittest.TestCase):
+    def setUp(self):
+        self.agent = FakeAgent([batches(3, 2), batches(2, 2, 100)], world_size=2)
+        self.addCleanup(self.agent.close)
+
+    def dataset(self, **kw):
+        ds = SluiceIterableDataset(self.agent.url, timeout=10, connect_timeout=1, **kw)
+        self.addCleanup(ds.close)
+        return ds
+
+    def test_dataloader_epochs_of_tensors(self):
+        ds = self.dataset(rank=1, world_size=2)  # torch.distributed is not initialised here
+        loader = DataLoader(ds, batch_size=None)
+        epochs = []
+        while not ds.done:
+            epochs.append([b for b in loader])
+        self.assertEqual([len(e) for e in epochs], [2, 1, 0])
+        b = epochs[0][0]
+        self.assertIsInstance(b["image"], torch.Tensor)
+        self.assertEqual((b["image"].dtype, b["label"].dtype), (torch.uint8, torch.int64))
+        self.assertEqual(b["__key__"], ["0002", "0003"])
+        self.assertEqual(b["label"].tolist(), [2, 3])
+        self.assertEqual((b["__epoch__"], b["__step__"]), (0, 0))
+        # The last step of epoch 0 has one batch: rank 1 gets zero rows.
+        self.assertEqual(tuple(epochs[0][1]["image"].shape), (0, 4, 4, 3))
+        self.assertEqual(ds.state_dict()["epoch"], 2)
+
+    def test_rank_defaults_without_distributed(self):
+        ds = SluiceIterableDataset("http://127.0.0.1:1")
+        self.assertEqual((ds.loader.rank, ds.loader.world_size), (0, 1))
+
+    @unittest.skipIf(torch is not None and torch.cuda.is_available(), "a GPU is present")
+    def test_pin_memory_needs_cuda(self):
+        with self.assertRaisesRegex(ValueError, "needs CUDA"):
+            SluiceIterableDataset(self.agent.url, pin_memory=True)
+
+    def test_state_dict_delegates(self):
+        ds = self.dataset(rank=0, world_size=2)
+        next(iter(ds))
+        st = ds.state_dict()
+        self.assertEqual((st["epoch"], st["step"], st["world_size"]), (0, 1, 2))
+        ds2 = self.dataset(rank=0, world_size=2)
+        ds2.load_state_dict(st)
+        self.assertEqual(ds2.loader.state_dict(), st)
+
+    def test_workers_refused(self):
+        ds = self.dataset(rank=0, world_size=2)
+        with self.assertRaisesRegex(RuntimeError, "num_workers=0"):
+            list(DataLoader(ds, batch_size=None, num_workers=1))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,228 @@
+package itest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/internal/wds"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// TestBenchPyTorch is the Python client's benchmark, run on demand:
+//
+//	SLUICE_BENCH=1 go test -count=1 -run TestBenchPyTorch -v -timeout 30m ./internal/itest/
+//
+// on the real processes (nats-server, versitygw, `sluice controller` with
+// the turbojpeg build's replicas, `sluice agent`) and bench/pytorch_bench.py:
+//
+//  1. throughput: the job's output (uint8 224x224x3 crops) is produced
+//     into the output stream first; then sluice.Loader reads it all from
+//     the agent as fast as it can: MB/s, samples/s, the client's CPU.
+//  2. side by side on the same ImageNet-like JPEGs and the same cores,
+//     samples/s reaching a training loop with a fixed simulated GPU step:
+//     Sluice (the spec from_torchvision makes of RandomResizedCrop(224),
+//     RandomHorizontalFlip(), ToTensor(), Normalize(...), so float32
+//     output; and imagenet-train's uint8 output, normalised on the GPU)
+//     against torch's DataLoader over torchvision's ImageFolder with those
+//     transforms and num_workers=2.
+//
+// SLUICE_BENCH_ROUNDS (1) repeats part 2, SLUICE_BENCH_BATCH (32) sets
+// part 1's batch size, SLUICE_BENCH_AGENT_ARGS
+// its agent's extra flags (e.g. "--prefetch 2048"), SLUICE_BENCH_SAMPLES
+// (6000) part 2's images, SLUICE_BENCH_STEP_MS (10) its step,
+// SLUICE_BENCH_PARTS ("throughput,side") the parts run.
+func TestBenchPyTorch(t *testing.T) {
+	if os.Getenv("SLUICE_BENCH") == "" {
+		t.Skip("a benchmark: run with SLUICE_BENCH=1")
+	}
+	py := pythonWithTorch(t)
+	bins := binaries(t)
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	turbo := filepath.Join(binDir, "sluice-turbo")
+	if err := goCmd(context.Background(), root, "build", "-tags", "turbojpeg", "-o", turbo, "./cmd/sluice"); err != nil {
+		t.Fatal(err)
+	}
+	bins.Sluice = turbo
+	c := StartCluster(t, bins, ClusterOptions{})
+	_, js := c.JetStream()
+	c.StartController("controller", ControllerOptions{MaxReplicas: 2})
+	script := filepath.Join(root, "bench", "pytorch_bench.py")
+	parts := envOr("SLUICE_BENCH_PARTS", "throughput,side")
+	stepMS := envOr("SLUICE_BENCH_STEP_MS", "10")
+	samples, err := strconv.Atoi(envOr("SLUICE_BENCH_SAMPLES", "6000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if strings.Contains(parts, "throughput") {
+		// Small sources (230-260 px) so that producing 3 GB takes seconds;
+		// the client sees 224x224x3 crops either way.
+		o := synth.ImageOptions{Samples: 5000, Shards: 16, Seed: 3, MinSide: 230, MaxSide: 260, Quality: 90, Classes: 100}
+		d := c.UploadImages("tput", "train/", o)
+		const epochs = 4
+		batch, err := strconv.Atoi(envOr("SLUICE_BENCH_BATCH", "32"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := Spec{"id": "tput", "dataset": d.URL(), "pipeline": "imagenet-train", "batch_size": batch,
+			"epochs": epochs, "seed": 1, "max_replicas": 2, "output_buffer_bytes": 8 << 30}
+		c.Submit(spec)
+		agent := c.StartAgent("agent-tput", "tput", "", strings.Fields(os.Getenv("SLUICE_BENCH_AGENT_ARGS"))...)
+		want := int64(len(d.Keys)) * epochs * 224 * 224 * 3
+		began := time.Now()
+		waitOutputBytes(t, js, "tput", want, 10*time.Minute)
+		t.Logf("produced %d samples (%.1f GB) into the output stream in %.1fs", len(d.Keys)*epochs, float64(want)/1e9, time.Since(began).Seconds())
+		r := runBench(t, py, script, "throughput", "--url", agent.URL)
+		t.Logf("throughput: %s", r)
+		c.WaitJobState(js, "tput", wire.JobSucceeded, time.Minute)
+	}
+
+	if strings.Contains(parts, "side") {
+		// bench/genimages's images: ImageNet-like, 300-800 px, quality 90.
+		o := synth.ImageOptions{Samples: samples, Shards: 8, Seed: 1, MinSide: 300, MaxSide: 800, Quality: 90, Classes: 100}
+		shards, err := synth.Images(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := synth.Upload(ctx, c.S3.Client(t), "side", "train/", shards); err != nil {
+			t.Fatal(err)
+		}
+		folder := filepath.Join(c.Dir, "imagefolder")
+		writeImageFolder(t, folder, shards)
+		spec, err := exec.Command(py, script, "sluice", "--print-spec").Output()
+		if err != nil {
+			t.Fatalf("from_torchvision: %v", err)
+		}
+		t.Logf("the transforms' Sluice spec (from_torchvision):\n%s", spec)
+		rounds, err := strconv.Atoi(envOr("SLUICE_BENCH_ROUNDS", "1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := 1; round <= rounds; round++ {
+			benchSide(t, c, js, py, script, string(spec), folder, stepMS, samples, round)
+		}
+	}
+}
+
+// benchSide runs part 2's three loops once, one after the other.
+func benchSide(t *testing.T, c *Cluster, js jetstream.JetStream, py, script, spec, folder, stepMS string, samples, round int) {
+	rows := map[string]string{}
+	for _, run := range []struct{ name, pipeline string }{
+		{"sluice-f32", spec},
+		{"sluice-u8", "imagenet-train"},
+	} {
+		job := fmt.Sprintf("%s-%d", run.name, round)
+		c.Submit(Spec{"id": job, "dataset": "s3://side/train/", "pipeline": run.pipeline, "batch_size": 32,
+			"epochs": 1, "seed": 1, "max_replicas": 2})
+		agent := c.StartAgent("agent-"+job, job, "")
+		rows[run.name] = runBench(t, py, script, "sluice", "--url", agent.URL, "--step-ms", stepMS, "--warmup-samples", strconv.Itoa(samples/10))
+		t.Logf("round %d, %s: %s", round, run.name, rows[run.name])
+		c.WaitJobState(js, job, wire.JobSucceeded, time.Minute)
+		testenv.CheckFor(t, time.Minute, 200*time.Millisecond, func() error {
+			if pids := c.Replicas(); len(pids) > 0 {
+				return fmt.Errorf("replicas still running: %v", pids)
+			}
+			return nil
+		})
+	}
+	rows["dataloader"] = runBench(t, py, script, "dataloader", "--dir", folder, "--step-ms", stepMS,
+		"--workers", "2", "--batch-size", "32", "--warmup-samples", strconv.Itoa(samples/10))
+	t.Logf("round %d, dataloader: %s", round, rows["dataloader"])
+	ratio := func(name string) float64 {
+		var a, b struct {
+			PerS float64 `json:"samples_per_s"`
+		}
+		_ = json.Unmarshal([]byte(rows[name]), &a)
+		_ = json.Unmarshal([]byte(rows["dataloader"]), &b)
+		return a.PerS / max(b.PerS, 1e-9)
+	}
+	t.Logf("round %d: samples/s against the DataLoader: sluice-f32 %.2fx, sluice-u8 %.2fx", round, ratio("sluice-f32"), ratio("sluice-u8"))
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// runBench runs bench/pytorch_bench.py and returns its JSON line.
+func runBench(t *testing.T, py, script string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(py, append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pytorch_bench.py %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// waitOutputBytes waits until job's output stream holds want bytes.
+func waitOutputBytes(t *testing.T, js jetstream.JetStream, job string, want int64, within time.Duration) {
+	t.Helper()
+	testenv.CheckFor(t, within, 500*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, wire.OutputStream(job))
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if int64(info.State.Bytes) < want {
+			return fmt.Errorf("output stream of %s holds %d bytes, want %d", job, info.State.Bytes, want)
+		}
+		return nil
+	})
+}
+
+// writeImageFolder writes the shards' images as torchvision's ImageFolder
+// reads them: dir/<class>/<key>.jpg, the same bytes.
+func writeImageFolder(t *testing.T, dir string, shards []synth.Shard) {
+	t.Helper()
+	for _, s := range shards {
+		r := wds.NewReader(bytes.NewReader(s.Data), 64<<20)
+		for {
+			smp, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cls := strings.TrimSpace(string(smp.Files["cls"]))
+			sub := filepath.Join(dir, "c"+cls)
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(sub, smp.Key+".jpg"), smp.Files["jpg"], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
