@@ -29,6 +29,22 @@ type Actuator interface {
 	Ready(job string) int
 }
 
+// JobLifecycle is implemented by an actuator that acts once when a job
+// starts and once when it ends, not on every tick: Knative's, whose
+// Service template (min-scale) it may change only then, since each change
+// makes a new Revision. The runner calls StartJob before the job's first
+// Scale (again on the next tick if it failed) and EndJob after the last
+// Scale of a removed job.
+type JobLifecycle interface {
+	StartJob(ctx context.Context, job string, b JobBounds) error
+	EndJob(ctx context.Context, job string) error
+}
+
+// JobBounds are the replica bounds a job decides within (Config.ForJob).
+type JobBounds struct {
+	MinReplicas, MaxReplicas int
+}
+
 // Backlog reports a job's shard tasks: queued, being processed, and
 // whether the job needs no more work.
 type Backlog interface {
@@ -82,10 +98,11 @@ type Runner struct {
 }
 
 type managed struct {
-	job    Job
-	cfg    Config // r.cfg with the job's bounds
-	state  State
-	reason string
+	job     Job
+	cfg     Config // r.cfg with the job's bounds
+	state   State
+	reason  string
+	started bool // JobLifecycle.StartJob succeeded
 }
 
 // NewRunner checks cfg and creates a runner. nc is only needed by Run; reg
@@ -274,7 +291,18 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	for _, e := range events {
 		r.log.Info("scaling", "job", e.Job, "replicas", e.Replicas, "reason", e.Reason)
 	}
+	lc, _ := r.act.(JobLifecycle)
 	for _, rd := range rounds {
+		if lc != nil && !rd.m.started {
+			b := JobBounds{MinReplicas: rd.cfg.MinReplicas, MaxReplicas: rd.cfg.MaxReplicas}
+			if err := lc.StartJob(ctx, rd.name, b); err != nil {
+				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", rd.name, "error", err)
+			} else {
+				r.mu.Lock()
+				rd.m.started = true
+				r.mu.Unlock()
+			}
+		}
 		if err := r.act.Scale(ctx, rd.name, rd.dec.Replicas); err != nil {
 			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "error", err)
 		}
@@ -282,6 +310,11 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	for _, name := range removed {
 		if err := r.act.Scale(ctx, name, 0); err != nil {
 			r.log.Warn("scaling a removed job to zero", "job", name, "error", err)
+		}
+		if lc != nil {
+			if err := lc.EndJob(ctx, name); err != nil {
+				r.log.Warn("ending a removed job in the actuator", "job", name, "error", err)
+			}
 		}
 		r.mu.Lock()
 		if _, back := r.jobs[name]; !back {
