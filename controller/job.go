@@ -131,10 +131,14 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 	}
 
 	target := broker.NewCloudEventsTarget(id, c.opts.Actuator, c.opts.HTTPClient)
+	var capacity broker.ReadyReplicas = c.opts.Actuator
+	if c.opts.Dispatch != nil {
+		capacity = c.opts.Dispatch
+	}
 	var disp *broker.Dispatcher
 	for {
 		disp, err = broker.NewDispatcher(ctx, c.opts.JS, job, target, broker.DispatcherOptions{
-			Replicas: c.opts.Actuator, PerReplica: c.opts.ReplicaConcurrency, AckWait: c.opts.TaskAckWait,
+			Replicas: capacity, PerReplica: c.opts.ReplicaConcurrency, AckWait: c.opts.TaskAckWait,
 		}, jr.log.With("component", "dispatcher"), c.dm)
 		if err == nil {
 			jr.mu.Lock()

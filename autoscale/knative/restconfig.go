@@ -2,8 +2,6 @@ package knative
 
 import (
 	"fmt"
-	"os"
-	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -14,7 +12,8 @@ import (
 // Client builds the Knative Serving client the way kubectl and kn find a
 // cluster: the kubeconfig file when one is named, else $KUBECONFIG or
 // ~/.kube/config, else the pod's own ServiceAccount (in-cluster). It also
-// returns the namespace that configuration names ("default" when none).
+// returns the namespace that configuration names: the kubeconfig
+// context's, in a pod its own ("default" when none).
 func Client(kubeconfig string) (servingv1client.ServingV1Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
@@ -44,14 +43,4 @@ func NewClient(cfg *rest.Config) (servingv1client.ServingV1Interface, error) {
 		return nil, fmt.Errorf("knative serving client: %w", err)
 	}
 	return cs.ServingV1(), nil
-}
-
-// inClusterNamespace is the namespace of the pod this runs in, "" outside
-// a cluster.
-func inClusterNamespace() string {
-	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }

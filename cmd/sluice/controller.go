@@ -22,7 +22,7 @@ import (
 )
 
 // actuators are the --actuator values.
-var actuators = []string{"local"}
+var actuators = []string{"local", "knative"}
 
 // replicaStopTimeout is how long a replica may drain at shutdown before it
 // is killed; its task goes back to the queue either way.
@@ -32,7 +32,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("controller", stderr)
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this controller's name in job leases; unique among controllers")
-	actuator := fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine)")
+	actuator := fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine) or knative (pods of a Knative Service, see deploy/knative)")
 	maxReplicas := fs.Int("max-replicas", controller.DefaultMaxReplicas, "replicas over all jobs (the capacity jobs share), and a job's cap when its spec sets none")
 	replicaCPUs := fs.Int("replica-cpus", 1, "cores (GOMAXPROCS) of one replica")
 	concurrency := fs.Int("replica-concurrency", 1, "shards one replica processes at once")
@@ -41,6 +41,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	ackWait := fs.Duration("task-ack-wait", streams.DispatchAckWait, "how long a task a dead controller had in flight waits before it is redelivered")
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	kn := registerKnativeFlags(fs)
 	connFlags := connect.Register(fs, connect.PartAll)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
@@ -76,30 +77,46 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer nc.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding this binary to run replicas: %w", err)
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// Replicas are this binary's `fn serve`, with this controller's
-	// connection settings (secrets through the environment).
-	ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn)
-	ropts.StopTimeout = replicaStopTimeout
-	act := local.New(ropts, logger.With("component", "actuator"), reg)
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
-		defer cancel()
-		if err := act.Close(cctx); err != nil {
-			logger.Warn("stopping replicas", "err", err)
+	var act controller.Actuator
+	var dispatch broker.ReadyReplicas
+	switch *actuator {
+	case "knative":
+		ka, err := kn.actuator(ctx, *concurrency, *maxReplicas, logger.With("component", "actuator"), reg)
+		if err != nil {
+			return err
 		}
-	}()
+		kctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); ka.Run(kctx) }()
+		defer func() { stop(); <-done }()
+		act, dispatch = ka, ka.Requested()
+	default:
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding this binary to run replicas: %w", err)
+		}
+		// Replicas are this binary's `fn serve`, with this controller's
+		// connection settings (secrets through the environment).
+		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn)
+		ropts.StopTimeout = replicaStopTimeout
+		la := local.New(ropts, logger.With("component", "actuator"), reg)
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
+			defer cancel()
+			if err := la.Close(cctx); err != nil {
+				logger.Warn("stopping replicas", "err", err)
+			}
+		}()
+		act = la
+	}
 
 	c, err := controller.New(controller.Options{
 		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
-		Actuator: act, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
+		Actuator: act, Dispatch: dispatch, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
 		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency,
 	}, logger, reg)
 	if err != nil {
