@@ -58,6 +58,9 @@ func TestRunnerStartsAndEndsJobsInTheActuatorOnce(t *testing.T) {
 	if d := cmp.Diff([]string{"j=1", "j=1", "j=1", "j=1", "j=1"}, act.takeCalls()); d != "" {
 		t.Errorf("later ticks: Scale only (-want,+got)\n%s", d)
 	}
+	if p, f, ok := r.Backlog("j"); p != 5 || f != 0 || !ok {
+		t.Errorf("Backlog = %d, %d, %v; want the last tick's 5, 0", p, f, ok)
+	}
 	r.RemoveJob("j")
 	r.Tick(ctx, now.Add(10*time.Second))
 	r.Tick(ctx, now.Add(11*time.Second))

@@ -103,6 +103,8 @@ type managed struct {
 	state   State
 	reason  string
 	started bool // JobLifecycle.StartJob succeeded
+	// pending and inflight are the backlog read at the last tick.
+	pending, inflight int
 }
 
 // NewRunner checks cfg and creates a runner. nc is only needed by Run; reg
@@ -205,6 +207,20 @@ func (r *Runner) Decision(job string) (replicas int, reason string) {
 	return 0, ""
 }
 
+// Backlog is job's tasks pending and in flight as the last tick read them
+// (before its Scale calls); ok is false for a job the runner does not
+// manage. An actuator that sizes replicas by itself (local.KPAMode) reads
+// it.
+func (r *Runner) Backlog(job string) (pending, inflight int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.jobs[job]
+	if !ok {
+		return 0, 0, false
+	}
+	return m.pending, m.inflight, true
+}
+
 // Events returns the scale events so far, oldest first.
 func (r *Runner) Events() []ScaleEvent {
 	r.mu.Lock()
@@ -268,6 +284,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 			continue // removed (or re-added) during the round
 		}
 		rd.m.state, rd.m.reason = rd.next, rd.dec.Reason
+		rd.m.pending, rd.m.inflight = rd.in.Pending, rd.in.InFlight
 		r.desired.WithLabelValues(rd.name).Set(float64(rd.dec.Replicas))
 		if rd.dec.Replicas != rd.state.Replicas {
 			events = append(events, ScaleEvent{now, rd.name, rd.dec.Replicas, rd.dec.Reason})

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
@@ -42,6 +44,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	kn := registerKnativeFlags(fs)
+	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy) or kpa (Knative's KPA emulated alone, from the requests a push dispatcher would keep outstanding: the baseline to compare with)")
+	kpaWindow := fs.Duration("kpa-window", 60*time.Second, "with --local-scaling kpa: the KPA's stable window (Knative's window annotation)")
 	connFlags := connect.Register(fs, connect.PartAll)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
@@ -53,6 +57,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var conn connect.Config
 	if err := parse(fs, args,
 		oneOf("actuator", actuator, actuators...),
+		oneOf("local-scaling", localScaling, "sluice", "kpa"),
+		durationRange("kpa-window", kpaWindow, 6*time.Second, time.Hour),
 		intRange("max-replicas", maxReplicas, 1, 10000),
 		intRange("replica-cpus", replicaCPUs, 1, 1024),
 		intRange("replica-concurrency", concurrency, 1, 256),
@@ -82,6 +88,9 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 	var act controller.Actuator
 	var dispatch broker.ReadyReplicas
+	// The KPA emulation reads each job's backlog from the controller's
+	// autoscaler, which exists only once the controller does.
+	var runner atomic.Pointer[autoscale.Runner]
 	switch *actuator {
 	case "knative":
 		ka, err := kn.actuator(ctx, *concurrency, *maxReplicas, logger.With("component", "actuator"), reg)
@@ -111,6 +120,23 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 		}()
 		act = la
+		if *localScaling == "kpa" {
+			cfg := local.DefaultKPAConfig(*concurrency)
+			cfg.StableWindow, cfg.MaxScale = *kpaWindow, *maxReplicas
+			kpa, err := local.NewKPAMode(la, cfg, local.BacklogConcurrency{
+				Parallelism: *maxReplicas * *concurrency,
+				Backlog: func(job string) (int, int, bool) {
+					if r := runner.Load(); r != nil {
+						return r.Backlog(job)
+					}
+					return 0, 0, false
+				},
+			}, logger.With("component", "kpa"))
+			if err != nil {
+				return err
+			}
+			act = kpa
+		}
 	}
 
 	c, err := controller.New(controller.Options{
@@ -122,6 +148,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	runner.Store(c.Runner())
 
 	if *listen != "" {
 		ln, err := net.Listen("tcp", *listen)
