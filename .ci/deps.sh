@@ -6,7 +6,8 @@
 # - etcd and kube-apiserver for the Knative tests (internal/k8senv), built
 #   by .ci/k8s-testbin/build.sh into ~/.cache/sluice/k8s-testbin (about 11
 #   minutes the first time on 2 cores, then nothing: the cache is outside
-#   the repository, so a fresh clone reuses it).
+#   the repository, so a fresh clone reuses it);
+# - PyTorch, torchvision and numpy for Debian's python3 (apt, when missing).
 # nats-server is built by the suite itself from the version in go.mod.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,15 +23,24 @@ fi
 
 bash "$root/.ci/k8s-testbin/build.sh" >/dev/null
 
-if [ -f /usr/include/jpeglib.h ] || [ -f /usr/include/x86_64-linux-gnu/jpeglib.h ]; then
+# Debian packages: libjpeg-turbo's headers, and PyTorch for the Python
+# client's tests (Debian's python3 at /usr/bin/python3; PyPI is not reachable).
+pkgs=()
+if [ ! -f /usr/include/jpeglib.h ] && [ ! -f /usr/include/x86_64-linux-gnu/jpeglib.h ]; then
+  pkgs+=(libjpeg62-turbo-dev libturbojpeg0-dev)
+fi
+if ! /usr/bin/python3 -c 'import torch, torchvision, numpy, PIL' 2>/dev/null; then
+  pkgs+=(python3-torch python3-torchvision python3-numpy python3-pil)
+fi
+if [ ${#pkgs[@]} -eq 0 ]; then
   exit 0
 fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then
-  command -v sudo >/dev/null || { echo "deps: need root (or sudo) to apt-get install libjpeg62-turbo-dev" >&2; exit 1; }
+  command -v sudo >/dev/null || { echo "deps: need root (or sudo) to apt-get install ${pkgs[*]}" >&2; exit 1; }
   sudo=sudo
 fi
-echo "deps: installing libjpeg62-turbo-dev libturbojpeg0-dev (Debian)" >&2
+echo "deps: installing ${pkgs[*]} (Debian)" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq libjpeg62-turbo-dev libturbojpeg0-dev >/dev/null
+$sudo apt-get install -y -qq "${pkgs[@]}" >/dev/null

@@ -40,6 +40,10 @@ func bufferFill(d wire.Demand) float64 {
 //     name order): replicas must keep up with the slowest-fed consumer,
 //     because the output is kept until every reader took it.
 //   - No fresh signal: nil.
+//
+// The step times of the returned signal are those of every fresh reader
+// not done, merged (MergeSteps): the job's mean step, where the rest of
+// the signal is the driving reader's.
 func Aggregate(signals map[string]Signal, readers []string, now time.Time, stale time.Duration) (*wire.Demand, time.Time) {
 	declared := func(r string) bool { return len(readers) == 0 || slices.Contains(readers, r) }
 	names := make([]string, 0, len(signals))
@@ -72,11 +76,13 @@ func Aggregate(signals map[string]Signal, readers []string, now time.Time, stale
 	}
 
 	var best *Signal
+	var steps []wire.StepTimes
 	for _, r := range names {
 		s := signals[r]
 		if s.Demand.Done || s.At.IsZero() || now.Sub(s.At) > stale {
 			continue
 		}
+		steps = append(steps, s.Demand.Step)
 		if best == nil || s.Demand.StallFraction > best.Demand.StallFraction ||
 			(s.Demand.StallFraction == best.Demand.StallFraction && bufferFill(s.Demand) < bufferFill(best.Demand)) {
 			best = &s
@@ -87,5 +93,30 @@ func Aggregate(signals map[string]Signal, readers []string, now time.Time, stale
 	}
 	d := best.Demand
 	d.Done = false
+	d.Step = MergeSteps(steps...)
 	return &d, best.At
+}
+
+// MergeSteps combines step times of several readers (or windows) into one:
+// the means weighted by the steps each covers, the steps and ranks added.
+// Readers are separate trainers, so their ranks add up.
+func MergeSteps(times ...wire.StepTimes) wire.StepTimes {
+	var out wire.StepTimes
+	var wait, compute, other float64
+	for _, t := range times {
+		if t.Steps <= 0 {
+			continue
+		}
+		n := float64(t.Steps)
+		out.Steps += t.Steps
+		out.Ranks += t.Ranks
+		wait += t.WaitS * n
+		compute += t.ComputeS * n
+		other += t.OtherS * n
+	}
+	if out.Steps > 0 {
+		n := float64(out.Steps)
+		out.WaitS, out.ComputeS, out.OtherS = wait/n, compute/n, other/n
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sluice-project/sluice/wire"
 )
@@ -83,5 +84,49 @@ func TestConfigForJob(t *testing.T) {
 		if err := got.Validate(); err != nil {
 			t.Errorf("ForJob(%d, %d): %v", tc.min, tc.max, err)
 		}
+	}
+}
+
+func TestMergeSteps(t *testing.T) {
+	approx := cmpopts.EquateApprox(0, 1e-9)
+	for _, tc := range []struct {
+		name  string
+		times []wire.StepTimes
+		want  wire.StepTimes
+	}{
+		{"none", nil, wire.StepTimes{}},
+		{"windows without steps are left out", []wire.StepTimes{{}, {Steps: 2, Ranks: 2, WaitS: 0.1, ComputeS: 0.3, OtherS: 0.1}, {}},
+			wire.StepTimes{Steps: 2, Ranks: 2, WaitS: 0.1, ComputeS: 0.3, OtherS: 0.1}},
+		{"means weighted by steps", []wire.StepTimes{
+			{Steps: 3, Ranks: 1, WaitS: 0.4, ComputeS: 0.2, OtherS: 0},
+			{Steps: 1, Ranks: 4, WaitS: 0, ComputeS: 1, OtherS: 0.4},
+		}, wire.StepTimes{Steps: 4, Ranks: 5, WaitS: 0.3, ComputeS: 0.4, OtherS: 0.1}},
+	} {
+		if diff := cmp.Diff(tc.want, MergeSteps(tc.times...), approx); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// TestAggregateMergesStepTimes: the most stalled reader drives the job's
+// signal, and its step times are those of every fresh reader not done.
+func TestAggregateMergesStepTimes(t *testing.T) {
+	approx := cmpopts.EquateApprox(0, 1e-9)
+	sig := func(reader string, stall float64, steps wire.StepTimes, done bool, at float64) Signal {
+		return Signal{wire.Demand{Job: "j", Reader: reader, StallFraction: stall, Step: steps, Done: done}, sec(at)}
+	}
+	m := map[string]Signal{
+		"a": sig("a", 0.6, wire.StepTimes{Steps: 1, Ranks: 1, WaitS: 0.5, ComputeS: 0.5}, false, 9),
+		"b": sig("b", 0.1, wire.StepTimes{Steps: 3, Ranks: 2, WaitS: 0.1, ComputeS: 0.5, OtherS: 0.2}, false, 9),
+		"c": sig("c", 0.9, wire.StepTimes{Steps: 100, Ranks: 8, WaitS: 9}, false, 1), // stale
+		"d": sig("d", 0, wire.StepTimes{Steps: 100, Ranks: 8, WaitS: 9}, true, 9),    // done
+	}
+	d, _ := Aggregate(m, nil, sec(10), 5*time.Second)
+	if d == nil || d.Reader != "a" {
+		t.Fatalf("got %+v, want reader a to drive", d)
+	}
+	want := wire.StepTimes{Steps: 4, Ranks: 3, WaitS: 0.2, ComputeS: 0.5, OtherS: 0.15}
+	if diff := cmp.Diff(want, d.Step, approx); diff != "" {
+		t.Errorf("step times (-want +got):\n%s", diff)
 	}
 }

@@ -38,6 +38,8 @@
 // several readers has a signal from each; Aggregate picks the one that
 // drives it: the most stalled reader (the output stays until every reader
 // took it), and the job's demand is done once every declared reader is.
+// Its step times (where the trainers' steps go: data wait, compute, other)
+// are every fresh reader's merged (MergeSteps), for the job's status.
 //
 // Allocate then shares the cluster capacity between jobs, weighted max-min
 // fair: every job gets what it wants if that fits, otherwise capacity in

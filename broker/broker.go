@@ -370,7 +370,11 @@ func (b *Broker) remove(ctx context.Context, id string) (found bool, err error) 
 	if err != nil {
 		return found, fmt.Errorf("job %s: listing reader positions: %w", id, err)
 	}
-	for _, k := range readers {
+	done, err := listKeys(ctx, kvs.readers, wire.ReaderDoneKey(id, "*"))
+	if err != nil {
+		return found, fmt.Errorf("job %s: listing readers done: %w", id, err)
+	}
+	for _, k := range append(readers, done...) {
 		if _, err := purgeKey(ctx, kvs.readers, k); err != nil {
 			return found, fmt.Errorf("job %s: deleting reader position %s: %w", id, k, err)
 		}

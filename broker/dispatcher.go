@@ -83,6 +83,10 @@ type DispatchStats struct {
 	FirstFailedSample *wire.FailedSample
 	// Results is tasks done per epoch.
 	Results map[int]int
+	// Replays counts replay tasks (wire.ReplaySubject) done; ReplayPending
+	// those queued or in flight; ReplayFailed those given up on, whose
+	// shards are in FailedShards too.
+	Replays, ReplayPending, ReplayFailed int
 	// Samples, SampleFailures, Chunks and Bytes add up the functions'
 	// results over done tasks.
 	Samples, SampleFailures, Chunks int
@@ -97,6 +101,7 @@ type Dispatcher struct {
 	log     *slog.Logger
 	m       *Metrics
 	cons    jetstream.Consumer
+	replay  jetstream.Consumer // replay tasks, taken first
 	output  outputGauge
 	resumed int
 
@@ -112,6 +117,12 @@ type Dispatcher struct {
 	failures     map[string]int // transient failures per task, against MaxDeliver
 	epochDone    map[int]int
 	stats        DispatchStats // counters only; the rest is derived in Stats
+	// Replay tasks are extra work, not among the job's Tasks: counted apart.
+	replayInflight int
+	replayWaiting  int // queued on the replay consumer, as last read
+	replayPolled   time.Time
+	replayDone     map[string]bool
+	replayFailed   map[string]bool
 }
 
 // NewDispatcher creates (or takes over) the job's durable consumer on the
@@ -154,15 +165,21 @@ func NewDispatcher(ctx context.Context, js jetstream.JetStream, job wire.Job, ta
 	if err != nil {
 		return nil, fmt.Errorf("job %s: creating consumer %s: %w", id, name, err)
 	}
+	replay, err := js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Replay(id, opts.AckWait))
+	if err != nil {
+		return nil, fmt.Errorf("job %s: creating consumer %s: %w", id, wire.ReplayConsumer(id), err)
+	}
 	d := &Dispatcher{
-		job: job, target: target, opts: opts, log: logger.With("job", id), m: m, cons: cons,
-		output:    outputGauge{js: js, stream: wire.OutputStream(id), highWater: job.Spec.OutputBufferBytes * 3 / 4},
-		freed:     make(chan struct{}, 1),
-		done:      map[string]bool{},
-		failed:    map[string]bool{},
-		sends:     map[string]int{},
-		failures:  map[string]int{},
-		epochDone: map[int]int{},
+		job: job, target: target, opts: opts, log: logger.With("job", id), m: m, cons: cons, replay: replay,
+		output:       outputGauge{js: js, stream: wire.OutputStream(id), highWater: job.Spec.OutputBufferBytes * 3 / 4},
+		freed:        make(chan struct{}, 1),
+		done:         map[string]bool{},
+		failed:       map[string]bool{},
+		sends:        map[string]int{},
+		failures:     map[string]int{},
+		epochDone:    map[int]int{},
+		replayDone:   map[string]bool{},
+		replayFailed: map[string]bool{},
 	}
 	if existed {
 		remaining, err := remainingTasks(ctx, js, id)
@@ -238,6 +255,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if d.replayNext(ctx, &wg, sendCtx) {
+			continue
+		}
 		// Nothing to fetch while every unsettled task is in flight: wait
 		// for one to finish rather than hold a pull open.
 		if !d.hasRoom(ctx) || d.pending() == 0 {
@@ -248,19 +268,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		if d.replayNext(ctx, &wg, sendCtx) { // one may have come meanwhile
+			continue
+		}
 		fctx, cancel := context.WithTimeout(ctx, fetchWait)
 		batch, err := d.cons.Fetch(1, jetstream.FetchContext(fctx))
 		if err == nil {
 			for msg := range batch.Messages() {
-				d.mu.Lock()
-				d.inflight++
-				d.m.inflight.WithLabelValues(id).Set(float64(d.inflight))
-				d.mu.Unlock()
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					d.handle(sendCtx, msg)
-				}()
+				d.start(&wg, sendCtx, msg, false)
 			}
 			err = batch.Error()
 		}
@@ -322,22 +337,29 @@ func (d *Dispatcher) pending() int {
 }
 
 func (d *Dispatcher) pendingLocked() int {
-	return max(0, d.job.Tasks()-d.resumed-len(d.done)-len(d.failed)-d.inflight)
+	return max(0, d.job.Tasks()-d.resumed-len(d.done)-len(d.failed)-(d.inflight-d.replayInflight))
 }
 
-// settled says whether every task is done or failed.
+// settled says whether every task of the job (replays aside) is done or failed.
 func (d *Dispatcher) settled() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.settledLocked()
+}
+
+func (d *Dispatcher) settledLocked() bool {
 	return d.resumed+len(d.done)+len(d.failed) >= d.job.Tasks()
 }
 
 // handle sends one delivered task and settles the delivery.
-func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) {
+func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg, replay bool) {
 	id := d.job.Spec.ID
 	defer func() {
 		d.mu.Lock()
 		d.inflight--
+		if replay {
+			d.replayInflight--
+		}
 		d.m.inflight.WithLabelValues(id).Set(float64(d.inflight))
 		d.mu.Unlock()
 		select {
@@ -354,6 +376,9 @@ func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) {
 	if err == nil && task.Job != id {
 		err = fmt.Errorf("task of job %q on job %s's subject", task.Job, id)
 	}
+	if err == nil && replay != (task.Replay != "") {
+		err = fmt.Errorf("task %s with replay %q on the subject %s", task.ID(), task.Replay, msg.Subject())
+	}
 	if err != nil {
 		d.log.Error("dropping malformed task", "subject", msg.Subject(), "err", err)
 		d.mu.Lock()
@@ -363,9 +388,15 @@ func (d *Dispatcher) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	tid := task.ID()
+	if replay {
+		tid += "@" + task.Replay
+	}
 
 	d.mu.Lock()
 	done, failed := d.done[tid], d.failed[tid]
+	if replay {
+		done, failed = d.replayDone[tid], d.replayFailed[tid]
+	}
 	d.mu.Unlock()
 	switch {
 	case done:
@@ -491,6 +522,15 @@ func (d *Dispatcher) sendError(kind string) {
 
 // succeed records a done task, once per task id.
 func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
+	if task.Replay != "" {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if key := task.ID() + "@" + task.Replay; !d.replayDone[key] {
+			d.replayDone[key] = true
+			d.stats.Replays++
+		}
+		return
+	}
 	tid := task.ID()
 	if res.Task != "" && res.Task != tid {
 		d.log.Warn("result names another task", "task", tid, "result_task", res.Task)
@@ -528,6 +568,16 @@ func (d *Dispatcher) fail(task wire.ShardTask, reason string) {
 	tid := task.ID()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if task.Replay != "" {
+		// The reader waits for these samples: say loudly that they will not come.
+		if key := tid + "@" + task.Replay; !d.replayFailed[key] {
+			d.replayFailed[key] = true
+			d.stats.ReplayFailed++
+			d.failedShards = append(d.failedShards, wire.FailedSample{Key: task.Key, Reason: "replay of " + failReasonPrefix(task) + reason})
+			d.log.Error("replay task failed: a resumed reader will miss this shard's samples", "task", tid, "reason", reason)
+		}
+		return
+	}
 	if d.done[tid] || d.failed[tid] {
 		return
 	}
@@ -546,7 +596,8 @@ func failReasonPrefix(task wire.ShardTask) string {
 func (d *Dispatcher) Backlog() (pending, inflight int, done bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.pendingLocked(), d.inflight, d.resumed+len(d.done)+len(d.failed) >= d.job.Tasks()
+	pending = d.pendingLocked() + d.replayWaiting
+	return pending, d.inflight, d.settledLocked() && pending == 0 && d.inflight == 0
 }
 
 // Stats is a snapshot of the dispatcher's progress.
@@ -562,5 +613,114 @@ func (d *Dispatcher) Stats() DispatchStats {
 	s.Pending = d.pendingLocked()
 	s.FailedShards = slices.Clone(d.failedShards)
 	s.Results = maps.Clone(d.epochDone)
+	s.ReplayPending = d.replayWaiting + d.replayInflight
 	return s
+}
+
+// start sends msg in its own goroutine, counted in flight.
+func (d *Dispatcher) start(wg *sync.WaitGroup, ctx context.Context, msg jetstream.Msg, replay bool) {
+	d.mu.Lock()
+	d.inflight++
+	if replay {
+		d.replayInflight++
+		d.replayWaiting = max(0, d.replayWaiting-1)
+	}
+	d.m.inflight.WithLabelValues(d.job.Spec.ID).Set(float64(d.inflight))
+	d.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.handle(ctx, msg, replay)
+	}()
+}
+
+// replayPoll is how often the replay backlog is read from the server for
+// the autoscaler; a replay taken in between is counted at once.
+const replayPoll = time.Second
+
+// replayNext takes one replay task if one is queued and a replica is free,
+// and says whether it did. Replays skip the output buffer's high water:
+// the quarter of the buffer kept free of queued epochs is theirs, so a
+// resumed reader gets its samples even while later epochs fill the rest.
+func (d *Dispatcher) replayNext(ctx context.Context, wg *sync.WaitGroup, sendCtx context.Context) bool {
+	d.pollReplays(ctx, false)
+	d.mu.Lock()
+	c := 1
+	if d.opts.Replicas != nil {
+		c = d.opts.Replicas.Ready(d.job.Spec.ID) * d.opts.PerReplica
+	}
+	room := d.inflight < c && d.replayWaiting > 0
+	d.mu.Unlock()
+	if !room {
+		return false
+	}
+	batch, err := d.replay.FetchNoWait(1)
+	if err != nil {
+		d.log.Debug("fetching a replay task", "err", err)
+		return false
+	}
+	took := false
+	for msg := range batch.Messages() {
+		d.start(wg, sendCtx, msg, true)
+		took = true
+	}
+	if !took {
+		d.pollReplays(ctx, true) // the count was stale
+	}
+	return took
+}
+
+// pollReplays refreshes the replay backlog from the consumer's info, at
+// most every replayPoll unless forced.
+func (d *Dispatcher) pollReplays(ctx context.Context, force bool) {
+	d.mu.Lock()
+	due := force || time.Since(d.replayPolled) >= replayPoll
+	if due {
+		d.replayPolled = time.Now()
+	}
+	d.mu.Unlock()
+	if !due {
+		return
+	}
+	ictx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	info, err := d.replay.Info(ictx)
+	if err != nil {
+		d.log.Debug("reading the replay backlog", "err", err)
+		return
+	}
+	d.mu.Lock()
+	// Ack-pending counts replays in flight here and those waiting out a
+	// retry delay, which are still to do.
+	d.replayWaiting = max(0, int(info.NumPending)+info.NumAckPending-d.replayInflight)
+	d.mu.Unlock()
+}
+
+// ServeReplays sends replay tasks (see Replay) until ctx ends, and then
+// returns ctx's error once the sends in flight returned. The owner of a
+// job runs it once Run has settled every task, while the job's readers
+// finish: a trainer resumed from a checkpoint near the end still needs
+// shards produced again.
+func (d *Dispatcher) ServeReplays(ctx context.Context) error {
+	sendCtx, cancelSends := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancelSends()
+		wg.Wait()
+	}()
+	poll := time.NewTicker(capacityPoll)
+	defer poll.Stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.replayNext(ctx, &wg, sendCtx) {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-d.freed:
+		case <-poll.C:
+		}
+	}
 }

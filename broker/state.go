@@ -74,18 +74,22 @@ func (b *Broker) Release(ctx context.Context, id string) error {
 // release is Release, saying whether the consumer or the output stream
 // existed.
 func (b *Broker) release(ctx context.Context, id string) (found bool, err error) {
-	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, wire.DispatchConsumer(id)); {
-	case err == nil:
-		found = true
-	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, wire.DispatchConsumer(id), err)
+	for _, name := range []string{wire.DispatchConsumer(id), wire.ReplayConsumer(id)} {
+		switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, name); {
+		case err == nil:
+			found = found || name == wire.DispatchConsumer(id)
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, name, err)
+		}
 	}
 	tasks, err := b.js.Stream(ctx, wire.TaskStream)
 	if err != nil {
 		return found, fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
 	}
-	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(wire.TaskSubject(id))); err != nil {
-		return found, fmt.Errorf("job %s: purging tasks: %w", id, err)
+	for _, subject := range []string{wire.TaskSubject(id), wire.ReplaySubject(id)} {
+		if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+			return found, fmt.Errorf("job %s: purging tasks on %s: %w", id, subject, err)
+		}
 	}
 	switch err := b.js.DeleteStream(ctx, wire.OutputStream(id)); {
 	case err == nil:

@@ -98,6 +98,13 @@ func leftovers(t *testing.T, e env, id string) []string {
 	for _, k := range keys {
 		out = append(out, "reader position "+k)
 	}
+	done, err := listKeys(ctx, kvs.readers, wire.ReaderDoneKey(id, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range done {
+		out = append(out, "reader done "+k)
+	}
 	if n := taskCount(t, e.js, id); n > 0 {
 		out = append(out, "tasks")
 	}
@@ -107,7 +114,7 @@ func leftovers(t *testing.T, e env, id string) []string {
 	}
 	names := tasks.ConsumerNames(ctx)
 	for name := range names.Name() {
-		if name == wire.DispatchConsumer(id) {
+		if name == wire.DispatchConsumer(id) || name == wire.ReplayConsumer(id) {
 			out = append(out, "consumer "+name)
 		}
 	}

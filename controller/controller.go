@@ -188,6 +188,7 @@ func (c *Controller) status(jr *jobRun, now time.Time) (wire.JobStatus, bool) {
 		job: job, owner: c.opts.ID, stats: disp.Stats(), prev: prev,
 		signals:  c.runner.Signals(jr.id),
 		replicas: replicas, ready: c.opts.Actuator.Ready(jr.id), reason: reason,
+		stale: c.opts.Autoscale.DemandStale,
 	}, now), true
 }
 
@@ -203,17 +204,23 @@ func (c *Controller) putStatus(ctx context.Context, s wire.JobStatus) error {
 }
 
 // readStatus returns the status stored for job, zero if none.
-func (c *Controller) readStatus(ctx context.Context, job string) (wire.JobStatus, error) {
-	e, err := c.statusKV.Get(ctx, job)
+func (c *Controller) readStatus(ctx context.Context, job wire.Job) (wire.JobStatus, error) {
+	id := job.Spec.ID
+	e, err := c.statusKV.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return wire.JobStatus{}, nil
 	}
 	if err != nil {
-		return wire.JobStatus{}, fmt.Errorf("reading status of job %s: %w", job, err)
+		return wire.JobStatus{}, fmt.Errorf("reading status of job %s: %w", id, err)
 	}
 	var s wire.JobStatus
 	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return wire.JobStatus{}, fmt.Errorf("decoding status of job %s: %w", job, err)
+		return wire.JobStatus{}, fmt.Errorf("decoding status of job %s: %w", id, err)
+	}
+	// A status older than the submission is an earlier job's under this id
+	// (deleted while its controller was down): nothing to carry over.
+	if s.Job != id || s.Updated.Before(job.Submitted) {
+		return wire.JobStatus{}, nil
 	}
 	return s, nil
 }

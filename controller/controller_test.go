@@ -358,3 +358,29 @@ func TestOwnerThatCannotRenewStopsBeforeExpiry(t *testing.T) {
 	}
 	e.gate.release()
 }
+
+// A status left by an earlier job under the same id (deleted while no
+// controller ran) must not be carried into the new job's counts.
+func TestStaleStatusOfAnEarlierJobIsNotCarriedOver(t *testing.T) {
+	e := newEnv(t, 8, 2)
+	e.gate.release()
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, wire.StatusBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := wire.JobStatus{Job: "again", Updated: time.Now().Add(-time.Hour), SamplesProcessed: 1000,
+		Tasks: wire.TaskCounts{Failed: 5}}
+	data, _ := json.Marshal(stale)
+	if _, err := kv.Put(ctx, "again", data); err != nil {
+		t.Fatal(err)
+	}
+	job := e.submit(t, spec("again", "img", 1))
+	e.startController(t, "c1", Options{})
+	e.startReader(t, "again", wire.DefaultReader)
+	s := e.waitState(t, "again", wire.JobSucceeded, time.Minute)
+	if s.SamplesProcessed != int64(e.samples) || s.Tasks.Failed != 0 || s.Tasks.Done != job.Tasks() {
+		t.Errorf("final status: %d samples, %d failed, %d done; want %d, 0, %d (nothing of the stale status)",
+			s.SamplesProcessed, s.Tasks.Failed, s.Tasks.Done, e.samples, job.Tasks())
+	}
+}

@@ -119,7 +119,7 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		}
 	}
 	c.setKnown(job)
-	prev, err := c.readStatus(ctx, id)
+	prev, err := c.readStatus(ctx, job)
 	if err != nil {
 		jr.log.Warn("no earlier status to carry over", "err", err)
 	}
@@ -163,7 +163,20 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		}
 	}
 
-	// Every task is settled: the replicas can go while the readers drain.
+	// Every task is settled: the replicas can go while the readers drain,
+	// unless a reader resumed from a checkpoint needs shards again.
+	replayCtx, stopReplays := context.WithCancel(ctx)
+	replaysDone := make(chan struct{})
+	go func() {
+		defer close(replaysDone)
+		if err := disp.ServeReplays(replayCtx); err != nil && replayCtx.Err() == nil {
+			jr.log.Warn("serving replays", "err", err)
+		}
+	}()
+	defer func() {
+		stopReplays()
+		<-replaysDone
+	}()
 	for {
 		drained, err := c.readersDrained(ctx, job)
 		if drained {

@@ -21,6 +21,9 @@ type statusInputs struct {
 	replicas int
 	ready    int
 	reason   string
+	// stale is the age past which a reader's step times no longer count
+	// in the job's (autoscale.Config.DemandStale); 0: never.
+	stale time.Duration
 }
 
 // buildStatus is the job's status now: this dispatcher's counts on top of
@@ -61,13 +64,23 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 			s.Readers = map[string]wire.ReaderStatus{}
 		}
 	}
+	var steps []wire.StepTimes
 	for name, sig := range in.signals {
 		d := sig.Demand
-		s.Readers[name] = wire.ReaderStatus{
+		rs := wire.ReaderStatus{
 			SamplesDelivered: d.SamplesDone, StallFraction: d.StallFraction,
 			ConsumedPerS: d.ConsumedPerS, Done: d.Done, Seen: sig.At.UTC(),
+			Step: d.Step,
 		}
+		if d.GPUUtilization >= 0 {
+			rs.GPUUtilization = &d.GPUUtilization
+		}
+		s.Readers[name] = rs
 		s.SamplesExpected = max(s.SamplesExpected, d.SamplesTotal)
+		if !d.Done && (in.stale <= 0 || now.Sub(sig.At) <= in.stale) {
+			steps = append(steps, d.Step)
+		}
 	}
+	s.Step = autoscale.MergeSteps(steps...)
 	return s
 }

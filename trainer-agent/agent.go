@@ -68,6 +68,8 @@ type Stats struct {
 	Epochs int
 	// BufferedSamples are held by the agent: in ready batches and in partial ones.
 	BufferedSamples int
+	// Steps are the step times each rank's client reported, by rank.
+	Steps []RankSteps
 }
 
 // MarshalJSON writes durations in seconds, for trainers in any language.
@@ -88,10 +90,11 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		Epochs             int                 `json:"epochs"`
 		BufferedSamples    int                 `json:"buffered_samples"`
 		StallFractionTotal float64             `json:"stall_fraction_total"`
+		Steps              []RankSteps         `json:"steps"`
 	}{
 		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, failed,
 		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
-		ratio(s.StallTime, s.RunTime),
+		ratio(s.StallTime, s.RunTime), s.Steps,
 	})
 }
 
@@ -140,6 +143,8 @@ type Agent struct {
 	blocked      int // callers waiting in Next
 	blockStart   time.Time
 	window       stallWindow
+	steps        stepBook  // the ranks' step reports
+	gpu          *gpuMeter // readings of the GPU for the demand window
 	stats        Stats
 	firstBatch   time.Time
 	finished     time.Time
@@ -206,6 +211,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		wake:    make(chan struct{}),
 		asm:     newAssembler(job),
 		window:  stallWindow{Start: now, Capacity: opts.PrefetchSamples},
+		gpu:     newGPUMeter(opts.GPU, opts.DemandInterval, logger.With("job", job.Spec.ID, "reader", opts.Reader)),
 	}, nil
 }
 
@@ -709,11 +715,15 @@ func (a *Agent) Stats() Stats {
 	}
 	s.Epochs = a.asm.finishedCount()
 	s.BufferedSamples = a.buffered()
+	s.Steps = a.steps.totals()
 	return s
 }
 
 // publishDemands publishes a demand signal every DemandInterval until ctx ends.
 func (a *Agent) publishDemands(ctx context.Context) {
+	var sampling sync.WaitGroup
+	defer sampling.Wait()
+	sampling.Go(func() { a.gpu.run(ctx) })
 	t := time.NewTicker(a.opts.DemandInterval)
 	defer t.Stop()
 	for {
@@ -729,21 +739,13 @@ func (a *Agent) publishDemands(ctx context.Context) {
 }
 
 func (a *Agent) publishDemand(now time.Time, done bool) error {
-	gpu := -1.0
-	if a.opts.GPU != nil {
-		if u, err := a.opts.GPU.Utilization(); err == nil {
-			gpu = u
-		} else {
-			a.log.Debug("reading gpu utilisation", "error", err)
-		}
-	}
+	gpu := a.gpu.take()
 	a.mu.Lock()
 	a.window.Buffered = a.buffered()
-	d := a.window.roll(now)
+	d := a.closeWindow(now, gpu)
 	a.mu.Unlock()
 	d.Job = a.job.Spec.ID
 	d.Reader = a.reader
-	d.GPUUtilization = gpu
 	d.Done = done
 	a.m.stallFraction.Set(d.StallFraction)
 	data, err := json.Marshal(d)

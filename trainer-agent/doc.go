@@ -46,10 +46,17 @@
 // in the output stream: its buffer (OutputBufferBytes) must hold the
 // prefetch window and a batch, or the job stalls.
 //
-// Stall accounting: the time the trainer spends blocked in Next (or in GET
-// /v1/batch) is its stall time; StallFraction in a demand signal is the
-// share of the signal's interval during which at least one caller was
-// blocked, an ongoing block included.
+// Stall accounting (demand.go, steptime.go, gpu.go): without step reports
+// the time the trainer spends blocked in Next (or in GET /v1/batch) is its
+// wait: the share of a demand interval during which at least one caller
+// was blocked, an ongoing block included. Clients that report step times
+// (StepReport, cumulative per rank, so a retry counts once) replace it with
+// the wait their training loops saw: the longest any rank reported in the
+// interval. With a GPU read through NVML (several times an interval,
+// averaged) the stall is the wait while the GPU idled, min(wait, 1 -
+// utilisation); without, the wait alone. The reports also split each
+// rank's steps into data wait, GPU compute and other (wire.StepTimes),
+// carried in the demand signal and counted in sluice_agent_step_seconds_total.
 //
 // A job cancelled, failed or deleted while the agent reads it stops the
 // agent with an error wrapping ErrJobEnded; GET /v1/batch then answers 410

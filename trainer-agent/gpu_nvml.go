@@ -13,29 +13,34 @@ import (
 // OpenNVML initialises NVML and returns a sampler averaging the utilisation
 // of every GPU, and a function that shuts NVML down. Without an NVIDIA
 // driver it returns an error; callers then run without GPU readings.
+func OpenNVML(logger *slog.Logger) (GPUSampler, func(), error) {
+	return openNVML(nvml.New(), logger)
+}
+
+// openNVML is OpenNVML over lib, so that tests can hand in go-nvml's mock.
 //
 // go-nvml resolves NVML's symbols lazily: calling anything but Init when
 // Init failed (no libnvidia-ml) aborts the process with "symbol lookup
 // error", which no recover can catch. So nothing else is called, not even
-// Return.Error, unless Init returned SUCCESS.
-func OpenNVML(logger *slog.Logger) (GPUSampler, func(), error) {
+// lib.ErrorString or Return.Error, unless Init returned SUCCESS.
+func openNVML(lib nvml.Interface, logger *slog.Logger) (GPUSampler, func(), error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, nil, fmt.Errorf("initialising nvml: %s", nvmlInitFailure(ret))
 	}
 	var once sync.Once
 	shutdown := func() {
 		once.Do(func() {
-			if ret := nvml.Shutdown(); ret != nvml.SUCCESS {
-				logger.Warn("nvml shutdown failed", "error", nvml.ErrorString(ret))
+			if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+				logger.Warn("nvml shutdown failed", "error", lib.ErrorString(ret))
 			}
 		})
 	}
-	count, ret := nvml.DeviceGetCount()
+	count, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
-		err := fmt.Errorf("counting gpus: %s", nvml.ErrorString(ret))
+		err := fmt.Errorf("counting gpus: %s", lib.ErrorString(ret))
 		shutdown()
 		return nil, nil, err
 	}
@@ -43,11 +48,11 @@ func OpenNVML(logger *slog.Logger) (GPUSampler, func(), error) {
 		shutdown()
 		return nil, nil, fmt.Errorf("nvml found no gpu")
 	}
-	s := &nvmlSampler{}
+	s := &nvmlSampler{lib: lib}
 	for i := range count {
-		d, ret := nvml.DeviceGetHandleByIndex(i)
+		d, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			err := fmt.Errorf("opening gpu %d: %s", i, nvml.ErrorString(ret))
+			err := fmt.Errorf("opening gpu %d: %s", i, lib.ErrorString(ret))
 			shutdown()
 			return nil, nil, err
 		}
@@ -58,19 +63,24 @@ func OpenNVML(logger *slog.Logger) (GPUSampler, func(), error) {
 }
 
 type nvmlSampler struct {
+	lib     nvml.Interface // for error strings
 	devices []nvml.Device
 }
 
+var _ GPUSampler = (*nvmlSampler)(nil)
+
 // Utilization averages the devices' utilisation over NVML's last sample
-// period (between 1/6 s and 1 s depending on the GPU).
+// period (between 1/6 s and 1 s depending on the GPU): the share of it in
+// which a kernel ran. The agent reads it several times a demand window
+// (gpuMeter) to cover the window.
 func (s *nvmlSampler) Utilization() (float64, error) {
 	sum := 0.0
 	for i, d := range s.devices {
 		u, ret := d.GetUtilizationRates()
 		if ret != nvml.SUCCESS {
-			return 0, fmt.Errorf("reading gpu %d utilisation: %s", i, nvml.ErrorString(ret))
+			return 0, fmt.Errorf("reading gpu %d utilisation: %s", i, s.lib.ErrorString(ret))
 		}
-		sum += float64(u.Gpu) / 100
+		sum += float64(min(u.Gpu, 100)) / 100
 	}
 	return sum / float64(len(s.devices)), nil
 }

@@ -13,6 +13,9 @@ type Metrics struct {
 	bufferedSamples  *prometheus.GaugeVec
 	stallFraction    *prometheus.GaugeVec
 	positionBytes    *prometheus.GaugeVec
+	gpuUtilization   *prometheus.GaugeVec
+	steps            *prometheus.CounterVec
+	stepSeconds      *prometheus.CounterVec
 }
 
 // NewMetrics creates the agent's series and registers them with reg unless
@@ -47,10 +50,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		positionBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_agent_position_bytes", Help: "Size of the reader's last recorded position.",
 		}, job),
+		gpuUtilization: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_agent_gpu_utilization", Help: "Mean GPU utilisation over the last demand interval, -1 when no GPU is read.",
+		}, job),
+		// Per rank: a world is tens to hundreds of ranks, and the rank
+		// fed last is the one that holds up a DDP step.
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_steps_total", Help: "Training steps the trainer's clients reported.",
+		}, []string{"job", "reader", "rank"}),
+		stepSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_step_seconds_total",
+			Help: "Time of the reported steps by part: wait (for data), compute (client compute time the GPU was busy), other (the rest).",
+		}, []string{"job", "reader", "rank", "part"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.samplesArrived, m.samplesDelivered, m.batchesDelivered, m.duplicateChunks,
-			m.failedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction, m.positionBytes)
+			m.failedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction, m.positionBytes,
+			m.gpuUtilization, m.steps, m.stepSeconds)
 	}
 	return m
 }
@@ -60,6 +76,9 @@ type jobMetrics struct {
 	samplesArrived, samplesDelivered, batchesDelivered prometheus.Counter
 	duplicateChunks, failedSamples, stallSeconds       prometheus.Counter
 	bufferedSamples, stallFraction, positionBytes      prometheus.Gauge
+	gpuUtilization                                     prometheus.Gauge
+	steps                                              *prometheus.CounterVec // by rank
+	stepSeconds                                        *prometheus.CounterVec // by rank and part
 }
 
 func (m *Metrics) forJob(job, reader string) jobMetrics {
@@ -73,5 +92,8 @@ func (m *Metrics) forJob(job, reader string) jobMetrics {
 		bufferedSamples:  m.bufferedSamples.WithLabelValues(job, reader),
 		stallFraction:    m.stallFraction.WithLabelValues(job, reader),
 		positionBytes:    m.positionBytes.WithLabelValues(job, reader),
+		gpuUtilization:   m.gpuUtilization.WithLabelValues(job, reader),
+		steps:            m.steps.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
+		stepSeconds:      m.stepSeconds.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
 	}
 }

@@ -17,11 +17,24 @@ type Demand struct {
 	ConsumedPerS float64 `json:"consumed_per_s"`
 	// ArrivedPerS is samples received from functions per second.
 	ArrivedPerS float64 `json:"arrived_per_s"`
-	// StallFraction is the share of the window the trainer spent waiting for a batch.
+	// StallFraction is the share of the window the trainer stalled for
+	// want of data: WaitFraction, capped by the GPU's idle share
+	// (1 - GPUUtilization) where a GPU is read, since a trainer waiting
+	// while its GPU still runs queued work is not held up yet.
 	StallFraction float64 `json:"stall_fraction"`
+	// WaitFraction is the share of the window the trainer waited for a
+	// batch, measured as WaitSource says.
+	WaitFraction float64 `json:"wait_fraction"`
+	// WaitSource is WaitClient when the trainer's clients report their
+	// step times (the wait their training loops saw), WaitAgent when the
+	// wait is the time a request was blocked in the agent.
+	WaitSource string `json:"wait_source,omitempty"`
 	// GPUUtilization is the mean GPU utilisation in [0,1] over the window,
 	// or -1 when there is no GPU to read (NVML unavailable).
 	GPUUtilization float64 `json:"gpu_utilization"`
+	// Step is where the trainer's steps in the window went (zero when no
+	// client reported a step in it).
+	Step StepTimes `json:"step,omitzero"`
 	// BufferedSamples is what the agent holds ready; BufferCapacity its bound.
 	BufferedSamples int `json:"buffered_samples"`
 	BufferCapacity  int `json:"buffer_capacity"`
@@ -31,3 +44,33 @@ type Demand struct {
 	// Done is set on the last signal of a job, once every epoch is delivered.
 	Done bool `json:"done"`
 }
+
+// Where a demand signal's wait was measured (Demand.WaitSource).
+const (
+	WaitClient = "client"
+	WaitAgent  = "agent"
+)
+
+// StepTimes splits a trainer's mean step into data wait, compute and the
+// rest, the breakdown of the PAI workload study (Wang et al., "Characterizing
+// Deep Learning Training Workloads on Alibaba-PAI"), from the step times the
+// trainer's clients report. A step is what the training loop does from
+// asking for a batch to asking for the next: WaitS + ComputeS + OtherS.
+type StepTimes struct {
+	// Steps is how many rank-steps the means cover; Ranks how many ranks
+	// reported them.
+	Steps int64 `json:"steps"`
+	Ranks int   `json:"ranks"`
+	// WaitS is the mean time a step waited for its batch.
+	WaitS float64 `json:"wait_s"`
+	// ComputeS is the mean time the GPU worked for a step: the client's
+	// compute time (batch in hand to asking for the next) times the share of
+	// it the GPU was busy; all of it where no GPU is read.
+	ComputeS float64 `json:"compute_s"`
+	// OtherS is the rest of the client's compute time: host work with the
+	// GPU idle (logging, checkpoints, host-side preprocessing, syncs).
+	OtherS float64 `json:"other_s"`
+}
+
+// StepS is the mean step's length.
+func (s StepTimes) StepS() float64 { return s.WaitS + s.ComputeS + s.OtherS }

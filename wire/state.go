@@ -61,6 +61,12 @@ type ReaderStatus struct {
 	ConsumedPerS     float64   `json:"consumed_per_s"`
 	Done             bool      `json:"done"`
 	Seen             time.Time `json:"seen"`
+
+	// GPUUtilization is the reader's GPU reading (nil: none read); Step
+	// its trainer's mean step in the signal's window (zero: no step
+	// reported in it).
+	GPUUtilization *float64  `json:"gpu_utilization,omitempty"`
+	Step           StepTimes `json:"step,omitzero"`
 }
 
 // JobStatus is the live progress of a job, written by its owning
@@ -88,6 +94,10 @@ type JobStatus struct {
 	Replicas      int                     `json:"replicas"`
 	ReadyReplicas int                     `json:"ready_replicas"`
 	ScaleReason   string                  `json:"scale_reason,omitempty"`
+
+	// Step is the job's mean step: the step times of every reader that
+	// signalled lately and is not done, merged (weighted by their steps).
+	Step StepTimes `json:"step,omitzero"`
 }
 
 // DefaultReader is the reader a job has when its spec names none: the one

@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Stream and subject names. Job ids are restricted (ValidateJobID) so that
@@ -56,6 +57,14 @@ func ReplayConsumer(job string) string { return "sluice_replay_" + job }
 // succeeds only when each declared reader has it, so a trainer that
 // crashes before its last batch can still resume from a checkpoint.
 func ReaderDoneKey(job, reader string) string { return "done." + job + "." + reader }
+
+// ReaderDone is the value under ReaderDoneKey.
+type ReaderDone struct {
+	// Submitted is the submission time of the job the reader finished: a
+	// job deleted and submitted again under its id is not done.
+	Submitted time.Time `json:"submitted"`
+	Time      time.Time `json:"time"`
+}
 
 // DispatchConsumer is the durable consumer on TaskStream through which the
 // job's owning controller pulls its tasks.

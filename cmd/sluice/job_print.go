@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -54,6 +55,10 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		fmt.Fprintf(w, " of %d expected", st.SamplesExpected)
 	}
 	fmt.Fprintln(w)
+	if st.Step.Steps > 0 {
+		fmt.Fprintf(w, "  step      %s over %d %s of %d %s\n", stepSplit(st.Step),
+			st.Step.Steps, plural(int(st.Step.Steps), "step", "steps"), st.Step.Ranks, plural(st.Step.Ranks, "rank", "ranks"))
+	}
 	readers := make([]string, 0, len(st.Readers))
 	for r := range st.Readers {
 		readers = append(readers, r)
@@ -65,7 +70,15 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		if rs.Done {
 			done = ", done"
 		}
-		fmt.Fprintf(w, "  reader    %s: %d delivered, stall %.0f%%, %.0f samples/s%s\n", r, rs.SamplesDelivered, 100*rs.StallFraction, rs.ConsumedPerS, done)
+		gpu := ""
+		if rs.GPUUtilization != nil {
+			gpu = fmt.Sprintf(", gpu %.0f%%", 100**rs.GPUUtilization)
+		}
+		step := ""
+		if len(readers) > 1 && rs.Step.Steps > 0 {
+			step = ", step " + stepSplit(rs.Step) // the job's line above covers a single reader
+		}
+		fmt.Fprintf(w, "  reader    %s: %d delivered, stall %.0f%%, %.0f samples/s%s%s%s\n", r, rs.SamplesDelivered, 100*rs.StallFraction, rs.ConsumedPerS, gpu, step, done)
 	}
 	fmt.Fprintf(w, "  replicas  %d (%d ready)", st.Replicas, st.ReadyReplicas)
 	if st.ScaleReason != "" {
@@ -81,6 +94,22 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 			fmt.Fprintf(w, "    ... %d more (--json lists all)\n", n-failedShown)
 		}
 	}
+}
+
+// stepSplit shows a mean step and its parts: "0.412 s: wait 12%, compute
+// 73%, other 15%".
+func stepSplit(t wire.StepTimes) string {
+	step := t.StepS()
+	if step <= 0 {
+		return "0 s"
+	}
+	pct := func(x float64) float64 { return 100 * x / step }
+	return fmt.Sprintf("%s: wait %.0f%%, compute %.0f%%, other %.0f%%", seconds(step), pct(t.WaitS), pct(t.ComputeS), pct(t.OtherS))
+}
+
+// seconds shows a step's length with three significant digits.
+func seconds(s float64) string {
+	return strconv.FormatFloat(s, 'g', 3, 64) + " s"
 }
 
 func plural(n int, one, many string) string {

@@ -384,3 +384,66 @@ func TestWatchViewInALogPrintsChangesAndTheLastStatus(t *testing.T) {
 		t.Errorf("after end: %q, want the held status printed last", out.String())
 	}
 }
+
+func TestStatusShowsStepTimes(t *testing.T) {
+	job := wire.Job{Spec: wire.JobSpec{ID: "j", Pipeline: "criteo", Epochs: 1, Readers: []string{"a", "b"}}, Shards: []string{"s"}, State: wire.JobRunning}
+	gpu := 0.85
+	st := wire.JobStatus{
+		Job: "j", State: wire.JobRunning, Updated: time.Now(),
+		Step: wire.StepTimes{Steps: 8, Ranks: 4, WaitS: 0.05, ComputeS: 0.3, OtherS: 0.15},
+		Readers: map[string]wire.ReaderStatus{
+			"a": {SamplesDelivered: 10, GPUUtilization: &gpu, Step: wire.StepTimes{Steps: 6, Ranks: 3, WaitS: 0.1, ComputeS: 0.3, OtherS: 0.1}},
+			"b": {SamplesDelivered: 20},
+		},
+	}
+	var out strings.Builder
+	printStatus(&out, job, st)
+	for _, want := range []string{
+		"  step      0.5 s: wait 10%, compute 60%, other 30% over 8 steps of 4 ranks\n",
+		"  reader    a: 10 delivered, stall 0%, 0 samples/s, gpu 85%, step 0.5 s: wait 20%, compute 60%, other 20%\n",
+		"  reader    b: 20 delivered, stall 0%, 0 samples/s\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status %q, want a line %q", out.String(), want)
+		}
+	}
+
+	// --json has the job's and each reader's split.
+	data, err := json.Marshal(statusJSON(job, st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Status struct {
+			Step    wire.StepTimes `json:"step"`
+			Readers map[string]struct {
+				GPU  *float64       `json:"gpu_utilization"`
+				Step wire.StepTimes `json:"step"`
+			} `json:"readers"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Step != st.Step || got.Status.Readers["a"].Step != st.Readers["a"].Step || got.Status.Readers["a"].GPU == nil {
+		t.Errorf("--json %s, want the step times of the job and of reader a, and a's gpu", data)
+	}
+	if strings.Contains(string(data), `"b":{`) && strings.Contains(string(data), `"gpu_utilization":null`) {
+		t.Errorf("--json %s: a reader without a gpu reading has a null one, want none", data)
+	}
+
+	// One reader: the job's line says it all.
+	delete(st.Readers, "b")
+	out.Reset()
+	printStatus(&out, job, st)
+	if strings.Contains(out.String(), ", step ") {
+		t.Errorf("status %q: one reader repeats the job's step line", out.String())
+	}
+	// No steps reported: no step line.
+	st.Step = wire.StepTimes{}
+	out.Reset()
+	printStatus(&out, job, st)
+	if strings.Contains(out.String(), "  step ") {
+		t.Errorf("status %q, want no step line without steps", out.String())
+	}
+}

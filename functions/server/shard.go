@@ -114,7 +114,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 	var acks []jetstream.PubAckFuture
 
 	publish := func(c *chunk) error {
-		f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: task.OutputSubject, Header: c.ref.Header(), Data: c.data})
+		f, err := s.js.PublishMsgAsync(&nats.Msg{Subject: task.OutputSubject, Header: outputHeader(c.ref, task), Data: c.data})
 		if err != nil {
 			return fmt.Errorf("publishing chunk %s: %w", c.ref.MsgID(), err)
 		}
@@ -191,7 +191,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 		return res, fmt.Errorf("encoding shard end: %w", err)
 	}
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
-	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: task.OutputSubject, Header: ref.Header(), Data: end}); err != nil {
+	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: task.OutputSubject, Header: outputHeader(ref, task), Data: end}); err != nil {
 		return res, s.outputGone(ctx, task, fmt.Errorf("publishing shard end %s: %w", ref.MsgID(), err))
 	}
 	s.m.samples.Add(float64(res.Samples))
@@ -287,4 +287,15 @@ func isNotFound(err error) bool {
 		}
 	}
 	return false
+}
+
+// outputHeader is ref's header; a replay task's messages get their own
+// Nats-Msg-Id (wire.ShardTask.Replay), or the output stream's duplicate
+// window would drop the re-produced chunks the reader needs.
+func outputHeader(ref wire.ChunkRef, task wire.ShardTask) nats.Header {
+	h := ref.Header()
+	if task.Replay != "" {
+		h.Set(nats.MsgIdHdr, ref.MsgID()+".r"+task.Replay)
+	}
+	return h
 }

@@ -160,6 +160,17 @@ func Dispatch(job string, ackWait time.Duration) jetstream.ConsumerConfig {
 	}
 }
 
+// Replay is the durable consumer through which job's dispatcher pulls its
+// replay tasks (wire.ReplaySubject), taken before the job's queued tasks.
+// ackWait 0 means DispatchAckWait.
+func Replay(job string, ackWait time.Duration) jetstream.ConsumerConfig {
+	cfg := Dispatch(job, ackWait)
+	cfg.Durable = wire.ReplayConsumer(job)
+	cfg.Description = "Sluice replays of job " + job
+	cfg.FilterSubject = wire.ReplaySubject(job)
+	return cfg
+}
+
 // IsCASConflict reports whether err from a key-value Create or Update
 // with a revision means the entry changed under the caller (or exists). On
 // a replicated bucket (R>1) the server reports a conflict with another

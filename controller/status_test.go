@@ -1,0 +1,47 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// TestStatusStepTimes: each reader's status has its latest step times and
+// GPU reading; the job's step times merge those of the readers that
+// signalled lately and are not done.
+func TestStatusStepTimes(t *testing.T) {
+	approx := cmpopts.EquateApprox(0, 1e-9)
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	sig := func(gpu float64, steps wire.StepTimes, done bool, age time.Duration) autoscale.Signal {
+		return autoscale.Signal{Demand: wire.Demand{GPUUtilization: gpu, Step: steps, Done: done}, At: now.Add(-age)}
+	}
+	job := wire.Job{Spec: wire.JobSpec{ID: "j", Epochs: 1}}
+	s := buildStatus(statusInputs{
+		job: job, stale: 5 * time.Second,
+		signals: map[string]autoscale.Signal{
+			"a":     sig(0.8, wire.StepTimes{Steps: 3, Ranks: 3, WaitS: 0.2, ComputeS: 0.6, OtherS: 0.2}, false, time.Second),
+			"b":     sig(-1, wire.StepTimes{Steps: 1, Ranks: 1, WaitS: 0.6, ComputeS: 0.2}, false, 2*time.Second),
+			"stale": sig(-1, wire.StepTimes{Steps: 50, Ranks: 1, WaitS: 9}, false, time.Minute),
+			"done":  sig(-1, wire.StepTimes{Steps: 50, Ranks: 1, WaitS: 9}, true, time.Second),
+		},
+	}, now)
+	want := wire.StepTimes{Steps: 4, Ranks: 4, WaitS: 0.3, ComputeS: 0.5, OtherS: 0.15}
+	if diff := cmp.Diff(want, s.Step, approx); diff != "" {
+		t.Errorf("job step times (-want +got):\n%s", diff)
+	}
+	a, b := s.Readers["a"], s.Readers["b"]
+	if a.GPUUtilization == nil || *a.GPUUtilization != 0.8 || a.Step.Steps != 3 {
+		t.Errorf("reader a %+v, want its gpu reading and 3 steps", a)
+	}
+	if b.GPUUtilization != nil || b.Step.Steps != 1 {
+		t.Errorf("reader b %+v, want no gpu reading and 1 step", b)
+	}
+	if s.Readers["stale"].Step.Steps != 50 {
+		t.Errorf("a stale reader's own status lost its step times")
+	}
+}
