@@ -164,6 +164,12 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 	runner.RemoveJob("j1")
 	runner.Tick(ctx, time.Now())
 
+	trace := ""
+	for _, r := range records {
+		trace += fmt.Sprintf(" %d/%d", r.decided, r.ready)
+	}
+	t.Logf("decided/ready per 100ms tick:%s", trace)
+
 	// From zero: the first decision is one replica, and it is held while
 	// that replica starts, though the trainer stalls all along.
 	firstReady := -1
@@ -195,11 +201,6 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 	if got := fk.Revisions(); got != 1 {
 		t.Errorf("the job created %d Revisions, want none beyond the first (1)", got)
 	}
-	trace := ""
-	for _, r := range records {
-		trace += fmt.Sprintf(" %d/%d", r.decided, r.ready)
-	}
-	t.Logf("decided/ready per 100ms tick:%s", trace)
 	h := fk.History()
 	t.Logf("job j1: %d ticks; first replica ready after %d ticks (cold start %v); peak %d ready; %d fake-knative samples, peak in flight %d",
 		len(records), firstReady, coldStart, peak, len(h), peakInFlight(h))
