@@ -119,3 +119,43 @@ func TestIntegrationControllerWithKnativeActuator(t *testing.T) {
 	}
 	t.Logf("peak ready pods %d, revisions %d", peak, fk.Revisions())
 }
+
+// TestControllerRunsAJobWithTheKPAEmulation: with --local-scaling kpa the
+// emulated KPA alone sizes the local replicas; the job still succeeds and
+// its replicas go away when it ends.
+func TestControllerRunsAJobWithTheKPAEmulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	e := newControllerEnv(t, 24, 6)
+	startControllerProcess(t, e, "kpa", "--local-scaling", "kpa", "--kpa-window", "6s")
+	if _, err := e.b.Submit(context.Background(), wire.JobSpec{ID: "kpa", Dataset: "s3://data/ds/",
+		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 2, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("kpa"), wire.ReaderConsumer(wire.DefaultReader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
+		s, err := jobStatus(e.js, "kpa")
+		if err != nil {
+			return err
+		}
+		if s.State != wire.JobSucceeded || s.SamplesProcessed != 48 {
+			return fmt.Errorf("job is %s %q, %d samples processed (want succeeded, 48)", s.State, s.Reason, s.SamplesProcessed)
+		}
+		return nil
+	})
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if pids := markedProcesses("kpa"); len(pids) != 1 {
+			return fmt.Errorf("processes %v, want the controller alone once the job is done", pids)
+		}
+		return nil
+	})
+}
