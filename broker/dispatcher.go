@@ -91,6 +91,8 @@ type DispatchStats struct {
 	// results over done tasks.
 	Samples, SampleFailures, Chunks int
 	Bytes                           int64
+	// Reads is where done tasks' shard bytes came from, per epoch.
+	Reads map[int]ShardReads
 }
 
 // Dispatcher pushes one job's tasks to a Target as capacity allows.
@@ -123,6 +125,8 @@ type Dispatcher struct {
 	replayPolled   time.Time
 	replayDone     map[string]bool
 	replayFailed   map[string]bool
+
+	reads map[int]ShardReads // per epoch, see reads.go
 }
 
 // NewDispatcher creates (or takes over) the job's durable consumer on the
@@ -528,6 +532,7 @@ func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
 		if key := task.ID() + "@" + task.Replay; !d.replayDone[key] {
 			d.replayDone[key] = true
 			d.stats.Replays++
+			d.recordReads(task, res) // a replay reads its shard again
 		}
 		return
 	}
@@ -557,6 +562,7 @@ func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
 	}
 	d.stats.Chunks += res.Chunks
 	d.stats.Bytes += res.Bytes
+	d.recordReads(task, res)
 	id := d.job.Spec.ID
 	d.m.done.WithLabelValues(id).Inc()
 	d.m.epochDone.WithLabelValues(id, epochLabel(task.Epoch)).Set(float64(d.epochDone[task.Epoch]))
@@ -613,6 +619,7 @@ func (d *Dispatcher) Stats() DispatchStats {
 	s.Pending = d.pendingLocked()
 	s.FailedShards = slices.Clone(d.failedShards)
 	s.Results = maps.Clone(d.epochDone)
+	s.Reads = d.readsSnapshot()
 	s.ReplayPending = d.replayWaiting + d.replayInflight
 	return s
 }

@@ -19,5 +19,7 @@
 // each as a CloudEvent through a Target; a task is acked only once the
 // function replied that every chunk is durably published, retried with
 // backoff on transient errors and reported as failed, never dropped, on
-// permanent ones.
+// permanent ones. NewLocalityTarget sends each shard to its home replica,
+// the first in the shard key's rendezvous order over the ready replicas
+// (whose shard cache holds it), waiting a bounded time when it is busy.
 package broker

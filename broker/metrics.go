@@ -21,6 +21,8 @@ type Metrics struct {
 	redeliveries  *prometheus.CounterVec
 	sendErrors    *prometheus.CounterVec
 	sendSeconds   *prometheus.HistogramVec
+	shardReads    *prometheus.CounterVec
+	readBytes     *prometheus.CounterVec
 }
 
 // NewMetrics builds the series and registers them with reg; nil reg leaves
@@ -70,6 +72,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from sending a task to the function's reply.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}, job),
+		shardReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_broker_shard_reads_total",
+			Help: "Shards of done tasks by where the function read them: hit_memory, hit_disk (its shard cache), miss (S3, cached), bypass (S3, not cached), off (S3, no cache).",
+		}, []string{"job", "outcome"}),
+		readBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_broker_shard_read_bytes_total",
+			Help: "Shard bytes done tasks read, by source: s3 or cache.",
+		}, []string{"job", "source"}),
 	}
 	m.tasks = promreg.Register(reg, m.tasks)
 	m.done = promreg.Register(reg, m.done)
@@ -81,6 +91,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.redeliveries = promreg.Register(reg, m.redeliveries)
 	m.sendErrors = promreg.Register(reg, m.sendErrors)
 	m.sendSeconds = promreg.Register(reg, m.sendSeconds)
+	m.shardReads = promreg.Register(reg, m.shardReads)
+	m.readBytes = promreg.Register(reg, m.readBytes)
 	return m
 }
 
@@ -98,6 +110,8 @@ func (m *Metrics) DeleteJob(job string) {
 	m.redeliveries.DeletePartialMatch(l)
 	m.sendErrors.DeletePartialMatch(l)
 	m.sendSeconds.DeletePartialMatch(l)
+	m.shardReads.DeletePartialMatch(l)
+	m.readBytes.DeletePartialMatch(l)
 }
 
 func epochLabel(epoch int) string { return strconv.Itoa(epoch) }

@@ -42,3 +42,19 @@ func ParseSize(s string) (int64, error) {
 	}
 	return int64(x), nil
 }
+
+// FormatSize writes a byte count for people, in powers of 1024 as
+// ParseSize reads them: "512 B", "1.5 KiB", "23.4 GiB".
+func FormatSize(n int64) string {
+	if n < 1024 && n > -1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	x := float64(n)
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		x /= 1024
+		if math.Abs(x) < 1024 || u == "TiB" {
+			return strconv.FormatFloat(x, 'f', 1, 64) + " " + u
+		}
+	}
+	return ""
+}

@@ -92,6 +92,10 @@ type cloudEventsTarget struct {
 	mu       sync.Mutex
 	inflight map[string]int // per endpoint
 	next     int            // rotates the tie-break among equally loaded endpoints
+
+	// With locality, pickHome replaces pick (locality.go).
+	locality *Locality
+	freed    chan struct{} // closed and replaced when a send finishes
 }
 
 // NewCloudEventsTarget sends each task of job as a binary-mode CloudEvent
@@ -143,7 +147,11 @@ func (t *cloudEventsTarget) Send(ctx context.Context, task wire.ShardTask) (wire
 	if err := ev.SetData(event.ApplicationJSON, task); err != nil {
 		return wire.ShardResult{}, &PermanentError{Task: task.ID(), Err: fmt.Errorf("encoding event: %w", err)}
 	}
-	endpoint, release, err := t.pick()
+	pick := t.pick
+	if t.locality != nil {
+		pick = func() (string, func(), error) { return t.pickHome(ctx, task) }
+	}
+	endpoint, release, err := pick()
 	if err != nil {
 		return wire.ShardResult{}, fmt.Errorf("task %s: %w", task.ID(), err)
 	}

@@ -130,7 +130,8 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		return c.finish(ctx, jr, wire.JobFailed, fmt.Sprintf("no tasks: %d shards x %d epochs", len(job.Shards), job.Spec.Epochs))
 	}
 
-	target := broker.NewCloudEventsTarget(id, c.opts.Actuator, c.opts.HTTPClient)
+	target := broker.NewLocalityTarget(id, c.opts.Actuator, c.opts.HTTPClient,
+		broker.Locality{PerReplica: c.opts.ReplicaConcurrency, MaxWait: max(c.opts.LocalityWait, 0)})
 	var capacity broker.ReadyReplicas = c.opts.Actuator
 	if c.opts.Dispatch != nil {
 		capacity = c.opts.Dispatch

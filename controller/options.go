@@ -70,6 +70,10 @@ type Options struct {
 	// Autoscale tunes the policy; zero means autoscale.DefaultConfig. Its
 	// MaxReplicas and ClusterCapacity are set from MaxReplicas.
 	Autoscale autoscale.Config
+	// LocalityWait bounds how long a task waits for its shard's home
+	// replica (the one whose shard cache holds it) when that is busy;
+	// default broker.DefaultLocalityWait, negative: no waiting.
+	LocalityWait time.Duration
 	// HTTPClient sends tasks to replicas; nil uses one with a 10 minute timeout.
 	HTTPClient *http.Client
 	// Abandon makes Run, when its context ends, stop dispatching and
@@ -101,6 +105,9 @@ func (o Options) withDefaults() Options {
 	o.Autoscale.MaxReplicas, o.Autoscale.ClusterCapacity = o.MaxReplicas, o.MaxReplicas
 	o.Autoscale.MinReplicas = min(o.Autoscale.MinReplicas, o.MaxReplicas)
 	o.Autoscale.InitialReplicas = min(max(o.Autoscale.InitialReplicas, 1), o.MaxReplicas)
+	if o.LocalityWait == 0 {
+		o.LocalityWait = broker.DefaultLocalityWait
+	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: sendTimeout}
 	}

@@ -58,6 +58,7 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 		}
 		s.TasksDonePerEpoch[e] += st.Results[e]
 	}
+	addReads(&s, prev, st.Reads, in.job.Spec.Epochs)
 	if len(prev.Readers) > 0 || len(in.signals) > 0 {
 		s.Readers = maps.Clone(prev.Readers)
 		if s.Readers == nil {

@@ -13,6 +13,10 @@
 //     declared in YAML or JSON or picked by a built-in name and validated
 //     before any work starts, and the per-sample seed that makes a
 //     reprocessed shard byte-identical.
+//   - shardcache: the raw bytes of shards a replica read, on disk and in
+//     memory, checked against the object's ETag, so that a job reads its
+//     dataset from S3 about once rather than once per epoch; and the
+//     model of what that saves (`sluice plan`).
 //   - server: the CloudEvents HTTP endpoint. It streams a shard from S3,
 //     runs the job's pipeline on every sample, packs outputs into
 //     safetensors chunks and publishes them to the job's output stream,

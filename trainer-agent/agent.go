@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -35,9 +35,17 @@ type Options struct {
 	// wire.DefaultReader.
 	Reader string
 	// PrefetchSamples bounds the samples held in batches ready for the
-	// trainer; the agent stops pulling at this bound. Default: 4 batches,
-	// at least 256 samples.
+	// trainer; the agent stops pulling at this bound, unless the epoch the
+	// ranks are in has no step ready. Default: 4 global steps (4 batches
+	// per rank), at least 256 samples.
 	PrefetchSamples int
+	// WorldSize fixes the number of ranks the agent serves; 0 takes it
+	// from the first request (Next is rank 0 of world 1).
+	WorldSize int
+	// DropLast drops each epoch's last step when it would be partial
+	// (reported in Stats.DroppedSamples) rather than split it over the
+	// ranks; false lets the first request decide.
+	DropLast bool
 	// DemandInterval is how often a demand signal is published. Default 1s.
 	DemandInterval time.Duration
 	// KeepAliveInterval is how often the chunks held unacked get a progress
@@ -66,10 +74,31 @@ type Stats struct {
 	TimeToFirstBatch time.Duration
 	// Epochs is the number of epochs whose every batch was handed out.
 	Epochs int
-	// BufferedSamples are held by the agent: in ready batches and in partial ones.
+	// BufferedSamples are held by the agent: in ready batches, in partial
+	// ones and in ranks' parts not taken yet.
 	BufferedSamples int
+	// WorldSize is the number of ranks served (0 until fixed), DropLast
+	// their drop_last setting, DroppedSamples the samples of epochs'
+	// partial last steps that drop_last left out.
+	WorldSize      int
+	DropLast       bool
+	DroppedSamples int64
+	// Ranks has what each rank took.
+	Ranks []RankStats
 	// Steps are the step times each rank's client reported, by rank.
 	Steps []RankSteps
+}
+
+// RankStats is what one rank took: parts (batches) and samples, the epoch
+// and step of its last part (-1 before the first), and whether it was told
+// that every step was delivered.
+type RankStats struct {
+	Rank    int   `json:"rank"`
+	Batches int64 `json:"batches"`
+	Samples int64 `json:"samples"`
+	Epoch   int   `json:"epoch"`
+	Step    int   `json:"step"`
+	Ended   bool  `json:"ended"`
 }
 
 // MarshalJSON writes durations in seconds, for trainers in any language.
@@ -77,6 +106,10 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	failed := s.FailedSamples
 	if failed == nil {
 		failed = []wire.FailedSample{}
+	}
+	ranks := s.Ranks
+	if ranks == nil {
+		ranks = []RankStats{}
 	}
 	return json.Marshal(struct {
 		SamplesArrived     int64               `json:"samples_arrived"`
@@ -90,11 +123,15 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		Epochs             int                 `json:"epochs"`
 		BufferedSamples    int                 `json:"buffered_samples"`
 		StallFractionTotal float64             `json:"stall_fraction_total"`
+		WorldSize          int                 `json:"world_size"`
+		DropLast           bool                `json:"drop_last"`
+		DroppedSamples     int64               `json:"dropped_samples"`
+		Ranks              []RankStats         `json:"ranks"`
 		Steps              []RankSteps         `json:"steps"`
 	}{
 		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, failed,
 		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
-		ratio(s.StallTime, s.RunTime), s.Steps,
+		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks, s.Steps,
 	})
 }
 
@@ -105,13 +142,15 @@ func ratio(a, b time.Duration) float64 {
 	return a.Seconds() / b.Seconds()
 }
 
-// Agent feeds one job to one trainer, as one of the job's readers.
+// Agent feeds one job to the ranks of one trainer, as one of the job's
+// readers.
 //
 // Delivery is exactly once per (epoch, sample) across restarts of the
-// agent, provided it is not killed while a batch is on its way to the
-// trainer: the position is recorded before Next returns a batch (and the
-// chunks it completes are acked only after), so a batch that was handed out
-// counts as delivered even if the trainer never read it.
+// agent, provided it is not killed while a step is on its way to the
+// ranks: the position is recorded before a part of a step is returned (and
+// the chunks the step completes are acked only after), so a step that was
+// handed out counts as delivered even if a rank never read its part. A
+// trainer that resumes from its checkpoint (Resume) closes that gap.
 type Agent struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -131,15 +170,25 @@ type Agent struct {
 	posRev    uint64 // revision of the stored position, 0 if none
 	written   uint64 // assembler version last written
 	posBroken bool   // a write failed: no more writes
+	// recorded is the position last written or loaded (nil: none): every
+	// message acked is in it, as acks wait for the write.
+	recorded []byte
 	// ackMu guards unconfirmed: acks sent and not yet confirmed (confirmAcks).
 	ackMu       sync.Mutex
 	unconfirmed []sentAck
 
-	mu           sync.Mutex
-	wake         chan struct{} // closed and replaced on every change
-	asm          *assembler
-	ready        []readyBatch
+	mu    sync.Mutex
+	wake  chan struct{} // closed and replaced on every change
+	asm   *assembler
+	ready map[int][]readyBatch // per epoch, in order
+	// readySamples are the samples in ready.
 	readySamples int
+	ranks        stepper
+	prefetchAuto bool // PrefetchSamples scales with the world size
+	loaded       bool // the recorded position was loaded
+	resuming     bool // a resume is rewinding the position: no step is formed
+	resumed      *resumeRecord
+	replay       replayFunc
 	blocked      int // callers waiting in Next
 	blockStart   time.Time
 	window       stallWindow
@@ -180,6 +229,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	case !slices.Contains(readers, opts.Reader):
 		return nil, fmt.Errorf("trainer agent: job %s has no reader %q: its spec declares %s",
 			job.Spec.ID, opts.Reader, strings.Join(readers, ", "))
+	case opts.WorldSize < 0:
+		return nil, fmt.Errorf("trainer agent: world size %d: want >= 0 (0: from the first request)", opts.WorldSize)
 	case opts.PrefetchSamples < 0:
 		return nil, fmt.Errorf("trainer agent: prefetch samples %d: want >= 0 (0 for the default)", opts.PrefetchSamples)
 	case opts.DemandInterval < 0:
@@ -187,8 +238,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	case opts.KeepAliveInterval < 0 || opts.KeepAliveInterval >= streams.ReaderAckWait:
 		return nil, fmt.Errorf("trainer agent: keep-alive interval %v: want 0 (the default) up to %v", opts.KeepAliveInterval, streams.ReaderAckWait)
 	}
-	if opts.PrefetchSamples == 0 {
-		opts.PrefetchSamples = max(4*job.Spec.BatchSize, 256)
+	auto := opts.PrefetchSamples == 0
+	if auto {
+		opts.PrefetchSamples = max(4*max(opts.WorldSize, 1)*job.Spec.BatchSize, 256)
 	}
 	if opts.DemandInterval == 0 {
 		opts.DemandInterval = time.Second
@@ -203,16 +255,26 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		m = NewMetrics(nil)
 	}
 	now := time.Now()
-	return &Agent{
+	a := &Agent{
 		nc: nc, js: js, job: job, reader: opts.Reader, opts: opts,
-		log:     logger.With("job", job.Spec.ID, "reader", opts.Reader),
-		m:       m.forJob(job.Spec.ID, opts.Reader),
-		created: now,
-		wake:    make(chan struct{}),
-		asm:     newAssembler(job),
-		window:  stallWindow{Start: now, Capacity: opts.PrefetchSamples},
-		gpu:     newGPUMeter(opts.GPU, opts.DemandInterval, logger.With("job", job.Spec.ID, "reader", opts.Reader)),
-	}, nil
+		log:          logger.With("job", job.Spec.ID, "reader", opts.Reader),
+		m:            m.forJob(job.Spec.ID, opts.Reader),
+		created:      now,
+		wake:         make(chan struct{}),
+		asm:          newAssembler(job),
+		ready:        map[int][]readyBatch{},
+		prefetchAuto: auto,
+		replay:       broker.Replay,
+		window:       stallWindow{Start: now, Capacity: opts.PrefetchSamples},
+		gpu:          newGPUMeter(opts.GPU, opts.DemandInterval, logger.With("job", job.Spec.ID, "reader", opts.Reader)),
+	}
+	if opts.WorldSize > 0 {
+		a.ranks.setWorld(opts.WorldSize)
+	}
+	if opts.DropLast {
+		a.ranks.dropLast, a.ranks.dropFixed = true, true
+	}
+	return a, nil
 }
 
 // Job is the job the agent reads.
@@ -311,32 +373,48 @@ func (a *Agent) run(ctx context.Context) error {
 		demandDone.Wait()
 	}()
 
-	a.mu.Lock()
-	allCut := a.asm.allCut()
-	a.mu.Unlock()
-	if allCut {
-		a.bound.Store(true)
-	} else {
-		cons, err := a.consumer(ctx)
-		if err != nil {
-			return err
-		}
-		a.bound.Store(true)
-		if err := a.consume(ctx, cons); err != nil {
-			if ended := a.checkJob(ctx, jobs); ended != nil {
-				return ended // the reason the output went away
+	var cons jetstream.Consumer
+	for {
+		a.mu.Lock()
+		allCut := a.asm.allCut()
+		a.mu.Unlock()
+		if !allCut {
+			if cons == nil {
+				if cons, err = a.consumer(ctx); err != nil {
+					return err
+				}
 			}
+			a.bound.Store(true)
+			if err := a.consume(ctx, cons); err != nil {
+				if ended := a.checkJob(ctx, jobs); ended != nil {
+					return ended // the reason the output went away
+				}
+				return err
+			}
+			a.log.Info("every epoch arrived; waiting for the trainer's ranks to take the last steps")
+		}
+		a.bound.Store(true)
+		// The end is every rank told so (a 410, io.EOF from Next); a
+		// resume from a checkpoint may rewind the position first.
+		if err := a.waitFor(ctx, func() bool {
+			return !a.asm.allCut() || a.asm.allFinished() && a.ranks.allEnded()
+		}); err != nil {
 			return err
 		}
-		a.log.Info("every epoch arrived; waiting for the trainer to take the last batches")
-	}
-	if err := a.waitFor(ctx, a.asm.allFinished); err != nil {
-		return err
+		a.mu.Lock()
+		allCut = a.asm.allCut()
+		a.mu.Unlock()
+		if allCut {
+			break
+		}
 	}
 	if err := a.sync(ctx, false); err != nil {
 		return err
 	}
 	if err := a.settle(ctx, jobs); err != nil {
+		return err
+	}
+	if err := a.writeDone(ctx); err != nil {
 		return err
 	}
 	stopDemand()
@@ -508,7 +586,7 @@ func (a *Agent) handle(msg jetstream.Msg) {
 func (a *Agent) checkBuffer() {
 	limit := a.job.Spec.OutputBufferBytes
 	a.mu.Lock()
-	held, ready := a.asm.heldBytes, len(a.ready)
+	held, ready := a.asm.heldBytes, a.readySamples
 	a.mu.Unlock()
 	if limit <= 0 || held*10 < limit*9 || ready > 0 || a.warned.Swap(true) {
 		return
@@ -539,7 +617,7 @@ func (a *Agent) apply(out outcome, now time.Time) {
 		a.m.failedSamples.Add(float64(len(out.failed)))
 	}
 	for _, b := range out.batches {
-		a.ready = append(a.ready, b)
+		a.ready[b.Epoch] = append(a.ready[b.Epoch], b)
 		a.readySamples += len(b.Keys)
 	}
 	for _, e := range out.cut {
@@ -560,9 +638,20 @@ func (a *Agent) epochsFinished(epochs []int, now time.Time) {
 	}
 }
 
-func (a *Agent) buffered() int { return a.readySamples + a.asm.pending }
+func (a *Agent) buffered() int { return a.readySamples + a.asm.pending + a.ranks.queued }
 
-func (a *Agent) hasRoom() bool { return a.readySamples < a.opts.PrefetchSamples }
+// hasRoom says whether to pull; a.mu must be held. Past the prefetch
+// bound the agent still pulls while the ranks' epoch has no step ready:
+// redelivered chunks of it may come after ready batches of later epochs.
+func (a *Agent) hasRoom() bool { return a.readySamples < a.prefetch() || !a.stepReady() }
+
+// prefetch is the bound on ready samples; a.mu must be held.
+func (a *Agent) prefetch() int {
+	if a.prefetchAuto {
+		return max(4*max(a.ranks.world, 1)*a.job.Spec.BatchSize, 256)
+	}
+	return a.opts.PrefetchSamples
+}
 
 // waitFor blocks until cond (called with a.mu held) holds.
 func (a *Agent) waitFor(ctx context.Context, cond func() bool) error {
@@ -581,70 +670,20 @@ func (a *Agent) waitFor(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
-// Next returns the next batch, blocking until one is ready; the time spent
-// blocked is the trainer's stall time. It returns io.EOF after the last
-// batch of the last epoch, and an error wrapping ErrStopped if Run ended
-// before that (wrapping ErrJobEnded too if that is why).
+// Next returns the next batch, as rank 0 of a world of 1 (an agent whose
+// ranks were fixed to another world size refuses it with
+// ErrWorldMismatch), blocking until one is ready; the time spent blocked
+// is the trainer's stall time. It
+// returns io.EOF after the last batch of the last epoch, and an error
+// wrapping ErrStopped if Run ended before that (wrapping ErrJobEnded too if
+// that is why).
 //
 // The batch counts as delivered once Next returns it: the reader's
 // position is written first, so a restarted agent will not hand out its
 // samples again.
 func (a *Agent) Next(ctx context.Context) (Batch, error) {
-	b, runCtx, err := a.take(ctx)
-	if err != nil {
-		return Batch{}, err
-	}
-	// Not cancelled with Run: a batch taken is recorded and returned even
-	// while the agent stops (else a later write could record it unreturned).
-	if err := a.sync(context.WithoutCancel(runCtx), true); err != nil {
-		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
-		a.stop(err)
-		return Batch{}, fmt.Errorf("%w: %w", ErrStopped, err)
-	}
-	return b, nil
-}
-
-// take pops the next batch and records it as handed out, in memory.
-func (a *Agent) take(ctx context.Context) (Batch, context.Context, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	waiting := false
-	stopWaiting := func() {
-		if waiting {
-			a.unblock(time.Now())
-		}
-	}
-	for {
-		if a.asm.allFinished() {
-			stopWaiting()
-			return Batch{}, nil, io.EOF
-		}
-		if a.runEnded || a.closing {
-			stopWaiting()
-			if a.runErr != nil {
-				return Batch{}, nil, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
-			}
-			return Batch{}, nil, ErrStopped
-		}
-		if len(a.ready) > 0 {
-			stopWaiting()
-			return a.pop(time.Now()), a.runCtx, nil
-		}
-		if !waiting {
-			waiting = true
-			a.block(time.Now())
-		}
-		wake := a.wake
-		a.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			a.mu.Lock()
-			stopWaiting()
-			return Batch{}, nil, ctx.Err()
-		case <-wake:
-		}
-		a.mu.Lock()
-	}
+	p, err := a.nextPart(ctx, rankRequest{rank: 0, world: 1})
+	return p.Batch, err
 }
 
 func (a *Agent) block(now time.Time) {
@@ -663,28 +702,6 @@ func (a *Agent) unblock(now time.Time) {
 		a.m.stallSeconds.Add(d.Seconds())
 		a.window.unblock(now)
 	}
-}
-
-// pop hands out the oldest ready batch; a.mu must be held.
-func (a *Agent) pop(now time.Time) Batch {
-	b := a.ready[0]
-	a.ready[0] = readyBatch{}
-	a.ready = a.ready[1:]
-	n := len(b.Keys)
-	a.readySamples -= n
-	a.stats.SamplesDelivered += int64(n)
-	a.stats.BatchesDelivered++
-	a.window.Consumed += int64(n)
-	a.window.Done = a.stats.SamplesDelivered
-	a.m.samplesDelivered.Add(float64(n))
-	a.m.batchesDelivered.Inc()
-	a.m.bufferedSamples.Set(float64(a.buffered()))
-	if a.firstBatch.IsZero() {
-		a.firstBatch = now
-	}
-	a.epochsFinished(a.asm.handOut(b), now)
-	a.notify()
-	return b.Batch
 }
 
 // Fail reports a sample the trainer could not use; it shows in Stats.
@@ -715,6 +732,10 @@ func (a *Agent) Stats() Stats {
 	}
 	s.Epochs = a.asm.finishedCount()
 	s.BufferedSamples = a.buffered()
+	s.WorldSize, s.DropLast = a.ranks.world, a.ranks.dropLast
+	for r, c := range a.ranks.counts {
+		s.Ranks = append(s.Ranks, RankStats{Rank: r, Batches: c.batches, Samples: c.samples, Epoch: c.epoch, Step: c.step, Ended: c.ended})
+	}
 	s.Steps = a.steps.totals()
 	return s
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 
@@ -66,17 +68,52 @@ func DecodeBatch(data []byte) (Batch, error) {
 	return b, nil
 }
 
-// Handler serves the agent to a trainer in another process:
+// Safetensors metadata keys a rank's part of a global step adds over
+// HTTP, and the headers of GET /v1/batch.
+const (
+	MetaBatchReader    = "reader"     // the reader the agent is (for State.Reader)
+	MetaBatchStep      = "step"       // the global step's index within the epoch
+	MetaBatchRank      = "rank"       // the rank the part is for
+	MetaBatchWorldSize = "world_size" // ranks the step was split over
+	MetaBatchLastStep  = "last_step"  // "true" on the epoch's last step
+	// MetaBatchPosition is the JSON of the reader's position once the
+	// whole step was handed out: a trainer keeps the last one its loop
+	// took in its checkpoint (State.Position) and resumes from it.
+	MetaBatchPosition = "position"
+
+	HeaderStep = "Sluice-Step"
+	// HeaderEnd says why GET /v1/batch answered 410: EndDelivered or EndEnded.
+	HeaderEnd    = "Sluice-End"
+	EndDelivered = "delivered" // the rank got every step of every epoch
+	EndEnded     = "ended"     // the job was cancelled, failed or deleted
+)
+
+// Handler serves the agent to a trainer's ranks in other processes:
 //
-//	GET /v1/batch  200: the next batch as a safetensors file (metadata: job,
-//	               epoch, keys); blocks until one is ready; 410 Gone once
-//	               every batch was handed out, or when the job was
-//	               cancelled, failed or deleted (the body says which and
-//	               why); 503 if the agent stopped otherwise.
+//	GET /v1/batch?rank=R&world_size=W&drop_last=0|1&steps=N&wait_s=X&compute_s=Y
+//	               200: rank R's part of the next global step as a
+//	               safetensors file (metadata: job, reader, epoch, step, keys,
+//	               rank, world_size, last_step, position; headers Sluice-Epoch,
+//	               Sluice-Step); blocks until one is ready. rank defaults
+//	               to 0, world_size to the agent's (1 if not fixed yet);
+//	               the first request fixes what is not. steps, wait_s and
+//	               compute_s are the client's totals (StepReport).
+//	               400: a malformed parameter. 409: the world size, rank or
+//	               drop_last do not fit the agent's ranks. 410 (header
+//	               Sluice-End): "delivered" once the rank got every step,
+//	               "ended" when the job was cancelled, failed or deleted
+//	               (the body says why). 503: the agent stopped otherwise.
+//	POST /v1/resume?world_size=W
+//	               body: a State; rewinds the reader to it (Resume).
+//	               200: ResumeResult as JSON. 400: a malformed state or
+//	               another job's or reader's. 409: batches were handed out
+//	               already, or another state was resumed from. 503: the
+//	               agent stopped.
 //	GET /v1/stats  200: Stats as JSON (durations in seconds).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/batch", a.serveBatch)
+	mux.HandleFunc("POST /v1/resume", a.serveResume)
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(a.Stats()); err != nil {
@@ -86,15 +123,88 @@ func (a *Agent) Handler() http.Handler {
 	return mux
 }
 
+// parseBatchQuery reads GET /v1/batch's parameters; report is nil when
+// the client sent none.
+func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err error) {
+	intParam := func(name string, lo int) (int, bool, error) {
+		v := q.Get(name)
+		if v == "" {
+			return 0, false, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo {
+			return 0, false, fmt.Errorf("%s=%q: want an integer >= %d", name, v, lo)
+		}
+		return n, true, nil
+	}
+	floatParam := func(name string) (float64, bool, error) {
+		v := q.Get(name)
+		if v == "" {
+			return 0, false, nil
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+			return 0, false, fmt.Errorf("%s=%q: want a number >= 0", name, v)
+		}
+		return f, true, nil
+	}
+	var errs []error
+	var ok [3]bool
+	var e error
+	req.rank, _, e = intParam("rank", 0)
+	errs = append(errs, e)
+	req.world, _, e = intParam("world_size", 1)
+	errs = append(errs, e)
+	switch v := q.Get("drop_last"); v {
+	case "":
+	case "1", "true":
+		req.dropLast = new(bool)
+		*req.dropLast = true
+	case "0", "false":
+		req.dropLast = new(bool)
+	default:
+		errs = append(errs, fmt.Errorf("drop_last=%q: want 0 or 1", v))
+	}
+	var r StepReport
+	var steps int
+	steps, ok[0], e = intParam("steps", 0)
+	errs = append(errs, e)
+	r.WaitS, ok[1], e = floatParam("wait_s")
+	errs = append(errs, e)
+	r.ComputeS, ok[2], e = floatParam("compute_s")
+	errs = append(errs, e)
+	if err := errors.Join(errs...); err != nil {
+		return req, nil, err
+	}
+	if ok[0] || ok[1] || ok[2] {
+		r.Rank, r.Steps = req.rank, int64(steps)
+		report = &r
+	}
+	return req, report, nil
+}
+
 func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
-	b, err := a.Next(r.Context())
+	req, report, err := parseBatchQuery(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if report != nil {
+		a.reportStep(*report)
+	}
+	p, err := a.nextPart(r.Context(), req)
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		http.Error(w, fmt.Sprintf("job %s: every batch was delivered", a.job.Spec.ID), http.StatusGone)
+		w.Header().Set(HeaderEnd, EndDelivered)
+		http.Error(w, fmt.Sprintf("job %s: rank %d got every step of every epoch", a.job.Spec.ID, req.rank), http.StatusGone)
 		return
 	case errors.Is(err, ErrJobEnded):
+		w.Header().Set(HeaderEnd, EndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
+		return
+	case errors.Is(err, ErrWorldMismatch):
+		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	case r.Context().Err() != nil:
 		return // the trainer went away
@@ -102,12 +212,19 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	b := p.Batch
 	// The file as Encode writes it, without copying the tensors into one
 	// buffer first: a batch is MBs.
 	meta, err := b.metadata(a.job.Spec.ID)
 	var head []byte
 	var size int
 	if err == nil {
+		meta[MetaBatchReader] = a.reader
+		meta[MetaBatchStep] = strconv.Itoa(p.Step)
+		meta[MetaBatchRank] = strconv.Itoa(req.rank)
+		meta[MetaBatchWorldSize] = strconv.Itoa(p.World)
+		meta[MetaBatchLastStep] = strconv.FormatBool(p.Last)
+		meta[MetaBatchPosition] = string(p.Position)
 		head, size, err = safetensors.Header(b.Tensors, meta)
 	}
 	if err != nil {
@@ -121,8 +238,10 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(size))
 	w.Header().Set(wire.HeaderEpoch, strconv.Itoa(b.Epoch))
+	w.Header().Set(HeaderStep, strconv.Itoa(p.Step))
 	// The position already counts this batch as delivered: a trainer
-	// that loses it here does not get it from a restarted agent either.
+	// that loses it here does not get it from a restarted agent either
+	// (it resumes from its checkpoint instead).
 	_, err = w.Write(head)
 	for _, t := range b.Tensors {
 		if err != nil {
@@ -132,9 +251,53 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
-		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "samples", len(b.Keys), "error", err)
+		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.rank, "samples", len(b.Keys), "error", err)
 		for _, k := range b.Keys {
 			a.Fail(k, "sending batch to the trainer: "+err.Error())
 		}
+	}
+}
+
+// maxStateBytes bounds a resume's body: a state is under 64 KiB at
+// 10,000 shards.
+const maxStateBytes = 4 << 20
+
+func (a *Agent) serveResume(w http.ResponseWriter, r *http.Request) {
+	world := 0
+	if v := r.URL.Query().Get("world_size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			http.Error(w, fmt.Sprintf("world_size=%q: want an integer >= 1", v), http.StatusBadRequest)
+			return
+		}
+		world = n
+	}
+	var st State
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxStateBytes)).Decode(&st); err != nil {
+		http.Error(w, fmt.Sprintf("decoding the state: %v", err), http.StatusBadRequest)
+		return
+	}
+	res, err := a.Resume(r.Context(), st, world)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrBadState):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	case errors.Is(err, ErrResumeConflict):
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	case errors.Is(err, ErrJobEnded):
+		w.Header().Set(HeaderEnd, EndEnded)
+		http.Error(w, err.Error(), http.StatusGone)
+		return
+	case r.Context().Err() != nil:
+		return
+	default:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(res); err != nil {
+		a.log.Debug("writing the resume result", "error", err)
 	}
 }

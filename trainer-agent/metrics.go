@@ -9,6 +9,7 @@ type Metrics struct {
 	batchesDelivered *prometheus.CounterVec
 	duplicateChunks  *prometheus.CounterVec
 	failedSamples    *prometheus.CounterVec
+	droppedSamples   *prometheus.CounterVec
 	stallSeconds     *prometheus.CounterVec
 	bufferedSamples  *prometheus.GaugeVec
 	stallFraction    *prometheus.GaugeVec
@@ -38,6 +39,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		failedSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_agent_failed_samples_total", Help: "Samples reported as failed.",
 		}, job),
+		droppedSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_agent_dropped_samples_total", Help: "Samples of epochs' partial last steps left out by drop_last.",
+		}, job),
 		stallSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_agent_stall_seconds_total", Help: "Time the trainer spent waiting for a batch.",
 		}, job),
@@ -65,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.samplesArrived, m.samplesDelivered, m.batchesDelivered, m.duplicateChunks,
-			m.failedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction, m.positionBytes,
+			m.failedSamples, m.droppedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction, m.positionBytes,
 			m.gpuUtilization, m.steps, m.stepSeconds)
 	}
 	return m
@@ -75,6 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 type jobMetrics struct {
 	samplesArrived, samplesDelivered, batchesDelivered prometheus.Counter
 	duplicateChunks, failedSamples, stallSeconds       prometheus.Counter
+	droppedSamples                                     prometheus.Counter
 	bufferedSamples, stallFraction, positionBytes      prometheus.Gauge
 	gpuUtilization                                     prometheus.Gauge
 	steps                                              *prometheus.CounterVec // by rank
@@ -88,6 +93,7 @@ func (m *Metrics) forJob(job, reader string) jobMetrics {
 		batchesDelivered: m.batchesDelivered.WithLabelValues(job, reader),
 		duplicateChunks:  m.duplicateChunks.WithLabelValues(job, reader),
 		failedSamples:    m.failedSamples.WithLabelValues(job, reader),
+		droppedSamples:   m.droppedSamples.WithLabelValues(job, reader),
 		stallSeconds:     m.stallSeconds.WithLabelValues(job, reader),
 		bufferedSamples:  m.bufferedSamples.WithLabelValues(job, reader),
 		stallFraction:    m.stallFraction.WithLabelValues(job, reader),

@@ -38,6 +38,10 @@ type position struct {
 type epochPosition struct {
 	Complete string                `json:"complete,omitempty"`
 	Shards   map[int]shardPosition `json:"shards,omitempty"`
+	// Replayed are shards (not complete) that a resume asked to be
+	// re-produced: their earlier messages may be acked, so a later resume
+	// from a position before them must ask again (see replaySet).
+	Replayed string `json:"replayed,omitempty"`
 }
 
 type shardPosition struct {
@@ -54,6 +58,14 @@ func (a *assembler) snapshot() position {
 	for e, ep := range a.open {
 		var out epochPosition
 		out.Complete = encodeSet(ep.complete)
+		var replayed bitset
+		for i, w := range ep.replayed {
+			if i < len(ep.complete) {
+				w &^= ep.complete[i]
+			}
+			replayed = append(replayed, w)
+		}
+		out.Replayed = encodeSet(replayed)
 		for s, sh := range ep.shards {
 			var sp shardPosition
 			if sh.end >= 0 {
@@ -76,7 +88,7 @@ func (a *assembler) snapshot() position {
 				out.Shards[s] = sp
 			}
 		}
-		if out.Complete != "" || out.Shards != nil {
+		if out.Complete != "" || out.Shards != nil || out.Replayed != "" {
 			if p.Epochs == nil {
 				p.Epochs = map[int]epochPosition{}
 			}
@@ -112,8 +124,13 @@ func (a *assembler) restore(p position) error {
 		if err != nil {
 			return fmt.Errorf("position: epoch %d: complete shards: %w", e, err)
 		}
+		replayed, err := decodeSet(ep.Replayed, a.shards)
+		if err != nil {
+			return fmt.Errorf("position: epoch %d: replayed shards: %w", e, err)
+		}
 		st := a.epoch(e)
 		st.complete = complete
+		st.replayed = replayed
 		st.nComplete = complete.countBelow(a.shards)
 		st.arrived = st.nComplete
 		for s, sp := range ep.Shards {

@@ -1,6 +1,7 @@
 package traineragent
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -196,7 +197,9 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 
 // TestPositionSizeFor10000Shards measures the recorded position of an
 // epoch of 10,000 shards: when shards complete roughly in order (as the
-// dispatcher hands them out) and in the worst case, every other shard.
+// dispatcher hands them out) and in the worst case, every other shard,
+// also with the others being replayed after a resume. A trainer's state
+// holding it stays well under 64 KiB.
 func TestPositionSizeFor10000Shards(t *testing.T) {
 	const shards = 10000
 	l := make(layout, shards)
@@ -205,11 +208,13 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 	}
 	job := testJob("big", 2, 1, l)
 	for _, tc := range []struct {
-		name string
-		done func(s int) bool // shards handed out in full
+		name   string
+		done   func(s int) bool // shards handed out in full
+		replay bool             // the others are being replayed
 	}{
-		{"in order, 16 shards in flight", func(s int) bool { return s < 6000 }},
-		{"every other shard", func(s int) bool { return s%2 == 0 }},
+		{"in order, 16 shards in flight", func(s int) bool { return s < 6000 }, false},
+		{"every other shard", func(s int) bool { return s%2 == 0 }, false},
+		{"every other shard, the others replayed", func(s int) bool { return s%2 == 0 }, true},
 	} {
 		a := newAssembler(job)
 		a.start()
@@ -240,6 +245,13 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 				a.handOut(b)
 			}
 		}
+		if tc.replay {
+			var odd []int
+			for s := 1; s < shards; s += 2 {
+				odd = append(odd, s)
+			}
+			a.markReplayed(map[int][]int{1: odd})
+		}
 		data, err := encodePosition(a.snapshot())
 		if err != nil {
 			t.Fatal(err)
@@ -247,6 +259,14 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 		t.Logf("%s: position of a 10,000-shard epoch: %d bytes", tc.name, len(data))
 		if len(data) > 4<<10 {
 			t.Errorf("%s: position is %d bytes, want at most 4 KiB", tc.name, len(data))
+		}
+		state, err := json.Marshal(State{Version: StateVersion, Job: "big", Reader: "trainer", Epoch: 1, Step: 1234,
+			WorldSize: 8, Position: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(state) > 8<<10 {
+			t.Errorf("%s: trainer state is %d bytes, want well under 64 KiB", tc.name, len(state))
 		}
 		// It restores to the same position.
 		p, err := decodePosition(data)

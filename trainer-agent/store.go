@@ -186,6 +186,7 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 	key := a.positionKey()
 	var rev uint64
 	var p *position
+	var recorded []byte
 	switch e, err := kv.Get(ctx, key); {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
@@ -198,13 +199,14 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 		rev = e.Revision()
 		if got.Submitted == a.submitted() {
 			p = &got
+			recorded = e.Value()
 		} else {
 			a.log.Warn("ignoring the position of an earlier job under this id", "key", key,
 				"position_of", got.Submitted, "job_submitted", a.submitted())
 		}
 	}
 	a.posMu.Lock()
-	a.posKV, a.posRev = kv, rev
+	a.posKV, a.posRev, a.recorded = kv, rev, recorded
 	a.posMu.Unlock()
 
 	a.mu.Lock()
@@ -218,7 +220,37 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 	}
 	a.epochsFinished(a.asm.start(), time.Now())
 	a.written = a.asm.version
+	a.loaded = true
+	a.notify()
 	return nil
+}
+
+// writeDone records under wire.ReaderDoneKey that every rank of the reader
+// reached the end of the last epoch and its consumer settled: the
+// controller succeeds the job only with this key of each declared reader
+// (for this submission), so that a trainer crashing before its last step
+// can still resume from a checkpoint.
+func (a *Agent) writeDone(ctx context.Context) error {
+	data, err := json.Marshal(wire.ReaderDone{Submitted: a.job.Submitted, Time: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("encoding the done record: %w", err)
+	}
+	a.posMu.Lock()
+	kv := a.posKV
+	a.posMu.Unlock()
+	key := wire.ReaderDoneKey(a.job.Spec.ID, a.reader)
+	wctx, cancel := context.WithTimeout(ctx, positionWriteTimeout)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		_, err := kv.Put(wctx, key, data)
+		if err == nil {
+			return nil
+		}
+		a.log.Warn("writing the reader's done record; retrying", "error", err)
+		if err := sleepCtx(wctx, wait); err != nil {
+			return fmt.Errorf("writing %s: %w", key, err)
+		}
+	}
 }
 
 func mustEncode(p position) []byte {
@@ -263,7 +295,7 @@ func (a *Agent) sync(ctx context.Context, forBatch bool) error {
 			a.mu.Unlock()
 			return err
 		}
-		a.written = version
+		a.written, a.recorded = version, data
 		a.m.positionBytes.Set(float64(len(data)))
 	}
 	a.ackAll(acks)
@@ -322,6 +354,27 @@ func (a *Agent) writePosition(ctx context.Context, data []byte) error {
 	}
 }
 
+// checkTaken returns an error wrapping ErrReaderTaken if another agent
+// wrote the reader's position since this one last did. Two agents of one
+// reader split its chunks; one whose chunks make no step of the ranks'
+// epoch has nothing to write and would otherwise hold them (and the other
+// agent's next step) forever.
+func (a *Agent) checkTaken(ctx context.Context) error {
+	a.posMu.Lock()
+	defer a.posMu.Unlock()
+	if a.posKV == nil {
+		return nil
+	}
+	key := a.positionKey()
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := a.posKV.Get(gctx, key)
+	if err != nil || e.Revision() == a.posRev {
+		return nil // none, or not readable now: the next tick looks again
+	}
+	return fmt.Errorf("job %s reader %s: %w (the position under %s changed)", a.job.Spec.ID, a.reader, ErrReaderTaken, key)
+}
+
 // keepAlive flushes acks waiting for a position write (shard ends, copies)
 // and tells the server that the chunks still held are in progress, so that
 // it does not redeliver them after streams.ReaderAckWait while a slow
@@ -340,6 +393,10 @@ func (a *Agent) keepAlive(ctx context.Context) {
 				err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
 				a.stop(err)
 			}
+			return
+		}
+		if err := a.checkTaken(ctx); err != nil {
+			a.stop(err)
 			return
 		}
 		if err := a.confirmAcks(ctx); err != nil {

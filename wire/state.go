@@ -89,6 +89,15 @@ type JobStatus struct {
 	SamplesExpected int64 `json:"samples_expected"`
 	// FailedShards has an entry per task given up on.
 	FailedShards []FailedSample `json:"failed_shards,omitempty"`
+	// S3BytesPerEpoch and CacheBytesPerEpoch (one entry per epoch) say
+	// where done tasks read their shards: S3, or the replicas' shard
+	// caches; CacheHits and CacheMisses count the shards, CacheMemoryHits
+	// the hits served from a replica's memory.
+	S3BytesPerEpoch    []int64 `json:"s3_bytes_per_epoch,omitempty"`
+	CacheBytesPerEpoch []int64 `json:"cache_bytes_per_epoch,omitempty"`
+	CacheHits          int64   `json:"cache_hits,omitempty"`
+	CacheMisses        int64   `json:"cache_misses,omitempty"`
+	CacheMemoryHits    int64   `json:"cache_memory_hits,omitempty"`
 
 	Readers       map[string]ReaderStatus `json:"readers,omitempty"`
 	Replicas      int                     `json:"replicas"`

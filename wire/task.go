@@ -75,4 +75,11 @@ type ShardResult struct {
 	Failed  []FailedSample `json:"failed,omitempty"`
 	Chunks  int            `json:"chunks"`
 	Bytes   int64          `json:"bytes"`
+	// Cache says where the shard's bytes came from: hit_memory, hit_disk
+	// (the replica's shard cache), miss (S3, and cached), bypass (S3, not
+	// cached), off (S3, no cache); empty from a replica without one.
+	// S3Bytes and CacheBytes count the bytes read from each.
+	Cache      string `json:"cache,omitempty"`
+	S3Bytes    int64  `json:"s3_bytes,omitempty"`
+	CacheBytes int64  `json:"cache_bytes,omitempty"`
 }

@@ -25,19 +25,23 @@ import (
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("agent", stderr)
 	jobID := fs.String("job", "", "`ID` of the job to read (required)")
-	listen := fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on")
+	listen := fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on (0.0.0.0:PORT for ranks on other nodes)")
 	reader := fs.String("reader", wire.DefaultReader, "reader `NAME`: which of the job's declared readers this agent is")
-	prefetch := fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches, at least 256)")
+	prefetch := fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches per rank, at least 256)")
+	worldSize := fs.Int("world-size", 0, "number of ranks (`W`) the agent serves (0: set by the first request's world_size)")
+	dropLast := fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
 	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartNATS)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice agent --job ID [flags]\n\n"+
-			"Feeds a job's batches to a trainer on this machine: GET /v1/batch gives the next batch as a\n"+
-			"safetensors file (410 once every batch was delivered, or when the job was cancelled or\n"+
-			"deleted); also GET /v1/stats, /healthz, /readyz, /metrics. Publishes the trainer's demand\n"+
-			"for the autoscaler. A restarted agent resumes where the batches it handed out end. Prints\n"+
-			"%q and the URL once serving; exits 0 once every batch was delivered, or on SIGTERM.\n\n",
+			"Feeds a job's batches to the ranks of a trainer (one reader of the job): GET\n"+
+			"/v1/batch?rank=R&world_size=W gives rank R's part of the next global step (W batches of one\n"+
+			"epoch) as a safetensors file (410 once the rank got every step, or when the job was\n"+
+			"cancelled or deleted; 409 for another world size); POST /v1/resume rewinds to a trainer's\n"+
+			"checkpoint; also GET /v1/stats, /healthz, /readyz, /metrics. Publishes the trainer's demand\n"+
+			"for the autoscaler. Prints %q and the URL once serving; exits 0 once every rank got\n"+
+			"every step, or on SIGTERM.\n\n",
 			local.ReadyPrefix)
 		fs.PrintDefaults()
 	}
@@ -51,6 +55,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		},
 		func() error { return wire.ValidateReader(*reader) },
 		intRange("prefetch", prefetch, 0, 1<<24),
+		intRange("world-size", worldSize, 0, 1<<16),
 		durationRange("linger", linger, 0, 10*time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
 		resolve(connFlags, &conn),
@@ -64,7 +69,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	opts := traineragent.Options{Reader: *reader, PrefetchSamples: *prefetch}
+	opts := traineragent.Options{Reader: *reader, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast}
 	// GPU utilisation goes into the demand signals where NVML finds a GPU;
 	// elsewhere the wait time alone measures the trainer's stall.
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
@@ -97,7 +102,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
-	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "reader", *reader)
+	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "reader", *reader, "world_size", *worldSize, "drop_last", *dropLast)
 
 	opened := make(chan error, 1)
 	go func() {
@@ -132,7 +137,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case err == nil:
 		st := a.Stats()
-		logger.Info("every batch delivered", "samples", st.SamplesDelivered, "batches", st.BatchesDelivered, "epochs", st.Epochs)
+		logger.Info("every batch delivered", "samples", st.SamplesDelivered, "batches", st.BatchesDelivered, "epochs", st.Epochs,
+			"world_size", st.WorldSize, "dropped_samples", st.DroppedSamples)
 	case ctx.Err() != nil:
 		logger.Info("stopped")
 		return nil

@@ -243,6 +243,76 @@ func TestAgentCommandResumesAfterRestart(t *testing.T) {
 	}
 }
 
+// TestAgentCommandServesRanks runs `sluice agent --world-size 2
+// --drop-last`: two ranks get equal, disjoint parts of every step until
+// 410; a request of another world size gets 409; each epoch's 30 samples
+// make 3 steps of 2x4, the 6 left are dropped and counted.
+func TestAgentCommandServesRanks(t *testing.T) {
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := submitAgentTestJob(t, nc, js, "ranks")
+	cmd, url := startAgent(t, "--job", "ranks", "--nats", srv.URL(), "--world-size", "2", "--drop-last")
+	get := func(query string) (*http.Response, []byte) {
+		t.Helper()
+		resp, err := http.Get(url + "/v1/batch?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, body
+	}
+	if resp, body := get("rank=0&world_size=3"); resp.StatusCode != http.StatusConflict {
+		t.Errorf("GET with world_size 3: %s %s, want 409", resp.Status, body)
+	}
+	got := map[string]bool{}
+	steps := [2]int{}
+	for r := range 2 {
+		for {
+			resp, body := get(fmt.Sprintf("rank=%d&world_size=2&steps=%d&wait_s=0.1&compute_s=0.2", r, steps[r]))
+			if resp.StatusCode == http.StatusGone {
+				if end := resp.Header.Get(traineragent.HeaderEnd); end != traineragent.EndDelivered {
+					t.Errorf("rank %d: 410 with Sluice-End %q", r, end)
+				}
+				break
+			}
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("rank %d: %s %s", r, resp.Status, body)
+			}
+			b, err := traineragent.DecodeBatch(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Keys) != 4 || resp.Header.Get(traineragent.HeaderStep) == "" {
+				t.Errorf("rank %d: a part of %d samples, step header %q", r, len(b.Keys), resp.Header.Get(traineragent.HeaderStep))
+			}
+			for _, k := range b.Keys {
+				id := fmt.Sprintf("%d/%s", b.Epoch, k)
+				if got[id] {
+					t.Errorf("sample %s delivered twice", id)
+				}
+				got[id] = true
+			}
+			steps[r]++
+		}
+	}
+	if steps != [2]int{6, 6} || len(got) != len(want)-12 {
+		t.Errorf("ranks took %v steps and %d samples, want 6 each and %d (12 dropped)", steps, len(got), len(want)-12)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("agent exit %d after every rank got every step, want 0", code)
+	}
+}
+
 func publishChunk(t *testing.T, js jetstream.JetStream, ref wire.ChunkRef, keys []string) {
 	t.Helper()
 	n := len(keys)
@@ -279,8 +349,8 @@ func TestAgentCommandUsageErrors(t *testing.T) {
 		want []string
 	}{
 		{[]string{"agent"}, []string{"--job: required"}},
-		{[]string{"agent", "--job", "a b", "--reader", "x.y", "--prefetch", "-1"},
-			[]string{`job id "a b"`, `reader "x.y"`, "--prefetch -1: want 0..16777216"}},
+		{[]string{"agent", "--job", "a b", "--reader", "x.y", "--prefetch", "-1", "--world-size", "-2"},
+			[]string{`job id "a b"`, `reader "x.y"`, "--prefetch -1: want 0..16777216", "--world-size -2: want 0..65536"}},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		if code != 2 {

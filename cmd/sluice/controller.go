@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
+	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/streams"
 )
@@ -47,6 +48,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy) or kpa (Knative's KPA emulated alone, from the requests a push dispatcher would keep outstanding: the baseline to compare with)")
 	kpaWindow := fs.Duration("kpa-window", 60*time.Second, "with --local-scaling kpa: the KPA's stable window (Knative's window annotation)")
 	connFlags := connect.Register(fs, connect.PartAll)
+	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
+	localityWait := fs.Duration("locality-wait", broker.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
 			"and its status. Several controllers may run: each job is owned by one (a lease), and a standby\n"+
@@ -55,6 +58,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
+	var cache shardcache.Config
 	if err := parse(fs, args,
 		oneOf("actuator", actuator, actuators...),
 		oneOf("local-scaling", localScaling, "sluice", "kpa"),
@@ -65,6 +69,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		durationRange("lease-ttl", leaseTTL, 100*time.Millisecond, time.Hour),
 		durationRange("tick", tick, 10*time.Millisecond, time.Minute),
 		durationRange("task-ack-wait", ackWait, 100*time.Millisecond, time.Hour),
+		durationRange("locality-wait", localityWait, 0, time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
 		func() error {
 			if *id == "" {
@@ -72,6 +77,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			return nil
 		},
+		cacheFlags.resolve(&cache),
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -91,6 +97,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	// The KPA emulation reads each job's backlog from the controller's
 	// autoscaler, which exists only once the controller does.
 	var runner atomic.Pointer[autoscale.Runner]
+	locality := localityOption(*localityWait)
 	switch *actuator {
 	case "knative":
 		ka, err := kn.actuator(ctx, *concurrency, *maxReplicas, logger.With("component", "actuator"), reg)
@@ -102,6 +109,11 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		go func() { defer close(done); ka.Run(kctx) }()
 		defer func() { stop(); <-done }()
 		act, dispatch = ka, ka.Requested()
+		// The Service's one URL stands for all its pods, and Knative's
+		// routing picks the pod: no shard can be sent to its cache's home,
+		// and waiting for a "busy" URL would hold back the requests that
+		// make the KPA scale.
+		locality = -1
 	default:
 		exe, err := os.Executable()
 		if err != nil {
@@ -109,7 +121,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		// Replicas are this binary's `fn serve`, with this controller's
 		// connection settings (secrets through the environment).
-		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn)
+		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache)
 		ropts.StopTimeout = replicaStopTimeout
 		la := local.New(ropts, logger.With("component", "actuator"), reg)
 		defer func() {
@@ -143,7 +155,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
 		Actuator: act, Dispatch: dispatch, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
-		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency,
+		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency, LocalityWait: locality,
 	}, logger, reg)
 	if err != nil {
 		return err
@@ -185,4 +197,13 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		logger.Info("serving", "addr", ln.Addr().String())
 	}
 	return c.Run(ctx)
+}
+
+// localityOption is --locality-wait as controller.Options takes it, where
+// 0 means the default and a negative wait none.
+func localityOption(wait time.Duration) time.Duration {
+	if wait == 0 {
+		return -1
+	}
+	return wait
 }

@@ -44,6 +44,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&d.Corrupt, "corrupt", d.Corrupt, "samples to write with a broken JPEG (reported as failed samples)")
 	fs.StringVar(&d.DataDir, "data-dir", "", "JetStream store directory (default: a temporary one, removed at exit)")
 	fs.IntVar(&d.ChunkMaxBytes, "chunk-max-bytes", d.ChunkMaxBytes, "largest output chunk message")
+	cacheFlags := registerCacheFlags(fs, " of the replicas")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object on stdout")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9090)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
@@ -67,6 +68,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		intRange("chunk-max-bytes", &d.ChunkMaxBytes, 64<<10, 64<<20),
 		oneOf("log-level", logLevel, logLevels...),
 		oneOf("dataset", &d.Dataset, demo.Datasets...),
+		cacheFlags.resolve(&d.Cache),
 	); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/server"
+	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/connect"
 )
 
@@ -31,12 +32,14 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	maxBody := fs.Int("max-body-bytes", 1<<20, "largest CloudEvent body accepted")
 	drain := fs.Duration("drain-timeout", 5*time.Minute, "how long SIGTERM waits for in-flight shards")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	cacheFlags := registerCacheFlags(fs, "")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
 			"POST / takes a %q event and replies with the shard's result; GET /healthz, /readyz, /metrics.\n\n", pipeline.Names(), "dev.sluice.shard.task.v1")
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
+	var cache shardcache.Config
 	if err := parse(fs, args,
 		intRange("concurrency", concurrency, 1, 256),
 		intRange("cpus", cpus, 0, 1024),
@@ -44,6 +47,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		intRange("max-body-bytes", maxBody, 1024, 64<<20),
 		durationRange("drain-timeout", drain, 0, time.Hour),
 		oneOf("log-level", logLevel, logLevels...),
+		cacheFlags.resolve(&cache),
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -79,6 +83,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		MaxBodyBytes: int64(*maxBody),
 		MaxPixels:    *maxPixels,
 		Concurrency:  *concurrency,
+		Cache:        cache,
 	}, js, s3client, logger, reg)
 	if err != nil {
 		return err

@@ -55,6 +55,7 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		fmt.Fprintf(w, " of %d expected", st.SamplesExpected)
 	}
 	fmt.Fprintln(w)
+	printReads(w, st)
 	if st.Step.Steps > 0 {
 		fmt.Fprintf(w, "  step      %s over %d %s of %d %s\n", stepSplit(st.Step),
 			st.Step.Steps, plural(int(st.Step.Steps), "step", "steps"), st.Step.Ranks, plural(st.Step.Ranks, "rank", "ranks"))
@@ -93,6 +94,26 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		if n > failedShown {
 			fmt.Fprintf(w, "    ... %d more (--json lists all)\n", n-failedShown)
 		}
+	}
+}
+
+// printReads shows where the job's shards were read from, per epoch.
+func printReads(w io.Writer, st wire.JobStatus) {
+	if len(st.S3BytesPerEpoch) == 0 {
+		return
+	}
+	parts := make([]string, len(st.S3BytesPerEpoch))
+	for i, n := range st.S3BytesPerEpoch {
+		parts[i] = fmt.Sprintf("%d: %s", i, broker.FormatSize(n))
+	}
+	fmt.Fprintf(w, "  s3 read   %s\n", strings.Join(parts, ", "))
+	var cached int64
+	for _, n := range st.CacheBytesPerEpoch {
+		cached += n
+	}
+	if reads := st.CacheHits + st.CacheMisses; reads > 0 {
+		fmt.Fprintf(w, "  cache     %d of %d shard reads hit (%.0f%%; %d in a replica's memory), %s from the replicas' caches\n",
+			st.CacheHits, reads, 100*float64(st.CacheHits)/float64(reads), st.CacheMemoryHits, broker.FormatSize(cached))
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -42,6 +43,9 @@ type Config struct {
 	// chunks once they are all sent (default 30s); a lost ack then fails
 	// the task (500) instead of holding the replica forever.
 	AckTimeout time.Duration
+	// Cache keeps the raw bytes of shards read from S3 on local disk and
+	// in memory; the zero value caches nothing.
+	Cache shardcache.Config
 }
 
 // Defaults.
@@ -72,11 +76,12 @@ const EventSource = "sluice/function"
 
 // Server processes shard tasks. Create it with New.
 type Server struct {
-	cfg Config
-	js  jetstream.JetStream
-	s3  *s3.Client
-	log *slog.Logger
-	m   *metrics
+	cfg   Config
+	js    jetstream.JetStream
+	s3    *s3.Client
+	cache *shardcache.Cache
+	log   *slog.Logger
+	m     *metrics
 
 	pipelines *pipelineCache
 	slots     chan struct{} // one token per shard being processed
@@ -101,7 +106,11 @@ func New(cfg Config, js jetstream.JetStream, s3c *s3.Client, logger *slog.Logger
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Server{cfg: cfg, js: js, s3: s3c, log: logger, m: m,
+	cache, err := shardcache.New(cfg.Cache, s3c, logger.With("component", "shard-cache"), reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, js: js, s3: s3c, cache: cache, log: logger, m: m,
 		pipelines: &pipelineCache{opts: pipeline.Options{MaxPixels: cfg.MaxPixels}},
 		slots:     make(chan struct{}, cfg.Concurrency)}, nil
 }

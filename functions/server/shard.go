@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/nats-io/nats.go"
@@ -97,15 +96,17 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 		return res, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
 	}
 
-	obj, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &task.Bucket, Key: &task.Key})
+	// The shard cache reads from S3 unless it holds the object's current
+	// version; it is a plain S3 read when no cache is configured.
+	obj, err := s.cache.Open(ctx, task.Bucket, task.Key)
 	if err != nil {
 		if isNotFound(err) {
 			return res, fmt.Errorf("%w: fetching shard s3://%s/%s: %w", ErrShardNotFound, task.Bucket, task.Key, objstore.Explain(err))
 		}
 		return res, fmt.Errorf("fetching shard s3://%s/%s: %w", task.Bucket, task.Key, objstore.Explain(err))
 	}
-	defer obj.Body.Close()
-	body := &readErr{r: obj.Body}
+	defer obj.Close()
+	body := &readErr{r: obj}
 	var rd sampleReader = wds.NewReader(body, s.cfg.MaxMemberBytes)
 	if format != "tar" {
 		rd = lines.NewReader(body, task.Key, format, int(min(s.cfg.MaxMemberBytes, math.MaxInt32)))
@@ -194,6 +195,10 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, log *slo
 	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: task.OutputSubject, Header: outputHeader(ref, task), Data: end}); err != nil {
 		return res, s.outputGone(ctx, task, fmt.Errorf("publishing shard end %s: %w", ref.MsgID(), err))
 	}
+	// Closing completes the cache entry a miss was writing; only then are
+	// the bytes read from S3 all counted.
+	obj.Close()
+	res.Cache, res.S3Bytes, res.CacheBytes = string(obj.Outcome()), obj.S3Bytes(), obj.CacheBytes()
 	s.m.samples.Add(float64(res.Samples))
 	s.m.failed.Add(float64(len(res.Failed)))
 	s.m.chunks.Add(float64(res.Chunks))

@@ -3,6 +3,9 @@ package demo
 import (
 	"fmt"
 	"time"
+
+	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/slowlink"
 )
 
 // Options shape a demo run. Zero values are replaced by DefaultOptions'.
@@ -36,6 +39,14 @@ type Options struct {
 	ChunkMaxBytes int
 	// Pipeline names the preprocessing pipeline.
 	Pipeline string
+	// MinReplicas is the job's min_replicas: with MaxReplicas, a fixed
+	// replica count for measurements.
+	MinReplicas int
+	// Cache is the replicas' shard cache; the zero value caches nothing.
+	Cache shardcache.Config
+	// SlowS3, when not zero, puts the replicas' S3 behind a loopback link
+	// with this latency and bandwidth cap, as a remote S3 would be.
+	SlowS3 slowlink.Options
 }
 
 // Datasets are the synthetic dataset kinds the demo can generate.

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/slowlink"
 	"github.com/sluice-project/sluice/internal/synth"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
@@ -87,6 +88,20 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return Summary{}, err
 	}
 	logger.Info("dataset written", "kind", o.Dataset, "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
+	var datasetBytes int64
+	for _, sh := range shards {
+		datasetBytes += int64(len(sh.Data))
+	}
+	// The replicas read S3 through the slow link when one is asked for.
+	replicaConn := conn
+	var link *slowlink.Proxy
+	if o.SlowS3 != (slowlink.Options{}) {
+		if link, err = slowlink.Start(s3srv.Endpoint(), o.SlowS3); err != nil {
+			return Summary{}, err
+		}
+		defer link.Close()
+		replicaConn.S3.Endpoint = link.URL()
+	}
 
 	// 3. The job, as `sluice job submit` submits it.
 	nc, js, err := conn.ConnectNATS(ctx, "sluice-demo", logger)
@@ -103,13 +118,14 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if _, err := b.Submit(ctx, wire.JobSpec{
 		ID: jobID, Dataset: "s3://" + bucket + "/" + prefix, Pipeline: o.Pipeline,
 		BatchSize: o.BatchSize, Epochs: o.Epochs, Seed: o.Seed, ChunkMaxBytes: o.ChunkMaxBytes,
+		MinReplicas: o.MinReplicas,
 	}); err != nil {
 		return Summary{}, err
 	}
 
 	// 4. The controller, as `sluice controller --actuator local` runs it:
 	// zero replicas to start with; its autoscaler starts them.
-	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, conn)
+	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, replicaConn).WithCache(o.Cache)
 	ropts.Env = append(ropts.Env, "AWS_ACCESS_KEY_ID="+demoKey, "AWS_SECRET_ACCESS_KEY="+demoSecret)
 	act := local.New(ropts, logger.With("component", "actuator"), reg)
 	defer func() {
@@ -184,7 +200,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	}
 
 	// 6. The simulated trainer, reading batches over HTTP.
-	tr := &trainer{url: "http://" + ln.Addr().String() + "/v1/batch", stepTime: o.StepTime, seen: map[string]int{}}
+	tr := &trainer{url: "http://" + ln.Addr().String() + "/v1/batch", stepTime: o.StepTime, seen: map[string]int{}, epochEnd: map[int]time.Time{}}
 	expected := int64(o.Samples) * int64(o.Epochs)
 	stopProgress := reportProgress(runCtx, progress, tr, act, expected, start)
 	trainErr := tr.run(runCtx)
@@ -247,6 +263,21 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		DuplicateChunks:    ast.DuplicateChunks,
 	}
 	s.Lost = s.SamplesExpected - s.SamplesDelivered - int64(len(s.FailedSamples))
+	s.DatasetBytes = datasetBytes
+	s.S3BytesPerEpoch, s.CacheHits, s.CacheMisses = status.S3BytesPerEpoch, status.CacheHits, status.CacheMisses
+	s.CacheMemoryHits = status.CacheMemoryHits
+	if link != nil {
+		s.S3LinkBytes = link.Bytes()
+	}
+	prev := submitted
+	for e := range o.Epochs {
+		end, ok := tr.epochEnd[e]
+		if !ok {
+			break
+		}
+		s.EpochS = append(s.EpochS, end.Sub(prev).Seconds())
+		prev = end
+	}
 	if !tr.first.IsZero() {
 		s.TimeToFirstBatchS = tr.first.Sub(submitted).Seconds()
 		s.ThroughputSamplesPerS = ratio(float64(s.SamplesDelivered), tr.last.Sub(submitted).Seconds())
@@ -289,6 +320,7 @@ type trainer struct {
 	waitedNanos atomic.Int64
 	waited, ran time.Duration
 	first, last time.Time
+	epochEnd    map[int]time.Time // each epoch's last batch
 }
 
 func (t *trainer) run(ctx context.Context) error {
@@ -310,6 +342,7 @@ func (t *trainer) run(ctx context.Context) error {
 		}
 		t.last = now
 		t.mu.Lock()
+		t.epochEnd[batch.Epoch] = now
 		for _, k := range batch.Keys {
 			id := strconv.Itoa(batch.Epoch) + "/" + k
 			if t.seen[id]++; t.seen[id] > 1 {

@@ -48,6 +48,19 @@ type Summary struct {
 	TaskRedeliveries int          `json:"task_redeliveries"`
 	DuplicateChunks  int64        `json:"duplicate_chunks_dropped"`
 	ScaleEvents      []ScaleEvent `json:"scale_events"`
+	// EpochS is each epoch's time at the trainer: from the previous
+	// epoch's last batch (the first epoch: from submission) to its own.
+	EpochS []float64 `json:"epoch_s"`
+	// DatasetBytes is the shards' size; S3BytesPerEpoch, CacheHits and
+	// CacheMisses are the job status's (where the replicas read shards);
+	// S3LinkBytes counts the bytes through the slow S3 link, when one is
+	// set up.
+	DatasetBytes    int64   `json:"dataset_bytes"`
+	S3BytesPerEpoch []int64 `json:"s3_bytes_per_epoch,omitempty"`
+	CacheHits       int64   `json:"cache_hits,omitempty"`
+	CacheMisses     int64   `json:"cache_misses,omitempty"`
+	CacheMemoryHits int64   `json:"cache_memory_hits,omitempty"`
+	S3LinkBytes     int64   `json:"s3_link_bytes,omitempty"`
 }
 
 // Problems says, one line each, what makes the run a failure: no sample

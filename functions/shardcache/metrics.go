@@ -1,0 +1,58 @@
+package shardcache
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/promreg"
+)
+
+type metrics struct {
+	reads     *prometheus.CounterVec
+	bytes     *prometheus.CounterVec
+	evictions *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	stale     prometheus.Counter
+	degraded  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cache_reads_total",
+			Help: "Shard reads by outcome: hit_memory, hit_disk, miss (read from S3 and cached), bypass (read from S3, not cached), off (no cache).",
+		}, []string{"outcome"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cache_read_bytes_total",
+			Help: "Shard bytes read, by source: s3, memory, disk.",
+		}, []string{"source"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cache_evictions_total",
+			Help: "Cache entries evicted to make room, by tier (memory, disk).",
+		}, []string{"tier"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cache_errors_total",
+			Help: "Cache failures, each degraded to reading from S3, by operation (open, read, write, corrupt).",
+		}, []string{"op"}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_cache_stale_total",
+			Help: "Cached shards found changed in S3 (another ETag), read again.",
+		}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_cache_disk_degraded",
+			Help: "1 when the cache directory could not be used and the disk tier is off.",
+		}),
+	}
+	for _, o := range []Outcome{OutcomeOff, OutcomeHitMemory, OutcomeHitDisk, OutcomeMiss, OutcomeBypass} {
+		m.reads.WithLabelValues(string(o))
+	}
+	for _, s := range []string{"s3", "memory", "disk"} {
+		m.bytes.WithLabelValues(s)
+	}
+	m.reads = promreg.Register(reg, m.reads)
+	m.bytes = promreg.Register(reg, m.bytes)
+	m.evictions = promreg.Register(reg, m.evictions)
+	m.errors = promreg.Register(reg, m.errors)
+	m.stale = promreg.Register(reg, m.stale)
+	m.degraded = promreg.Register(reg, m.degraded)
+	return m
+}

@@ -1,0 +1,228 @@
+package traineragent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// httpRank is a rank's view of the agent over HTTP.
+type httpRank struct {
+	t    *testing.T
+	url  string
+	rank int
+}
+
+// get asks for the rank's next part with extra query parameters and
+// returns the status, the headers and the body.
+func (h httpRank) get(world int, extra string) (int, http.Header, []byte) {
+	h.t.Helper()
+	u := fmt.Sprintf("%s/v1/batch?rank=%d&world_size=%d%s", h.url, h.rank, world, extra)
+	resp, err := http.Get(u)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, body
+}
+
+// part decodes a 200 body into a rankPart, checking the metadata against
+// the headers.
+func (h httpRank) part(hdr http.Header, body []byte) rankPart {
+	h.t.Helper()
+	b, err := DecodeBatch(body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	checkBatch(h.t, b)
+	f, err := safetensors.Decode(body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m := f.Metadata
+	p := rankPart{Batch: b, Position: []byte(m[MetaBatchPosition])}
+	p.Step, _ = strconv.Atoi(m[MetaBatchStep])
+	p.World, _ = strconv.Atoi(m[MetaBatchWorldSize])
+	p.Last = m[MetaBatchLastStep] == "true"
+	if m[MetaBatchRank] != strconv.Itoa(h.rank) || m[MetaBatchJob] == "" || m[MetaBatchReader] != wire.DefaultReader ||
+		hdr.Get(wire.HeaderEpoch) != m[MetaBatchEpoch] || hdr.Get(HeaderStep) != m[MetaBatchStep] {
+		h.t.Fatalf("rank %d: metadata %v, headers %v", h.rank, m, hdr)
+	}
+	return p
+}
+
+func TestRanksOverHTTP(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("http-ranks", 1, 4, rankLayout)
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, rankLayout) {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	r0, r1 := httpRank{t, srv.URL, 0}, httpRank{t, srv.URL, 1}
+
+	// The first request fixes the world size and drop_last.
+	code, hdr, body := r0.get(2, "&drop_last=0&steps=0&wait_s=0.5&compute_s=0")
+	if code != http.StatusOK {
+		t.Fatalf("first GET: %d %s", code, body)
+	}
+	parts := [][]rankPart{{r0.part(hdr, body)}, nil}
+	for _, tc := range []struct {
+		name  string
+		rank  httpRank
+		world int
+		extra string
+		want  int
+		body  string
+	}{
+		{"another world size", r1, 3, "", http.StatusConflict, "world size 3"},
+		{"a rank out of the world", httpRank{t, srv.URL, 2}, 2, "", http.StatusConflict, "rank 2"},
+		{"another drop_last", r1, 2, "&drop_last=1", http.StatusConflict, "drop_last"},
+		{"a malformed step report", r1, 2, "&wait_s=-1&steps=x", http.StatusBadRequest, "wait_s"},
+	} {
+		if code, _, body := tc.rank.get(tc.world, tc.extra); code != tc.want || !strings.Contains(string(body), tc.body) {
+			t.Errorf("%s: %d %s, want %d naming %q", tc.name, code, body, tc.want, tc.body)
+		}
+	}
+	// A resume once a batch was handed out conflicts.
+	state, _ := json.Marshal(State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 2})
+	resp, err := http.Post(srv.URL+"/v1/resume?world_size=2", "application/json", bytes.NewReader(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Errorf("POST /v1/resume after a batch: %s %s, want 409", resp.Status, msg)
+	}
+
+	for r, h := range []httpRank{r0, r1} {
+		for {
+			code, hdr, body := h.get(2, "")
+			if code == http.StatusGone {
+				if got := hdr.Get(HeaderEnd); got != EndDelivered {
+					t.Errorf("rank %d: 410 with %s %q, want %q", r, HeaderEnd, got, EndDelivered)
+				}
+				break
+			}
+			if code != http.StatusOK {
+				t.Fatalf("rank %d: %d %s", r, code, body)
+			}
+			parts[r] = append(parts[r], h.part(hdr, body))
+		}
+	}
+	checkSteps(t, parts, 4, [2]int{0, 0})
+	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err = http.Get(srv.URL + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		WorldSize      int         `json:"world_size"`
+		DroppedSamples int         `json:"dropped_samples"`
+		Ranks          []RankStats `json:"ranks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.WorldSize != 2 || len(st.Ranks) != 2 || !st.Ranks[0].Ended || !st.Ranks[1].Ended || st.Ranks[1].Batches != 4 {
+		t.Errorf("GET /v1/stats = %+v", st)
+	}
+}
+
+func TestResumeOverHTTP(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("http-resume", 1, 4, rankLayout)
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, rankLayout) {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{WorldSize: 2}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.replay = (&fakeReplay{t: t, e: e, msgs: outputs(t, job, rankLayout)}).replay
+	wait := runAgent(t, a)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	post := func(query, body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/v1/resume"+query, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		msg, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(msg)
+	}
+	for _, tc := range []struct {
+		name, query, body string
+	}{
+		{"not JSON", "", "{"},
+		{"another version", "", `{"v":2,"job":"http-resume","reader":"trainer"}`},
+		{"another job", "", `{"v":1,"job":"other","reader":"trainer"}`},
+		{"a position string that is no JSON", "", `{"v":1,"position":"{"}`},
+		{"another reader", "", `{"v":1,"job":"http-resume","reader":"eval"}`},
+		{"a bad position", "", `{"v":1,"job":"http-resume","reader":"trainer","position":{"v":1,"finished":7}}`},
+		{"a bad world size", "?world_size=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+	} {
+		if code, msg := post(tc.query, tc.body); code != http.StatusBadRequest {
+			t.Errorf("resume with %s: %d %s, want 400", tc.name, code, msg)
+		}
+	}
+	// A fresh start: nothing to rewind; the world size changes to 3.
+	start := `{"v":1,"job":"http-resume","reader":"trainer","epoch":0,"step":0,"world_size":2,"position":null}`
+	for range 2 {
+		code, msg := post("?world_size=3", start)
+		var res ResumeResult
+		if code != http.StatusOK || json.Unmarshal([]byte(msg), &res) != nil || res != (ResumeResult{}) {
+			t.Errorf("resume from the start: %d %s, want 200 with nothing resumed", code, msg)
+		}
+	}
+	if code, msg := post("?world_size=2", start); code != http.StatusConflict {
+		t.Errorf("the same state with another world size: %d %s, want 409", code, msg)
+	}
+	parts := make([][]rankPart, 3)
+	for r := range 3 {
+		h := httpRank{t, srv.URL, r}
+		for {
+			code, hdr, body := h.get(3, "")
+			if code == http.StatusGone {
+				break
+			}
+			if code != http.StatusOK {
+				t.Fatalf("rank %d: %d %s", r, code, body)
+			}
+			parts[r] = append(parts[r], h.part(hdr, body))
+		}
+	}
+	checkSteps(t, parts, 4, [2]int{0, 0})
+	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,90 @@
+package traineragent
+
+import "fmt"
+
+// replaySet returns, per epoch, the shards that must be produced again for
+// a reader to resume at position p when its agents recorded h (h is at or
+// past p): those whose messages h may have had acked beyond what p
+// records. The agent acks a message only once the position records it, so
+// that is a shard complete in h, or with its end or a whole chunk in h but
+// not in p, or one an earlier resume replayed (its first messages may be
+// gone). A shard p shows complete needs nothing; a chunk partly handed out
+// is still unacked and comes again by itself. Epochs before p.Finished are
+// left out. It is pure: the agent calls it on its snapshot.
+func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
+	out := map[int][]int{}
+	for e := max(p.Finished, 0); e < epochs; e++ {
+		pe := p.Epochs[e]
+		pComplete, err := decodeSet(pe.Complete, shards)
+		if err != nil {
+			return nil, fmt.Errorf("resume position: epoch %d: complete shards: %w", e, err)
+		}
+		if e < h.Finished {
+			for s := range shards {
+				if !pComplete.has(s) {
+					out[e] = append(out[e], s)
+				}
+			}
+			continue
+		}
+		he, ok := h.Epochs[e]
+		if !ok {
+			continue
+		}
+		hComplete, err := decodeSet(he.Complete, shards)
+		if err != nil {
+			return nil, fmt.Errorf("recorded position: epoch %d: complete shards: %w", e, err)
+		}
+		hReplayed, err := decodeSet(he.Replayed, shards)
+		if err != nil {
+			return nil, fmt.Errorf("recorded position: epoch %d: replayed shards: %w", e, err)
+		}
+		for s := range shards {
+			if pComplete.has(s) {
+				continue
+			}
+			more := hComplete.has(s) || hReplayed.has(s)
+			if !more {
+				if hs, ok := he.Shards[s]; ok {
+					if more, err = ackedMore(hs, pe.Shards[s]); err != nil {
+						return nil, fmt.Errorf("epoch %d: shard %d: %w", e, s, err)
+					}
+				}
+			}
+			if more {
+				out[e] = append(out[e], s)
+			}
+		}
+	}
+	for e, s := range out {
+		if len(s) == 0 {
+			delete(out, e)
+		}
+	}
+	return out, nil
+}
+
+// ackedMore reports whether h records an acked message of a shard that p
+// does not: its end, or a chunk handed out in full.
+func ackedMore(h, p shardPosition) (bool, error) {
+	if h.End != nil && p.End == nil {
+		return true, nil
+	}
+	hc, err := decodeSet(h.Chunks, maxChunksPerShard)
+	if err != nil {
+		return false, fmt.Errorf("recorded chunks: %w", err)
+	}
+	pc, err := decodeSet(p.Chunks, maxChunksPerShard)
+	if err != nil {
+		return false, fmt.Errorf("resume chunks: %w", err)
+	}
+	for i, w := range hc {
+		if i < len(pc) {
+			w &^= pc[i]
+		}
+		if w != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}

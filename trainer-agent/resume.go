@@ -1,0 +1,309 @@
+package traineragent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// StateVersion is the format of a trainer's State.
+const StateVersion = 1
+
+// State is a trainer's place in a job as its client saves it in a
+// checkpoint (the client's state dict): the next step the training loop
+// takes, the world size it had, and the position metadata of the last
+// batch it took (parsed, or as its JSON text; null before the first). DDP
+// ranks step together, so rank 0's state stands for every rank's. An
+// empty job or reader is the agent's own.
+type State struct {
+	Version   int             `json:"v"`
+	Job       string          `json:"job"`
+	Reader    string          `json:"reader"`
+	Epoch     int             `json:"epoch"`
+	Step      int             `json:"step"`
+	WorldSize int             `json:"world_size"`
+	Position  json.RawMessage `json:"position"`
+}
+
+// ResumeResult is what Resume did: Resumed says the reader's recorded
+// position was past the state's and was rewound (false when it was already
+// there); ReplayedShards counts the shards asked to be produced again.
+type ResumeResult struct {
+	Resumed        bool `json:"resumed"`
+	ReplayedShards int  `json:"replayed_shards"`
+}
+
+// ErrBadState means a resume's state is malformed or not this reader's
+// (POST /v1/resume answers 400).
+var ErrBadState = errors.New("bad trainer state")
+
+// ErrResumeConflict means a resume cannot be done: this agent handed out a
+// batch already, or resumed from another state (POST /v1/resume answers 409).
+var ErrResumeConflict = errors.New("conflicting resume")
+
+// replayFunc queues the re-production of shards (epoch -> shard indices)
+// for reader of job and returns how many it queued: broker.Replay, or a
+// test's fake that publishes the chunks itself.
+type replayFunc func(ctx context.Context, js jetstream.JetStream, job wire.Job, reader string, shards map[int][]int) (int, error)
+
+// resumeRecord is the resume this agent did, to answer repeats of it.
+type resumeRecord struct {
+	state  State
+	world  int
+	result ResumeResult
+}
+
+// Resume rewinds the reader to a trainer's checkpointed state, so that
+// every sample the checkpointed model had not consumed is delivered exactly
+// once, to world ranks (0: the state's world size). The agent's recorded
+// position is at or past the state's: the shards whose messages it had
+// acked beyond the state's position are produced again (replaySet), the
+// chunks held are returned to the stream, and the state's position, with
+// those shards noted as replayed, becomes the reader's. Copies of what the
+// state's position already covers are dropped by ChunkRef, as ever.
+//
+// Every rank of a restarted trainer sends the same state: a repeat is
+// answered as the first was. Another state, or any state once a batch was
+// handed out, is refused with ErrResumeConflict.
+func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	p, err := a.checkState(st)
+	if err != nil {
+		return ResumeResult{}, err
+	}
+	if world == 0 {
+		world = st.WorldSize
+	}
+	if world < 1 {
+		return ResumeResult{}, fmt.Errorf("%w: world size %d: want >= 1", ErrBadState, world)
+	}
+	fresh := newAssembler(a.job)
+	if err := fresh.restore(p); err != nil {
+		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
+	}
+
+	unlock := func() {
+		a.mu.Unlock()
+		a.posMu.Unlock()
+	}
+	for {
+		// Wait for the recorded position, and for a concurrent resume
+		// (every rank sends one) to finish.
+		if err := a.waitFor(ctx, func() bool { return a.runEnded || a.loaded && !a.resuming }); err != nil {
+			return ResumeResult{}, err
+		}
+		// No write (and no ack after it) while the position is compared
+		// and rewound: what was acked is what the recorded position holds.
+		a.posMu.Lock()
+		a.mu.Lock()
+		if !a.resuming {
+			break
+		}
+		unlock()
+	}
+	switch {
+	case a.runEnded:
+		err := a.runErr
+		unlock()
+		if err != nil {
+			return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+		return ResumeResult{}, ErrStopped
+	case a.resumed != nil:
+		r := a.resumed
+		unlock()
+		if sameState(r.state, st) && r.world == world {
+			return r.result, nil
+		}
+		return ResumeResult{}, fmt.Errorf("%w: this agent resumed from another state (epoch %d step %d, world size %d)",
+			ErrResumeConflict, r.state.Epoch, r.state.Step, r.world)
+	case a.ranks.formed:
+		unlock()
+		return ResumeResult{}, fmt.Errorf("%w: this agent handed out batches already; restart it to resume from a checkpoint", ErrResumeConflict)
+	}
+	h := position{Version: positionVersion}
+	if a.recorded != nil {
+		if h, err = decodePosition(a.recorded); err != nil {
+			unlock()
+			return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
+		}
+	}
+	replay, err := replaySet(h, fresh.snapshot(), a.job.Spec.Epochs, len(a.job.Shards))
+	if err != nil {
+		unlock()
+		return ResumeResult{}, err
+	}
+	// Resumed: the recorded position was past the state's. The memory is
+	// rewound whenever it differs (shard ends may have arrived since).
+	recorded := newAssembler(a.job)
+	if err := recorded.restore(h); err != nil {
+		unlock()
+		return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
+	}
+	want := mustEncode(fresh.snapshot())
+	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(recorded.snapshot()), want)}
+	rewind := !bytes.Equal(mustEncode(a.asm.snapshot()), want)
+	a.ranks.setWorld(world)
+	a.ranks.epoch, a.ranks.step = 0, 0
+	if st.Epoch == fresh.finished {
+		// The step index goes on from the checkpoint's (with the new
+		// world size, steps hold a different number of samples).
+		a.ranks.epoch, a.ranks.step = st.Epoch, st.Step
+	}
+	if !rewind {
+		a.resumed = &resumeRecord{state: st, world: world, result: result}
+		a.notify()
+		unlock()
+		return result, nil
+	}
+	// Rewind: the chunks held go back to the stream, and so do the
+	// messages whose acks wait for a write (the state's position may not
+	// cover them); the ready batches are dropped, and no step is formed
+	// until the replay is queued.
+	held := append(a.asm.held(), a.asm.takeAcks()...)
+	fresh.version = a.asm.version + 1
+	fresh.schema = a.asm.schema
+	fresh.markReplayed(replay)
+	a.asm = fresh
+	clear(a.ready)
+	a.readySamples = 0
+	a.epochsFinished(a.asm.start(), time.Now())
+	a.resuming = true
+	a.notify()
+	unlock()
+	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
+		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
+
+	for _, m := range held {
+		if err := m.Nak(); err != nil {
+			a.log.Debug("releasing a held chunk", "error", err)
+		}
+	}
+	// The memory is rewound: finish even if the client goes away.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionWriteTimeout)
+	defer cancel()
+	err = nil
+	if len(replay) > 0 {
+		result.ReplayedShards, err = a.replay(ctx, a.js, a.job, a.reader, replay)
+		if err != nil {
+			err = fmt.Errorf("resuming reader %s: %w", a.reader, err)
+		}
+	}
+	if err == nil {
+		// The rewound position, with the shards being replayed: an agent
+		// that crashes now leaves a position a later resume replays from.
+		if err = a.sync(ctx, false); err != nil {
+			err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
+		}
+	}
+	if err != nil {
+		// The memory says the replay is queued: the agent cannot go on.
+		// (A position written on the way out notes the shards as
+		// replayed, so the next resume asks for them again.)
+		a.stop(err)
+		a.mu.Lock()
+		a.resuming = false
+		a.notify()
+		a.mu.Unlock()
+		return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	a.mu.Lock()
+	a.resuming = false
+	a.resumed = &resumeRecord{state: st, world: world, result: result}
+	a.notify()
+	a.mu.Unlock()
+	a.log.Info("resumed", "replayed_shards", result.ReplayedShards)
+	return result, nil
+}
+
+// checkState validates st against the agent's job and reader and returns
+// its position (the start of the job for null).
+func (a *Agent) checkState(st State) (position, error) {
+	switch {
+	case st.Version != StateVersion:
+		return position{}, fmt.Errorf("%w: version %d: this agent reads %d", ErrBadState, st.Version, StateVersion)
+	case st.Job != "" && st.Job != a.job.Spec.ID:
+		return position{}, fmt.Errorf("%w: a state of job %q, this agent reads %q", ErrBadState, st.Job, a.job.Spec.ID)
+	case st.Reader != "" && st.Reader != a.reader:
+		return position{}, fmt.Errorf("%w: a state of reader %q, this agent is %q", ErrBadState, st.Reader, a.reader)
+	case st.Epoch < 0 || st.Step < 0 || st.WorldSize < 0:
+		return position{}, fmt.Errorf("%w: epoch %d step %d world size %d: want >= 0", ErrBadState, st.Epoch, st.Step, st.WorldSize)
+	}
+	raw, err := positionJSON(st.Position)
+	if err != nil {
+		return position{}, fmt.Errorf("%w: position: %w", ErrBadState, err)
+	}
+	if bytes.Equal(raw, []byte("null")) {
+		return position{Version: positionVersion, Submitted: a.submitted()}, nil
+	}
+	p, err := decodePosition(raw)
+	if err != nil {
+		return position{}, fmt.Errorf("%w: %w", ErrBadState, err)
+	}
+	if p.Submitted != a.submitted() {
+		return position{}, fmt.Errorf("%w: a state of the job submitted at %q, this one was submitted at %q",
+			ErrBadState, p.Submitted, a.submitted())
+	}
+	return p, nil
+}
+
+// sameState compares two states, positions by their decoded content (a
+// client may re-encode the JSON).
+func sameState(x, y State) bool {
+	if x.Version != y.Version || x.Job != y.Job || x.Reader != y.Reader || x.Epoch != y.Epoch ||
+		x.Step != y.Step || x.WorldSize != y.WorldSize {
+		return false
+	}
+	px, errx := positionJSON(x.Position)
+	py, erry := positionJSON(y.Position)
+	var vx, vy any
+	if errx != nil || erry != nil || json.Unmarshal(px, &vx) != nil || json.Unmarshal(py, &vy) != nil {
+		return false
+	}
+	return mustJSON(vx) == mustJSON(vy)
+}
+
+// positionJSON is a state's position as JSON: "null" when absent, and the
+// metadata's JSON text unwrapped when a client kept it as a string.
+func positionJSON(raw json.RawMessage) ([]byte, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '"' {
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, err
+		}
+		raw = bytes.TrimSpace([]byte(text))
+	}
+	if len(raw) == 0 {
+		return []byte("null"), nil
+	}
+	return raw, nil
+}
+
+// mustJSON encodes a decoded JSON value; map keys come out sorted.
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// markReplayed notes shards as being replayed.
+func (a *assembler) markReplayed(shards map[int][]int) {
+	for e, ss := range shards {
+		if e < a.finished || e >= a.epochs {
+			continue
+		}
+		ep := a.epoch(e)
+		for _, s := range ss {
+			if !ep.complete.has(s) {
+				ep.replayed.add(s)
+			}
+		}
+	}
+	a.version++
+}

@@ -1,0 +1,357 @@
+package traineragent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sluice-project/sluice/internal/safetensors"
+)
+
+// ErrWorldMismatch means a request's world size, rank or drop_last does
+// not fit what the agent's ranks were fixed to (by Options, the first
+// request or a resume). GET /v1/batch answers 409.
+var ErrWorldMismatch = errors.New("world mismatch")
+
+// rankPart is one rank's part of a global step.
+type rankPart struct {
+	Batch
+	Step  int  // the global step's index within its epoch
+	Last  bool // the epoch's last step
+	World int  // the world size it was formed for
+	// Position is the JSON of the reader's position once the whole step
+	// was handed out: what a trainer's checkpoint taken after this step
+	// resumes from.
+	Position []byte
+}
+
+// rankCount is what one rank took.
+type rankCount struct {
+	batches, samples int64
+	epoch, step      int // of the last part taken; -1 before the first
+	ended            bool
+}
+
+// stepper is the rank layer's state: which epoch and step the ranks are
+// in, and the parts formed that their ranks have not taken yet. The agent
+// guards it with a.mu.
+type stepper struct {
+	world     int // 0 until fixed
+	dropLast  bool
+	dropFixed bool
+	epoch     int // the epoch the ranks are in; epochs are served in order
+	step      int // its next global step
+	queues    [][]rankPart
+	queued    int // samples in queues
+	counts    []rankCount
+	nEnded    int
+	formed    bool // a step was formed (a batch handed out) in this agent's life
+}
+
+// setWorld fixes the world size; only while no part is queued.
+func (s *stepper) setWorld(w int) {
+	s.world = w
+	s.queues = make([][]rankPart, w)
+	s.counts = make([]rankCount, w)
+	for r := range s.counts {
+		s.counts[r].epoch, s.counts[r].step = -1, -1
+	}
+	s.nEnded = 0
+}
+
+func (s *stepper) allEnded() bool { return s.world > 0 && s.nEnded == s.world }
+
+// rankRequest is a rank's request for its next part. World 0 takes the
+// agent's world size (1 if none is fixed yet); a nil dropLast takes the
+// agent's setting.
+type rankRequest struct {
+	rank, world int
+	dropLast    *bool
+}
+
+// join checks req against the ranks' world, fixing what is not fixed yet;
+// a.mu must be held.
+func (a *Agent) join(req rankRequest) error {
+	s := &a.ranks
+	w := req.world
+	if w == 0 {
+		w = max(s.world, 1)
+	}
+	switch {
+	case w < 1:
+		return fmt.Errorf("%w: world size %d: want >= 1", ErrWorldMismatch, w)
+	case s.world == 0:
+		s.setWorld(w)
+	case w != s.world:
+		return fmt.Errorf("%w: world size %d, but the agent serves %d ranks (resume from a checkpoint to change it)", ErrWorldMismatch, w, s.world)
+	}
+	if req.rank < 0 || req.rank >= w {
+		return fmt.Errorf("%w: rank %d: want 0..%d", ErrWorldMismatch, req.rank, w-1)
+	}
+	switch {
+	case req.dropLast == nil:
+	case !s.dropFixed:
+		s.dropLast = *req.dropLast
+	case *req.dropLast != s.dropLast:
+		return fmt.Errorf("%w: drop_last %t, but the agent's ranks have %t", ErrWorldMismatch, *req.dropLast, s.dropLast)
+	}
+	s.dropFixed = true
+	return nil
+}
+
+// nextPart returns rank req.rank's next part, blocking until one is
+// ready; the time spent blocked is the trainer's stall time. It returns
+// io.EOF once the rank got every step of every epoch, an error wrapping
+// ErrWorldMismatch for a request that does not fit the ranks, and one
+// wrapping ErrStopped if Run ended before.
+//
+// The part counts as delivered once nextPart returns it: the reader's
+// position, covering the part's whole step, is written first.
+func (a *Agent) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+	p, runCtx, err := a.takePart(ctx, req)
+	if err != nil {
+		return rankPart{}, err
+	}
+	// Not cancelled with Run: a step taken is recorded and returned even
+	// while the agent stops (else a later write could record it unreturned).
+	// Every rank's call writes or waits for the write covering its step.
+	if err := a.sync(context.WithoutCancel(runCtx), true); err != nil {
+		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
+		a.stop(err)
+		return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	return p, nil
+}
+
+// takePart pops rank req.rank's next part, forming the next step if the
+// rank has none queued.
+func (a *Agent) takePart(ctx context.Context, req rankRequest) (rankPart, context.Context, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.join(req); err != nil {
+		return rankPart{}, nil, err
+	}
+	s := &a.ranks
+	world := s.world
+	waiting := false
+	stopWaiting := func() {
+		if waiting {
+			a.unblock(time.Now())
+		}
+	}
+	for {
+		switch {
+		case s.world != world:
+			// A resume changed the world size while the rank waited.
+			stopWaiting()
+			return rankPart{}, nil, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
+		case a.resuming:
+			// Wait: the position is being rewound.
+		case len(s.queues[req.rank]) > 0:
+			stopWaiting()
+			return a.pop(req.rank, time.Now()), a.runCtx, nil
+		case s.epoch >= a.job.Spec.Epochs:
+			stopWaiting()
+			if c := &s.counts[req.rank]; !c.ended {
+				c.ended = true
+				s.nEnded++
+				a.notify()
+			}
+			return rankPart{}, nil, io.EOF
+		case a.runEnded || a.closing:
+			stopWaiting()
+			if a.runErr != nil {
+				return rankPart{}, nil, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
+			}
+			return rankPart{}, nil, ErrStopped
+		case a.formStep(time.Now()):
+			continue
+		}
+		if !waiting {
+			waiting = true
+			a.block(time.Now())
+		}
+		wake := a.wake
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			a.mu.Lock()
+			stopWaiting()
+			return rankPart{}, nil, ctx.Err()
+		case <-wake:
+		}
+		a.mu.Lock()
+	}
+}
+
+// supply is what the ranks' current epoch e has ready; a.mu must be held.
+func (a *Agent) supply(e int) epochSupply {
+	var sup epochSupply
+	for _, b := range a.ready[e] {
+		sup.Ready = append(sup.Ready, len(b.Keys))
+	}
+	if e < a.asm.finished {
+		sup.Cut = true
+	} else if ep := a.asm.open[e]; ep != nil {
+		sup.Pending, sup.Cut = len(ep.pending), ep.cut
+	}
+	return sup
+}
+
+// stepReady reports whether the ranks' current epoch has a step (or its
+// end) ready; a.mu must be held. While it has not, the agent pulls past
+// its prefetch bound: later epochs' batches must not starve the current.
+func (a *Agent) stepReady() bool {
+	s := &a.ranks
+	if s.epoch >= a.job.Spec.Epochs {
+		return true
+	}
+	return planStep(a.supply(s.epoch), max(s.world, 1), a.job.Spec.BatchSize, s.dropLast).Action != stepWait
+}
+
+// formStep forms the ranks' next global step and queues its parts, moving
+// through finished epochs and dropped tails; it reports whether anything
+// changed. a.mu must be held and the world fixed.
+func (a *Agent) formStep(now time.Time) bool {
+	s := &a.ranks
+	changed := false
+	for s.epoch < a.job.Spec.Epochs {
+		e := s.epoch
+		plan := planStep(a.supply(e), s.world, a.job.Spec.BatchSize, s.dropLast)
+		switch plan.Action {
+		case stepWait:
+			return changed
+		case stepEpochDone:
+			s.epoch, s.step = e+1, 0
+			changed = true
+			continue
+		case stepDrop:
+			a.dropTail(e, now)
+			changed = true
+			continue
+		}
+		batches := a.takeReady(e, plan.Batches, now)
+		var parts []Batch
+		if plan.Action == stepFull {
+			for _, b := range batches {
+				parts = append(parts, b.Batch)
+			}
+		} else {
+			parts = splitRows(e, batches, plan.Sizes)
+		}
+		idx := s.step
+		if plan.Last {
+			// The rest of a cut epoch after its last step is a dropped tail.
+			if len(a.ready[e]) > 0 {
+				a.dropTail(e, now)
+			}
+			s.epoch, s.step = e+1, 0
+		} else {
+			s.step++
+		}
+		pos := a.asm.snapshot()
+		pos.Submitted = a.submitted()
+		data, err := encodePosition(pos)
+		if err != nil {
+			data = nil // cannot happen: the position is plain data
+		}
+		for r, b := range parts {
+			s.queues[r] = append(s.queues[r], rankPart{Batch: b, Step: idx, Last: plan.Last, World: s.world, Position: data})
+			s.queued += len(b.Keys)
+		}
+		s.formed = true
+		a.m.bufferedSamples.Set(float64(a.buffered()))
+		a.notify()
+		return true
+	}
+	return changed
+}
+
+// takeReady removes the first n ready batches of epoch e and records them
+// as handed out; a.mu must be held.
+func (a *Agent) takeReady(e, n int, now time.Time) []readyBatch {
+	batches := a.ready[e][:n:n]
+	a.ready[e] = a.ready[e][n:]
+	if len(a.ready[e]) == 0 {
+		delete(a.ready, e)
+	}
+	for _, b := range batches {
+		a.readySamples -= len(b.Keys)
+		a.epochsFinished(a.asm.handOut(b), now)
+	}
+	return batches
+}
+
+// dropTail hands out the rest of a cut epoch e to no rank (drop_last) and
+// counts its samples as dropped; a.mu must be held.
+func (a *Agent) dropTail(e int, now time.Time) {
+	n := 0
+	for _, b := range a.takeReady(e, len(a.ready[e]), now) {
+		n += len(b.Keys)
+	}
+	a.stats.DroppedSamples += int64(n)
+	a.m.droppedSamples.Add(float64(n))
+	a.log.Info("dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", n)
+}
+
+// splitRows stacks the rows of batches (all of epoch e) into one part per
+// entry of sizes, in order.
+func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
+	var keys []string
+	var tensors []safetensors.Tensor
+	for i, b := range batches {
+		keys = append(keys, b.Keys...)
+		for j, t := range b.Tensors {
+			if i == 0 {
+				tensors = append(tensors, safetensors.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape[1:]})
+			}
+			tensors[j].Data = append(tensors[j].Data, t.Data...)
+		}
+	}
+	parts := make([]Batch, len(sizes))
+	lo := 0
+	for r, n := range sizes {
+		p := Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n]}
+		for _, t := range tensors {
+			row := 0
+			if len(keys) > 0 {
+				row = len(t.Data) / len(keys)
+			}
+			p.Tensors = append(p.Tensors, safetensors.Tensor{
+				Name: t.Name, DType: t.DType, Shape: append([]int{n}, t.Shape...),
+				Data: t.Data[lo*row : (lo+n)*row : (lo+n)*row],
+			})
+		}
+		parts[r] = p
+		lo += n
+	}
+	return parts
+}
+
+// pop hands rank r its oldest queued part; a.mu must be held.
+func (a *Agent) pop(r int, now time.Time) rankPart {
+	s := &a.ranks
+	p := s.queues[r][0]
+	s.queues[r][0] = rankPart{}
+	s.queues[r] = s.queues[r][1:]
+	n := len(p.Keys)
+	s.queued -= n
+	c := &s.counts[r]
+	c.batches++
+	c.samples += int64(n)
+	c.epoch, c.step = p.Epoch, p.Step
+	a.stats.SamplesDelivered += int64(n)
+	a.stats.BatchesDelivered++
+	a.window.Consumed += int64(n)
+	a.window.Done = a.stats.SamplesDelivered
+	a.m.samplesDelivered.Add(float64(n))
+	a.m.batchesDelivered.Inc()
+	a.m.bufferedSamples.Set(float64(a.buffered()))
+	if a.firstBatch.IsZero() {
+		a.firstBatch = now
+	}
+	a.notify()
+	return p
+}

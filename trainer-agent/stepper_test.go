@@ -1,0 +1,521 @@
+package traineragent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// takeRanks runs world ranks against a at once, each taking n parts (n <
+// 0: until io.EOF), and returns each rank's parts, checked.
+func takeRanks(t *testing.T, a *Agent, world, n int) [][]rankPart {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out := make([][]rankPart, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n < 0 || len(out[r]) < n {
+				p, err := a.nextPart(ctx, rankRequest{rank: r, world: world})
+				if errors.Is(err, io.EOF) && n < 0 {
+					return
+				}
+				if err != nil {
+					errs[r] = fmt.Errorf("rank %d after %d parts: %w", r, len(out[r]), err)
+					return
+				}
+				out[r] = append(out[r], p)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, parts := range out {
+		for _, p := range parts {
+			checkBatch(t, p.Batch)
+		}
+	}
+	return out
+}
+
+// checkSteps asserts that the ranks took the same steps, in order from
+// (epoch, step) first on: parts of a step share epoch, step, last flag and
+// position; all are full batches but an epoch's last step's, whose sizes
+// differ by at most one (larger for lower ranks).
+func checkSteps(t *testing.T, parts [][]rankPart, batch int, first [2]int) {
+	t.Helper()
+	world := len(parts)
+	for r := range parts {
+		if len(parts[r]) != len(parts[0]) {
+			t.Fatalf("rank %d took %d parts, rank 0 %d", r, len(parts[r]), len(parts[0]))
+		}
+	}
+	for i, p0 := range parts[0] {
+		var sizes []int
+		for r := range world {
+			p := parts[r][i]
+			if p.Epoch != p0.Epoch || p.Step != p0.Step || p.Last != p0.Last || p.World != world || !bytes.Equal(p.Position, p0.Position) {
+				t.Fatalf("part %d: rank %d has epoch %d step %d last %t world %d, rank 0 epoch %d step %d last %t",
+					i, r, p.Epoch, p.Step, p.Last, p.World, p0.Epoch, p0.Step, p0.Last)
+			}
+			sizes = append(sizes, len(p.Keys))
+		}
+		if !p0.Last && slices.ContainsFunc(sizes, func(n int) bool { return n != batch }) {
+			t.Errorf("epoch %d step %d: sizes %v, want %d each", p0.Epoch, p0.Step, sizes, batch)
+		}
+		if p0.Last && (sizes[0]-sizes[world-1] > 1 || !slices.IsSortedFunc(sizes, func(a, b int) int { return b - a })) {
+			t.Errorf("epoch %d last step %d: sizes %v, want them to differ by at most one, lower ranks larger", p0.Epoch, p0.Step, sizes)
+		}
+		var p position
+		if err := json.Unmarshal(p0.Position, &p); err != nil || p.Version != positionVersion {
+			t.Errorf("epoch %d step %d: position %q: %v", p0.Epoch, p0.Step, p0.Position, err)
+		}
+		want := first
+		if i > 0 {
+			prev := parts[0][i-1]
+			want = [2]int{prev.Epoch, prev.Step + 1}
+			if prev.Last {
+				want = [2]int{prev.Epoch + 1, 0}
+			}
+		}
+		if got := [2]int{p0.Epoch, p0.Step}; got != want {
+			t.Errorf("part %d is epoch %d step %d, want %v", i, got[0], got[1], want)
+		}
+	}
+}
+
+// stepsPerEpoch counts rank 0's parts per epoch.
+func stepsPerEpoch(parts [][]rankPart) map[int]int {
+	n := map[int]int{}
+	for _, p := range parts[0] {
+		n[p.Epoch]++
+	}
+	return n
+}
+
+// seen counts the (epoch, sample) pairs in parts.
+func seen(got map[string]int, parts [][]rankPart) map[string]int {
+	if got == nil {
+		got = map[string]int{}
+	}
+	for _, rank := range parts {
+		for _, p := range rank {
+			for _, k := range p.Keys {
+				got[fmt.Sprintf("%d/%s", p.Epoch, k)]++
+			}
+		}
+	}
+	return got
+}
+
+// checkEveryOnce asserts that got holds every sample of every epoch of
+// the layout once, but for dropped samples missing.
+func checkEveryOnce(t *testing.T, job wire.Job, l layout, got map[string]int, dropped int) {
+	t.Helper()
+	want := map[string]int{}
+	for e := range job.Spec.Epochs {
+		for s, chunks := range l {
+			for c, n := range chunks {
+				for i := range n {
+					want[fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))] = 1
+				}
+			}
+		}
+	}
+	missing := 0
+	for k, n := range got {
+		if n != 1 || want[k] != 1 {
+			t.Errorf("sample %s delivered %d times, want %d", k, n, want[k])
+		}
+	}
+	for k := range want {
+		if got[k] == 0 {
+			missing++
+		}
+	}
+	if missing != dropped {
+		t.Errorf("%d samples never delivered, want %d (dropped)", missing, dropped)
+	}
+}
+
+// doneRecordOf reads a reader's done key, failing if it is missing.
+func (e env) doneRecordOf(t *testing.T, job, reader string) wire.ReaderDone {
+	t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(context.Background(), wire.ReaderDoneKey(job, reader))
+	if err != nil {
+		t.Fatalf("done key of reader %s: %v", reader, err)
+	}
+	var d wire.ReaderDone
+	if err := json.Unmarshal(entry.Value(), &d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// rankLayout has 26 samples per epoch.
+var rankLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}}
+
+func TestRanksTakeDisjointEqualSteps(t *testing.T) {
+	for _, world := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("world %d", world), func(t *testing.T) {
+			e := newEnv(t)
+			job := testJob("ranks", 2, 4, rankLayout)
+			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+			e.createStream(t, job)
+			for _, m := range outputs(t, job, rankLayout) {
+				e.publish(t, m, "")
+			}
+			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait := runAgent(t, a)
+			parts := takeRanks(t, a, world, -1)
+			checkSteps(t, parts, 4, [2]int{0, 0})
+			checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+			// 26 samples: full steps of 4*world, then the tail split.
+			steps := (26 + 4*world - 1) / (4 * world)
+			if diff := cmp.Diff(map[int]int{0: steps, 1: steps}, stepsPerEpoch(parts)); diff != "" {
+				t.Errorf("steps per epoch (-want +got):\n%s", diff)
+			}
+			if err := wait(); err != nil {
+				t.Fatal(err)
+			}
+			if d := e.doneRecordOf(t, job.Spec.ID, wire.DefaultReader); !d.Submitted.Equal(job.Submitted) || d.Time.IsZero() {
+				t.Errorf("done record %+v", d)
+			}
+			st := a.Stats()
+			if st.WorldSize != world || len(st.Ranks) != world || st.DroppedSamples != 0 {
+				t.Fatalf("stats: world %d, ranks %+v, dropped %d", st.WorldSize, st.Ranks, st.DroppedSamples)
+			}
+			for _, r := range st.Ranks {
+				if !r.Ended || r.Batches != int64(2*steps) || r.Epoch != 1 || r.Step != steps-1 {
+					t.Errorf("rank stats %+v, want ended after %d parts, the last epoch 1 step %d", r, 2*steps, steps-1)
+				}
+			}
+		})
+	}
+}
+
+func TestRanksDropLast(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("drop", 2, 4, rankLayout)
+	e.createStream(t, job)
+	for _, m := range outputs(t, job, rankLayout) {
+		e.publish(t, m, "")
+	}
+	reg := prometheus.NewRegistry()
+	a, err := New(e.nc, e.js, job, Options{WorldSize: 3, DropLast: true}, nil, NewMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+	parts := takeRanks(t, a, 3, -1)
+	checkSteps(t, parts, 4, [2]int{0, 0})
+	// Of 26 samples, 2 full steps of 12; the 2 left are dropped.
+	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 4)
+	if diff := cmp.Diff(map[int]int{0: 2, 1: 2}, stepsPerEpoch(parts)); diff != "" {
+		t.Errorf("steps per epoch (-want +got):\n%s", diff)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.DroppedSamples != 4 || !st.DropLast || st.Epochs != 2 {
+		t.Errorf("stats: %d dropped, drop_last %t, %d epochs; want 4, true, 2", st.DroppedSamples, st.DropLast, st.Epochs)
+	}
+	if n, err := prometheusCounter(reg, "sluice_agent_dropped_samples_total"); n != 4 || err != nil {
+		t.Errorf("sluice_agent_dropped_samples_total = %v, %v; want 4", n, err)
+	}
+	e.doneRecordOf(t, job.Spec.ID, wire.DefaultReader)
+}
+
+// TestRanksGetEpochsInOrder publishes epoch 1 before epoch 0 with a
+// prefetch bound that epoch 1 alone fills: the agent must pull on for the
+// epoch its ranks are in.
+func TestRanksGetEpochsInOrder(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{2, 2}, {2}}
+	job := testJob("order", 2, 2, l)
+	e.createStream(t, job)
+	msgs := outputs(t, job, l)
+	half := len(msgs) / 2
+	for _, m := range append(slices.Clone(msgs[half:]), msgs[:half]...) {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+	batches := take(t, a, -1)
+	checkDelivery(t, job, l, batches)
+	var epochs []int
+	for _, b := range batches {
+		epochs = append(epochs, b.Epoch)
+	}
+	if !slices.IsSorted(epochs) {
+		t.Errorf("epochs of the batches in order taken: %v", epochs)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeReplay stands for broker.Replay and the functions running its
+// tasks: it publishes the asked shards' messages again, with the message
+// ids suffixed as a replay task's are, and records what it was asked.
+type fakeReplay struct {
+	t     *testing.T
+	e     env
+	msgs  []outputMsg
+	mu    sync.Mutex
+	calls []map[int][]int
+}
+
+func (f *fakeReplay) replay(_ context.Context, _ jetstream.JetStream, job wire.Job, reader string, shards map[int][]int) (int, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, shards)
+	nonce := len(f.calls)
+	f.mu.Unlock()
+	n := 0
+	for e, ss := range shards {
+		for _, s := range ss {
+			n++
+			for _, m := range f.msgs {
+				if m.ref.Epoch == e && m.ref.Shard == s {
+					f.e.publish(f.t, m, fmt.Sprintf("%s.r%d", m.ref.MsgID(), nonce))
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// TestResumeFromACheckpoint trains 2 ranks for 3 steps, checkpoints, takes
+// more steps (which the crashed trainer's model never keeps: 3, or every
+// step left but for the 410s) and stops; a new agent resumes from the
+// checkpoint with 2 or 3 ranks. The samples the model saw over both runs
+// are every sample of every epoch once, the shards whose chunks were acked
+// past the checkpoint replayed.
+func TestResumeFromACheckpoint(t *testing.T) {
+	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
+	for _, tc := range []struct {
+		world, past int
+	}{{2, 3}, {3, 3}, {3, 15}} {
+		world := tc.world
+		t.Run(fmt.Sprintf("2 ranks to %d, %d steps past the checkpoint", world, tc.past), func(t *testing.T) {
+			e := newEnv(t)
+			job := testJob("resume", 2, 2, l)
+			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+			e.createStream(t, job)
+			msgs := outputs(t, job, l)
+			for _, m := range msgs {
+				e.publish(t, m, "")
+			}
+
+			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- a.Run(ctx) }()
+			kept := takeRanks(t, a, 2, 3)
+			checkSteps(t, kept, 2, [2]int{0, 0})
+			last := kept[0][2]
+			state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+				Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
+			takeRanks(t, a, 2, tc.past) // past the checkpoint: lost with the crash
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run after cancel: %v", err)
+			}
+
+			fake := &fakeReplay{t: t, e: e, msgs: msgs}
+			b, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.replay = fake.replay
+			wait := runAgent(t, b)
+			// Every new rank sends the same state (re-encoded, maybe), at once.
+			results := make([]ResumeResult, world)
+			errs := make([]error, world)
+			var wg sync.WaitGroup
+			for r := range world {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st := state
+					st.Position = append(json.RawMessage(strings.Repeat(" ", r)), state.Position...)
+					if r == 1 {
+						// A client may keep the metadata's text as a string.
+						st.Position, _ = json.Marshal(string(state.Position))
+					}
+					results[r], errs[r] = b.Resume(context.Background(), st, world)
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			res := results[0]
+			if !res.Resumed || res.ReplayedShards == 0 || slices.ContainsFunc(results, func(r ResumeResult) bool { return r != res }) {
+				t.Errorf("resumes: %+v, want one rewind with shards replayed, told to every rank", results)
+			}
+			other := state
+			other.Step++
+			if _, err := b.Resume(context.Background(), other, world); !errors.Is(err, ErrResumeConflict) {
+				t.Errorf("a resume from another state: %v, want ErrResumeConflict", err)
+			}
+
+			rest := takeRanks(t, b, world, 1)
+			if _, err := b.Resume(context.Background(), state, world+1); !errors.Is(err, ErrResumeConflict) {
+				t.Errorf("a resume after batches were handed out: %v, want ErrResumeConflict", err)
+			}
+			for r, parts := range takeRanks(t, b, world, -1) {
+				rest[r] = append(rest[r], parts...)
+			}
+			checkSteps(t, rest, 2, [2]int{0, state.Step})
+			checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+			if err := wait(); err != nil {
+				t.Fatal(err)
+			}
+			e.doneRecordOf(t, job.Spec.ID, wire.DefaultReader)
+			if len(fake.calls) != 1 {
+				t.Errorf("%d replays asked, want 1", len(fake.calls))
+			}
+			t.Logf("replayed shards: %v", fake.calls)
+		})
+	}
+}
+
+// TestResumeAfterAFailedReplay: an agent whose replay cannot be queued
+// stops, leaving a position that notes the shards; the next agent's resume
+// from the same checkpoint asks for them again, and the model sees every
+// sample once.
+func TestResumeAfterAFailedReplay(t *testing.T) {
+	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}}
+	e := newEnv(t)
+	job := testJob("replay-fails", 1, 2, l)
+	e.createStream(t, job)
+	msgs := outputs(t, job, l)
+	for _, m := range msgs {
+		e.publish(t, m, "")
+	}
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- a.Run(ctx) }()
+	kept := takeRanks(t, a, 2, 2)
+	last := kept[0][1]
+	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+		Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
+	takeRanks(t, a, 2, 2)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+
+	b, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.replay = func(context.Context, jetstream.JetStream, wire.Job, string, map[int][]int) (int, error) {
+		return 0, errors.New("task stream unavailable")
+	}
+	wait := runAgent(t, b)
+	if _, err := b.Resume(context.Background(), state, 2); !errors.Is(err, ErrStopped) {
+		t.Fatalf("resume with a failing replay: %v, want ErrStopped", err)
+	}
+	if err := wait(); err == nil || !strings.Contains(err.Error(), "task stream unavailable") {
+		t.Fatalf("Run after a failed replay: %v", err)
+	}
+	if p := e.storedPosition(t, job.Spec.ID, wire.DefaultReader); p.Epochs[0].Replayed == "" {
+		t.Errorf("position after a failed replay %+v: want the shards noted as replayed", p)
+	}
+
+	fake := &fakeReplay{t: t, e: e, msgs: msgs}
+	c, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.replay = fake.replay
+	wait = runAgent(t, c)
+	if res, err := c.Resume(context.Background(), state, 2); err != nil || res.ReplayedShards == 0 {
+		t.Fatalf("resume after a failed replay: %+v, %v", res, err)
+	}
+	rest := takeRanks(t, c, 2, -1)
+	checkSteps(t, rest, 2, [2]int{0, state.Step})
+	checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("replayed after the failure: %v", fake.calls)
+}
+
+// TestResumeRefusesARankWaitingInAnotherWorld: a rank waiting for its
+// first part when a resume sets a smaller world gets ErrWorldMismatch.
+func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("rewait", 1, 2, layout{{2}})
+	e.createStream(t, job)
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, a)
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.nextPart(context.Background(), rankRequest{rank: 2, world: 3})
+		got <- err
+	}()
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.blocked == 0 {
+			return errors.New("rank 2 is not waiting yet")
+		}
+		return nil
+	})
+	st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
+	if _, err := a.Resume(context.Background(), st, 2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrWorldMismatch) {
+			t.Errorf("the waiting rank of the old world: %v, want ErrWorldMismatch", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting rank of the old world was not refused")
+	}
+}
