@@ -1,7 +1,7 @@
 # The README's test command is `make test`; .ci/run runs exactly that.
 GO ?= go
 
-.PHONY: test test-python deps build build-turbo demo vet fmt-check
+.PHONY: test test-python deps build build-turbo image demo vet fmt-check
 
 # Everything, then the packages whose code differs under the turbojpeg tag
 # again in that build.
@@ -34,6 +34,13 @@ build:
 # libjpeg-turbo through cgo: decodes only the region a crop needs, at a reduced DCT scale.
 build-turbo: deps
 	$(GO) build -tags turbojpeg -o bin/sluice ./cmd/sluice
+
+# The container image, without a Docker daemon: bin/image/oci (an OCI image
+# layout) and bin/image/sluice.tar (docker load). See deploy/knative.
+IMAGE_TAG ?= sluice:dev
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+image: deps
+	$(GO) run ./cmd/sluice-image --out bin/image --tag $(IMAGE_TAG) --version $(VERSION)
 
 demo:
 	$(GO) run ./cmd/sluice demo

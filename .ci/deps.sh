@@ -3,6 +3,10 @@
 # - libjpeg-turbo's headers for the `turbojpeg` build (apt, when missing);
 # - versitygw, the S3 server the integration suite (internal/itest) runs,
 #   into <repo>/.bin (about 2 minutes the first time, then nothing);
+# - etcd and kube-apiserver for the Knative tests (internal/k8senv), built
+#   by .ci/k8s-testbin/build.sh into ~/.cache/sluice/k8s-testbin (about 11
+#   minutes the first time on 2 cores, then nothing: the cache is outside
+#   the repository, so a fresh clone reuses it);
 # - PyTorch, torchvision and numpy for Debian's python3 (apt, when missing).
 # nats-server is built by the suite itself from the version in go.mod.
 set -euo pipefail
@@ -16,6 +20,8 @@ if [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$versitygw_version" ] || 
   GOBIN="$bin" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
   echo "$versitygw_version" > "$bin/versitygw.version"
 fi
+
+bash "$root/.ci/k8s-testbin/build.sh" >/dev/null
 
 # Debian packages: libjpeg-turbo's headers, and PyTorch for the Python
 # client's tests (Debian's python3 at /usr/bin/python3; PyPI is not reachable).

@@ -1,7 +1,8 @@
 // Package autoscale turns a job's demand signal (from its trainer agent)
 // and its task backlog (from the broker) into a replica count for its
 // preprocessing functions, and applies it through an Actuator: local
-// processes (package local) or, later, Knative.
+// processes (package local) or pods of a Knative Service (package
+// knative).
 //
 // The policy (Decide) is a pure function of (config, state, inputs, now):
 //
@@ -52,4 +53,8 @@
 // job's Backlog, decides, allocates, calls Actuator.Scale for every job on
 // every tick (so the actuator can replace replicas that died) and records
 // scale events. A removed job is scaled to zero and its series deleted.
+// An actuator that must act only when a job starts and ends (Knative's,
+// whose Service template changes make Revisions) implements JobLifecycle:
+// the runner calls StartJob before a job's first Scale and EndJob after a
+// removed job's last.
 package autoscale

@@ -29,6 +29,22 @@ type Actuator interface {
 	Ready(job string) int
 }
 
+// JobLifecycle is implemented by an actuator that acts once when a job
+// starts and once when it ends, not on every tick: Knative's, whose
+// Service template (min-scale) it may change only then, since each change
+// makes a new Revision. The runner calls StartJob before the job's first
+// Scale (again on the next tick if it failed) and EndJob after the last
+// Scale of a removed job.
+type JobLifecycle interface {
+	StartJob(ctx context.Context, job string, b JobBounds) error
+	EndJob(ctx context.Context, job string) error
+}
+
+// JobBounds are the replica bounds a job decides within (Config.ForJob).
+type JobBounds struct {
+	MinReplicas, MaxReplicas int
+}
+
 // Backlog reports a job's shard tasks: queued, being processed, and
 // whether the job needs no more work.
 type Backlog interface {
@@ -82,10 +98,13 @@ type Runner struct {
 }
 
 type managed struct {
-	job    Job
-	cfg    Config // r.cfg with the job's bounds
-	state  State
-	reason string
+	job     Job
+	cfg     Config // r.cfg with the job's bounds
+	state   State
+	reason  string
+	started bool // JobLifecycle.StartJob succeeded
+	// pending and inflight are the backlog read at the last tick.
+	pending, inflight int
 }
 
 // NewRunner checks cfg and creates a runner. nc is only needed by Run; reg
@@ -188,6 +207,20 @@ func (r *Runner) Decision(job string) (replicas int, reason string) {
 	return 0, ""
 }
 
+// Backlog is job's tasks pending and in flight as the last tick read them
+// (before its Scale calls); ok is false for a job the runner does not
+// manage. An actuator that sizes replicas by itself (local.KPAMode) reads
+// it.
+func (r *Runner) Backlog(job string) (pending, inflight int, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.jobs[job]
+	if !ok {
+		return 0, 0, false
+	}
+	return m.pending, m.inflight, true
+}
+
 // Events returns the scale events so far, oldest first.
 func (r *Runner) Events() []ScaleEvent {
 	r.mu.Lock()
@@ -251,6 +284,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 			continue // removed (or re-added) during the round
 		}
 		rd.m.state, rd.m.reason = rd.next, rd.dec.Reason
+		rd.m.pending, rd.m.inflight = rd.in.Pending, rd.in.InFlight
 		r.desired.WithLabelValues(rd.name).Set(float64(rd.dec.Replicas))
 		if rd.dec.Replicas != rd.state.Replicas {
 			events = append(events, ScaleEvent{now, rd.name, rd.dec.Replicas, rd.dec.Reason})
@@ -274,7 +308,18 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	for _, e := range events {
 		r.log.Info("scaling", "job", e.Job, "replicas", e.Replicas, "reason", e.Reason)
 	}
+	lc, _ := r.act.(JobLifecycle)
 	for _, rd := range rounds {
+		if lc != nil && !rd.m.started {
+			b := JobBounds{MinReplicas: rd.cfg.MinReplicas, MaxReplicas: rd.cfg.MaxReplicas}
+			if err := lc.StartJob(ctx, rd.name, b); err != nil {
+				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", rd.name, "error", err)
+			} else {
+				r.mu.Lock()
+				rd.m.started = true
+				r.mu.Unlock()
+			}
+		}
 		if err := r.act.Scale(ctx, rd.name, rd.dec.Replicas); err != nil {
 			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "error", err)
 		}
@@ -282,6 +327,11 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	for _, name := range removed {
 		if err := r.act.Scale(ctx, name, 0); err != nil {
 			r.log.Warn("scaling a removed job to zero", "job", name, "error", err)
+		}
+		if lc != nil {
+			if err := lc.EndJob(ctx, name); err != nil {
+				r.log.Warn("ending a removed job in the actuator", "job", name, "error", err)
+			}
 		}
 		r.mu.Lock()
 		if _, back := r.jobs[name]; !back {

@@ -135,10 +135,14 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 
 	target := broker.NewLocalityTarget(id, c.opts.Actuator, c.opts.HTTPClient,
 		broker.Locality{PerReplica: c.opts.ReplicaConcurrency, MaxWait: max(c.opts.LocalityWait, 0)})
+	var capacity broker.ReadyReplicas = c.opts.Actuator
+	if c.opts.Dispatch != nil {
+		capacity = c.opts.Dispatch
+	}
 	var disp *broker.Dispatcher
 	for {
 		disp, err = broker.NewDispatcher(ctx, c.opts.JS, job, target, broker.DispatcherOptions{
-			Replicas: c.opts.Actuator, PerReplica: c.opts.ReplicaConcurrency, AckWait: c.opts.TaskAckWait,
+			Replicas: capacity, PerReplica: c.opts.ReplicaConcurrency, AckWait: c.opts.TaskAckWait,
 		}, jr.log.With("component", "dispatcher"), c.dm)
 		if err == nil {
 			jr.mu.Lock()

@@ -47,6 +47,11 @@ type Options struct {
 	Streams streams.Options
 	// Actuator runs replicas.
 	Actuator Actuator
+	// Dispatch sizes each job's dispatcher: Dispatch.Ready(job) x
+	// ReplicaConcurrency tasks in flight. Nil means Actuator, whose ready
+	// replicas are the capacity. Knative's actuator gives the replicas
+	// requested instead: its replicas start because requests arrive.
+	Dispatch broker.ReadyReplicas
 	// LeaseTTL is how long a job's lease lives without renewal (default
 	// 15s); it is renewed every LeaseTTL/3. A standby takes a dead
 	// controller's jobs after at most LeaseTTL.

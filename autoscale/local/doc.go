@@ -18,4 +18,10 @@
 // Scale is a reconcile: it counts the replicas that are starting or
 // serving and starts or stops (newest first) the difference, so calling it
 // again with the same count replaces replicas that died or were killed.
+//
+// KPAMode is the other way to size replicas here: Knative's KPA emulated
+// (DecideKPA, a pure function of the concurrency it observes and scripted
+// time: stable and panic windows, rate limits, scale-to-zero grace), so
+// that one machine can compare "Sluice decides" with "Knative decides
+// alone" on the same work.
 package local

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
@@ -23,7 +25,7 @@ import (
 )
 
 // actuators are the --actuator values.
-var actuators = []string{"local"}
+var actuators = []string{"local", "knative"}
 
 // replicaStopTimeout is how long a replica may drain at shutdown before it
 // is killed; its task goes back to the queue either way.
@@ -33,7 +35,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("controller", stderr)
 	host, _ := os.Hostname()
 	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this controller's name in job leases; unique among controllers")
-	actuator := fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine)")
+	actuator := fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine) or knative (pods of a Knative Service, see deploy/knative)")
 	maxReplicas := fs.Int("max-replicas", controller.DefaultMaxReplicas, "replicas over all jobs (the capacity jobs share), and a job's cap when its spec sets none")
 	replicaCPUs := fs.Int("replica-cpus", 1, "cores (GOMAXPROCS) of one replica")
 	concurrency := fs.Int("replica-concurrency", 1, "shards one replica processes at once")
@@ -42,6 +44,9 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	ackWait := fs.Duration("task-ack-wait", streams.DispatchAckWait, "how long a task a dead controller had in flight waits before it is redelivered")
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	kn := registerKnativeFlags(fs)
+	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy) or kpa (Knative's KPA emulated alone, from the requests a push dispatcher would keep outstanding: the baseline to compare with)")
+	kpaWindow := fs.Duration("kpa-window", 60*time.Second, "with --local-scaling kpa: the KPA's stable window (Knative's window annotation)")
 	connFlags := connect.Register(fs, connect.PartAll)
 	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
 	localityWait := fs.Duration("locality-wait", broker.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
@@ -56,6 +61,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var cache shardcache.Config
 	if err := parse(fs, args,
 		oneOf("actuator", actuator, actuators...),
+		oneOf("local-scaling", localScaling, "sluice", "kpa"),
+		durationRange("kpa-window", kpaWindow, 6*time.Second, time.Hour),
 		intRange("max-replicas", maxReplicas, 1, 10000),
 		intRange("replica-cpus", replicaCPUs, 1, 1024),
 		intRange("replica-concurrency", concurrency, 1, 256),
@@ -82,35 +89,78 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer nc.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding this binary to run replicas: %w", err)
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// Replicas are this binary's `fn serve`, with this controller's
-	// connection settings (secrets through the environment).
-	ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache)
-	ropts.StopTimeout = replicaStopTimeout
-	act := local.New(ropts, logger.With("component", "actuator"), reg)
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
-		defer cancel()
-		if err := act.Close(cctx); err != nil {
-			logger.Warn("stopping replicas", "err", err)
+	var act controller.Actuator
+	var dispatch broker.ReadyReplicas
+	// The KPA emulation reads each job's backlog from the controller's
+	// autoscaler, which exists only once the controller does.
+	var runner atomic.Pointer[autoscale.Runner]
+	locality := localityOption(*localityWait)
+	switch *actuator {
+	case "knative":
+		ka, err := kn.actuator(ctx, *concurrency, *maxReplicas, logger.With("component", "actuator"), reg)
+		if err != nil {
+			return err
 		}
-	}()
+		kctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); ka.Run(kctx) }()
+		defer func() { stop(); <-done }()
+		act, dispatch = ka, ka.Requested()
+		// The Service's one URL stands for all its pods, and Knative's
+		// routing picks the pod: no shard can be sent to its cache's home,
+		// and waiting for a "busy" URL would hold back the requests that
+		// make the KPA scale.
+		locality = -1
+	default:
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding this binary to run replicas: %w", err)
+		}
+		// Replicas are this binary's `fn serve`, with this controller's
+		// connection settings (secrets through the environment).
+		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache)
+		ropts.StopTimeout = replicaStopTimeout
+		la := local.New(ropts, logger.With("component", "actuator"), reg)
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
+			defer cancel()
+			if err := la.Close(cctx); err != nil {
+				logger.Warn("stopping replicas", "err", err)
+			}
+		}()
+		act = la
+		if *localScaling == "kpa" {
+			cfg := local.DefaultKPAConfig(*concurrency)
+			cfg.StableWindow, cfg.MaxScale = *kpaWindow, *maxReplicas
+			kpa, err := local.NewKPAMode(la, cfg, local.BacklogConcurrency{
+				Parallelism: *maxReplicas * *concurrency,
+				Backlog: func(job string) (int, int, bool) {
+					if r := runner.Load(); r != nil {
+						return r.Backlog(job)
+					}
+					return 0, 0, false
+				},
+			}, logger.With("component", "kpa"))
+			if err != nil {
+				return err
+			}
+			act = kpa
+		}
+	}
 
 	c, err := controller.New(controller.Options{
 		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
-		Actuator: act, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
-		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency, LocalityWait: localityOption(*localityWait),
+		Actuator: act, Dispatch: dispatch, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
+		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency, LocalityWait: locality,
 	}, logger, reg)
 	if err != nil {
 		return err
 	}
+	runner.Store(c.Runner())
 
 	if *listen != "" {
 		ln, err := net.Listen("tcp", *listen)

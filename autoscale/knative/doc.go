@@ -1,0 +1,32 @@
+// Package knative is the autoscaler's actuator on a cluster with Knative
+// Serving: every job's replicas are pods of one Knative Service running
+// `sluice fn serve` (deploy/knative), and Sluice's decisions reach Knative's
+// autoscaler (the KPA) through the one signal it reads: the concurrency of
+// the HTTP requests it sees.
+//
+// The lever is the dispatcher's in-flight requests. Scale(job, n) writes
+// nothing to the cluster: it sets the job's requested replicas, and the
+// controller sizes the job's dispatcher by Requested (n x the replica
+// concurrency sends in flight) instead of by ready replicas. The Service's
+// KPA target equals the replica concurrency (target-utilization 100%), so
+// the KPA runs ceil(sum of in-flight / target) = the sum of what Sluice
+// decided over all jobs sharing the Service. At zero pods the requests wait
+// in Knative's activator, which is what starts the first pod: a dispatcher
+// sized by ready pods would never send and never wake the Service.
+//
+// The Service's template is changed only at a job's start and end
+// (StartJob, EndJob, called by the autoscale.Runner), and only when the
+// floor it needs changes: min-scale = the sum of the running jobs'
+// MinReplicas, max-scale = Options.MaxScale. Every template change makes a
+// new Revision (knative/serving#6717), and patching the PodAutoscaler
+// directly does not scale up (#10327), so a per-tick patch is never made.
+//
+// Ready replicas come from the cluster: the sum of Revision
+// status.actualReplicas (the pods the KPA counts ready) over the Service's
+// Revisions, read every Options.Poll by Run. Ready(job) is the job's share
+// of them in proportion to what each job requested (ShareReady), so a pod
+// that is still starting is not counted and the policy does not read a
+// cold start as a slow replica: it holds while replicas start. Endpoints is
+// the Service's address (status.address.url, cluster-local), the same for
+// every job; Knative's routing spreads the requests over the pods.
+package knative
