@@ -23,8 +23,12 @@ import (
 // come again byte for byte. The tasks go to wire.ReplaySubject(job), which
 // the job's dispatcher takes before its queued epochs, and carry a replay
 // nonce (wire.ShardTask.Replay) so that the output stream does not drop
-// their chunks as duplicates. Every reader of the job sees them; readers
-// that had the chunks drop them by ChunkRef.
+// their chunks as duplicates. Their chunks go to the reader's own subject
+// (wire.ReaderReplaySubject): only that reader's consumer sees them, so a
+// replay for one trial of a sweep is neither read again by the others nor
+// kept in the stream for a reader that already finished. The job's
+// output stream must have been created by a Sluice that knows that
+// subject (streams.Output).
 //
 // Replay returns once every task is stored; a Replay that fails part-way
 // can be called again (the extra copies are dropped by the reader).
@@ -32,6 +36,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, job wire.Job, reader st
 	id := job.Spec.ID
 	if err := wire.ValidateJobID(id); err != nil {
 		return 0, fmt.Errorf("replay: %w", err)
+	}
+	if err := wire.ValidateReader(reader); err != nil {
+		return 0, fmt.Errorf("replay of job %s: %w", id, err)
 	}
 	nonce := reader + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var tasks []wire.ShardTask
@@ -52,7 +59,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, job wire.Job, reader st
 				Pipeline:      job.Spec.Pipeline,
 				Seed:          job.Spec.Seed,
 				ChunkMaxBytes: job.Spec.ChunkMaxBytes,
-				OutputSubject: wire.OutputSubject(id),
+				OutputSubject: wire.ReaderReplaySubject(id, reader),
 				Replay:        nonce,
 			})
 		}

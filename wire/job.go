@@ -24,6 +24,10 @@ type JobSpec struct {
 	// zero); MaxReplicas caps it (0: the controller's cap).
 	MinReplicas int `json:"min_replicas,omitempty"`
 	MaxReplicas int `json:"max_replicas,omitempty"`
+	// InitialReplicas are started as soon as the job has tasks, before any
+	// demand signal (0: the controller's default). A sweep pre-warms its
+	// jobs with it, from the planner's estimate.
+	InitialReplicas int `json:"initial_replicas,omitempty"`
 	// Weight is the job's share of the replica capacity against other
 	// jobs when capacity is short (default 1).
 	Weight float64 `json:"weight,omitempty"`
@@ -125,6 +129,9 @@ func (s JobSpec) Problems() []FieldError {
 		add("max_replicas", "%d: want 0..10000 (0: the controller's cap)", s.MaxReplicas)
 	} else if s.MaxReplicas > 0 && s.MinReplicas > s.MaxReplicas {
 		add("max_replicas", "%d: want >= min_replicas (%d)", s.MaxReplicas, s.MinReplicas)
+	}
+	if s.InitialReplicas < 0 || s.InitialReplicas > 10000 {
+		add("initial_replicas", "%d: want 0..10000 (0: the controller's default)", s.InitialReplicas)
 	}
 	if !(s.Weight > 0 && s.Weight <= 1000) {
 		add("weight", "%v: want > 0 and <= 1000", s.Weight)

@@ -43,6 +43,18 @@ func OutputStream(job string) string { return outputStreamPrefix + job }
 // OutputSubject is where function replicas publish a job's chunks and shard ends.
 func OutputSubject(job string) string { return outputSubjectPrefix + job }
 
+// ReaderReplaySubject is where the replayed chunks of one reader of job go:
+// in the job's output stream, outside OutputSubject(job), and in that
+// reader's consumer's filter only, so only the reader that asked for a
+// replay gets it; the interest-retention stream drops it once that reader
+// acked it, whatever the others do.
+func ReaderReplaySubject(job, reader string) string {
+	return outputSubjectPrefix + job + ".r." + reader
+}
+
+// ReplayOutputSubjects matches every ReaderReplaySubject of job.
+func ReplayOutputSubjects(job string) string { return outputSubjectPrefix + job + ".r.*" }
+
 // ReplaySubject is where a job's replay tasks are queued (see
 // ShardTask.Replay): on TaskStream, outside TaskSubject(job), so that its
 // dispatcher can take them before the epochs still queued.

@@ -86,7 +86,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 // has a durable consumer (Reader) created with the stream, and a chunk
 // stays until each of them acked it (interest retention), up to
 // OutputBufferBytes: a publish past that fails and the shard is retried
-// later; the dispatcher pauses before that.
+// later; the dispatcher pauses before that. Replayed chunks go to the
+// subject of the one reader that asked (wire.ReaderReplaySubject), in the
+// same stream.
 func Output(spec wire.JobSpec, maxPayload int64, o Options) (jetstream.StreamConfig, error) {
 	size := int64(spec.ChunkMaxBytes) + wire.OutputHeadroom
 	if size > maxPayload {
@@ -99,7 +101,7 @@ func Output(spec wire.JobSpec, maxPayload int64, o Options) (jetstream.StreamCon
 	return jetstream.StreamConfig{
 		Name:        wire.OutputStream(spec.ID),
 		Description: "Sluice output chunks of job " + spec.ID,
-		Subjects:    []string{wire.OutputSubject(spec.ID)},
+		Subjects:    []string{wire.OutputSubject(spec.ID), wire.ReplayOutputSubjects(spec.ID)},
 		Retention:   jetstream.InterestPolicy,
 		MaxBytes:    spec.OutputBufferBytes,
 		Discard:     jetstream.DiscardNew,
@@ -116,15 +118,17 @@ func Output(spec wire.JobSpec, maxPayload int64, o Options) (jetstream.StreamCon
 // agent's chunks stay stuck, not how slow a trainer may be.
 const ReaderAckWait = 30 * time.Second
 
-// Reader is the durable consumer of one reader of job's output.
+// Reader is the durable consumer of one reader of job's output: the job's
+// chunks and the reader's own replays, not the other readers'.
 func Reader(job, reader string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       wire.ReaderConsumer(reader),
-		Description:   fmt.Sprintf("Sluice reader %s of job %s", reader, job),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       ReaderAckWait,
-		MaxDeliver:    -1,
+		Durable:        wire.ReaderConsumer(reader),
+		Description:    fmt.Sprintf("Sluice reader %s of job %s", reader, job),
+		FilterSubjects: []string{wire.OutputSubject(job), wire.ReaderReplaySubject(job, reader)},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckWait:        ReaderAckWait,
+		MaxDeliver:     -1,
 		// Enough for a reader holding a whole prefetch window of chunks.
 		MaxAckPending: 65536,
 	}
