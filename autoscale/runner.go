@@ -57,6 +57,10 @@ type Job struct {
 	// MinReplicas and MaxReplicas bound the job's replicas; MaxReplicas 0
 	// means the runner's Config.MaxReplicas.
 	MinReplicas, MaxReplicas int
+	// InitialReplicas, when > 0, replaces Config.InitialReplicas for this
+	// job: a pre-warmed job (a sweep's, sized by the planner) starts with
+	// the replicas it will need rather than growing to them on demand.
+	InitialReplicas int
 	// Weight is the job's share of the capacity when it is short (<= 0: 1).
 	Weight float64
 	// Readers are the job's declared readers: the most stalled one drives
@@ -142,6 +146,9 @@ func (r *Runner) AddJob(name string, j Job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cfg := r.cfg.ForJob(j.MinReplicas, j.MaxReplicas)
+	if j.InitialReplicas > 0 {
+		cfg.InitialReplicas = max(min(j.InitialReplicas, cfg.MaxReplicas), cfg.MinReplicas, 1)
+	}
 	if m, ok := r.jobs[name]; ok {
 		m.job, m.cfg = j, cfg
 		return

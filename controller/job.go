@@ -150,7 +150,7 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 			jr.mu.Unlock()
 			c.runner.AddJob(id, autoscale.Job{Backlog: disp,
 				MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
-				Weight: job.Spec.Weight, Readers: job.Spec.Readers})
+				InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight, Readers: job.Spec.Readers})
 			if err = disp.Run(ctx); err == nil {
 				break
 			}
