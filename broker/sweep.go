@@ -76,6 +76,17 @@ func (b *Broker) SubmitSweep(ctx context.Context, spec wire.SweepSpec, planner P
 	if planner == nil {
 		planner = MinReplicasPlanner{}
 	}
+	// Every job is checked before the first is submitted, so that a bad
+	// trial does not start (and then roll back) the others.
+	var bad []error
+	for _, js := range spec.Jobs() {
+		if err := CheckJobSpec(js.WithDefaults(b.js.Conn().MaxPayload())); err != nil {
+			bad = append(bad, err)
+		}
+	}
+	if err := errors.Join(bad...); err != nil {
+		return wire.Sweep{}, fmt.Errorf("sweep %s: %w", spec.ID, err)
+	}
 	kv, err := b.sweepsBucket(ctx)
 	if err != nil {
 		return wire.Sweep{}, err
