@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+const sweepFile = `id: sw
+dataset: s3://data/ds/
+pipeline: imagenet-train
+batch_size: 4
+epochs: 1
+seed: 3
+trainer_rate: 500
+output_buffer_bytes: 64MiB
+trials:
+  - {name: a}
+  - {name: b}
+  - {name: c, seed: 4}
+`
+
+func TestSweepCommandsEndToEnd(t *testing.T) {
+	e := newJobEnv(t)
+	spec := e.file(t, "sweep.yaml", sweepFile)
+	code, out, errs := runCLI(t, append([]string{"sweep", "submit", spec, "--per-replica-rate", "200", "--json"}, e.conn...)...)
+	wantOutput(t, "submit", code, 0, out+errs)
+	sw := decode[wire.Sweep](t, out)
+	if len(sw.Jobs) != 2 || sw.Jobs[0].Prewarm != 3 || strings.Join(sw.Jobs[0].Trials, ",") != "a,b" {
+		t.Errorf("sweep %+v: want two jobs, a and b sharing the first, pre-warmed with ceil(500/200) = 3", sw.Jobs)
+	}
+	job, err := e.b.Job(t.Context(), "sw-1")
+	if err != nil || job.Spec.Seed != 4 || job.Spec.InitialReplicas != 3 {
+		t.Errorf("job sw-1 %+v, %v: want seed 4, 3 initial replicas", job.Spec, err)
+	}
+	code, out, _ = runCLI(t, "sweep", "status", "sw", "--nats", e.conn[1])
+	wantOutput(t, "status", code, 0, out, "sweep sw: 2 jobs", "sw-0", "queued", "a", "waiting", "sw-1", "c")
+
+	code, out, errs = runCLI(t, append([]string{"sweep", "submit", spec}, e.conn...)...)
+	wantOutput(t, "submit again", code, 1, out+errs, "already exists")
+	bad := e.file(t, "bad.yaml", strings.Replace(sweepFile, "{name: b}", "{name: a}", 1))
+	code, out, errs = runCLI(t, append([]string{"sweep", "submit", bad}, e.conn...)...)
+	wantOutput(t, "submit a bad file", code, 1, out+errs, `"a": named twice`)
+}
