@@ -45,8 +45,14 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	kn := registerKnativeFlags(fs)
-	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy) or kpa (Knative's KPA emulated alone, from the requests a push dispatcher would keep outstanding: the baseline to compare with)")
+	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy), kpa (Knative's KPA emulated alone, from the requests a push dispatcher would keep outstanding) or keda (a KEDA ScaledObject on the job's queue lag and its HPA, emulated): the baselines to compare with")
 	kpaWindow := fs.Duration("kpa-window", 60*time.Second, "with --local-scaling kpa: the KPA's stable window (Knative's window annotation)")
+	kedaCfg := local.DefaultKEDAConfig()
+	fs.DurationVar(&kedaCfg.PollingInterval, "keda-polling-interval", kedaCfg.PollingInterval, "with --local-scaling keda: KEDA's pollingInterval (activation and deactivation)")
+	fs.DurationVar(&kedaCfg.HPASyncPeriod, "keda-hpa-sync", kedaCfg.HPASyncPeriod, "with --local-scaling keda: how often the HPA resizes an active job")
+	fs.Float64Var(&kedaCfg.LagThreshold, "keda-lag-threshold", kedaCfg.LagThreshold, "with --local-scaling keda: the queue lag (tasks pending and in flight) one replica is sized for")
+	fs.DurationVar(&kedaCfg.CooldownPeriod, "keda-cooldown", kedaCfg.CooldownPeriod, "with --local-scaling keda: KEDA's cooldownPeriod before a job without lag goes to its min replicas")
+	fs.DurationVar(&kedaCfg.ScaleDownStabilization, "keda-scale-down-window", kedaCfg.ScaleDownStabilization, "with --local-scaling keda: the HPA's scale-down stabilization window")
 	connFlags := connect.Register(fs, connect.PartAll)
 	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
 	localityWait := fs.Duration("locality-wait", broker.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
@@ -61,7 +67,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var cache shardcache.Config
 	if err := parse(fs, args,
 		oneOf("actuator", actuator, actuators...),
-		oneOf("local-scaling", localScaling, "sluice", "kpa"),
+		oneOf("local-scaling", localScaling, "sluice", "kpa", "keda"),
+		kedaCfg.Validate,
 		durationRange("kpa-window", kpaWindow, 6*time.Second, time.Hour),
 		intRange("max-replicas", maxReplicas, 1, 10000),
 		intRange("replica-cpus", replicaCPUs, 1, 1024),
@@ -148,6 +155,21 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 				return err
 			}
 			act = kpa
+		}
+		if *localScaling == "keda" {
+			kedaCfg.MaxReplicaCount = *maxReplicas
+			keda, err := local.NewKEDAMode(la, kedaCfg, local.BacklogLag{
+				Backlog: func(job string) (int, int, bool) {
+					if r := runner.Load(); r != nil {
+						return r.Backlog(job)
+					}
+					return 0, 0, false
+				},
+			}, logger.With("component", "keda"))
+			if err != nil {
+				return err
+			}
+			act = keda
 		}
 	}
 
