@@ -1,0 +1,324 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/embedded"
+	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/wire"
+)
+
+const (
+	bucket = "data"
+	prefix = "sweep/"
+	// s3Key and s3Secret are what the processes present to the embedded
+	// S3, which takes any.
+	s3Key, s3Secret = "sluice", "sluice-loadtest-secret"
+	// drainWithin bounds the wait, after the last trainer finished, for
+	// every job to end and its replicas to exit.
+	drainWithin = time.Minute
+)
+
+// Run makes every run of o and reports them. progress, when not nil, gets
+// a line as each run starts and ends.
+func Run(ctx context.Context, o Options, logger *slog.Logger, progress func(string)) (Report, error) {
+	if err := o.Validate(); err != nil {
+		return Report{}, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if progress == nil {
+		progress = func(string) {}
+	}
+	s3srv, err := embedded.StartS3("")
+	if err != nil {
+		return Report{}, err
+	}
+	defer s3srv.Close()
+	shards, err := synth.Images(synth.ImageOptions{Samples: o.Samples, Shards: o.Shards, Seed: 1,
+		MinSide: o.MinSide, MaxSide: o.MaxSide, Quality: 85, Classes: 10})
+	if err != nil {
+		return Report{}, fmt.Errorf("generating the dataset: %w", err)
+	}
+	s3c, err := s3Client(ctx, s3srv.Endpoint())
+	if err != nil {
+		return Report{}, err
+	}
+	if err := synth.Upload(ctx, s3c, bucket, prefix, shards); err != nil {
+		return Report{}, err
+	}
+	rate, err := perReplicaRate(ctx, shards, time.Second)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Trials: o.Trials, Seeds: o.Seeds, ArrivalS: o.Arrival.Seconds(), Samples: o.Samples, Shards: o.Shards,
+		Epochs: o.Epochs, BatchSize: o.BatchSize, StepS: o.StepTime.Seconds(), PerReplicaRate: rate,
+		TrainerRate: trainerRate(o), MaxReplicas: o.MaxReplicas, JobMaxReplicas: o.JobMaxReplicas}
+	logger.Info("dataset written", "samples", o.Samples, "shards", o.Shards, "per_replica_samples_per_s", rate)
+	for _, r := range o.Runs {
+		progress(fmt.Sprintf("run %s: starting", r.Name()))
+		res, err := runOne(ctx, o, r, s3srv.Endpoint(), s3c, rate, logger.With("run", r.Name()))
+		if err != nil {
+			return rep, fmt.Errorf("run %s: %w", r.Name(), err)
+		}
+		progress(fmt.Sprintf("run %s: %.0f s, stall %.1f s, replica cpu %.1f s", r.Name(), res.WallS, res.StallS, res.ReplicaCPUS))
+		rep.Runs = append(rep.Runs, res)
+	}
+	return rep, nil
+}
+
+// trainerRate is one simulated trainer's samples per second when never
+// stalled.
+func trainerRate(o Options) float64 {
+	if o.StepTime <= 0 {
+		return 0
+	}
+	return float64(o.BatchSize) / o.StepTime.Seconds()
+}
+
+func s3Client(ctx context.Context, endpoint string) (*s3.Client, error) {
+	cfg := objstore.Config{Endpoint: endpoint, PathStyle: true}
+	cfg.Credentials = credentials.NewStaticCredentialsProvider(s3Key, s3Secret, "")
+	return objstore.NewClient(ctx, cfg, nil)
+}
+
+// plannedTrial is one trial of a run: its reader, job and arrival.
+type plannedTrial struct {
+	name, job string
+	seed      uint64
+	at        time.Duration
+}
+
+// runOne makes one run on a NATS server of its own.
+func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.Client, rate float64, logger *slog.Logger) (RunResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.RunTimeout)
+	defer cancel()
+	nsrv, err := embedded.StartNATS(embedded.NATSOptions{})
+	if err != nil {
+		return RunResult{}, err
+	}
+	defer nsrv.Shutdown()
+	conn := connect.Default()
+	conn.NATS.URLs = []string{nsrv.URL()}
+	nc, js, err := conn.ConnectNATS(ctx, "sluice-loadtest", logger)
+	if err != nil {
+		return RunResult{}, err
+	}
+	defer nc.Close()
+	b := broker.New(js, s3c, conn.Streams(), logger)
+
+	ctl, stopCtl, err := startController(ctx, o, r, nsrv.URL(), s3Endpoint)
+	if err != nil {
+		return RunResult{}, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopCtl(0)
+		}
+	}()
+
+	trials, seeds := o.shape(r)
+	plan := make([]plannedTrial, trials)
+	for i := range plan {
+		plan[i] = plannedTrial{name: fmt.Sprintf("t%02d", i), seed: uint64(1 + i%seeds),
+			at: time.Duration(int64(o.Arrival) * int64(i) / int64(trials))}
+	}
+	var planner broker.Planner = broker.MinReplicasPlanner{}
+	if r.Policy == "sluice" {
+		planner = broker.RatePlanner{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
+	}
+	minReplicas, maxReplicas := 0, o.JobMaxReplicas
+	if r.Policy == "static" {
+		minReplicas, maxReplicas = r.Static, r.Static
+	}
+	spec := wire.SweepSpec{ID: "sw", Dataset: "s3://" + bucket + "/" + prefix, Pipeline: Pipeline, BatchSize: o.BatchSize,
+		Epochs: o.Epochs, MinReplicas: minReplicas, MaxReplicas: maxReplicas, TrainerRate: trainerRate(o)}
+	var jobs []string
+	start := time.Now()
+	if !r.Independent {
+		for _, p := range plan {
+			seed := p.seed
+			spec.Trials = append(spec.Trials, wire.Trial{Name: p.name, Seed: &seed})
+		}
+		sw, err := b.SubmitSweep(ctx, spec, planner)
+		if err != nil {
+			return RunResult{}, err
+		}
+		for _, j := range sw.Jobs {
+			jobs = append(jobs, j.ID)
+			for _, name := range j.Trials {
+				for i := range plan {
+					if plan[i].name == name {
+						plan[i].job = j.ID
+					}
+				}
+			}
+		}
+	}
+
+	res := RunResult{Name: r.Name(), Policy: r.Policy, Independent: r.Independent, TrialsN: trials, Seeds: seeds}
+	trainers := make([]*trainer, len(plan))
+	for i, p := range plan {
+		trainers[i] = &trainer{name: p.name, job: p.job, stepTime: o.StepTime, expected: int64(o.Samples * o.Epochs)}
+		if r.Independent {
+			trainers[i].name, trainers[i].job = wire.DefaultReader, "tr-"+p.name
+			jobs = append(jobs, trainers[i].job)
+		}
+	}
+	cpu := newChildCPU(ctl.Process.Pid)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	var sampled sync.WaitGroup
+	sampled.Add(1)
+	go func() {
+		defer sampled.Done()
+		tick := time.NewTicker(o.SampleEvery)
+		defer tick.Stop()
+		for {
+			pt := Point{T: time.Since(start).Seconds(), Replicas: cpu.sample()}
+			for _, t := range trainers {
+				if t.started.Load() && !t.done.Load() {
+					pt.Active++
+					if t.waiting.Load() {
+						pt.Stalled++
+					}
+				}
+			}
+			res.Timeline = append(res.Timeline, pt)
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	var submitErr error
+	var submitMu sync.Mutex
+	for i, p := range plan {
+		t := trainers[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-time.After(time.Until(start.Add(p.at))):
+			case <-ctx.Done():
+				return
+			}
+			if r.Independent {
+				js := wire.JobSpec{ID: t.job, Dataset: spec.Dataset, Pipeline: spec.Pipeline, BatchSize: spec.BatchSize,
+					Epochs: spec.Epochs, Seed: p.seed, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas}
+				n, err := planner.Replicas(ctx, js, spec.TrainerRate)
+				if err == nil {
+					js.InitialReplicas = n
+					_, err = b.Submit(ctx, js)
+				}
+				if err != nil {
+					submitMu.Lock()
+					submitErr = errors.Join(submitErr, fmt.Errorf("submitting %s: %w", t.job, err))
+					submitMu.Unlock()
+					return
+				}
+			}
+			t.run(ctx, o, nsrv.URL(), start)
+		}()
+	}
+	wg.Wait()
+	if submitErr != nil {
+		stopSampling()
+		sampled.Wait()
+		return RunResult{}, submitErr
+	}
+	// The jobs end once every reader is done, and their replicas stop.
+	drained := waitFor(ctx, drainWithin, func() bool {
+		for _, id := range jobs {
+			j, err := b.Job(ctx, id)
+			if err != nil || !j.State.Terminal() {
+				return false
+			}
+		}
+		return cpu.sample() == 0
+	})
+	res.WallS = time.Since(start).Seconds()
+	stopSampling()
+	sampled.Wait()
+	for _, id := range jobs {
+		j, st, err := b.Status(ctx, id)
+		if err != nil {
+			return RunResult{}, err
+		}
+		res.Jobs++
+		res.ShardTasks += st.Tasks.Done + st.Tasks.Failed + st.Tasks.Redeliveries
+		res.ShardTasksNeeded += j.Tasks()
+		if j.State != wire.JobSucceeded {
+			res.Errors = append(res.Errors, fmt.Sprintf("job %s %s %s", id, j.State, j.Reason))
+		}
+	}
+	if !drained {
+		res.Errors = append(res.Errors, "jobs or replicas still there "+strconv.Itoa(int(drainWithin.Seconds()))+"s after the last trainer")
+	}
+	stopCtl(0)
+	stopped = true
+	cpu.sample()
+	res.ReplicaCPUS = cpu.seconds()
+	for _, t := range trainers {
+		res.Trials = append(res.Trials, t.result())
+	}
+	res.summarize()
+	return res, nil
+}
+
+// startController runs `sluice controller` for run r.
+func startController(ctx context.Context, o Options, r Case, natsURL, s3Endpoint string) (*exec.Cmd, func(time.Duration), error) {
+	args := append(append([]string{}, o.Command[1:]...), "controller", "--id", "loadtest",
+		"--nats", natsURL, "--s3-endpoint", s3Endpoint, "--listen", "127.0.0.1:0",
+		"--max-replicas", strconv.Itoa(o.MaxReplicas), "--tick", "500ms", "--log-level", "warn")
+	switch r.Policy {
+	case "keda":
+		args = append(args, "--local-scaling", "keda", "--keda-polling-interval", o.KEDAPolling.String(),
+			"--keda-lag-threshold", strconv.FormatFloat(o.KEDALagThreshold, 'g', -1, 64))
+	case "kpa":
+		args = append(args, "--local-scaling", "kpa", "--kpa-window", o.KPAWindow.String())
+	}
+	cmd := exec.Command(o.Command[0], args...)
+	cmd.Env = append(append(os.Environ(), o.Env...), "AWS_ACCESS_KEY_ID="+s3Key, "AWS_SECRET_ACCESS_KEY="+s3Secret)
+	cmd.Stderr = os.Stderr
+	_, stop, err := startReady(ctx, cmd, "controller")
+	if err != nil {
+		return nil, nil, err
+	}
+	return cmd, stop, nil
+}
+
+// waitFor polls cond until it holds or within passes.
+func waitFor(ctx context.Context, within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return cond()
+}
