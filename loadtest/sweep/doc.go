@@ -27,9 +27,9 @@
 // Measured per run: each trainer's stall (time blocked waiting for a
 // batch, from its arrival to its last batch: a cold start counts), time
 // to first batch and completion time from arrival; the replicas' CPU
-// seconds, read from /proc for every child of the controller (sampled
-// every SampleEvery, so a replica's last interval before it exits is
-// lost: at most that much per replica); the live replicas and stalled
-// trainers over time, drawn as SVG. Every trial's samples are checked:
+// seconds, read from /proc: the controller's cutime and cstime (the
+// replicas it reaped, exactly) and its live children's own; the live
+// replicas and stalled trainers over time (sampled every SampleEvery),
+// drawn as SVG. Every trial's samples are checked:
 // each (epoch, sample) exactly once.
 package sweep

@@ -14,8 +14,11 @@ const clockTicks = 100
 
 // procStat is what a process's /proc/PID/stat says of it.
 type procStat struct {
-	pid, ppid  int
-	cpuTicks   uint64 // utime + stime
+	pid, ppid int
+	cpuTicks  uint64 // utime + stime
+	// childTicks is cutime + cstime: the CPU time of the children it
+	// reaped.
+	childTicks uint64
 	startTicks uint64 // start time after boot: tells a reused pid apart
 	zombie     bool
 }
@@ -33,43 +36,56 @@ func parseStat(pid int, text string) (procStat, error) {
 		return procStat{}, fmt.Errorf("stat of %d: %d fields", pid, len(f)+2)
 	}
 	ppid, err1 := strconv.Atoi(f[1])
-	ut, err2 := strconv.ParseUint(f[11], 10, 64)
-	st, err3 := strconv.ParseUint(f[12], 10, 64)
-	start, err4 := strconv.ParseUint(f[19], 10, 64)
-	for _, err := range []error{err1, err2, err3, err4} {
-		if err != nil {
-			return procStat{}, fmt.Errorf("stat of %d: %w", pid, err)
+	var n [5]uint64 // utime, stime, cutime, cstime, starttime
+	for i, field := range []int{11, 12, 13, 14, 19} {
+		v, err := strconv.ParseInt(f[field], 10, 64)
+		if err != nil || v < 0 {
+			return procStat{}, fmt.Errorf("stat of %d: field %d %q", pid, field+2, f[field])
 		}
+		n[i] = uint64(v)
 	}
-	return procStat{pid: pid, ppid: ppid, cpuTicks: ut + st, startTicks: start, zombie: f[0] == "Z"}, nil
+	if err1 != nil {
+		return procStat{}, fmt.Errorf("stat of %d: %w", pid, err1)
+	}
+	return procStat{pid: pid, ppid: ppid, cpuTicks: n[0] + n[1], childTicks: n[2] + n[3], startTicks: n[4], zombie: f[0] == "Z"}, nil
 }
 
 // childCPU follows the CPU time of a process's children (the controller's
-// replicas) through /proc: each sample records the latest CPU time of
-// every child seen, so a child that exited keeps what it had at its last
-// sample.
+// replicas) through /proc: the parent's cutime and cstime hold, exactly,
+// what the children it reaped used (the local actuator waits for every
+// replica), and the children alive now are read one by one.
 type childCPU struct {
 	parent int
 	proc   string // /proc, or a test's directory
 
-	mu   sync.Mutex
-	seen map[[2]uint64]uint64
+	mu     sync.Mutex
+	reaped uint64
+	live   uint64
 }
 
 func newChildCPU(parent int) *childCPU {
-	return &childCPU{parent: parent, proc: "/proc", seen: map[[2]uint64]uint64{}}
+	return &childCPU{parent: parent, proc: "/proc"}
 }
 
-// sample reads every child of the parent now, and returns how many are
-// alive.
+// sample reads the parent and its children now, and returns how many
+// children are alive. The parent is read first: a child reaped between
+// the two reads is missed until the next sample rather than counted twice.
 func (c *childCPU) sample() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	data, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", c.proc, c.parent))
+	if err != nil {
+		return 0 // the parent is gone: what it reaped was read last time
+	}
+	parent, err := parseStat(c.parent, string(data))
+	if err != nil {
+		return 0
+	}
 	ents, err := os.ReadDir(c.proc)
 	if err != nil {
 		return 0
 	}
-	live := 0
+	live, ticks := 0, uint64(0)
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -83,22 +99,19 @@ func (c *childCPU) sample() int {
 		if err != nil || st.ppid != c.parent {
 			continue
 		}
-		k := [2]uint64{uint64(pid), st.startTicks}
-		c.seen[k] = max(c.seen[k], st.cpuTicks)
+		ticks += st.cpuTicks
 		if !st.zombie {
 			live++
 		}
 	}
+	c.reaped, c.live = parent.childTicks, ticks
 	return live
 }
 
-// seconds is the CPU time of every child seen.
+// seconds is the CPU time of every child, reaped or alive, at the last
+// sample.
 func (c *childCPU) seconds() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var t uint64
-	for _, v := range c.seen {
-		t += v
-	}
-	return float64(t) / clockTicks
+	return float64(c.reaped+c.live) / clockTicks
 }
