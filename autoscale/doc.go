@@ -9,7 +9,9 @@
 //   - A job that is done goes to zero at once. A job with nothing pending
 //     or in flight goes to MinReplicas at once: an idle replica has no task
 //     to take.
-//   - A job at zero with tasks pending activates with InitialReplicas.
+//   - A job at zero with tasks pending activates with InitialReplicas, or
+//     the job's own (Job.InitialReplicas: a sweep's job pre-warmed with
+//     what the planner says it needs, before any demand signal).
 //   - Without a demand signal fresher than DemandStale the count holds: the
 //     agent may not have started, or the signal path is broken, and
 //     neither is a reason to move.

@@ -22,4 +22,25 @@
 // permanent ones. NewLocalityTarget sends each shard to its home replica,
 // the first in the shard key's rendezvous order over the ready replicas
 // (whose shard cache holds it), waiting a bounded time when it is busy.
+//
+// Sweeps: SubmitSweep submits a hyperparameter sweep's trials as jobs.
+// Trials that would be fed the same samples (same dataset, pipeline, seed
+// and epochs: wire.SweepSpec.Jobs) share one job, each trial one of its
+// readers, so each chunk is preprocessed once and every trial reads it at
+// its own pace; a trial with another seed or pipeline gets a job of its
+// own. Matching on exactly these four, not on a hash of the output, keeps
+// the rule one a user can predict from the sweep file. Each job is
+// pre-warmed: a Planner says how many replicas it needs for one trial's
+// trainer rate (the trials of a job share its output, so not their sum)
+// and the job starts with them (wire.JobSpec.InitialReplicas) before any
+// demand signal. MinReplicasPlanner (the job's min_replicas) is the
+// default; RatePlanner is the FastFlow-style ceil(trainer rate /
+// per-replica rate) from a measured rate. The sweep's record
+// (wire.Sweep, in wire.SweepsBucket) names its jobs and their trials for
+// Sweep (`sluice sweep status`).
+//
+// Replay queues the re-production of shards for one reader (a trainer
+// resumed from a checkpoint); their chunks go to that reader's own
+// subject (wire.ReaderReplaySubject), so the job's other readers never
+// see them.
 package broker

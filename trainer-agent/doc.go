@@ -89,6 +89,16 @@
 // (OutputBufferBytes) must hold the prefetch window and a step, or the job
 // stalls.
 //
+// Readers of one job (the trials of a sweep) share that buffer: a reader
+// whose trainer lags leaves its chunks in the stream, and once the buffer
+// nears full the dispatcher pauses for every reader. The lag is not yet
+// bounded: a reader too far behind should ack the chunks it cannot keep,
+// record their shards as owed in its position, and ask for them through
+// broker.Replay when its ranks reach them (its replays come on its own
+// subject, wire.ReaderReplaySubject, and are dropped by ChunkRef as a
+// resume's are). Until then, size a sweep's output buffer for the spread
+// between its fastest and slowest trial.
+//
 // Stall accounting (demand.go, steptime.go, gpu.go): without step reports
 // the time the trainer spends blocked in Next (or in GET /v1/batch) is its
 // wait: the share of a demand interval during which at least one caller

@@ -39,6 +39,7 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	runs := fs.String("runs", strings.Join(names, ","), "runs, in order: sluice, keda, kpa or static:N, each optionally /independent (a job per trial) and @TRIALSxSEEDS")
 	out := fs.String("out", "", "directory to write report.json, replicas.svg and stall.svg to (empty: none)")
+	from := fs.String("from", "", "read the report from this report.json instead of running (to print or plot it again)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	logLevel := fs.String("log-level", "warn", "log level: "+fmt.Sprint(logLevels))
 	fs.Usage = func() {
@@ -61,21 +62,31 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	}); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding this binary to run the processes: %w", err)
-	}
-	o.Command = []string{exe}
-	if err := o.Validate(); err != nil {
-		return err
-	}
-	logger := newLogger(stderr, *logLevel).With("component", "loadtest")
-	began := time.Now()
-	rep, err := sweep.Run(ctx, o, logger, func(line string) {
-		fmt.Fprintf(stderr, "%5.0fs %s\n", time.Since(began).Seconds(), line)
-	})
-	if err != nil {
-		return err
+	var rep sweep.Report
+	if *from != "" {
+		data, err := os.ReadFile(*from)
+		if err != nil {
+			return fmt.Errorf("reading the report: %w", err)
+		}
+		if err := json.Unmarshal(data, &rep); err != nil {
+			return fmt.Errorf("decoding %s: %w", *from, err)
+		}
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding this binary to run the processes: %w", err)
+		}
+		o.Command = []string{exe}
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		logger := newLogger(stderr, *logLevel).With("component", "loadtest")
+		began := time.Now()
+		if rep, err = sweep.Run(ctx, o, logger, func(line string) {
+			fmt.Fprintf(stderr, "%5.0fs %s\n", time.Since(began).Seconds(), line)
+		}); err != nil {
+			return err
+		}
 	}
 	if *out != "" {
 		if err := writeSweepReport(*out, rep); err != nil {
@@ -107,7 +118,7 @@ func writeSweepReport(dir string, rep sweep.Report) error {
 		series         []sweep.Series
 	}{
 		{"replicas.svg", "Function replicas over time, per run", "live replicas", replicas},
-		{"stall.svg", "Trainers waiting for a batch, per run", "stalled trainers", stalled},
+		{"stall.svg", "Trainer stall so far, added over the trainers, per run", "stall (trainer-seconds)", stalled},
 	} {
 		f, err := os.Create(filepath.Join(dir, c.file))
 		if err != nil {

@@ -84,16 +84,21 @@ func tick(v float64) string {
 	return fmt.Sprintf("%.1f", v)
 }
 
-// Charts are the report's two charts, replicas and stalled trainers over
-// time, a line per run.
-func (rep Report) Charts() (replicas, stalled []Series) {
+// Charts are the report's two charts, a line per run: live replicas, and
+// trainer stall added up over the trainers and over time (trainer-seconds
+// spent waiting for a batch, from the sampled count of waiting trainers),
+// which lines of many runs can be told apart by where they level off.
+func (rep Report) Charts() (replicas, stall []Series) {
 	for _, r := range rep.Runs {
 		rs, ss := Series{Name: r.Name}, Series{Name: r.Name}
+		var sum, last float64
 		for _, p := range r.Timeline {
+			sum += float64(p.Stalled) * (p.T - last)
+			last = p.T
 			rs.Points = append(rs.Points, [2]float64{p.T, float64(p.Replicas)})
-			ss.Points = append(ss.Points, [2]float64{p.T, float64(p.Stalled)})
+			ss.Points = append(ss.Points, [2]float64{p.T, sum})
 		}
-		replicas, stalled = append(replicas, rs), append(stalled, ss)
+		replicas, stall = append(replicas, rs), append(stall, ss)
 	}
-	return replicas, stalled
+	return replicas, stall
 }
