@@ -75,11 +75,11 @@ func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
 		t.Fatalf("output stream: %v", err)
 	}
 	cfg := out.CachedInfo().Config
-	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1")}) || cfg.Retention != jetstream.InterestPolicy ||
+	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1"), wire.ReplayOutputSubjects("j1")}) || cfg.Retention != jetstream.InterestPolicy ||
 		cfg.MaxBytes != wire.DefaultOutputBufferBytes || cfg.Discard != jetstream.DiscardNew ||
 		cfg.Storage != jetstream.FileStorage || cfg.Duplicates != time.Hour ||
 		int(cfg.MaxMsgSize) < wire.DefaultChunkMaxBytes+64<<10 {
-		t.Errorf("output stream config %+v: want subject %s, interest retention capped at the output buffer, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
+		t.Errorf("output stream config %+v: want subjects %s and its readers' replays, interest retention capped at the output buffer, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
 	}
 
 	_, err = e.b.Submit(ctx, testSpec("j1", 1))

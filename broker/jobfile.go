@@ -33,6 +33,7 @@ import (
 //	seed: 7
 //	min_replicas: 0
 //	max_replicas: 16
+//	initial_replicas: 4          # started at once, before any demand (pre-warm)
 //	weight: 2
 //	readers: [rank0, rank1]
 //	chunk_max_bytes: 1MiB        # sizes: integers or strings with B, KiB, MiB, GiB, TiB, KB, MB, GB, TB
@@ -103,7 +104,7 @@ type jobFile struct {
 
 // jobKeys are the keys of a job spec file, in wire.JobSpec's order.
 var jobKeys = []string{"id", "dataset", "pipeline", "batch_size", "epochs", "seed", "min_replicas",
-	"max_replicas", "weight", "readers", "chunk_max_bytes", "output_buffer_bytes"}
+	"max_replicas", "initial_replicas", "weight", "readers", "chunk_max_bytes", "output_buffer_bytes"}
 
 func decodeJobFile(data []byte) (jobFile, []SpecProblem) {
 	f := jobFile{lines: map[string]int{}, overridden: map[string]bool{}, unread: map[string]bool{}, pipelineOffset: -1}
@@ -233,6 +234,8 @@ func (f *jobFile) decodeField(data []byte, top *yaml.Node, i int, key string, v 
 		return decodeInt(v, &s.MinReplicas)
 	case "max_replicas":
 		return decodeInt(v, &s.MaxReplicas)
+	case "initial_replicas":
+		return decodeInt(v, &s.InitialReplicas)
 	case "weight":
 		if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&s.Weight) != nil {
 			return fmt.Errorf("%s: want a number", describe(v))

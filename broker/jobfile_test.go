@@ -108,7 +108,7 @@ func TestParseJobSpecUnknownKeys(t *testing.T) {
 	got := problems(t, err)
 	for _, w := range []string{
 		`line 2: unknown key "epoch": did you mean "epochs"?`,
-		`line 3: unknown key "replicas": a job spec has id, dataset, pipeline, batch_size, epochs, seed, min_replicas, max_replicas, weight, readers, chunk_max_bytes, output_buffer_bytes`,
+		`line 3: unknown key "replicas": a job spec has id, dataset, pipeline, batch_size, epochs, seed, min_replicas, max_replicas, initial_replicas, weight, readers, chunk_max_bytes, output_buffer_bytes`,
 	} {
 		if !strings.Contains(strings.Join(got, "\n"), w) {
 			t.Errorf("problems %q lack %q", got, w)

@@ -99,3 +99,13 @@ trials:
 		t.Errorf("unknown key: %v; want it named", err)
 	}
 }
+
+func TestJobFileTakesInitialReplicas(t *testing.T) {
+	spec, err := ParseJobSpec([]byte("id: j\ndataset: s3://d/x/\npipeline: imagenet-train\nbatch_size: 4\nepochs: 1\ninitial_replicas: 3\n"))
+	if err != nil || spec.InitialReplicas != 3 {
+		t.Errorf("initial_replicas: %d, %v; want 3", spec.InitialReplicas, err)
+	}
+	if _, err := ParseJobSpec([]byte("id: j\ndataset: s3://d/x/\npipeline: imagenet-train\nbatch_size: 4\nepochs: 1\ninitial_replicas: -1\n")); err == nil || !strings.Contains(err.Error(), "initial_replicas") {
+		t.Errorf("initial_replicas -1: %v; want it refused", err)
+	}
+}
