@@ -54,6 +54,12 @@ type Options struct {
 	KeepAliveInterval time.Duration
 	// GPU reads GPU utilisation; nil reports -1 (no GPU).
 	GPU GPUSampler
+	// MaxLagBytes is the output stream's fill past which this reader, when
+	// it holds the stream's oldest message, sheds what it cannot keep and
+	// asks for it again later (see lag.go), so that a lagging trial does
+	// not hold back the others. 0: half the job's output buffer when the
+	// job has more than one reader, never otherwise; < 0: never.
+	MaxLagBytes int64
 }
 
 // Stats describe the agent's progress.
@@ -64,6 +70,9 @@ type Stats struct {
 	// DuplicateChunks counts output messages (chunks and shard ends)
 	// dropped because the agent had already seen them.
 	DuplicateChunks int64
+	// ShedMessages counts output messages a lagging reader took off the
+	// stream unkept, their shards owed and asked for again.
+	ShedMessages int64
 	// FailedSamples are those that functions could not preprocess (from
 	// ShardEnd messages), lost in a corrupt chunk, or reported with Fail.
 	FailedSamples []wire.FailedSample
@@ -513,14 +522,32 @@ func (a *Agent) consume(ctx context.Context, cons jetstream.Consumer) (err error
 		if done {
 			return nil
 		}
-		if err := a.waitFor(ctx, a.hasRoom); err != nil {
+		if err := a.askOwed(ctx); err != nil {
 			return err
 		}
-		msg, err := iter.Next(jetstream.NextContext(ctx))
+		if err := a.waitForRoom(ctx, cons, iter); err != nil {
+			return err
+		}
+		a.mu.Lock()
+		room := a.hasRoom()
+		a.mu.Unlock()
+		if !room {
+			continue // shed for a while; the ranks may need data now
+		}
+		// A reader that may owe shards looks up from the stream now and
+		// then: what it waits for may be a replay it has yet to ask for.
+		nctx, cancel := ctx, context.CancelFunc(func() {})
+		if a.lagLimit() > 0 {
+			nctx, cancel = context.WithTimeout(ctx, lagCheckEvery)
+		}
+		msg, err := iter.Next(jetstream.NextContext(nctx))
+		cancel()
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case nctx.Err() != nil:
+			continue
 		case errors.Is(err, jetstream.ErrNoHeartbeat):
 			// The iterator resets itself and issues a new pull request.
 			a.log.Debug("no heartbeat from the output stream; pulling again")
@@ -529,6 +556,36 @@ func (a *Agent) consume(ctx context.Context, cons jetstream.Consumer) (err error
 			return fmt.Errorf("consuming %s: %w", wire.OutputStream(a.job.Spec.ID), err)
 		}
 		a.handle(msg)
+	}
+}
+
+// waitForRoom waits until the agent may pull, or, while this reader
+// holds the shared output buffer, sheds for a while.
+func (a *Agent) waitForRoom(ctx context.Context, cons jetstream.Consumer, iter jetstream.MessagesContext) error {
+	for {
+		if a.lagLimit() == 0 {
+			return a.waitFor(ctx, a.hasRoom)
+		}
+		wctx, cancel := context.WithTimeout(ctx, lagCheckEvery)
+		err := a.waitFor(wctx, a.hasRoom)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		lag, err := a.lagging(ctx, cons)
+		if err != nil {
+			a.log.Debug("checking the reader's lag", "error", err)
+			continue
+		}
+		if lag {
+			if err := a.shedFor(ctx, iter, lagCheckEvery); err != nil {
+				return err
+			}
+			if err := a.sync(ctx, false); err != nil {
+				return fmt.Errorf("recording the shards owed: %w", err)
+			}
+			return nil
+		}
 	}
 }
 

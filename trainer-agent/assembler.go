@@ -55,6 +55,7 @@ type epochState struct {
 	complete  bitset // shards whose every chunk was handed out, shard end seen
 	nComplete int
 	replayed  bitset              // shards a resume asked to be re-produced (see position)
+	owed      bitset              // shards a lagging reader shed messages of (see lag.go)
 	shards    map[int]*shardState // shards with anything recorded, not complete
 	arrived   int                 // shards complete or arrivedAll
 	pending   []sample            // not yet a full batch

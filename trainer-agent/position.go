@@ -42,6 +42,9 @@ type epochPosition struct {
 	// re-produced: their earlier messages may be acked, so a later resume
 	// from a position before them must ask again (see replaySet).
 	Replayed string `json:"replayed,omitempty"`
+	// Owed are shards (not complete) a lagging reader shed messages of:
+	// acked unkept, to be asked for again (see lag.go).
+	Owed string `json:"owed,omitempty"`
 }
 
 type shardPosition struct {
@@ -66,6 +69,14 @@ func (a *assembler) snapshot() position {
 			replayed = append(replayed, w)
 		}
 		out.Replayed = encodeSet(replayed)
+		var owed bitset
+		for i, w := range ep.owed {
+			if i < len(ep.complete) {
+				w &^= ep.complete[i]
+			}
+			owed = append(owed, w)
+		}
+		out.Owed = encodeSet(owed)
 		for s, sh := range ep.shards {
 			var sp shardPosition
 			if sh.end >= 0 {
@@ -88,7 +99,7 @@ func (a *assembler) snapshot() position {
 				out.Shards[s] = sp
 			}
 		}
-		if out.Complete != "" || out.Shards != nil || out.Replayed != "" {
+		if out.Complete != "" || out.Shards != nil || out.Replayed != "" || out.Owed != "" {
 			if p.Epochs == nil {
 				p.Epochs = map[int]epochPosition{}
 			}
@@ -128,9 +139,14 @@ func (a *assembler) restore(p position) error {
 		if err != nil {
 			return fmt.Errorf("position: epoch %d: replayed shards: %w", e, err)
 		}
+		owed, err := decodeSet(ep.Owed, a.shards)
+		if err != nil {
+			return fmt.Errorf("position: epoch %d: owed shards: %w", e, err)
+		}
 		st := a.epoch(e)
 		st.complete = complete
 		st.replayed = replayed
+		st.owed = owed
 		st.nComplete = complete.countBelow(a.shards)
 		st.arrived = st.nComplete
 		for s, sp := range ep.Shards {
