@@ -89,15 +89,20 @@
 // (OutputBufferBytes) must hold the prefetch window and a step, or the job
 // stalls.
 //
-// Readers of one job (the trials of a sweep) share that buffer: a reader
-// whose trainer lags leaves its chunks in the stream, and once the buffer
-// nears full the dispatcher pauses for every reader. The lag is not yet
-// bounded: a reader too far behind should ack the chunks it cannot keep,
-// record their shards as owed in its position, and ask for them through
-// broker.Replay when its ranks reach them (its replays come on its own
-// subject, wire.ReaderReplaySubject, and are dropped by ChunkRef as a
-// resume's are). Until then, size a sweep's output buffer for the spread
-// between its fastest and slowest trial.
+// Lagging readers (lag.go): readers of one job (the trials of a sweep)
+// share that buffer, and once it nears full the dispatcher pauses for
+// every reader. A reader whose prefetch is full checks every second
+// whether the stream holds its lag bound (Options.MaxLagBytes; half the
+// buffer when the job has several readers) and waits for this reader,
+// which has not acked the stream's oldest message (holdsBuffer, a pure
+// rule). If so it sheds: it pulls past its prefetch and acks what it
+// pulls without keeping it, its shards noted as owed in the position
+// (written before the acks). When its ranks run out of steps in an epoch
+// with owed shards it asks for them through broker.Replay; they come on
+// its own replay subject, are never shed, and the copies of chunks it had
+// kept are dropped by ChunkRef. The other readers go on at their pace;
+// the lagging one pays with the shards produced twice and a replay's
+// latency. A resume treats owed shards as acked (replaySet).
 //
 // Stall accounting (demand.go, steptime.go, gpu.go): without step reports
 // the time the trainer spends blocked in Next (or in GET /v1/batch) is its

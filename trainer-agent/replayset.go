@@ -8,7 +8,7 @@ import "fmt"
 // records. The agent acks a message only once the position records it, so
 // that is a shard complete in h, or with its end or a whole chunk in h but
 // not in p, or one an earlier resume replayed (its first messages may be
-// gone). A shard p shows complete needs nothing; a chunk partly handed out
+// gone), or one a lagging reader owed (it acked messages unkept). A shard p shows complete needs nothing; a chunk partly handed out
 // is still unacked and comes again by itself. Epochs before p.Finished are
 // left out. It is pure: the agent calls it on its snapshot.
 func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
@@ -39,11 +39,15 @@ func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("recorded position: epoch %d: replayed shards: %w", e, err)
 		}
+		hOwed, err := decodeSet(he.Owed, shards)
+		if err != nil {
+			return nil, fmt.Errorf("recorded position: epoch %d: owed shards: %w", e, err)
+		}
 		for s := range shards {
 			if pComplete.has(s) {
 				continue
 			}
-			more := hComplete.has(s) || hReplayed.has(s)
+			more := hComplete.has(s) || hReplayed.has(s) || hOwed.has(s)
 			if !more {
 				if hs, ok := he.Shards[s]; ok {
 					if more, err = ackedMore(hs, pe.Shards[s]); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/connect"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
@@ -31,6 +32,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	worldSize := fs.Int("world-size", 0, "number of ranks (`W`) the agent serves (0: set by the first request's world_size)")
 	dropLast := fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
 	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
+	maxLag := fs.String("max-lag-bytes", "0", "output stream fill (a `size` such as 256MiB) past which this reader, when the stream waits for it, takes off what it cannot keep and asks for those shards again later, so it does not hold back the job's other readers; 0: half the job's output buffer when the job has several readers; -1: never")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartNATS)
 	fs.Usage = func() {
@@ -46,6 +48,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
+	var maxLagBytes int64
 	if err := parse(fs, args,
 		func() error {
 			if *jobID == "" {
@@ -58,6 +61,18 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		intRange("world-size", worldSize, 0, 1<<16),
 		durationRange("linger", linger, 0, 10*time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
+		func() error {
+			if *maxLag == "-1" {
+				maxLagBytes = -1
+				return nil
+			}
+			n, err := broker.ParseSize(*maxLag)
+			if err != nil {
+				return fmt.Errorf("--max-lag-bytes %q: %v", *maxLag, err)
+			}
+			maxLagBytes = n
+			return nil
+		},
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -69,7 +84,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	opts := traineragent.Options{Reader: *reader, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast}
+	opts := traineragent.Options{Reader: *reader, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast, MaxLagBytes: maxLagBytes}
 	// GPU utilisation goes into the demand signals where NVML finds a GPU;
 	// elsewhere the wait time alone measures the trainer's stall.
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
