@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/loadtest/sweep"
 )
 
@@ -27,6 +28,9 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "epochs of each trial")
 	fs.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "samples per batch")
 	fs.DurationVar(&o.StepTime, "step-time", o.StepTime, "simulated trainer compute per step")
+	fs.IntVar(&o.Lagging, "lagging", o.Lagging, "the last N trials of each run lag: their steps take --lag-factor times longer")
+	fs.Float64Var(&o.LagFactor, "lag-factor", o.LagFactor, "how much longer a lagging trial's step takes")
+	outputBuffer := fs.String("output-buffer", "0", "each job's output buffer, a `size` such as 2MiB (0: the default, 1GiB); a small one makes a lagging trial hold back the others unless its agent sheds")
 	fs.IntVar(&o.MaxReplicas, "max-replicas", o.MaxReplicas, "the controller's replica cap over all jobs")
 	fs.IntVar(&o.JobMaxReplicas, "job-max-replicas", o.JobMaxReplicas, "one job's replica cap")
 	fs.DurationVar(&o.KEDAPolling, "keda-polling-interval", o.KEDAPolling, "the keda runs' pollingInterval")
@@ -37,7 +41,7 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	for _, r := range o.Runs {
 		names = append(names, r.Name())
 	}
-	runs := fs.String("runs", strings.Join(names, ","), "runs, in order: sluice, keda, kpa or static:N, each optionally /independent (a job per trial) and @TRIALSxSEEDS")
+	runs := fs.String("runs", strings.Join(names, ","), "runs, in order: sluice, keda, kpa or static:N, each optionally /independent (a job per trial), /noshed (agents never shed a lagging trial's backlog) and @TRIALSxSEEDS")
 	out := fs.String("out", "", "directory to write report.json, replicas.svg and stall.svg to (empty: none)")
 	from := fs.String("from", "", "read the report from this report.json instead of running (to print or plot it again)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -51,6 +55,13 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args, oneOf("log-level", logLevel, logLevels...), func() error {
+		n, err := broker.ParseSize(*outputBuffer)
+		if err != nil {
+			return fmt.Errorf("--output-buffer %q: %v", *outputBuffer, err)
+		}
+		o.OutputBufferBytes = n
+		return nil
+	}, func() error {
 		o.Runs = nil
 		var errs []error
 		for _, s := range strings.Split(*runs, ",") {

@@ -29,8 +29,13 @@ type Options struct {
 	MinSide, MaxSide int
 	Epochs           int
 	BatchSize        int
-	// StepTime is the simulated trainer's compute per step.
-	StepTime time.Duration
+	// StepTime is the simulated trainer's compute per step; the last
+	// Lagging trials of each run compute LagFactor times longer.
+	StepTime  time.Duration
+	Lagging   int
+	LagFactor float64
+	// OutputBufferBytes is each job's output buffer (0: the default).
+	OutputBufferBytes int64
 
 	// MaxReplicas is the controller's cap over all jobs; JobMaxReplicas
 	// one job's.
@@ -58,6 +63,9 @@ type Case struct {
 	Static int    // replicas per job, for static
 	// Independent: each trial its own job; otherwise they are a sweep.
 	Independent bool
+	// NoShed: the agents never shed (sluice agent --max-lag-bytes -1), so a
+	// lagging trial holds back the others of its job.
+	NoShed bool
 	// Trials overrides Options.Trials and Seeds, where > 0.
 	Trials, Seeds int
 }
@@ -71,6 +79,9 @@ func (r Case) Name() string {
 	if r.Independent {
 		n += "/independent"
 	}
+	if r.NoShed {
+		n += "/noshed"
+	}
 	if r.Trials > 0 {
 		n += fmt.Sprintf("@%dx%d", r.Trials, r.Seeds)
 	}
@@ -78,7 +89,7 @@ func (r Case) Name() string {
 }
 
 // ParseCase reads a run's Name back: "sluice", "keda", "kpa", "static:4",
-// each optionally with "/independent" and "@TRIALSxSEEDS".
+// each optionally with "/independent", "/noshed" and "@TRIALSxSEEDS".
 func ParseCase(s string) (Case, error) {
 	var r Case
 	rest := s
@@ -87,6 +98,9 @@ func ParseCase(s string) (Case, error) {
 			return Case{}, fmt.Errorf("run %q: want @TRIALSxSEEDS, 1 <= seeds <= trials", s)
 		}
 		rest = rest[:i]
+	}
+	if p, ok := strings.CutSuffix(rest, "/noshed"); ok {
+		r.NoShed, rest = true, p
 	}
 	if p, ok := strings.CutSuffix(rest, "/independent"); ok {
 		r.Independent, rest = true, p
@@ -101,7 +115,7 @@ func ParseCase(s string) (Case, error) {
 		}
 		r.Policy, r.Static = "static", n
 	default:
-		return Case{}, fmt.Errorf("run %q: want sluice, keda, kpa or static:N, then /independent or @TRIALSxSEEDS", s)
+		return Case{}, fmt.Errorf("run %q: want sluice, keda, kpa or static:N, then /independent, /noshed, @TRIALSxSEEDS", s)
 	}
 	return r, nil
 }
@@ -116,7 +130,7 @@ func DefaultOptions() Options {
 	return Options{
 		Trials: 12, Seeds: 3, Arrival: 10 * time.Second,
 		Samples: 1200, Shards: 24, MinSide: 160, MaxSide: 320, Epochs: 2, BatchSize: 16,
-		StepTime:    100 * time.Millisecond,
+		StepTime: 100 * time.Millisecond, LagFactor: 4,
 		MaxReplicas: 8, JobMaxReplicas: 4,
 		Runs:        runs,
 		KEDAPolling: 30 * time.Second, KEDALagThreshold: 10, KPAWindow: 60 * time.Second,
@@ -143,6 +157,9 @@ func (o Options) Validate() error {
 	check(o.Epochs >= 1 && o.Epochs <= 100, "epochs %d: want 1..100", o.Epochs)
 	check(o.BatchSize >= 1 && o.BatchSize <= 4096, "batch size %d: want 1..4096", o.BatchSize)
 	check(o.StepTime >= 0 && o.StepTime <= time.Minute, "step time %v: want 0..1m", o.StepTime)
+	check(o.Lagging >= 0 && o.Lagging <= o.Trials, "lagging %d: want 0..trials", o.Lagging)
+	check(o.Lagging == 0 || (o.LagFactor >= 1 && o.LagFactor <= 100), "lag factor %v: want 1..100", o.LagFactor)
+	check(o.OutputBufferBytes >= 0, "output buffer %d: want >= 0", o.OutputBufferBytes)
 	check(o.MaxReplicas >= 1 && o.MaxReplicas <= 256, "max replicas %d: want 1..256", o.MaxReplicas)
 	check(o.JobMaxReplicas >= 1 && o.JobMaxReplicas <= o.MaxReplicas, "job max replicas %d: want 1..max replicas", o.JobMaxReplicas)
 	check(len(o.Runs) > 0, "runs: want at least one")

@@ -39,6 +39,7 @@ type RunResult struct {
 	Name         string  `json:"name"`
 	Policy       string  `json:"policy"`
 	Independent  bool    `json:"independent"`
+	NoShed       bool    `json:"no_shed,omitempty"`
 	TrialsN      int     `json:"trials"`
 	Seeds        int     `json:"seeds"`
 	Jobs         int     `json:"jobs"`
@@ -52,6 +53,9 @@ type RunResult struct {
 	MaxFirstBatch  float64 `json:"max_first_batch_s"`
 	MeanDone       float64 `json:"mean_completion_s"`
 	MaxDone        float64 `json:"max_completion_s"`
+	// MeanDoneKeepingUp is the mean completion of the trials that do not
+	// lag (all of them when none lags).
+	MeanDoneKeepingUp float64 `json:"mean_completion_keeping_up_s"`
 	// ShardTasks were run (redeliveries and replays included) against
 	// ShardTasksNeeded: one per shard per epoch per job.
 	ShardTasks       int `json:"shard_tasks"`
@@ -66,7 +70,12 @@ type RunResult struct {
 
 func (r *RunResult) summarize() {
 	n := float64(max(len(r.Trials), 1))
+	keeping := 0
 	for _, t := range r.Trials {
+		if !t.Lagging {
+			r.MeanDoneKeepingUp += t.DoneS
+			keeping++
+		}
 		r.StallS += t.StallS
 		r.MeanFirstBatch += t.FirstBatchS / n
 		r.MaxFirstBatch = max(r.MaxFirstBatch, t.FirstBatchS)
@@ -78,6 +87,7 @@ func (r *RunResult) summarize() {
 			r.Errors = append(r.Errors, fmt.Sprintf("trial %s: %s", t.Name, t.Err))
 		}
 	}
+	r.MeanDoneKeepingUp /= float64(max(keeping, 1))
 	for _, p := range r.Timeline {
 		r.PeakReplicas = max(r.PeakReplicas, p.Replicas)
 	}
@@ -90,10 +100,10 @@ func (rep Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "sweep: %d trials over %.0f s (%d seeds), %d samples x %d epochs each, batch %d, step %.0f ms (%.0f samples/s per trainer); one replica %.0f samples/s; cap %d replicas, %d per job\n\n",
 		rep.Trials, rep.ArrivalS, rep.Seeds, rep.Samples, rep.Epochs, rep.BatchSize, rep.StepS*1000, rep.TrainerRate, rep.PerReplicaRate, rep.MaxReplicas, rep.JobMaxReplicas)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tjobs\tstall s\treplica cpu s\tpeak replicas\tfirst batch s (mean/max)\tcompletion s (mean/max)\tshard tasks\tdup/missing\twall s\t")
+	fmt.Fprintln(tw, "run\tjobs\tstall s\treplica cpu s\tpeak replicas\tfirst batch s (mean/max)\tcompletion s (mean/max)\tkeeping up s\tshard tasks\tdup/missing\twall s\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%d\t%.1f / %.1f\t%.1f / %.1f\t%d/%d\t%d/%d\t%.0f\t\n", r.Name, r.Jobs, r.StallS, r.ReplicaCPUS, r.PeakReplicas,
-			r.MeanFirstBatch, r.MaxFirstBatch, r.MeanDone, r.MaxDone, r.ShardTasks, r.ShardTasksNeeded, r.Duplicates, r.Missing, r.WallS)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%d\t%.1f / %.1f\t%.1f / %.1f\t%.1f\t%d/%d\t%d/%d\t%.0f\t\n", r.Name, r.Jobs, r.StallS, r.ReplicaCPUS, r.PeakReplicas,
+			r.MeanFirstBatch, r.MaxFirstBatch, r.MeanDone, r.MaxDone, r.MeanDoneKeepingUp, r.ShardTasks, r.ShardTasksNeeded, r.Duplicates, r.Missing, r.WallS)
 	}
 	_ = tw.Flush()
 	for _, r := range rep.Runs {
@@ -117,7 +127,7 @@ func (rep Report) SharingPairs() [][2]RunResult {
 			continue
 		}
 		i := slices.IndexFunc(rep.Runs, func(r RunResult) bool {
-			return r.Independent && r.Policy == s.Policy && r.TrialsN == s.TrialsN && r.Seeds == s.Seeds
+			return r.Independent && r.Policy == s.Policy && r.TrialsN == s.TrialsN && r.Seeds == s.Seeds && r.NoShed == s.NoShed
 		})
 		if i >= 0 {
 			out = append(out, [2]RunResult{s, rep.Runs[i]})

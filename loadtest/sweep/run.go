@@ -148,7 +148,12 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 		minReplicas, maxReplicas = r.Static, r.Static
 	}
 	spec := wire.SweepSpec{ID: "sw", Dataset: "s3://" + bucket + "/" + prefix, Pipeline: Pipeline, BatchSize: o.BatchSize,
-		Epochs: o.Epochs, MinReplicas: minReplicas, MaxReplicas: maxReplicas, TrainerRate: trainerRate(o)}
+		Epochs: o.Epochs, MinReplicas: minReplicas, MaxReplicas: maxReplicas, TrainerRate: trainerRate(o),
+		OutputBufferBytes: o.OutputBufferBytes}
+	if o.OutputBufferBytes > 0 {
+		// A small buffer needs small chunks: a job's buffer holds at least four.
+		spec.ChunkMaxBytes = int(max(64<<10, o.OutputBufferBytes/8))
+	}
 	var jobs []string
 	start := time.Now()
 	if !r.Independent {
@@ -172,10 +177,14 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 		}
 	}
 
-	res := RunResult{Name: r.Name(), Policy: r.Policy, Independent: r.Independent, TrialsN: trials, Seeds: seeds}
+	res := RunResult{Name: r.Name(), Policy: r.Policy, Independent: r.Independent, NoShed: r.NoShed, TrialsN: trials, Seeds: seeds}
 	trainers := make([]*trainer, len(plan))
 	for i, p := range plan {
-		trainers[i] = &trainer{name: p.name, job: p.job, stepTime: o.StepTime, expected: int64(o.Samples * o.Epochs)}
+		trainers[i] = &trainer{name: p.name, job: p.job, stepTime: o.StepTime, expected: int64(o.Samples * o.Epochs), noShed: r.NoShed}
+		if i >= len(plan)-o.Lagging {
+			trainers[i].lagging = true
+			trainers[i].stepTime = time.Duration(float64(o.StepTime) * o.LagFactor)
+		}
 		if r.Independent {
 			trainers[i].name, trainers[i].job = wire.DefaultReader, "tr-"+p.name
 			jobs = append(jobs, trainers[i].job)
@@ -224,7 +233,8 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 			}
 			if r.Independent {
 				js := wire.JobSpec{ID: t.job, Dataset: spec.Dataset, Pipeline: spec.Pipeline, BatchSize: spec.BatchSize,
-					Epochs: spec.Epochs, Seed: p.seed, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas}
+					Epochs: spec.Epochs, Seed: p.seed, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas,
+					OutputBufferBytes: spec.OutputBufferBytes, ChunkMaxBytes: spec.ChunkMaxBytes}
 				n, err := planner.Replicas(ctx, js, spec.TrainerRate)
 				if err == nil {
 					js.InitialReplicas = n

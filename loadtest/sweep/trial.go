@@ -26,6 +26,8 @@ import (
 type TrialResult struct {
 	Name string `json:"name"`
 	Job  string `json:"job"`
+	// Lagging trials compute Options.LagFactor times longer a step.
+	Lagging bool `json:"lagging,omitempty"`
 	// StartS is the trial's arrival.
 	StartS float64 `json:"start_s"`
 	// FirstBatchS and DoneS: its first batch, and the 410 after its last.
@@ -47,6 +49,8 @@ type TrialResult struct {
 type trainer struct {
 	name, job string
 	stepTime  time.Duration
+	lagging   bool
+	noShed    bool
 	expected  int64 // samples x epochs
 
 	waiting atomic.Bool // blocked for a batch now
@@ -61,7 +65,7 @@ type trainer struct {
 func (t *trainer) run(ctx context.Context, o Options, natsURL string, runStart time.Time) {
 	arrived := time.Now()
 	t.mu.Lock()
-	t.res = TrialResult{Name: t.name, Job: t.job, StartS: arrived.Sub(runStart).Seconds()}
+	t.res = TrialResult{Name: t.name, Job: t.job, Lagging: t.lagging, StartS: arrived.Sub(runStart).Seconds()}
 	t.mu.Unlock()
 	t.started.Store(true)
 	t.waiting.Store(true)
@@ -76,7 +80,7 @@ func (t *trainer) run(ctx context.Context, o Options, natsURL string, runStart t
 }
 
 func (t *trainer) read(ctx context.Context, o Options, natsURL string, arrived time.Time) error {
-	base, stop, err := startAgent(ctx, o, natsURL, t.job, t.name)
+	base, stop, err := startAgent(ctx, o, natsURL, t.job, t.name, t.noShed)
 	if err != nil {
 		return err
 	}
@@ -175,9 +179,12 @@ func getBatch(ctx context.Context, u string) (traineragent.Batch, bool, error) {
 
 // startAgent runs `sluice agent` for one reader of job and returns its
 // base URL once it serves, and what stops it.
-func startAgent(ctx context.Context, o Options, natsURL, job, reader string) (string, func(grace time.Duration), error) {
+func startAgent(ctx context.Context, o Options, natsURL, job, reader string, noShed bool) (string, func(grace time.Duration), error) {
 	args := append(append([]string{}, o.Command[1:]...), "agent", "--job", job, "--reader", reader,
 		"--listen", "127.0.0.1:0", "--nats", natsURL, "--linger", "2s", "--log-level", "warn")
+	if noShed {
+		args = append(args, "--max-lag-bytes", "-1")
+	}
 	cmd := exec.Command(o.Command[0], args...)
 	cmd.Env = append(os.Environ(), o.Env...)
 	cmd.Stderr = os.Stderr
