@@ -93,9 +93,10 @@
 // share that buffer, and once it nears full the dispatcher pauses for
 // every reader. A reader whose prefetch is full checks every second
 // whether the stream holds its lag bound (Options.MaxLagBytes; half the
-// buffer when the job has several readers) and waits for this reader,
-// which has not acked the stream's oldest message (holdsBuffer, a pure
-// rule). If so it sheds: it pulls past its prefetch and acks what it
+// buffer when the job has several readers), waits for this reader (it
+// has not acked the stream's oldest message) and another reader was
+// delivered everything (so that reader waits, not merely the producers
+// ahead of all: holdsBuffer, a pure rule). If so it sheds: it pulls past its prefetch and acks what it
 // pulls without keeping it, its shards noted as owed in the position
 // (written before the acks). When its ranks run out of steps in an epoch
 // with owed shards it asks for them through broker.Replay; they come on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,8 +15,9 @@ import (
 // A job's readers (a sweep's trials) share its output buffer: a reader
 // whose trainer lags leaves its chunks in the stream and, once the buffer
 // nears full, the dispatcher pauses for every reader. A lagging reader
-// therefore sheds: while the stream holds at least its lag bound and this
-// reader holds its oldest message, the agent pulls past its prefetch and
+// therefore sheds: while the stream holds at least its lag bound, this
+// reader holds its oldest message and another reader has caught up with
+// the stream (holdsBuffer), the agent pulls past its prefetch and
 // acks what it pulls without keeping it, noting the message's shard as
 // owed in its position (written before the acks). When its ranks reach an
 // epoch with owed shards and run out of steps, it asks for those shards
@@ -29,12 +31,13 @@ import (
 const lagCheckEvery = time.Second
 
 // holdsBuffer is the shedding rule, a pure function of what the server
-// says: the stream holds at least limit bytes and this reader has not
-// acked the stream's oldest message (so the buffer waits for it). The
-// messages delivered to the agent but not pulled from its client buffer
-// count too: they are in the stream.
-func holdsBuffer(limit, streamBytes int64, firstSeq, ackFloor uint64) bool {
-	return limit > 0 && streamBytes >= limit && ackFloor < firstSeq
+// says: the stream holds at least limit bytes, this reader has not acked
+// the stream's oldest message (so the buffer waits for it), and another
+// reader has been delivered everything the stream has (so it is that
+// reader that waits: when producers are merely ahead of every reader, no
+// one sheds).
+func holdsBuffer(limit, streamBytes int64, firstSeq, ackFloor uint64, otherCaughtUp bool) bool {
+	return limit > 0 && streamBytes >= limit && ackFloor < firstSeq && otherCaughtUp
 }
 
 // lagLimit is the stream bytes past which a lagging reader sheds; 0 never.
@@ -68,7 +71,20 @@ func (a *Agent) lagging(ctx context.Context, cons jetstream.Consumer) (bool, err
 	if err != nil {
 		return false, fmt.Errorf("reading the reader's consumer: %w", err)
 	}
-	return holdsBuffer(limit, int64(si.State.Bytes), si.State.FirstSeq, ci.AckFloor.Stream), nil
+	if !holdsBuffer(limit, int64(si.State.Bytes), si.State.FirstSeq, ci.AckFloor.Stream, true) {
+		return false, nil
+	}
+	caughtUp := false
+	infos := stream.ListConsumers(ctx)
+	for info := range infos.Info() {
+		if info.Name != ci.Name && strings.HasPrefix(info.Name, wire.ReaderConsumer("")) && info.NumPending == 0 {
+			caughtUp = true
+		}
+	}
+	if err := infos.Err(); err != nil {
+		return false, fmt.Errorf("reading the other readers' consumers: %w", err)
+	}
+	return caughtUp, nil
 }
 
 // shed takes msg off the stream unkept: acked once the position records

@@ -18,14 +18,16 @@ func TestHoldsBuffer(t *testing.T) {
 		name               string
 		limit, bytes       int64
 		firstSeq, ackFloor uint64
+		otherCaughtUp      bool
 		want               bool
 	}{
-		{"holds the oldest, stream full", 100, 100, 5, 4, true},
-		{"acked past the oldest: another reader holds it", 100, 500, 5, 5, false},
-		{"stream below the bound", 100, 99, 5, 4, false},
-		{"shedding off", 0, 500, 5, 4, false},
+		{"holds the oldest, stream full, another reader waits", 100, 100, 5, 4, true, true},
+		{"acked past the oldest: another reader holds it", 100, 500, 5, 5, true, false},
+		{"stream below the bound", 100, 99, 5, 4, true, false},
+		{"every reader has more to read: producers are just ahead", 100, 500, 5, 4, false, false},
+		{"shedding off", 0, 500, 5, 4, true, false},
 	} {
-		if got := holdsBuffer(tc.limit, tc.bytes, tc.firstSeq, tc.ackFloor); got != tc.want {
+		if got := holdsBuffer(tc.limit, tc.bytes, tc.firstSeq, tc.ackFloor, tc.otherCaughtUp); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
