@@ -105,6 +105,9 @@ type managed struct {
 	started bool // JobLifecycle.StartJob succeeded
 	// pending and inflight are the backlog read at the last tick.
 	pending, inflight int
+	// zeroSince is when the job last began to want replicas and be
+	// granted none (zero while it is granted some or wants none).
+	zeroSince time.Time
 }
 
 // NewRunner checks cfg and creates a runner. nc is only needed by Run; reg
@@ -260,17 +263,17 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	sort.Strings(removed)
 
 	// Outside the lock: the backlog and the actuator may take their own.
-	claims := make(map[string]Claim, len(rounds))
+	bids := make(map[string]Bid, len(rounds))
 	for _, rd := range rounds {
 		if rd.job.Backlog != nil {
 			rd.in.Pending, rd.in.InFlight, rd.in.Done = rd.job.Backlog.Backlog()
 		}
 		rd.in.Ready = r.act.Ready(rd.name)
 		rd.dec, rd.next = Decide(rd.cfg, rd.state, rd.in, now)
-		claims[rd.name] = Claim{Want: rd.dec.Replicas, Weight: rd.job.Weight}
+		bids[rd.name] = bidFor(rd.cfg, rd.dec, rd.next, rd.in, rd.job.Weight, rd.m.zeroSince, now)
 	}
 	capacity := r.cfg.Capacity()
-	granted := Allocate(claims, capacity)
+	granted := r.allocate(bids, capacity)
 
 	var events []ScaleEvent
 	r.mu.Lock()
@@ -282,6 +285,12 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		}
 		if r.jobs[rd.name] != rd.m {
 			continue // removed (or re-added) during the round
+		}
+		switch {
+		case bids[rd.name].Want == 0 || rd.dec.Replicas > 0:
+			rd.m.zeroSince = time.Time{}
+		case rd.m.zeroSince.IsZero():
+			rd.m.zeroSince = now
 		}
 		rd.m.state, rd.m.reason = rd.next, rd.dec.Reason
 		rd.m.pending, rd.m.inflight = rd.in.Pending, rd.in.InFlight
@@ -340,6 +349,32 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		}
 		r.mu.Unlock()
 	}
+}
+
+// allocate shares capacity with the configured allocator.
+func (r *Runner) allocate(bids map[string]Bid, capacity int) map[string]int {
+	if r.cfg.Allocator == AllocatorFair {
+		claims := make(map[string]Claim, len(bids))
+		for name, b := range bids {
+			claims[name] = b.Claim
+		}
+		return Allocate(claims, capacity)
+	}
+	return AllocateMarginal(bids, capacity, DefaultMarginalOptions())
+}
+
+// bidFor is what a job's decision brings to the allocator: its want, the
+// rate its policy learned and its trainer's appetite from a fresh signal
+// (the same D the policy sizes by).
+func bidFor(cfg Config, dec Decision, next State, in Inputs, weight float64, zeroSince, now time.Time) Bid {
+	b := Bid{Claim: Claim{Want: dec.Replicas, Weight: weight}, PerReplica: next.PerReplica}
+	if d := in.Demand; d != nil && !in.DemandAt.IsZero() && now.Sub(in.DemandAt) <= cfg.DemandStale {
+		b.Appetite = d.ConsumedPerS / max(1-min(max(d.StallFraction, 0), 1), 0.1)
+	}
+	if !zeroSince.IsZero() {
+		b.Starved = now.Sub(zeroSince)
+	}
+	return b
 }
 
 // Listen subscribes to every job's demand signals (wire.DemandSubjects)
