@@ -200,6 +200,18 @@ func (r *Runner) Replicas(job string) int {
 	return n
 }
 
+// PerReplica is one replica's throughput of job (samples/s) as its policy
+// learned it (State.PerReplica); 0 until known or for a job the runner
+// does not manage.
+func (r *Runner) PerReplica(job string) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.jobs[job]; ok {
+		return m.state.PerReplica
+	}
+	return 0
+}
+
 // Decision is the count last decided for job and why.
 func (r *Runner) Decision(job string) (replicas int, reason string) {
 	r.mu.Lock()

@@ -60,6 +60,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		kv(wire.StatusBucket, "Sluice live job status, written by the owning controller"),
 		kv(wire.LeasesBucket, "Sluice job leases: which controller owns a job"),
 		kv(wire.ReadersBucket, "Sluice reader positions in job outputs"),
+		kv(wire.PlansBucket, "Sluice learned per-replica throughput of pipelines"),
 	}
 }
 
