@@ -23,20 +23,21 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"agent":       {"feed a job's batches to a trainer over HTTP, resuming after a restart", runAgent},
-		"demo":        {"run a whole elastic training job on embedded NATS and S3", runDemo},
-		"fn serve":    {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
-		"fn apply":    {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
-		"bench cache": {"measure the shard cache: one job without a cache, with one it fits in and with one too small, S3 behind a slow link", runBenchCache},
-		"bench ops":   {"measure a pipeline's single-core throughput, per op", runBenchOps},
-		"plan":        {"predict a job's S3 bytes per epoch with the shard cache, and its I/O-bound samples/s", runPlan},
-		"controller":  {"run jobs: dispatch, autoscale replicas, track status (leases let a standby take over)", runController},
-		"job submit":  {"check a job spec (YAML file and/or flags) and queue the job", runJobSubmit},
-		"job status":  {"show a job's state and progress (--watch follows it)", runJobStatus},
-		"job list":    {"list the jobs", runJobList},
-		"job cancel":  {"stop a queued or running job and release its tasks and streams", runJobCancel},
-		"job delete":  {"remove a finished job and all it has (--force: a running one)", runJobDelete},
-		"version":     {"print the version", func(_ context.Context, _ []string, out, _ io.Writer) error { fmt.Fprintln(out, version); return nil }},
+		"agent":          {"feed a job's batches to a trainer over HTTP, resuming after a restart", runAgent},
+		"demo":           {"run a whole elastic training job on embedded NATS and S3", runDemo},
+		"fn serve":       {"serve preprocessing functions as a CloudEvents HTTP endpoint", runFnServe},
+		"fn apply":       {"run a pipeline on local files or a tar shard and write safetensors", runFnApply},
+		"bench cache":    {"measure the shard cache: one job without a cache, with one it fits in and with one too small, S3 behind a slow link", runBenchCache},
+		"bench ops":      {"measure a pipeline's single-core throughput, per op", runBenchOps},
+		"plan":           {"estimate a job's replicas for a trainer rate (learned per-replica rates), its S3 bytes per epoch with the shard cache and its I/O-bound samples/s", runPlan},
+		"loadtest trace": {"simulate the Alibaba PAI GPU cluster trace: static CPUs per task against Sluice's pooled, autoscaled replicas", runLoadtestTrace},
+		"controller":     {"run jobs: dispatch, autoscale replicas, track status (leases let a standby take over)", runController},
+		"job submit":     {"check a job spec (YAML file and/or flags) and queue the job", runJobSubmit},
+		"job status":     {"show a job's state and progress (--watch follows it)", runJobStatus},
+		"job list":       {"list the jobs", runJobList},
+		"job cancel":     {"stop a queued or running job and release its tasks and streams", runJobCancel},
+		"job delete":     {"remove a finished job and all it has (--force: a running one)", runJobDelete},
+		"version":        {"print the version", func(_ context.Context, _ []string, out, _ io.Writer) error { fmt.Fprintln(out, version); return nil }},
 	}
 }
 
