@@ -9,12 +9,9 @@ import (
 	"github.com/sluice-project/sluice/loadtest/trace"
 )
 
-// defaultTraceDir is where the Alibaba trace sits next to a checkout.
-const defaultTraceDir = "../shared/data/alibaba-openb-2023"
-
 func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("loadtest trace", stderr)
-	dir := fs.String("data", defaultTraceDir, "`directory` of the Alibaba PAI trace (openb_pod_list_default.csv, openb_node_list_gpu_node.csv)")
+	dir := fs.String("data", "", "`directory` of the Alibaba PAI trace (openb_pod_list_default.csv, openb_node_list_gpu_node.csv; default: shared/data/alibaba-openb-2023 here or in the nearest parent)")
 	jobs := fs.String("jobs", "", "a job list (YAML or JSON: cluster.cores and jobs with start_s, gpus, cores, samples[, trainer_rate, cpu_s_per_sample]) to simulate instead of the trace")
 	sensitivity := fs.Bool("sensitivity", false, "also run the sensitivity table over the demand model's parameters")
 	perJob := fs.Bool("per-job", false, "print every job's completion time and stall per policy (the default with --jobs)")
@@ -47,7 +44,12 @@ func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writ
 		tr, err = trace.LoadJobs(*jobs)
 		source, *perJob = *jobs, true
 	} else {
-		tr, err = trace.LoadAlibaba(*dir)
+		if source == "" {
+			if source, err = trace.AlibabaDir(); err != nil {
+				return err
+			}
+		}
+		tr, err = trace.LoadAlibaba(source)
 	}
 	if err != nil {
 		return err

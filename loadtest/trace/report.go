@@ -91,7 +91,9 @@ func Variations() []Variation {
 	}
 	v = append(v, Variation{"replica cold start", "30s", func(m *Model) { m.ColdStart = 30 * time.Second }})
 	v = append(v, Variation{"heavy: 1200/s per GPU, 150/s per core", "", func(m *Model) { m.TrainerPerGPU, m.PerCore = 1200, 150 }})
-	v = append(v, Variation{"heavy, lendable 0.05", "", func(m *Model) { m.TrainerPerGPU, m.PerCore, m.Lendable = 1200, 150, 0.05 }})
+	v = append(v, Variation{"heavy, lendable 0", "", func(m *Model) { m.TrainerPerGPU, m.PerCore, m.Lendable = 1200, 150, 0 }})
+	v = append(v, Variation{"heavier: 3000/s per GPU, 150/s per core", "", func(m *Model) { m.TrainerPerGPU, m.PerCore = 3000, 150 }})
+	v = append(v, Variation{"heavier, lendable 0", "", func(m *Model) { m.TrainerPerGPU, m.PerCore, m.Lendable = 3000, 150, 0 }})
 	return v
 }
 

@@ -212,3 +212,24 @@ func readCSV(path string, cols ...string) (table, error) {
 	}
 	return t, nil
 }
+
+// AlibabaDir is where the trace sits: shared/data/alibaba-openb-2023 in
+// the working directory or the nearest parent that has it (a checkout's
+// ../shared, also from a worktree further down).
+func AlibabaDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the trace: %w", err)
+	}
+	for {
+		p := filepath.Join(dir, "shared", "data", "alibaba-openb-2023")
+		if _, err := os.Stat(filepath.Join(p, PodsFile)); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the trace: no shared/data/alibaba-openb-2023 here or in a parent directory (give --data)")
+		}
+		dir = parent
+	}
+}
