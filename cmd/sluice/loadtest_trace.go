@@ -25,6 +25,7 @@ func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.Float64Var(&m.Lendable, "lendable", m.Lendable, "share of the cluster's unrequested cores Sluice may pool (0..1)")
 	fs.Float64Var(&m.ReplicaCores, "replica-cores", m.ReplicaCores, "cores of one function replica")
 	fs.DurationVar(&m.ColdStart, "cold-start", m.ColdStart, "time a new replica takes to serve")
+	fs.IntVar(&m.QueueGPUs, "queue-gpus", 0, "schedule the tasks first come, first served on a cluster of this many `GPUs` (pooled, the trace's cores per GPU) instead of replaying the trace's start times; completion times then count the wait")
 	fs.Uint64Var(&m.Seed, "seed", m.Seed, "seed of the tasks' demand draws")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice loadtest trace [flags]\n\nSimulates the Alibaba PAI GPU cluster trace (or a job list) on virtual time: each GPU\n"+
@@ -88,6 +89,11 @@ func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writ
 		source, len(tr.Tasks), c.Static.Jobs, len(tr.Cluster.Other), tr.Cluster.Nodes, tr.Cluster.Cores, tr.Cluster.GPUs)
 	fmt.Fprintf(stdout, "model: trainer %.0f samples/s per GPU (sigma %.2f), %.0f samples/s per core (sigma %.2f), %.0f host cores per GPU, lendable %.2f, replicas of %.0f cores, cold start %v, seed %d\n",
 		m.TrainerPerGPU, m.TrainerSigma, m.PerCore, m.PerCoreSigma, m.HostCoresPerGPU, m.Lendable, m.ReplicaCores, m.ColdStart, m.Seed)
+	if m.QueueGPUs > 0 {
+		fmt.Fprintf(stdout, "schedule: first come, first served on %d GPUs (completion times count the wait)\n", m.QueueGPUs)
+	} else {
+		fmt.Fprintln(stdout, "schedule: the trace's start times")
+	}
 	fmt.Fprintf(stdout, "input-bound under static: %.1f%% of the tasks\n\n", 100*c.InputBound)
 	trace.PrintComparison(stdout, c)
 	if *perJob {

@@ -31,6 +31,14 @@ type Model struct {
 	ReplicaCores float64
 	// ColdStart is how long a new replica takes to serve.
 	ColdStart time.Duration
+	// QueueGPUs, when above 0, replaces the trace's schedule by a
+	// scheduler: tasks arrive at their submission and start in arrival
+	// order (first come, first served, no backfilling) once a cluster of
+	// QueueGPUs GPUs, with the trace's cores per GPU, has theirs free, so
+	// a task finished sooner lets the next start sooner. GPUs are pooled
+	// (no placement on nodes); CPU-only tasks are left out; a completion
+	// time then counts the wait.
+	QueueGPUs int
 	// Seed draws the tasks' demand.
 	Seed uint64
 }
@@ -67,6 +75,9 @@ func (m Model) Validate() error {
 	}
 	if !(m.Lendable >= 0 && m.Lendable <= 1) {
 		errs = append(errs, fmt.Errorf("lendable %v: want 0..1", m.Lendable))
+	}
+	if m.QueueGPUs < 0 || m.QueueGPUs > 1_000_000 {
+		errs = append(errs, fmt.Errorf("queue gpus %d: want 0 (the trace's schedule)..1000000", m.QueueGPUs))
 	}
 	if m.ColdStart < 0 || m.ColdStart > time.Hour {
 		errs = append(errs, fmt.Errorf("cold start %v: want 0..1h", m.ColdStart))

@@ -13,7 +13,7 @@ type Comparison struct {
 	Model Model
 	// InputBound is the share of tasks whose static data loader cores
 	// cannot keep their trainer busy.
-	InputBound float64
+	InputBound           float64
 	Static, Sluice, Fair Summary
 	Results              []Result
 	Wall                 time.Duration
@@ -94,6 +94,14 @@ func Variations() []Variation {
 	v = append(v, Variation{"heavy, lendable 0", "", func(m *Model) { m.TrainerPerGPU, m.PerCore, m.Lendable = 1200, 150, 0 }})
 	v = append(v, Variation{"heavier: 3000/s per GPU, 150/s per core", "", func(m *Model) { m.TrainerPerGPU, m.PerCore = 3000, 150 }})
 	v = append(v, Variation{"heavier, lendable 0", "", func(m *Model) { m.TrainerPerGPU, m.PerCore, m.Lendable = 3000, 150, 0 }})
+	// A scheduler instead of the trace's start times: the trace's tasks
+	// use 66 GPUs at their peak (14 on average), so queues form below that.
+	for _, n := range []int{64, 48, 32, 24} {
+		v = append(v, Variation{"first come, first served on N GPUs", fmt.Sprint(n), func(m *Model) { m.QueueGPUs = n }})
+	}
+	for _, n := range []int{64, 48, 32} {
+		v = append(v, Variation{"heavy, first come, first served on N GPUs", fmt.Sprint(n), func(m *Model) { m.TrainerPerGPU, m.PerCore, m.QueueGPUs = 1200, 150, n }})
+	}
 	return v
 }
 

@@ -29,9 +29,12 @@ const (
 // JobResult is one task's outcome under a policy.
 type JobResult struct {
 	Name string
-	// JCT is from getting its GPUs to its last sample trained (s); Stall
+	// JCT is from its arrival (its start in the trace's schedule) to its
+	// last sample trained (s); Stall
 	// the part of it its trainer waited for data.
 	JCT, Stall float64
+	// Wait is the part of JCT spent queued for GPUs (Model.QueueGPUs).
+	Wait float64
 	// GPUs held, and the core-seconds its preprocessing used.
 	GPUs, CoreSeconds float64
 	Censored          bool
@@ -71,8 +74,8 @@ func (r Result) Summarize() Summary {
 		s.MeanJCT += j.JCT
 		s.StallS += j.Stall
 		s.CoreHours += j.CoreSeconds / 3600
-		held += j.GPUs * j.JCT
-		busy += j.GPUs * (j.JCT - j.Stall)
+		held += j.GPUs * (j.JCT - j.Wait)
+		busy += j.GPUs * (j.JCT - j.Wait - j.Stall)
 	}
 	if s.Jobs > 0 {
 		s.MeanJCT /= float64(s.Jobs)
@@ -99,6 +102,9 @@ func Prepare(tr Trace, m Model) []Task {
 		out = append(out, t)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	if m.QueueGPUs > 0 {
+		sort.SliceStable(out, func(i, j int) bool { return out[i].Arrival < out[j].Arrival })
+	}
 	return out
 }
 
@@ -113,7 +119,11 @@ func Simulate(ctx context.Context, tr Trace, tasks []Task, m Model, policy Polic
 	var err error
 	switch policy {
 	case Static:
-		res = simulateStatic(tasks)
+		if m.QueueGPUs == 0 {
+			res = simulateStatic(tasks)
+			break
+		}
+		fallthrough
 	case Sluice, SluiceFair:
 		s := newSim(tr.Cluster, tasks, m, policy)
 		err = s.run(ctx)
@@ -162,6 +172,8 @@ type job struct {
 }
 
 type sim struct {
+	queue                []*job  // arrived, waiting for GPUs (Model.QueueGPUs)
+	freeGPUs             float64 // of Model.QueueGPUs
 	cl                   Cluster
 	m                    Model
 	policy               Policy
@@ -172,6 +184,7 @@ type sim struct {
 	other                []Task // CPU-only tasks, by start
 	nextO                int
 	usedCores, dataCores float64 // requested by running tasks; their data loader share
+	hostCores            float64 // running tasks' trainers' own
 	now                  float64
 	nextTick             float64
 	ticks, decides       int
@@ -180,17 +193,21 @@ type sim struct {
 func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
 	other := append([]Task(nil), cl.Other...)
 	sort.SliceStable(other, func(i, j int) bool { return other[i].Start < other[j].Start })
-	s := &sim{cl: cl, m: m, policy: policy, tasks: tasks, other: other, nextTick: math.Inf(1)}
+	if m.QueueGPUs > 0 {
+		cl.Cores *= float64(m.QueueGPUs) / cl.GPUs
+		cl.GPUs, other = float64(m.QueueGPUs), nil
+	}
+	s := &sim{cl: cl, m: m, policy: policy, tasks: tasks, other: other, nextTick: math.Inf(1), freeGPUs: cl.GPUs}
 	return s
 }
 
-func (s *sim) config() autoscale.Config {
+func (s *sim) config(t *Task) autoscale.Config {
 	cfg := autoscale.DefaultConfig()
 	cfg.MaxReplicas, cfg.ClusterCapacity = 10000, 100000
 	if s.policy == SluiceFair {
 		cfg.Allocator = autoscale.AllocatorFair
 	}
-	return cfg.ForJob(0, 0)
+	return cfg.ForJob(0, t.MaxReplicas)
 }
 
 // otherEnds holds the CPU-only tasks' (end, cores), a min-heap would do;
@@ -207,7 +224,7 @@ func (s *sim) run(ctx context.Context) error {
 		// task ending, a replica ready, a task done, a control tick.
 		t := math.Inf(1)
 		if s.next < len(s.tasks) {
-			t = s.tasks[s.next].Start
+			t = s.arrival(&s.tasks[s.next])
 		}
 		if s.nextO < len(s.other) {
 			t = min(t, s.other[s.nextO].Start)
@@ -233,10 +250,12 @@ func (s *sim) run(ctx context.Context) error {
 		kept := s.jobs[:0]
 		for _, j := range s.jobs {
 			if j.left <= 1e-9*j.t.Samples || (s.rate(j) > 0 && j.left/s.rate(j) < 1e-9) {
-				j.res.JCT = s.now - j.t.Start
+				j.res.JCT = s.now - s.arrival(j.t)
 				s.done = append(s.done, j.res)
+				s.freeGPUs += j.t.GPUs
 				s.usedCores -= j.t.Cores
 				s.dataCores -= j.t.Cores - j.t.HostCores
+				s.hostCores -= j.t.HostCores
 				changed = true
 				continue
 			}
@@ -259,14 +278,26 @@ func (s *sim) run(ctx context.Context) error {
 			ends[i] = e
 			changed = true
 		}
-		for s.next < len(s.tasks) && s.tasks[s.next].Start <= s.now {
+		for s.next < len(s.tasks) && s.arrival(&s.tasks[s.next]) <= s.now {
 			t := &s.tasks[s.next]
 			s.next++
-			j := &job{t: t, cfg: s.config(), left: t.Samples, perRep: s.m.ReplicaCores / t.CPUPerSample, zero: -1,
-				res: JobResult{Name: t.Name, GPUs: t.GPUs, Censored: t.Censored}}
+			s.queue = append(s.queue, &job{t: t, cfg: s.config(t), left: t.Samples, perRep: s.m.ReplicaCores / t.CPUPerSample, zero: -1,
+				res: JobResult{Name: t.Name, GPUs: t.GPUs, Censored: t.Censored}})
+		}
+		// First come, first served: the head waits for its GPUs (a task
+		// wanting more than the cluster has runs once it is empty).
+		for len(s.queue) > 0 {
+			j := s.queue[0]
+			if s.m.QueueGPUs > 0 && j.t.GPUs > s.freeGPUs+1e-9 && (len(s.jobs) > 0 || s.freeGPUs < s.cl.GPUs) {
+				break
+			}
+			s.queue = s.queue[1:]
+			s.freeGPUs -= j.t.GPUs
+			j.res.Wait = s.now - s.arrival(j.t)
 			s.jobs = append(s.jobs, j)
-			s.usedCores += t.Cores
-			s.dataCores += t.Cores - t.HostCores
+			s.usedCores += j.t.Cores
+			s.dataCores += j.t.Cores - j.t.HostCores
+			s.hostCores += j.t.HostCores
 			changed = true
 		}
 		for _, j := range s.jobs {
@@ -281,6 +312,9 @@ func (s *sim) run(ctx context.Context) error {
 				changed = true
 			}
 		}
+		if s.policy == Static {
+			continue // no control rounds
+		}
 		if s.now >= s.nextTick {
 			s.round()
 		} else if changed && math.IsInf(s.nextTick, 1) {
@@ -291,9 +325,21 @@ func (s *sim) run(ctx context.Context) error {
 	}
 }
 
-// rate is a job's training rate now: its trainer's, or what its serving
-// replicas preprocess, the lower.
+// arrival is when t may start: its submission under a scheduler
+// (Model.QueueGPUs), else when the trace started it.
+func (s *sim) arrival(t *Task) float64 {
+	if s.m.QueueGPUs > 0 {
+		return t.Arrival
+	}
+	return t.Start
+}
+
+// rate is a job's training rate now: its trainer's, or what its data
+// loader cores (static) or serving replicas preprocess, the lower.
 func (s *sim) rate(j *job) float64 {
+	if s.policy == Static {
+		return staticRate(*j.t)
+	}
 	return min(j.t.TrainerRate, float64(j.ready)*j.perRep)
 }
 
@@ -305,16 +351,24 @@ func (s *sim) advance(t float64) {
 			r := s.rate(j)
 			j.left = max(j.left-r*dt, 0)
 			j.res.Stall += (1 - r/j.t.TrainerRate) * dt
-			j.res.CoreSeconds += float64(j.ready+len(j.starts)) * s.m.ReplicaCores * dt
+			if s.policy == Static {
+				j.res.CoreSeconds += (j.t.Cores - j.t.HostCores) * dt
+			} else {
+				j.res.CoreSeconds += float64(j.ready+len(j.starts)) * s.m.ReplicaCores * dt
+			}
 		}
 	}
 	s.now = t
 }
 
-// capacity is the replicas the pool holds now.
+// capacity is the replicas the pool holds now: the running tasks' data
+// loader cores and the lendable share of the idle ones, within the cores
+// the trainers and the CPU-only tasks leave (requests may oversubscribe a
+// job list's machine).
 func (s *sim) capacity() int {
 	idle := max(s.cl.Cores-s.usedCores, 0)
 	pool := max(s.dataCores, 0) + s.m.Lendable*idle
+	pool = min(pool, max(s.cl.Cores-s.hostCores-(s.usedCores-s.dataCores-s.hostCores), 0))
 	return int(min(math.Floor(pool/s.m.ReplicaCores+1e-9), 100000))
 }
 
@@ -431,7 +485,7 @@ func (s *sim) scale(j *job, n int) {
 func (s *sim) result() Result {
 	jobs := append([]JobResult(nil), s.done...)
 	for _, j := range s.jobs { // cut short by ctx
-		j.res.JCT = s.now - j.t.Start
+		j.res.JCT = s.now - s.arrival(j.t)
 		jobs = append(jobs, j.res)
 	}
 	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Name < jobs[b].Name })

@@ -21,6 +21,10 @@ type Task struct {
 	// list, which gives Samples instead).
 	Start    float64 `json:"start_s" yaml:"start_s"`
 	Duration float64 `json:"duration_s,omitempty" yaml:"duration_s,omitempty"`
+	// Arrival is when the task was submitted (the trace's creation
+	// time; Start where not given): with Model.QueueGPUs tasks start
+	// when GPUs are free, not at Start.
+	Arrival float64 `json:"arrival_s,omitempty" yaml:"arrival_s,omitempty"`
 	// GPUs is the GPUs held (a share of one for GPU-sharing tasks); Cores
 	// the CPUs the task asked for on its node.
 	GPUs  float64 `json:"gpus" yaml:"gpus"`
@@ -37,6 +41,9 @@ type Task struct {
 	// HostCores are the cores the trainer keeps for itself (its training
 	// loop) under either policy; 0: the Model's per GPU.
 	HostCores float64 `json:"host_cores,omitempty" yaml:"host_cores,omitempty"`
+	// MaxReplicas caps the task's replicas under Sluice (0: no cap but
+	// the pool), as a job spec's max_replicas does.
+	MaxReplicas int `json:"max_replicas,omitempty" yaml:"max_replicas,omitempty"`
 	// Censored tasks were still running when the trace ended: they hold
 	// GPUs and CPUs but their completion time is unknown, so they are left
 	// out of the averages.
@@ -84,7 +91,7 @@ func LoadAlibaba(dir string) (Trace, error) {
 		tr.Cluster.GPUs += gpu
 		tr.Cluster.Nodes++
 	}
-	pods, err := readCSV(filepath.Join(dir, PodsFile), "name", "cpu_milli", "num_gpu", "gpu_milli", "scheduled_time", "deletion_time")
+	pods, err := readCSV(filepath.Join(dir, PodsFile), "name", "cpu_milli", "num_gpu", "gpu_milli", "creation_time", "scheduled_time", "deletion_time")
 	if err != nil {
 		return tr, err
 	}
@@ -104,10 +111,11 @@ func LoadAlibaba(dir string) (Trace, error) {
 		milli, e3 := pods.num(row, "gpu_milli")
 		sched, e4 := pods.num(row, "scheduled_time")
 		del, e5 := pods.num(row, "deletion_time")
-		if err := errors.Join(e1, e2, e3, e4, e5); err != nil {
+		created, e6 := pods.num(row, "creation_time")
+		if err := errors.Join(e1, e2, e3, e4, e5, e6); err != nil {
 			return tr, fmt.Errorf("%s line %d: %w", PodsFile, i+2, err)
 		}
-		p.t = Task{Name: row[pods.col["name"]], Start: sched, Duration: del - sched, Cores: cpu / 1000}
+		p.t = Task{Name: row[pods.col["name"]], Start: sched, Arrival: min(created, sched), Duration: del - sched, Cores: cpu / 1000}
 		if ngpu > 0 {
 			p.t.GPUs = ngpu * milli / 1000
 		}
@@ -157,13 +165,18 @@ func ParseJobs(r io.Reader) (Trace, error) {
 		if t.Name == "" {
 			tr.Tasks[i].Name = fmt.Sprintf("job-%d", i)
 		}
+		if t.Arrival == 0 {
+			tr.Tasks[i].Arrival = t.Start
+		}
 		switch {
 		case !(t.Samples > 0):
 			errs = append(errs, fmt.Errorf("jobs[%d].samples %v: want > 0", i, t.Samples))
 		case !(t.GPUs > 0):
 			errs = append(errs, fmt.Errorf("jobs[%d].gpus %v: want > 0", i, t.GPUs))
-		case t.Cores < 0 || t.TrainerRate < 0 || t.CPUPerSample < 0 || t.Start < 0:
-			errs = append(errs, fmt.Errorf("jobs[%d]: negative start_s, cores, trainer_rate or cpu_s_per_sample", i))
+		case !(t.Cores > 0):
+			errs = append(errs, fmt.Errorf("jobs[%d].cores %v: want > 0, the cores its static data loader would have", i, t.Cores))
+		case t.TrainerRate < 0 || t.CPUPerSample < 0 || t.Start < 0 || t.MaxReplicas < 0:
+			errs = append(errs, fmt.Errorf("jobs[%d]: negative start_s, trainer_rate, cpu_s_per_sample or max_replicas", i))
 		}
 	}
 	if len(tr.Tasks) == 0 {
