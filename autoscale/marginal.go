@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Bid is what one job brings to AllocateMarginal: its claim (the replicas
@@ -20,6 +22,8 @@ type Bid struct {
 	// Starved is how long the job has wanted replicas and been granted
 	// none.
 	Starved time.Duration
+	// Current is how many replicas the job holds now (for Hysteresis).
+	Current int
 }
 
 // MarginalOptions tune AllocateMarginal.
@@ -33,12 +37,40 @@ type MarginalOptions struct {
 	// once). Only capacity below the number of jobs, or small weights
 	// against large ones, starve a job at all.
 	StarveAfter time.Duration
+	// Hysteresis weighs a replica a job holds now (Bid.Current) 1 +
+	// Hysteresis times its gain, so that replicas move between jobs only
+	// for a clear gain: a moved replica idles through its cold start, and
+	// gains that differ by a rounding of the learned rates would otherwise
+	// move replicas back and forth every tick. The sticky grant is used
+	// only while it makes at least the fair split's progress.
+	Hysteresis float64
 }
 
-// DefaultMarginalOptions keep half the fair grant and let no job wait for
-// its first replica more than 10 s.
+// DefaultMarginalOptions keep half the fair grant, let no job wait for
+// its first replica more than 10 s, and move a replica only for a gain
+// 25% above what it makes where it is.
 func DefaultMarginalOptions() MarginalOptions {
-	return MarginalOptions{MinShare: 0.5, StarveAfter: 10 * time.Second}
+	return MarginalOptions{MinShare: 0.5, StarveAfter: 10 * time.Second, Hysteresis: 0.25}
+}
+
+// maxReadableStall is the stall above which a demand signal only bounds
+// the trainer's appetite from below: Decide's D divides by at most 1/0.1.
+const maxReadableStall = 0.9
+
+// NextAppetite is the trainer's appetite (samples/s at full speed) to bid
+// with after signal d, given the one kept from earlier signals (0: none).
+// A signal with the trainer stalled under 90% of the time reads it:
+// ConsumedPerS / (1 - StallFraction). A more stalled trainer's signal only
+// says it is at least ConsumedPerS / 0.1, and the kept appetite stays if
+// higher: otherwise a starved job would look as if it needed fewer
+// replicas than it does, win replicas for it, look hungrier once fed,
+// lose them again, and replicas would swing between starved jobs.
+func NextAppetite(kept float64, d wire.Demand) float64 {
+	stall := min(max(d.StallFraction, 0), 1)
+	if stall < maxReadableStall {
+		return d.ConsumedPerS / (1 - stall)
+	}
+	return max(kept, d.ConsumedPerS/(1-maxReadableStall))
 }
 
 // need is how many replicas run the job's trainer at full speed, as the
@@ -114,9 +146,39 @@ func AllocateMarginal(bids map[string]Bid, capacity int, o MarginalOptions) map[
 		left -= add
 	}
 
-	// The rest by gain: each job's remaining replicas are up to three runs
-	// of equal gain per replica (full ones, the one covering the rest of
-	// its need, those beyond it), in decreasing gain.
+	greedy := fill(bids, names, out, left, 0)
+	if o.Hysteresis > 0 {
+		// Moving a replica costs its cold start: prefer the jobs that
+		// hold one already, unless that makes less progress than the
+		// fair split would.
+		sticky := fill(bids, names, out, left, o.Hysteresis)
+		if totalGain(bids, sticky) >= totalGain(bids, fair)-1e-12 {
+			return sticky
+		}
+	}
+	return greedy
+}
+
+// totalGain is the trainers' progress of a grant, Bid.Gain summed.
+func totalGain(bids map[string]Bid, grant map[string]int) float64 {
+	g := 0.0
+	for name, b := range bids {
+		g += b.Gain(grant[name])
+	}
+	return g
+}
+
+// fill grants left more replicas on top of base by decreasing gain per
+// replica; a replica a job holds now (Bid.Current) counts 1+sticky times
+// its gain. Each job's gain per replica is a few runs of equal value
+// (held ones, full ones, the one covering the rest of its need, those
+// beyond it), never increasing, so filling the best runs first is the
+// most total (sticky) gain.
+func fill(bids map[string]Bid, names []string, base map[string]int, left int, sticky float64) map[string]int {
+	out := make(map[string]int, len(base))
+	for _, name := range names {
+		out[name] = base[name]
+	}
 	type run struct {
 		name  string
 		units int
@@ -132,16 +194,30 @@ func AllocateMarginal(bids map[string]Bid, capacity int, o MarginalOptions) map[
 		need := b.need()
 		per := b.weight() / need
 		full := int(math.Floor(need))
-		if n := min(full, to) - from; n > 0 {
-			runs = append(runs, run{name, n, per})
-			from += n
+		frac := need - float64(full)
+		gain := func(k int) float64 { // of the k-th replica, from 1
+			g := 0.0
+			switch {
+			case k <= full:
+				g = per
+			case k == full+1 && frac > 1e-9:
+				g = per * frac
+			}
+			if k <= b.Current {
+				g *= 1 + sticky
+			}
+			return g
 		}
-		if frac := need - float64(full); frac > 1e-9 && from == full && from < to {
-			runs = append(runs, run{name, 1, per * frac})
-			from++
-		}
-		if from < to {
-			runs = append(runs, run{name, to - from, 0})
+		// The units where the gain may change: past the held ones, the
+		// full ones and the partial one.
+		cuts := []int{b.Current, full, full + 1, to}
+		sort.Ints(cuts)
+		for _, c := range cuts {
+			c = min(c, to)
+			if c > from {
+				runs = append(runs, run{name, c - from, gain(from + 1)})
+				from = c
+			}
 		}
 	}
 	sort.SliceStable(runs, func(i, j int) bool { return runs[i].gain > runs[j].gain })
@@ -168,9 +244,6 @@ func AllocateMarginal(bids map[string]Bid, capacity int, o MarginalOptions) map[
 			left = 0
 		}
 		i = j
-	}
-	for _, name := range names {
-		out[name] += 0 // every job is in the result
 	}
 	return out
 }

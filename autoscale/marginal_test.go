@@ -70,6 +70,23 @@ func TestAllocateMarginal(t *testing.T) {
 				"c": {Claim: Claim{5, 1}, PerReplica: 100, Appetite: 100, Starved: time.Minute},
 			}, 2, map[string]int{"a": 1, "b": 0, "c": 1},
 		},
+		{
+			// a gains 1/4.8 per replica, b 1/5: without hysteresis a
+			// would take one of b's (4 and 2).
+			"held replicas stay for a small gain",
+			map[string]Bid{
+				"a": {Claim: Claim{8, 1}, PerReplica: 100, Appetite: 480, Current: 3},
+				"b": {Claim: Claim{8, 1}, PerReplica: 100, Appetite: 500, Current: 3},
+			}, 6, map[string]int{"a": 3, "b": 3},
+		},
+		{
+			// a gains 1/2 per replica, b 1/8: worth the move.
+			"held replicas move for a large gain",
+			map[string]Bid{
+				"a": {Claim: Claim{3, 1}, PerReplica: 100, Appetite: 200, Current: 1},
+				"b": {Claim: Claim{8, 1}, PerReplica: 100, Appetite: 800, Current: 5},
+			}, 6, map[string]int{"a": 2, "b": 4},
+		},
 		{"no capacity", map[string]Bid{"a": {Claim: Claim{2, 1}}}, 0, map[string]int{"a": 0}},
 		{"jobs at zero stay listed", map[string]Bid{"a": {}, "b": {Claim: Claim{9, 1}}}, 4, map[string]int{"a": 0, "b": 4}},
 	} {
@@ -91,17 +108,12 @@ func randomBids(rng *rand.Rand) map[string]Bid {
 			b.PerReplica = 10 + rng.Float64()*190
 			b.Appetite = rng.Float64() * 2000
 		}
+		if rng.IntN(2) == 0 {
+			b.Current = rng.IntN(12)
+		}
 		bids[fmt.Sprintf("j%d", j)] = b
 	}
 	return bids
-}
-
-func totalGain(bids map[string]Bid, got map[string]int) float64 {
-	s := 0.0
-	for name, b := range bids {
-		s += b.Gain(got[name])
-	}
-	return s
 }
 
 // TestAllocateMarginalProperties checks on random bids that the marginal
@@ -143,8 +155,12 @@ func TestAllocateMarginalProperties(t *testing.T) {
 			t.Fatalf("case %d: marginal progress %.4f < fair %.4f\nbids %v cap %d\nmarginal %v\nfair %v", i, gm, gf, bids, capacity, got, fair)
 		}
 		if len(bids) <= 3 && capacity <= 12 {
-			if best := bestGain(bids, capacity, o); totalGain(bids, got) < best-1e-9 {
-				t.Fatalf("case %d: marginal progress %.4f below the best %.4f with the same minimums", i, totalGain(bids, got), best)
+			// Without hysteresis the fill is the best there is.
+			greedy := o
+			greedy.Hysteresis = 0
+			g := AllocateMarginal(bids, capacity, greedy)
+			if best := bestGain(bids, capacity, o); totalGain(bids, g) < best-1e-9 {
+				t.Fatalf("case %d: marginal progress %.4f below the best %.4f with the same minimums", i, totalGain(bids, g), best)
 			}
 		}
 	}

@@ -105,6 +105,8 @@ type managed struct {
 	started bool // JobLifecycle.StartJob succeeded
 	// pending and inflight are the backlog read at the last tick.
 	pending, inflight int
+	// appetite is the trainer's appetite last read (NextAppetite).
+	appetite float64
 	// zeroSince is when the job last began to want replicas and be
 	// granted none (zero while it is granted some or wants none).
 	zeroSince time.Time
@@ -258,11 +260,13 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		in    Inputs
 		dec   Decision
 		next  State
+		// appetite is the job's kept appetite (NextAppetite).
+		appetite float64
 	}
 	r.mu.Lock()
 	rounds := make([]*round, 0, len(r.jobs))
 	for name, m := range r.jobs {
-		rd := &round{name: name, m: m, job: m.job, cfg: m.cfg, state: m.state}
+		rd := &round{name: name, m: m, job: m.job, cfg: m.cfg, state: m.state, appetite: m.appetite}
 		rd.in.Demand, rd.in.DemandAt = Aggregate(r.demand[name], m.job.Readers, now, m.cfg.DemandStale)
 		rounds = append(rounds, rd)
 	}
@@ -282,7 +286,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		}
 		rd.in.Ready = r.act.Ready(rd.name)
 		rd.dec, rd.next = Decide(rd.cfg, rd.state, rd.in, now)
-		bids[rd.name] = bidFor(rd.cfg, rd.dec, rd.next, rd.in, rd.job.Weight, rd.m.zeroSince, now)
+		bids[rd.name] = bidFor(rd.cfg, rd.dec, rd.next, rd.in, rd.job.Weight, rd.appetite, rd.m.zeroSince, now)
 	}
 	capacity := r.cfg.Capacity()
 	granted := r.allocate(bids, capacity)
@@ -305,6 +309,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 			rd.m.zeroSince = now
 		}
 		rd.m.state, rd.m.reason = rd.next, rd.dec.Reason
+		rd.m.appetite = bids[rd.name].Appetite
 		rd.m.pending, rd.m.inflight = rd.in.Pending, rd.in.InFlight
 		r.desired.WithLabelValues(rd.name).Set(float64(rd.dec.Replicas))
 		if rd.dec.Replicas != rd.state.Replicas {
@@ -376,12 +381,12 @@ func (r *Runner) allocate(bids map[string]Bid, capacity int) map[string]int {
 }
 
 // bidFor is what a job's decision brings to the allocator: its want, the
-// rate its policy learned and its trainer's appetite from a fresh signal
-// (the same D the policy sizes by).
-func bidFor(cfg Config, dec Decision, next State, in Inputs, weight float64, zeroSince, now time.Time) Bid {
-	b := Bid{Claim: Claim{Want: dec.Replicas, Weight: weight}, PerReplica: next.PerReplica}
+// rate its policy learned and its trainer's appetite (NextAppetite: from a
+// fresh signal, else the one kept).
+func bidFor(cfg Config, dec Decision, next State, in Inputs, weight, appetite float64, zeroSince, now time.Time) Bid {
+	b := Bid{Claim: Claim{Want: dec.Replicas, Weight: weight}, PerReplica: next.PerReplica, Current: in.Ready, Appetite: appetite}
 	if d := in.Demand; d != nil && !in.DemandAt.IsZero() && now.Sub(in.DemandAt) <= cfg.DemandStale {
-		b.Appetite = d.ConsumedPerS / max(1-min(max(d.StallFraction, 0), 1), 0.1)
+		b.Appetite = NextAppetite(appetite, *d)
 	}
 	if !zeroSince.IsZero() {
 		b.Starved = now.Sub(zeroSince)
