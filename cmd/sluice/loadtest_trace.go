@@ -69,7 +69,7 @@ func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writ
 		type row struct {
 			Param, Value                               string
 			InputBound, JCTRatio, UtilRatio, CoreRatio float64
-			FairJCTRatio                               float64
+			FairJCTRatio, FairUtilRatio                float64
 		}
 		out := struct {
 			Source                          string
@@ -81,7 +81,7 @@ func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writ
 			WallS                           float64
 		}{source, m, c.Static, c.Sluice, c.Fair, c.InputBound, c.JCTRatio(), c.UtilRatio(), c.CoreRatio(), nil, time.Since(start).Seconds()}
 		for _, r := range rows {
-			out.Sensitivity = append(out.Sensitivity, row{r.Param, r.Value, r.InputBound, r.JCTRatio(), r.UtilRatio(), r.CoreRatio(), r.FairJCTRatio()})
+			out.Sensitivity = append(out.Sensitivity, row{r.Param, r.Value, r.InputBound, r.JCTRatio(), r.UtilRatio(), r.CoreRatio(), r.FairJCTRatio(), r.FairUtilRatio()})
 		}
 		return printJSON(stdout, out)
 	}

@@ -419,9 +419,10 @@ func (s *sim) round() {
 			j.lastKey = key
 			j.st = next
 			b := autoscale.Bid{Claim: autoscale.Claim{Want: dec.Replicas, Weight: 1}, PerReplica: next.PerReplica}
-			b.Appetite = d.ConsumedPerS / max(1-d.StallFraction, 0.1)
+			b.Appetite = autoscale.NextAppetite(j.bid.Appetite, d)
 			j.bid = b
 		}
+		j.bid.Current = j.granted
 		if j.zero >= 0 {
 			j.bid.Starved = time.Duration((s.now - j.zero) * float64(time.Second))
 		} else {
