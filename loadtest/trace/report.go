@@ -138,8 +138,8 @@ func PrintComparison(w io.Writer, c Comparison) {
 		if i < len(c.Results) {
 			r = c.Results[i]
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0fs\t%.1f%%\t%.0fh\t%.0f\t%.2fx\t%.2fx\t%d\t%v\n", r.Policy, s.Jobs, s.MeanJCT, 100*s.GPUUtil,
-			s.StallS/3600, s.CoreHours, c.Static.MeanJCT/s.MeanJCT, s.GPUUtil/c.Static.GPUUtil, r.Ticks, r.Wall.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%.0fs\t%.1f%%\t%s\t%.4g\t%.2fx\t%.2fx\t%d\t%v\n", r.Policy, s.Jobs, s.MeanJCT, 100*s.GPUUtil,
+			seconds(s.StallS), s.CoreHours, c.Static.MeanJCT/s.MeanJCT, s.GPUUtil/c.Static.GPUUtil, r.Ticks, r.Wall.Round(time.Millisecond))
 	}
 	_ = tw.Flush()
 }
@@ -174,4 +174,12 @@ func PrintJobs(w io.Writer, c Comparison) {
 		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
+}
+
+// seconds is a duration in the unit that reads best: hours from 10 h.
+func seconds(s float64) string {
+	if s >= 36000 {
+		return fmt.Sprintf("%.0fh", s/3600)
+	}
+	return fmt.Sprintf("%.0fs", s)
 }
