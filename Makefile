@@ -40,7 +40,7 @@ build-turbo: deps
 IMAGE_TAG ?= sluice:dev
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image: deps
-	$(GO) run ./cmd/sluice-image --out bin/image --tag $(IMAGE_TAG) --version $(VERSION)
+	$(GO) run ./deploy/image --out bin/image --tag $(IMAGE_TAG) --version $(VERSION)
 
 demo:
 	$(GO) run ./cmd/sluice demo

@@ -18,6 +18,9 @@ const (
 	ackConfirmTimeout = 5 * time.Second
 	// settlePoll is how long settle waits for redeliveries per round.
 	settlePoll = time.Second
+	// settleAckPoll is how often settle looks again while only acks in
+	// flight keep the consumer from drained.
+	settleAckPoll = 20 * time.Millisecond
 )
 
 // sentAck is an ack written to the connection, not yet known to have
@@ -139,7 +142,23 @@ func (a *Agent) settle(ctx context.Context, jobs jetstream.KeyValue) error {
 			a.log.Warn("the reader's consumer still holds messages; leaving them", "pending", info.NumPending, "unacked", info.NumAckPending)
 			return nil
 		}
-		batch, err := cons.Fetch(16, jetstream.FetchMaxWait(settlePoll))
+		var batch jetstream.MessageBatch
+		if info.NumPending == 0 {
+			// Mostly acks the server has not applied yet (they are sent
+			// without waiting), for which a waiting fetch would sit out
+			// its whole wait; take any redelivery there is and look again.
+			batch, err = cons.FetchNoWait(16)
+			if err == nil {
+				for msg := range batch.Messages() {
+					a.handle(msg)
+				}
+			}
+			if err := sleepCtx(ctx, settleAckPoll); err != nil {
+				return err
+			}
+			continue
+		}
+		batch, err = cons.Fetch(16, jetstream.FetchMaxWait(settlePoll))
 		if err != nil {
 			if outputGone(err) {
 				return nil

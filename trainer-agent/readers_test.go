@@ -115,15 +115,20 @@ func TestTwoReadersEachGetEverySampleAtTheirOwnPace(t *testing.T) {
 			t.Errorf("position of %s = %+v, want 2 epochs finished", r, p)
 		}
 	}
-	done := map[string]bool{}
-	for _, d := range dm.all() {
-		if d.Done {
-			done[d.Reader] = true
+	// Run flushed each final demand before returning; the subscriber here
+	// may still be handing them over.
+	testenv.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		done := map[string]bool{}
+		for _, d := range dm.all() {
+			if d.Done {
+				done[d.Reader] = true
+			}
 		}
-	}
-	if !done["fast"] || !done["slow"] {
-		t.Errorf("final demands by reader: %v, want one from each", done)
-	}
+		if !done["fast"] || !done["slow"] {
+			return fmt.Errorf("final demands by reader: %v, want one from each", done)
+		}
+		return nil
+	})
 }
 
 func TestNewRefusesAnUndeclaredReader(t *testing.T) {

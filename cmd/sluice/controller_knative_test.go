@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sluice-project/sluice/autoscale/knative"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/internal/k8senv"
@@ -78,15 +76,7 @@ func TestIntegrationControllerWithKnativeActuator(t *testing.T) {
 		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 2, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("kn"), wire.ReaderConsumer(wire.DefaultReader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
+	readWithAgent(t, e, "kn")
 	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		s, err := jobStatus(e.js, "kn")
 		if err != nil {
@@ -133,15 +123,7 @@ func TestControllerRunsAJobWithTheKPAEmulation(t *testing.T) {
 		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 2, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := e.js.Consumer(context.Background(), wire.OutputStream("kpa"), wire.ReaderConsumer(wire.DefaultReader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { _ = m.Ack() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Stop()
+	readWithAgent(t, e, "kpa")
 	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		s, err := jobStatus(e.js, "kpa")
 		if err != nil {

@@ -1,4 +1,4 @@
-// Command sluice-image builds Sluice's container image without a Docker
+// Command image (deploy/image) builds Sluice's container image without a Docker
 // daemon (`make image`): a statically linked sluice with libjpeg-turbo,
 // run as a non-root user, entrypoint `sluice fn serve`. It writes an OCI
 // image layout (OUT/oci) and a tarball for `docker load` (OUT/sluice.tar),
@@ -28,7 +28,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *out, *tag, *version, *binary); err != nil {
-		fmt.Fprintln(os.Stderr, "sluice-image:", err)
+		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
