@@ -138,8 +138,8 @@ func PrintComparison(w io.Writer, c Comparison) {
 		if i < len(c.Results) {
 			r = c.Results[i]
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0fs\t%.1f%%\t%s\t%.4g\t%.2fx\t%.2fx\t%d\t%v\n", r.Policy, s.Jobs, s.MeanJCT, 100*s.GPUUtil,
-			seconds(s.StallS), s.CoreHours, c.Static.MeanJCT/s.MeanJCT, s.GPUUtil/c.Static.GPUUtil, r.Ticks, r.Wall.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%.0fs\t%.1f%%\t%s\t%s\t%.2fx\t%.2fx\t%d\t%v\n", r.Policy, s.Jobs, s.MeanJCT, 100*s.GPUUtil,
+			seconds(s.StallS), hours(s.CoreHours), c.Static.MeanJCT/s.MeanJCT, s.GPUUtil/c.Static.GPUUtil, r.Ticks, r.Wall.Round(time.Millisecond))
 	}
 	_ = tw.Flush()
 }
@@ -182,4 +182,12 @@ func seconds(s float64) string {
 		return fmt.Sprintf("%.0fh", s/3600)
 	}
 	return fmt.Sprintf("%.0fs", s)
+}
+
+// hours prints core-hours to the unit above 100, to 3 digits below.
+func hours(h float64) string {
+	if h >= 100 {
+		return fmt.Sprintf("%.0f", h)
+	}
+	return fmt.Sprintf("%.3g", h)
 }
