@@ -186,8 +186,11 @@ type sim struct {
 	usedCores, dataCores float64 // requested by running tasks; their data loader share
 	hostCores            float64 // running tasks' trainers' own
 	now                  float64
-	nextTick             float64
-	ticks, decides       int
+	// share is the part of a core each replica's core gets when a job
+	// list's Cluster.MaxReplicas lets more replicas run than it has cores.
+	share          float64
+	nextTick       float64
+	ticks, decides int
 }
 
 func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
@@ -197,7 +200,7 @@ func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
 		cl.Cores *= float64(m.QueueGPUs) / cl.GPUs
 		cl.GPUs, other = float64(m.QueueGPUs), nil
 	}
-	s := &sim{cl: cl, m: m, policy: policy, tasks: tasks, other: other, nextTick: math.Inf(1), freeGPUs: cl.GPUs}
+	s := &sim{cl: cl, m: m, policy: policy, tasks: tasks, other: other, nextTick: math.Inf(1), freeGPUs: cl.GPUs, share: 1}
 	return s
 }
 
@@ -220,6 +223,7 @@ func (s *sim) run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		s.shareCores()
 		// The next event: a task or CPU-only task starting, a CPU-only
 		// task ending, a replica ready, a task done, a control tick.
 		t := math.Inf(1)
@@ -340,7 +344,39 @@ func (s *sim) rate(j *job) float64 {
 	if s.policy == Static {
 		return staticRate(*j.t)
 	}
-	return min(j.t.TrainerRate, float64(j.ready)*j.perRep)
+	return min(j.t.TrainerRate, float64(j.ready)*j.perRep*s.share)
+}
+
+// shareCores sets share where replicas may outnumber the cores
+// (Cluster.MaxReplicas): the serving replicas split the pool's cores
+// evenly, a replica whose trainer is fed idling for the rest of its
+// share (water-filling), as processes on one machine do.
+func (s *sim) shareCores() {
+	s.share = 1
+	if s.cl.MaxReplicas == 0 || s.policy == Static {
+		return
+	}
+	pool := s.poolCores()
+	used := func(share float64) float64 {
+		u := 0.0
+		for _, j := range s.jobs {
+			u += min(float64(j.ready)*s.m.ReplicaCores*share, j.t.TrainerRate*j.t.CPUPerSample)
+		}
+		return u
+	}
+	if used(1) <= pool {
+		return
+	}
+	lo, hi := 0.0, 1.0
+	for range 50 {
+		mid := (lo + hi) / 2
+		if used(mid) > pool {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	s.share = lo
 }
 
 // advance moves the clock to t, training every job at its rate.
@@ -365,18 +401,27 @@ func (s *sim) advance(t float64) {
 // loader cores and the lendable share of the idle ones, within the cores
 // the trainers and the CPU-only tasks leave (requests may oversubscribe a
 // job list's machine).
+// A job list with Cluster.MaxReplicas has that many instead: replicas
+// then share the cores (shareCores).
 func (s *sim) capacity() int {
+	if s.cl.MaxReplicas > 0 {
+		return min(s.cl.MaxReplicas, 100000)
+	}
+	return int(min(math.Floor(s.poolCores()/s.m.ReplicaCores+1e-9), 100000))
+}
+
+// poolCores are the cores Sluice's replicas may use now.
+func (s *sim) poolCores() float64 {
 	idle := max(s.cl.Cores-s.usedCores, 0)
 	pool := max(s.dataCores, 0) + s.m.Lendable*idle
-	pool = min(pool, max(s.cl.Cores-s.hostCores-(s.usedCores-s.dataCores-s.hostCores), 0))
-	return int(min(math.Floor(pool/s.m.ReplicaCores+1e-9), 100000))
+	return min(pool, max(s.cl.Cores-s.hostCores-(s.usedCores-s.dataCores-s.hostCores), 0))
 }
 
 // demand is the signal a job's trainer agent would send: a trainer fed
 // less than its appetite stalls with an empty buffer; one fed more runs at
 // full speed with a full buffer, which throttles arrivals to its rate.
 func (s *sim) demand(j *job) wire.Demand {
-	supply := float64(j.ready) * j.perRep
+	supply := float64(j.ready) * j.perRep * s.share
 	d := wire.Demand{Job: j.t.Name, IntervalS: tick, BufferCapacity: 1000, GPUUtilization: -1}
 	if supply >= j.t.TrainerRate {
 		d.ConsumedPerS, d.ArrivedPerS, d.BufferedSamples = j.t.TrainerRate, j.t.TrainerRate, d.BufferCapacity

@@ -56,6 +56,10 @@ type Cluster struct {
 	Cores float64 `json:"cores" yaml:"cores"`
 	GPUs  float64 `json:"gpus" yaml:"gpus"`
 	Nodes int     `json:"nodes" yaml:"nodes"`
+	// MaxReplicas, in a job list, caps the replicas of all jobs (a
+	// controller's --max-replicas) instead of one replica per core: more
+	// replicas than cores then share them, as processes on one machine.
+	MaxReplicas int `json:"max_replicas,omitempty" yaml:"max_replicas,omitempty"`
 	// Other are tasks without GPUs: they hold CPUs only.
 	Other []Task `json:"-" yaml:"-"`
 }
@@ -160,6 +164,9 @@ func ParseJobs(r io.Reader) (Trace, error) {
 	var errs []error
 	if !(tr.Cluster.Cores > 0) {
 		errs = append(errs, fmt.Errorf("cluster.cores %v: want > 0", tr.Cluster.Cores))
+	}
+	if tr.Cluster.MaxReplicas < 0 || tr.Cluster.MaxReplicas > 100000 {
+		errs = append(errs, fmt.Errorf("cluster.max_replicas %d: want 0 (one per core)..100000", tr.Cluster.MaxReplicas))
 	}
 	for i, t := range tr.Tasks {
 		if t.Name == "" {
