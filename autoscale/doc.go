@@ -52,7 +52,12 @@
 // its fair grant (at least one replica where the fair split gives one),
 // and one starved for 10 s gets a replica before anyone's gain. Since each
 // trainer's gain is concave in its replicas the greedy fill never makes
-// less total trainer progress than the fair split (property-tested).
+// less total trainer progress than the fair split (property-tested). A
+// replica a job holds counts 1.25x (a moved replica idles through its
+// cold start) while that still beats the fair split, and a trainer
+// stalled over 90% keeps the appetite read before (NextAppetite): its
+// signal only bounds it from below, and reading it as its appetite made
+// replicas swing between starved jobs in the trace simulation.
 // Allocate, the fair split ("fair"), is weighted max-min: capacity in
 // proportion to weight, what small jobs leave over going to the others,
 // and the rounding's remainder one unit at a time to the job lowest per

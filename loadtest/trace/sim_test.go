@@ -187,3 +187,32 @@ func BenchmarkAlibabaTrace(b *testing.B) {
 		b.ReportMetric(c.UtilRatio(), "util-ratio")
 	}
 }
+
+// TestReplicasShareCores: with more replicas allowed than cores
+// (cluster.max_replicas) the replicas split the cores, so two jobs
+// wanting 10 cores each train 100 samples/s together on one core.
+func TestReplicasShareCores(t *testing.T) {
+	tr, err := ParseJobs(strings.NewReader(`
+cluster: {cores: 1, max_replicas: 4}
+jobs:
+  - {name: a, start_s: 0, gpus: 1, cores: 0.5, samples: 1000, trainer_rate: 1000, cpu_s_per_sample: 0.01}
+  - {name: b, start_s: 0, gpus: 1, cores: 0.5, samples: 1000, trainer_rate: 1000, cpu_s_per_sample: 0.01}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := DefaultModel()
+	m.HostCoresPerGPU = 0
+	r, err := Simulate(context.Background(), tr, Prepare(tr, m), m, Sluice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := 0.0
+	for _, j := range r.Jobs {
+		last = max(last, j.JCT)
+	}
+	// 2,000 samples at 100/s in all: 20 s, plus the replicas' start.
+	if last < 20 || last > 30 {
+		t.Errorf("the last job finished at %.1fs, want 20-30 s: the replicas share one core", last)
+	}
+}
