@@ -44,11 +44,26 @@
 // Its step times (where the trainers' steps go: data wait, compute, other)
 // are every fresh reader's merged (MergeSteps), for the job's status.
 //
-// Allocate then shares the cluster capacity between jobs, weighted max-min
-// fair: every job gets what it wants if that fits, otherwise capacity in
-// proportion to its weight, with what small jobs leave over going to the
-// others, and the rounding's remainder one unit at a time to the job
-// lowest per weight (ties in name order).
+// The cluster capacity is then shared between jobs; every job gets what it
+// wants if that fits. Otherwise, by default (Config.Allocator "marginal"),
+// AllocateMarginal gives each next replica to the job whose trainer gains
+// most from it: a job's trainer needs Appetite/PerReplica replicas to run
+// at full speed (the policy's learned rate and D), so one replica is worth
+// weight/need of its speed until that need is covered and nothing after;
+// replicas nobody gains from still go where wanted. Every job keeps half
+// its fair grant (at least one replica where the fair split gives one),
+// and one starved for 10 s gets a replica before anyone's gain. Since each
+// trainer's gain is concave in its replicas the greedy fill never makes
+// less total trainer progress than the fair split (property-tested). A
+// replica a job holds counts 1.25x (a moved replica idles through its
+// cold start) while that still beats the fair split, and a trainer
+// stalled over 90% keeps the appetite read before (NextAppetite): its
+// signal only bounds it from below, and reading it as its appetite made
+// replicas swing between starved jobs in the trace simulation.
+// Allocate, the fair split ("fair"), is weighted max-min: capacity in
+// proportion to weight, what small jobs leave over going to the others,
+// and the rounding's remainder one unit at a time to the job lowest per
+// weight (ties in name order).
 //
 // Runner is the thin loop around all three: it keeps the latest demand per
 // job and reader (Observe, fed by a NATS subscription in Run), asks each

@@ -28,7 +28,19 @@ type Config struct {
 	DemandStale time.Duration
 	// ClusterCapacity caps replicas across all jobs; 0 means MaxReplicas.
 	ClusterCapacity int
+	// Allocator shares ClusterCapacity between jobs when it is short:
+	// AllocatorMarginal (also "") or AllocatorFair.
+	Allocator string
 }
+
+// Allocators (Config.Allocator).
+const (
+	// AllocatorMarginal gives each next replica to the job whose trainer
+	// gains most (AllocateMarginal with DefaultMarginalOptions).
+	AllocatorMarginal = "marginal"
+	// AllocatorFair is the weighted max-min fair split (Allocate).
+	AllocatorFair = "fair"
+)
 
 // DefaultConfig is the policy for one machine.
 func DefaultConfig() Config {
@@ -41,6 +53,7 @@ func DefaultConfig() Config {
 		ScaleDownDelay:  5 * time.Second,
 		MaxStepUp:       2,
 		DemandStale:     5 * time.Second,
+		Allocator:       AllocatorMarginal,
 	}
 }
 
@@ -86,6 +99,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("autoscale: demand stale %v: want > 0 and <= 1h", c.DemandStale)
 	case c.ClusterCapacity < 0 || c.ClusterCapacity > 100000:
 		return fmt.Errorf("autoscale: cluster capacity %d: want 0 (= max replicas)..100000", c.ClusterCapacity)
+	case c.Allocator != "" && c.Allocator != AllocatorMarginal && c.Allocator != AllocatorFair:
+		return fmt.Errorf("autoscale: allocator %q: want %s or %s", c.Allocator, AllocatorMarginal, AllocatorFair)
 	}
 	return nil
 }

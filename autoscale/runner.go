@@ -109,6 +109,11 @@ type managed struct {
 	started bool // JobLifecycle.StartJob succeeded
 	// pending and inflight are the backlog read at the last tick.
 	pending, inflight int
+	// appetite is the trainer's appetite last read (NextAppetite).
+	appetite float64
+	// zeroSince is when the job last began to want replicas and be
+	// granted none (zero while it is granted some or wants none).
+	zeroSince time.Time
 }
 
 // NewRunner checks cfg and creates a runner. nc is only needed by Run; reg
@@ -204,6 +209,18 @@ func (r *Runner) Replicas(job string) int {
 	return n
 }
 
+// PerReplica is one replica's throughput of job (samples/s) as its policy
+// learned it (State.PerReplica); 0 until known or for a job the runner
+// does not manage.
+func (r *Runner) PerReplica(job string) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m, ok := r.jobs[job]; ok {
+		return m.state.PerReplica
+	}
+	return 0
+}
+
 // Decision is the count last decided for job and why.
 func (r *Runner) Decision(job string) (replicas int, reason string) {
 	r.mu.Lock()
@@ -250,11 +267,13 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		in    Inputs
 		dec   Decision
 		next  State
+		// appetite is the job's kept appetite (NextAppetite).
+		appetite float64
 	}
 	r.mu.Lock()
 	rounds := make([]*round, 0, len(r.jobs))
 	for name, m := range r.jobs {
-		rd := &round{name: name, m: m, job: m.job, cfg: m.cfg, state: m.state}
+		rd := &round{name: name, m: m, job: m.job, cfg: m.cfg, state: m.state, appetite: m.appetite}
 		rd.in.Demand, rd.in.DemandAt = Aggregate(r.demand[name], m.job.Readers, now, m.cfg.DemandStale)
 		rounds = append(rounds, rd)
 	}
@@ -267,17 +286,17 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	sort.Strings(removed)
 
 	// Outside the lock: the backlog and the actuator may take their own.
-	claims := make(map[string]Claim, len(rounds))
+	bids := make(map[string]Bid, len(rounds))
 	for _, rd := range rounds {
 		if rd.job.Backlog != nil {
 			rd.in.Pending, rd.in.InFlight, rd.in.Done = rd.job.Backlog.Backlog()
 		}
 		rd.in.Ready = r.act.Ready(rd.name)
 		rd.dec, rd.next = Decide(rd.cfg, rd.state, rd.in, now)
-		claims[rd.name] = Claim{Want: rd.dec.Replicas, Weight: rd.job.Weight}
+		bids[rd.name] = bidFor(rd.cfg, rd.dec, rd.next, rd.in, rd.job.Weight, rd.appetite, rd.m.zeroSince, now)
 	}
 	capacity := r.cfg.Capacity()
-	granted := Allocate(claims, capacity)
+	granted := r.allocate(bids, capacity)
 
 	var events []ScaleEvent
 	r.mu.Lock()
@@ -290,7 +309,14 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		if r.jobs[rd.name] != rd.m {
 			continue // removed (or re-added) during the round
 		}
+		switch {
+		case bids[rd.name].Want == 0 || rd.dec.Replicas > 0:
+			rd.m.zeroSince = time.Time{}
+		case rd.m.zeroSince.IsZero():
+			rd.m.zeroSince = now
+		}
 		rd.m.state, rd.m.reason = rd.next, rd.dec.Reason
+		rd.m.appetite = bids[rd.name].Appetite
 		rd.m.pending, rd.m.inflight = rd.in.Pending, rd.in.InFlight
 		r.desired.WithLabelValues(rd.name).Set(float64(rd.dec.Replicas))
 		if rd.dec.Replicas != rd.state.Replicas {
@@ -347,6 +373,32 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		}
 		r.mu.Unlock()
 	}
+}
+
+// allocate shares capacity with the configured allocator.
+func (r *Runner) allocate(bids map[string]Bid, capacity int) map[string]int {
+	if r.cfg.Allocator == AllocatorFair {
+		claims := make(map[string]Claim, len(bids))
+		for name, b := range bids {
+			claims[name] = b.Claim
+		}
+		return Allocate(claims, capacity)
+	}
+	return AllocateMarginal(bids, capacity, DefaultMarginalOptions())
+}
+
+// bidFor is what a job's decision brings to the allocator: its want, the
+// rate its policy learned and its trainer's appetite (NextAppetite: from a
+// fresh signal, else the one kept).
+func bidFor(cfg Config, dec Decision, next State, in Inputs, weight, appetite float64, zeroSince, now time.Time) Bid {
+	b := Bid{Claim: Claim{Want: dec.Replicas, Weight: weight}, PerReplica: next.PerReplica, Current: in.Ready, Appetite: appetite}
+	if d := in.Demand; d != nil && !in.DemandAt.IsZero() && now.Sub(in.DemandAt) <= cfg.DemandStale {
+		b.Appetite = NextAppetite(appetite, *d)
+	}
+	if !zeroSince.IsZero() {
+		b.Starved = now.Sub(zeroSince)
+	}
+	return b
 }
 
 // Listen subscribes to every job's demand signals (wire.DemandSubjects)

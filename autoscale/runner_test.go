@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,9 @@ func TestRunnerTick(t *testing.T) {
 	act := newFakeActuator()
 	cfg := DefaultConfig()
 	cfg.ClusterCapacity = 5
+	// The fair split's shares, which this test spells out; the marginal
+	// allocator's are TestRunnerTickMarginal's.
+	cfg.Allocator = AllocatorFair
 	reg := prometheus.NewRegistry()
 	r, err := NewRunner(nil, act, cfg, nil, reg)
 	if err != nil {
@@ -326,5 +330,56 @@ func TestRunnerFollowsTheMostStalledReader(t *testing.T) {
 	r.Tick(ctx, sec(4))
 	if n, reason := r.Decision("j"); n != 0 || reason != "job done" {
 		t.Errorf("decision %d %q, want 0 \"job done\" once every reader is", n, reason)
+	}
+}
+
+// TestRunnerTickMarginal runs two jobs whose trainers eat 200/s and
+// 1000/s from replicas of 100/s each on a cluster of 6: the marginal
+// allocator covers the small trainer's need (2) and gives the rest to the
+// big one, where the fair split gives 3 and 3 and the small job's third
+// replica idles.
+func TestRunnerTickMarginal(t *testing.T) {
+	appetite := map[string]float64{"a": 200, "b": 1000}
+	for _, tc := range []struct {
+		allocator string
+		want      map[string]int
+		progress  float64 // the trainers' speeds, as shares of full, summed
+	}{
+		{AllocatorMarginal, map[string]int{"a": 2, "b": 4}, 1.4},
+		{AllocatorFair, map[string]int{"a": 3, "b": 3}, 1.3},
+	} {
+		t.Run(tc.allocator, func(t *testing.T) {
+			act := newFakeActuator()
+			cfg := DefaultConfig()
+			cfg.ClusterCapacity, cfg.Allocator = 6, tc.allocator
+			r, err := NewRunner(nil, act, cfg, nil, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for name := range appetite {
+				r.AddJob(name, Job{Backlog: &fakeBacklog{pending: 100}})
+			}
+			progress := 0.0
+			for i := range 20 {
+				now := sec(float64(i))
+				progress = 0
+				for name, want := range appetite {
+					arrived := 100 * float64(act.count(name))
+					consumed := min(arrived, want)
+					r.Observe(wire.Demand{Job: name, ArrivedPerS: arrived, ConsumedPerS: consumed,
+						StallFraction: 1 - consumed/want, BufferCapacity: 100}, now)
+					progress += consumed / want
+				}
+				r.Tick(ctx, now)
+			}
+			got := map[string]int{"a": act.count("a"), "b": act.count("b")}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("replicas (-want +got):\n%s", diff)
+			}
+			if math.Abs(progress-tc.progress) > 1e-9 {
+				t.Errorf("trainer progress %.2f, want %.2f", progress, tc.progress)
+			}
+		})
 	}
 }

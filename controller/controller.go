@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -42,6 +43,10 @@ type Controller struct {
 	known   map[string]wire.Job // job records as last seen
 	owned   map[string]*jobRun
 	closing bool
+	plans   *planner.Store // learned per-replica rates; set by Run
+
+	learnMu sync.Mutex
+	meters  map[string]*rateMeter // per owned job, for plans
 }
 
 // New checks opts and builds a controller; logger and reg may be nil.
@@ -60,9 +65,10 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Control
 	}
 	return &Controller{
 		opts: opts, log: logger, m: newMetrics(reg), dm: broker.NewMetrics(reg), runner: runner,
-		kick:  make(chan struct{}, 1),
-		known: map[string]wire.Job{},
-		owned: map[string]*jobRun{},
+		kick:   make(chan struct{}, 1),
+		known:  map[string]wire.Job{},
+		owned:  map[string]*jobRun{},
+		meters: map[string]*rateMeter{},
 	}, nil
 }
 
@@ -112,9 +118,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.jobsKV, c.statusKV, c.leasesKV = open(wire.JobsBucket), open(wire.StatusBucket), open(wire.LeasesBucket)
 	c.readersKV = open(wire.ReadersBucket)
+	plansKV := open(wire.PlansBucket)
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	c.plans = planner.NewStore(plansKV)
+	c.mu.Unlock()
 	stopListen, err := c.runner.Listen()
 	if err != nil {
 		return err
@@ -143,11 +153,13 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // Tick is one control round: the autoscaler decides and scales every job,
-// then the status of every owned job is written.
+// then the status of every owned job is written, and the per-replica rates
+// due are recorded in the plan store.
 func (c *Controller) Tick(ctx context.Context, now time.Time) {
 	start := time.Now()
 	c.runner.Tick(ctx, now)
 	c.writeStatuses(ctx, now)
+	c.learnRates(ctx, now)
 	c.m.tick.Observe(time.Since(start).Seconds())
 }
 

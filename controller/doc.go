@@ -27,4 +27,10 @@
 // request per tick. Reader progress comes from the readers' demand
 // signals; completion reads the readers' consumers, the one place that
 // knows every chunk was taken.
+//
+// Every LearnEvery (30 s) the controller records each running job's
+// per-replica rate, as its autoscaling policy learned it, in the plan
+// store (package planner, wire.PlansBucket) under the job's pipeline and
+// dataset, weighted by the replica-seconds served since the last record;
+// Plans exposes the store for pre-warm, and `sluice plan` reads it.
 package controller

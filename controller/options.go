@@ -58,6 +58,10 @@ type Options struct {
 	LeaseTTL time.Duration
 	// Tick is how often the autoscaler decides and statuses are written (default 1s).
 	Tick time.Duration
+	// LearnEvery is how often a running job's per-replica rate is
+	// recorded in the plan store (wire.PlansBucket; default
+	// DefaultLearnEvery).
+	LearnEvery time.Duration
 	// TaskAckWait is the dispatch consumers' AckWait: how long tasks a dead
 	// controller had in flight stay stuck (default streams.DispatchAckWait).
 	TaskAckWait time.Duration
@@ -92,6 +96,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TaskAckWait == 0 {
 		o.TaskAckWait = streams.DispatchAckWait
+	}
+	if o.LearnEvery == 0 {
+		o.LearnEvery = DefaultLearnEvery
 	}
 	if o.MaxReplicas == 0 {
 		o.MaxReplicas = DefaultMaxReplicas
@@ -135,6 +142,9 @@ func (o Options) validate() error {
 	}
 	if o.Tick < 10*time.Millisecond || o.Tick > time.Minute {
 		bad("tick %v: want 10ms..1m", o.Tick)
+	}
+	if o.LearnEvery < 10*time.Millisecond || o.LearnEvery > time.Hour {
+		bad("learn every %v: want 10ms..1h", o.LearnEvery)
 	}
 	if o.TaskAckWait < 100*time.Millisecond || o.TaskAckWait > time.Hour {
 		bad("task ack wait %v: want 100ms..1h", o.TaskAckWait)

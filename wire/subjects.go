@@ -21,6 +21,10 @@ const (
 	// restarted agent resumes where its delivered batches end. Keys are
 	// ReaderKey(job, reader); the trainer agent owns the value's format.
 	ReadersBucket = "sluice_readers"
+	// PlansBucket holds each pipeline's learned per-replica throughput,
+	// written by controllers as jobs run and read by `sluice plan` and
+	// pre-warm; package planner owns the keys and the value's format.
+	PlansBucket = "sluice_plans"
 
 	taskSubjectPrefix   = "sluice.tasks."
 	outputSubjectPrefix = "sluice.out."

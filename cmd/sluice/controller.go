@@ -27,6 +27,13 @@ import (
 // actuators are the --actuator values.
 var actuators = []string{"local", "knative"}
 
+// autoscaleConfig is the policy's defaults with the --allocator chosen.
+func autoscaleConfig(allocator string) autoscale.Config {
+	cfg := autoscale.DefaultConfig()
+	cfg.Allocator = allocator
+	return cfg
+}
+
 // replicaStopTimeout is how long a replica may drain at shutdown before it
 // is killed; its task goes back to the queue either way.
 const replicaStopTimeout = 30 * time.Second
@@ -55,6 +62,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.DurationVar(&kedaCfg.ScaleDownStabilization, "keda-scale-down-window", kedaCfg.ScaleDownStabilization, "with --local-scaling keda: the HPA's scale-down stabilization window")
 	connFlags := connect.Register(fs, connect.PartAll)
 	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
+	allocator := fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)")
 	localityWait := fs.Duration("locality-wait", broker.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
@@ -69,6 +77,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		oneOf("actuator", actuator, actuators...),
 		oneOf("local-scaling", localScaling, "sluice", "kpa", "keda"),
 		kedaCfg.Validate,
+		oneOf("allocator", allocator, autoscale.AllocatorMarginal, autoscale.AllocatorFair),
 		durationRange("kpa-window", kpaWindow, 6*time.Second, time.Hour),
 		intRange("max-replicas", maxReplicas, 1, 10000),
 		intRange("replica-cpus", replicaCPUs, 1, 1024),
@@ -178,6 +187,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
 		Actuator: act, Dispatch: dispatch, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
 		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency, LocalityWait: locality,
+		Autoscale: autoscaleConfig(*allocator),
 	}, logger, reg)
 	if err != nil {
 		return err

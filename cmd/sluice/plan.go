@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -10,10 +11,29 @@ import (
 
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/planner"
 )
 
-func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
+// replicaPlan is the replicas estimate of `sluice plan --trainer-rate`.
+type replicaPlan struct {
+	TrainerRate float64 `json:"trainer_rate"`
+	Replicas    int     `json:"replicas"`
+	// PerReplica is the rate used; Source says where it came from: "flag",
+	// or the plan store's "dataset" or "pipeline" record (Learned).
+	PerReplica float64           `json:"per_replica_per_s"`
+	Source     string            `json:"source"`
+	Learned    *planner.Estimate `json:"learned,omitempty"`
+}
+
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("plan", stderr)
+	pipelineName := fs.String("pipeline", "", "the job's pipeline: a built-in name or a spec (as the job carries it); with --trainer-rate, its learned per-replica rate sizes the replicas")
+	dataset := fs.String("dataset", "", "the job's s3:// dataset URL: a rate learned on it is preferred to the pipeline's over every dataset")
+	trainerRate := fs.Float64("trainer-rate", 0, "samples/s the trainer eats at full speed: estimate the replicas it needs")
+	perReplica := fs.Float64("per-replica-rate", 0, "samples/s of one replica, instead of the rate learned in the plan store (no NATS needed)")
+	nflags := connect.Register(fs, connect.PartNATS)
+	var conn connect.Config
 	datasetBytes := fs.String("dataset-bytes", "", "the dataset's size (e.g. 150GiB)")
 	samples := fs.Int64("samples", 0, "samples in the dataset")
 	shards := fs.Int("shards", 0, "shards in the dataset")
@@ -27,8 +47,11 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	decodeRate := fs.Float64("decode-rate", 0, "samples one replica preprocesses per second (sluice bench ops: samples_per_s_per_core x its cores)")
 	asJSON := fs.Bool("json", false, "print the prediction as JSON")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice plan [flags]\n\nPredicts a job's S3 bytes per epoch with the shard cache, and the I/O-bound\n"+
-			"ceiling on samples/s, from the dataset's size, the cache and measured rates.\n\n")
+		fmt.Fprintf(stderr, "Usage: sluice plan [flags]\n\nWith --trainer-rate: the replicas a job needs, ceil(trainer rate / per-replica rate),\n"+
+			"with the per-replica rate the controllers learned for --pipeline (and --dataset) in the\n"+
+			"plan store, or --per-replica-rate. With --dataset-bytes: the job's S3 bytes per epoch with\n"+
+			"the shard cache, and the I/O-bound ceiling on samples/s, from the dataset's size, the cache\n"+
+			"and measured rates.\n\n")
 		fs.PrintDefaults()
 	}
 	in := shardcache.ModelInputs{}
@@ -43,17 +66,60 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var s3R, s3T, cacheR int64
+	cacheModel := func() bool { return *datasetBytes != "" || *trainerRate == 0 }
+	onlyCache := func(check func() error) func() error {
+		return func() error {
+			if !cacheModel() {
+				return nil
+			}
+			return check()
+		}
+	}
 	if err := parse(fs, args,
-		size("dataset-bytes", datasetBytes, &in.DatasetBytes),
-		size("cache-bytes", cacheBytes, &in.CacheBytes),
-		size("s3-rate", s3Rate, &s3R),
-		size("s3-total-rate", s3Total, &s3T),
-		size("cache-rate", cacheRate, &cacheR),
+		func() error {
+			switch {
+			case *trainerRate < 0:
+				return fmt.Errorf("--trainer-rate %v: want > 0 samples/s", *trainerRate)
+			case *perReplica < 0:
+				return fmt.Errorf("--per-replica-rate %v: want > 0 samples/s", *perReplica)
+			case *trainerRate > 0 && *perReplica == 0 && *pipelineName == "":
+				return errors.New("--trainer-rate: want --pipeline (its learned rate) or --per-replica-rate")
+			}
+			return nil
+		},
+		func() error {
+			if *trainerRate > 0 && *perReplica == 0 {
+				return resolve(nflags, &conn)()
+			}
+			return nil
+		},
+		onlyCache(size("dataset-bytes", datasetBytes, &in.DatasetBytes)),
+		onlyCache(size("cache-bytes", cacheBytes, &in.CacheBytes)),
+		onlyCache(size("s3-rate", s3Rate, &s3R)),
+		onlyCache(size("s3-total-rate", s3Total, &s3T)),
+		onlyCache(size("cache-rate", cacheRate, &cacheR)),
 		intRange("epochs", epochs, 1, 100000),
 		intRange("replicas", replicas, 1, 100000),
-		intRange("shards", shards, 1, 100_000_000),
+		onlyCache(intRange("shards", shards, 1, 100_000_000)),
 	); err != nil {
 		return err
+	}
+	var rp *replicaPlan
+	if *trainerRate > 0 {
+		p, err := planReplicas(ctx, conn, *pipelineName, *dataset, *trainerRate, *perReplica)
+		if err != nil {
+			return fmt.Errorf("plan: %w", err)
+		}
+		rp = &p
+	}
+	if !cacheModel() {
+		if *asJSON {
+			return printJSON(stdout, struct {
+				Replicas *replicaPlan `json:"replicas"`
+			}{rp})
+		}
+		printReplicaPlan(stdout, *rp)
+		return nil
 	}
 	in.Samples, in.Shards, in.Epochs, in.Replicas = *samples, *shards, *epochs, *replicas
 	in.S3BytesPerS, in.S3TotalBytesPerS, in.CacheBytesPerS = float64(s3R), float64(s3T), float64(cacheR)
@@ -68,10 +134,57 @@ func runPlan(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(struct {
 			Inputs     shardcache.ModelInputs `json:"inputs"`
 			Prediction shardcache.Prediction  `json:"prediction"`
-		}{in, p})
+			Replicas   *replicaPlan           `json:"replicas,omitempty"`
+		}{in, p, rp})
+	}
+	if rp != nil {
+		printReplicaPlan(stdout, *rp)
+		fmt.Fprintln(stdout)
 	}
 	printPlan(stdout, in, p)
 	return nil
+}
+
+// planReplicas sizes a trainer's replicas by perReplica, or else by the
+// rate learned for pipeline (on dataset) in the plan store.
+func planReplicas(ctx context.Context, conn connect.Config, pipeline, dataset string, trainerRate, perReplica float64) (replicaPlan, error) {
+	p := replicaPlan{TrainerRate: trainerRate, PerReplica: perReplica, Source: "flag"}
+	if perReplica == 0 {
+		nc, js, err := conn.ConnectNATS(ctx, "sluice-plan", nil)
+		if err != nil {
+			return p, err
+		}
+		defer nc.Close()
+		store, err := planner.Open(ctx, js)
+		if err != nil {
+			return p, err
+		}
+		est, err := store.Get(ctx, pipeline, dataset)
+		if errors.Is(err, planner.ErrNoRate) {
+			return p, fmt.Errorf("pipeline %q: no job of it has run long enough to learn its per-replica rate (give --per-replica-rate)", pipeline)
+		}
+		if err != nil {
+			return p, err
+		}
+		p.PerReplica, p.Source, p.Learned = est.PerReplica, est.Source, &est
+	}
+	p.Replicas = planner.ReplicasFor(trainerRate, p.PerReplica)
+	return p, nil
+}
+
+func printReplicaPlan(w io.Writer, p replicaPlan) {
+	fmt.Fprintf(w, "replicas for a trainer at %.0f samples/s: %d (ceil(%.0f / %.1f per replica))\n", p.TrainerRate, p.Replicas, p.TrainerRate, p.PerReplica)
+	switch {
+	case p.Learned == nil:
+		fmt.Fprintf(w, "per-replica rate: %.1f samples/s, from --per-replica-rate\n", p.PerReplica)
+	default:
+		where := "this pipeline on this dataset"
+		if p.Source == planner.SourcePipeline {
+			where = "this pipeline over every dataset (none on this one yet)"
+		}
+		fmt.Fprintf(w, "per-replica rate: %.1f samples/s, learned on %s: %d records over %.0f replica-seconds, the last from job %s at %s (key %s)\n",
+			p.PerReplica, where, p.Learned.Observations, p.Learned.ReplicaSeconds, p.Learned.Job, p.Learned.Updated.Format(time.RFC3339), p.Learned.Key)
+	}
 }
 
 func printPlan(w io.Writer, in shardcache.ModelInputs, p shardcache.Prediction) {

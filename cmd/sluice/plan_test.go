@@ -1,8 +1,16 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/planner"
 )
 
 func TestPlan(t *testing.T) {
@@ -19,5 +27,42 @@ func TestPlan(t *testing.T) {
 	code, _, stderr = runCLI(t, "plan", "--dataset-bytes", "lots", "--shards", "0")
 	if code != 2 || !strings.Contains(stderr, "--dataset-bytes") || !strings.Contains(stderr, "--shards 0") {
 		t.Errorf("bad flags: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestPlanReplicas(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "plan", "--trainer-rate", "2000", "--per-replica-rate", "311")
+	if code != 0 || !strings.Contains(stdout, "2000 samples/s: 7 (ceil(2000 / 311.0 per replica))") || !strings.Contains(stdout, "from --per-replica-rate") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, _, stderr = runCLI(t, "plan", "--trainer-rate", "2000")
+	if code != 2 || !strings.Contains(stderr, "want --pipeline") {
+		t.Errorf("no rate: exit %d, stderr %q", code, stderr)
+	}
+
+	// A rate the controllers learned.
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := planner.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Record(ctx, "imagenet-train", "s3://b/train/", planner.Observation{Job: "j1", PerReplica: 250, ReplicaSeconds: 120, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, "plan", "--nats", srv.URL(), "--pipeline", "imagenet-train", "--dataset", "s3://b/val/", "--trainer-rate", "1000")
+	if code != 0 || !strings.Contains(stdout, "1000 samples/s: 4") || !strings.Contains(stdout, "over every dataset") || !strings.Contains(stdout, "job j1") {
+		t.Fatalf("learned rate: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "plan", "--nats", srv.URL(), "--pipeline", "imagenet-eval", "--trainer-rate", "1000")
+	if code != 1 || !strings.Contains(stderr, "no job of it has run long enough") {
+		t.Errorf("nothing learned: exit %d\n%s%s", code, stdout, stderr)
 	}
 }

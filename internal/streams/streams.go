@@ -61,6 +61,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		kv(wire.LeasesBucket, "Sluice job leases: which controller owns a job"),
 		kv(wire.ReadersBucket, "Sluice reader positions in job outputs"),
 		kv(wire.SweepsBucket, "Sluice sweeps: each sweep's jobs and their trials"),
+		kv(wire.PlansBucket, "Sluice learned per-replica throughput of pipelines"),
 	}
 }
 

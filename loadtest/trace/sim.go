@@ -1,0 +1,539 @@
+package trace
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// Policy is how preprocessing CPUs are given to tasks.
+type Policy string
+
+const (
+	// Static: each task preprocesses on the cores it asked for, less its
+	// trainer's own.
+	Static Policy = "static"
+	// Sluice: replicas from a pool of the running tasks' data loader cores
+	// and Lendable of the unrequested ones, sized per task by
+	// autoscale.Decide and shared by the allocator (marginal or fair),
+	// ticked every second on virtual time.
+	Sluice     Policy = "sluice"
+	SluiceFair Policy = "sluice-fair"
+)
+
+// JobResult is one task's outcome under a policy.
+type JobResult struct {
+	Name string
+	// JCT is from its arrival (its start in the trace's schedule) to its
+	// last sample trained (s); Stall
+	// the part of it its trainer waited for data.
+	JCT, Stall float64
+	// Wait is the part of JCT spent queued for GPUs (Model.QueueGPUs).
+	Wait float64
+	// GPUs held, and the core-seconds its preprocessing used.
+	GPUs, CoreSeconds float64
+	Censored          bool
+}
+
+// Result is a policy's run over a trace.
+type Result struct {
+	Policy Policy
+	Jobs   []JobResult
+	// Ticks are the control rounds run (Sluice policies); Decides the
+	// autoscale.Decide calls.
+	Ticks, Decides int
+	// Wall is how long the simulation took.
+	Wall time.Duration
+}
+
+// Summary is what the README reports of a Result, over the tasks that
+// finished within the trace.
+type Summary struct {
+	Jobs int
+	// MeanJCT is the average completion time (s); GPUUtil the share of
+	// GPU-seconds held that trained (1 - stall share, GPU-weighted);
+	// StallS the trainers' total wait (s); CoreHours the CPU used for
+	// preprocessing.
+	MeanJCT, GPUUtil, StallS, CoreHours float64
+}
+
+// Summarize averages r over its uncensored tasks.
+func (r Result) Summarize() Summary {
+	var s Summary
+	held, busy := 0.0, 0.0
+	for _, j := range r.Jobs {
+		if j.Censored {
+			continue
+		}
+		s.Jobs++
+		s.MeanJCT += j.JCT
+		s.StallS += j.Stall
+		s.CoreHours += j.CoreSeconds / 3600
+		held += j.GPUs * (j.JCT - j.Wait)
+		busy += j.GPUs * (j.JCT - j.Wait - j.Stall)
+	}
+	if s.Jobs > 0 {
+		s.MeanJCT /= float64(s.Jobs)
+	}
+	if held > 0 {
+		s.GPUUtil = busy / held
+	}
+	return s
+}
+
+// Prepare draws each task's demand and its work: a trace task trains, at
+// its static rate, through the samples of its recorded duration (the trace
+// ran with the static allocation).
+func Prepare(tr Trace, m Model) []Task {
+	out := make([]Task, 0, len(tr.Tasks))
+	for _, t := range tr.Tasks {
+		t = m.draw(t)
+		if t.Samples == 0 {
+			t.Samples = t.Duration * staticRate(t)
+		}
+		if !(t.Samples > 0) {
+			continue // no data loader cores: nothing static could train
+		}
+		out = append(out, t)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	if m.QueueGPUs > 0 {
+		sort.SliceStable(out, func(i, j int) bool { return out[i].Arrival < out[j].Arrival })
+	}
+	return out
+}
+
+// Simulate runs tasks (from Prepare) on the cluster under policy; ctx
+// stops it early with ctx's error.
+func Simulate(ctx context.Context, tr Trace, tasks []Task, m Model, policy Policy) (Result, error) {
+	if err := m.Validate(); err != nil {
+		return Result{}, fmt.Errorf("model: %w", err)
+	}
+	start := time.Now()
+	var res Result
+	var err error
+	switch policy {
+	case Static:
+		if m.QueueGPUs == 0 {
+			res = simulateStatic(tasks)
+			break
+		}
+		fallthrough
+	case Sluice, SluiceFair:
+		s := newSim(tr.Cluster, tasks, m, policy)
+		err = s.run(ctx)
+		res = s.result()
+	default:
+		return Result{}, fmt.Errorf("policy %q: want static, sluice or sluice-fair", policy)
+	}
+	res.Policy, res.Wall = policy, time.Since(start)
+	return res, err
+}
+
+// simulateStatic needs no clock: each task's rate is constant.
+func simulateStatic(tasks []Task) Result {
+	var r Result
+	for _, t := range tasks {
+		rate := staticRate(t)
+		jct := t.Samples / rate
+		r.Jobs = append(r.Jobs, JobResult{Name: t.Name, JCT: jct, Stall: jct - t.Samples/t.TrainerRate,
+			GPUs: t.GPUs, CoreSeconds: (t.Cores - t.HostCores) * jct, Censored: t.Censored})
+	}
+	sort.SliceStable(r.Jobs, func(a, b int) bool { return r.Jobs[a].Name < r.Jobs[b].Name })
+	return r
+}
+
+// tick is the controller's control period.
+const tick = 1.0
+
+// job is a task while it runs under a Sluice policy.
+type job struct {
+	t       *Task
+	cfg     autoscale.Config
+	st      autoscale.State
+	left    float64 // samples
+	perRep  float64 // samples/s of one replica
+	starts  []float64
+	ready   int // replicas serving
+	granted int // replicas asked of the actuator
+	bid     autoscale.Bid
+	zero    float64 // since when granted none while wanting some; -1: not
+	// settled: the last two rounds decided the same with the same inputs,
+	// and the scale-down window holds nothing else, so Decide would repeat
+	// itself until its ready count or its grant changes.
+	settled, same int
+	lastKey       [4]float64
+	res           JobResult
+}
+
+type sim struct {
+	queue                []*job  // arrived, waiting for GPUs (Model.QueueGPUs)
+	freeGPUs             float64 // of Model.QueueGPUs
+	cl                   Cluster
+	m                    Model
+	policy               Policy
+	tasks                []Task
+	next                 int    // next task to start
+	jobs                 []*job // running
+	done                 []JobResult
+	other                []Task // CPU-only tasks, by start
+	nextO                int
+	usedCores, dataCores float64 // requested by running tasks; their data loader share
+	hostCores            float64 // running tasks' trainers' own
+	now                  float64
+	// share is the part of a core each replica's core gets when a job
+	// list's Cluster.MaxReplicas lets more replicas run than it has cores.
+	share          float64
+	nextTick       float64
+	ticks, decides int
+}
+
+func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
+	other := append([]Task(nil), cl.Other...)
+	sort.SliceStable(other, func(i, j int) bool { return other[i].Start < other[j].Start })
+	if m.QueueGPUs > 0 {
+		cl.Cores *= float64(m.QueueGPUs) / cl.GPUs
+		cl.GPUs, other = float64(m.QueueGPUs), nil
+	}
+	s := &sim{cl: cl, m: m, policy: policy, tasks: tasks, other: other, nextTick: math.Inf(1), freeGPUs: cl.GPUs, share: 1}
+	return s
+}
+
+func (s *sim) config(t *Task) autoscale.Config {
+	cfg := autoscale.DefaultConfig()
+	cfg.MaxReplicas, cfg.ClusterCapacity = 10000, 100000
+	if s.policy == SluiceFair {
+		cfg.Allocator = autoscale.AllocatorFair
+	}
+	return cfg.ForJob(0, t.MaxReplicas)
+}
+
+// otherEnds holds the CPU-only tasks' (end, cores), a min-heap would do;
+// there are few, so a sorted slice is kept.
+type otherEnd struct{ end, cores float64 }
+
+func (s *sim) run(ctx context.Context) error {
+	var ends []otherEnd
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.shareCores()
+		// The next event: a task or CPU-only task starting, a CPU-only
+		// task ending, a replica ready, a task done, a control tick.
+		t := math.Inf(1)
+		if s.next < len(s.tasks) {
+			t = s.arrival(&s.tasks[s.next])
+		}
+		if s.nextO < len(s.other) {
+			t = min(t, s.other[s.nextO].Start)
+		}
+		if len(ends) > 0 {
+			t = min(t, ends[0].end)
+		}
+		for _, j := range s.jobs {
+			if len(j.starts) > 0 {
+				t = min(t, j.starts[0])
+			}
+			if r := s.rate(j); r > 0 {
+				t = min(t, s.now+j.left/r)
+			}
+		}
+		t = min(t, s.nextTick)
+		if math.IsInf(t, 1) {
+			return nil
+		}
+		s.advance(max(t, s.now))
+		changed := false
+		// Ends first: a task done frees its cores for the round.
+		kept := s.jobs[:0]
+		for _, j := range s.jobs {
+			if j.left <= 1e-9*j.t.Samples || (s.rate(j) > 0 && j.left/s.rate(j) < 1e-9) {
+				j.res.JCT = s.now - s.arrival(j.t)
+				s.done = append(s.done, j.res)
+				s.freeGPUs += j.t.GPUs
+				s.usedCores -= j.t.Cores
+				s.dataCores -= j.t.Cores - j.t.HostCores
+				s.hostCores -= j.t.HostCores
+				changed = true
+				continue
+			}
+			kept = append(kept, j)
+		}
+		s.jobs = kept
+		for len(ends) > 0 && ends[0].end <= s.now {
+			s.usedCores -= ends[0].cores
+			ends = ends[1:]
+			changed = true
+		}
+		for s.nextO < len(s.other) && s.other[s.nextO].Start <= s.now {
+			o := s.other[s.nextO]
+			s.nextO++
+			s.usedCores += o.Cores
+			e := otherEnd{o.Start + o.Duration, o.Cores}
+			i := sort.Search(len(ends), func(i int) bool { return ends[i].end > e.end })
+			ends = append(ends, otherEnd{})
+			copy(ends[i+1:], ends[i:])
+			ends[i] = e
+			changed = true
+		}
+		for s.next < len(s.tasks) && s.arrival(&s.tasks[s.next]) <= s.now {
+			t := &s.tasks[s.next]
+			s.next++
+			s.queue = append(s.queue, &job{t: t, cfg: s.config(t), left: t.Samples, perRep: s.m.ReplicaCores / t.CPUPerSample, zero: -1,
+				res: JobResult{Name: t.Name, GPUs: t.GPUs, Censored: t.Censored}})
+		}
+		// First come, first served: the head waits for its GPUs (a task
+		// wanting more than the cluster has runs once it is empty).
+		for len(s.queue) > 0 {
+			j := s.queue[0]
+			if s.m.QueueGPUs > 0 && j.t.GPUs > s.freeGPUs+1e-9 && (len(s.jobs) > 0 || s.freeGPUs < s.cl.GPUs) {
+				break
+			}
+			s.queue = s.queue[1:]
+			s.freeGPUs -= j.t.GPUs
+			j.res.Wait = s.now - s.arrival(j.t)
+			s.jobs = append(s.jobs, j)
+			s.usedCores += j.t.Cores
+			s.dataCores += j.t.Cores - j.t.HostCores
+			s.hostCores += j.t.HostCores
+			changed = true
+		}
+		for _, j := range s.jobs {
+			n := 0
+			for n < len(j.starts) && j.starts[n] <= s.now {
+				n++
+			}
+			if n > 0 {
+				j.starts = j.starts[n:]
+				j.ready += n
+				j.settled = 0
+				changed = true
+			}
+		}
+		if s.policy == Static {
+			continue // no control rounds
+		}
+		if s.now >= s.nextTick {
+			s.round()
+		} else if changed && math.IsInf(s.nextTick, 1) {
+			// The controller ticks every second; rounds in which no job
+			// could decide otherwise are skipped.
+			s.nextTick = math.Floor(s.now/tick)*tick + tick
+		}
+	}
+}
+
+// arrival is when t may start: its submission under a scheduler
+// (Model.QueueGPUs), else when the trace started it.
+func (s *sim) arrival(t *Task) float64 {
+	if s.m.QueueGPUs > 0 {
+		return t.Arrival
+	}
+	return t.Start
+}
+
+// rate is a job's training rate now: its trainer's, or what its data
+// loader cores (static) or serving replicas preprocess, the lower.
+func (s *sim) rate(j *job) float64 {
+	if s.policy == Static {
+		return staticRate(*j.t)
+	}
+	return min(j.t.TrainerRate, float64(j.ready)*j.perRep*s.share)
+}
+
+// shareCores sets share where replicas may outnumber the cores
+// (Cluster.MaxReplicas): the serving replicas split the pool's cores
+// evenly, a replica whose trainer is fed idling for the rest of its
+// share (water-filling), as processes on one machine do.
+func (s *sim) shareCores() {
+	s.share = 1
+	if s.cl.MaxReplicas == 0 || s.policy == Static {
+		return
+	}
+	pool := s.poolCores()
+	used := func(share float64) float64 {
+		u := 0.0
+		for _, j := range s.jobs {
+			u += min(float64(j.ready)*s.m.ReplicaCores*share, j.t.TrainerRate*j.t.CPUPerSample)
+		}
+		return u
+	}
+	if used(1) <= pool {
+		return
+	}
+	lo, hi := 0.0, 1.0
+	for range 50 {
+		mid := (lo + hi) / 2
+		if used(mid) > pool {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	s.share = lo
+}
+
+// advance moves the clock to t, training every job at its rate.
+func (s *sim) advance(t float64) {
+	dt := t - s.now
+	if dt > 0 {
+		for _, j := range s.jobs {
+			r := s.rate(j)
+			j.left = max(j.left-r*dt, 0)
+			j.res.Stall += (1 - r/j.t.TrainerRate) * dt
+			if s.policy == Static {
+				j.res.CoreSeconds += (j.t.Cores - j.t.HostCores) * dt
+			} else {
+				j.res.CoreSeconds += float64(j.ready+len(j.starts)) * s.m.ReplicaCores * dt
+			}
+		}
+	}
+	s.now = t
+}
+
+// capacity is the replicas the pool holds now: the running tasks' data
+// loader cores and the lendable share of the idle ones, within the cores
+// the trainers and the CPU-only tasks leave (requests may oversubscribe a
+// job list's machine).
+// A job list with Cluster.MaxReplicas has that many instead: replicas
+// then share the cores (shareCores).
+func (s *sim) capacity() int {
+	if s.cl.MaxReplicas > 0 {
+		return min(s.cl.MaxReplicas, 100000)
+	}
+	return int(min(math.Floor(s.poolCores()/s.m.ReplicaCores+1e-9), 100000))
+}
+
+// poolCores are the cores Sluice's replicas may use now.
+func (s *sim) poolCores() float64 {
+	idle := max(s.cl.Cores-s.usedCores, 0)
+	pool := max(s.dataCores, 0) + s.m.Lendable*idle
+	return min(pool, max(s.cl.Cores-s.hostCores-(s.usedCores-s.dataCores-s.hostCores), 0))
+}
+
+// demand is the signal a job's trainer agent would send: a trainer fed
+// less than its appetite stalls with an empty buffer; one fed more runs at
+// full speed with a full buffer, which throttles arrivals to its rate.
+func (s *sim) demand(j *job) wire.Demand {
+	supply := float64(j.ready) * j.perRep * s.share
+	d := wire.Demand{Job: j.t.Name, IntervalS: tick, BufferCapacity: 1000, GPUUtilization: -1}
+	if supply >= j.t.TrainerRate {
+		d.ConsumedPerS, d.ArrivedPerS, d.BufferedSamples = j.t.TrainerRate, j.t.TrainerRate, d.BufferCapacity
+	} else {
+		d.ConsumedPerS, d.ArrivedPerS = supply, supply
+		d.StallFraction, d.WaitFraction = 1-supply/j.t.TrainerRate, 1-supply/j.t.TrainerRate
+	}
+	return d
+}
+
+// round is one control round, as autoscale.Runner.Tick does it: Decide
+// per job, then share the capacity, then scale.
+func (s *sim) round() {
+	s.ticks++
+	now := time.Unix(0, 0).Add(time.Duration(s.now * float64(time.Second)))
+	bids := make(map[string]autoscale.Bid, len(s.jobs))
+	unsettled := false
+	for _, j := range s.jobs {
+		if j.settled < 2 {
+			d := s.demand(j)
+			in := autoscale.Inputs{Demand: &d, DemandAt: now, Pending: 1 << 30, Ready: j.ready}
+			prev := j.st.PerReplica
+			dec, next := autoscale.Decide(j.cfg, j.st, in, now)
+			s.decides++
+			raw := -1
+			if n := len(next.Wants); n > 0 {
+				raw = next.Wants[n-1].Replicas
+				for _, w := range next.Wants {
+					if w.Replicas != raw {
+						raw = -1
+					}
+				}
+			}
+			key := [4]float64{float64(dec.Replicas), float64(raw), float64(j.ready), float64(j.granted)}
+			if raw >= 0 && key == j.lastKey && math.Abs(next.PerReplica-prev) <= 1e-9*max(prev, 1) {
+				j.settled++
+			} else {
+				j.settled = 0
+			}
+			j.lastKey = key
+			j.st = next
+			b := autoscale.Bid{Claim: autoscale.Claim{Want: dec.Replicas, Weight: 1}, PerReplica: next.PerReplica}
+			b.Appetite = autoscale.NextAppetite(j.bid.Appetite, d)
+			j.bid = b
+		}
+		j.bid.Current = j.granted
+		if j.zero >= 0 {
+			j.bid.Starved = time.Duration((s.now - j.zero) * float64(time.Second))
+		} else {
+			j.bid.Starved = 0
+		}
+		bids[j.t.Name] = j.bid
+	}
+	capacity := s.capacity()
+	var granted map[string]int
+	if s.policy == SluiceFair {
+		claims := make(map[string]autoscale.Claim, len(bids))
+		for n, b := range bids {
+			claims[n] = b.Claim
+		}
+		granted = autoscale.Allocate(claims, capacity)
+	} else {
+		granted = autoscale.AllocateMarginal(bids, capacity, autoscale.DefaultMarginalOptions())
+	}
+	for _, j := range s.jobs {
+		g := granted[j.t.Name]
+		if g < j.st.Replicas {
+			j.st.Replicas = g
+		}
+		switch {
+		case j.bid.Want == 0 || g > 0:
+			j.zero = -1
+		case j.zero < 0:
+			j.zero = s.now
+		}
+		if g != j.granted {
+			s.scale(j, g)
+			j.settled = 0
+		}
+		if j.settled < 2 || j.zero >= 0 {
+			unsettled = true
+		}
+	}
+	s.nextTick = math.Inf(1)
+	if unsettled {
+		s.nextTick = s.now + tick
+	}
+}
+
+// scale is the actuator: new replicas serve after the cold start; those
+// removed go at once, starting ones first.
+func (s *sim) scale(j *job, n int) {
+	for j.granted < n {
+		j.starts = append(j.starts, s.now+s.m.ColdStart.Seconds())
+		j.granted++
+	}
+	for j.granted > n {
+		if k := len(j.starts); k > 0 {
+			j.starts = j.starts[:k-1]
+		} else {
+			j.ready--
+		}
+		j.granted--
+	}
+}
+
+func (s *sim) result() Result {
+	jobs := append([]JobResult(nil), s.done...)
+	for _, j := range s.jobs { // cut short by ctx
+		j.res.JCT = s.now - s.arrival(j.t)
+		jobs = append(jobs, j.res)
+	}
+	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Name < jobs[b].Name })
+	return Result{Jobs: jobs, Ticks: s.ticks, Decides: s.decides}
+}
