@@ -246,17 +246,7 @@ func (b *Broker) queueTasks(ctx context.Context, job wire.Job) error {
 	}
 	for epoch := 0; epoch < job.Spec.Epochs; epoch++ {
 		for _, shard := range ShardOrder(job.Spec.Seed, epoch, len(job.Shards)) {
-			task := wire.ShardTask{
-				Job:           id,
-				Epoch:         epoch,
-				Shard:         shard,
-				Bucket:        job.Bucket,
-				Key:           job.Shards[shard],
-				Pipeline:      job.Spec.Pipeline,
-				Seed:          job.Spec.Seed,
-				ChunkMaxBytes: job.Spec.ChunkMaxBytes,
-				OutputSubject: wire.OutputSubject(id),
-			}
+			task := shardTask(job, epoch, shard)
 			data, err := json.Marshal(task)
 			if err != nil {
 				return fmt.Errorf("job %s: encoding task %s: %w", id, task.ID(), err)
@@ -423,4 +413,20 @@ func listKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]stri
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
+}
+
+// shardTask is the task that preprocesses shard for epoch of job, published
+// on the job's output subject.
+func shardTask(job wire.Job, epoch, shard int) wire.ShardTask {
+	return wire.ShardTask{
+		Job:           job.Spec.ID,
+		Epoch:         epoch,
+		Shard:         shard,
+		Bucket:        job.Bucket,
+		Key:           job.Shards[shard],
+		Pipeline:      job.Spec.Pipeline,
+		Seed:          job.Spec.Seed,
+		ChunkMaxBytes: job.Spec.ChunkMaxBytes,
+		OutputSubject: wire.OutputSubject(job.Spec.ID),
+	}
 }

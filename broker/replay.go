@@ -50,18 +50,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, job wire.Job, reader st
 			if shard < 0 || shard >= len(job.Shards) {
 				return 0, fmt.Errorf("job %s: replay of shard %d: the job has shards 0..%d", id, shard, len(job.Shards)-1)
 			}
-			tasks = append(tasks, wire.ShardTask{
-				Job:           id,
-				Epoch:         epoch,
-				Shard:         shard,
-				Bucket:        job.Bucket,
-				Key:           job.Shards[shard],
-				Pipeline:      job.Spec.Pipeline,
-				Seed:          job.Spec.Seed,
-				ChunkMaxBytes: job.Spec.ChunkMaxBytes,
-				OutputSubject: wire.ReaderReplaySubject(id, reader),
-				Replay:        nonce,
-			})
+			task := shardTask(job, epoch, shard)
+			task.OutputSubject = wire.ReaderReplaySubject(id, reader)
+			task.Replay = nonce
+			tasks = append(tasks, task)
 		}
 	}
 	for i, task := range tasks {

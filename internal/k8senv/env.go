@@ -105,6 +105,8 @@ func Start(t testing.TB) *Env {
 		"--cert-dir", filepath.Join(dir, "certs"),
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", p.saPub, "--service-account-signing-key-file", p.saKey,
+		// A range for Service IPs the apiserver must have in its config;
+		// nothing connects to it (no kube-proxy here).
 		"--service-cluster-ip-range", "10.0.0.0/24", "--endpoint-reconciler-type", "none",
 		"--authorization-mode", "RBAC", "--token-auth-file", tokens, "--anonymous-auth=false",
 		"--profiling=false", "--v=1")
