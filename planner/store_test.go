@@ -9,8 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/wire"
 )
 
 func openStore(t *testing.T) *Store {
@@ -79,5 +81,24 @@ func TestStoreConcurrentRecords(t *testing.T) {
 	e, err := s.Get(ctx, "p", "")
 	if err != nil || e.Observations != 4 {
 		t.Fatalf("%+v, %v; want 4 observations", e, err)
+	}
+}
+
+// TestStorePlansASweep: the store is a broker.RatePlanner's rate source,
+// so a sweep's jobs are pre-warmed from what earlier runs learned, and a
+// pipeline never run falls back to its min_replicas.
+func TestStorePlansASweep(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	p := broker.RatePlanner{PerReplica: s.PerReplica}
+	spec := wire.JobSpec{Pipeline: "imagenet-train", Dataset: "s3://b/a/", MinReplicas: 1}
+	if n, err := p.Replicas(ctx, spec, 1000); err != nil || n != 1 {
+		t.Fatalf("nothing learned: %d replicas, %v; want min_replicas 1", n, err)
+	}
+	if err := s.Record(ctx, "imagenet-train", "s3://b/other/", Observation{Job: "j1", PerReplica: 300, ReplicaSeconds: 60, At: time.Unix(1000, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Replicas(ctx, spec, 1000); err != nil || n != 4 {
+		t.Fatalf("learned 300/s on another dataset: %d replicas, %v; want ceil(1000/300) = 4", n, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nats-io/nats.go/jetstream"
 	"io"
 	"os"
 	"slices"
@@ -27,6 +28,9 @@ type jobConn struct {
 	flags *connect.Flags
 	conn  connect.Config
 	s3    bool
+	// js is connect's JetStream context, for what else the command reads
+	// beside the broker (the sweep's planner).
+	js jetstream.JetStream
 }
 
 func newJobConn(fs *flag.FlagSet, withS3 bool) *jobConn {
@@ -58,6 +62,7 @@ func (c *jobConn) connect(ctx context.Context) (*broker.Broker, func(), error) {
 			return nil, nil, fmt.Errorf("checking s3: %w", err)
 		}
 	}
+	c.js = js
 	return broker.New(js, s3c, c.conn.Streams(), nil), nc.Close, nil
 }
 

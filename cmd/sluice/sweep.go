@@ -8,13 +8,14 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
 )
 
 func runSweepSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sweep submit", stderr)
 	conn := newJobConn(fs, true)
-	perReplica := fs.Float64("per-replica-rate", 0, "samples/s one replica of the sweep's pipeline makes (sluice bench ops): pre-warm each job with ceil(trainer_rate / this) replicas; 0: start each with its min_replicas")
+	perReplica := fs.Float64("per-replica-rate", 0, "samples/s one replica of the sweep's pipeline makes (sluice bench ops): pre-warm each job with ceil(trainer_rate / this) replicas; 0: the rate controllers learned from earlier runs of the pipeline (sluice plan), else each job's min_replicas")
 	asJSON := fs.Bool("json", false, "print the sweep record as JSON")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice sweep submit FILE.yaml [flags]\n\n"+
@@ -41,17 +42,23 @@ func runSweepSubmit(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	var planner broker.Planner = broker.MinReplicasPlanner{}
-	if *perReplica > 0 {
-		rate := *perReplica
-		planner = broker.RatePlanner{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
-	}
 	b, closeConn, err := conn.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	sw, err := b.SubmitSweep(ctx, spec, planner)
+	var prewarm broker.Planner
+	if *perReplica > 0 {
+		rate := *perReplica
+		prewarm = broker.RatePlanner{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
+	} else {
+		store, err := planner.Open(ctx, conn.js)
+		if err != nil {
+			return fmt.Errorf("reading learned rates (or give --per-replica-rate): %w", err)
+		}
+		prewarm = broker.RatePlanner{PerReplica: store.PerReplica}
+	}
+	sw, err := b.SubmitSweep(ctx, spec, prewarm)
 	if err != nil {
 		return err
 	}

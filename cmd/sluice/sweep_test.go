@@ -3,7 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -39,6 +41,22 @@ func TestSweepCommandsEndToEnd(t *testing.T) {
 
 	code, out, errs = runCLI(t, append([]string{"sweep", "submit", spec}, e.conn...)...)
 	wantOutput(t, "submit again", code, 1, out+errs, "already exists")
+
+	// Without --per-replica-rate, the jobs are pre-warmed from the rate
+	// controllers learned for the pipeline on earlier runs.
+	store, err := planner.Open(t.Context(), e.js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Record(t.Context(), "imagenet-train", "s3://data/other/", planner.Observation{Job: "old", PerReplica: 125, ReplicaSeconds: 60, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	learned := e.file(t, "learned.yaml", strings.Replace(sweepFile, "id: sw", "id: sw2", 1))
+	code, out, errs = runCLI(t, append([]string{"sweep", "submit", learned, "--json"}, e.conn...)...)
+	wantOutput(t, "submit with a learned rate", code, 0, out+errs)
+	if sw := decode[wire.Sweep](t, out); len(sw.Jobs) != 2 || sw.Jobs[0].Prewarm != 4 || sw.Jobs[1].Prewarm != 4 {
+		t.Errorf("sweep %+v: want both jobs pre-warmed from the learned 125/s: ceil(500/125) = 4", sw.Jobs)
+	}
 	bad := e.file(t, "bad.yaml", strings.Replace(sweepFile, "{name: b}", "{name: a}", 1))
 	code, out, errs = runCLI(t, append([]string{"sweep", "submit", bad}, e.conn...)...)
 	wantOutput(t, "submit a bad file", code, 1, out+errs, `"a": named twice`)
