@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/loadtest/sweep"
 )
@@ -36,6 +38,7 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&o.KEDAPolling, "keda-polling-interval", o.KEDAPolling, "the keda runs' pollingInterval")
 	fs.Float64Var(&o.KEDALagThreshold, "keda-lag-threshold", o.KEDALagThreshold, "the keda runs' lagThreshold")
 	fs.DurationVar(&o.KPAWindow, "kpa-window", o.KPAWindow, "the kpa runs' stable window")
+	fs.DurationVar(&o.SimColdStart, "sim-cold-start", o.SimColdStart, "replica cold start the trace simulator assumes when it predicts an independent sluice run's stall")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", o.RunTimeout, "longest one run may take")
 	var names []string
 	for _, r := range o.Runs {
@@ -122,6 +125,20 @@ func writeSweepReport(dir string, rep sweep.Report) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "report.json"), data, 0o644); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
+	}
+	// Each simulated run's job list, for `sluice loadtest trace --jobs`.
+	for _, r := range rep.Runs {
+		if r.SimJobs == nil {
+			continue
+		}
+		data, err := yaml.Marshal(r.SimJobs)
+		if err != nil {
+			return fmt.Errorf("encoding run %s's job list: %w", r.Name, err)
+		}
+		name := "jobs-" + strings.NewReplacer("/", "-", ":", "-", "@", "-").Replace(r.Name) + ".yaml"
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
 	}
 	replicas, stalled := rep.Charts()
 	for _, c := range []struct {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/loadtest/sweep"
+	"github.com/sluice-project/sluice/loadtest/trace"
 )
 
 // A small sweep, shared and independent under Sluice's policy and shared
@@ -48,6 +49,14 @@ func TestLoadtestSweepSmall(t *testing.T) {
 	}
 	if shared.ReplicaCPUS <= 0 || indep.ReplicaCPUS <= 0 {
 		t.Errorf("replica cpu %v s shared, %v s independent: want both read from /proc", shared.ReplicaCPUS, indep.ReplicaCPUS)
+	}
+	// The independent run is what the trace simulator can predict: its job
+	// list is written beside the report and reads back as one.
+	if indep.SimJobs == nil || len(indep.SimJobs.Tasks) != 3 || indep.OtherCPUS <= 0 || shared.SimJobs != nil {
+		t.Errorf("independent run: job list %+v, other cpu %v s; shared run's job list %v: want 3 simulated jobs for the independent run only",
+			indep.SimJobs, indep.OtherCPUS, shared.SimJobs)
+	} else if tr, err := trace.LoadJobs(filepath.Join(dir, "jobs-sluice-independent.yaml")); err != nil || len(tr.Tasks) != 3 || tr.Tasks[0].TrainerRate <= 0 {
+		t.Errorf("written job list: %+v, %v; want 3 jobs with their measured trainer rate", tr, err)
 	}
 	for _, f := range []string{"report.json", "replicas.svg", "stall.svg"} {
 		data, err := os.ReadFile(filepath.Join(dir, f))

@@ -50,6 +50,10 @@ type Options struct {
 	KEDALagThreshold float64
 	KPAWindow        time.Duration
 
+	// SimColdStart is the replica cold start the simulator's prediction
+	// of an independent Sluice run assumes.
+	SimColdStart time.Duration
+
 	// SampleEvery is how often replicas, their CPU and stalled trainers
 	// are sampled.
 	SampleEvery time.Duration
@@ -134,8 +138,9 @@ func DefaultOptions() Options {
 		MaxReplicas: 8, JobMaxReplicas: 4,
 		Runs:        runs,
 		KEDAPolling: 30 * time.Second, KEDALagThreshold: 10, KPAWindow: 60 * time.Second,
-		SampleEvery: 250 * time.Millisecond,
-		RunTimeout:  5 * time.Minute,
+		SimColdStart: time.Second,
+		SampleEvery:  250 * time.Millisecond,
+		RunTimeout:   5 * time.Minute,
 	}
 }
 
@@ -166,6 +171,7 @@ func (o Options) Validate() error {
 	check(o.KEDAPolling >= time.Second, "keda polling %v: want >= 1s", o.KEDAPolling)
 	check(o.KEDALagThreshold > 0, "keda lag threshold %v: want > 0", o.KEDALagThreshold)
 	check(o.KPAWindow >= 6*time.Second, "kpa window %v: want >= 6s", o.KPAWindow)
+	check(o.SimColdStart >= 0 && o.SimColdStart <= time.Minute, "sim cold start %v: want 0..1m", o.SimColdStart)
 	check(o.SampleEvery >= 10*time.Millisecond, "sample every %v: want >= 10ms", o.SampleEvery)
 	check(o.RunTimeout >= time.Second, "run timeout %v: want >= 1s", o.RunTimeout)
 	return errors.Join(errs...)

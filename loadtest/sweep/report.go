@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"text/tabwriter"
+
+	"github.com/sluice-project/sluice/loadtest/trace"
 )
 
 // Report is every run of one `sluice loadtest sweep`.
@@ -36,16 +38,24 @@ type Point struct {
 
 // RunResult is one run: its policy's cost and what its trainers saw.
 type RunResult struct {
-	Name         string  `json:"name"`
-	Policy       string  `json:"policy"`
-	Independent  bool    `json:"independent"`
-	NoShed       bool    `json:"no_shed,omitempty"`
-	TrialsN      int     `json:"trials"`
-	Seeds        int     `json:"seeds"`
-	Jobs         int     `json:"jobs"`
-	WallS        float64 `json:"wall_s"`
-	ReplicaCPUS  float64 `json:"replica_cpu_s"`
-	PeakReplicas int     `json:"peak_replicas"`
+	Name        string  `json:"name"`
+	Policy      string  `json:"policy"`
+	Independent bool    `json:"independent"`
+	NoShed      bool    `json:"no_shed,omitempty"`
+	TrialsN     int     `json:"trials"`
+	Seeds       int     `json:"seeds"`
+	Jobs        int     `json:"jobs"`
+	WallS       float64 `json:"wall_s"`
+	ReplicaCPUS float64 `json:"replica_cpu_s"`
+	// OtherCPUS is what every other process of the run used: NATS, S3,
+	// the trainers (this process), the controller and the agents.
+	OtherCPUS float64 `json:"other_cpu_s"`
+	// SimJobs is the run as the trace simulator's job list (JobList) and
+	// PredictedStallS the stall the simulator predicts for it, where the
+	// simulator can run it.
+	SimJobs         *trace.Trace `json:"sim_jobs,omitempty"`
+	PredictedStallS float64      `json:"predicted_stall_s,omitempty"`
+	PeakReplicas    int          `json:"peak_replicas"`
 	// StallS is every trainer's stall added up; the others are over the
 	// trials.
 	StallS         float64 `json:"stall_s"`
@@ -109,6 +119,12 @@ func (rep Report) Print(w io.Writer) {
 	for _, r := range rep.Runs {
 		for _, e := range r.Errors {
 			fmt.Fprintf(w, "run %s: %s\n", r.Name, e)
+		}
+	}
+	for _, r := range rep.Runs {
+		if r.SimJobs != nil {
+			fmt.Fprintf(w, "\nsimulator, run %s (%d jobs on %.2f cores for replicas, %.4f CPU-s per sample): predicted stall %.1f s vs %.1f s measured = %.2fx (target within 20%%)\n",
+				r.Name, len(r.SimJobs.Tasks), r.SimJobs.Cluster.Cores, r.SimJobs.Tasks[0].CPUPerSample, r.PredictedStallS, r.StallS, r.PredictedStallS/max(r.StallS, 1e-9))
 		}
 	}
 	for _, pair := range rep.SharingPairs() {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -75,6 +76,16 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, progress func(stri
 		res, err := runOne(ctx, o, r, s3srv.Endpoint(), s3c, rate, logger.With("run", r.Name()))
 		if err != nil {
 			return rep, fmt.Errorf("run %s: %w", r.Name(), err)
+		}
+		if r.Independent && r.Policy == "sluice" && len(res.Errors) == 0 {
+			tr, err := JobList(rep, res, runtime.NumCPU(), o.OutputBufferBytes)
+			if err == nil {
+				res.SimJobs = &tr
+				res.PredictedStallS, err = predictStall(ctx, tr, SimModel(o.SimColdStart))
+			}
+			if err != nil {
+				return rep, fmt.Errorf("run %s: simulating it: %w", r.Name(), err)
+			}
 		}
 		progress(fmt.Sprintf("run %s: %.0f s, stall %.1f s, replica cpu %.1f s", r.Name(), res.WallS, res.StallS, res.ReplicaCPUS))
 		rep.Runs = append(rep.Runs, res)
@@ -191,6 +202,7 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 		}
 	}
 	cpu := newChildCPU(ctl.Process.Pid)
+	cpuBefore := processCPU()
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 	var sampled sync.WaitGroup
@@ -288,6 +300,7 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 	stopped = true
 	cpu.sample()
 	res.ReplicaCPUS = cpu.seconds()
+	res.OtherCPUS = max(processCPU()-cpuBefore-res.ReplicaCPUS, 0)
 	for _, t := range trainers {
 		res.Trials = append(res.Trials, t.result())
 	}

@@ -31,6 +31,10 @@ type Model struct {
 	ReplicaCores float64
 	// ColdStart is how long a new replica takes to serve.
 	ColdStart time.Duration
+	// BufferSamples is how far a task's replicas may preprocess ahead of
+	// its trainer (its output buffer), ShardSamples one shard task's
+	// samples: where a task gives none.
+	BufferSamples, ShardSamples float64
 	// QueueGPUs, when above 0, replaces the trace's schedule by a
 	// scheduler: tasks arrive at their submission and start in arrival
 	// order (first come, first served, no backfilling) once a cluster of
@@ -50,6 +54,9 @@ func DefaultModel() Model {
 		PerCore: 449, PerCoreSigma: 0.7,
 		HostCoresPerGPU: 1, Lendable: 1,
 		ReplicaCores: 1, ColdStart: 2 * time.Second,
+		// A job's default 1 GiB output buffer holds 7,133 samples of
+		// 224x224x3 bytes; a WebDataset shard of ImageNet is about 1,000.
+		BufferSamples: 7133, ShardSamples: 1000,
 		Seed: 1,
 	}
 }
@@ -65,6 +72,8 @@ func (m Model) Validate() error {
 	pos("trainer per gpu", m.TrainerPerGPU)
 	pos("per core", m.PerCore)
 	pos("replica cores", m.ReplicaCores)
+	pos("buffer samples", m.BufferSamples)
+	pos("shard samples", m.ShardSamples)
 	for name, v := range map[string]float64{"trainer sigma": m.TrainerSigma, "per core sigma": m.PerCoreSigma} {
 		if !(v >= 0 && v <= 3) {
 			errs = append(errs, fmt.Errorf("%s %v: want 0..3", name, v))
@@ -99,6 +108,15 @@ func (m Model) draw(t Task) Task {
 	}
 	if t.CPUPerSample == 0 {
 		t.CPUPerSample = 1 / pc
+	}
+	if t.Readers == 0 {
+		t.Readers = 1
+	}
+	if t.BufferSamples == 0 {
+		t.BufferSamples = m.BufferSamples
+	}
+	if t.ShardSamples == 0 {
+		t.ShardSamples = m.ShardSamples
 	}
 	if t.HostCores == 0 {
 		t.HostCores = min(m.HostCoresPerGPU*math.Ceil(t.GPUs), t.Cores/2)

@@ -141,8 +141,9 @@ func simulateStatic(tasks []Task) Result {
 	for _, t := range tasks {
 		rate := staticRate(t)
 		jct := t.Samples / rate
-		r.Jobs = append(r.Jobs, JobResult{Name: t.Name, JCT: jct, Stall: jct - t.Samples/t.TrainerRate,
-			GPUs: t.GPUs, CoreSeconds: (t.Cores - t.HostCores) * jct, Censored: t.Censored})
+		readers := float64(max(t.Readers, 1))
+		r.Jobs = append(r.Jobs, JobResult{Name: t.Name, JCT: jct, Stall: readers * (jct - t.Samples/t.TrainerRate),
+			GPUs: readers * t.GPUs, CoreSeconds: (t.Cores - t.HostCores) * jct, Censored: t.Censored})
 	}
 	sort.SliceStable(r.Jobs, func(a, b int) bool { return r.Jobs[a].Name < r.Jobs[b].Name })
 	return r
@@ -153,23 +154,50 @@ const tick = 1.0
 
 // job is a task while it runs under a Sluice policy.
 type job struct {
-	t       *Task
-	cfg     autoscale.Config
-	st      autoscale.State
-	left    float64 // samples
-	perRep  float64 // samples/s of one replica
-	starts  []float64
-	ready   int // replicas serving
-	granted int // replicas asked of the actuator
-	bid     autoscale.Bid
-	zero    float64 // since when granted none while wanting some; -1: not
+	t   *Task
+	cfg autoscale.Config
+	st  autoscale.State
+	// made and eaten are the samples preprocessed and trained; the
+	// difference waits in the job's output buffer.
+	made, eaten float64
+	perRep      float64 // samples/s of one replica
+	starts      []float64
+	ready       int // replicas serving
+	granted     int // replicas asked of the actuator
+	bid         autoscale.Bid
+	zero        float64 // since when granted none while wanting some; -1: not
 	// settled: the last two rounds decided the same with the same inputs,
 	// and the scale-down window holds nothing else, so Decide would repeat
 	// itself until its ready count or its grant changes.
 	settled, same int
-	lastKey       [4]float64
+	lastKey       [7]float64
+	phase         int // bufferPhase, to notice it change
 	res           JobResult
 }
+
+// eps is the samples under which a job's remainders count as none.
+func (j *job) eps() float64 { return 1e-9 * j.t.Samples }
+
+// buffered is what waits in the job's output buffer.
+func (j *job) buffered() float64 { return max(j.made-j.eaten, 0) }
+
+// bufferPhase is the state of a job's buffer that Decide reads: 0 empty,
+// 1 below the policy's full mark, 2 above it, 3 production done.
+func (j *job) bufferPhase() int {
+	switch b := j.buffered(); {
+	case j.t.Samples-j.made <= j.eps():
+		return 3
+	case b >= fullMark*j.t.BufferSamples:
+		return 2
+	case b > j.eps():
+		return 1
+	}
+	return 0
+}
+
+// fullMark is the buffer fill above which autoscale.Decide counts a job
+// as over-supplied.
+const fullMark = 0.75
 
 type sim struct {
 	queue                []*job  // arrived, waiting for GPUs (Model.QueueGPUs)
@@ -240,9 +268,7 @@ func (s *sim) run(ctx context.Context) error {
 			if len(j.starts) > 0 {
 				t = min(t, j.starts[0])
 			}
-			if r := s.rate(j); r > 0 {
-				t = min(t, s.now+j.left/r)
-			}
+			t = min(t, s.now+s.untilChange(j))
 		}
 		t = min(t, s.nextTick)
 		if math.IsInf(t, 1) {
@@ -253,7 +279,10 @@ func (s *sim) run(ctx context.Context) error {
 		// Ends first: a task done frees its cores for the round.
 		kept := s.jobs[:0]
 		for _, j := range s.jobs {
-			if j.left <= 1e-9*j.t.Samples || (s.rate(j) > 0 && j.left/s.rate(j) < 1e-9) {
+			if p := j.bufferPhase(); p != j.phase {
+				j.phase, j.settled, changed = p, 0, true
+			}
+			if j.t.Samples-j.eaten <= j.eps() {
 				j.res.JCT = s.now - s.arrival(j.t)
 				s.done = append(s.done, j.res)
 				s.freeGPUs += j.t.GPUs
@@ -285,8 +314,8 @@ func (s *sim) run(ctx context.Context) error {
 		for s.next < len(s.tasks) && s.arrival(&s.tasks[s.next]) <= s.now {
 			t := &s.tasks[s.next]
 			s.next++
-			s.queue = append(s.queue, &job{t: t, cfg: s.config(t), left: t.Samples, perRep: s.m.ReplicaCores / t.CPUPerSample, zero: -1,
-				res: JobResult{Name: t.Name, GPUs: t.GPUs, Censored: t.Censored}})
+			s.queue = append(s.queue, &job{t: t, cfg: s.config(t), perRep: s.m.ReplicaCores / t.CPUPerSample, zero: -1,
+				res: JobResult{Name: t.Name, GPUs: float64(t.Readers) * t.GPUs, Censored: t.Censored}})
 		}
 		// First come, first served: the head waits for its GPUs (a task
 		// wanting more than the cluster has runs once it is empty).
@@ -338,13 +367,54 @@ func (s *sim) arrival(t *Task) float64 {
 	return t.Start
 }
 
-// rate is a job's training rate now: its trainer's, or what its data
-// loader cores (static) or serving replicas preprocess, the lower.
-func (s *sim) rate(j *job) float64 {
+// rates are a job's preprocessing and training rates now. Static's data
+// loader feeds its trainer at the lower of the two's rates. Sluice's
+// serving replicas preprocess ahead of the trainer into the job's output
+// buffer until it is full (then at the trainer's pace) or the job's
+// samples are all made; the trainer trains at its own rate while the
+// buffer holds any, at the replicas' once it is empty.
+func (s *sim) rates(j *job) (made, eaten float64) {
 	if s.policy == Static {
-		return staticRate(*j.t)
+		r := staticRate(*j.t)
+		return r, r
 	}
-	return min(j.t.TrainerRate, float64(j.ready)*j.perRep*s.share)
+	supply := float64(j.ready) * j.perRep * s.share
+	if j.t.Samples-j.made <= j.eps() {
+		supply = 0
+	}
+	eaten = min(j.t.TrainerRate, supply)
+	if j.buffered() > j.eps() {
+		eaten = j.t.TrainerRate
+	}
+	made = supply
+	if j.buffered() >= j.t.BufferSamples-j.eps() {
+		made = min(made, eaten)
+	}
+	return made, eaten
+}
+
+// untilChange is the time until one of j's rates changes by itself: its
+// samples all made or trained, its buffer empty, full or crossing the
+// policy's full mark.
+func (s *sim) untilChange(j *job) float64 {
+	made, eaten := s.rates(j)
+	t := math.Inf(1)
+	if made > 0 {
+		t = min(t, (j.t.Samples-j.made)/made)
+	}
+	if eaten > 0 {
+		t = min(t, (j.t.Samples-j.eaten)/eaten)
+	}
+	b := j.buffered()
+	for _, mark := range []float64{0, fullMark * j.t.BufferSamples, j.t.BufferSamples} {
+		switch {
+		case made > eaten && b < mark-j.eps():
+			t = min(t, (mark-b)/(made-eaten))
+		case eaten > made && b > mark+j.eps():
+			t = min(t, (b-mark)/(eaten-made))
+		}
+	}
+	return max(t, 0)
 }
 
 // shareCores sets share where replicas may outnumber the cores
@@ -360,7 +430,16 @@ func (s *sim) shareCores() {
 	used := func(share float64) float64 {
 		u := 0.0
 		for _, j := range s.jobs {
-			u += min(float64(j.ready)*s.m.ReplicaCores*share, j.t.TrainerRate*j.t.CPUPerSample)
+			// Replicas work flat out while the buffer has room, at the
+			// trainer's pace once it is full, not at all once done.
+			need := math.Inf(1)
+			switch {
+			case j.t.Samples-j.made <= j.eps():
+				need = 0
+			case j.buffered() >= j.t.BufferSamples-j.eps():
+				need = j.t.TrainerRate * j.t.CPUPerSample
+			}
+			u += min(float64(j.ready)*s.m.ReplicaCores*share, need)
 		}
 		return u
 	}
@@ -384,9 +463,10 @@ func (s *sim) advance(t float64) {
 	dt := t - s.now
 	if dt > 0 {
 		for _, j := range s.jobs {
-			r := s.rate(j)
-			j.left = max(j.left-r*dt, 0)
-			j.res.Stall += (1 - r/j.t.TrainerRate) * dt
+			made, eaten := s.rates(j)
+			j.made = min(j.made+made*dt, j.t.Samples)
+			j.eaten = min(j.eaten+eaten*dt, j.made)
+			j.res.Stall += float64(j.t.Readers) * (1 - eaten/j.t.TrainerRate) * dt
 			if s.policy == Static {
 				j.res.CoreSeconds += (j.t.Cores - j.t.HostCores) * dt
 			} else {
@@ -417,19 +497,24 @@ func (s *sim) poolCores() float64 {
 	return min(pool, max(s.cl.Cores-s.hostCores-(s.usedCores-s.dataCores-s.hostCores), 0))
 }
 
-// demand is the signal a job's trainer agent would send: a trainer fed
-// less than its appetite stalls with an empty buffer; one fed more runs at
-// full speed with a full buffer, which throttles arrivals to its rate.
+// demand is the signal a job's trainer agent would send: the samples
+// arriving and trained per second, the buffer's fill, and the stall of a
+// trainer whose buffer ran dry.
 func (s *sim) demand(j *job) wire.Demand {
-	supply := float64(j.ready) * j.perRep * s.share
-	d := wire.Demand{Job: j.t.Name, IntervalS: tick, BufferCapacity: 1000, GPUUtilization: -1}
-	if supply >= j.t.TrainerRate {
-		d.ConsumedPerS, d.ArrivedPerS, d.BufferedSamples = j.t.TrainerRate, j.t.TrainerRate, d.BufferCapacity
-	} else {
-		d.ConsumedPerS, d.ArrivedPerS = supply, supply
-		d.StallFraction, d.WaitFraction = 1-supply/j.t.TrainerRate, 1-supply/j.t.TrainerRate
+	made, eaten := s.rates(j)
+	d := wire.Demand{Job: j.t.Name, IntervalS: tick, GPUUtilization: -1, ConsumedPerS: eaten, ArrivedPerS: made,
+		BufferCapacity: int(math.Ceil(j.t.BufferSamples)), BufferedSamples: int(j.buffered())}
+	if eaten < j.t.TrainerRate {
+		d.StallFraction = 1 - eaten/j.t.TrainerRate
+		d.WaitFraction = d.StallFraction
 	}
 	return d
+}
+
+// tasksLeft are j's shard tasks not yet done, as the dispatcher counts
+// them: Decide wants no replica more than there are tasks.
+func (j *job) tasksLeft() int {
+	return int(math.Ceil((j.t.Samples - j.made - j.eps()) / j.t.ShardSamples))
 }
 
 // round is one control round, as autoscale.Runner.Tick does it: Decide
@@ -442,7 +527,7 @@ func (s *sim) round() {
 	for _, j := range s.jobs {
 		if j.settled < 2 {
 			d := s.demand(j)
-			in := autoscale.Inputs{Demand: &d, DemandAt: now, Pending: 1 << 30, Ready: j.ready}
+			in := autoscale.Inputs{Demand: &d, DemandAt: now, Pending: max(j.tasksLeft(), 0), Ready: j.ready}
 			prev := j.st.PerReplica
 			dec, next := autoscale.Decide(j.cfg, j.st, in, now)
 			s.decides++
@@ -455,7 +540,10 @@ func (s *sim) round() {
 					}
 				}
 			}
-			key := [4]float64{float64(dec.Replicas), float64(raw), float64(j.ready), float64(j.granted)}
+			// Decide reads the tasks left only as a ceiling, which matters
+			// only near the end.
+			key := [7]float64{float64(dec.Replicas), float64(raw), float64(j.ready), float64(j.granted), float64(j.phase), s.share,
+				float64(min(in.Pending, 64))}
 			if raw >= 0 && key == j.lastKey && math.Abs(next.PerReplica-prev) <= 1e-9*max(prev, 1) {
 				j.settled++
 			} else {

@@ -44,6 +44,16 @@ type Task struct {
 	// MaxReplicas caps the task's replicas under Sluice (0: no cap but
 	// the pool), as a job spec's max_replicas does.
 	MaxReplicas int `json:"max_replicas,omitempty" yaml:"max_replicas,omitempty"`
+	// Readers are the trainers reading the task's samples, as a sweep's
+	// trials share one job: each waits alike, so stall and GPUs count once
+	// per reader (0: 1).
+	Readers int `json:"readers,omitempty" yaml:"readers,omitempty"`
+	// BufferSamples bounds how far Sluice's replicas may preprocess ahead
+	// of the trainer (the job's output buffer, in samples); ShardSamples
+	// are one shard task's samples, so that the autoscaler sees the tasks
+	// left. 0: the Model's.
+	BufferSamples float64 `json:"buffer_samples,omitempty" yaml:"buffer_samples,omitempty"`
+	ShardSamples  float64 `json:"shard_samples,omitempty" yaml:"shard_samples,omitempty"`
 	// Censored tasks were still running when the trace ended: they hold
 	// GPUs and CPUs but their completion time is unknown, so they are left
 	// out of the averages.
@@ -182,8 +192,8 @@ func ParseJobs(r io.Reader) (Trace, error) {
 			errs = append(errs, fmt.Errorf("jobs[%d].gpus %v: want > 0", i, t.GPUs))
 		case !(t.Cores > 0):
 			errs = append(errs, fmt.Errorf("jobs[%d].cores %v: want > 0, the cores its static data loader would have", i, t.Cores))
-		case t.TrainerRate < 0 || t.CPUPerSample < 0 || t.Start < 0 || t.MaxReplicas < 0:
-			errs = append(errs, fmt.Errorf("jobs[%d]: negative start_s, trainer_rate, cpu_s_per_sample or max_replicas", i))
+		case t.TrainerRate < 0 || t.CPUPerSample < 0 || t.Start < 0 || t.MaxReplicas < 0 || t.Readers < 0 || t.BufferSamples < 0 || t.ShardSamples < 0:
+			errs = append(errs, fmt.Errorf("jobs[%d]: negative start_s, trainer_rate, cpu_s_per_sample, max_replicas, readers, buffer_samples or shard_samples", i))
 		}
 	}
 	if len(tr.Tasks) == 0 {
