@@ -2,9 +2,13 @@ package sweep
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"syscall"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-project/sluice/loadtest/trace"
 )
@@ -40,11 +44,11 @@ func JobList(rep Report, r RunResult, cores int, bufferBytes int64) (trace.Trace
 	if bufferBytes == 0 {
 		bufferBytes = 1 << 30 // a job's default output buffer
 	}
-	replicaCores := float64(cores) - r.OtherCPUS/busy
-	if replicaCores <= 0.1 {
+	pool := float64(cores) - r.OtherCPUS/busy
+	if pool <= 0.1 {
 		return trace.Trace{}, fmt.Errorf("run %s: the other processes used %.1f of %d cores", r.Name, r.OtherCPUS/busy, cores)
 	}
-	tr := trace.Trace{Cluster: trace.Cluster{Cores: replicaCores, MaxReplicas: rep.MaxReplicas}}
+	tr := trace.Trace{Cluster: trace.Cluster{Cores: pool, MaxReplicas: rep.MaxReplicas}}
 	for _, t := range r.Trials {
 		if t.ComputeS <= 0 || t.Samples == 0 {
 			return trace.Trace{}, fmt.Errorf("run %s: trial %s computed nothing", r.Name, t.Name)
@@ -57,12 +61,40 @@ func JobList(rep Report, r RunResult, cores int, bufferBytes int64) (trace.Trace
 	return tr, nil
 }
 
-// SimModel is the model the prediction uses beside the job list: one-core
-// replicas that serve ColdStart after they are asked for.
-func SimModel(coldStart time.Duration) trace.Model {
+// SimModel is the model the prediction of run r uses beside its job
+// list: replicas that serve coldStart after they are asked for, each
+// using, while it works flat out, the share of a core that one replica's
+// measured end-to-end rate costs at the run's CPU per sample (a replica
+// also waits on S3 and NATS).
+func SimModel(rep Report, tr trace.Trace, coldStart time.Duration) trace.Model {
 	m := trace.DefaultModel()
 	m.HostCoresPerGPU, m.ColdStart = 0, coldStart
+	if len(tr.Tasks) > 0 && rep.ReplicaServedRate > 0 {
+		m.ReplicaCores = min(rep.ReplicaServedRate*tr.Tasks[0].CPUPerSample, 1)
+	}
 	return m
+}
+
+// servedRate runs one job on one replica, read by a trainer that never
+// computes: the samples/s one replica delivers end to end (its shard
+// fetches, publishes and acks included), which the simulator's replicas
+// serve at when their core is theirs.
+func servedRate(ctx context.Context, o Options, s3Endpoint string, s3c *s3.Client, rate float64, logger *slog.Logger) (float64, error) {
+	one := o
+	one.StepTime, one.Lagging = 0, 0
+	r := Case{Policy: "static", Static: 1, Independent: true, Trials: 1, Seeds: 1}
+	res, err := runOne(ctx, one, r, s3Endpoint, s3c, rate, logger.With("run", "one replica"))
+	if err != nil {
+		return 0, fmt.Errorf("measuring one replica's rate: %w", err)
+	}
+	if len(res.Errors) > 0 || len(res.Trials) != 1 {
+		return 0, fmt.Errorf("measuring one replica's rate: %v", res.Errors)
+	}
+	t := res.Trials[0]
+	if d := t.DoneS - t.FirstBatchS; d > 0 && t.Samples > 0 {
+		return float64(t.Samples) / d, nil
+	}
+	return 0, errors.New("measuring one replica's rate: no samples read")
 }
 
 // predictStall simulates the job list and returns the trainers' stall

@@ -11,19 +11,22 @@ import (
 
 // Report is every run of one `sluice loadtest sweep`.
 type Report struct {
-	Trials         int         `json:"trials"`
-	Seeds          int         `json:"seeds"`
-	ArrivalS       float64     `json:"arrival_s"`
-	Samples        int         `json:"samples"`
-	Shards         int         `json:"shards"`
-	Epochs         int         `json:"epochs"`
-	BatchSize      int         `json:"batch_size"`
-	StepS          float64     `json:"step_s"`
-	TrainerRate    float64     `json:"trainer_samples_per_s"`
-	PerReplicaRate float64     `json:"per_replica_samples_per_s"`
-	MaxReplicas    int         `json:"max_replicas"`
-	JobMaxReplicas int         `json:"job_max_replicas"`
-	Runs           []RunResult `json:"runs"`
+	Trials         int     `json:"trials"`
+	Seeds          int     `json:"seeds"`
+	ArrivalS       float64 `json:"arrival_s"`
+	Samples        int     `json:"samples"`
+	Shards         int     `json:"shards"`
+	Epochs         int     `json:"epochs"`
+	BatchSize      int     `json:"batch_size"`
+	StepS          float64 `json:"step_s"`
+	TrainerRate    float64 `json:"trainer_samples_per_s"`
+	PerReplicaRate float64 `json:"per_replica_samples_per_s"`
+	// ReplicaServedRate is what one replica delivered end to end to a
+	// trainer that never computes (measured where a run is simulated).
+	ReplicaServedRate float64     `json:"replica_served_samples_per_s,omitempty"`
+	MaxReplicas       int         `json:"max_replicas"`
+	JobMaxReplicas    int         `json:"job_max_replicas"`
+	Runs              []RunResult `json:"runs"`
 }
 
 // Point is one sample of a run's timeline.
@@ -123,8 +126,8 @@ func (rep Report) Print(w io.Writer) {
 	}
 	for _, r := range rep.Runs {
 		if r.SimJobs != nil {
-			fmt.Fprintf(w, "\nsimulator, run %s (%d jobs on %.2f cores for replicas, %.4f CPU-s per sample): predicted stall %.1f s vs %.1f s measured = %.2fx (target within 20%%)\n",
-				r.Name, len(r.SimJobs.Tasks), r.SimJobs.Cluster.Cores, r.SimJobs.Tasks[0].CPUPerSample, r.PredictedStallS, r.StallS, r.PredictedStallS/max(r.StallS, 1e-9))
+			fmt.Fprintf(w, "\nsimulator, run %s (%d jobs on %.2f cores for replicas, %.4f CPU-s per sample, one replica %.0f samples/s end to end): predicted stall %.1f s vs %.1f s measured = %.2fx (target within 20%%)\n",
+				r.Name, len(r.SimJobs.Tasks), r.SimJobs.Cluster.Cores, r.SimJobs.Tasks[0].CPUPerSample, rep.ReplicaServedRate, r.PredictedStallS, r.StallS, r.PredictedStallS/max(r.StallS, 1e-9))
 		}
 	}
 	for _, pair := range rep.SharingPairs() {

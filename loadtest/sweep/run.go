@@ -72,6 +72,13 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, progress func(stri
 		TrainerRate: trainerRate(o), MaxReplicas: o.MaxReplicas, JobMaxReplicas: o.JobMaxReplicas}
 	logger.Info("dataset written", "samples", o.Samples, "shards", o.Shards, "per_replica_samples_per_s", rate)
 	for _, r := range o.Runs {
+		if r.Independent && r.Policy == "sluice" && rep.ReplicaServedRate == 0 {
+			progress("one replica's end-to-end rate: measuring")
+			if rep.ReplicaServedRate, err = servedRate(ctx, o, s3srv.Endpoint(), s3c, rate, logger); err != nil {
+				return rep, err
+			}
+			progress(fmt.Sprintf("one replica's end-to-end rate: %.0f samples/s", rep.ReplicaServedRate))
+		}
 		progress(fmt.Sprintf("run %s: starting", r.Name()))
 		res, err := runOne(ctx, o, r, s3srv.Endpoint(), s3c, rate, logger.With("run", r.Name()))
 		if err != nil {
@@ -81,7 +88,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, progress func(stri
 			tr, err := JobList(rep, res, runtime.NumCPU(), o.OutputBufferBytes)
 			if err == nil {
 				res.SimJobs = &tr
-				res.PredictedStallS, err = predictStall(ctx, tr, SimModel(o.SimColdStart))
+				res.PredictedStallS, err = predictStall(ctx, tr, SimModel(rep, tr, o.SimColdStart))
 			}
 			if err != nil {
 				return rep, fmt.Errorf("run %s: simulating it: %w", r.Name(), err)
