@@ -274,7 +274,9 @@ func (s *sim) run(ctx context.Context) error {
 		if math.IsInf(t, 1) {
 			return nil
 		}
-		s.advance(max(t, s.now))
+		// At least a microsecond: late in a long trace an event a
+		// fraction of a nanosecond away would not move the clock at all.
+		s.advance(max(t, s.now+1e-6))
 		changed := false
 		// Ends first: a task done frees its cores for the round.
 		kept := s.jobs[:0]
