@@ -127,6 +127,9 @@ type Dispatcher struct {
 	replayFailed   map[string]bool
 
 	reads map[int]ShardReads // per epoch, see reads.go
+	// outputSince is the output of tasks done since the output gauge last
+	// read the stream (see outputFull).
+	outputSince int64
 }
 
 // NewDispatcher creates (or takes over) the job's durable consumer on the
@@ -323,13 +326,24 @@ func (d *Dispatcher) hasRoom(ctx context.Context) bool {
 		c = d.opts.Replicas.Ready(d.job.Spec.ID) * d.opts.PerReplica
 	}
 	d.m.capacity.WithLabelValues(d.job.Spec.ID).Set(float64(c))
-	bytes, full := d.output.full(ctx, time.Now())
-	d.m.outputBacklog.WithLabelValues(d.job.Spec.ID).Set(float64(bytes))
-	if full {
-		return false
+	if now := time.Now(); d.output.due(now) {
+		// Reset first: output recorded between here and the read is
+		// counted twice until the next read, never missed.
+		d.mu.Lock()
+		d.outputSince = 0
+		d.mu.Unlock()
+		d.output.read(ctx, now)
 	}
+	d.m.outputBacklog.WithLabelValues(d.job.Spec.ID).Set(float64(d.output.bytes))
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	perTask := int64(0)
+	if n := len(d.done); n > 0 {
+		perTask = d.stats.Bytes / int64(n)
+	}
+	if outputFull(d.output.bytes, d.outputSince, perTask, d.inflight, d.output.highWater) {
+		return false
+	}
 	return d.inflight < c
 }
 
@@ -526,6 +540,11 @@ func (d *Dispatcher) sendError(kind string) {
 
 // succeed records a done task, once per task id.
 func (d *Dispatcher) succeed(task wire.ShardTask, res wire.ShardResult) {
+	d.mu.Lock()
+	// A duplicate delivery's chunks, dropped by the stream, count until
+	// the next read: the safe side.
+	d.outputSince += res.Bytes
+	d.mu.Unlock()
 	if task.Replay != "" {
 		d.mu.Lock()
 		defer d.mu.Unlock()

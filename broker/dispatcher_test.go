@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/streams"
@@ -480,5 +481,66 @@ func TestDispatcherPausesWhileTheOutputBufferIsFull(t *testing.T) {
 	}
 	if _, succeeded, _ := f.snapshot(); len(succeeded) != 3 {
 		t.Errorf("%d tasks done after the buffer drained, want 3", len(succeeded))
+	}
+}
+
+// publishingTarget plays a function that publishes size bytes of output
+// per task, as one chunk, and fails the task when the stream refuses it.
+type publishingTarget struct {
+	js   jetstream.JetStream
+	size int
+}
+
+func (p publishingTarget) Send(ctx context.Context, task wire.ShardTask) (wire.ShardResult, error) {
+	if _, err := p.js.Publish(ctx, wire.OutputSubject(task.Job), make([]byte, p.size)); err != nil {
+		return wire.ShardResult{}, fmt.Errorf("publishing task %s's chunk: %w", task.ID(), err)
+	}
+	return wire.ShardResult{Task: task.ID(), Samples: 1, Chunks: 1, Bytes: int64(p.size)}, nil
+}
+
+// TestDispatcherCountsOutputInFlightAgainstTheBuffer: sends in flight and
+// tasks done since the stream was last read count against the high water,
+// so concurrent sends never overflow the output buffer. An overflowing
+// publish makes its task wait out a retry delay while later tasks take its
+// room; with a reader that takes epochs in order that stalled the job for
+// good (the flaky TestControllerKilledLeavesNoReplicasAndAStandbyFinishes).
+func TestDispatcherCountsOutputInFlightAgainstTheBuffer(t *testing.T) {
+	e := newEnv(t, 4)
+	ctx := context.Background()
+	spec := testSpec("jo", 2)
+	spec.ChunkMaxBytes = 64 << 10
+	spec.OutputBufferBytes = 4 * 64 << 10 // high water at 192 KiB
+	job := e.submit(t, spec)
+	d, err := NewDispatcher(ctx, e.js, job, publishingTarget{js: e.js, size: 60 << 10}, DispatcherOptions{Replicas: capacity(2)}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := runAsync(ctx, d)
+	out, err := e.js.Stream(ctx, wire.OutputStream("jo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reads: the dispatcher must stop short of the buffer's cap.
+	// Then the trainer takes everything, and again, until the job is done.
+	for rounds := 0; ; rounds++ {
+		if rounds == 20 {
+			t.Fatal("the job is not dispatched after 20 rounds of draining the output")
+		}
+		time.Sleep(4 * outputCheckEvery)
+		if st := d.Stats(); st.SendErrors != 0 {
+			t.Fatalf("%d sends failed: publishes overflowed the output buffer (stats %+v)", st.SendErrors, st)
+		}
+		if d.settled() {
+			break
+		}
+		if err := out.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.Done != 8 || st.Redeliveries != 0 {
+		t.Errorf("stats %+v, want 8 done without redeliveries", st)
 	}
 }

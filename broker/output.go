@@ -24,21 +24,38 @@ type outputGauge struct {
 	bytes   int64
 }
 
-// full reports the stream's bytes and whether they reach the high-water
-// mark, reading the stream at most every outputCheckEvery. A stream that
-// cannot be read counts as not full: the function's publish fails then, and
-// the task is retried, which is the safe side.
-func (g *outputGauge) full(ctx context.Context, now time.Time) (int64, bool) {
-	if g.highWater <= 0 {
-		return 0, false
+// due says whether the stream is to be read again (read at most every
+// outputCheckEvery).
+func (g *outputGauge) due(now time.Time) bool {
+	return g.highWater > 0 && now.Sub(g.checked) >= outputCheckEvery
+}
+
+// read reads the stream's bytes. A stream that cannot be read keeps the
+// last figure: the function's publish fails if it is full, and the task is
+// retried, which is the safe side.
+func (g *outputGauge) read(ctx context.Context, now time.Time) {
+	g.checked = now
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if s, err := g.js.Stream(ictx, g.stream); err == nil {
+		g.bytes = int64(s.CachedInfo().State.Bytes)
 	}
-	if now.Sub(g.checked) >= outputCheckEvery {
-		g.checked = now
-		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if s, err := g.js.Stream(ictx, g.stream); err == nil {
-			g.bytes = int64(s.CachedInfo().State.Bytes)
-		}
+}
+
+// outputFull is the dispatcher's high-water rule, a pure function: the
+// buffer counts as full once what it will hold when the sends in flight
+// have published reaches highWater (0: never full). That is the stream's
+// bytes as last read, the output of the tasks done since (the stream is
+// read only every outputCheckEvery, and a shard may take less), and, per
+// send in flight, the mean output of a done task (perTask; 0 while none is
+// done). Counting only the stream would let several concurrent sends pass
+// the high water together and overflow the stream: the publish that fails
+// makes its task wait out a retry delay while later tasks, of later
+// epochs, take its room, and a reader that takes epochs in order then
+// holds chunks it cannot use while the buffer stays full: the job stalls.
+func outputFull(stream, doneSince, perTask int64, inflight int, highWater int64) bool {
+	if highWater <= 0 {
+		return false
 	}
-	return g.bytes, g.bytes >= g.highWater
+	return stream+doneSince+perTask*int64(max(inflight, 0)) >= highWater
 }
