@@ -1,11 +1,8 @@
 package imagejob
 
 import (
-	"bufio"
 	"context"
-	"os"
 	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -82,19 +79,5 @@ func (j Job) Serve(t testing.TB, cmd *exec.Cmd) string {
 	t.Helper()
 	cmd.Args = append(cmd.Args, "--listen", "127.0.0.1:0", "--nats", j.natsURL,
 		"--s3-endpoint", j.s3Endpoint, "--log-level", "warn")
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), local.ReadyPrefix)
-	if err != nil || !ok {
-		t.Fatalf("replica's first line %q, %v: want %q", line, err, local.ReadyPrefix+"URL")
-	}
-	return url
+	return testenv.StartReady(t, cmd, local.ReadyPrefix)
 }
