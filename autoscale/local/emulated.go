@@ -48,6 +48,12 @@ type emulated struct {
 	jobs map[string]*emulatedEntry
 }
 
+// KEDAMode and KPAMode are actuators through the emulated they embed.
+var (
+	_ autoscale.Actuator     = (*emulated)(nil)
+	_ autoscale.JobLifecycle = (*emulated)(nil)
+)
+
 type emulatedEntry struct {
 	job  emulatedJob
 	last int // the replicas last decided, to log changes only

@@ -3,8 +3,6 @@ package local
 import (
 	"log/slog"
 	"time"
-
-	"github.com/sluice-project/sluice/autoscale"
 )
 
 // Lag reports a job's queue lag now: what KEDA's NATS JetStream scaler
@@ -38,11 +36,6 @@ func (b BacklogLag) Lag(job string) float64 {
 type KEDAMode struct {
 	*emulated
 }
-
-var (
-	_ autoscale.Actuator     = (*KEDAMode)(nil)
-	_ autoscale.JobLifecycle = (*KEDAMode)(nil)
-)
 
 // kedaJob is one job's ScaledObject and what KEDA and the HPA remember.
 type kedaJob struct {

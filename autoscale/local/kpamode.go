@@ -3,8 +3,6 @@ package local
 import (
 	"log/slog"
 	"time"
-
-	"github.com/sluice-project/sluice/autoscale"
 )
 
 // Concurrency reports the requests a job has outstanding now: what
@@ -44,11 +42,6 @@ func (b BacklogConcurrency) Concurrency(job string) float64 {
 type KPAMode struct {
 	*emulated
 }
-
-var (
-	_ autoscale.Actuator     = (*KPAMode)(nil)
-	_ autoscale.JobLifecycle = (*KPAMode)(nil)
-)
 
 // kpaJob is one job's revision as the KPA sees it, and its last decision.
 type kpaJob struct {
