@@ -19,9 +19,11 @@
 // serving and starts or stops (newest first) the difference, so calling it
 // again with the same count replaces replicas that died or were killed.
 //
-// KPAMode is the other way to size replicas here: Knative's KPA emulated
-// (DecideKPA, a pure function of the concurrency it observes and scripted
-// time: stable and panic windows, rate limits, scale-to-zero grace), so
-// that one machine can compare "Sluice decides" with "Knative decides
-// alone" on the same work.
+// KPAMode and KEDAMode are the other ways to size replicas here: Knative's
+// KPA emulated (DecideKPA, a pure function of the concurrency it observes
+// and scripted time: stable and panic windows, rate limits, scale-to-zero
+// grace) and KEDA's queue-lag scaler with its HPA (DecideKEDA), so that
+// one machine can compare "Sluice decides" with "Knative decides alone" or
+// "KEDA decides" on the same work. One runner (emulated.go) drives both;
+// each mode adds only its policy's step.
 package local

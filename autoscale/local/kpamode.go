@@ -1,12 +1,8 @@
 package local
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"time"
-
-	"github.com/sluice-project/sluice/autoscale"
 )
 
 // Concurrency reports the requests a job has outstanding now: what
@@ -36,13 +32,6 @@ func (b BacklogConcurrency) Concurrency(job string) float64 {
 	return float64(min(p+f, b.Parallelism))
 }
 
-// replicaRunner is what KPAMode scales; the Actuator is one.
-type replicaRunner interface {
-	Scale(ctx context.Context, job string, n int) error
-	Ready(job string) int
-	Endpoints(job string) []string
-}
-
 // KPAMode lets Knative's KPA alone (DecideKPA) size each job's replicas
 // from the concurrency it would see, instead of Sluice's policy: on one
 // machine, the baseline "Knative decides alone" to compare with "Sluice
@@ -51,111 +40,38 @@ type replicaRunner interface {
 // asked for. A job's min/max replicas are its min-scale and max-scale
 // (StartJob); a job that ends (EndJob) goes to zero at once.
 type KPAMode struct {
-	act  replicaRunner
-	cfg  KPAConfig
-	conc Concurrency
-	log  *slog.Logger
-	// Now is the clock (time.Now when nil); tests script it.
-	Now func() time.Time
-
-	mu   sync.Mutex
-	jobs map[string]*kpaJob
+	*emulated
 }
 
+// kpaJob is one job's revision as the KPA sees it, and its last decision.
 type kpaJob struct {
 	cfg KPAConfig
 	st  KPAState
 	dec KPADecision
 }
 
-var (
-	_ autoscale.Actuator     = (*KPAMode)(nil)
-	_ autoscale.JobLifecycle = (*KPAMode)(nil)
-)
+func (j *kpaJob) bound(lo, hi int) { j.cfg.MinScale, j.cfg.MaxScale = lo, hi }
+
+func (j *kpaJob) decide(conc float64, ready int, now time.Time) (int, string) {
+	j.dec, j.st = DecideKPA(j.cfg, j.st, conc, ready, now)
+	return j.dec.Replicas, j.dec.Reason
+}
 
 // NewKPAMode wraps act; logger may be nil.
 func NewKPAMode(act replicaRunner, cfg KPAConfig, conc Concurrency, logger *slog.Logger) (*KPAMode, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &KPAMode{act: act, cfg: cfg, conc: conc, log: logger, jobs: map[string]*kpaJob{}}, nil
-}
-
-func (k *KPAMode) now() time.Time {
-	if k.Now != nil {
-		return k.Now()
-	}
-	return time.Now()
-}
-
-// StartJob takes the job's bounds as its min-scale and max-scale.
-func (k *KPAMode) StartJob(_ context.Context, job string, b autoscale.JobBounds) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	cfg := k.cfg
-	cfg.MinScale, cfg.MaxScale = b.MinReplicas, b.MaxReplicas
-	if cfg.MaxScale > 0 && k.cfg.MaxScale > 0 {
-		cfg.MaxScale = min(cfg.MaxScale, k.cfg.MaxScale)
-	}
-	if cfg.MaxScale > 0 {
-		cfg.MinScale = min(cfg.MinScale, cfg.MaxScale)
-	}
-	j := k.job(job)
-	j.cfg = cfg
-	return nil
-}
-
-// EndJob stops the job's replicas and forgets it.
-func (k *KPAMode) EndJob(ctx context.Context, job string) error {
-	k.mu.Lock()
-	delete(k.jobs, job)
-	k.mu.Unlock()
-	return k.act.Scale(ctx, job, 0)
-}
-
-// job returns job's state, creating it; k.mu is held.
-func (k *KPAMode) job(name string) *kpaJob {
-	j := k.jobs[name]
-	if j == nil {
-		j = &kpaJob{cfg: k.cfg}
-		k.jobs[name] = j
-	}
-	return j
-}
-
-// Scale runs one KPA decision for job and scales to it; the count Sluice
-// asked for is ignored.
-func (k *KPAMode) Scale(ctx context.Context, job string, _ int) error {
-	c := k.conc.Concurrency(job)
-	ready := k.act.Ready(job)
-	now := k.now()
-	k.mu.Lock()
-	j := k.job(job)
-	prev := j.dec.Replicas
-	j.dec, j.st = DecideKPA(j.cfg, j.st, c, ready, now)
-	dec := j.dec
-	k.mu.Unlock()
-	if dec.Replicas != prev {
-		k.log.Info("kpa scaling", "job", job, "replicas", dec.Replicas, "from", prev, "reason", dec.Reason)
-	}
-	return k.act.Scale(ctx, job, dec.Replicas)
+	newJob := func() emulatedJob { return &kpaJob{cfg: cfg} }
+	return &KPAMode{newEmulated(act, "kpa", conc.Concurrency, cfg.MaxScale, newJob, logger)}, nil
 }
 
 // Decision is the KPA's last decision for job.
 func (k *KPAMode) Decision(job string) KPADecision {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if j := k.jobs[job]; j != nil {
-		return j.dec
+	if j, ok := k.jobs[job]; ok {
+		return j.job.(*kpaJob).dec
 	}
 	return KPADecision{}
 }
-
-// Ready is the wrapped actuator's.
-func (k *KPAMode) Ready(job string) int { return k.act.Ready(job) }
-
-// Endpoints is the wrapped actuator's.
-func (k *KPAMode) Endpoints(job string) []string { return k.act.Endpoints(job) }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,20 +30,7 @@ func startAgent(t *testing.T, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"agent", "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), replicaEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, local.ReadyPrefix) {
-		t.Fatalf("agent's first line %q, %v: want %q", line, err, local.ReadyPrefix+"URL")
-	}
-	return cmd, strings.TrimSpace(strings.TrimPrefix(line, local.ReadyPrefix))
+	return cmd, testenv.StartReady(t, cmd, local.ReadyPrefix)
 }
 
 // waitExit waits for cmd and returns its exit code.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http/httputil"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -43,20 +41,8 @@ func TestIntegrationControllerWithKnativeActuator(t *testing.T) {
 	fn := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0", "--nats", e.natsURL,
 		"--s3-endpoint", e.s3Endpoint, "--concurrency", "64", "--log-level", "warn")
 	fn.Env = append(append(os.Environ(), replicaEnv+"=1"), testenv.S3Env()...)
-	fn.Stderr = os.Stderr
-	out, err := fn.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fn.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fn.Process.Signal(syscall.SIGTERM); _ = fn.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	base, ok := strings.CutPrefix(strings.TrimSpace(line), local.ReadyPrefix)
-	if err != nil || !ok {
-		t.Fatalf("fn serve's first line %q, %v", line, err)
-	}
+	base := testenv.StartReady(t, fn, local.ReadyPrefix)
+	t.Cleanup(func() { _ = fn.Process.Signal(syscall.SIGTERM); _ = fn.Wait() }) // drained first, as a pod
 	target, _ := url.Parse(base)
 	admin, err := knative.NewClient(env.Admin())
 	if err != nil {

@@ -2,16 +2,8 @@ package connect
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/sluice-project/sluice/internal/testpki"
 )
 
 // startNATS runs a real nats-server in-process on loopback, configured by
@@ -176,48 +170,18 @@ type pki struct {
 func newPKI(t *testing.T) pki {
 	t.Helper()
 	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	now := time.Now()
-	caKey := key()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	path := func(name string) string { return filepath.Join(dir, name) }
+	p := pki{ca: path("ca.pem"), serverCert: path("server.pem"), serverKey: path("server-key.pem"),
+		clientCert: path("client.pem"), clientKey: path("client-key.pem")}
+	ca, err := testpki.NewCA(p.ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, name string, usage x509.ExtKeyUsage) (certPath, keyPath string) {
-		k := key()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return write(name+".pem", "CERTIFICATE", der), write(name+"-key.pem", "EC PRIVATE KEY", kder)
+	if err := ca.Cert("server", x509.ExtKeyUsageServerAuth, p.serverCert, p.serverKey); err != nil {
+		t.Fatal(err)
 	}
-	p := pki{ca: write("ca.pem", "CERTIFICATE", caDER)}
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth)
+	if err := ca.Cert("client", x509.ExtKeyUsageClientAuth, p.clientCert, p.clientKey); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }

@@ -2,7 +2,6 @@ package ociimage
 
 import (
 	"archive/tar"
-	"bufio"
 	"context"
 	"debug/elf"
 	"encoding/json"
@@ -22,13 +21,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/broker"
-	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/wire"
+	"github.com/sluice-project/sluice/internal/testenv/imagejob"
 )
 
 // files reads the image's flattened filesystem: path -> header, and the
@@ -255,49 +251,13 @@ func TestIntegrationImageBinaryRuns(t *testing.T) {
 	}
 
 	// One shard through `fn serve`, started with the image's entrypoint.
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s3c, s3cfg := testenv.S3(t, "")
-	imgs, err := synth.Images(synth.ImageOptions{Samples: 20, Shards: 1, Seed: 1, MinSide: 64, MaxSide: 128, Quality: 90, Classes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Upload(ctx, s3c, "data", "ds/", imgs); err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	job, err := broker.New(js, s3c, streams.Options{}, nil).Submit(ctx, wire.JobSpec{ID: "img", Dataset: "s3://data/ds/",
-		Pipeline: "imagenet-train", BatchSize: 4, Epochs: 1, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append(append([]string{}, cf.Config.Entrypoint[1:]...), "--listen", "127.0.0.1:0",
-		"--nats", srv.URL(), "--s3-endpoint", s3cfg.Endpoint, "--log-level", "warn")
-	serve := exec.CommandContext(ctx, bin, args...)
+	job := imagejob.Submit(ctx, t, imagejob.Options{ID: "img", Samples: 20, MinSide: 64, MaxSide: 128, BatchSize: 4})
+	serve := exec.CommandContext(ctx, bin, cf.Config.Entrypoint[1:]...)
 	asUser(serve)
 	serve.Env = append([]string{"HOME=/tmp"}, testenv.S3Env()...) // nothing of this machine's environment
-	serve.Stderr = os.Stderr
-	stdout, err := serve.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
+	url := job.Serve(t, serve)
 	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "SLUICE_READY ")
-	if err != nil || !ok {
-		t.Fatalf("fn serve's first line %q, %v", line, err)
-	}
-	task := wire.ShardTask{Job: "img", Epoch: 0, Shard: 0, Bucket: job.Bucket, Key: job.Shards[0],
-		Pipeline: "imagenet-train", Seed: 1, ChunkMaxBytes: 512 << 10, OutputSubject: wire.OutputSubject("img")}
-	res, err := broker.NewCloudEventsTarget("", broker.StaticEndpoints{url}, http.DefaultClient).Send(ctx, task)
+	res, err := broker.NewCloudEventsTarget("", broker.StaticEndpoints{url}, http.DefaultClient).Send(ctx, job.Task)
 	if err != nil || res.Samples != 20 || len(res.Failed) != 0 || res.Chunks == 0 {
 		t.Fatalf("shard through the image's fn serve: %+v, %v; want 20 samples", res, err)
 	}
