@@ -133,7 +133,7 @@ func DefaultOptions() Options {
 		{Policy: "sluice", Trials: 10, Seeds: 1}, {Policy: "sluice", Independent: true, Trials: 10, Seeds: 1}}
 	return Options{
 		Trials: 12, Seeds: 3, Arrival: 10 * time.Second,
-		Samples: 1200, Shards: 24, MinSide: 160, MaxSide: 320, Epochs: 2, BatchSize: 16,
+		Samples: 1200, Shards: 24, MinSide: 320, MaxSide: 640, Epochs: 2, BatchSize: 16,
 		StepTime: 100 * time.Millisecond, LagFactor: 4,
 		MaxReplicas: 8, JobMaxReplicas: 4,
 		Runs:        runs,
