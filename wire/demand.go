@@ -9,8 +9,16 @@ type Demand struct {
 	Job string `json:"job"`
 	// Reader names the reader (agent) speaking; a job with several readers
 	// has a signal from each (empty means DefaultReader).
-	Reader string    `json:"reader,omitempty"`
-	Time   time.Time `json:"time"`
+	Reader string `json:"reader,omitempty"`
+	// Agent names the agent speaking (several agents of one job serve the
+	// ranks of their nodes); the controller shares the job's in-flight
+	// budget among the agents it hears (DispatchPlan.Shares).
+	Agent string    `json:"agent,omitempty"`
+	Time  time.Time `json:"time"`
+	// InFlight is the tasks the agent is sending now; PendingTasks how many
+	// more it would send were its share larger (its prefetch has room).
+	InFlight     int `json:"in_flight"`
+	PendingTasks int `json:"pending_tasks,omitempty"`
 	// IntervalS is the length of the window the rates cover.
 	IntervalS float64 `json:"interval_s"`
 	// ConsumedPerS is samples handed to the trainer per second.

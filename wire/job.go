@@ -32,52 +32,29 @@ type JobSpec struct {
 	// jobs when capacity is short (default 1).
 	Weight float64 `json:"weight,omitempty"`
 	// Readers name the consumers of the job's output: each gets every
-	// sample of every epoch (default: one, DefaultReader).
+	// sample of every epoch (default: one, DefaultReader). A job's agents
+	// serve all of its readers, so readers of one job share each shard's
+	// preprocessing.
 	Readers []string `json:"readers,omitempty"`
-	// ChunkMaxBytes caps the size of one output chunk message (0: what
-	// fits the NATS server's max payload, at most DefaultChunkMaxBytes).
+	// ChunkMaxBytes caps one output chunk a function sends (0: DefaultChunkMaxBytes).
 	ChunkMaxBytes int `json:"chunk_max_bytes,omitempty"`
-	// OutputBufferBytes caps the chunks stored between the functions and the
-	// readers. Dispatch pauses as the buffer nears it, so functions
-	// never run further ahead of the slowest reader than this.
+	// OutputBufferBytes caps the output an agent holds, received from
+	// functions and not yet handed out to every reader it serves: it takes
+	// no more tasks past it, so functions never run further ahead of the
+	// slowest reader than this.
 	OutputBufferBytes int64 `json:"output_buffer_bytes,omitempty"`
 }
 
-// DefaultChunkMaxBytes is the chunk cap where the server allows it; a
-// server's max payload below it + headroom lowers it (see ChunkMaxBytesFor).
+// DefaultChunkMaxBytes is the chunk cap a spec gets by default.
 const DefaultChunkMaxBytes = 4 << 20
 
 // DefaultOutputBufferBytes holds a few thousand ImageNet-sized samples.
 const DefaultOutputBufferBytes = 1 << 30
 
-// OutputHeadroom is what an output message may carry beyond ChunkMaxBytes:
-// the safetensors header with its sample keys, and a shard end listing
-// failed samples.
-const OutputHeadroom = 1 << 20
-
-// MinOutputHeadroom is the least headroom accepted when the server's max
-// payload forces less than OutputHeadroom.
-const MinOutputHeadroom = 64 << 10
-
-// ChunkMaxBytesFor is the default chunk cap on a server whose max payload
-// is maxPayload: DefaultChunkMaxBytes, or less so that a chunk and its
-// headroom fit (a stock nats-server's 1 MiB gives 768 KiB).
-func ChunkMaxBytesFor(maxPayload int64) int {
-	c := int64(DefaultChunkMaxBytes)
-	if c+OutputHeadroom > maxPayload {
-		c = maxPayload * 3 / 4
-	}
-	return int(max(c, 64<<10))
-}
-
-// WithDefaults fills zero fields; maxPayload is the NATS server's limit on
-// one message (0 if unknown).
-func (s JobSpec) WithDefaults(maxPayload int64) JobSpec {
+// WithDefaults fills zero fields.
+func (s JobSpec) WithDefaults() JobSpec {
 	if s.ChunkMaxBytes == 0 {
 		s.ChunkMaxBytes = DefaultChunkMaxBytes
-		if maxPayload > 0 {
-			s.ChunkMaxBytes = ChunkMaxBytesFor(maxPayload)
-		}
 	}
 	if s.OutputBufferBytes == 0 {
 		s.OutputBufferBytes = DefaultOutputBufferBytes

@@ -2,25 +2,7 @@ package wire
 
 import (
 	"fmt"
-	"strconv"
-
-	"github.com/nats-io/nats.go"
-)
-
-// Output messages on OutputSubject(job) are either a chunk (a safetensors
-// file holding some of a shard's samples) or a shard end (JSON ShardEnd,
-// saying how many chunks the shard produced). Both carry these headers and a
-// Nats-Msg-Id derived from (job, epoch, shard, chunk), so a redelivered
-// shard's re-publication is dropped by the stream's duplicate window and,
-// past it, by the trainer agent.
-const (
-	HeaderKind  = "Sluice-Kind"
-	HeaderEpoch = "Sluice-Epoch"
-	HeaderShard = "Sluice-Shard"
-	HeaderChunk = "Sluice-Chunk"
-
-	KindChunk    = "chunk"
-	KindShardEnd = "shard-end"
+	"time"
 )
 
 // Safetensors metadata keys of a chunk (all values are strings, as the format requires).
@@ -32,17 +14,55 @@ const (
 	MetaKeys  = "keys" // JSON array of sample keys, in tensor row order
 )
 
-// ShardEnd closes a shard's output for one epoch.
+// Bounds on what one shard reports about its failed samples, so that a
+// shard of thousands of broken members still ends in one bounded frame.
+const (
+	// MaxFailedListed is how many failed samples a shard end lists; the
+	// rest are counted in FailedOmitted.
+	MaxFailedListed = 256
+	// MaxReasonBytes caps one failure's reason.
+	MaxReasonBytes = 512
+)
+
+// ShardEnd closes a shard's output for one epoch: the payload of the end
+// frame (see ShardStreamMediaType).
 type ShardEnd struct {
-	Job     string         `json:"job"`
-	Epoch   int            `json:"epoch"`
-	Shard   int            `json:"shard"`
-	Chunks  int            `json:"chunks"`
-	Samples int            `json:"samples"`
-	Failed  []FailedSample `json:"failed,omitempty"`
+	Job    string `json:"job"`
+	Epoch  int    `json:"epoch"`
+	Shard  int    `json:"shard"`
+	Chunks int    `json:"chunks"`
+	// Samples is the samples in the chunks; Failed the samples that could
+	// not be preprocessed (at most MaxFailedListed, FailedOmitted more).
+	Samples       int            `json:"samples"`
+	Failed        []FailedSample `json:"failed,omitempty"`
+	FailedOmitted int            `json:"failed_omitted,omitempty"`
+	// Bytes is the chunks' size.
+	Bytes int64 `json:"bytes"`
+	// Cache says where the shard's bytes came from: hit_memory, hit_disk
+	// (the replica's shard cache), miss (S3, and cached), bypass (S3, not
+	// cached), off (S3, no cache); empty from a replica without one.
+	// S3Bytes and CacheBytes count the bytes read from each.
+	Cache      string `json:"cache,omitempty"`
+	S3Bytes    int64  `json:"s3_bytes,omitempty"`
+	CacheBytes int64  `json:"cache_bytes,omitempty"`
 }
 
-// ChunkRef identifies one output message.
+// FailedCount is every failed sample of the shard, listed or not.
+func (e ShardEnd) FailedCount() int { return len(e.Failed) + e.FailedOmitted }
+
+// AddFailed lists a failed sample within the bounds.
+func (e *ShardEnd) AddFailed(key, reason string) {
+	if len(e.Failed) >= MaxFailedListed {
+		e.FailedOmitted++
+		return
+	}
+	if len(reason) > MaxReasonBytes {
+		reason = reason[:MaxReasonBytes] + "..."
+	}
+	e.Failed = append(e.Failed, FailedSample{Key: key, Reason: reason})
+}
+
+// ChunkRef identifies one chunk of a shard's output in an epoch.
 type ChunkRef struct {
 	Job   string
 	Epoch int
@@ -50,46 +70,32 @@ type ChunkRef struct {
 	Chunk int // -1 for the shard end
 }
 
-// MsgID is the JetStream dedupe id of the message.
-func (r ChunkRef) MsgID() string {
+// String names the chunk in logs and failure reports.
+func (r ChunkRef) String() string {
 	if r.Chunk < 0 {
 		return fmt.Sprintf("%s.e%d.s%d.end", r.Job, r.Epoch, r.Shard)
 	}
 	return fmt.Sprintf("%s.e%d.s%d.c%d", r.Job, r.Epoch, r.Shard, r.Chunk)
 }
 
-// Header builds the headers of the message r names.
-func (r ChunkRef) Header() nats.Header {
-	h := nats.Header{}
-	kind := KindChunk
-	if r.Chunk < 0 {
-		kind = KindShardEnd
-	}
-	h.Set(HeaderKind, kind)
-	h.Set(HeaderEpoch, strconv.Itoa(r.Epoch))
-	h.Set(HeaderShard, strconv.Itoa(r.Shard))
-	h.Set(HeaderChunk, strconv.Itoa(r.Chunk))
-	h.Set(nats.MsgIdHdr, r.MsgID())
-	return h
-}
-
-// ParseChunkRef reads the headers of an output message of job.
-func ParseChunkRef(job string, h nats.Header) (ChunkRef, error) {
-	r := ChunkRef{Job: job}
-	var err error
-	if r.Epoch, err = strconv.Atoi(h.Get(HeaderEpoch)); err != nil {
-		return r, fmt.Errorf("output header %s: %w", HeaderEpoch, err)
-	}
-	if r.Shard, err = strconv.Atoi(h.Get(HeaderShard)); err != nil {
-		return r, fmt.Errorf("output header %s: %w", HeaderShard, err)
-	}
-	if r.Chunk, err = strconv.Atoi(h.Get(HeaderChunk)); err != nil {
-		return r, fmt.Errorf("output header %s: %w", HeaderChunk, err)
-	}
-	switch k := h.Get(HeaderKind); {
-	case k == KindShardEnd && r.Chunk == -1, k == KindChunk && r.Chunk >= 0:
-	default:
-		return r, fmt.Errorf("output header %s=%q with chunk %d: inconsistent", HeaderKind, k, r.Chunk)
-	}
-	return r, nil
+// ShardResult is what an agent reports to the job's owning controller, on
+// ResultSubject(job), for each shard task it settled: the shard's end as
+// the function sent it, or why the shard failed for good. The controller
+// builds the job's status from them; they carry no data.
+type ShardResult struct {
+	// Agent names the agent that dispatched the task.
+	Agent string    `json:"agent"`
+	Time  time.Time `json:"time"`
+	// Key is the shard's object key.
+	Key string   `json:"key"`
+	End ShardEnd `json:"end"`
+	// Error is set when the shard failed for good (a permanent failure,
+	// or too many failed deliveries): none of its samples come, and End
+	// holds only the job, epoch and shard.
+	Error string `json:"error,omitempty"`
+	// Replay is set on the result of a shard produced again for a reader
+	// (a resume from a checkpoint), beyond the job's tasks.
+	Replay bool `json:"replay,omitempty"`
+	// Sends counts the sends of the task by this agent (1 without retries).
+	Sends int `json:"sends,omitempty"`
 }

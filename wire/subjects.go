@@ -26,10 +26,13 @@ const (
 	// pre-warm; package planner owns the keys and the value's format.
 	PlansBucket = "sluice_plans"
 
+	// DispatchBucket holds each running job's DispatchPlan under the job
+	// id, written by its owning controller and read by the job's agents.
+	DispatchBucket = "sluice_dispatch"
+
 	taskSubjectPrefix   = "sluice.tasks."
-	outputSubjectPrefix = "sluice.out."
 	demandSubjectPrefix = "sluice.demand."
-	outputStreamPrefix  = "SLUICE_OUT_"
+	resultSubjectPrefix = "sluice.results."
 )
 
 // TaskSubjects is the subject filter of TaskStream.
@@ -38,35 +41,20 @@ const TaskSubjects = taskSubjectPrefix + ">"
 // DemandSubjects matches every job's demand signal.
 const DemandSubjects = demandSubjectPrefix + "*"
 
+// ResultSubjects matches every job's shard results.
+const ResultSubjects = resultSubjectPrefix + "*"
+
 // TaskSubject is where the broker queues a job's shard tasks.
 func TaskSubject(job string) string { return taskSubjectPrefix + job }
 
-// OutputStream is the name of the per-job stream that holds preprocessed chunks.
-func OutputStream(job string) string { return outputStreamPrefix + job }
+// DispatchConsumer is the durable consumer on TaskStream that every agent
+// of the job pulls its tasks from: they share the queue, so a fast node
+// takes more shards.
+func DispatchConsumer(job string) string { return "sluice_dispatch_" + job }
 
-// OutputSubject is where function replicas publish a job's chunks and shard ends.
-func OutputSubject(job string) string { return outputSubjectPrefix + job }
-
-// ReaderReplaySubject is where the replayed chunks of one reader of job go:
-// in the job's output stream, outside OutputSubject(job), and in that
-// reader's consumer's filter only, so only the reader that asked for a
-// replay gets it; the interest-retention stream drops it once that reader
-// acked it, whatever the others do.
-func ReaderReplaySubject(job, reader string) string {
-	return outputSubjectPrefix + job + ".r." + reader
-}
-
-// ReplayOutputSubjects matches every ReaderReplaySubject of job.
-func ReplayOutputSubjects(job string) string { return outputSubjectPrefix + job + ".r.*" }
-
-// ReplaySubject is where a job's replay tasks are queued (see
-// ShardTask.Replay): on TaskStream, outside TaskSubject(job), so that its
-// dispatcher can take them before the epochs still queued.
-func ReplaySubject(job string) string { return taskSubjectPrefix + job + ".replay" }
-
-// ReplayConsumer is the durable consumer on TaskStream through which the
-// job's owning controller pulls its replay tasks.
-func ReplayConsumer(job string) string { return "sluice_replay_" + job }
+// ResultSubject is where a job's agents publish a ShardResult for each
+// task they settle (core NATS): the owning controller's view of progress.
+func ResultSubject(job string) string { return resultSubjectPrefix + job }
 
 // ReaderDoneKey is the key in ReadersBucket that a reader's agent writes
 // once every rank of the reader reached the end of the last epoch: the job
@@ -81,14 +69,6 @@ type ReaderDone struct {
 	Submitted time.Time `json:"submitted"`
 	Time      time.Time `json:"time"`
 }
-
-// DispatchConsumer is the durable consumer on TaskStream through which the
-// job's owning controller pulls its tasks.
-func DispatchConsumer(job string) string { return "sluice_dispatch_" + job }
-
-// ReaderConsumer is the durable consumer on the job's output stream of one
-// reader (a trainer agent, a trainer rank, a sweep trial).
-func ReaderConsumer(reader string) string { return "sluice_reader_" + reader }
 
 // ReaderKey is the key of a reader's position in ReadersBucket.
 func ReaderKey(job, reader string) string { return job + "." + reader }

@@ -2,11 +2,12 @@ package wire
 
 import "fmt"
 
-// CloudEvent types exchanged between the broker's dispatcher and functions.
+// The CloudEvent an agent sends a function, in binary mode: the type, its
+// source, and the task as JSON data. The function answers with the shard's
+// output (ShardStreamMediaType).
 const (
-	EventTypeShardTask   = "dev.sluice.shard.task.v1"
-	EventTypeShardResult = "dev.sluice.shard.result.v1"
-	EventSource          = "sluice/broker"
+	EventTypeShardTask = "dev.sluice.shard.task.v1"
+	EventSource        = "sluice/agent"
 )
 
 // ShardTask asks a function to preprocess one shard for one epoch. It carries
@@ -19,17 +20,8 @@ type ShardTask struct {
 	Key      string `json:"key"`
 	Pipeline string `json:"pipeline"`
 	Seed     uint64 `json:"seed"`
-	// ChunkMaxBytes caps one published chunk.
+	// ChunkMaxBytes caps one chunk of the output.
 	ChunkMaxBytes int `json:"chunk_max_bytes"`
-	// OutputSubject is where chunks and the shard end are published.
-	OutputSubject string `json:"output_subject"`
-	// Replay is set on a task that re-produces a shard whose chunks a
-	// reader had already acked (a trainer resumed from a checkpoint older
-	// than what it was handed). The function suffixes every Nats-Msg-Id it
-	// publishes with ".r" + Replay, so that the output stream's duplicate
-	// window does not drop the re-produced chunks; readers drop copies they
-	// do not need by ChunkRef. The bytes are those of the first run.
-	Replay string `json:"replay,omitempty"`
 }
 
 // ID names the task uniquely within the cluster: job/epoch/shard.
@@ -49,8 +41,6 @@ func (t ShardTask) Validate() error {
 		return fmt.Errorf("task %s: bucket and key are required", t.ID())
 	case t.Pipeline == "":
 		return fmt.Errorf("task %s: pipeline is required", t.ID())
-	case t.OutputSubject == "":
-		return fmt.Errorf("task %s: output subject is required", t.ID())
 	case t.ChunkMaxBytes < 64<<10 || t.ChunkMaxBytes > 64<<20:
 		return fmt.Errorf("task %s: chunk max bytes %d: want 65536..67108864", t.ID(), t.ChunkMaxBytes)
 	}
@@ -65,21 +55,4 @@ type FailedSample struct {
 	// Epoch is set where samples of several epochs are reported together
 	// (the trainer agent's stats); within one shard's result it is implied.
 	Epoch int `json:"epoch"`
-}
-
-// ShardResult is a function's reply once every chunk of the shard and its
-// ShardEnd are durably published.
-type ShardResult struct {
-	Task    string         `json:"task"`
-	Samples int            `json:"samples"` // preprocessed and published
-	Failed  []FailedSample `json:"failed,omitempty"`
-	Chunks  int            `json:"chunks"`
-	Bytes   int64          `json:"bytes"`
-	// Cache says where the shard's bytes came from: hit_memory, hit_disk
-	// (the replica's shard cache), miss (S3, and cached), bypass (S3, not
-	// cached), off (S3, no cache); empty from a replica without one.
-	// S3Bytes and CacheBytes count the bytes read from each.
-	Cache      string `json:"cache,omitempty"`
-	S3Bytes    int64  `json:"s3_bytes,omitempty"`
-	CacheBytes int64  `json:"cache_bytes,omitempty"`
 }
