@@ -164,3 +164,18 @@ type Job struct {
 
 // Tasks is the number of shard tasks the job queues over all epochs.
 func (j Job) Tasks() int { return len(j.Shards) * j.Spec.Epochs }
+
+// Task is the shard task for shard (an index into Shards) in epoch: what
+// the broker queues, and what an agent sends again to re-produce a shard.
+func (j Job) Task(epoch, shard int) ShardTask {
+	return ShardTask{
+		Job:           j.Spec.ID,
+		Epoch:         epoch,
+		Shard:         shard,
+		Bucket:        j.Bucket,
+		Key:           j.Shards[shard],
+		Pipeline:      j.Spec.Pipeline,
+		Seed:          j.Spec.Seed,
+		ChunkMaxBytes: j.Spec.ChunkMaxBytes,
+	}
+}
