@@ -1,0 +1,228 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// Sink receives the output of the tasks a Dispatcher sends. The trainer agent is one.
+// Its methods are called from the dispatcher's goroutines (concurrently for different tasks).
+type Sink interface {
+	// Room reports whether the dispatcher may take another task from the queue
+	// (the agent's prefetch and output buffer bounds). Called often; cheap; non-blocking.
+	Room() bool
+	// Chunk hands over chunk `index` of task's shard as it arrives; data is only valid during the call.
+	// After a retry the same chunks come again (same index, same bytes): the sink drops copies.
+	Chunk(task wire.ShardTask, index int, data []byte)
+	// End says the shard is complete: every chunk 0..end.Chunks-1 was passed to Chunk (in this send or an earlier one).
+	End(task wire.ShardTask, end wire.ShardEnd)
+	// Failed says the shard failed for good (a permanent error, or Options.MaxDeliver failed sends): none of its samples will come.
+	Failed(task wire.ShardTask, reason string)
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxDeliver   = 20
+	DefaultLocalityWait = 100 * time.Millisecond
+	DefaultStallTimeout = 5 * time.Minute
+)
+
+// Options tune a Dispatcher.
+type Options struct {
+	Agent        string        // this agent's name: its share in the DispatchPlan, and ShardResult.Agent
+	AckWait      time.Duration // of the task consumer; in-progress pings every AckWait/3; default streams.DispatchAckWait
+	MaxDeliver   int           // failed sends of a task before it is Failed; default 20
+	LocalityWait time.Duration // how long a task waits for its busy home replica; default 100ms, negative: no wait
+	HTTPClient   *http.Client  // nil: a client without a total timeout (a shard may take long)
+	// StallTimeout fails a send (transiently) when its replica sent no
+	// byte for that long, before or between frames: a wedged replica must
+	// not hold a task for ever. Default 5m (a shard's first chunk may wait
+	// for its whole download); negative: none.
+	StallTimeout time.Duration
+}
+
+// Stats is a snapshot of a Dispatcher.
+type Stats struct {
+	// InFlight is the tasks with a send slot: being sent, or waiting to
+	// be sent again (a retry's backoff, a busy home, no replica).
+	InFlight int
+	// Held is the tasks received (or replays started) and not settled.
+	Held int
+	// Queued is the task consumer's NumPending, read at most once a second.
+	Queued int
+	// Replays is the replays waiting for a send slot.
+	Replays int
+	// Share is this agent's share of the plan's InFlight (0 without a plan).
+	Share int
+	// Sends counts sends begun, Retries those beyond a task's first,
+	// Failed tasks failed for good, Settled tasks settled, Malformed
+	// deliveries that were no task of the job (terminated).
+	Sends, Retries, Failed, Settled, Malformed int
+}
+
+// ErrJobGone means the job's task consumer was deleted: the job was
+// cancelled or deleted.
+var ErrJobGone = errors.New("job gone: its task consumer was deleted")
+
+// Dispatcher pulls one job's shard tasks for one agent, sends them to
+// function replicas and hands their output to a Sink. See the package doc.
+type Dispatcher struct {
+	id   string
+	nc   *nats.Conn
+	cons jetstream.Consumer
+	kv   jetstream.KeyValue
+	sink Sink
+	opts Options
+	ping time.Duration // progress ping interval
+	hc   *http.Client
+	log  *slog.Logger
+	m    *metrics
+	load *replicaLoad
+
+	gInflight, gHeld prometheus.Gauge
+
+	wake  chan struct{} // a slot, the plan or a replay changed: look again
+	sends sync.WaitGroup
+
+	mu      sync.Mutex
+	st      *state
+	plan    wire.DispatchPlan
+	planSet bool
+	planCh  chan struct{} // closed and replaced when the plan changes
+	sendCtx context.Context
+	ran     bool
+	stopped bool
+	queued  int
+	loops   int // pull loop rounds, for tests
+}
+
+// New binds to the job's task consumer (wire.DispatchConsumer(job), on wire.TaskStream; create it with
+// js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch(job, opts.AckWait)) if it does not exist,
+// so that the first agent works even before the broker is changed) and to the KV bucket wire.DispatchBucket.
+// logger nil discards; reg nil leaves the metrics unregistered.
+func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Job, sink Sink, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Dispatcher, error) {
+	id := job.Spec.ID
+	if err := wire.ValidateJobID(id); err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	switch {
+	case nc == nil || js == nil:
+		return nil, fmt.Errorf("dispatch for job %s: no NATS connection", id)
+	case sink == nil:
+		return nil, fmt.Errorf("dispatch for job %s: no sink", id)
+	case opts.Agent == "":
+		return nil, fmt.Errorf("dispatch for job %s: Options.Agent is required (the agent's name in the dispatch plan)", id)
+	}
+	if opts.AckWait <= 0 {
+		opts.AckWait = streams.DispatchAckWait
+	}
+	if opts.MaxDeliver <= 0 {
+		opts.MaxDeliver = DefaultMaxDeliver
+	}
+	switch {
+	case opts.LocalityWait == 0:
+		opts.LocalityWait = DefaultLocalityWait
+	case opts.LocalityWait < 0:
+		opts.LocalityWait = 0
+	}
+	switch {
+	case opts.StallTimeout == 0:
+		opts.StallTimeout = DefaultStallTimeout
+	case opts.StallTimeout < 0:
+		opts.StallTimeout = 0
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+			tr = dt.Clone()
+		}
+		// Many sends go to few replicas at once: keep their connections.
+		tr.MaxIdleConnsPerHost = 256
+		hc = &http.Client{Transport: tr}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+
+	name := wire.DispatchConsumer(id)
+	cons, err := js.Consumer(ctx, wire.TaskStream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch(id, opts.AckWait))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s: binding to task consumer %s: %w", id, name, err)
+	}
+	kv, err := js.KeyValue(ctx, wire.DispatchBucket)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: opening key-value bucket %s: %w", id, wire.DispatchBucket, err)
+	}
+	// Ping within the consumer's own AckWait, should it be shorter.
+	ackWait := opts.AckWait
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		ackWait = min(ackWait, info.Config.AckWait)
+	}
+	m := newMetrics(reg)
+	return &Dispatcher{
+		id: id, nc: nc, cons: cons, kv: kv, sink: sink, opts: opts, hc: hc,
+		ping:      max(ackWait/3, 10*time.Millisecond),
+		log:       logger.With("job", id, "agent", opts.Agent),
+		m:         m,
+		load:      newReplicaLoad(),
+		gInflight: m.inflight.WithLabelValues(id),
+		gHeld:     m.held.WithLabelValues(id),
+		wake:      make(chan struct{}, 1),
+		st:        newState(),
+		planCh:    make(chan struct{}),
+	}, nil
+}
+
+// Stats for demand signals and status: InFlight (sends now), Held (received, not settled),
+// Queued (the consumer's NumPending, read at most once a second), Sends, Retries, Failed.
+func (d *Dispatcher) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.st
+	return Stats{
+		InFlight: s.sending, Held: s.held(), Queued: d.queued, Replays: len(s.replays), Share: d.share(),
+		Sends: s.sends, Retries: s.retries, Failed: s.failed, Settled: s.settled, Malformed: s.malformed,
+	}
+}
+
+// poke wakes the pull loop.
+func (d *Dispatcher) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// gauges sets the gauges from the state; d.mu held.
+func (d *Dispatcher) gauges() {
+	d.gInflight.Set(float64(d.st.sending))
+	d.gHeld.Set(float64(d.st.held()))
+}
+
+// sleep waits for dur or ctx's end, and says whether ctx is still live.
+func sleep(ctx context.Context, dur time.Duration) bool {
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

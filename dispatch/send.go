@@ -1,0 +1,229 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// maxErrorBody caps how much of an error reply is read for the message.
+const maxErrorBody = 4 << 10
+
+// maxReason caps a failure reason handed to the sink and published.
+const maxReason = 1 << 10
+
+// failKind classifies a failed send; it decides whether the task is sent
+// again and whether the failure counts against Options.MaxDeliver.
+type failKind int
+
+const (
+	// failTransient: retried, counted (connection errors, 5xx, a shard
+	// incomplete, an error frame that is not permanent).
+	failTransient failKind = iota
+	// failMalformed: the replica broke the frame protocol; another one
+	// may be fine, so retried, counted.
+	failMalformed
+	// failBusy: 429 or 503, the replica's state, not the task's: retried
+	// on another endpoint if there is one, not counted.
+	failBusy
+	// failPermanent: the task itself is wrong (400, 404, 413, 415, a
+	// permanent error frame): Failed at once.
+	failPermanent
+)
+
+// outcome is the label of sluice_dispatch_sends_total.
+func (k failKind) outcome() string {
+	switch k {
+	case failMalformed:
+		return "malformed"
+	case failBusy:
+		return "busy"
+	case failPermanent:
+		return "permanent"
+	}
+	return "transient"
+}
+
+// sendError is a failed send.
+type sendError struct {
+	kind failKind
+	err  error
+}
+
+func (e *sendError) Error() string { return e.err.Error() }
+func (e *sendError) Unwrap() error { return e.err }
+
+func failed(kind failKind, format string, args ...any) error {
+	return &sendError{kind: kind, err: fmt.Errorf(format, args...)}
+}
+
+// kindOf is err's failKind; an error that is not a sendError is transient.
+func kindOf(err error) failKind {
+	var se *sendError
+	if errors.As(err, &se) {
+		return se.kind
+	}
+	return failTransient
+}
+
+// permanentStatus lists the replies that reject the task itself.
+func permanentStatus(code int) bool {
+	switch code {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+		return true
+	}
+	return false
+}
+
+// errStalled cancels a send whose replica went silent.
+var errStalled = errors.New("replica stalled")
+
+// sendShard POSTs task to endpoint as a binary-mode CloudEvent and reads
+// the shard's frames from the reply, handing each chunk to chunk (its data
+// valid during the call only). It returns the shard's end once the end
+// frame came, or an error: ctx's when ctx ended, else a sendError. stall
+// > 0 fails the send when no byte came for that long.
+func sendShard(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+	ev := event.New()
+	ev.SetID(task.ID())
+	ev.SetType(wire.EventTypeShardTask)
+	ev.SetSource(wire.EventSource)
+	ev.SetSubject(task.Key)
+	ev.SetTime(time.Now())
+	if err := ev.SetData(event.ApplicationJSON, task); err != nil {
+		return wire.ShardEnd{}, failed(failPermanent, "encoding task event: %w", err)
+	}
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var timer *time.Timer
+	if stall > 0 {
+		timer = time.AfterFunc(stall, func() { cancel(errStalled) })
+		defer timer.Stop()
+	}
+	// ctx's end is the caller's to report; a stall is the replica's fault.
+	cause := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(context.Cause(sctx), errStalled) {
+			return failed(failTransient, "%s: no byte for %v: %w", endpoint, stall, errStalled)
+		}
+		return err
+	}
+
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, endpoint, nil)
+	if err != nil {
+		return wire.ShardEnd{}, failed(failTransient, "endpoint %q: %w", endpoint, err)
+	}
+	if err := cehttp.WriteRequest(binding.WithForceBinary(sctx), binding.ToMessage(&ev), req); err != nil {
+		return wire.ShardEnd{}, failed(failPermanent, "writing task event: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return wire.ShardEnd{}, cause(failed(failTransient, "posting to %s: %w", endpoint, err))
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		body := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
+		kind := failTransient
+		switch {
+		case permanentStatus(resp.StatusCode):
+			kind = failPermanent
+		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+			kind = failBusy
+		}
+		return wire.ShardEnd{}, failed(kind, "%s replied %d %s: %s", endpoint, resp.StatusCode, http.StatusText(resp.StatusCode), body)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != wire.ShardStreamMediaType {
+		return wire.ShardEnd{}, failed(failMalformed, "%s replied 200 with Content-Type %q, want %s (a function of another version?): %w",
+			endpoint, ct, wire.ShardStreamMediaType, wire.ErrFrame)
+	}
+
+	var body io.Reader = resp.Body
+	if timer != nil {
+		body = &progressReader{r: resp.Body, timer: timer, stall: stall}
+	}
+	fr := wire.NewFrameReader(body, task.ChunkMaxBytes)
+	chunks := 0
+	for {
+		f, err := fr.Next()
+		switch {
+		case errors.Is(err, wire.ErrFrame):
+			return wire.ShardEnd{}, failed(failMalformed, "%s after %d chunks: %w", endpoint, chunks, err)
+		case errors.Is(err, io.EOF):
+			return wire.ShardEnd{}, failed(failTransient, "shard incomplete: the reply from %s ended after %d chunks without a shard end", endpoint, chunks)
+		case err != nil:
+			return wire.ShardEnd{}, cause(failed(failTransient, "shard incomplete: reading the reply from %s after %d chunks: %w", endpoint, chunks, err))
+		}
+		switch f.Kind {
+		case wire.FrameChunk:
+			if f.Chunk != chunks {
+				return wire.ShardEnd{}, failed(failMalformed, "%s sent chunk %d, want chunk %d: %w", endpoint, f.Chunk, chunks, wire.ErrFrame)
+			}
+			chunk(f.Chunk, f.Data)
+			chunks++
+		case wire.FrameEnd:
+			var end wire.ShardEnd
+			if err := json.Unmarshal(f.Data, &end); err != nil {
+				return wire.ShardEnd{}, failed(failMalformed, "%s: decoding the shard end: %v: %w", endpoint, err, wire.ErrFrame)
+			}
+			if end.Job != task.Job || end.Epoch != task.Epoch || end.Shard != task.Shard {
+				return wire.ShardEnd{}, failed(failMalformed, "%s: shard end of job %q epoch %d shard %d, want %s: %w",
+					endpoint, end.Job, end.Epoch, end.Shard, task.ID(), wire.ErrFrame)
+			}
+			if end.Chunks != chunks {
+				return wire.ShardEnd{}, failed(failMalformed, "%s: shard end says %d chunks after %d: %w", endpoint, end.Chunks, chunks, wire.ErrFrame)
+			}
+			return end, nil
+		case wire.FrameError:
+			var se wire.ShardError
+			if err := json.Unmarshal(f.Data, &se); err != nil {
+				return wire.ShardEnd{}, failed(failMalformed, "%s: decoding an error frame: %v: %w", endpoint, err, wire.ErrFrame)
+			}
+			kind := failTransient
+			if se.Permanent {
+				kind = failPermanent
+			}
+			return wire.ShardEnd{}, failed(kind, "%s: shard failed after %d chunks: %s", endpoint, chunks, strings.ToValidUTF8(se.Message, "?"))
+		}
+	}
+}
+
+// progressReader pushes a send's stall deadline back on every byte read.
+type progressReader struct {
+	r     io.Reader
+	timer *time.Timer
+	stall time.Duration
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.timer.Reset(p.stall)
+	}
+	return n, err
+}
+
+// truncate caps a reason at n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
+}

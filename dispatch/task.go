@@ -1,0 +1,200 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// startSend runs e's sends in a goroutine of its own; d.mu held, in Run.
+func (d *Dispatcher) startSend(e *entry) {
+	ctx, cancel := context.WithCancel(d.sendCtx)
+	e.cancel = cancel
+	d.sends.Add(1)
+	go func() {
+		defer d.sends.Done()
+		defer cancel()
+		d.send(ctx, e)
+	}()
+}
+
+// send sends e's task until its shard ends or fails for good, or ctx ends
+// (Run stops, or the task was settled).
+func (d *Dispatcher) send(ctx context.Context, e *entry) {
+	defer d.poke() // its slot is free
+	task := e.task
+	key := shardKey(task.Bucket, task.Key)
+	avoid := ""
+	busy := 0
+	for {
+		planCh := d.planChanged()
+		ep, release, err := d.load.acquire(ctx, d.endpoints, key, avoid, d.opts.LocalityWait)
+		if errors.Is(err, errNoReplica) {
+			// Not the task's fault: wait for a plan with a replica.
+			select {
+			case <-planCh:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err != nil {
+			return // ctx ended
+		}
+		d.mu.Lock()
+		ok := d.st.sent(e)
+		n := e.sends
+		d.mu.Unlock()
+		if !ok {
+			release()
+			return
+		}
+		if n > 1 {
+			d.m.retries.WithLabelValues(d.id).Inc()
+		}
+		start := time.Now()
+		end, err := sendShard(ctx, d.hc, ep, task, d.opts.StallTimeout, func(i int, data []byte) { d.sink.Chunk(task, i, data) })
+		release()
+		if ctx.Err() != nil {
+			d.m.sends.WithLabelValues(d.id, "canceled").Inc()
+			return
+		}
+		d.m.sendSeconds.WithLabelValues(d.id).Observe(time.Since(start).Seconds())
+		if err == nil {
+			d.m.sends.WithLabelValues(d.id, "ok").Inc()
+			d.mu.Lock()
+			ok := d.st.ended(e, end)
+			d.gauges()
+			d.mu.Unlock()
+			if ok {
+				d.sink.End(task, end)
+			}
+			return
+		}
+		kind := kindOf(err)
+		d.m.sends.WithLabelValues(d.id, kind.outcome()).Inc()
+		var delay time.Duration
+		switch kind {
+		case failPermanent:
+			d.giveUp(e, fmt.Sprintf("sending task %s: %v", task.ID(), err))
+			return
+		case failBusy:
+			// The replica is busy or draining: not the task's fault.
+			busy++
+			delay = RetryDelay(busy, rand.Float64())
+			d.log.Debug("replica busy, sending the task again", "task", task.ID(), "err", err, "delay", delay)
+		default:
+			d.mu.Lock()
+			n, giveUp := d.st.failure(e, d.opts.MaxDeliver)
+			d.mu.Unlock()
+			if giveUp {
+				d.giveUp(e, fmt.Sprintf("sending task %s: gave up after %d failed sends, last: %v", task.ID(), n, err))
+				return
+			}
+			delay = RetryDelay(n, rand.Float64())
+			d.log.Info("send failed, sending the task again", "task", task.ID(), "failures", n, "err", err, "delay", delay)
+		}
+		avoid = ep
+		if !sleep(ctx, delay) {
+			return
+		}
+	}
+}
+
+// giveUp fails e's task for good and tells the sink.
+func (d *Dispatcher) giveUp(e *entry, reason string) {
+	reason = truncate(reason, maxReason)
+	d.mu.Lock()
+	ok := d.st.fail(e, reason)
+	d.gauges()
+	d.mu.Unlock()
+	if ok {
+		d.log.Warn("task failed for good", "task", e.task.ID(), "reason", reason)
+		d.sink.Failed(e.task, reason)
+	}
+}
+
+// Settle acks the task of (epoch, shard) once the sink has handed out every sample of it and recorded
+// that (the agent calls it after writing its position), and publishes its wire.ShardResult on
+// wire.ResultSubject(job) (core NATS; the End it got, or Error for a failed one). Settling a task
+// not held (already settled, or a replay) only publishes nothing / is a no-op. Safe from any goroutine.
+//
+// A task settled before its end came (the agent's position already
+// covers the shard) has its send cancelled; its result carries only the
+// job, epoch and shard. A failed task is acked too (see the package doc).
+func (d *Dispatcher) Settle(epoch, shard int) {
+	d.mu.Lock()
+	e, ok := d.st.settle(taskKey{epoch, shard})
+	if ok && e.phase == phaseSending && e.cancel != nil {
+		e.cancel()
+	}
+	d.gauges()
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	d.poke()
+	if e.msg != nil {
+		// Ack, not DoubleAck: Settle must not block the agent. A lost ack
+		// is a redelivery, whose samples the agent's position skips.
+		if err := e.msg.Ack(); err != nil {
+			d.log.Warn("acking a task", "task", e.task.ID(), "err", err)
+		}
+	}
+	if e.phase == phaseQueued {
+		return // a replay never sent: no result
+	}
+	res := wire.ShardResult{
+		Agent: d.opts.Agent, Time: time.Now().UTC(), Key: e.task.Key, Sends: e.sends, Replay: e.msg == nil,
+		End: wire.ShardEnd{Job: e.task.Job, Epoch: e.task.Epoch, Shard: e.task.Shard},
+	}
+	switch e.phase {
+	case phaseEnded:
+		res.End = e.end
+	case phaseFailed:
+		res.Error = e.reason
+	}
+	data, err := json.Marshal(res)
+	if err == nil {
+		err = d.nc.Publish(wire.ResultSubject(d.id), data)
+	}
+	if err != nil {
+		d.log.Warn("publishing a shard result", "task", e.task.ID(), "err", err)
+	}
+}
+
+// Replay sends task again outside the queue (a reader resumed from a checkpoint needs a shard whose
+// queue task was already acked): counted against the same in-flight share, taken before queued tasks,
+// output through the same Sink; nothing to ack; its result is published with Replay: true when settled.
+//
+// A replay is taken whatever sink.Room says (the resumed reader waits for
+// exactly this output), but only within the share. A task of the same
+// epoch and shard held and not yet ended needs no replay (its chunks are
+// coming): the call is a no-op; one held and ended is sent again. An
+// invalid task is reported through sink.Failed.
+func (d *Dispatcher) Replay(task wire.ShardTask) {
+	if err := d.checkTask(task); err != nil {
+		reason := truncate("replay: "+err.Error(), maxReason)
+		d.log.Error("refusing a replay", "err", err)
+		go d.sink.Failed(task, reason)
+		return
+	}
+	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		d.log.Warn("replay after the dispatcher stopped: dropped", "task", task.ID())
+		return
+	}
+	queued := d.st.replay(task)
+	d.gauges()
+	d.mu.Unlock()
+	if queued {
+		d.log.Debug("replay queued", "task", task.ID())
+		d.poke()
+	}
+}
