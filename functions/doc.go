@@ -1,5 +1,5 @@
 // Package functions is the function side of Sluice: what a replica started
-// by `sluice fn serve` runs for each shard task the dispatcher pushes to it.
+// by `sluice fn serve` runs for each shard task an agent sends it.
 //
 // Layout, from the bottom up:
 //
@@ -19,8 +19,8 @@
 //     model of what that saves (`sluice plan`).
 //   - server: the CloudEvents HTTP endpoint. It streams a shard from S3,
 //     runs the job's pipeline on every sample, packs outputs into
-//     safetensors chunks and publishes them to the job's output stream,
-//     replying only once everything is acknowledged.
+//     safetensors chunks and answers the task with them, a frame per
+//     chunk sent as soon as it is ready, then the shard's end.
 //
 // A new op is one registry entry in pipeline over a function in its
 // modality's package; a new built-in pipeline is one more Definition.

@@ -20,22 +20,28 @@ import (
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/wire"
 )
 
 func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("fn serve", stderr)
 	listen := fs.String("listen", "", "address to serve on (default :$PORT as Knative sets it, else 127.0.0.1:8080)")
-	connFlags := connect.Register(fs, connect.PartNATS|connect.PartS3)
+	connFlags := connect.Register(fs, connect.PartS3)
 	concurrency := fs.Int("concurrency", 1, "shards processed at once; more get 429")
 	cpus := fs.Int("cpus", 0, "GOMAXPROCS for this replica; 0 keeps Go's default")
 	maxPixels := fs.Int("max-pixels", 64_000_000, "largest image accepted, in pixels (decompression-bomb guard)")
 	maxBody := fs.Int("max-body-bytes", 1<<20, "largest CloudEvent body accepted")
 	drain := fs.Duration("drain-timeout", 5*time.Minute, "how long SIGTERM waits for in-flight shards")
+	frameTimeout := fs.Duration("frame-write-timeout", server.DefaultFrameWriteTimeout,
+		"how long a client may leave one frame of a shard's output unread before it counts as gone (its shard stops)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	cacheFlags := registerCacheFlags(fs, "")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
-			"POST / takes a %q event and replies with the shard's result; GET /healthz, /readyz, /metrics.\n\n", pipeline.Names(), "dev.sluice.shard.task.v1")
+			"POST / takes a %q event (a shard task) and replies with the shard's output as a\n"+
+			"frame stream (%s): its chunks as they are ready, then the shard's end.\n"+
+			"GET /healthz, /readyz, /metrics. A replica reads shards from S3 and needs nothing else.\n\n",
+			pipeline.Names(), wire.EventTypeShardTask, wire.ShardStreamMediaType)
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
@@ -46,6 +52,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		intRange("max-pixels", maxPixels, 1, 1<<30),
 		intRange("max-body-bytes", maxBody, 1024, 64<<20),
 		durationRange("drain-timeout", drain, 0, time.Hour),
+		durationRange("frame-write-timeout", frameTimeout, time.Second, 24*time.Hour),
 		oneOf("log-level", logLevel, logLevels...),
 		cacheFlags.resolve(&cache),
 		resolve(connFlags, &conn),
@@ -63,13 +70,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 
-	// Check both servers before serving: a replica that cannot reach them
-	// would report ready and then fail every task.
-	nc, js, err := conn.ConnectNATS(ctx, "sluice-function", logger)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
+	// Check S3 before serving: a replica that cannot read it would report
+	// ready and then fail every task.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s3client, err := conn.S3Client(ctx, reg)
@@ -80,26 +82,18 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("checking s3: %w", err)
 	}
 	srv, err := server.New(server.Config{
-		MaxBodyBytes: int64(*maxBody),
-		MaxPixels:    *maxPixels,
-		Concurrency:  *concurrency,
-		Cache:        cache,
-	}, js, s3client, logger, reg)
+		MaxBodyBytes:      int64(*maxBody),
+		MaxPixels:         *maxPixels,
+		Concurrency:       *concurrency,
+		FrameWriteTimeout: *frameTimeout,
+		Cache:             cache,
+	}, s3client, logger, reg)
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	tasks := srv.Handler()
-	// Not ready while NATS is away: results could not be published.
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !nc.IsConnected() {
-			http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
-			return
-		}
-		tasks.ServeHTTP(w, r)
-	})
-	mux.Handle("/", tasks)
+	mux.Handle("/", srv.Handler())
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", *listen, err)
@@ -108,7 +102,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	// The local actuator reads the endpoint from this line, printed once
-	// NATS and S3 answered and the server listens.
+	// S3 answered and the server listens.
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
 	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names())
 
@@ -118,8 +112,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case <-ctx.Done():
 	}
 	// Knative and the local actuator stop a replica with SIGTERM: finish the
-	// shards in flight (their tasks would otherwise be redelivered and done
-	// twice), then close.
+	// shards being streamed (their callers would otherwise send them again
+	// and redo them), then close.
 	logger.Info("draining")
 	dctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()

@@ -1,71 +1,105 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"fmt"
+	"encoding/json"
+	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/sluice-project/sluice/autoscale/local"
-	"github.com/sluice-project/sluice/broker"
-	"github.com/sluice-project/sluice/internal/embedded"
+	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/testenv/imagejob"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // TestFnServeFinishesInFlightShardOnSIGTERM is the contract Knative's
-// scale-down relies on: SIGTERM while a shard is being processed still
-// gets that shard's full result, and then the process exits 0.
+// scale-down relies on: SIGTERM while a shard is being streamed still
+// gets that shard's whole output, to its end frame, and then the process
+// exits 0. The replica is given S3 and nothing else.
 func TestFnServeFinishesInFlightShardOnSIGTERM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	job := imagejob.Submit(ctx, t, imagejob.Options{ID: "drain", Samples: 300, MinSide: 400, MaxSide: 600, BatchSize: 8})
-	cmd := exec.Command(os.Args[0], "fn", "serve")
-	cmd.Env = append(append(os.Environ(), replicaEnv+"=1"), testenv.S3Env()...)
-	url := job.Serve(t, cmd)
-
-	var once sync.Once
-	firstChunk := make(chan struct{})
-	sub, err := job.Conn.Subscribe(job.Task.OutputSubject, func(*nats.Msg) { once.Do(func() { close(firstChunk) }) })
+	s3c, s3cfg := testenv.S3(t, "data")
+	shards, err := synth.Images(synth.ImageOptions{Samples: 300, Shards: 1, Seed: 1, MinSide: 400, MaxSide: 600, Quality: 90, Classes: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
-
-	target := broker.NewCloudEventsTarget("", broker.StaticEndpoints{url}, http.DefaultClient)
-	type reply struct {
-		res wire.ShardResult
-		err error
+	if err := synth.Upload(ctx, s3c, "data", "ds/", shards); err != nil {
+		t.Fatal(err)
 	}
-	replies := make(chan reply, 1)
-	go func() {
-		res, err := target.Send(ctx, job.Task)
-		replies <- reply{res, err}
-	}()
-	select {
-	case <-firstChunk:
-	case <-ctx.Done():
-		t.Fatal("the replica published nothing")
+	// Small chunks: the shard is many frames long.
+	task := wire.ShardTask{Job: "drain", Epoch: 0, Shard: 0, Bucket: "data", Key: "ds/" + shards[0].Name,
+		Pipeline: "imagenet-train", Seed: 1, ChunkMaxBytes: 512 << 10}
+	cmd := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0", "--s3-endpoint", s3cfg.Endpoint, "--log-level", "warn")
+	cmd.Env = append(append(os.Environ(), replicaEnv+"=1"), testenv.S3Env()...)
+	url := testenv.StartReady(t, cmd, local.ReadyPrefix)
+
+	ev := event.New()
+	ev.SetID(task.ID())
+	ev.SetSource(wire.EventSource)
+	ev.SetType(wire.EventTypeShardTask)
+	if err := ev.SetData(event.ApplicationJSON, task); err != nil {
+		t.Fatal(err)
+	}
+	req, err := cehttp.NewHTTPRequestFromEvent(ctx, url, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != wire.ShardStreamMediaType {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d, Content-Type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	fr := wire.NewFrameReader(resp.Body, task.ChunkMaxBytes)
+	f, err := fr.Next()
+	if err != nil || f.Kind != wire.FrameChunk || f.Chunk != 0 {
+		t.Fatalf("first frame %s %d, %v: want chunk 0", f.Kind, f.Chunk, err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	r := <-replies
-	if r.err != nil || r.res.Samples != 300 || len(r.res.Failed) != 0 {
-		t.Fatalf("in-flight shard after SIGTERM: %+v, %v; want all 300 samples", r.res, r.err)
+	chunks := 1
+	var end wire.ShardEnd
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			t.Fatalf("after %d chunks: %v (the stream was cut by SIGTERM)", chunks, err)
+		}
+		if f.Kind == wire.FrameChunk {
+			if f.Chunk != chunks {
+				t.Fatalf("chunk %d after %d chunks", f.Chunk, chunks)
+			}
+			chunks++
+			continue
+		}
+		if f.Kind != wire.FrameEnd {
+			t.Fatalf("%s frame %s after %d chunks, want the shard end", f.Kind, f.Data, chunks)
+		}
+		if err := json.Unmarshal(f.Data, &end); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if _, err := fr.Next(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the shard end: %v, want the end of the body", err)
+	}
+	if end.Samples != 300 || end.FailedCount() != 0 || end.Chunks != chunks || chunks < 2 {
+		t.Fatalf("in-flight shard after SIGTERM: %d chunks, end %+v; want all 300 samples", chunks, end)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("replica exit after draining: %v, want 0", err)
@@ -98,7 +132,6 @@ func s3TestEnv(t *testing.T, accessKey, secretKey string) {
 // TestFnServeRefusesToStartWithoutWorkingServers: each problem that would
 // fail every task is found at start, named, and exits 1 without a ready line.
 func TestFnServeRefusesToStartWithoutWorkingServers(t *testing.T) {
-	nsrv, _ := testenv.NATS(t)
 	_, s3cfg := testenv.S3(t, "")
 	for _, tc := range []struct {
 		name       string
@@ -106,11 +139,9 @@ func TestFnServeRefusesToStartWithoutWorkingServers(t *testing.T) {
 		args       []string
 		wantStderr string
 	}{
-		{"unreachable nats", "k", []string{"--nats", "nats://127.0.0.1:1,nats://127.0.0.1:2", "--s3-endpoint", s3cfg.Endpoint},
-			"connecting to nats at nats://127.0.0.1:1,nats://127.0.0.1:2: nats server unreachable"},
-		{"unreachable s3", "k", []string{"--nats", nsrv.URL(), "--s3-endpoint", "http://127.0.0.1:1"},
+		{"unreachable s3", "k", []string{"--s3-endpoint", "http://127.0.0.1:1"},
 			"checking s3: s3 endpoint unreachable at http://127.0.0.1:1"},
-		{"no s3 credentials", "", []string{"--nats", nsrv.URL(), "--s3-endpoint", s3cfg.Endpoint},
+		{"no s3 credentials", "", []string{"--s3-endpoint", s3cfg.Endpoint},
 			"checking s3: no s3 credentials found for " + s3cfg.Endpoint},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,26 +158,22 @@ func TestFnServeRefusesToStartWithoutWorkingServers(t *testing.T) {
 // signatures (versitygw; skipped where it is not installed).
 func TestFnServeWrongS3Credentials(t *testing.T) {
 	endpoint := testenv.Versitygw(t, "sluice-key", "sluice-secret")
-	nsrv, _ := testenv.NATS(t)
 	s3TestEnv(t, "sluice-key", "not-the-secret")
-	code, stdout, stderr := runCLI(t, "fn", "serve", "--listen", "127.0.0.1:0", "--nats", nsrv.URL(), "--s3-endpoint", endpoint)
+	code, stdout, stderr := runCLI(t, "fn", "serve", "--listen", "127.0.0.1:0", "--s3-endpoint", endpoint)
 	if code != 1 || !strings.Contains(stderr, "wrong s3 credentials at "+endpoint+": SignatureDoesNotMatch") || strings.Contains(stdout, local.ReadyPrefix) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
 
-func TestFnServeConnectionFlagProblemsAtOnce(t *testing.T) {
+func TestFnServeFlagProblemsAtOnce(t *testing.T) {
 	s3TestEnv(t, "k", "s")
-	code, _, stderr := runCLI(t, "fn", "serve", "--nats", "http://x", "--nats-tls-cert", "/c.pem", "--nats-token", "t", "--nats-user", "u",
-		"--s3-endpoint", "localhost:9000", "--concurrency", "0")
+	code, _, stderr := runCLI(t, "fn", "serve", "--s3-endpoint", "localhost:9000", "--concurrency", "0", "--frame-write-timeout", "0s")
 	if code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
 	for _, want := range []string{
 		`sluice fn serve: --concurrency 0: want 1..256`,
-		`sluice fn serve: --nats "http://x": want nats://host:port`,
-		`sluice fn serve: --nats-user and --nats-token: give one way to authenticate to NATS, not 2`,
-		`sluice fn serve: --nats-tls-cert given without its key`,
+		`sluice fn serve: --frame-write-timeout 0s: want 1s..24h0m0s`,
 		`sluice fn serve: --s3-endpoint "localhost:9000": want http(s)://host[:port]`,
 	} {
 		if !strings.Contains(stderr, want) {
@@ -155,60 +182,11 @@ func TestFnServeConnectionFlagProblemsAtOnce(t *testing.T) {
 	}
 }
 
-// TestFnServeReadyOnlyWhileNATSIsConnected: /readyz answers 503 while the
-// NATS server is away and 200 again once the replica has reconnected.
-func TestFnServeReadyOnlyWhileNATSIsConnected(t *testing.T) {
-	store := t.TempDir()
-	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: store})
-	if err != nil {
-		t.Fatal(err)
+// TestFnServeTakesNoNATSSettings: a replica answers with its output and
+// never reaches NATS, so it has no NATS flags to be given.
+func TestFnServeTakesNoNATSSettings(t *testing.T) {
+	code, _, stderr := runCLI(t, "fn", "serve", "--nats", "nats://127.0.0.1:4222")
+	if code != 2 || !strings.Contains(stderr, "flag provided but not defined: -nats") {
+		t.Errorf("exit %d, stderr %q; want 2 and --nats unknown", code, stderr)
 	}
-	port := nsrv.Server.Addr().(*net.TCPAddr).Port
-	_, s3cfg := testenv.S3(t, "")
-	s3TestEnv(t, testenv.S3AccessKey, testenv.S3SecretKey)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	outR, outW := io.Pipe()
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"fn", "serve", "--listen", "127.0.0.1:0", "--nats", nsrv.URL(),
-			"--s3-endpoint", s3cfg.Endpoint, "--log-level", "warn"}, outW, io.Discard)
-		outW.Close()
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("exit %d after cancel, want 0", code)
-		}
-	}()
-	out := bufio.NewReader(outR)
-	line, err := out.ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, local.ReadyPrefix) {
-		nsrv.Shutdown()
-		t.Fatalf("first line %q, %v", line, err)
-	}
-	go io.Copy(io.Discard, out)
-	readyz := strings.TrimSpace(strings.TrimPrefix(line, local.ReadyPrefix)) + "/readyz"
-	status := func(want int) func() error {
-		return func() error {
-			resp, err := http.Get(readyz)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != want {
-				return fmt.Errorf("/readyz %d, want %d", resp.StatusCode, want)
-			}
-			return nil
-		}
-	}
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, status(http.StatusOK))
-	nsrv.Shutdown()
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, status(http.StatusServiceUnavailable))
-	nsrv, err = embedded.StartNATS(embedded.NATSOptions{StoreDir: store, Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsrv.Shutdown()
-	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, status(http.StatusOK))
 }

@@ -60,8 +60,9 @@
 // All randomness an op uses is drawn, in op order, from one generator
 // seeded by the seed Process is handed, which SampleSeed derives from (job
 // seed, epoch, sample key): a shard processed twice, on any replica,
-// yields byte-identical output. That is what lets a redelivered task's
-// chunks be deduplicated downstream.
+// yields byte-identical output. That is what lets a caller that sends a
+// task again (its first answer was cut) recognise the chunks it already
+// holds.
 //
 // # Memory
 //

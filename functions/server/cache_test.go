@@ -3,11 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/synth"
@@ -18,7 +16,7 @@ import (
 // TestShardTaskThroughCache processes one shard in three epochs through a
 // replica with a shard cache: the first reads S3, the others the cache,
 // and every epoch's chunks are the bytes a replica without a cache
-// publishes.
+// sends.
 func TestShardTaskThroughCache(t *testing.T) {
 	plain := setup(t, Config{})
 	cached := setup(t, Config{Cache: shardcache.Config{Dir: t.TempDir(), DiskBytes: 64 << 20, MemoryBytes: 64 << 20}})
@@ -35,35 +33,33 @@ func TestShardTaskThroughCache(t *testing.T) {
 	for epoch, w := range want {
 		tk := task(0)
 		tk.Epoch = epoch
-		ref := result(t, post(t, plain.url, taskEvent(t, tk)))
-		if ref.Cache != string(shardcache.OutcomeOff) || ref.S3Bytes != size {
-			t.Errorf("epoch %d without a cache: %q, %d bytes from S3, want off and %d", epoch, ref.Cache, ref.S3Bytes, size)
+		ref := complete(t, post(t, plain.url, taskEvent(t, tk)))
+		if ref.end.Cache != string(shardcache.OutcomeOff) || ref.end.S3Bytes != size {
+			t.Errorf("epoch %d without a cache: %q, %d bytes from S3, want off and %d", epoch, ref.end.Cache, ref.end.S3Bytes, size)
 		}
-		res := result(t, post(t, cached.url, taskEvent(t, tk)))
+		out := complete(t, post(t, cached.url, taskEvent(t, tk)))
+		res := out.end
 		if res.Cache != string(w.cache) || res.S3Bytes != w.s3Bytes || res.CacheBytes != w.hitBytes {
 			t.Errorf("epoch %d: %q, %d bytes from S3 and %d from the cache; want %s, %d and %d",
 				epoch, res.Cache, res.S3Bytes, res.CacheBytes, w.cache, w.s3Bytes, w.hitBytes)
 		}
-		if res.Samples != ref.Samples || res.Chunks != ref.Chunks || len(res.Failed) != len(ref.Failed) {
-			t.Errorf("epoch %d: result %+v, without a cache %+v", epoch, res, ref)
+		if res.Samples != ref.end.Samples || res.Chunks != ref.end.Chunks || res.FailedCount() != ref.end.FailedCount() {
+			t.Errorf("epoch %d: shard end %+v, without a cache %+v", epoch, res, ref.end)
 		}
-	}
-	a := readStream(t, plain.js, wire.OutputStream(job), job)
-	b := readStream(t, cached.js, wire.OutputStream(job), job)
-	if len(a) != len(b) {
-		t.Fatalf("%d messages through the cache, %d without", len(b), len(a))
-	}
-	for i := range a {
-		if a[i].ref != b[i].ref || !bytes.Equal(a[i].data, b[i].data) {
-			t.Errorf("message %d (%+v) differs through the cache", i, a[i].ref)
+		if len(out.chunks) != len(ref.chunks) {
+			t.Fatalf("epoch %d: %d chunks through the cache, %d without", epoch, len(out.chunks), len(ref.chunks))
+		}
+		for i := range ref.chunks {
+			if !bytes.Equal(out.chunks[i], ref.chunks[i]) {
+				t.Errorf("epoch %d: chunk %d differs through the cache", epoch, i)
+			}
 		}
 	}
 }
 
 // TestModelPredictsMeasuredS3Bytes runs a 3-epoch job's tasks (each epoch
 // in its own order) through a replica with a cache that holds the whole
-// dataset, half of it, and none, against real S3 and JetStream on
-// loopback, and compares the S3 bytes the replica read with
+// dataset, half of it, and none, against real S3 on loopback, and compares the S3 bytes the replica read with
 // shardcache.Predict: exact when the dataset fits or nothing is cached,
 // within one shard per epoch when half fits (the policy admits whole
 // shards).
@@ -90,17 +86,11 @@ func TestModelPredictsMeasuredS3Bytes(t *testing.T) {
 		{"none", shardcache.Config{}, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, nc := testenv.NATS(t)
-			js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			outputStream(t, js, wire.JobSpec{ID: job, ChunkMaxBytes: chunkMax})
 			s3c, _ := testenv.S3(t, bucket)
 			if err := synth.Upload(ctx, s3c, bucket, "text/", shards); err != nil {
 				t.Fatal(err)
 			}
-			srv, err := New(Config{Cache: tc.cache}, js, s3c, nil, nil)
+			srv, err := New(Config{Cache: tc.cache}, s3c, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,8 +98,8 @@ func TestModelPredictsMeasuredS3Bytes(t *testing.T) {
 			for epoch := range epochs {
 				for _, i := range rand.New(rand.NewPCG(uint64(epoch), 9)).Perm(len(shards)) {
 					tk := wire.ShardTask{Job: job, Epoch: epoch, Shard: i, Bucket: bucket, Key: "text/" + shards[i].Name,
-						Pipeline: "text-wordpiece", Seed: 1, ChunkMaxBytes: chunkMax, OutputSubject: wire.OutputSubject(job)}
-					res, err := srv.ProcessShard(ctx, tk)
+						Pipeline: "text-wordpiece", Seed: 1, ChunkMaxBytes: chunkMax}
+					res, err := srv.ProcessShard(ctx, tk, WriterSink(io.Discard))
 					if err != nil {
 						t.Fatal(err)
 					}

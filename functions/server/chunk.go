@@ -13,8 +13,8 @@ import (
 
 // chunker packs sample outputs into safetensors chunks of at most max
 // bytes. Boundaries depend only on the sequence of outputs, never on
-// timing, so a redelivered shard yields the same chunks byte for byte and
-// the stream's duplicate window can drop them.
+// timing, so a shard processed again yields the same chunks byte for byte
+// and a caller that holds some of them recognises them by index.
 type chunker struct {
 	max                 int
 	job                 string
@@ -39,7 +39,7 @@ func (a fieldSpec) equal(b fieldSpec) bool {
 	return a.name == b.name && a.dtype == b.dtype && slices.Equal(a.shape, b.shape)
 }
 
-// chunk is an encoded chunk ready to publish.
+// chunk is an encoded chunk ready to send.
 type chunk struct {
 	ref  wire.ChunkRef
 	data []byte
@@ -117,11 +117,11 @@ func (c *chunker) close() (*chunk, error) {
 		wire.MetaKeys:  string(keys),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("encoding chunk %s: %w", ref.MsgID(), err)
+		return nil, fmt.Errorf("encoding chunk %s: %w", ref, err)
 	}
 	if len(data) > c.max {
 		// sizeBound is an upper bound; this would be a bug in it.
-		return nil, fmt.Errorf("chunk %s is %d bytes, over the %d-byte cap", ref.MsgID(), len(data), c.max)
+		return nil, fmt.Errorf("chunk %s is %d bytes, over the %d-byte cap", ref, len(data), c.max)
 	}
 	out := &chunk{ref: ref, data: data, keys: c.keys}
 	c.index++

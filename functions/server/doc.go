@@ -1,27 +1,48 @@
 // Package server is the function replica's HTTP side: a CloudEvents
-// endpoint that takes one shard task per request, streams the shard from
-// S3 through the job's pipeline, publishes the output as safetensors chunks
-// on the job's JetStream stream and replies with a shard result.
+// endpoint that takes one shard task per request (binary mode: POST /,
+// Ce-* headers, Content-Type application/json, the wire.ShardTask as the
+// body; structured mode is accepted too), streams the shard from S3
+// through the task's pipeline, and answers with the shard's output in the
+// response body. A replica needs S3 and nothing else.
 //
-// The reply is the commit point of Sluice's exactly-once delivery: 200 is
-// sent only after every chunk and the shard-end message are acknowledged
-// by JetStream, so a dispatcher that acks the task on 200 never loses
-// output. Anything short of that is a non-2xx reply and the task is
-// redelivered; reprocessing is deterministic (per-sample seeds, fixed chunk
-// boundaries, Nats-Msg-Id per chunk), so the stream's duplicate window drops
-// what was already published.
+// The response is a stream of frames, Content-Type
+// wire.ShardStreamMediaType (wire/frame.go holds the format): a chunk
+// frame for each safetensors chunk, in index order from 0, written and
+// flushed as soon as the chunker closes it so that the caller can hand
+// out samples before the shard is finished; then one end frame, a JSON
+// wire.ShardEnd (chunks, samples, the failed samples within
+// wire.MaxFailedListed, bytes, and where the shard's bytes came from), or,
+// if the shard fails once its output has started, one error frame, a JSON
+// wire.ShardError. The 200 is held back until the first frame is ready,
+// so a shard that fails before it has any output (a missing object, an
+// S3 error before the first chunk) is answered with a status instead.
 //
-// Status codes are the contract with the dispatcher:
+// Output is a response, not a publication somewhere, because it is
+// deterministic: per-sample seeds and chunk boundaries that depend only on
+// the samples give the same chunks, index for index and byte for byte,
+// each time a shard is processed. A body cut before its end or error frame
+// (a killed replica, a lost connection) therefore just means "shard
+// incomplete": the caller sends the task again, to this replica or
+// another, and recognises the chunks it already holds by their index. Only
+// the end frame makes a shard complete. A client that goes away mid-shard
+// (its connection closes, or it stops reading for
+// Config.FrameWriteTimeout) frees the processing slot at the next sample.
 //
-//	200 result event (also when some samples failed: they are listed)
-//	400 malformed event or invalid task: permanent, the task is terminated
-//	404 the shard object does not exist, or no stream takes the task's
-//	    output subject (the job was cancelled or has finished): permanent
+// Status codes are the contract with the caller:
+//
+//	200 the frame stream (also when some samples failed: the end lists
+//	    them); it may still end in an error frame, see above
+//	400 malformed event or invalid task (bad field, unknown pipeline,
+//	    unsupported shard suffix): permanent, do not retry
+//	404 the shard's bucket or object does not exist: permanent
 //	413 event body over Config.MaxBodyBytes: permanent
 //	415 Content-Type neither application/json (binary mode) nor
 //	    application/cloudevents+json (structured mode with JSON data):
-//	    do not retry (the dispatcher never sends one)
-//	429 at Config.Concurrency: retry later
-//	503 draining (scale-down): retry elsewhere
-//	500 transient failure (S3 read, NATS publish): retry
+//	    do not retry
+//	429 at Config.Concurrency: retry later or elsewhere (Retry-After)
+//	503 draining (scale-down): retry elsewhere (Retry-After)
+//	500 transient failure before any output (an S3 read error): retry
+//
+// An error frame's Permanent says the same of a failure after the 200
+// (true only for what would have been a 400 or 404).
 package server

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -43,7 +42,8 @@ func TestTSVShard(t *testing.T) {
 
 	tk := task(0)
 	tk.Key, tk.Pipeline = "tab/part-07.tsv", "criteo"
-	res := result(t, post(t, e.url, taskEvent(t, tk)))
+	out := complete(t, post(t, e.url, taskEvent(t, tk)))
+	res := out.end
 	wantFailed := []wire.FailedSample{{Key: "part-07/00000051"}}
 	if diff := cmp.Diff(wantFailed, res.Failed, cmp.Comparer(func(a, b wire.FailedSample) bool { return a.Key == b.Key })); diff != "" {
 		t.Errorf("failed samples (-want +got):\n%s", diff)
@@ -55,18 +55,7 @@ func TestTSVShard(t *testing.T) {
 		t.Errorf("result %+v: want 51 samples in 1 chunk", res)
 	}
 
-	msgs := readStream(t, e.js, wire.OutputStream(job), job)
-	if len(msgs) != 2 {
-		t.Fatalf("stream holds %d messages, want a chunk and the shard end", len(msgs))
-	}
-	f, err := safetensors.Decode(msgs[0].data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys); err != nil {
-		t.Fatal(err)
-	}
+	f, keys := chunkKeys(t, out.chunks[0])
 	label, dense, sparse := f.Tensors["label"], f.Tensors["dense"], f.Tensors["sparse"]
 	n := len(keys)
 	if label.DType != safetensors.I64 || !slices.Equal(label.Shape, []int{n}) ||
@@ -110,7 +99,7 @@ func TestJSONLShardWithImagePipeline(t *testing.T) {
 	putObject(t, e, "text/s.jsonl", []byte("{\"text\":\"a\"}\n{\"text\":\"b\"}\n"))
 	tk := task(0)
 	tk.Key = "text/s.jsonl"
-	res := result(t, post(t, e.url, taskEvent(t, tk)))
+	res := complete(t, post(t, e.url, taskEvent(t, tk))).end
 	if res.Samples != 0 || len(res.Failed) != 2 || res.Failed[0].Key != "s/00000000" || res.Failed[1].Key != "s/00000001" {
 		t.Fatalf("result %+v: want both lines failed", res)
 	}

@@ -8,11 +8,11 @@ import (
 
 // Shard outcomes, the label values of sluice_function_shards_total.
 const (
-	outcomeOK       = "ok"
-	outcomeInvalid  = "invalid"
-	outcomeNotFound = "not_found"
-	outcomeNoOutput = "no_output" // the job's output stream is gone
-	outcomeError    = "error"
+	outcomeOK        = "ok"
+	outcomeInvalid   = "invalid"
+	outcomeNotFound  = "not_found"
+	outcomeAbandoned = "abandoned" // the client went away mid-shard
+	outcomeError     = "error"
 )
 
 type metrics struct {
@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		shards: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_function_shards_total",
-			Help: "Shard tasks processed, by outcome (ok, invalid, not_found, no_output, error).",
+			Help: "Shard tasks processed, by outcome (ok, invalid, not_found, abandoned, error).",
 		}, []string{"outcome"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_function_requests_rejected_total",
@@ -38,23 +38,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		samples: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_function_samples_total",
-			Help: "Samples preprocessed and published.",
+			Help: "Samples preprocessed, in shards sent to the end.",
 		}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_function_samples_failed_total",
 			Help: "Samples that could not be read or preprocessed (reported as failed samples).",
 		}),
 		chunks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_function_chunks_published_total",
-			Help: "Output chunks published (duplicates dropped by the stream included).",
+			Name: "sluice_function_chunks_sent_total",
+			Help: "Output chunks sent (of unfinished shards too).",
 		}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_function_chunk_bytes_total",
-			Help: "Bytes of output chunks published.",
+			Help: "Bytes of output chunks sent.",
 		}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_function_shard_duration_seconds",
-			Help:    "Time to process one shard task, from request to result.",
+			Help:    "Time to process one shard task, from request to the end of its output.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12), // 50ms .. ~100s
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -15,10 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/cloudevents/sdk-go/v2/binding"
-	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/functions/pipeline"
@@ -39,10 +36,11 @@ type Config struct {
 	// it gets 429 (default 1, one shard per replica, as Knative's
 	// containerConcurrency would be set).
 	Concurrency int
-	// AckTimeout bounds the wait for JetStream to acknowledge a shard's
-	// chunks once they are all sent (default 30s); a lost ack then fails
-	// the task (500) instead of holding the replica forever.
-	AckTimeout time.Duration
+	// FrameWriteTimeout bounds the sending of one frame of a shard's
+	// response (default 5m): a client that stops reading for that long
+	// counts as gone, so it cannot hold a processing slot forever. Negative
+	// means no bound.
+	FrameWriteTimeout time.Duration
 	// Cache keeps the raw bytes of shards read from S3 on local disk and
 	// in memory; the zero value caches nothing.
 	Cache shardcache.Config
@@ -50,9 +48,9 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultMaxBodyBytes = 1 << 20
-	DefaultConcurrency  = 1
-	DefaultAckTimeout   = 30 * time.Second
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultConcurrency       = 1
+	DefaultFrameWriteTimeout = 5 * time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -65,19 +63,15 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.AckTimeout <= 0 {
-		c.AckTimeout = DefaultAckTimeout
+	if c.FrameWriteTimeout == 0 {
+		c.FrameWriteTimeout = DefaultFrameWriteTimeout
 	}
 	return c
 }
 
-// EventSource is the CloudEvents source of a replica's result events.
-const EventSource = "sluice/function"
-
 // Server processes shard tasks. Create it with New.
 type Server struct {
 	cfg   Config
-	js    jetstream.JetStream
 	s3    *s3.Client
 	cache *shardcache.Cache
 	log   *slog.Logger
@@ -90,13 +84,11 @@ type Server struct {
 	inFlight  sync.WaitGroup
 }
 
-// New builds a server publishing with js and reading shards with s3c. The
-// JetStream handle should be created with jetstream.WithPublishAsyncTimeout
-// so abandoned futures are reclaimed. A nil logger discards; a nil
-// registerer skips metric registration.
-func New(cfg Config, js jetstream.JetStream, s3c *s3.Client, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
-	if js == nil || s3c == nil {
-		return nil, errors.New("function server: a jetstream handle and an s3 client are required")
+// New builds a server reading shards with s3c. A nil logger discards; a
+// nil registerer skips metric registration.
+func New(cfg Config, s3c *s3.Client, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if s3c == nil {
+		return nil, errors.New("function server: an s3 client is required")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -110,7 +102,7 @@ func New(cfg Config, js jetstream.JetStream, s3c *s3.Client, logger *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, js: js, s3: s3c, cache: cache, log: logger, m: m,
+	return &Server{cfg: cfg, s3: s3c, cache: cache, log: logger, m: m,
 		pipelines: &pipelineCache{opts: pipeline.Options{MaxPixels: cfg.MaxPixels}},
 		slots:     make(chan struct{}, cfg.Concurrency)}, nil
 }
@@ -135,7 +127,8 @@ func (s *Server) Handler() http.Handler {
 
 // Drain stops taking tasks (readyz and new tasks answer 503) and waits
 // for the ones in flight to finish, or for ctx. Knative sends SIGTERM on
-// scale-down; finishing in-flight shards then avoids their redelivery.
+// scale-down; finishing the shards being streamed then saves their
+// callers sending them again.
 func (s *Server) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
@@ -200,33 +193,27 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), status)
 		return
 	}
-	res, err := s.ProcessShard(r.Context(), task)
-	if err != nil {
+	sink := &responseSink{w: w, rc: http.NewResponseController(w), timeout: s.cfg.FrameWriteTimeout}
+	_, err = s.ProcessShard(r.Context(), task, sink)
+	switch {
+	case err == nil:
+	case !sink.started:
+		// Nothing sent yet: the status says what went wrong.
 		status := http.StatusInternalServerError
 		switch {
 		case errors.Is(err, ErrInvalidTask):
 			status = http.StatusBadRequest
-		case errors.Is(err, ErrShardNotFound), errors.Is(err, ErrNoOutputStream):
-			// 404 is one of the statuses the dispatcher takes for "do
-			// not retry" (broker.permanentStatus).
+		case errors.Is(err, ErrShardNotFound):
 			status = http.StatusNotFound
 		}
-		http.Error(w, err.Error(), status)
-		return
-	}
-	reply := event.New()
-	reply.SetID(task.ID())
-	reply.SetSource(EventSource)
-	reply.SetType(wire.EventTypeShardResult)
-	reply.SetSubject(task.ID())
-	if err := reply.SetData(event.ApplicationJSON, res); err != nil {
-		http.Error(w, "encoding shard result: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	if err := cehttp.WriteResponseWriter(r.Context(), binding.ToMessage(&reply), http.StatusOK, w); err != nil {
-		// The output is durable; a lost reply only costs a redelivery,
-		// which the stream deduplicates.
-		s.log.Warn("writing shard result", "task", task.ID(), "err", err)
+		if r.Context().Err() == nil { // else no one is there to read it
+			http.Error(w, err.Error(), status)
+		}
+	case sink.err == nil && r.Context().Err() == nil:
+		// The 200 is out: the error is the stream's last frame.
+		if err := sink.writeError(err); err != nil {
+			s.log.Warn("sending shard error frame", "task", task.ID(), "err", err)
+		}
 	}
 }
 

@@ -15,18 +15,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/internal/wds"
@@ -41,7 +38,6 @@ const (
 )
 
 type env struct {
-	js     jetstream.JetStream
 	s3     *s3.Client
 	srv    *Server
 	reg    *prometheus.Registry
@@ -49,15 +45,11 @@ type env struct {
 	shards []synth.Shard
 }
 
+// setup starts a replica's Handler on loopback against an S3 endpoint
+// holding two image shards of 20 samples, 4 of them corrupt in all.
 func setup(t *testing.T, cfg Config) *env {
 	t.Helper()
 	ctx := context.Background()
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	outputStream(t, js, wire.JobSpec{ID: job, ChunkMaxBytes: chunkMax})
 	s3c, _ := testenv.S3(t, bucket)
 	shards, err := synth.Images(synth.ImageOptions{Samples: 40, Shards: 2, Seed: 9, MinSide: 48, MaxSide: 200, Quality: 85, Classes: 10, Corrupt: 4})
 	if err != nil {
@@ -66,42 +58,29 @@ func setup(t *testing.T, cfg Config) *env {
 	if err := synth.Upload(ctx, s3c, bucket, "train/", shards); err != nil {
 		t.Fatal(err)
 	}
+	e := &env{s3: s3c, shards: shards}
+	e.srv, e.reg, e.url = serve(t, cfg, s3c)
+	return e
+}
+
+// serve starts a replica reading with s3c.
+func serve(t *testing.T, cfg Config, s3c *s3.Client) (*Server, *prometheus.Registry, string) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := New(cfg, js, s3c, logger, reg)
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
+	srv, err := New(cfg, s3c, logger, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &env{js: js, s3: s3c, srv: srv, reg: reg, url: hs.URL, shards: shards}
-}
-
-// outputStream creates spec's output stream and its readers' consumers
-// as broker.Submit does, with the production limits (buffer cap, interest
-// retention, message size, duplicate window).
-func outputStream(t *testing.T, js jetstream.JetStream, spec wire.JobSpec) {
-	t.Helper()
-	ctx := context.Background()
-	spec = spec.WithDefaults(js.Conn().MaxPayload())
-	cfg, err := streams.Output(spec, js.Conn().MaxPayload(), streams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range spec.Readers {
-		if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Name, streams.Reader(spec.ID, r)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return srv, reg, hs.URL
 }
 
 func task(shard int) wire.ShardTask {
 	return wire.ShardTask{
 		Job: job, Epoch: 2, Shard: shard, Bucket: bucket, Key: fmt.Sprintf("train/shard-%06d.tar", shard),
-		Pipeline: "imagenet-train", Seed: 7, ChunkMaxBytes: chunkMax, OutputSubject: wire.OutputSubject(job),
+		Pipeline: "imagenet-train", Seed: 7, ChunkMaxBytes: chunkMax,
 	}
 }
 
@@ -117,7 +96,7 @@ func taskEvent(t *testing.T, data any) event.Event {
 	return ev
 }
 
-// post sends ev in binary mode, as the dispatcher does.
+// post sends ev in binary mode, as an agent does.
 func post(t *testing.T, url string, ev event.Event) *http.Response {
 	t.Helper()
 	req, err := cehttp.NewHTTPRequestFromEvent(context.Background(), url, ev)
@@ -158,57 +137,79 @@ func expectStatus(t *testing.T, resp *http.Response, want int, bodyHas string) {
 	}
 }
 
-func result(t *testing.T, resp *http.Response) wire.ShardResult {
+// output is one shard's response body, decoded.
+type output struct {
+	body   []byte   // as sent
+	chunks [][]byte // chunk frames' payloads, by index
+	end    *wire.ShardEnd
+	err    *wire.ShardError
+}
+
+// decode reads a frame stream the way a caller does, checking the format:
+// chunks in index order from 0, then one end or error frame, last.
+func decode(t *testing.T, body []byte, chunkMaxBytes int) output {
 	t.Helper()
+	out := output{body: body}
+	fr := wire.NewFrameReader(bytes.NewReader(body), chunkMaxBytes)
+	for {
+		f, err := fr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("frame %d: %v", len(out.chunks), err)
+		}
+		if out.end != nil || out.err != nil {
+			t.Fatalf("a %s frame after the last frame", f.Kind)
+		}
+		switch f.Kind {
+		case wire.FrameChunk:
+			if f.Chunk != len(out.chunks) {
+				t.Fatalf("chunk frame %d after %d chunks: want index order", f.Chunk, len(out.chunks))
+			}
+			out.chunks = append(out.chunks, bytes.Clone(f.Data))
+		case wire.FrameEnd:
+			out.end = &wire.ShardEnd{}
+			if err := json.Unmarshal(f.Data, out.end); err != nil {
+				t.Fatalf("shard end %q: %v", f.Data, err)
+			}
+		case wire.FrameError:
+			out.err = &wire.ShardError{}
+			if err := json.Unmarshal(f.Data, out.err); err != nil {
+				t.Fatalf("error frame %q: %v", f.Data, err)
+			}
+		}
+		if f.Chunk != 0 && f.Kind != wire.FrameChunk {
+			t.Errorf("%s frame with chunk index %d, want 0", f.Kind, f.Chunk)
+		}
+	}
+}
+
+// stream checks that resp is a 200 frame stream and decodes it.
+func stream(t *testing.T, resp *http.Response, chunkMaxBytes int) output {
+	t.Helper()
+	body, err := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	ev, err := cehttp.NewEventFromHTTPResponse(resp)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("reading the response: %v", err)
 	}
-	if ev.Type() != wire.EventTypeShardResult {
-		t.Fatalf("reply type %q, want %q", ev.Type(), wire.EventTypeShardResult)
+	if ct := resp.Header.Get("Content-Type"); ct != wire.ShardStreamMediaType {
+		t.Errorf("Content-Type %q, want %q", ct, wire.ShardStreamMediaType)
 	}
-	var res wire.ShardResult
-	if err := ev.DataAs(&res); err != nil {
-		t.Fatal(err)
-	}
-	return res
+	return decode(t, body, chunkMaxBytes)
 }
 
-// outputMsg is one message of a stream, as the trainer agent reads it.
-type outputMsg struct {
-	ref  wire.ChunkRef
-	data []byte
-}
-
-func readStream(t *testing.T, js jetstream.JetStream, stream, jobID string) []outputMsg {
+// complete is stream for a shard that must end normally.
+func complete(t *testing.T, resp *http.Response) output {
 	t.Helper()
-	ctx := context.Background()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
+	out := stream(t, resp, chunkMax)
+	if out.end == nil {
+		t.Fatalf("the stream has no shard end (error frame %+v)", out.err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []outputMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := wire.ParseChunkRef(jobID, m.Header)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := m.Header.Get("Nats-Msg-Id"); got != ref.MsgID() {
-			t.Errorf("message %d: Nats-Msg-Id %q, want %q", seq, got, ref.MsgID())
-		}
-		out = append(out, outputMsg{ref, m.Data})
+	if out.end.Chunks != len(out.chunks) {
+		t.Errorf("shard end says %d chunks, %d were sent", out.end.Chunks, len(out.chunks))
 	}
 	return out
 }
@@ -243,6 +244,20 @@ func failedKeys(fs []wire.FailedSample) []string {
 	return keys
 }
 
+// chunkKeys decodes a chunk and returns its sample keys.
+func chunkKeys(t *testing.T, data []byte) (safetensors.File, []string) {
+	t.Helper()
+	f, err := safetensors.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys); err != nil {
+		t.Fatalf("chunk keys: %v", err)
+	}
+	return f, keys
+}
+
 func TestShardTask(t *testing.T) {
 	e := setup(t, Config{})
 	shard := e.shards[1]
@@ -252,41 +267,28 @@ func TestShardTask(t *testing.T) {
 	allKeys, labels := samplesOf(t, shard)
 	good := len(allKeys) - len(shard.Corrupt)
 
-	res := result(t, post(t, e.url, taskEvent(t, task(1))))
-	if res.Task != task(1).ID() || res.Samples != good || res.Chunks != (good+5)/6 {
-		t.Errorf("result %+v: want task %s, %d samples in %d chunks", res, task(1).ID(), good, (good+5)/6)
+	out := complete(t, post(t, e.url, taskEvent(t, task(1))))
+	end := out.end
+	if len(out.chunks) != (good+5)/6 {
+		t.Errorf("%d chunks, want %d for %d samples", len(out.chunks), (good+5)/6, good)
 	}
-	if diff := cmp.Diff(shard.Corrupt, failedKeys(res.Failed)); diff != "" {
+	if diff := cmp.Diff(shard.Corrupt, failedKeys(end.Failed)); diff != "" {
 		t.Errorf("failed samples (-corrupt +reported):\n%s", diff)
 	}
-	for _, f := range res.Failed {
+	for _, f := range end.Failed {
 		if !strings.Contains(f.Reason, "member jpg") {
 			t.Errorf("failed sample %s: reason %q does not name the member", f.Key, f.Reason)
 		}
 	}
 
-	msgs := readStream(t, e.js, wire.OutputStream(job), job)
-	if len(msgs) != res.Chunks+1 {
-		t.Fatalf("stream holds %d messages, want %d chunks and a shard end", len(msgs), res.Chunks)
-	}
 	var seen []string
 	var bytesTotal int64
-	for i, m := range msgs[:res.Chunks] {
-		if want := (wire.ChunkRef{Job: job, Epoch: 2, Shard: 1, Chunk: i}); m.ref != want {
-			t.Errorf("message %d: ref %+v, want %+v", i, m.ref, want)
+	for i, data := range out.chunks {
+		if len(data) > chunkMax {
+			t.Errorf("chunk %d is %d bytes, over %d", i, len(data), chunkMax)
 		}
-		if len(m.data) > chunkMax {
-			t.Errorf("chunk %d is %d bytes, over %d", i, len(m.data), chunkMax)
-		}
-		bytesTotal += int64(len(m.data))
-		f, err := safetensors.Decode(m.data)
-		if err != nil {
-			t.Fatalf("chunk %d: %v", i, err)
-		}
-		var keys []string
-		if err := json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys); err != nil {
-			t.Fatalf("chunk %d keys: %v", i, err)
-		}
+		bytesTotal += int64(len(data))
+		f, keys := chunkKeys(t, data)
 		n := len(keys)
 		wantMeta := map[string]string{wire.MetaJob: job, wire.MetaEpoch: "2", wire.MetaShard: "1", wire.MetaChunk: strconv.Itoa(i), wire.MetaKeys: f.Metadata[wire.MetaKeys]}
 		if diff := cmp.Diff(wantMeta, f.Metadata); diff != "" {
@@ -306,65 +308,38 @@ func TestShardTask(t *testing.T) {
 		}
 		seen = append(seen, keys...)
 	}
-	if res.Bytes != bytesTotal {
-		t.Errorf("result says %d bytes, chunks hold %d", res.Bytes, bytesTotal)
-	}
 	// Every sample is either in a chunk, in shard order, or reported failed.
 	want := slices.DeleteFunc(slices.Clone(allKeys), func(k string) bool { return slices.Contains(shard.Corrupt, k) })
 	if diff := cmp.Diff(want, seen); diff != "" {
 		t.Errorf("chunk rows (-want +got):\n%s", diff)
 	}
-
-	endMsg := msgs[len(msgs)-1]
-	if endMsg.ref.Chunk != -1 {
-		t.Fatalf("last message is chunk %d, want the shard end", endMsg.ref.Chunk)
-	}
-	var end wire.ShardEnd
-	if err := json.Unmarshal(endMsg.data, &end); err != nil {
-		t.Fatal(err)
-	}
-	wantEnd := wire.ShardEnd{Job: job, Epoch: 2, Shard: 1, Chunks: res.Chunks, Samples: good, Failed: res.Failed}
-	if diff := cmp.Diff(wantEnd, end); diff != "" {
+	wantEnd := wire.ShardEnd{Job: job, Epoch: 2, Shard: 1, Chunks: len(out.chunks), Samples: good, Failed: end.Failed,
+		Bytes: bytesTotal, Cache: "off", S3Bytes: int64(len(shard.Data))}
+	if diff := cmp.Diff(wantEnd, *end); diff != "" {
 		t.Errorf("shard end (-want +got):\n%s", diff)
 	}
 
-	// Redelivery: the same task again is acknowledged, and the stream's
-	// duplicate window drops every re-published message.
-	again := result(t, post(t, e.url, taskEvent(t, task(1))))
-	if diff := cmp.Diff(res, again); diff != "" {
-		t.Errorf("second result (-first +second):\n%s", diff)
+	// Deterministic: the same task again gives the same frames, byte for
+	// byte, and so does ProcessShard writing to a buffer.
+	again := complete(t, post(t, e.url, taskEvent(t, task(1))))
+	if !bytes.Equal(again.body, out.body) {
+		t.Errorf("the second response (%d bytes, %d chunks) differs from the first (%d bytes)", len(again.body), len(again.chunks), len(out.body))
 	}
-	if n := len(readStream(t, e.js, wire.OutputStream(job), job)); n != len(msgs) {
-		t.Errorf("after redelivery the stream holds %d messages, want %d", n, len(msgs))
-	}
-
-	// And the reprocessed bytes are identical: publish to a second stream.
-	ctx := context.Background()
-	const copyJob = "job-copy"
-	outputStream(t, e.js, wire.JobSpec{ID: copyJob, ChunkMaxBytes: chunkMax})
-	tk := task(1)
-	tk.OutputSubject = wire.OutputSubject(copyJob)
-	if _, err := e.srv.ProcessShard(ctx, tk); err != nil {
+	var buf bytes.Buffer
+	direct, err := e.srv.ProcessShard(context.Background(), task(1), WriterSink(&buf))
+	if err != nil {
 		t.Fatal(err)
 	}
-	copies := readStream(t, e.js, wire.OutputStream(copyJob), job)
-	if len(copies) != len(msgs) {
-		t.Fatalf("reprocessing published %d messages, first run %d", len(copies), len(msgs))
-	}
-	for i := range msgs {
-		if copies[i].ref != msgs[i].ref || !bytes.Equal(copies[i].data, msgs[i].data) {
-			t.Errorf("message %d differs on reprocessing (%+v vs %+v)", i, copies[i].ref, msgs[i].ref)
-		}
+	if !bytes.Equal(buf.Bytes(), out.body) || !cmp.Equal(direct, *end) {
+		t.Errorf("ProcessShard wrote %d bytes, end %+v; the response was %d bytes, end %+v", buf.Len(), direct, len(out.body), *end)
 	}
 
 	// A different epoch reshuffles the augmentations: same rows, other pixels.
+	tk := task(1)
 	tk.Epoch = 3
-	if _, err := e.srv.ProcessShard(ctx, tk); err != nil {
-		t.Fatal(err)
-	}
-	epoch3 := readStream(t, e.js, wire.OutputStream(copyJob), job)[len(copies):]
-	if len(epoch3) != len(msgs) || bytes.Equal(epoch3[0].data, msgs[0].data) {
-		t.Errorf("epoch 3: %d messages, first chunk identical to epoch 2's: %v", len(epoch3), bytes.Equal(epoch3[0].data, msgs[0].data))
+	epoch3 := complete(t, post(t, e.url, taskEvent(t, tk)))
+	if len(epoch3.chunks) != len(out.chunks) || bytes.Equal(epoch3.chunks[0], out.chunks[0]) {
+		t.Errorf("epoch 3: %d chunks, first chunk identical to epoch 2's: %v", len(epoch3.chunks), bytes.Equal(epoch3.chunks[0], out.chunks[0]))
 	}
 
 	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "ok"); got != 4 {
@@ -372,6 +347,9 @@ func TestShardTask(t *testing.T) {
 	}
 	if got := metricValue(t, e.reg, "sluice_function_samples_failed_total", "", ""); got != float64(4*len(shard.Corrupt)) {
 		t.Errorf("samples_failed_total = %v, want %d", got, 4*len(shard.Corrupt))
+	}
+	if got := metricValue(t, e.reg, "sluice_function_chunks_sent_total", "", ""); got != float64(4*len(out.chunks)) {
+		t.Errorf("chunks_sent_total = %v, want %d", got, 4*len(out.chunks))
 	}
 }
 
@@ -411,10 +389,9 @@ func TestStructuredModeAndEval(t *testing.T) {
 	data, _ := json.Marshal(tk)
 	body := fmt.Sprintf(`{"specversion":"1.0","id":"x1","source":"test","type":%q,"datacontenttype":"application/json","data":%s}`,
 		wire.EventTypeShardTask, data)
-	resp := postRaw(t, e.url, http.Header{"Content-Type": {"application/cloudevents+json"}}, []byte(body))
-	res := result(t, resp)
-	if res.Samples+len(res.Failed) != e.shards[0].Samples || res.Samples == 0 {
-		t.Errorf("result %+v: want %d samples in all", res, e.shards[0].Samples)
+	end := complete(t, postRaw(t, e.url, http.Header{"Content-Type": {"application/cloudevents+json"}}, []byte(body))).end
+	if end.Samples+end.FailedCount() != e.shards[0].Samples || end.Samples == 0 {
+		t.Errorf("shard end %+v: want %d samples in all", end, e.shards[0].Samples)
 	}
 }
 
@@ -426,20 +403,23 @@ func TestBadEvents(t *testing.T) {
 	noBucket.Bucket = ""
 	badPipeline := task(0)
 	badPipeline.Pipeline = "resnet-magic"
-	hugeChunks := task(0)
-	hugeChunks.ChunkMaxBytes = 64 << 20 // valid for a task, but over NATS' 8 MiB max payload
+	tinyChunks := task(0)
+	tinyChunks.ChunkMaxBytes = 1000
 
 	expectStatus(t, post(t, e.url, withType), 400, "event type")
 	expectStatus(t, post(t, e.url, taskEvent(t, map[string]any{"job": 5})), 400, "JSON shard task")
 	expectStatus(t, post(t, e.url, taskEvent(t, noBucket)), 400, "bucket and key are required")
 	expectStatus(t, post(t, e.url, taskEvent(t, badPipeline)), 400, "imagenet-eval, imagenet-train")
-	expectStatus(t, post(t, e.url, taskEvent(t, hugeChunks)), 400, "max payload")
+	expectStatus(t, post(t, e.url, taskEvent(t, tinyChunks)), 400, "chunk max bytes 1000")
 	expectStatus(t, postRaw(t, e.url, http.Header{"Content-Type": {"application/json"}}, []byte(`{}`)), 400, "cloudevent")
 	expectStatus(t, postRaw(t, e.url, http.Header{"Content-Type": {"application/cloudevents+json"}}, []byte(`{"specversion":`)), 400, "cloudevent")
 	expectStatus(t, postRaw(t, e.url, http.Header{
 		"Ce-Specversion": {"1.0"}, "Ce-Id": {"1"}, "Ce-Source": {"x"}, "Ce-Type": {wire.EventTypeShardTask},
 		"Content-Type": {"application/json"},
 	}, []byte(`not json`)), 400, "JSON shard task")
+	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "invalid"); got != 1 {
+		t.Errorf("shards_total{invalid} = %v, want 1 (the unknown pipeline; the others are refused as events)", got)
+	}
 
 	resp, err := http.Get(e.url + "/")
 	if err != nil {
@@ -470,43 +450,17 @@ func TestOversizedBody(t *testing.T) {
 	expectStatus(t, post(t, e.url, taskEvent(t, big)), 413, "over 1024 bytes")
 }
 
-// TestNoOutputStreamIs404: a valid task whose job has no output stream
-// (cancelled, finished, never submitted) cannot succeed by retrying: 404,
-// which the dispatcher takes as permanent, naming the job and subject.
-func TestNoOutputStreamIs404(t *testing.T) {
+// TestEmptyShard: a shard without samples has no chunk, so its first
+// frame is its end: still a 200.
+func TestEmptyShard(t *testing.T) {
 	e := setup(t, Config{})
-	gone := task(0)
-	gone.Job = "job-gone"
-	gone.OutputSubject = wire.OutputSubject(gone.Job)
-	expectStatus(t, post(t, e.url, taskEvent(t, gone)), 404, "no stream takes subject "+gone.OutputSubject+", so job job-gone was cancelled")
-	// Also when no sample made a chunk (only the shard end is published).
-	empty := gone
-	empty.Key = "train/empty.jsonl"
-	putObject(t, e, empty.Key, nil)
-	expectStatus(t, post(t, e.url, taskEvent(t, empty)), 404, "no output stream")
-	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "no_output"); got != 2 {
-		t.Errorf("shards_total{no_output} = %v, want 2", got)
-	}
-}
-
-// TestOutputBufferFullIs500: a job's output buffer (OutputBufferBytes)
-// full of chunks its readers have not taken yet refuses more; that is
-// worth a retry once they have, so the reply is 500.
-func TestOutputBufferFullIs500(t *testing.T) {
-	e := setup(t, Config{})
-	const small = "job-small"
-	outputStream(t, e.js, wire.JobSpec{ID: small, ChunkMaxBytes: chunkMax, OutputBufferBytes: 2 * chunkMax})
 	tk := task(0)
-	tk.Job, tk.OutputSubject = small, wire.OutputSubject(small)
-	expectStatus(t, post(t, e.url, taskEvent(t, tk)), 500, "maximum bytes exceeded")
-	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "error"); got != 1 {
-		t.Errorf("shards_total{error} = %v, want 1", got)
-	}
-	// Nothing says the shard ended: the redelivery will redo it.
-	for _, m := range readStream(t, e.js, wire.OutputStream(small), small) {
-		if m.ref.Chunk < 0 {
-			t.Errorf("shard end published for a shard whose chunks were refused")
-		}
+	tk.Key = "train/empty.jsonl"
+	putObject(t, e, tk.Key, nil)
+	out := complete(t, post(t, e.url, taskEvent(t, tk)))
+	want := wire.ShardEnd{Job: job, Epoch: 2, Shard: 0, Cache: "off"}
+	if len(out.chunks) != 0 || !cmp.Equal(*out.end, want) {
+		t.Errorf("%d chunks, end %+v; want only the end %+v", len(out.chunks), *out.end, want)
 	}
 }
 
@@ -544,8 +498,8 @@ func TestContentType(t *testing.T) {
 		t.Errorf("rejected{unsupported_media_type} = %v, want 5", got)
 	}
 	// JSON with parameters is JSON.
-	result(t, postRaw(t, e.url, binary("Application/JSON; charset=utf-8"), data))
-	result(t, postRaw(t, e.url, http.Header{"Content-Type": {"application/cloudevents+json; charset=utf-8"}}, structured("application/json")))
+	complete(t, postRaw(t, e.url, binary("Application/JSON; charset=utf-8"), data))
+	complete(t, postRaw(t, e.url, http.Header{"Content-Type": {"application/cloudevents+json; charset=utf-8"}}, structured("application/json")))
 	if got := metricValue(t, e.reg, "sluice_function_shards_total", "outcome", "ok"); got != 2 {
 		t.Errorf("shards_total{ok} = %v, want 2: only the JSON requests processed", got)
 	}
@@ -583,18 +537,12 @@ func TestUnlabelledShard(t *testing.T) {
 	tk := task(0)
 	tk.Key = "unlabelled/shard-000000.tar"
 	putObject(t, e, tk.Key, tarball.Bytes())
-	res := result(t, post(t, e.url, taskEvent(t, tk)))
-	if res.Samples != len(samples) || len(res.Failed) != 0 {
-		t.Fatalf("result %+v: want all %d samples, none failed", res, len(samples))
+	out := complete(t, post(t, e.url, taskEvent(t, tk)))
+	if out.end.Samples != len(samples) || out.end.FailedCount() != 0 {
+		t.Fatalf("shard end %+v: want all %d samples, none failed", out.end, len(samples))
 	}
-	for i, m := range readStream(t, e.js, wire.OutputStream(job), job) {
-		if m.ref.Chunk < 0 {
-			continue
-		}
-		f, err := safetensors.Decode(m.data)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, data := range out.chunks {
+		f, _ := chunkKeys(t, data)
 		lbl := f.Tensors["label"].Data
 		for j := 0; j+8 <= len(lbl); j += 8 {
 			if got := int64(binary.LittleEndian.Uint64(lbl[j:])); got != pipeline.NoLabel {
@@ -606,27 +554,22 @@ func TestUnlabelledShard(t *testing.T) {
 
 func TestTruncatedShard(t *testing.T) {
 	e := setup(t, Config{})
-	ctx := context.Background()
 	keys, _ := samplesOf(t, e.shards[0])
 	// Cut the tar in the middle of a late member: that sample fails, the
-	// ones before it are published, the shard ends normally.
-	cut := e.shards[0].Data[:len(e.shards[0].Data)*4/5]
-	key := "train/truncated.tar"
-	if _, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: ptr(bucket), Key: &key, Body: bytes.NewReader(cut)}); err != nil {
-		t.Fatal(err)
-	}
+	// ones before it are sent, the shard ends normally.
 	tk := task(0)
-	tk.Key = key
-	res, err := e.srv.ProcessShard(ctx, tk)
+	tk.Key = "train/truncated.tar"
+	putObject(t, e, tk.Key, e.shards[0].Data[:len(e.shards[0].Data)*4/5])
+	end, err := e.srv.ProcessShard(context.Background(), tk, WriterSink(io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := res.Failed[len(res.Failed)-1]
+	last := end.Failed[len(end.Failed)-1]
 	if !strings.Contains(last.Reason, "truncated") || !slices.Contains(keys, last.Key) {
 		t.Errorf("last failed sample %+v: want a truncated member of a known key", last)
 	}
-	if res.Samples == 0 || res.Samples+len(res.Failed) >= len(keys) {
-		t.Errorf("result %+v: want some samples published and the ones after the cut missing (of %d)", res, len(keys))
+	if end.Samples == 0 || end.Samples+end.FailedCount() >= len(keys) {
+		t.Errorf("shard end %+v: want some samples sent and the ones after the cut missing (of %d)", end, len(keys))
 	}
 }
 
@@ -652,23 +595,50 @@ type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
 
-func TestS3ReadErrorIs500(t *testing.T) {
-	e := setup(t, Config{})
+// withTransport is e's S3 client reaching S3 through do, without retries.
+func withTransport(e *env, do s3.HTTPClient) *s3.Client {
 	opts := e.s3.Options()
-	opts.HTTPClient = breakingTransport{limit: int64(len(e.shards[0].Data) / 2)}
+	opts.HTTPClient = do
 	opts.RetryMaxAttempts = 1
-	srv, err := New(Config{}, e.js, s3.New(opts), nil, nil)
-	if err != nil {
-		t.Fatal(err)
+	return s3.New(opts)
+}
+
+// TestS3ReadErrorBeforeOutputIs500: an S3 read failing before the first
+// chunk is ready is a plain 500, worth a retry.
+func TestS3ReadErrorBeforeOutputIs500(t *testing.T) {
+	e := setup(t, Config{})
+	_, reg, url := serve(t, Config{}, withTransport(e, breakingTransport{limit: 4096}))
+	expectStatus(t, post(t, url, taskEvent(t, task(0))), 500, "connection reset by peer")
+	if got := metricValue(t, reg, "sluice_function_shards_total", "outcome", "error"); got != 1 {
+		t.Errorf("shards_total{error} = %v, want 1", got)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	expectStatus(t, post(t, hs.URL, taskEvent(t, task(0))), 500, "connection reset by peer")
-	// Nothing says the shard ended: the redelivery will redo it.
-	for _, m := range readStream(t, e.js, wire.OutputStream(job), job) {
-		if m.ref.Chunk < 0 {
-			t.Errorf("shard end published for a shard whose read failed")
+}
+
+// TestS3ReadErrorMidShardEndsInErrorFrame: once chunks were sent the 200
+// is out, so an S3 failure is the stream's last frame, a transient error;
+// the chunks before it are whole and in order.
+func TestS3ReadErrorMidShardEndsInErrorFrame(t *testing.T) {
+	e := setup(t, Config{})
+	_, reg, url := serve(t, Config{}, withTransport(e, breakingTransport{limit: int64(len(e.shards[0].Data) / 2)}))
+	tk := task(0)
+	tk.ChunkMaxBytes = 256 << 10 // a chunk per image
+	out := stream(t, post(t, url, taskEvent(t, tk)), tk.ChunkMaxBytes)
+	if out.end != nil || out.err == nil {
+		t.Fatalf("stream ends with %+v, error %+v: want an error frame", out.end, out.err)
+	}
+	if out.err.Permanent || !strings.Contains(out.err.Message, "connection reset by peer") {
+		t.Errorf("error frame %+v: want a transient error naming the S3 failure", *out.err)
+	}
+	if len(out.chunks) == 0 {
+		t.Fatal("no chunk before the error: the test shard breaks too early")
+	}
+	for i, data := range out.chunks {
+		if _, keys := chunkKeys(t, data); len(keys) != 1 {
+			t.Errorf("chunk %d holds %d samples, want 1", i, len(keys))
 		}
+	}
+	if got := metricValue(t, reg, "sluice_function_shards_total", "outcome", "error"); got != 1 {
+		t.Errorf("shards_total{error} = %v, want 1", got)
 	}
 }
 
@@ -676,12 +646,12 @@ func TestOutputsOverChunkCapFailSamples(t *testing.T) {
 	e := setup(t, Config{})
 	tk := task(0)
 	tk.ChunkMaxBytes = 64 << 10 // one 224x224 image is 150 KB
-	res := result(t, post(t, e.url, taskEvent(t, tk)))
-	if res.Samples != 0 || res.Chunks != 0 || len(res.Failed) != e.shards[0].Samples {
-		t.Fatalf("result %+v: want every sample failed", res)
+	out := stream(t, post(t, e.url, taskEvent(t, tk)), tk.ChunkMaxBytes)
+	if out.end == nil || out.end.Samples != 0 || len(out.chunks) != 0 || len(out.end.Failed) != e.shards[0].Samples {
+		t.Fatalf("%d chunks, end %+v: want only an end with every sample failed", len(out.chunks), out.end)
 	}
 	capped := 0
-	for _, f := range res.Failed {
+	for _, f := range out.end.Failed {
 		switch {
 		case strings.Contains(f.Reason, "over the 65536-byte chunk cap"):
 			capped++
@@ -692,9 +662,47 @@ func TestOutputsOverChunkCapFailSamples(t *testing.T) {
 	if want := e.shards[0].Samples - len(e.shards[0].Corrupt); capped != want {
 		t.Errorf("%d samples failed on the chunk cap, want %d", capped, want)
 	}
-	msgs := readStream(t, e.js, wire.OutputStream(job), job)
-	if len(msgs) != 1 || msgs[0].ref.Chunk != -1 {
-		t.Errorf("stream holds %d messages, want only the shard end", len(msgs))
+}
+
+// TestFailuresAreBounded: a shard of more failing samples than a shard
+// end lists still ends in one bounded frame, counting the rest.
+func TestFailuresAreBounded(t *testing.T) {
+	e := setup(t, Config{})
+	const lines = wire.MaxFailedListed + 44
+	var b strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&b, "{\"text\":\"line %d\"}\n", i)
+	}
+	tk := task(0)
+	tk.Key = "text/many.jsonl" // an image pipeline fails every line
+	putObject(t, e, tk.Key, []byte(b.String()))
+	end := complete(t, post(t, e.url, taskEvent(t, tk))).end
+	if len(end.Failed) != wire.MaxFailedListed || end.FailedOmitted != 44 || end.FailedCount() != lines || end.Samples != 0 {
+		t.Errorf("shard end lists %d failures, omits %d, has %d samples; want %d, 44, 0",
+			len(end.Failed), end.FailedOmitted, end.Samples, wire.MaxFailedListed)
+	}
+	if got := metricValue(t, e.reg, "sluice_function_samples_failed_total", "", ""); got != lines {
+		t.Errorf("samples_failed_total = %v, want %d", got, lines)
+	}
+}
+
+// TestEncodeEndFitsItsFrame: reasons are capped, keys are not; an end
+// whose listed failures would not fit its frame lists fewer.
+func TestEncodeEndFitsItsFrame(t *testing.T) {
+	end := wire.ShardEnd{Job: job}
+	for i := range wire.MaxFailedListed {
+		end.AddFailed(fmt.Sprintf("%08d/%s", i, strings.Repeat("k", 16<<10)), "bad")
+	}
+	payload, err := encodeEnd(&end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(payload) > wire.MaxEndFrameBytes || end.FailedCount() != wire.MaxFailedListed || len(end.Failed) == 0 {
+		t.Errorf("%d bytes (bound %d), %d listed and %d omitted", len(payload), wire.MaxEndFrameBytes, len(end.Failed), end.FailedOmitted)
+	}
+	var back wire.ShardEnd
+	if err := json.Unmarshal(payload, &back); err != nil || !cmp.Equal(back, end) {
+		t.Errorf("the payload decodes to a different end (%v)", err)
 	}
 }
 
@@ -717,7 +725,11 @@ func TestDrainAndAdmission(t *testing.T) {
 	if status != 0 {
 		t.Fatalf("admit: %d", status)
 	}
-	expectStatus(t, post(t, e.url, taskEvent(t, task(0))), 429, "busy")
+	resp := post(t, e.url, taskEvent(t, task(0)))
+	if resp.Header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	expectStatus(t, resp, 429, "busy")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

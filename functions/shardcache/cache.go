@@ -41,7 +41,7 @@ const DefaultIdleHorizon = time.Hour
 type Outcome string
 
 // Outcomes, the label values of sluice_cache_reads_total and the values of
-// wire.ShardResult.Cache.
+// wire.ShardEnd.Cache.
 const (
 	OutcomeOff       Outcome = "off"        // no cache configured: read from S3
 	OutcomeHitMemory Outcome = "hit_memory" // served from this replica's memory
