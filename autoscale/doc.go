@@ -1,8 +1,8 @@
-// Package autoscale turns a job's demand signal (from its trainer agent)
-// and its task backlog (from the broker) into a replica count for its
-// preprocessing functions, and applies it through an Actuator: local
-// processes (package local) or pods of a Knative Service (package
-// knative).
+// Package autoscale turns a job's demand signal (from its trainer agents)
+// and its task backlog (its task queue and its agents' sends) into a
+// replica count for its preprocessing functions, and applies it through an
+// Actuator: local processes (package local) or pods of a Knative Service
+// (package knative).
 //
 // The policy (Decide) is a pure function of (config, state, inputs, now):
 //
@@ -66,12 +66,14 @@
 // weight (ties in name order).
 //
 // Runner is the thin loop around all three: it keeps the latest demand per
-// job and reader (Observe, fed by a NATS subscription in Run), asks each
-// job's Backlog, decides, allocates, calls Actuator.Scale for every job on
-// every tick (so the actuator can replace replicas that died) and records
-// scale events. A removed job is scaled to zero and its series deleted.
-// An actuator that must act only when a job starts and ends (Knative's,
-// whose Service template changes make Revisions) implements JobLifecycle:
-// the runner calls StartJob before a job's first Scale and EndJob after a
-// removed job's last.
+// job and reader, and per job and agent (Observe, fed by a NATS
+// subscription in Run; Agents), asks each job's Backlog, decides,
+// allocates, calls Actuator.Scale for every job on every tick (so the
+// actuator can replace replicas that died; removed and shrinking jobs
+// first, so that the replicas never exceed the capacity between two calls)
+// and records scale events. A removed job is scaled to zero and its series
+// deleted. An actuator that must act only when a job starts and ends
+// (Knative's, whose Service template changes make Revisions) implements
+// JobLifecycle: the runner calls StartJob before a job's first Scale and
+// EndJob after a removed job's last.
 package autoscale

@@ -1,12 +1,14 @@
 package autoscale
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -97,6 +99,7 @@ type Runner struct {
 	mu      sync.Mutex
 	jobs    map[string]*managed
 	demand  map[string]map[string]Signal // job -> reader -> latest
+	agents  map[string]map[string]Signal // job -> agent -> latest (wire.Demand.Agent)
 	removed map[string]bool
 	history []ScaleEvent
 }
@@ -138,6 +141,7 @@ func NewRunner(nc *nats.Conn, act Actuator, cfg Config, logger *slog.Logger, reg
 		}, []string{"job", "direction"}),
 		jobs:    map[string]*managed{},
 		demand:  map[string]map[string]Signal{},
+		agents:  map[string]map[string]Signal{},
 		removed: map[string]bool{},
 	}
 	r.desired = promreg.Register(reg, r.desired)
@@ -172,17 +176,30 @@ func (r *Runner) RemoveJob(job string) {
 	}
 	delete(r.jobs, job)
 	delete(r.demand, job)
+	delete(r.agents, job)
 	r.removed[job] = true
 }
 
 // Observe records a demand signal of a reader of d.Job received at at;
-// signals older than the one kept for that reader are ignored. Signals of
-// a job the runner does not manage are dropped.
+// signals older than the one kept for that reader are ignored. A signal
+// naming its agent (wire.Demand.Agent) is also kept as that agent's
+// latest (Agents). Signals of a job the runner does not manage are
+// dropped.
 func (r *Runner) Observe(d wire.Demand, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.jobs[d.Job]; !ok {
 		return
+	}
+	if d.Agent != "" {
+		byAgent := r.agents[d.Job]
+		if byAgent == nil {
+			byAgent = map[string]Signal{}
+			r.agents[d.Job] = byAgent
+		}
+		if o, ok := byAgent[d.Agent]; !ok || !o.At.After(at) {
+			byAgent[d.Agent] = Signal{d, at}
+		}
 	}
 	byReader := r.demand[d.Job]
 	if byReader == nil {
@@ -201,6 +218,16 @@ func (r *Runner) Signals(job string) map[string]Signal {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.demand[job])
+}
+
+// Agents returns the latest signal of each agent of job that names itself
+// (wire.Demand.Agent): what the agents dispatch now, for the job's
+// dispatch plan and backlog. A job's agents may serve the same readers
+// (one per node), so these are not Signals.
+func (r *Runner) Agents(job string) map[string]Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.agents[job])
 }
 
 // Replicas is the count last decided for job.
@@ -342,21 +369,10 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		r.log.Info("scaling", "job", e.Job, "replicas", e.Replicas, "reason", e.Reason)
 	}
 	lc, _ := r.act.(JobLifecycle)
-	for _, rd := range rounds {
-		if lc != nil && !rd.m.started {
-			b := JobBounds{MinReplicas: rd.cfg.MinReplicas, MaxReplicas: rd.cfg.MaxReplicas}
-			if err := lc.StartJob(ctx, rd.name, b); err != nil {
-				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", rd.name, "error", err)
-			} else {
-				r.mu.Lock()
-				rd.m.started = true
-				r.mu.Unlock()
-			}
-		}
-		if err := r.act.Scale(ctx, rd.name, rd.dec.Replicas); err != nil {
-			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "error", err)
-		}
-	}
+	// Removed jobs, then the jobs that shrink, before the others, so
+	// that the replicas over all jobs never exceed the capacity between
+	// two Scale calls: a replica moves from one job to another by a stop,
+	// then a start.
 	for _, name := range removed {
 		if err := r.act.Scale(ctx, name, 0); err != nil {
 			r.log.Warn("scaling a removed job to zero", "job", name, "error", err)
@@ -373,6 +389,31 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		}
 		r.mu.Unlock()
 	}
+	slices.SortStableFunc(rounds, func(a, b *round) int {
+		return cmp.Compare(b2i(a.dec.Replicas >= a.state.Replicas), b2i(b.dec.Replicas >= b.state.Replicas))
+	})
+	for _, rd := range rounds {
+		if lc != nil && !rd.m.started {
+			b := JobBounds{MinReplicas: rd.cfg.MinReplicas, MaxReplicas: rd.cfg.MaxReplicas}
+			if err := lc.StartJob(ctx, rd.name, b); err != nil {
+				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", rd.name, "error", err)
+			} else {
+				r.mu.Lock()
+				rd.m.started = true
+				r.mu.Unlock()
+			}
+		}
+		if err := r.act.Scale(ctx, rd.name, rd.dec.Replicas); err != nil {
+			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "error", err)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // allocate shares capacity with the configured allocator.

@@ -144,7 +144,9 @@ func TestRunnerTick(t *testing.T) {
 	b.set(0, 0, true)
 	r.RemoveJob("idle")
 	r.Tick(ctx, sec(5))
-	if diff := cmp.Diff([]string{"a=2", "b=0", "c=1", "idle=0"}, act.takeCalls()); diff != "" {
+	// The removed job and the one done first: their replicas go before
+	// the others get theirs.
+	if diff := cmp.Diff([]string{"idle=0", "b=0", "a=2", "c=1"}, act.takeCalls()); diff != "" {
 		t.Errorf("scale calls after done and remove (-want +got):\n%s", diff)
 	}
 
@@ -381,5 +383,36 @@ func TestRunnerTickMarginal(t *testing.T) {
 				t.Errorf("trainer progress %.2f, want %.2f", progress, tc.progress)
 			}
 		})
+	}
+}
+
+// TestRunnerKeepsEachAgentsLatestSignal: several agents of one job (one per
+// node) serve the same reader; each one's latest signal is kept apart, an
+// older one does not replace it, and they go with the job.
+func TestRunnerKeepsEachAgentsLatestSignal(t *testing.T) {
+	r, err := NewRunner(nil, newFakeActuator(), DefaultConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddJob("j", Job{})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r.Observe(wire.Demand{Job: "j", Agent: "node-a", InFlight: 3}, t0.Add(2*time.Second))
+	r.Observe(wire.Demand{Job: "j", Agent: "node-a", InFlight: 9}, t0) // older: ignored
+	r.Observe(wire.Demand{Job: "j", Agent: "node-b", InFlight: 2}, t0.Add(time.Second))
+	r.Observe(wire.Demand{Job: "j", InFlight: 7}, t0.Add(time.Second)) // names no agent
+	r.Observe(wire.Demand{Job: "other", Agent: "node-a", InFlight: 1}, t0)
+	got := map[string]int{}
+	for name, s := range r.Agents("j") {
+		got[name] = s.Demand.InFlight
+	}
+	if diff := cmp.Diff(map[string]int{"node-a": 3, "node-b": 2}, got); diff != "" {
+		t.Errorf("agents' in flight (-want +got):\n%s", diff)
+	}
+	if n := len(r.Signals("j")); n != 1 {
+		t.Errorf("%d readers' signals, want 1 (the default reader)", n)
+	}
+	r.RemoveJob("j")
+	if a := r.Agents("j"); len(a) != 0 {
+		t.Errorf("agents of a removed job: %v", a)
 	}
 }

@@ -67,7 +67,7 @@ type Broker struct {
 
 // buckets are the key-value buckets a broker reads and writes.
 type buckets struct {
-	jobs, status, leases, readers jetstream.KeyValue
+	jobs, status, leases, readers, dispatch jetstream.KeyValue
 }
 
 // StreamOptions apply to the streams and buckets a Broker creates
@@ -116,7 +116,7 @@ func (b *Broker) openBuckets(ctx context.Context) (*buckets, error) {
 	for _, o := range []struct {
 		kv   *jetstream.KeyValue
 		name string
-	}{{&kvs.jobs, wire.JobsBucket}, {&kvs.status, wire.StatusBucket}, {&kvs.leases, wire.LeasesBucket}, {&kvs.readers, wire.ReadersBucket}} {
+	}{{&kvs.jobs, wire.JobsBucket}, {&kvs.status, wire.StatusBucket}, {&kvs.leases, wire.LeasesBucket}, {&kvs.readers, wire.ReadersBucket}, {&kvs.dispatch, wire.DispatchBucket}} {
 		kv, err := b.js.KeyValue(ctx, o.name)
 		if err != nil {
 			return nil, fmt.Errorf("opening key-value bucket %s: %w", o.name, err)
@@ -135,14 +135,14 @@ func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kvs.jobs, nil
 }
 
-// Submit checks spec (CheckJobSpec, with defaults for the NATS server's
-// max payload), lists its dataset's shards, creates the job's
-// output stream and record, and queues one task per shard per epoch, each
-// epoch in ShardOrder. It returns once every task is stored. A Submit that
-// fails after recording the job removes what it created, so it can simply
-// be retried.
+// Submit checks spec (CheckJobSpec, after WithDefaults), lists its
+// dataset's shards, records the job, creates its task consumer (the queue
+// its agents share, streams.Dispatch) and queues one task per shard per
+// epoch, each epoch in ShardOrder. It returns once every task is stored. A
+// Submit that fails after recording the job removes what it created, so it
+// can simply be retried.
 func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error) {
-	spec = spec.WithDefaults(b.js.Conn().MaxPayload())
+	spec = spec.WithDefaults()
 	if err := CheckJobSpec(spec); err != nil {
 		return wire.Job{}, err
 	}
@@ -170,20 +170,6 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 	now := time.Now().UTC()
 	job := wire.Job{Spec: spec, Bucket: bucket, Shards: shards, Submitted: now, State: wire.JobQueued, Updated: now}
 
-	cfg, err := streams.Output(spec, b.js.Conn().MaxPayload(), b.opts)
-	if err != nil {
-		return wire.Job{}, err
-	}
-	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-		return wire.Job{}, fmt.Errorf("job %s: creating output stream %s: %w", id, cfg.Name, err)
-	}
-	// Readers' consumers exist before the first chunk, so that the
-	// interest-retention stream keeps every chunk for each of them.
-	for _, r := range spec.Readers {
-		if _, err := b.js.CreateOrUpdateConsumer(ctx, cfg.Name, streams.Reader(id, r)); err != nil {
-			return wire.Job{}, fmt.Errorf("job %s: creating reader %s: %w", id, r, err)
-		}
-	}
 	record, err := json.Marshal(job)
 	if err != nil {
 		return wire.Job{}, fmt.Errorf("job %s: encoding record: %w", id, err)
@@ -196,7 +182,13 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 		return wire.Job{}, fmt.Errorf("job %s: storing record: %w", id, err)
 	}
 	start := time.Now()
-	if err := b.queueTasks(ctx, job); err != nil {
+	// The consumer exists before the first task: the work-queue stream
+	// then holds every task for the job's agents, which bind to it.
+	err = b.createConsumer(ctx, id)
+	if err == nil {
+		err = b.queueTasks(ctx, job)
+	}
+	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
 		if _, rerr := b.remove(rctx, id); rerr != nil {
@@ -207,6 +199,16 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 	b.log.Info("job submitted", "job", id, "dataset", spec.Dataset, "shards", len(shards),
 		"epochs", spec.Epochs, "tasks", job.Tasks(), "queue_s", time.Since(start).Seconds())
 	return job, nil
+}
+
+// createConsumer creates job id's task consumer, with the default ack
+// wait (the owning controller sets its own).
+func (b *Broker) createConsumer(ctx context.Context, id string) error {
+	cfg := streams.Dispatch(id, 0)
+	if _, err := b.js.CreateOrUpdateConsumer(ctx, wire.TaskStream, cfg); err != nil {
+		return fmt.Errorf("job %s: creating task consumer %s: %w", id, cfg.Durable, err)
+	}
+	return nil
 }
 
 // queueTasks publishes the job's tasks, epoch by epoch, asynchronously in
@@ -246,7 +248,7 @@ func (b *Broker) queueTasks(ctx context.Context, job wire.Job) error {
 	}
 	for epoch := 0; epoch < job.Spec.Epochs; epoch++ {
 		for _, shard := range ShardOrder(job.Spec.Seed, epoch, len(job.Shards)) {
-			task := shardTask(job, epoch, shard)
+			task := job.Task(epoch, shard)
 			data, err := json.Marshal(task)
 			if err != nil {
 				return fmt.Errorf("job %s: encoding task %s: %w", id, task.ID(), err)
@@ -305,9 +307,9 @@ func readRecord(ctx context.Context, kv jetstream.KeyValue, id string) (wire.Job
 	return job, e.Revision(), nil
 }
 
-// Delete removes job id and everything of it: its dispatcher's consumer,
-// its remaining tasks, its output stream with the readers' consumers, the
-// readers' positions, its status, its lease and its record. A job still
+// Delete removes job id and everything of it: its task consumer, its
+// remaining tasks, its dispatch plan, the readers' positions, its status,
+// its lease and its record. A job still
 // queued or running is refused with an error matching ErrJobActive unless
 // force, which cancels it first (see Cancel). A controller owning the job
 // sees it cancelled or gone and lets it go.
@@ -320,8 +322,8 @@ func (b *Broker) Delete(ctx context.Context, id string, force bool) error {
 	case !job.State.Terminal() && !force:
 		return &activeError{id: id, state: job.State}
 	case !job.State.Terminal():
-		// Cancelled first, so that the owning controller stops dispatching
-		// before the tasks go; one that finished meanwhile is fine too.
+		// Cancelled first, so that the owning controller lets the job go
+		// before the tasks do; one that finished meanwhile is fine too.
 		if _, err := b.Cancel(ctx, id, "deleted with --force"); err != nil && !errors.Is(err, ErrTransition) {
 			return err
 		}
@@ -413,20 +415,4 @@ func listKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]stri
 	}
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
-}
-
-// shardTask is the task that preprocesses shard for epoch of job, published
-// on the job's output subject.
-func shardTask(job wire.Job, epoch, shard int) wire.ShardTask {
-	return wire.ShardTask{
-		Job:           job.Spec.ID,
-		Epoch:         epoch,
-		Shard:         shard,
-		Bucket:        job.Bucket,
-		Key:           job.Shards[shard],
-		Pipeline:      job.Spec.Pipeline,
-		Seed:          job.Spec.Seed,
-		ChunkMaxBytes: job.Spec.ChunkMaxBytes,
-		OutputSubject: wire.OutputSubject(job.Spec.ID),
-	}
 }

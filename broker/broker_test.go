@@ -44,7 +44,6 @@ func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
 			want := wire.ShardTask{
 				Job: "j1", Epoch: epoch, Shard: task.Shard, Bucket: "data", Key: job.Shards[task.Shard],
 				Pipeline: "imagenet-train", Seed: 11, ChunkMaxBytes: wire.DefaultChunkMaxBytes,
-				OutputSubject: wire.OutputSubject("j1"),
 			}
 			if diff := cmp.Diff(want, task); diff != "" {
 				t.Errorf("task (-want +got):\n%s", diff)
@@ -70,16 +69,18 @@ func TestSubmitQueuesEveryShardOfEveryEpochInShardOrder(t *testing.T) {
 		t.Errorf("stored job record (-submitted +stored):\n%s", diff)
 	}
 
-	out, err := e.js.Stream(ctx, wire.OutputStream("j1"))
+	// The job's agents share one durable consumer, holding every task.
+	cons, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("j1"))
 	if err != nil {
-		t.Fatalf("output stream: %v", err)
+		t.Fatalf("task consumer: %v", err)
 	}
-	cfg := out.CachedInfo().Config
-	if !slices.Equal(cfg.Subjects, []string{wire.OutputSubject("j1"), wire.ReplayOutputSubjects("j1")}) || cfg.Retention != jetstream.InterestPolicy ||
-		cfg.MaxBytes != wire.DefaultOutputBufferBytes || cfg.Discard != jetstream.DiscardNew ||
-		cfg.Storage != jetstream.FileStorage || cfg.Duplicates != time.Hour ||
-		int(cfg.MaxMsgSize) < wire.DefaultChunkMaxBytes+64<<10 {
-		t.Errorf("output stream config %+v: want subjects %s and its readers' replays, interest retention capped at the output buffer, file, 1h duplicates, room for a chunk", cfg, wire.OutputSubject("j1"))
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info.Config; c.FilterSubject != wire.TaskSubject("j1") || c.AckPolicy != jetstream.AckExplicitPolicy ||
+		c.AckWait != streams.DispatchAckWait || c.MaxDeliver != -1 || info.NumPending != 15 {
+		t.Errorf("task consumer %+v with %d pending: want the job's subject, explicit acks, the default ack wait, no delivery limit, 15 tasks", c, info.NumPending)
 	}
 
 	_, err = e.b.Submit(ctx, testSpec("j1", 1))
@@ -112,7 +113,7 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 		{"epochs", spec(func(s *wire.JobSpec) { s.Epochs = 0 }), []string{"epochs: 0"}, nil},
 		{"no pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "" }), []string{"pipeline"}, nil},
 		{"job id", spec(func(s *wire.JobSpec) { s.ID = "a.b" }), []string{`id: "a.b"`}, nil},
-		{"chunk over max payload", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 16 << 20 }), []string{"chunk max bytes 16777216", "at most"}, nil},
+		{"chunk too large", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 128 << 20 }), []string{"chunk_max_bytes: 134217728"}, ErrInvalidSpec},
 		{"unknown pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "nosuch" }),
 			[]string{`pipeline: unknown pipeline "nosuch": known pipelines are`, "imagenet-train", "text-wordpiece"}, ErrInvalidSpec},
 		{"bad inline pipeline", spec(func(s *wire.JobSpec) {
@@ -138,8 +139,8 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 			if _, err := e.b.Job(ctx, "bad"); !errors.Is(err, ErrJobNotFound) {
 				t.Errorf("job record after refused submit: %v", err)
 			}
-			if _, err := e.js.Stream(ctx, wire.OutputStream("bad")); !errors.Is(err, jetstream.ErrStreamNotFound) {
-				t.Errorf("output stream after refused submit: %v", err)
+			if _, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("bad")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Errorf("task consumer after refused submit: %v", err)
 			}
 			if n := taskCount(t, e.js, "bad"); n != 0 {
 				t.Errorf("%d tasks after refused submit", n)
@@ -151,11 +152,10 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 	e := newEnv(t, 4)
 	ctx := context.Background()
-	job := e.submit(t, testSpec("gone", 2))
+	e.submit(t, testSpec("gone", 2))
 	e.submit(t, testSpec("kept", 2))
-	if _, err := NewDispatcher(ctx, e.js, job, &fakeTarget{}, DispatcherOptions{}, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	putPlan(t, e, "gone")
+	putPlan(t, e, "kept")
 
 	if err := e.b.Delete(ctx, "gone", false); !errors.Is(err, ErrJobActive) || err.Error() != "job gone is queued: cancel it first or use --force" {
 		t.Fatalf("deleting a queued job without force: %v, want ErrJobActive saying what to do", err)
@@ -169,11 +169,11 @@ func TestDeleteRemovesJobAndOnlyItsTasks(t *testing.T) {
 	if _, err := e.b.Job(ctx, "gone"); !errors.Is(err, ErrJobNotFound) || !strings.Contains(err.Error(), "gone") {
 		t.Errorf("Job after Delete: %v, want ErrJobNotFound naming it", err)
 	}
-	if _, err := e.js.Stream(ctx, wire.OutputStream("gone")); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		t.Errorf("output stream after Delete: %v", err)
-	}
 	if _, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("gone")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		t.Errorf("dispatcher consumer after Delete: %v", err)
+		t.Errorf("task consumer after Delete: %v", err)
+	}
+	if hasPlan(t, e, "gone") || !hasPlan(t, e, "kept") {
+		t.Errorf("dispatch plans after Delete: gone's %v, kept's %v; want only kept's", hasPlan(t, e, "gone"), hasPlan(t, e, "kept"))
 	}
 	if n := taskCount(t, e.js, "gone"); n != 0 {
 		t.Errorf("%d tasks of the deleted job left", n)
@@ -289,8 +289,8 @@ func TestSubmitThatFailsToQueueRollsBack(t *testing.T) {
 	if _, err := e.b.Job(ctx, "jx"); !errors.Is(err, ErrJobNotFound) {
 		t.Errorf("record after failed submit: %v", err)
 	}
-	if _, err := e.js.Stream(ctx, wire.OutputStream("jx")); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		t.Errorf("output stream after failed submit: %v", err)
+	if _, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("jx")); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("task consumer after failed submit: %v", err)
 	}
 	if n := taskCount(t, e.js, "jx"); n != 0 {
 		t.Errorf("%d tasks left after failed submit", n)

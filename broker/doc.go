@@ -1,27 +1,26 @@
-// Package broker turns a job into shard tasks and pushes them to function
-// replicas, and is the Go API of job control another program imports.
+// Package broker turns a job into shard tasks on a work queue, and is the
+// Go API of job control another program imports.
 //
 // A Broker submits, lists, watches, cancels and deletes jobs, all through
 // JetStream, with no controller needed. ParseJobSpec reads a job spec file
 // (YAML or JSON) and CheckJobSpec checks a spec built in Go; both report
 // every problem at once as a *SpecError, a file's with their lines. Submit
 // checks the spec and its pipeline, lists the dataset's shards once,
-// creates the output stream with one consumer per reader, records the job
-// (queued) and queues one ShardTask per shard per epoch on a work-queue
-// stream, each epoch in its own seeded order; a refused or failed Submit
-// leaves nothing behind. Transition changes a job's state by
-// compare-and-set; Cancel stops a job and Release removes its tasks,
-// consumers and output stream; Delete removes everything of a finished job
-// (a running one only with force). Status and Watch read the live status
-// the owning controller writes.
+// records the job (queued), creates the job's task consumer (the durable
+// queue wire.DispatchConsumer that every agent of the job pulls from, so
+// the tasks are held from the start) and queues one ShardTask per shard
+// per epoch (wire.Job.Task) on a work-queue stream, each epoch in its own
+// seeded order; a refused or failed Submit leaves nothing behind.
+// Transition changes a job's state by compare-and-set; Cancel stops a job
+// and Release removes its task consumer, its remaining tasks and its
+// dispatch plan (wire.DispatchBucket); Delete removes everything of a
+// finished job (a running one only with force). Status and Watch read the
+// live status the owning controller writes.
 //
-// A Dispatcher pulls a job's tasks as replica capacity allows and sends
-// each as a CloudEvent through a Target; a task is acked only once the
-// function replied that every chunk is durably published, retried with
-// backoff on transient errors and reported as failed, never dropped, on
-// permanent ones. NewLocalityTarget sends each shard to its home replica,
-// the first in the shard key's rendezvous order over the ready replicas
-// (whose shard cache holds it), waiting a bounded time when it is busy.
+// The broker sends nothing to functions: a job's agents pull its tasks,
+// send them to the function replicas its owning controller names in the
+// job's dispatch plan, and receive the output themselves (package
+// dispatch).
 //
 // Sweeps: SubmitSweep submits a hyperparameter sweep's trials as jobs.
 // Trials that would be fed the same samples (same dataset, pipeline, seed
@@ -38,9 +37,4 @@
 // per-replica rate) from a measured rate. The sweep's record
 // (wire.Sweep, in wire.SweepsBucket) names its jobs and their trials for
 // Sweep (`sluice sweep status`).
-//
-// Replay queues the re-production of shards for one reader (a trainer
-// resumed from a checkpoint); their chunks go to that reader's own
-// subject (wire.ReaderReplaySubject), so the job's other readers never
-// see them.
 package broker

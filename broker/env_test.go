@@ -100,3 +100,33 @@ func taskCount(t testing.TB, js jetstream.JetStream, job string) int {
 	}
 	return int(info.State.Subjects[wire.TaskSubject(job)])
 }
+
+// putPlan writes a dispatch plan for job id, as its owning controller would.
+func putPlan(t testing.TB, e env, id string) {
+	t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.DispatchBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(wire.DispatchPlan{Job: id, Endpoints: []string{"http://127.0.0.1:1"}, PerEndpoint: 1, InFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), id, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hasPlan says whether job id has a dispatch plan.
+func hasPlan(t testing.TB, e env, id string) bool {
+	t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.DispatchBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Get(context.Background(), id)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}

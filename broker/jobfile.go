@@ -41,8 +41,7 @@ import (
 //
 // An inline pipeline is kept as a pipeline spec document, which is what
 // the job's Pipeline carries. Fields left out take their defaults at
-// Submit; the check here assumes a stock NATS server's 1 MiB max payload
-// for the default chunk size, and Submit checks again against the server.
+// Submit; they are checked here with their defaults.
 func ParseJobSpec(data []byte) (wire.JobSpec, error) {
 	return ParseJobSpecWith(data, nil)
 }
@@ -60,7 +59,7 @@ func ParseJobSpecWith(data []byte, override func(*wire.JobSpec)) (wire.JobSpec, 
 		}
 	}
 	if f.ok {
-		probs = append(probs, f.place(specProblems(spec.WithDefaults(StockMaxPayload)))...)
+		probs = append(probs, f.place(specProblems(spec.WithDefaults()))...)
 	}
 	if len(probs) > 0 {
 		// In the file's order; those at no line (keys left out, values
@@ -79,10 +78,6 @@ func lineOrder(line int) int {
 	}
 	return line
 }
-
-// StockMaxPayload is a stock nats-server's max_payload, the smallest a
-// default chunk size is fitted to.
-const StockMaxPayload = 1 << 20
 
 // jobFile is a decoded job spec file: the spec and where each key is.
 type jobFile struct {

@@ -215,7 +215,7 @@ func TestParseJobSpecWithOverrides(t *testing.T) {
 }
 
 func TestCheckJobSpecWithoutFile(t *testing.T) {
-	spec := testSpec("j", 1).WithDefaults(1 << 20)
+	spec := testSpec("j", 1).WithDefaults()
 	if err := CheckJobSpec(spec); err != nil {
 		t.Fatal(err)
 	}

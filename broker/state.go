@@ -57,8 +57,8 @@ func (b *Broker) Transition(ctx context.Context, id string, to wire.JobState, re
 }
 
 // Release removes what a job no longer needs once it is finished or
-// cancelled: its dispatcher's consumer, its remaining tasks and its output
-// stream with the readers' consumers. The record, with its state, stays
+// cancelled: its task consumer (its agents then stop taking tasks), its
+// remaining tasks and its dispatch plan. The record, with its state, stays
 // until Delete. It is idempotent.
 func (b *Broker) Release(ctx context.Context, id string) error {
 	if err := wire.ValidateJobID(id); err != nil {
@@ -71,39 +71,36 @@ func (b *Broker) Release(ctx context.Context, id string) error {
 	return err
 }
 
-// release is Release, saying whether the consumer or the output stream
-// existed.
+// release is Release, saying whether the consumer or the plan existed.
 func (b *Broker) release(ctx context.Context, id string) (found bool, err error) {
-	for _, name := range []string{wire.DispatchConsumer(id), wire.ReplayConsumer(id)} {
-		switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, name); {
-		case err == nil:
-			found = found || name == wire.DispatchConsumer(id)
-		case !errors.Is(err, jetstream.ErrConsumerNotFound):
-			return found, fmt.Errorf("job %s: deleting consumer %s: %w", id, name, err)
-		}
+	kvs, err := b.buckets(ctx)
+	if err != nil {
+		return false, err
+	}
+	name := wire.DispatchConsumer(id)
+	switch err := b.js.DeleteConsumer(ctx, wire.TaskStream, name); {
+	case err == nil:
+		found = true
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return found, fmt.Errorf("job %s: deleting task consumer %s: %w", id, name, err)
 	}
 	tasks, err := b.js.Stream(ctx, wire.TaskStream)
 	if err != nil {
 		return found, fmt.Errorf("job %s: opening stream %s: %w", id, wire.TaskStream, err)
 	}
-	for _, subject := range []string{wire.TaskSubject(id), wire.ReplaySubject(id)} {
-		if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
-			return found, fmt.Errorf("job %s: purging tasks on %s: %w", id, subject, err)
-		}
+	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(wire.TaskSubject(id))); err != nil {
+		return found, fmt.Errorf("job %s: purging tasks: %w", id, err)
 	}
-	switch err := b.js.DeleteStream(ctx, wire.OutputStream(id)); {
-	case err == nil:
-		found = true
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return found, fmt.Errorf("job %s: deleting output stream %s: %w", id, wire.OutputStream(id), err)
+	gone, err := purgeKey(ctx, kvs.dispatch, id)
+	if err != nil {
+		return found, fmt.Errorf("job %s: deleting dispatch plan: %w", id, err)
 	}
-	return found, nil
+	return found || gone, nil
 }
 
 // Cancel stops job id for good: its record turns cancelled with reason
 // (compare-and-set, from queued or running), then Release removes its
-// tasks, its dispatcher's consumer and its output stream with the readers'
-// consumers. It needs no controller; one owning the job sees the state and
+// tasks, its task consumer and its dispatch plan. It needs no controller; one owning the job sees the state and
 // lets the job go. A finished job is refused with an error wrapping
 // ErrTransition that names its state; one already cancelled is released
 // again before that error, so a Cancel whose Release failed can be retried.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -75,9 +73,8 @@ func TestTransitionLetsExactlyOneOfConcurrentChangesWin(t *testing.T) {
 	}
 }
 
-// leftovers lists what of job id exists in JetStream: record, tasks, the
-// dispatcher's consumer, the output stream and its consumers, status,
-// lease and reader positions.
+// leftovers lists what of job id exists in JetStream: record, tasks, its
+// task consumer, dispatch plan, status, lease and reader positions.
 func leftovers(t *testing.T, e env, id string) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -114,35 +111,22 @@ func leftovers(t *testing.T, e env, id string) []string {
 	}
 	names := tasks.ConsumerNames(ctx)
 	for name := range names.Name() {
-		if name == wire.DispatchConsumer(id) || name == wire.ReplayConsumer(id) {
+		if name == wire.DispatchConsumer(id) {
 			out = append(out, "consumer "+name)
 		}
 	}
 	if names.Err() != nil {
 		t.Fatal(names.Err())
 	}
-	streamNames := e.js.StreamNames(ctx)
-	for name := range streamNames.Name() {
-		if name == wire.OutputStream(id) {
-			out = append(out, "stream "+name)
-			s, err := e.js.Stream(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cs := s.ConsumerNames(ctx)
-			for c := range cs.Name() {
-				out = append(out, "consumer "+c)
-			}
-		}
-	}
-	if streamNames.Err() != nil {
-		t.Fatal(streamNames.Err())
+	if hasPlan(t, e, id) {
+		out = append(out, "dispatch plan")
 	}
 	return out
 }
 
-// controlled makes job id look as a controller running it would: the
-// dispatcher's consumer, a lease, a status and reader positions.
+// controlled makes job id look as a controller and agents running it
+// would: its task consumer, a lease, a status, a dispatch plan and reader
+// positions.
 func controlled(t *testing.T, e env, id string) {
 	t.Helper()
 	ctx := context.Background()
@@ -168,6 +152,7 @@ func controlled(t *testing.T, e env, id string) {
 	}
 	put(kvs.leases, id, wire.Lease{Owner: "ctl-1", Expires: now.Add(time.Minute), Acquired: now})
 	put(kvs.status, id, wire.JobStatus{Job: id, State: wire.JobRunning, Owner: "ctl-1", Updated: now})
+	put(kvs.dispatch, id, wire.DispatchPlan{Job: id, Time: now, Endpoints: []string{"http://127.0.0.1:1"}, PerEndpoint: 1, InFlight: 1})
 	job, err := e.b.Job(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +172,7 @@ func TestCancelReleasesEverythingWithoutAController(t *testing.T) {
 	controlled(t, e, "c")
 	controlled(t, e, "other")
 	before := leftovers(t, e, "c")
-	for _, w := range []string{"consumer " + wire.ReaderConsumer("rank0"), "consumer " + wire.ReaderConsumer("rank1"), "tasks", "consumer " + wire.DispatchConsumer("c")} {
+	for _, w := range []string{"tasks", "consumer " + wire.DispatchConsumer("c"), "dispatch plan"} {
 		if !slices.Contains(before, w) {
 			t.Fatalf("before cancel: %v lacks %s", before, w)
 		}
@@ -201,13 +186,13 @@ func TestCancelReleasesEverythingWithoutAController(t *testing.T) {
 		t.Errorf("cancelled record: state %s reason %q", job.State, job.Reason)
 	}
 	// The record (now cancelled), status, lease and reader positions stay
-	// for status and delete; no work or consumer is left.
+	// for status and delete; no work, consumer or plan is left.
 	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key",
 		"reader position c.rank0", "reader position c.rank1"}
 	if got := leftovers(t, e, "c"); !slices.Equal(got, want) {
 		t.Errorf("after cancel: %v, want only %v", got, want)
 	}
-	if got := leftovers(t, e, "other"); len(got) != 8 {
+	if got := leftovers(t, e, "other"); len(got) != 7 {
 		t.Errorf("other job after cancel: %v, want all it had", got)
 	}
 
@@ -260,7 +245,7 @@ func TestDeleteRefusesRunningJobUnlessForcedThenRemovesEverything(t *testing.T) 
 	if got := leftovers(t, e, "d"); len(got) != 0 {
 		t.Errorf("after forced delete: %v left", got)
 	}
-	if got := leftovers(t, e, "other"); len(got) != 8 {
+	if got := leftovers(t, e, "other"); len(got) != 7 {
 		t.Errorf("other job after delete: %v, want all it had", got)
 	}
 	if err := e.b.Delete(ctx, "d", true); !errors.Is(err, ErrJobNotFound) {
@@ -279,41 +264,42 @@ func TestDeleteRefusesRunningJobUnlessForcedThenRemovesEverything(t *testing.T) 
 	}
 }
 
-// TestCancelMidRunLeavesNoWorkBehind cancels a job while its dispatcher
-// has a shard in flight, as a controller would be running it: the
-// dispatcher stops, and no task, consumer or output stream is left.
+// TestCancelMidRunLeavesNoWorkBehind cancels a job while an agent holds
+// one of its tasks unacked, as it does while the shard's samples are
+// handed out: the agent's ack then finds nothing, and no task, consumer or
+// plan is left.
 func TestCancelMidRunLeavesNoWorkBehind(t *testing.T) {
 	e := newEnv(t, 3)
 	ctx := context.Background()
-	job := e.submit(t, testSpec("m", 2))
-	release := make(chan struct{})
-	f := &fakeTarget{hold: func(ctx context.Context, task wire.ShardTask) error {
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}}
-	d, err := NewDispatcher(ctx, e.js, job, f, DispatcherOptions{Replicas: capacity(1)}, nil, nil)
+	e.submit(t, testSpec("m", 2))
+	controlled(t, e, "m")
+	cons, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("m"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	errc := runAsync(ctx, d)
-	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
-		if n := f.inFlight(); n != 1 {
-			return fmt.Errorf("%d sends in flight, want 1", n)
-		}
-		return nil
-	})
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []jetstream.Msg
+	for m := range batch.Messages() {
+		held = append(held, m)
+	}
+	if len(held) != 1 {
+		t.Fatalf("agent took %d tasks, want 1 (%v)", len(held), batch.Error())
+	}
 	if _, err := e.b.Cancel(ctx, "m", "mid-run"); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
-	if err := wait(t, errc); err == nil || !strings.Contains(err.Error(), "m") {
-		t.Errorf("Run after Cancel = %v, want an error naming the job", err)
+	_ = held[0].Ack() // as the agent finishing its shard would
+	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key", "reader position m." + wire.DefaultReader}
+	if got := leftovers(t, e, "m"); !slices.Equal(got, want) {
+		t.Errorf("after cancel mid-run: %v, want only %v", got, want)
 	}
-	if got := leftovers(t, e, "m"); !slices.Equal(got, []string{wire.JobsBucket + " key"}) {
-		t.Errorf("after cancel mid-run: %v, want only the (cancelled) record", got)
+	if err := e.b.Delete(ctx, "m", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := leftovers(t, e, "m"); len(got) != 0 {
+		t.Errorf("after delete: %v left", got)
 	}
 }

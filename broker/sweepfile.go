@@ -12,9 +12,8 @@ import (
 )
 
 // ParseSweepSpec reads a sweep file (YAML, so JSON too) and checks the
-// sweep and each job it makes (CheckJobSpec, assuming a stock NATS
-// server's 1 MiB max payload as ParseJobSpec does), returning every
-// problem at once. Its keys are the JSON names of wire.SweepSpec:
+// sweep and each job it makes (CheckJobSpec, with defaults), returning
+// every problem at once. Its keys are the JSON names of wire.SweepSpec:
 //
 //	id: lr-sweep
 //	dataset: s3://datasets/imagenet/train/
@@ -85,7 +84,7 @@ func ParseSweepSpec(data []byte) (wire.SweepSpec, error) {
 	}
 	if len(probs) == 0 {
 		for _, j := range s.Jobs() {
-			if err := CheckJobSpec(j.WithDefaults(1 << 20)); err != nil {
+			if err := CheckJobSpec(j.WithDefaults()); err != nil {
 				probs = append(probs, err.Error())
 			}
 		}

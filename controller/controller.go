@@ -7,22 +7,24 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/autoscale"
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // cleanupTimeout bounds what a stopping job does after its context ended:
-// scaling to zero, releasing streams, writing its last status.
+// scaling to zero, deleting its plan, releasing its tasks, writing its
+// last status.
 const cleanupTimeout = 30 * time.Second
 
 // Controller runs the jobs whose leases it holds; see the package doc.
@@ -30,10 +32,10 @@ type Controller struct {
 	opts   Options
 	log    *slog.Logger
 	m      *metrics
-	dm     *broker.Metrics
+	jm     *jobMetrics
 	runner *autoscale.Runner
 
-	jobsKV, statusKV, leasesKV, readersKV jetstream.KeyValue
+	jobsKV, statusKV, leasesKV, readersKV, dispatchKV jetstream.KeyValue
 
 	kick   chan struct{} // wakes the lease keeper
 	synced atomic.Bool   // the job watcher has read every record once
@@ -64,7 +66,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Control
 		return nil, err
 	}
 	return &Controller{
-		opts: opts, log: logger, m: newMetrics(reg), dm: broker.NewMetrics(reg), runner: runner,
+		opts: opts, log: logger, m: newMetrics(reg), jm: newJobMetrics(reg), runner: runner,
 		kick:   make(chan struct{}, 1),
 		known:  map[string]wire.Job{},
 		owned:  map[string]*jobRun{},
@@ -95,11 +97,12 @@ func (c *Controller) Owned() []string {
 func (c *Controller) Runner() *autoscale.Runner { return c.runner }
 
 // Run ensures the streams and buckets, then watches jobs, keeps leases,
-// runs owned jobs and ticks the autoscaler until ctx ends. It then stops
-// every job's dispatcher (in-flight tasks go back to the queue), scales
-// their replicas to zero and releases their leases, so a standby takes
-// over at once; with Options.Abandon it does none of that. It returns nil
-// after a clean stop.
+// runs owned jobs, takes their agents' demand signals and shard results,
+// and ticks the autoscaler until ctx ends. It then stops every job, scales
+// their replicas to zero, deletes their dispatch plans (their agents stop
+// sending; what they hold goes back to the queue after the ack wait) and
+// releases their leases, so a standby takes over at once; with
+// Options.Abandon it does none of that. It returns nil after a clean stop.
 func (c *Controller) Run(ctx context.Context) error {
 	if err := streams.Ensure(ctx, c.opts.JS, c.opts.Streams); err != nil {
 		return err
@@ -117,7 +120,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return kv
 	}
 	c.jobsKV, c.statusKV, c.leasesKV = open(wire.JobsBucket), open(wire.StatusBucket), open(wire.LeasesBucket)
-	c.readersKV = open(wire.ReadersBucket)
+	c.readersKV, c.dispatchKV = open(wire.ReadersBucket), open(wire.DispatchBucket)
 	plansKV := open(wire.PlansBucket)
 	if err != nil {
 		return err
@@ -130,6 +133,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopListen()
+	stopResults, err := c.listenResults()
+	if err != nil {
+		return err
+	}
+	defer stopResults()
 	c.log.Info("controller running", "lease_ttl", c.opts.LeaseTTL, "tick", c.opts.Tick,
 		"max_replicas", c.opts.MaxReplicas, "task_ack_wait", c.opts.TaskAckWait)
 
@@ -153,25 +161,32 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // Tick is one control round: the autoscaler decides and scales every job,
-// then the status of every owned job is written, and the per-replica rates
-// due are recorded in the plan store.
+// then the dispatch plan of every owned job is written where it changed,
+// its status written, and the per-replica rates due are recorded in the
+// plan store.
 func (c *Controller) Tick(ctx context.Context, now time.Time) {
 	start := time.Now()
 	c.runner.Tick(ctx, now)
+	c.writePlans(ctx, now)
 	c.writeStatuses(ctx, now)
 	c.learnRates(ctx, now)
 	c.m.tick.Observe(time.Since(start).Seconds())
 }
 
-// writeStatuses puts the status of every job being dispatched or drained.
-func (c *Controller) writeStatuses(ctx context.Context, now time.Time) {
+// runs lists the owned jobs' runs.
+func (c *Controller) runs() []*jobRun {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	runs := make([]*jobRun, 0, len(c.owned))
 	for _, jr := range c.owned {
 		runs = append(runs, jr)
 	}
-	c.mu.Unlock()
-	for _, jr := range runs {
+	return runs
+}
+
+// writeStatuses puts the status of every job running here.
+func (c *Controller) writeStatuses(ctx context.Context, now time.Time) {
+	for _, jr := range c.runs() {
 		c.writeStatus(ctx, jr, now)
 	}
 }
@@ -189,20 +204,95 @@ func (c *Controller) writeStatus(ctx context.Context, jr *jobRun, now time.Time)
 	}
 }
 
-// status builds jr's status now; false while it has no dispatcher yet or
-// is stopping.
+// status builds jr's status now; false while the job is not running here
+// yet or its last status is written.
 func (c *Controller) status(jr *jobRun, now time.Time) (wire.JobStatus, bool) {
-	job, disp, prev, ok := jr.snapshot()
+	job, res, prev, ok := jr.snapshot()
 	if !ok {
 		return wire.JobStatus{}, false
 	}
+	jr.mu.Lock()
+	backlog := jr.backlog
+	jr.mu.Unlock()
 	replicas, reason := c.runner.Decision(jr.id)
 	return buildStatus(statusInputs{
-		job: job, owner: c.opts.ID, stats: disp.Stats(), prev: prev,
+		job: job, owner: c.opts.ID, results: res, backlog: backlog.counts(now), prev: prev,
 		signals:  c.runner.Signals(jr.id),
 		replicas: replicas, ready: c.opts.Actuator.Ready(jr.id), reason: reason,
 		stale: c.opts.Autoscale.DemandStale,
 	}, now), true
+}
+
+// listenResults subscribes to every job's shard results
+// (wire.ResultSubjects) and counts those of the jobs running here, until
+// stop is called.
+func (c *Controller) listenResults() (stop func(), err error) {
+	prefix := strings.TrimSuffix(wire.ResultSubjects, "*")
+	sub, err := c.opts.NC.Subscribe(wire.ResultSubjects, func(m *nats.Msg) {
+		c.onResult(strings.TrimPrefix(m.Subject, prefix), m.Data)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to %s: %w", wire.ResultSubjects, err)
+	}
+	if err := c.opts.NC.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribing to %s: %w", wire.ResultSubjects, err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// onResult counts one shard result of job (named by its subject: a
+// result cannot speak for another job).
+func (c *Controller) onResult(job string, data []byte) {
+	c.mu.Lock()
+	jr := c.owned[job]
+	c.mu.Unlock()
+	if jr == nil {
+		c.m.results.WithLabelValues("ignored").Inc()
+		return
+	}
+	var r wire.ShardResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		c.m.results.WithLabelValues("malformed").Inc()
+		jr.log.Warn("ignoring a malformed shard result", "err", err)
+		return
+	}
+	if !jr.addResult(r, func(kind resultKind, read bool) { c.countResult(jr, r, kind, read) }) {
+		c.m.results.WithLabelValues("ignored").Inc()
+	}
+}
+
+// countResult updates the metrics for a result of jr's job, and logs
+// shards given up on.
+func (c *Controller) countResult(jr *jobRun, r wire.ShardResult, kind resultKind, read bool) {
+	switch kind {
+	case resultIgnored:
+		c.m.results.WithLabelValues("ignored").Inc()
+	case resultMalformed:
+		c.m.results.WithLabelValues("malformed").Inc()
+		jr.log.Warn("ignoring a shard result naming no task of the job", "epoch", r.End.Epoch, "shard", r.End.Shard, "agent", r.Agent)
+	default:
+		c.m.results.WithLabelValues("counted").Inc()
+	}
+	switch kind {
+	case resultDone:
+		c.jm.done.WithLabelValues(jr.id).Inc()
+	case resultFailed:
+		c.jm.failed.WithLabelValues(jr.id).Inc()
+		jr.log.Warn("shard given up on", "epoch", r.End.Epoch, "shard", r.End.Shard, "key", r.Key, "agent", r.Agent, "err", r.Error)
+	case resultReplay:
+		c.jm.replays.WithLabelValues(jr.id).Inc()
+		if r.Error != "" {
+			// The reader waits for these samples: say loudly that they will not come.
+			jr.log.Error("replay failed: a resumed reader will miss this shard's samples",
+				"epoch", r.End.Epoch, "shard", r.End.Shard, "key", r.Key, "agent", r.Agent, "err", r.Error)
+		}
+	}
+	if read {
+		c.jm.shardReads.WithLabelValues(jr.id, r.End.Cache).Inc()
+		c.jm.readBytes.WithLabelValues(jr.id, "s3").Add(float64(r.End.S3Bytes))
+		c.jm.readBytes.WithLabelValues(jr.id, "cache").Add(float64(r.End.CacheBytes))
+	}
 }
 
 func (c *Controller) putStatus(ctx context.Context, s wire.JobStatus) error {

@@ -1,32 +1,49 @@
 // Package controller is Sluice's control plane, what `sluice controller`
 // runs: it watches the job store (wire.JobsBucket) and, for every job that
 // is not finished, competes for the job's lease; the one controller that
-// holds it moves the job from queued to running, runs the job's
-// broker.Dispatcher, has the shared autoscale.Runner size the job's
-// replicas, writes the job's wire.JobStatus about once a second, and
-// finishes the job: succeeded once every task is settled and every
-// declared reader has taken every chunk, or failed when no sample could be
+// holds it moves the job from queued to running, has the shared
+// autoscale.Runner size the job's replicas, writes the job's dispatch plan
+// and its wire.JobStatus, and finishes the job: succeeded once every
+// declared reader is through, or failed when no sample could be
 // preprocessed at all. A finished, cancelled or deleted job releases its
-// replicas, its consumers and output stream, its metric series and its
-// lease.
+// replicas, its dispatch plan, its task consumer and remaining tasks, its
+// metric series and its lease.
+//
+// The controller sends no task itself. A job's agents pull its tasks from
+// the job's task consumer (wire.DispatchConsumer, created at submit), send
+// them to the function replicas and receive the output. What the
+// controller decides reaches them as the job's wire.DispatchPlan in
+// wire.DispatchBucket, written on a tick whenever it changed: the
+// replicas' endpoints (Actuator.Endpoints: each ready local replica, or
+// one Knative Service URL, an actuator with a SharedEndpoint), how many
+// tasks one endpoint takes (the replica concurrency; none for a shared
+// endpoint), the job's in-flight budget (replicas x concurrency, the
+// replicas being Options.Dispatch's, Knative's requested ones, or the
+// actuator's ready ones) and each agent's share of it (shareInFlight: an
+// equal split among the agents heard in the last demand-stale window).
 //
 // Ownership is a lease per job in wire.LeasesBucket, changed only by
 // compare-and-set on the key's revision. DecideLease, a pure function of
 // (lease, want, id, now, ttl), says what to do; the keeper does the KV I/O
 // every ttl/3. An owner that cannot renew stops the job at Expires -
 // ttl/5 by its own clock, before a standby may take the lease at Expires
-// by its clock, so two controllers never dispatch one job at once while
-// their clocks agree within ttl/5. A standby resumes the job on its
-// durable dispatch consumer; tasks the old owner had in flight come back
-// after the consumer's AckWait.
+// by its clock, so two controllers never run one job at once while their
+// clocks agree within ttl/5. The job's agents go on with the plan they
+// have meanwhile; a standby that takes the job writes its own.
 //
-// The backlog the autoscaler reads is the dispatcher's own count of the
-// job's tasks (pending, in flight, settled), not JetStream consumer info:
-// the owner has it in memory, it counts distinct tasks (a task waiting out
-// a retry delay is pending, a stray message is not), and 200 jobs cost no
-// request per tick. Reader progress comes from the readers' demand
-// signals; completion reads the readers' consumers, the one place that
-// knows every chunk was taken.
+// The backlog the autoscaler reads (autoscale.Backlog) is the task
+// consumer's tasks not yet acked (pending and ack pending), read at most
+// once a second, and the agents' tasks in flight and wanted, from their
+// latest demand signals (wire.Demand.InFlight, PendingTasks); the job
+// needs no replica once none is left (backlogOf). Progress comes from the
+// agents' shard results (wire.ShardResult on wire.ResultSubject), one per
+// task they settle, counted per distinct task (jobResults): tasks done and
+// failed, samples, where shards were read from; results are core NATS, so
+// a status also counts the tasks the consumer no longer holds as settled.
+// A controller that takes a job over adds its counts to the status it
+// found. Reader progress comes from the readers' demand signals;
+// completion from each declared reader's wire.ReaderDoneKey, which its
+// agent writes once every rank has the last batch.
 //
 // Every LearnEvery (30 s) the controller records each running job's
 // per-replica rate, as its autoscaling policy learned it, in the plan

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,34 +20,35 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/broker"
-	"github.com/sluice-project/sluice/functions/server"
-	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
-// env is real embedded NATS and S3 with a small image dataset at
-// s3://data/img/ (samples, in shards) and a text one at s3://data/txt/, a
-// real function server behind a gate, and a pool actuator that "runs"
-// replicas of that server.
+// samplesPerShard is how many samples the test function makes of a shard.
+const samplesPerShard = 4
+
+// env is real embedded NATS and S3 with a dataset of image shards at
+// s3://data/img/ and one of text shards at s3://data/txt/, a function
+// server behind a gate (it answers a task with the shard's end frame
+// only: the controller never sees samples), and a pool actuator that
+// "runs" replicas of that server.
 type env struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	s3      *s3.Client
-	b       *broker.Broker
-	gate    *gate
-	pool    *pool
-	reg     *prometheus.Registry
-	samples int
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	s3   *s3.Client
+	b    *broker.Broker
+	gate *gate
+	pool *pool
+	reg  *prometheus.Registry
 }
 
-func newEnv(t *testing.T, samples, shards int) *env { return newEnvTB(t, samples, shards) }
+func newEnv(t *testing.T, shards int) *env { return newEnvTB(t, shards) }
 
-func newBenchEnv(b *testing.B) *env { return newEnvTB(b, 8, 2) }
+func newBenchEnv(b *testing.B) *env { return newEnvTB(b, 2) }
 
-func newEnvTB(t testing.TB, samples, shards int) *env {
+func newEnvTB(t testing.TB, shards int) *env {
 	t.Helper()
 	ctx := context.Background()
 	_, nc := testenv.NATS(t)
@@ -55,14 +57,14 @@ func newEnvTB(t testing.TB, samples, shards int) *env {
 		t.Fatal(err)
 	}
 	s3c, _ := testenv.S3(t, "")
-	imgs, err := synth.Images(synth.ImageOptions{Samples: samples, Shards: shards, Seed: 1, MinSide: 24, MaxSide: 40, Quality: 60, Classes: 2})
+	imgs, err := synth.Images(synth.ImageOptions{Samples: shards, Shards: shards, Seed: 1, MinSide: 8, MaxSide: 8, Quality: 50, Classes: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := synth.Upload(ctx, s3c, "data", "img/", imgs); err != nil {
 		t.Fatal(err)
 	}
-	txt, err := synth.Text(synth.TextOptions{Samples: 12, Shards: 2, Seed: 1, Format: "jsonl"})
+	txt, err := synth.Text(synth.TextOptions{Samples: 4, Shards: 2, Seed: 1, Format: "jsonl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,15 +74,11 @@ func newEnvTB(t testing.TB, samples, shards int) *env {
 	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	fn, err := server.New(server.Config{Concurrency: 64}, js, s3c, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gate{next: fn.Handler(), open: make(chan struct{}), calls: map[string]int{}}
+	g := &gate{next: http.HandlerFunc(function), open: make(chan struct{}), calls: map[string]int{}}
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
 	return &env{nc: nc, js: js, s3: s3c, b: broker.New(js, s3c, streams.Options{}, nil), gate: g,
-		pool: newPool(srv.URL), reg: prometheus.NewRegistry(), samples: samples}
+		pool: newPool(srv.URL), reg: prometheus.NewRegistry()}
 }
 
 func spec(id, dataset string, epochs int) wire.JobSpec {
@@ -96,9 +94,33 @@ func (e *env) submit(t *testing.T, s wire.JobSpec) wire.Job {
 	return job
 }
 
-// gate passes the first `allow` shard requests to the function server,
-// holds the rest until it is opened (or the request is cancelled: 503),
-// and counts the requests that reached the function, per task.
+// function answers a shard task as `sluice fn serve` does, with the
+// shard's end frame alone: samplesPerShard samples of an image shard,
+// every sample failed of a text shard (an image pipeline cannot decode
+// it), read from S3.
+func function(w http.ResponseWriter, r *http.Request) {
+	var task wire.ShardTask
+	if err := json.NewDecoder(r.Body).Decode(&task); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	end := wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Cache: "miss", S3Bytes: 100}
+	if strings.HasPrefix(task.Key, "txt/") {
+		for i := range samplesPerShard {
+			end.AddFailed(fmt.Sprintf("%s#%d", task.Key, i), "decoding image: not an image")
+		}
+	} else {
+		end.Chunks, end.Samples, end.Bytes = 1, samplesPerShard, 1000
+	}
+	data, _ := json.Marshal(end)
+	w.Header().Set("Content-Type", wire.ShardStreamMediaType)
+	w.WriteHeader(http.StatusOK)
+	_ = wire.WriteFrame(w, wire.FrameEnd, 0, data)
+}
+
+// gate passes the first `allow` shard requests to the function, holds
+// the rest until it is opened (or the request is cancelled: 503), and
+// counts the requests that reached the function, per task.
 type gate struct {
 	next http.Handler
 
@@ -168,9 +190,9 @@ func (g *gate) callsPerTask() map[string]int {
 	return out
 }
 
-// pool is an actuator whose replicas are the one function server: every
-// replica asked for is ready at once. It records the most replicas it was
-// asked for in all and per job.
+// pool is an actuator whose replicas are the one function server, each
+// under its own path: every replica asked for is ready at once. It
+// records the most replicas it was asked for in all and per job.
 type pool struct {
 	url string
 
@@ -215,95 +237,247 @@ func (p *pool) Ready(job string) int {
 }
 
 func (p *pool) Endpoints(job string) []string {
-	if p.Ready(job) == 0 {
-		return nil
+	n := p.Ready(job)
+	eps := make([]string, n)
+	for i := range n {
+		eps[i] = fmt.Sprintf("%s/%s/r%d", p.url, job, i)
 	}
-	return []string{p.url}
+	return eps
 }
 
 func (p *pool) replicas(job string) int { return p.Ready(job) }
 
-// reader consumes a job's output on a reader's durable consumer like an
-// agent does, acking every message, and records the (epoch, key) of every
-// sample delivered.
-type reader struct {
-	mu   sync.Mutex
-	seen map[string]int
-	dups int
-	stop func()
+// agent plays a job's trainer agent at the controller's seams, with real
+// JetStream and HTTP: it pulls the job's tasks from the task consumer
+// while its share of the dispatch plan allows, sends each to an endpoint
+// of the plan, publishes the shard's result and acks the task (keeping it
+// alive meanwhile), and signals its demand for the readers it serves.
+// Once the job's task consumer holds no task (every agent's done) it
+// writes the done key of the readers in finishes.
+type agent struct {
+	e        *env
+	name     string
+	job      wire.Job
+	readers  []string
+	finishes []string
+	stall    float64
+	hc       *http.Client
+
+	mu          sync.Mutex
+	inflight    int
+	perEndpoint map[string]int
+	finished    bool
 }
 
-func (e *env) startReader(t *testing.T, job, name string) *reader {
+// startAgent runs an agent of job serving every declared reader and
+// finishing them all; opts may change that before it starts.
+func (e *env) startAgent(t *testing.T, job wire.Job, name string, opts ...func(*agent)) *agent {
 	t.Helper()
-	cons, err := e.js.Consumer(context.Background(), wire.OutputStream(job), wire.ReaderConsumer(name))
-	if err != nil {
-		t.Fatal(err)
+	a := &agent{e: e, name: name, job: job, readers: job.Spec.Readers, finishes: job.Spec.Readers,
+		hc: &http.Client{}, perEndpoint: map[string]int{}}
+	for _, o := range opts {
+		o(a)
 	}
-	rec, err := e.b.Job(context.Background(), job)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.run(ctx, t, &wg) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return a
+}
+
+func (a *agent) run(ctx context.Context, t *testing.T, wg *sync.WaitGroup) {
+	id := a.job.Spec.ID
+	cons, err := a.e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer(id))
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("agent %s: %v", a.name, err)
+		return
 	}
+	plans, err := a.e.js.KeyValue(ctx, wire.DispatchBucket)
+	if err != nil {
+		t.Errorf("agent %s: %v", a.name, err)
+		return
+	}
+	var signalled time.Time
+	for ctx.Err() == nil {
+		var plan wire.DispatchPlan
+		if en, err := plans.Get(ctx, id); err == nil {
+			_ = json.Unmarshal(en.Value(), &plan)
+		}
+		if time.Since(signalled) >= 50*time.Millisecond {
+			signalled = time.Now()
+			a.signal()
+			a.finishIfDone(ctx, cons)
+		}
+		for {
+			ep, ok := a.room(plan)
+			if !ok {
+				break
+			}
+			batch, err := cons.FetchNoWait(1)
+			if err != nil {
+				break
+			}
+			took := false
+			for msg := range batch.Messages() {
+				took = true
+				a.mu.Lock()
+				a.inflight++
+				a.perEndpoint[ep]++
+				a.mu.Unlock()
+				wg.Go(func() { a.process(ctx, msg, ep) })
+			}
+			if !took {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// room picks an endpoint for one more task, if the plan lets the agent
+// send one.
+func (a *agent) room(plan wire.DispatchPlan) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inflight >= plan.Share(a.name) {
+		return "", false
+	}
+	for _, ep := range plan.Endpoints {
+		if plan.PerEndpoint == 0 || a.perEndpoint[ep] < plan.PerEndpoint {
+			return ep, true
+		}
+	}
+	return "", false
+}
+
+// signal publishes the agent's demand for each reader it serves.
+func (a *agent) signal() {
+	a.mu.Lock()
+	inflight := a.inflight
+	a.mu.Unlock()
+	for _, r := range a.readers {
+		d, _ := json.Marshal(wire.Demand{Job: a.job.Spec.ID, Reader: r, Agent: a.name, Time: time.Now(),
+			InFlight: inflight, StallFraction: a.stall, BufferCapacity: 100})
+		_ = a.e.nc.Publish(wire.DemandSubject(a.job.Spec.ID), d)
+	}
+}
+
+// process sends one task and settles it.
+func (a *agent) process(ctx context.Context, msg jetstream.Msg, ep string) {
+	defer func() {
+		a.mu.Lock()
+		a.inflight--
+		a.perEndpoint[ep]--
+		a.mu.Unlock()
+	}()
+	var task wire.ShardTask
+	if err := json.Unmarshal(msg.Data(), &task); err != nil {
+		_ = msg.Term()
+		return
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	end, err := a.send(ctx, ep, task)
+	if err != nil {
+		_ = msg.Nak()
+		return
+	}
+	res, _ := json.Marshal(wire.ShardResult{Agent: a.name, Time: time.Now(), Key: task.Key, End: end, Sends: 1})
+	if err := a.e.nc.Publish(wire.ResultSubject(task.Job), res); err != nil {
+		_ = msg.Nak()
+		return
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := msg.DoubleAck(actx); err != nil {
+		return
+	}
+}
+
+// finishIfDone writes the done keys of the readers in finishes once the
+// job's task consumer holds no task.
+func (a *agent) finishIfDone(ctx context.Context, cons jetstream.Consumer) {
+	a.mu.Lock()
+	finished := a.finished
+	a.mu.Unlock()
+	if finished {
+		return
+	}
+	info, err := cons.Info(ctx)
+	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+		return
+	}
+	a.mu.Lock()
+	a.finished = true
+	a.mu.Unlock()
+	for _, r := range a.finishes {
+		a.e.readerDone(a.job, r)
+	}
+}
+
+// send posts task to ep as a binary-mode CloudEvent and reads the shard's
+// frames to its end.
+func (a *agent) send(ctx context.Context, ep string, task wire.ShardTask) (wire.ShardEnd, error) {
+	body, _ := json.Marshal(task)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep, bytes.NewReader(body))
+	if err != nil {
+		return wire.ShardEnd{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Ce-Specversion", "1.0")
+	req.Header.Set("Ce-Id", task.ID())
+	req.Header.Set("Ce-Type", wire.EventTypeShardTask)
+	req.Header.Set("Ce-Source", wire.EventSource)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return wire.ShardEnd{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return wire.ShardEnd{}, fmt.Errorf("task %s: %s", task.ID(), resp.Status)
+	}
+	fr := wire.NewFrameReader(resp.Body, task.ChunkMaxBytes)
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			return wire.ShardEnd{}, fmt.Errorf("task %s: %w", task.ID(), err)
+		}
+		if f.Kind == wire.FrameEnd {
+			var end wire.ShardEnd
+			err := json.Unmarshal(f.Data, &end)
+			return end, err
+		}
+	}
+}
+
+// readerDone writes that reader of job is through, as its agent does once
+// every rank reached the end of the last epoch.
+func (e *env) readerDone(job wire.Job, reader string) {
 	readers, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	r := &reader{seen: map[string]int{}}
-	ends := map[string]bool{}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		defer m.Ack()
-		ref, err := wire.ParseChunkRef(job, m.Headers())
-		if err != nil {
-			return
-		}
-		if ref.Chunk < 0 {
-			// Every shard end of every epoch: done, as an agent says it
-			// once its trainer has the last batch.
-			r.mu.Lock()
-			ends[ref.MsgID()] = true
-			all := len(ends) == rec.Tasks()
-			r.mu.Unlock()
-			if all {
-				data, _ := json.Marshal(wire.ReaderDone{Submitted: rec.Submitted, Time: time.Now()})
-				if _, err := readers.Put(context.Background(), wire.ReaderDoneKey(job, name), data); err != nil {
-					t.Errorf("writing %s: %v", wire.ReaderDoneKey(job, name), err)
-				}
-			}
-			return
-		}
-		f, err := safetensors.Decode(m.Data())
-		if err != nil {
-			t.Errorf("chunk %s: %v", ref.MsgID(), err)
-			return
-		}
-		var keys []string
-		if err := json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys); err != nil {
-			t.Errorf("chunk %s keys: %v", ref.MsgID(), err)
-			return
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, k := range keys {
-			id := fmt.Sprintf("%d/%s", ref.Epoch, k)
-			if r.seen[id]++; r.seen[id] > 1 {
-				r.dups++
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.stop = cc.Stop
-	t.Cleanup(cc.Stop)
-	return r
-}
-
-// exactlyOnce checks that every sample of every epoch arrived once.
-func (r *reader) exactlyOnce(t *testing.T, expected int) {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.seen) != expected || r.dups != 0 {
-		t.Errorf("reader got %d distinct samples with %d duplicates, want %d exactly once", len(r.seen), r.dups, expected)
+	data, _ := json.Marshal(wire.ReaderDone{Submitted: job.Submitted, Time: time.Now()})
+	if _, err := readers.Put(context.Background(), wire.ReaderDoneKey(job.Spec.ID, reader), data); err != nil {
+		panic(err)
 	}
 }
 
@@ -382,6 +556,24 @@ func (e *env) status(job string) (wire.JobStatus, error) {
 	return s, err
 }
 
+// plan is job's dispatch plan; false if it has none.
+func (e *env) plan(job string) (wire.DispatchPlan, bool, error) {
+	kv, err := e.js.KeyValue(context.Background(), wire.DispatchBucket)
+	if err != nil {
+		return wire.DispatchPlan{}, false, err
+	}
+	en, err := kv.Get(context.Background(), job)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return wire.DispatchPlan{}, false, nil
+	}
+	if err != nil {
+		return wire.DispatchPlan{}, false, err
+	}
+	var p wire.DispatchPlan
+	err = json.Unmarshal(en.Value(), &p)
+	return p, true, err
+}
+
 func (e *env) lease(job string) (*wire.Lease, error) {
 	kv, err := e.js.KeyValue(context.Background(), wire.LeasesBucket)
 	if err != nil {
@@ -417,15 +609,15 @@ func (e *env) waitState(t *testing.T, job string, state wire.JobState, within ti
 }
 
 // released checks that nothing of job is left but its record and status:
-// no lease, no dispatch consumer, no task, no output stream, no replica,
-// no metric series labelled with the job.
+// no lease, no task consumer, no task, no dispatch plan, no replica, no
+// metric series labelled with the job.
 func (e *env) released(job string) error {
 	ctx := context.Background()
 	if l, err := e.lease(job); err != nil || l != nil {
 		return fmt.Errorf("lease %+v (%v), want none", l, err)
 	}
 	if _, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer(job)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("dispatch consumer: %v, want not found", err)
+		return fmt.Errorf("task consumer: %v, want not found", err)
 	}
 	s, err := e.js.Stream(ctx, wire.TaskStream)
 	if err != nil {
@@ -438,8 +630,8 @@ func (e *env) released(job string) error {
 	if n := info.State.Subjects[wire.TaskSubject(job)]; n != 0 {
 		return fmt.Errorf("%d tasks left", n)
 	}
-	if _, err := e.js.Stream(ctx, wire.OutputStream(job)); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("output stream: %v, want not found", err)
+	if p, ok, err := e.plan(job); err != nil || ok {
+		return fmt.Errorf("dispatch plan %+v (%v), want none", p, err)
 	}
 	if n := e.pool.replicas(job); n != 0 {
 		return fmt.Errorf("%d replicas, want 0", n)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -36,8 +37,8 @@ func (r stopReason) String() string { return stopReasonNames[r] }
 // may pass (NATS unreachable, a replica pool not there yet).
 const retryPause = time.Second
 
-// jobRun is one owned job: its goroutine moves it to running, dispatches
-// its tasks, waits for its readers, finishes it and cleans up.
+// jobRun is one owned job: its goroutine moves it to running, keeps its
+// backlog, waits for its readers, finishes it and cleans up.
 type jobRun struct {
 	id       string
 	ctx      context.Context
@@ -49,11 +50,16 @@ type jobRun struct {
 	stopping stopReason // guarded by Controller.mu
 
 	statusMu sync.Mutex // one status write at a time; final after the last
+	planMu   sync.Mutex // one plan write at a time; the delete after the last
 	mu       sync.Mutex
 	job      wire.Job
-	disp     *broker.Dispatcher
 	prev     wire.JobStatus
-	final    bool
+	results  *jobResults  // the agents' shard results; nil until running
+	backlog  *taskBacklog // nil until running
+	final    bool         // the last status is written
+	closed   bool         // cleaning up: results are no longer counted
+	lastPlan wire.DispatchPlan
+	planned  bool // lastPlan was written
 }
 
 // leaseRenewed moves the watchdog to the renewed lease's expiry - margin.
@@ -61,10 +67,36 @@ func (jr *jobRun) leaseRenewed(l wire.Lease) {
 	jr.watchdog.Reset(time.Until(l.Expires.Add(-jr.margin)))
 }
 
-func (jr *jobRun) snapshot() (wire.Job, *broker.Dispatcher, wire.JobStatus, bool) {
+// snapshot is what a status is built from; ok is false until the job runs
+// here, and once its last status is written.
+func (jr *jobRun) snapshot() (job wire.Job, res resultCounts, prev wire.JobStatus, ok bool) {
 	jr.mu.Lock()
 	defer jr.mu.Unlock()
-	return jr.job, jr.disp, jr.prev, jr.disp != nil && !jr.final
+	if jr.results == nil || jr.final {
+		return jr.job, resultCounts{}, jr.prev, false
+	}
+	return jr.job, jr.results.snapshot(), jr.prev, true
+}
+
+// running returns the job's record and whether it runs here: it is
+// running, and not ending.
+func (jr *jobRun) running() (wire.Job, bool) {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	return jr.job, jr.results != nil && !jr.final && !jr.closed
+}
+
+// addResult counts one of the agents' shard results and calls counted
+// with what it changed, before cleanup can delete the job's series; false
+// if the run does not take results (not running yet, or ending).
+func (jr *jobRun) addResult(r wire.ShardResult, counted func(kind resultKind, read bool)) bool {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	if jr.results == nil || jr.closed {
+		return false
+	}
+	counted(jr.results.add(r))
+	return true
 }
 
 // startJob starts a run of job id under the lease l just written.
@@ -133,27 +165,11 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		return c.finish(ctx, jr, wire.JobFailed, fmt.Sprintf("no tasks: %d shards x %d epochs", len(job.Shards), job.Spec.Epochs))
 	}
 
-	target := broker.NewLocalityTarget(id, c.opts.Actuator, c.opts.HTTPClient,
-		broker.Locality{PerReplica: c.opts.ReplicaConcurrency, MaxWait: max(c.opts.LocalityWait, 0)})
-	var capacity broker.ReadyReplicas = c.opts.Actuator
-	if c.opts.Dispatch != nil {
-		capacity = c.opts.Dispatch
-	}
-	var disp *broker.Dispatcher
+	var cons jetstream.Consumer
 	for {
-		disp, err = broker.NewDispatcher(ctx, c.opts.JS, job, target, broker.DispatcherOptions{
-			Replicas: capacity, PerReplica: c.opts.ReplicaConcurrency, AckWait: c.opts.TaskAckWait,
-		}, jr.log.With("component", "dispatcher"), c.dm)
-		if err == nil {
-			jr.mu.Lock()
-			jr.disp = disp
-			jr.mu.Unlock()
-			c.runner.AddJob(id, autoscale.Job{Backlog: disp,
-				MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
-				InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight, Readers: job.Spec.Readers})
-			if err = disp.Run(ctx); err == nil {
-				break
-			}
+		var err error
+		if cons, err = c.taskConsumer(ctx, id); err == nil {
+			break
 		}
 		if ctx.Err() != nil {
 			return endStopped, wire.Job{}
@@ -162,26 +178,37 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		if c.jobGone(ctx, id) {
 			return endGone, wire.Job{}
 		}
-		if !c.pause(ctx, jr, "dispatching", err) {
+		if !c.pause(ctx, jr, "opening the task consumer", err) {
 			return endStopped, wire.Job{}
 		}
 	}
+	backlog := &taskBacklog{agents: func() map[string]autoscale.Signal { return c.runner.Agents(id) },
+		stale: c.opts.Autoscale.DemandStale}
+	info := cons.CachedInfo()
+	backlog.set(int(info.NumPending) + info.NumAckPending)
+	jr.mu.Lock()
+	jr.results, jr.backlog = newJobResults(job), backlog
+	jr.mu.Unlock()
+	c.runner.AddJob(id, autoscale.Job{Backlog: backlog,
+		MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
+		InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight, Readers: job.Spec.Readers})
 
-	// Every task is settled: the replicas can go while the readers drain,
-	// unless a reader resumed from a checkpoint needs shards again.
-	replayCtx, stopReplays := context.WithCancel(ctx)
-	replaysDone := make(chan struct{})
-	go func() {
-		defer close(replaysDone)
-		if err := disp.ServeReplays(replayCtx); err != nil && replayCtx.Err() == nil {
-			jr.log.Warn("serving replays", "err", err)
-		}
-	}()
-	defer func() {
-		stopReplays()
-		<-replaysDone
-	}()
+	// The agents do the work; the run keeps the backlog and waits for
+	// every reader to be through.
+	polled := time.Now()
 	for {
+		if now := time.Now(); now.Sub(polled) >= backlogPoll {
+			polled = now
+			if err := c.pollBacklog(ctx, cons, backlog); err != nil {
+				if ctx.Err() != nil {
+					return endStopped, wire.Job{}
+				}
+				if c.jobGone(ctx, id) {
+					return endGone, wire.Job{}
+				}
+				jr.log.Warn("reading the task consumer", "err", err)
+			}
+		}
 		drained, err := c.readersDone(ctx, job)
 		if drained {
 			break
@@ -190,7 +217,7 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 			return endGone, wire.Job{}
 		}
 		if err != nil {
-			jr.log.Debug("reading readers' consumers", "err", err)
+			jr.log.Debug("reading readers' progress", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -199,9 +226,52 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		}
 	}
 	s, _ := c.status(jr, time.Now())
-	st := disp.Stats()
-	state, reason := Outcome(s, st.Done, st.FirstFailedSample)
+	_, res, _, _ := jr.snapshot()
+	state, reason := Outcome(s, res.Done, res.FirstFailedSample)
 	return c.finish(ctx, jr, state, reason)
+}
+
+// taskConsumer opens job id's task consumer, which its Submit created,
+// with this controller's ack wait. One missing while the job is not
+// finished (submitted by a broker that left it to the controller) is
+// created.
+func (c *Controller) taskConsumer(ctx context.Context, id string) (jetstream.Consumer, error) {
+	cfg := streams.Dispatch(id, c.opts.TaskAckWait)
+	cons, err := c.opts.JS.Consumer(ctx, wire.TaskStream, cfg.Durable)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		if c.jobGone(ctx, id) {
+			return nil, fmt.Errorf("job %s: task consumer %s: %w", id, cfg.Durable, err)
+		}
+		cons, err = c.opts.JS.CreateConsumer(ctx, wire.TaskStream, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: creating task consumer %s: %w", id, cfg.Durable, err)
+		}
+		return cons, nil
+	case err != nil:
+		return nil, fmt.Errorf("job %s: opening task consumer %s: %w", id, cfg.Durable, err)
+	}
+	if cons.CachedInfo().Config.AckWait == cfg.AckWait {
+		return cons, nil
+	}
+	// UpdateConsumer, not CreateOrUpdate: a consumer a cancel deleted
+	// meanwhile stays deleted.
+	if cons, err = c.opts.JS.UpdateConsumer(ctx, wire.TaskStream, cfg); err != nil {
+		return nil, fmt.Errorf("job %s: setting the ack wait of task consumer %s: %w", id, cfg.Durable, err)
+	}
+	return cons, nil
+}
+
+// pollBacklog reads the task consumer's counts into backlog.
+func (c *Controller) pollBacklog(ctx context.Context, cons jetstream.Consumer, backlog *taskBacklog) error {
+	ictx, cancel := context.WithTimeout(ctx, backlogPoll)
+	defer cancel()
+	info, err := cons.Info(ictx)
+	if err != nil {
+		return err
+	}
+	backlog.set(int(info.NumPending) + info.NumAckPending)
+	return nil
 }
 
 // finish sets the job's terminal state.
@@ -261,11 +331,10 @@ func (c *Controller) jobGone(ctx context.Context, id string) bool {
 
 // readersDone reports whether every declared reader is through: its agent
 // wrote that every rank reached the end of the last epoch
-// (wire.ReaderDoneKey), which it does once its consumer took and acked
-// every chunk. Until the trainer has its last batch it may crash and
-// resume from a checkpoint, and needs the job (its replays) alive. The
-// consumer is not asked: another reader's replays may land on it after
-// its agent finished, and nobody will ack those.
+// (wire.ReaderDoneKey), which it does once every sample of every epoch
+// was handed out. Until the trainer has its last batch it may crash and
+// resume from a checkpoint, and needs the job (shards produced again)
+// alive.
 func (c *Controller) readersDone(ctx context.Context, job wire.Job) (bool, error) {
 	for _, r := range job.Spec.Readers {
 		e, err := c.readersKV.Get(ctx, wire.ReaderDoneKey(job.Spec.ID, r))
@@ -286,15 +355,20 @@ func (c *Controller) readersDone(ctx context.Context, job wire.Job) (bool, error
 	return true, nil
 }
 
-// cleanup ends a run: replicas to zero, series deleted, a finished job's
-// streams released and its last status written, the lease released, and
-// the run forgotten. A run abandoned (simulated crash) only stops.
+// cleanup ends a run: replicas to zero, series deleted, the dispatch plan
+// deleted, a finished or cancelled job's tasks released and its last
+// status written, the lease released, and the run forgotten. A run
+// abandoned (simulated crash) only stops; one whose lease was lost leaves
+// the plan to the job's new owner.
 func (c *Controller) cleanup(jr *jobRun, end ending, final wire.Job) {
 	jr.watchdog.Stop()
 	jr.cancel()
 	c.mu.Lock()
 	why := jr.stopping
 	c.mu.Unlock()
+	jr.mu.Lock()
+	jr.closed = true
+	jr.mu.Unlock()
 	forget := func() {
 		c.mu.Lock()
 		delete(c.owned, jr.id)
@@ -308,6 +382,7 @@ func (c *Controller) cleanup(jr *jobRun, end ending, final wire.Job) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	// The last status first, while the readers' signals are still kept.
+	cancelled := false
 	switch {
 	case end == endFinished:
 		c.writeFinalStatus(ctx, jr, final)
@@ -315,16 +390,27 @@ func (c *Controller) cleanup(jr *jobRun, end ending, final wire.Job) {
 	case why == stopCancelled || end == endGone:
 		if rec, err := c.opts.Broker.Job(ctx, jr.id); err == nil && rec.State.Terminal() {
 			c.writeFinalStatus(ctx, jr, rec)
+			cancelled = rec.State == wire.JobCancelled
 		}
 	}
 	c.runner.RemoveJob(jr.id)
 	if err := c.opts.Actuator.Scale(ctx, jr.id, 0); err != nil {
 		jr.log.Warn("scaling replicas to zero", "err", err)
 	}
-	c.dm.DeleteJob(jr.id)
-	if end == endFinished {
+	c.jm.DeleteJob(jr.id)
+	if why != stopLost {
+		// After any plan write under way: none follows, the run is closed.
+		jr.planMu.Lock()
+		if err := c.deletePlan(ctx, jr.id); err != nil {
+			jr.log.Warn("deleting the dispatch plan", "err", err)
+		}
+		jr.planMu.Unlock()
+	}
+	// A cancel released the job already; again, in case the run made
+	// the task consumer anew meanwhile.
+	if end == endFinished || cancelled {
 		if err := c.opts.Broker.Release(ctx, jr.id); err != nil {
-			jr.log.Warn("releasing the job's streams", "err", err)
+			jr.log.Warn("releasing the job's tasks", "err", err)
 		}
 	}
 	forget()
@@ -346,7 +432,7 @@ func (c *Controller) writeFinalStatus(ctx context.Context, jr *jobRun, rec wire.
 	jr.final = true
 	job, prev := jr.job, jr.prev
 	jr.mu.Unlock()
-	if !ok { // no dispatcher ever ran
+	if !ok { // the job never ran here
 		if job.Spec.ID == "" {
 			job = rec
 		}

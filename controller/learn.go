@@ -65,7 +65,7 @@ func (c *Controller) learnRates(ctx context.Context, now time.Time) {
 	c.learnMu.Lock()
 	var records []due
 	for id, jr := range owned {
-		job, _, _, ok := jr.snapshot()
+		job, ok := jr.running()
 		if !ok {
 			continue
 		}

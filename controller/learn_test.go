@@ -47,7 +47,7 @@ func TestRateMeter(t *testing.T) {
 // from its demand signals lands in the plan store, under the job's
 // pipeline and dataset, while the job runs.
 func TestRunningJobRecordsItsPerReplicaRate(t *testing.T) {
-	e := newEnv(t, 24, 6) // the gate stays closed: the job keeps running
+	e := newEnv(t, 6) // no agent: the job keeps running
 	defer e.gate.release()
 	run := e.startController(t, "c1", Options{LearnEvery: 200 * time.Millisecond})
 	s := spec("learn", "img", 1)

@@ -7,8 +7,8 @@ import (
 )
 
 // metrics are the controller's own series. None is labelled by job, so
-// nothing is left behind when a job ends; the per-job series live with the
-// dispatcher, the autoscaler and the actuator, and go with the job.
+// nothing is left behind when a job ends; the per-job series are
+// jobMetrics', the autoscaler's and the actuator's, and go with the job.
 type metrics struct {
 	owned     prometheus.Gauge
 	leaseOps  *prometheus.CounterVec
@@ -16,6 +16,8 @@ type metrics struct {
 	lost      prometheus.Counter
 	tick      prometheus.Histogram
 	statusErr prometheus.Counter
+	planErr   prometheus.Counter
+	results   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,11 +36,71 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_controller_leases_lost_total", Help: "Jobs stopped because their lease could not be renewed or was taken.",
 		})),
 		tick: promreg.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_controller_tick_seconds", Help: "Time of one control tick: autoscaling and status writes of every job.",
+			Name: "sluice_controller_tick_seconds", Help: "Time of one control tick: autoscaling, dispatch plans and status writes of every job.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		})),
 		statusErr: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_controller_status_write_errors_total", Help: "Failed writes of a job's status.",
 		})),
+		planErr: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_controller_plan_write_errors_total", Help: "Failed writes of a job's dispatch plan.",
+		})),
+		results: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_shard_results_total",
+			Help: "Shard results received from agents, by what became of them: counted, ignored (a job not run here, or a task counted already), malformed.",
+		}, []string{"result"})),
 	}
+}
+
+// jobMetrics are the per-job series of the jobs this controller runs, from
+// their agents' shard results and their dispatch plans. DeleteJob removes a
+// job's once it ends.
+type jobMetrics struct {
+	done       *prometheus.CounterVec
+	failed     *prometheus.CounterVec
+	replays    *prometheus.CounterVec
+	shardReads *prometheus.CounterVec
+	readBytes  *prometheus.CounterVec
+	inflight   *prometheus.GaugeVec
+}
+
+func newJobMetrics(reg prometheus.Registerer) *jobMetrics {
+	job := []string{"job"}
+	return &jobMetrics{
+		done: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_tasks_done_total",
+			Help: "Shard tasks of the job its agents reported done (distinct tasks).",
+		}, job)),
+		failed: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_tasks_failed_total",
+			Help: "Shard tasks of the job its agents gave up on: permanent error or too many failed sends.",
+		}, job)),
+		replays: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_replays_total",
+			Help: "Shards produced again for a reader resumed from a checkpoint, done or failed.",
+		}, job)),
+		shardReads: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_shard_reads_total",
+			Help: "Shards functions read for the job, by where from: hit_memory, hit_disk (the replica's shard cache), miss (S3, cached), bypass (S3, not cached), off (S3, no cache).",
+		}, []string{"job", "outcome"})),
+		readBytes: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_shard_read_bytes_total",
+			Help: "Shard bytes functions read for the job, by source: s3 or cache.",
+		}, []string{"job", "source"})),
+		inflight: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_controller_dispatch_inflight",
+			Help: "Tasks the job's agents may have in flight together, as its dispatch plan last said.",
+		}, job)),
+	}
+}
+
+// DeleteJob removes every series of job.
+func (m *jobMetrics) DeleteJob(job string) {
+	l := prometheus.Labels{"job": job}
+	m.done.DeletePartialMatch(l)
+	m.failed.DeletePartialMatch(l)
+	m.replays.DeletePartialMatch(l)
+	m.shardReads.DeletePartialMatch(l)
+	m.readBytes.DeletePartialMatch(l)
+	m.inflight.DeletePartialMatch(l)
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -16,11 +15,25 @@ import (
 )
 
 // Actuator runs the replicas of jobs: it scales them and says which serve
-// (autoscale.Actuator) and where (broker.Replicas). The local actuator is
-// one.
+// (autoscale.Actuator) and where: Endpoints are the base URLs the job's
+// agents send tasks to (the local actuator: each ready replica's; Knative:
+// the Service's). The local actuator is one.
 type Actuator interface {
 	autoscale.Actuator
-	broker.Replicas
+	Endpoints(job string) []string
+}
+
+// SharedEndpoint is implemented by an actuator whose one endpoint stands
+// for every replica (a Knative Service: its activator holds requests, its
+// routing picks the pod). A job's dispatch plan then sets no per-endpoint
+// limit: the endpoint takes the whole in-flight budget.
+type SharedEndpoint interface {
+	SharedEndpoint() bool
+}
+
+// ReadyReplicas counts a job's replicas; Options.Dispatch is one.
+type ReadyReplicas interface {
+	Ready(job string) int
 }
 
 // Defaults of Options.
@@ -28,8 +41,6 @@ const (
 	DefaultLeaseTTL    = 15 * time.Second
 	DefaultTick        = time.Second
 	DefaultMaxReplicas = 8
-	// sendTimeout bounds one shard sent to a replica.
-	sendTimeout = 10 * time.Minute
 )
 
 // Options configure a controller. NC, JS, Broker and Actuator are required.
@@ -37,9 +48,9 @@ type Options struct {
 	// ID names this controller in leases and statuses; unique among the
 	// controllers sharing a NATS system (the command uses hostname-pid).
 	ID string
-	// NC receives the readers' demand signals; JS holds jobs, leases,
-	// statuses and streams; Broker changes job states and releases a
-	// finished job's streams.
+	// NC receives the agents' demand signals and shard results; JS holds
+	// jobs, leases, statuses, dispatch plans and the task stream; Broker
+	// changes job states and releases a finished job's tasks.
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 	Broker *broker.Broker
@@ -47,23 +58,27 @@ type Options struct {
 	Streams streams.Options
 	// Actuator runs replicas.
 	Actuator Actuator
-	// Dispatch sizes each job's dispatcher: Dispatch.Ready(job) x
-	// ReplicaConcurrency tasks in flight. Nil means Actuator, whose ready
-	// replicas are the capacity. Knative's actuator gives the replicas
-	// requested instead: its replicas start because requests arrive.
-	Dispatch broker.ReadyReplicas
+	// Dispatch sizes each job's in-flight budget (its dispatch plan's
+	// InFlight): Dispatch.Ready(job) x ReplicaConcurrency tasks. Nil means
+	// Actuator, whose ready replicas are the capacity. Knative's actuator
+	// gives the replicas requested instead (knative.Actuator.Requested):
+	// its replicas start because requests arrive.
+	Dispatch ReadyReplicas
 	// LeaseTTL is how long a job's lease lives without renewal (default
 	// 15s); it is renewed every LeaseTTL/3. A standby takes a dead
 	// controller's jobs after at most LeaseTTL.
 	LeaseTTL time.Duration
-	// Tick is how often the autoscaler decides and statuses are written (default 1s).
+	// Tick is how often the autoscaler decides, and dispatch plans (where
+	// changed) and statuses are written (default 1s).
 	Tick time.Duration
 	// LearnEvery is how often a running job's per-replica rate is
 	// recorded in the plan store (wire.PlansBucket; default
 	// DefaultLearnEvery).
 	LearnEvery time.Duration
-	// TaskAckWait is the dispatch consumers' AckWait: how long tasks a dead
-	// controller had in flight stay stuck (default streams.DispatchAckWait).
+	// TaskAckWait is the AckWait of the jobs' task consumers, set when a
+	// controller takes a job: how long the tasks a dead agent held stay
+	// stuck before another agent gets them (default
+	// streams.DispatchAckWait).
 	TaskAckWait time.Duration
 	// MaxReplicas is the cluster capacity: replicas over all jobs, and a
 	// job's cap when its spec sets none (default 8).
@@ -74,16 +89,10 @@ type Options struct {
 	// Autoscale tunes the policy; zero means autoscale.DefaultConfig. Its
 	// MaxReplicas and ClusterCapacity are set from MaxReplicas.
 	Autoscale autoscale.Config
-	// LocalityWait bounds how long a task waits for its shard's home
-	// replica (the one whose shard cache holds it) when that is busy;
-	// default broker.DefaultLocalityWait, negative: no waiting.
-	LocalityWait time.Duration
-	// HTTPClient sends tasks to replicas; nil uses one with a 10 minute timeout.
-	HTTPClient *http.Client
-	// Abandon makes Run, when its context ends, stop dispatching and
-	// return without scaling replicas down or releasing leases, as if the
-	// process had died: a standby takes the jobs once the leases expire.
-	// For tests of takeover.
+	// Abandon makes Run, when its context ends, stop its jobs and return
+	// without scaling replicas down, deleting plans or releasing leases,
+	// as if the process had died: a standby takes the jobs once the leases
+	// expire. For tests of takeover.
 	Abandon bool
 }
 
@@ -112,12 +121,6 @@ func (o Options) withDefaults() Options {
 	o.Autoscale.MaxReplicas, o.Autoscale.ClusterCapacity = o.MaxReplicas, o.MaxReplicas
 	o.Autoscale.MinReplicas = min(o.Autoscale.MinReplicas, o.MaxReplicas)
 	o.Autoscale.InitialReplicas = min(max(o.Autoscale.InitialReplicas, 1), o.MaxReplicas)
-	if o.LocalityWait == 0 {
-		o.LocalityWait = broker.DefaultLocalityWait
-	}
-	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{Timeout: sendTimeout}
-	}
 	return o
 }
 

@@ -6,15 +6,14 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// Outcome decides how a job ended from its status once every task is
-// settled and every reader has taken every chunk: failed when every task
-// failed, or when tasks were done but not one sample could be preprocessed
-// (text shards through an image pipeline); succeeded otherwise. The reason
-// says why a job failed.
+// Outcome decides how a job ended from its status once every reader is
+// through: failed when every task failed, or when tasks were done but not
+// one sample could be preprocessed (text shards through an image
+// pipeline); succeeded otherwise. The reason says why a job failed.
 //
-// doneHere is how many tasks this controller's dispatcher did: a job
-// resumed after a takeover whose earlier owner wrote no status before it
-// died has no sample counts from before, and is not failed for that.
+// doneHere is how many tasks this controller saw done (their results): a
+// job resumed after a takeover whose earlier owner wrote no status before
+// it died has no sample counts from before, and is not failed for that.
 func Outcome(s wire.JobStatus, doneHere int, firstFailedSample *wire.FailedSample) (wire.JobState, string) {
 	t := s.Tasks
 	if t.Total > 0 && t.Failed >= t.Total {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale"
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -13,7 +12,10 @@ import (
 type statusInputs struct {
 	job   wire.Job
 	owner string
-	stats broker.DispatchStats
+	// results are the agents' shard results counted here; backlog the
+	// task consumer's and the agents' counts.
+	results resultCounts
+	backlog backlogCounts
 	// prev is the status found when this controller took the job: what an
 	// earlier owner counted.
 	prev     wire.JobStatus
@@ -26,39 +28,51 @@ type statusInputs struct {
 	stale time.Duration
 }
 
-// buildStatus is the job's status now: this dispatcher's counts on top of
+// buildStatus is the job's status now: the results counted here on top of
 // what an earlier owner had counted, and each reader's latest signal.
+//
+// Tasks done are at least the tasks the consumer no longer holds (acked:
+// done or given up on) less those failed: results are core NATS messages,
+// and those published while no controller owned the job (a takeover) are
+// not counted here. The per-epoch counts have only the results.
 func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
-	st, prev := in.stats, in.prev
+	r, prev, total := in.results, in.prev, in.job.Tasks()
+	failed := min(prev.Tasks.Failed+r.Failed, total)
+	done := prev.Tasks.Done + r.Done
+	if in.backlog.Known {
+		done = max(done, total-in.backlog.Queued-failed)
+	}
+	done = max(min(done, total-failed), 0)
 	s := wire.JobStatus{
 		Job: in.job.Spec.ID, State: in.job.State, Reason: in.job.Reason, Owner: in.owner, Updated: now.UTC(),
 		Tasks: wire.TaskCounts{
-			Total:        st.Total,
-			Done:         max(st.Resumed-prev.Tasks.Failed, 0) + st.Done,
-			Failed:       prev.Tasks.Failed + st.Failed,
-			InFlight:     st.InFlight,
-			Pending:      st.Pending,
-			Redeliveries: prev.Tasks.Redeliveries + st.Redeliveries,
+			Total:        total,
+			Done:         done,
+			Failed:       failed,
+			InFlight:     in.backlog.InFlight,
+			Pending:      in.backlog.Pending,
+			Redeliveries: prev.Tasks.Redeliveries + r.Redeliveries,
 		},
-		SamplesProcessed: prev.SamplesProcessed + int64(st.Samples),
-		SamplesFailed:    prev.SamplesFailed + int64(st.SampleFailures),
+		SamplesProcessed: prev.SamplesProcessed + r.Samples,
+		SamplesFailed:    prev.SamplesFailed + r.SampleFailures,
 		SamplesExpected:  prev.SamplesExpected,
-		FailedShards:     append(append([]wire.FailedSample(nil), prev.FailedShards...), st.FailedShards...),
 		Replicas:         in.replicas,
 		ReadyReplicas:    in.ready,
 		ScaleReason:      in.reason,
 	}
-	if st.Total == 0 {
-		s.Tasks.Total = in.job.Tasks()
+	if n := len(prev.FailedShards) + len(r.FailedShards); n > 0 {
+		s.FailedShards = make([]wire.FailedSample, 0, min(n, maxFailedShards))
+		s.FailedShards = append(s.FailedShards, prev.FailedShards[:min(len(prev.FailedShards), maxFailedShards)]...)
+		s.FailedShards = append(s.FailedShards, r.FailedShards[:min(len(r.FailedShards), maxFailedShards-len(s.FailedShards))]...)
 	}
 	s.TasksDonePerEpoch = make([]int, in.job.Spec.Epochs)
 	for e := range s.TasksDonePerEpoch {
 		if e < len(prev.TasksDonePerEpoch) {
 			s.TasksDonePerEpoch[e] = prev.TasksDonePerEpoch[e]
 		}
-		s.TasksDonePerEpoch[e] += st.Results[e]
+		s.TasksDonePerEpoch[e] += r.DonePerEpoch[e]
 	}
-	addReads(&s, prev, st.Reads, in.job.Spec.Epochs)
+	addReads(&s, prev, r.Reads, in.job.Spec.Epochs)
 	if len(prev.Readers) > 0 || len(in.signals) > 0 {
 		s.Readers = maps.Clone(prev.Readers)
 		if s.Readers == nil {

@@ -11,7 +11,6 @@ import (
 	servingv1client "knative.dev/serving/pkg/client/clientset/versioned/typed/serving/v1"
 
 	"github.com/sluice-project/sluice/autoscale"
-	"github.com/sluice-project/sluice/broker"
 )
 
 // Actuator runs every job's replicas as pods of one Knative Service; see
@@ -43,7 +42,6 @@ type scaleBounds struct {
 var (
 	_ autoscale.Actuator     = (*Actuator)(nil)
 	_ autoscale.JobLifecycle = (*Actuator)(nil)
-	_ broker.Replicas        = (*Actuator)(nil)
 )
 
 // New creates an actuator for the Service opts names, reached through
@@ -69,8 +67,9 @@ func New(client servingv1client.ServingV1Interface, opts Options, logger *slog.L
 }
 
 // Scale sets how many replicas job is to have. It writes nothing to the
-// cluster: the job's dispatcher keeps n x Options.Concurrency requests in
-// flight (Requested), and the KPA follows them.
+// cluster: the job's agents keep n x Options.Concurrency requests in
+// flight (the controller's dispatch plan, sized by Requested), and the KPA
+// follows them.
 func (a *Actuator) Scale(ctx context.Context, job string, n int) error {
 	if n < 0 {
 		return fmt.Errorf("scaling job %s: %d replicas: want >= 0", job, n)
@@ -124,11 +123,22 @@ func (a *Actuator) Endpoints(string) []string {
 	return []string{a.url}
 }
 
-// Requested sizes a job's dispatcher: its Ready(job) is the replicas the
-// job requested, not those that serve, so the dispatcher keeps requests
-// in flight through a cold start (the activator holds them) and the KPA
-// sees the concurrency it is to provide for.
-func (a *Actuator) Requested() broker.ReadyReplicas { return requested{a} }
+// SharedEndpoint says that the one endpoint stands for every pod: a
+// dispatch plan gives it the job's whole in-flight budget (no per-endpoint
+// limit), and Knative's routing picks the pod.
+func (a *Actuator) SharedEndpoint() bool { return true }
+
+// ReadyCounter counts a job's replicas (autoscale.Actuator's Ready alone).
+type ReadyCounter interface {
+	Ready(job string) int
+}
+
+// Requested sizes a job's in-flight budget (the dispatch plan): its
+// Ready(job) is the replicas the job requested, not those that serve, so
+// the job's agents keep requests in flight through a cold start (the
+// activator holds them) and the KPA sees the concurrency it is to provide
+// for.
+func (a *Actuator) Requested() ReadyCounter { return requested{a} }
 
 type requested struct{ a *Actuator }
 

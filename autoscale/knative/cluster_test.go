@@ -1,7 +1,9 @@
 package knative_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -10,22 +12,18 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
-	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/knative"
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/k8senv"
-	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // stubFunction answers a shard task like `sluice fn serve` does, after
-// taking d, without reading the shard: the test is about scaling.
+// taking d, without reading the shard: the test is about scaling. Its
+// output is the shard's end frame alone.
 func stubFunction(d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ev, err := binding.ToEvent(r.Context(), cehttp.NewMessageFromHttpRequest(r))
@@ -39,13 +37,115 @@ func stubFunction(d time.Duration) http.Handler {
 			return
 		}
 		time.Sleep(d)
-		out := event.New()
-		out.SetID(ev.ID() + "/result")
-		out.SetType(wire.EventTypeShardResult)
-		out.SetSource("test/fn")
-		_ = out.SetData(event.ApplicationJSON, wire.ShardResult{Task: task.ID(), Samples: 2, Chunks: 1, Bytes: 100})
-		_ = cehttp.WriteResponseWriter(r.Context(), binding.ToMessage(&out), http.StatusOK, w)
+		end, _ := json.Marshal(wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Samples: 2})
+		w.Header().Set("Content-Type", wire.ShardStreamMediaType)
+		w.WriteHeader(http.StatusOK)
+		_ = wire.WriteFrame(w, wire.FrameEnd, 0, end)
 	})
+}
+
+// agents play a job's agents, as far as scaling sees them: they keep the
+// job's in-flight budget (Requested x concurrency, what the controller's
+// dispatch plan gives them) in flight to the Service's URL until every
+// task is done, and are the job's backlog.
+type agents struct {
+	act  *knative.Actuator
+	job  wire.Job
+	per  int
+	hc   *http.Client
+	done chan struct{} // a send returned
+
+	mu               sync.Mutex
+	queued, inflight int
+	sent             int
+}
+
+func newAgents(act *knative.Actuator, job wire.Job, per int) *agents {
+	return &agents{act: act, job: job, per: per, hc: &http.Client{Timeout: time.Minute},
+		done: make(chan struct{}, 1), queued: job.Tasks()}
+}
+
+func (a *agents) Backlog() (pending, inflight int, done bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.queued, a.inflight, a.queued == 0 && a.inflight == 0
+}
+
+// run sends until every task is done or ctx ends.
+func (a *agents) run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		budget := a.act.Requested().Ready(a.job.Spec.ID) * a.per
+		eps := a.act.Endpoints(a.job.Spec.ID)
+		a.mu.Lock()
+		if a.queued == 0 && a.inflight == 0 {
+			a.mu.Unlock()
+			return nil
+		}
+		for len(eps) > 0 && a.queued > 0 && a.inflight < budget {
+			task := a.job.Task(0, a.sent%len(a.job.Shards))
+			a.queued--
+			a.inflight++
+			a.sent++
+			wg.Go(func() {
+				err := a.send(ctx, eps[0], task)
+				a.mu.Lock()
+				a.inflight--
+				if err != nil {
+					a.queued++ // sent again, as an agent would
+				}
+				a.mu.Unlock()
+				select {
+				case a.done <- struct{}{}:
+				default:
+				}
+			})
+		}
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.done:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// send posts task as a binary-mode CloudEvent and reads the shard's frames
+// to its end.
+func (a *agents) send(ctx context.Context, url string, task wire.ShardTask) error {
+	body, err := json.Marshal(task)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Ce-Specversion", "1.0")
+	req.Header.Set("Ce-Id", task.ID())
+	req.Header.Set("Ce-Type", wire.EventTypeShardTask)
+	req.Header.Set("Ce-Source", wire.EventSource)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("task %s: status %s", task.ID(), resp.Status)
+	}
+	fr := wire.NewFrameReader(resp.Body, task.ChunkMaxBytes)
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			return fmt.Errorf("task %s: %w", task.ID(), err)
+		}
+		if f.Kind == wire.FrameEnd {
+			return nil
+		}
+	}
 }
 
 // tickRecord is one autoscaler round as the test saw it.
@@ -56,8 +156,9 @@ type tickRecord struct {
 // TestIntegrationJobScalesFromZeroUpAndBackToZero runs one job end to end
 // against a real kube-apiserver: the function Service of deploy/knative,
 // a fake Knative (k8senv.FakeKnative: revisions, activator, KPA, cold
-// starts), the real dispatcher sized by the actuator's requested replicas,
-// and the autoscale.Runner with a trainer signalling stall. The job starts
+// starts), agents keeping the in-flight budget a dispatch plan sized by
+// the actuator's requested replicas gives them, and the autoscale.Runner
+// with a trainer signalling stall. The job starts
 // from zero pods, scales up, and goes back to zero, and creates no
 // Revision; a second job with min replicas creates exactly two (its start
 // and its end), however many ticks pass.
@@ -97,32 +198,15 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 	defer cancel()
 	bg.Go(func() { act.Run(ctx) })
 
-	// A job of 120 shards over real embedded NATS and S3.
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
+	// A job of 120 shards.
+	spec := wire.JobSpec{ID: "j1", Dataset: "s3://data/ds/", Pipeline: "imagenet-train", BatchSize: 4, Epochs: 1, Seed: 11}.WithDefaults()
+	job := wire.Job{Spec: spec, Bucket: "data"}
+	for i := range 120 {
+		job.Shards = append(job.Shards, fmt.Sprintf("ds/shard-%06d.tar", i))
 	}
-	s3c, _ := testenv.S3(t, "")
-	imgs, err := synth.Images(synth.ImageOptions{Samples: 240, Shards: 120, Seed: 1, MinSide: 8, MaxSide: 16, Quality: 50, Classes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Upload(ctx, s3c, "data", "ds/", imgs); err != nil {
-		t.Fatal(err)
-	}
-	b := broker.New(js, s3c, streams.Options{}, nil)
-	job, err := b.Submit(ctx, wire.JobSpec{ID: "j1", Dataset: "s3://data/ds/", Pipeline: "imagenet-train", BatchSize: 4, Epochs: 1, Seed: 11})
-	if err != nil {
-		t.Fatal(err)
-	}
-	disp, err := broker.NewDispatcher(ctx, js, job, broker.NewCloudEventsTarget("j1", act, nil),
-		broker.DispatcherOptions{Replicas: act.Requested(), PerReplica: 4}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	disp := newAgents(act, job, 4)
 	dispDone := make(chan error, 1)
-	bg.Go(func() { dispDone <- disp.Run(ctx) })
+	bg.Go(func() { dispDone <- disp.run(ctx) })
 
 	cfg := autoscale.DefaultConfig()
 	cfg.MaxReplicas, cfg.ScaleDownDelay = 4, time.Second
@@ -143,7 +227,7 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 		select {
 		case err := <-dispDone:
 			if err != nil {
-				t.Fatalf("dispatcher: %v", err)
+				t.Fatalf("agents: %v", err)
 			}
 			done = true
 		case <-deadline:

@@ -4,15 +4,18 @@
 // autoscaler (the KPA) through the one signal it reads: the concurrency of
 // the HTTP requests it sees.
 //
-// The lever is the dispatcher's in-flight requests. Scale(job, n) writes
-// nothing to the cluster: it sets the job's requested replicas, and the
-// controller sizes the job's dispatcher by Requested (n x the replica
-// concurrency sends in flight) instead of by ready replicas. The Service's
-// KPA target equals the replica concurrency (target-utilization 100%), so
-// the KPA runs ceil(sum of in-flight / target) = the sum of what Sluice
-// decided over all jobs sharing the Service. At zero pods the requests wait
-// in Knative's activator, which is what starts the first pod: a dispatcher
-// sized by ready pods would never send and never wake the Service.
+// The lever is the requests in flight. Scale(job, n) writes nothing to
+// the cluster: it sets the job's requested replicas, and the controller
+// sizes the job's in-flight budget (its dispatch plan, wire.DispatchPlan)
+// by Requested, n x the replica concurrency, instead of by ready replicas;
+// the job's agents keep that many tasks in flight to the Service's URL
+// (SharedEndpoint: one endpoint for all pods, no per-endpoint limit). The
+// Service's KPA target equals the replica concurrency (target-utilization
+// 100%), so the KPA runs ceil(sum of in-flight / target) = the sum of what
+// Sluice decided over all jobs sharing the Service. At zero pods the
+// requests wait in Knative's activator, which is what starts the first
+// pod: a budget sized by ready pods would never send and never wake the
+// Service.
 //
 // The Service's template is changed only at a job's start and end
 // (StartJob, EndJob, called by the autoscale.Runner), and only when the

@@ -17,7 +17,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requested: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_knative_requested_replicas", Help: "Replicas a job requested: its dispatcher keeps this times the replica concurrency in flight.",
+			Name: "sluice_knative_requested_replicas", Help: "Replicas a job requested: its agents keep this times the replica concurrency in flight.",
 		}, []string{"job"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_knative_ready_replicas", Help: "Ready pods of the function Service, over its Revisions.",

@@ -16,8 +16,8 @@ const DefaultPoll = time.Second
 type Options struct {
 	// Namespace and Service name the function's Knative Service.
 	Namespace, Service string
-	// URL is where the dispatcher sends tasks; empty means the Service's
-	// status.address.url (the cluster-local address, for a controller in
+	// URL is where the job's agents send tasks; empty means the Service's
+	// status.address.url (the cluster-local address, for agents in
 	// the cluster), else its status.url.
 	URL string
 	// Concurrency is the requests one replica takes at once: the

@@ -47,12 +47,12 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	replicaCPUs := fs.Int("replica-cpus", 1, "cores (GOMAXPROCS) of one replica")
 	concurrency := fs.Int("replica-concurrency", 1, "shards one replica processes at once")
 	leaseTTL := fs.Duration("lease-ttl", controller.DefaultLeaseTTL, "how long a job's lease lives unrenewed: a standby takes a dead controller's jobs after at most this")
-	tick := fs.Duration("tick", controller.DefaultTick, "how often the autoscaler decides and job statuses are written")
-	ackWait := fs.Duration("task-ack-wait", streams.DispatchAckWait, "how long a task a dead controller had in flight waits before it is redelivered")
+	tick := fs.Duration("tick", controller.DefaultTick, "how often the autoscaler decides and job dispatch plans (where changed) and statuses are written")
+	ackWait := fs.Duration("task-ack-wait", streams.DispatchAckWait, "how long a task a dead agent held waits before it is redelivered to another agent of the job (the job's task consumer's ack wait)")
 	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	kn := registerKnativeFlags(fs)
-	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy), kpa (Knative's KPA emulated alone, from the requests a push dispatcher would keep outstanding) or keda (a KEDA ScaledObject on the job's queue lag and its HPA, emulated): the baselines to compare with")
+	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy), kpa (Knative's KPA emulated alone, from the requests a push dispatcher with a fixed parallelism would keep outstanding) or keda (a KEDA ScaledObject on the job's queue lag and its HPA, emulated): the baselines to compare with")
 	kpaWindow := fs.Duration("kpa-window", 60*time.Second, "with --local-scaling kpa: the KPA's stable window (Knative's window annotation)")
 	kedaCfg := local.DefaultKEDAConfig()
 	fs.DurationVar(&kedaCfg.PollingInterval, "keda-polling-interval", kedaCfg.PollingInterval, "with --local-scaling keda: KEDA's pollingInterval (activation and deactivation)")
@@ -63,11 +63,11 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	connFlags := connect.Register(fs, connect.PartAll)
 	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
 	allocator := fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)")
-	localityWait := fs.Duration("locality-wait", broker.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its dispatcher, its replicas (autoscaled)\n"+
-			"and its status. Several controllers may run: each job is owned by one (a lease), and a standby\n"+
-			"takes the jobs of one that died. SIGTERM hands the jobs over at once. With --listen it prints\n"+
+		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its replicas (autoscaled), its dispatch plan\n"+
+			"(the replicas its agents send tasks to, and how many at once) and its status. Several\n"+
+			"controllers may run: each job is owned by one (a lease), and a standby takes the jobs of one\n"+
+			"that died. SIGTERM hands the jobs over at once. With --listen it prints\n"+
 			"\"SLUICE_READY http://ADDR\" on stdout once it has read the job store.\n\n")
 		fs.PrintDefaults()
 	}
@@ -85,7 +85,6 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		durationRange("lease-ttl", leaseTTL, 100*time.Millisecond, time.Hour),
 		durationRange("tick", tick, 10*time.Millisecond, time.Minute),
 		durationRange("task-ack-wait", ackWait, 100*time.Millisecond, time.Hour),
-		durationRange("locality-wait", localityWait, 0, time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
 		func() error {
 			if *id == "" {
@@ -109,11 +108,10 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	var act controller.Actuator
-	var dispatch broker.ReadyReplicas
+	var dispatch controller.ReadyReplicas
 	// The KPA emulation reads each job's backlog from the controller's
 	// autoscaler, which exists only once the controller does.
 	var runner atomic.Pointer[autoscale.Runner]
-	locality := localityOption(*localityWait)
 	switch *actuator {
 	case "knative":
 		ka, err := kn.actuator(ctx, *concurrency, *maxReplicas, logger.With("component", "actuator"), reg)
@@ -124,12 +122,11 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		done := make(chan struct{})
 		go func() { defer close(done); ka.Run(kctx) }()
 		defer func() { stop(); <-done }()
+		// The jobs' in-flight budgets are the replicas requested: requests
+		// wait in the activator through a cold start, and make the KPA
+		// scale. The Service's one URL stands for all its pods
+		// (SharedEndpoint).
 		act, dispatch = ka, ka.Requested()
-		// The Service's one URL stands for all its pods, and Knative's
-		// routing picks the pod: no shard can be sent to its cache's home,
-		// and waiting for a "busy" URL would hold back the requests that
-		// make the KPA scale.
-		locality = -1
 	default:
 		exe, err := os.Executable()
 		if err != nil {
@@ -186,7 +183,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
 		Actuator: act, Dispatch: dispatch, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
-		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency, LocalityWait: locality,
+		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency,
 		Autoscale: autoscaleConfig(*allocator),
 	}, logger, reg)
 	if err != nil {
@@ -229,13 +226,4 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		logger.Info("serving", "addr", ln.Addr().String())
 	}
 	return c.Run(ctx)
-}
-
-// localityOption is --locality-wait as controller.Options takes it, where
-// 0 means the default and a negative wait none.
-func localityOption(wait time.Duration) time.Duration {
-	if wait == 0 {
-		return -1
-	}
-	return wait
 }

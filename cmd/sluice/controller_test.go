@@ -201,9 +201,9 @@ func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
 	}
 	e := newControllerEnv(t, 16, 8)
 	cmd, _ := startControllerProcess(t, e, "kill")
-	// Nobody reads yet: the small output buffer fills and the job keeps its replicas.
+	// No agent yet: the tasks stay queued and the job keeps its replicas.
 	if _, err := e.b.Submit(context.Background(), wire.JobSpec{ID: "stuck", Dataset: "s3://data/ds/",
-		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 4, Seed: 3, ChunkMaxBytes: 256 << 10, OutputBufferBytes: 1 << 20}); err != nil {
+		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 4, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
@@ -262,7 +262,7 @@ func readWithAgent(t *testing.T, e controllerEnv, job string) *agentReader {
 	r := &agentReader{done: make(chan struct{}), seen: map[string]int{}}
 	go func() {
 		defer close(r.done)
-		a, err := traineragent.Open(ctx, e.js.Conn(), e.js, job, traineragent.Options{}, nil, nil)
+		a, err := traineragent.Open(ctx, e.js.Conn(), e.js, job, traineragent.Options{}, nil, nil, nil)
 		if err != nil {
 			r.err = err
 			return

@@ -118,7 +118,7 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&f.MinReplicas, "min-replicas", 0, "function replicas kept while the job has work")
 	fs.IntVar(&f.MaxReplicas, "max-replicas", 0, "most function replicas for the job (0: the controller's cap)")
 	fs.Float64Var(&f.Weight, "weight", 0, "share of the replica capacity against other jobs (default 1)")
-	outputBuffer := fs.String("output-buffer", "", "most bytes of output buffered for the readers: a `size` such as 2GiB (default 1GiB)")
+	outputBuffer := fs.String("output-buffer", "", "most bytes of output an agent holds for the readers it serves: a `size` such as 2GiB (default 1GiB)")
 	var readers stringList
 	fs.Var(&readers, "reader", "a reader of the job's output, by `name` (repeat for several; default one, "+wire.DefaultReader+")")
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
@@ -231,7 +231,7 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 	} else {
 		override(&spec)
 		// Checked as a file would be, before connecting.
-		err = broker.CheckJobSpec(spec.WithDefaults(broker.StockMaxPayload))
+		err = broker.CheckJobSpec(spec.WithDefaults())
 	}
 	if err == nil && len(flagProbs) == 0 {
 		return spec, nil
@@ -396,8 +396,9 @@ func runJobCancel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job cancel ID [--reason TEXT] [--json]\n\n"+
-			"Stops a queued or running job: its tasks, dispatcher consumer and output stream are removed;\n"+
-			"its record stays, cancelled, until `sluice job delete`. Needs no controller running.\n\n")
+			"Stops a queued or running job: its tasks, its task consumer and its dispatch plan are removed\n"+
+			"(its agents stop); its record stays, cancelled, until `sluice job delete`. Needs no controller\n"+
+			"running.\n\n")
 		fs.PrintDefaults()
 	}
 	pos, err := parseArgs(fs, args, 1, 1, "a job id", conn.resolve())
@@ -428,7 +429,7 @@ func runJobDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job delete ID [--force] [--json]\n\n"+
 			"Removes a finished job and everything of it: record, status, lease, reader positions,\n"+
-			"output stream, tasks and consumers. A queued or running job is refused unless --force.\n\n")
+			"dispatch plan, tasks and task consumer. A queued or running job is refused unless --force.\n\n")
 		fs.PrintDefaults()
 	}
 	pos, err := parseArgs(fs, args, 1, 1, "a job id", conn.resolve())

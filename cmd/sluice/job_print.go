@@ -86,13 +86,17 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		fmt.Fprintf(w, ": %s", st.ScaleReason)
 	}
 	fmt.Fprintln(w)
-	if n := len(st.FailedShards); n > 0 {
+	// The status lists the first failures only; Tasks.Failed counts all.
+	if n := max(t.Failed, len(st.FailedShards)); n > 0 {
 		fmt.Fprintf(w, "  failed    %d %s given up on\n", n, plural(n, "shard", "shards"))
-		for _, f := range st.FailedShards[:min(n, failedShown)] {
+		shown := st.FailedShards[:min(len(st.FailedShards), failedShown)]
+		for _, f := range shown {
 			fmt.Fprintf(w, "    %s: %s\n", f.Key, f.Reason)
 		}
-		if n > failedShown {
-			fmt.Fprintf(w, "    ... %d more (--json lists all)\n", n-failedShown)
+		if more := n - len(shown); more > 0 && len(st.FailedShards) > len(shown) {
+			fmt.Fprintf(w, "    ... %d more (--json lists the first %d)\n", more, len(st.FailedShards))
+		} else if more > 0 {
+			fmt.Fprintf(w, "    ... %d more\n", more)
 		}
 	}
 }

@@ -296,8 +296,8 @@ epoch: 2
 			if jobs, err := e.b.List(context.Background()); err != nil || len(jobs) != 0 {
 				t.Errorf("after a refused submit: jobs %v, %v", jobs, err)
 			}
-			if _, err := e.js.Stream(context.Background(), wire.OutputStream("bad")); err == nil {
-				t.Error("refused submit left an output stream")
+			if _, err := e.js.Consumer(context.Background(), wire.TaskStream, wire.DispatchConsumer("bad")); err == nil {
+				t.Error("refused submit left a task consumer")
 			}
 		})
 	}

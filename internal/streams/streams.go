@@ -32,10 +32,6 @@ func (o Options) replicas() int { return max(o.Replicas, 1) }
 // Nats-Msg-Id, covering retried publishes within a Submit.
 const TaskDuplicateWindow = 10 * time.Minute
 
-// OutputDuplicateWindow is how long a job's output stream remembers a
-// chunk's Nats-Msg-Id: longer than any redelivery chain of a task.
-const OutputDuplicateWindow = time.Hour
-
 // Tasks is the work-queue stream holding one task per shard per epoch.
 func Tasks(o Options) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
@@ -62,6 +58,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		kv(wire.ReadersBucket, "Sluice reader positions in job outputs"),
 		kv(wire.SweepsBucket, "Sluice sweeps: each sweep's jobs and their trials"),
 		kv(wire.PlansBucket, "Sluice learned per-replica throughput of pipelines"),
+		kv(wire.DispatchBucket, "Sluice dispatch plans: each running job's replica endpoints and in-flight budget"),
 	}
 }
 
@@ -83,98 +80,40 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	return nil
 }
 
-// Output is the per-job stream functions publish chunks and shard ends to.
-// maxPayload is the server's limit on one message. Every reader of the job
-// has a durable consumer (Reader) created with the stream, and a chunk
-// stays until each of them acked it (interest retention), up to
-// OutputBufferBytes: a publish past that fails and the shard is retried
-// later; the dispatcher pauses before that. Replayed chunks go to the
-// subject of the one reader that asked (wire.ReaderReplaySubject), in the
-// same stream.
-func Output(spec wire.JobSpec, maxPayload int64, o Options) (jetstream.StreamConfig, error) {
-	size := int64(spec.ChunkMaxBytes) + wire.OutputHeadroom
-	if size > maxPayload {
-		size = maxPayload
-	}
-	if size < int64(spec.ChunkMaxBytes)+wire.MinOutputHeadroom {
-		return jetstream.StreamConfig{}, fmt.Errorf("job %s: chunk max bytes %d: the NATS server takes messages up to %d bytes, want at most %d",
-			spec.ID, spec.ChunkMaxBytes, maxPayload, maxPayload-wire.MinOutputHeadroom)
-	}
-	return jetstream.StreamConfig{
-		Name:        wire.OutputStream(spec.ID),
-		Description: "Sluice output chunks of job " + spec.ID,
-		Subjects:    []string{wire.OutputSubject(spec.ID), wire.ReplayOutputSubjects(spec.ID)},
-		Retention:   jetstream.InterestPolicy,
-		MaxBytes:    spec.OutputBufferBytes,
-		Discard:     jetstream.DiscardNew,
-		Storage:     jetstream.FileStorage,
-		Duplicates:  OutputDuplicateWindow,
-		MaxMsgSize:  int32(size),
-		Replicas:    o.replicas(),
-	}, nil
-}
-
-// ReaderAckWait is how long a reader may hold a chunk unacked before the
-// server redelivers it. An agent acks a chunk only once all its samples are
-// handed out and pings progress meanwhile, so this bounds how long a dead
-// agent's chunks stay stuck, not how slow a trainer may be.
-const ReaderAckWait = 30 * time.Second
-
-// Reader is the durable consumer of one reader of job's output: the job's
-// chunks and the reader's own replays, not the other readers'.
-func Reader(job, reader string) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:        wire.ReaderConsumer(reader),
-		Description:    fmt.Sprintf("Sluice reader %s of job %s", reader, job),
-		FilterSubjects: []string{wire.OutputSubject(job), wire.ReaderReplaySubject(job, reader)},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckWait:        ReaderAckWait,
-		MaxDeliver:     -1,
-		// Enough for a reader holding a whole prefetch window of chunks.
-		MaxAckPending: 65536,
-	}
-}
-
 // DispatchAckWait is the default time the server waits for a delivered
-// task's ack; a task in flight is kept alive with progress pings.
+// task's ack before it redelivers the task to another agent of the job. An
+// agent keeps the tasks it holds alive with progress pings, so this bounds
+// how long a dead agent's tasks stay stuck, not how long a shard may take.
 const DispatchAckWait = 30 * time.Second
 
-// dispatchMaxAckPending bounds delivered-but-unacked tasks on the server;
-// in flight is bounded by capacity, so this only has to exceed it plus the
-// tasks waiting out a retry delay.
+// dispatchMaxAckPending bounds delivered-but-unacked tasks on the server.
+// An agent holds a task until every sample of its shard was handed out, so
+// this has to exceed what all of a job's agents prefetch together.
 const dispatchMaxAckPending = 65536
 
-// Dispatch is the durable consumer through which job's dispatcher pulls its
-// tasks. ackWait 0 means DispatchAckWait.
+// Dispatch is the durable consumer every agent of job pulls its tasks from
+// (wire.DispatchConsumer): one queue the agents share, so a fast node takes
+// more shards. The broker creates it at submit, so the tasks are held from
+// the start; the owning controller reads its pending counts as the job's
+// backlog. ackWait 0 means DispatchAckWait.
 func Dispatch(job string, ackWait time.Duration) jetstream.ConsumerConfig {
 	if ackWait <= 0 {
 		ackWait = DispatchAckWait
 	}
 	return jetstream.ConsumerConfig{
 		Durable:       wire.DispatchConsumer(job),
-		Description:   "Sluice dispatcher of job " + job,
+		Description:   "Sluice task queue of job " + job + ", shared by its agents",
 		FilterSubject: wire.TaskSubject(job),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
-		// The dispatcher counts failures and terminates a task at its
-		// MaxDeliver itself. Were the server to stop at MaxDeliver, a task
-		// whose last delivery merely timed out would vanish unreported.
+		// An agent counts a task's failed sends and terminates it when it
+		// gives up, reporting it. Were the server to stop at a MaxDeliver,
+		// a task whose last delivery merely timed out (its agent died)
+		// would vanish unreported.
 		MaxDeliver:    -1,
 		MaxAckPending: dispatchMaxAckPending,
 	}
-}
-
-// Replay is the durable consumer through which job's dispatcher pulls its
-// replay tasks (wire.ReplaySubject), taken before the job's queued tasks.
-// ackWait 0 means DispatchAckWait.
-func Replay(job string, ackWait time.Duration) jetstream.ConsumerConfig {
-	cfg := Dispatch(job, ackWait)
-	cfg.Durable = wire.ReplayConsumer(job)
-	cfg.Description = "Sluice replays of job " + job
-	cfg.FilterSubject = wire.ReplaySubject(job)
-	return cfg
 }
 
 // IsCASConflict reports whether err from a key-value Create or Update

@@ -42,3 +42,49 @@ func TestIsCASConflict(t *testing.T) {
 		t.Error("an unrelated error (or none) counted as a conflict")
 	}
 }
+
+// Ensure creates every bucket, the dispatch plans' among them, and a job's
+// task consumer holds its tasks for any of its agents until acked.
+func TestEnsureAndDispatch(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 { // idempotent
+		if err := Ensure(ctx, js, Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range Buckets(Options{}) {
+		if _, err := js.KeyValue(ctx, b.Bucket); err != nil {
+			t.Errorf("bucket %s: %v", b.Bucket, err)
+		}
+	}
+	if _, err := js.KeyValue(ctx, wire.DispatchBucket); err != nil {
+		t.Errorf("dispatch plans: %v", err)
+	}
+	cfg := Dispatch("j", 0)
+	if cfg.Durable != wire.DispatchConsumer("j") || cfg.FilterSubject != wire.TaskSubject("j") ||
+		cfg.AckWait != DispatchAckWait || cfg.MaxDeliver != -1 || cfg.AckPolicy != jetstream.AckExplicitPolicy {
+		t.Errorf("dispatch consumer %+v", cfg)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, wire.TaskStream, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, wire.TaskSubject("j"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("j"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 1 {
+		t.Errorf("%d tasks pending on the consumer, want 1", info.NumPending)
+	}
+}

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluice-project/sluice/autoscale"
+)
+
+// backlogPoll is how often a job's task consumer is asked for its counts:
+// the autoscaler reads the backlog every tick, from what was read last.
+const backlogPoll = time.Second
+
+// backlogOf is the autoscaler's view of a job's tasks (autoscale.Backlog)
+// from its task consumer and its agents. queued is the consumer's tasks
+// not yet acked (pending + ack pending: waiting, or held by an agent);
+// known is false until the consumer was read once. inFlight is what the
+// agents send now and wanted what they would send with a larger share
+// (their latest demand signals): re-productions of shards for a resumed
+// reader are among them, and not in the queue.
+//
+// Pending is the queued tasks not in flight, or what the agents want if
+// that is more (the re-productions; taking the larger keeps queued tasks
+// an agent wants from counting twice). The job is done once nothing is
+// queued, in flight or wanted: a resumed reader that wants a shard again
+// brings the replicas back.
+func backlogOf(queued int, known bool, inFlight, wanted int) (pending, inflight int, done bool) {
+	if !known {
+		return max(wanted, 0), max(inFlight, 0), false
+	}
+	pending = max(queued-inFlight, wanted, 0)
+	inflight = max(inFlight, 0)
+	return pending, inflight, pending == 0 && inflight == 0
+}
+
+// agentLoad sums what the agents that signalled within stale of now
+// dispatch: their names (sorted), the tasks they have in flight and those
+// they would send with a larger share. An agent silent for longer is gone
+// or cut off: its tasks come back to the queue after the ack wait.
+func agentLoad(signals map[string]autoscale.Signal, now time.Time, stale time.Duration) (names []string, inFlight, wanted int) {
+	for name, s := range signals {
+		if stale > 0 && now.Sub(s.At) > stale {
+			continue
+		}
+		names = append(names, name)
+		inFlight += max(s.Demand.InFlight, 0)
+		wanted += max(s.Demand.PendingTasks, 0)
+	}
+	slices.Sort(names)
+	return names, inFlight, wanted
+}
+
+// backlogCounts are a job's tasks as its status shows them.
+type backlogCounts struct {
+	// Known is false until the task consumer was read once.
+	Known bool
+	// Queued is the tasks not yet acked (see backlogOf); Pending and
+	// InFlight what the autoscaler reads.
+	Queued, Pending, InFlight int
+}
+
+// taskBacklog is a job's autoscale.Backlog: the task consumer's counts as
+// the job's run last polled them (set), and the agents' signals as the
+// autoscaler keeps them, read at each call.
+type taskBacklog struct {
+	agents func() map[string]autoscale.Signal
+	stale  time.Duration
+
+	mu     sync.Mutex
+	known  bool
+	queued int
+}
+
+// set records the task consumer's counts.
+func (b *taskBacklog) set(queued int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.known, b.queued = true, queued
+}
+
+func (b *taskBacklog) counts(now time.Time) backlogCounts {
+	_, inFlight, wanted := agentLoad(b.agents(), now, b.stale)
+	b.mu.Lock()
+	known, queued := b.known, b.queued
+	b.mu.Unlock()
+	pending, inflight, _ := backlogOf(queued, known, inFlight, wanted)
+	return backlogCounts{Known: known, Queued: queued, Pending: pending, InFlight: inflight}
+}
+
+// Backlog implements autoscale.Backlog.
+func (b *taskBacklog) Backlog() (pending, inflight int, done bool) {
+	_, inFlight, wanted := agentLoad(b.agents(), time.Now(), b.stale)
+	b.mu.Lock()
+	known, queued := b.known, b.queued
+	b.mu.Unlock()
+	return backlogOf(queued, known, inFlight, wanted)
+}
