@@ -24,8 +24,8 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// env is a NATS server with Sluice's buckets, where jobs' output streams
-// and readers' consumers are created as the broker does.
+// env is a NATS server with Sluice's task stream and buckets, where jobs
+// are submitted as the broker does (submit, in fixture_test.go).
 type env struct {
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -44,12 +44,8 @@ func newEnv(t *testing.T) env {
 	return env{nc, js}
 }
 
-// createStream creates job's output stream and a consumer per declared
-// reader, through internal/streams as broker.Submit does.
-func (e env) createStream(t *testing.T, job wire.Job) { createOutput(t, e.nc, e.js, job) }
-
 // record stores job's record as broker.Submit does.
-func (e env) record(t *testing.T, job wire.Job) {
+func (e env) record(t testing.TB, job wire.Job) {
 	t.Helper()
 	ctx := context.Background()
 	kv, err := e.js.KeyValue(ctx, wire.JobsBucket)
@@ -61,13 +57,6 @@ func (e env) record(t *testing.T, job wire.Job) {
 		t.Fatal(err)
 	}
 	if _, err := kv.Put(ctx, job.Spec.ID, data); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (e env) publish(t *testing.T, m outputMsg, msgID string) {
-	t.Helper()
-	if _, err := e.js.PublishMsg(context.Background(), m.natsMsg(msgID)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -201,28 +190,27 @@ func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
 	l := layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
 	job := testJob("job-1", 2, 4, l)
 	reg := prometheus.NewRegistry()
-	a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, NewMetrics(reg))
+	a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, NewMetrics(reg), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dm := e.watchDemand(t, job.Spec.ID)
-	// The agent may start before the broker created the stream.
+	f := newFunction(t, job, l)
+	// Two replicas killed mid-shard: their shards are sent again and the
+	// chunks that had arrived come twice; the agent drops the copies.
+	f.cut(0, 0, 1)
+	f.cut(1, 2, 2)
+	// The agent may start before the job is submitted.
 	wait := runAgent(t, a)
-	e.createStream(t, job)
-
-	msgs := outputs(t, job, l)
 	rng := rand.New(rand.NewPCG(7, 7))
-	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
-	half := len(msgs) / 2
-	for _, m := range msgs[:half] {
-		e.publish(t, m, "")
+	var order []shardRef
+	for ep := range job.Spec.Epochs {
+		for s := range job.Shards {
+			order = append(order, shardRef{ep, s})
+		}
 	}
-	// A redelivered shard published again past the duplicate window: the
-	// stream keeps the copies (new msg ids), the agent must drop them.
-	e.publish(t, msgs[0], "republished-0")
-	e.publish(t, msgs[1], "republished-1")
-	// A copy inside the window never reaches the agent.
-	e.publish(t, msgs[2], "")
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	e.submit(t, job, f, 2, order...)
 
 	var batches []Batch
 	done := make(chan struct{})
@@ -230,18 +218,21 @@ func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
 		defer close(done)
 		batches = drain(t, a.Next)
 	}()
-	for _, m := range msgs[half:] {
-		e.publish(t, m, "")
-	}
 	<-done
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	checkDelivery(t, job, l, batches)
+	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
+		t.Errorf("%d tasks left unsettled, want 0", n)
+	}
+	if f.sendsOf(0, 0) != 2 || f.sendsOf(1, 2) != 2 || f.sendsOf(0, 1) != 1 {
+		t.Errorf("sends of e0/s0, e1/s2, e0/s1 = %d, %d, %d; want 2, 2, 1", f.sendsOf(0, 0), f.sendsOf(1, 2), f.sendsOf(0, 1))
+	}
 
 	st := a.Stats()
-	if st.DuplicateChunks != 2 {
-		t.Errorf("DuplicateChunks = %d, want 2", st.DuplicateChunks)
+	if st.DuplicateChunks != 3 {
+		t.Errorf("DuplicateChunks = %d, want 3", st.DuplicateChunks)
 	}
 	if st.SamplesDelivered != 30 || st.SamplesArrived != 30 || st.BatchesDelivered != 8 || st.Epochs != 2 || st.BufferedSamples != 0 {
 		t.Errorf("stats = %+v, want 30 samples arrived and delivered in 8 batches over 2 epochs, none buffered", st)
@@ -299,46 +290,27 @@ func prometheusCounter(reg *prometheus.Registry, name string) (float64, error) {
 	return 0, fmt.Errorf("no single series %s", name)
 }
 
-func TestAgentStopsPullingWhileTheBufferIsFull(t *testing.T) {
+func TestAgentTakesNoTaskWhileItsBufferIsFull(t *testing.T) {
 	e := newEnv(t)
-	chunks := make([]int, 10)
-	for i := range chunks {
-		chunks[i] = 4
-	}
-	l := layout{chunks, chunks, chunks} // 120 samples in 30 chunks of 4
+	l := layout{{4}, {4}, {4}, {4}, {4}, {4}} // 24 samples in shards of one chunk of 4
 	job := testJob("slow", 1, 4, l)
-	e.createStream(t, job)
-	msgs := outputs(t, job, l)
-	for _, m := range msgs {
-		e.publish(t, m, "")
-	}
-	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8, DemandInterval: 20 * time.Millisecond}, nil, nil)
+	f := newFunction(t, job, l)
+	e.submit(t, job, f, 1)
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8, DemandInterval: 20 * time.Millisecond}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dm := e.watchDemand(t, job.Spec.ID)
 	wait := runAgent(t, a)
 
-	// Two chunks make two ready batches, which fill the buffer; the agent
-	// then stops taking messages until the trainer takes a batch.
+	// Two shards make two ready batches, which fill the buffer; the agent
+	// then takes no task until the trainer takes a batch.
 	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if st := a.Stats(); st.BufferedSamples < 8 {
 			return fmt.Errorf("buffered %d samples, want 8", st.BufferedSamples)
 		}
 		return nil
 	})
-	cons, err := e.js.Consumer(context.Background(), wire.OutputStream(job.Spec.ID), wire.ReaderConsumer(wire.DefaultReader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci, err := cons.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := a.Stats(); st.SamplesArrived != 8 || ci.AckFloor.Stream >= uint64(len(msgs)) {
-		t.Fatalf("with a full buffer: %d samples arrived, ack floor %d of %d messages; want 8 and most unacked",
-			st.SamplesArrived, ci.AckFloor.Stream, len(msgs))
-	}
 	testenv.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		for _, d := range dm.all() {
 			if d.BufferedSamples == 8 && d.BufferCapacity == 8 {
@@ -347,8 +319,15 @@ func TestAgentStopsPullingWhileTheBufferIsFull(t *testing.T) {
 		}
 		return errors.New("no demand reports the full buffer")
 	})
+	sends := 0
+	for s := range l {
+		sends += f.sendsOf(0, s)
+	}
+	if st := a.Stats(); st.SamplesArrived != 8 || sends != 2 || e.taskBacklog(t, job.Spec.ID) != len(l) {
+		t.Fatalf("with a full buffer: %d samples arrived, %d shards sent, %d tasks unsettled; want 8, 2 and all %d",
+			st.SamplesArrived, sends, e.taskBacklog(t, job.Spec.ID), len(l))
+	}
 
-	// A trainer waiting in Next stalls; cancelling the wait returns ctx's error.
 	b, err := a.Next(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -365,14 +344,17 @@ func TestAgentStopsPullingWhileTheBufferIsFull(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
+	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
+		t.Errorf("%d tasks left unsettled, want 0", n)
+	}
 }
 
 func TestAgentNextReportsStallAndStop(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{2}}
 	job := testJob("idle", 1, 2, l)
-	e.createStream(t, job)
-	a, err := New(e.nc, e.js, job, Options{DemandInterval: 10 * time.Millisecond, GPU: fixedGPU(0.42)}, nil, nil)
+	e.record(t, job)
+	a, err := New(e.nc, e.js, job, Options{DemandInterval: 10 * time.Millisecond, GPU: fixedGPU(0.42)}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +363,7 @@ func TestAgentNextReportsStallAndStop(t *testing.T) {
 	runErr := make(chan error, 1)
 	go func() { runErr <- a.Run(ctx) }()
 
-	// Nothing is published: a trainer waiting in Next is stalled, and the
+	// No task is queued: a trainer waiting in Next is stalled, and the
 	// demand says so while the wait is still going on.
 	nextCtx, nextCancel := context.WithCancel(context.Background())
 	nextErr := make(chan error, 1)
@@ -421,11 +403,8 @@ func TestAgentHTTP(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{3}, {2}}
 	job := testJob("http", 1, 2, l)
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, l) {
-		e.publish(t, m, "")
-	}
-	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	e.submit(t, job, newFunction(t, job, l), 2)
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +470,7 @@ func TestNewRejectsBadJobs(t *testing.T) {
 		{"no epochs", testJob("j", 0, 1, layout{{1}}), Options{}},
 		{"negative prefetch", testJob("j", 1, 1, layout{{1}}), Options{PrefetchSamples: -1}},
 	} {
-		if _, err := New(e.nc, e.js, tc.job, tc.opts, nil, nil); err == nil {
+		if _, err := New(e.nc, e.js, tc.job, tc.opts, nil, nil, nil); err == nil {
 			t.Errorf("%s: New succeeded", tc.name)
 		}
 	}

@@ -1,24 +1,23 @@
 package traineragent
 
 import (
-	"encoding/json"
 	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/wire"
 )
 
-// heldChunk is a chunk the agent received and has not handed out in full:
-// its message stays unacked (and is kept alive with progress pings) until
-// its last row is in a batch the trainer took.
+// heldChunk is a chunk the reader received and has not handed out in full:
+// its shard's task stays unsettled (the dispatcher keeps it alive) until
+// the shard's last row is in a batch the trainer took.
 type heldChunk struct {
 	ref    wire.ChunkRef
-	msg    jetstream.Msg // nil in tests of the assembler alone
-	rows   int           // rows of the chunk, those handed out before a restart included
-	handed int           // leading rows handed out
-	bytes  int           // size of the message
+	rows   int // rows of the chunk, those handed out before a restart included
+	handed int // leading rows handed out
+	bytes  int // size of the chunk
 }
+
+// shardRef names one shard of one epoch: the unit a task is settled in.
+type shardRef struct{ epoch, shard int }
 
 // shardState is a shard of an unfinished epoch that is not complete yet.
 type shardState struct {
@@ -55,18 +54,17 @@ type epochState struct {
 	complete  bitset // shards whose every chunk was handed out, shard end seen
 	nComplete int
 	replayed  bitset              // shards a resume asked to be re-produced (see position)
-	owed      bitset              // shards a lagging reader shed messages of (see lag.go)
 	shards    map[int]*shardState // shards with anything recorded, not complete
 	arrived   int                 // shards complete or arrivedAll
 	pending   []sample            // not yet a full batch
 	cut       bool                // every shard arrived; the last batch is cut
 }
 
-// assembler turns output messages into batches and keeps the reader's
-// position: which samples were handed out. It dedupes by ChunkRef, tracks
-// shard and epoch completion, cuts batches per epoch and collects the
-// messages that may be acked once the position is recorded. It does no I/O
-// and no locking; the agent serialises calls.
+// assembler turns a reader's chunks into batches and keeps its position:
+// which samples were handed out. It dedupes by ChunkRef, tracks shard and
+// epoch completion, cuts batches per epoch and collects the shards that
+// completed, whose tasks may be settled once the position is recorded. It
+// does no I/O and no locking; the reader serialises calls.
 //
 // Two notions of done: an epoch is cut once every chunk of it arrived (its
 // last, partial batch is then cut), and finished once every row of it was
@@ -80,9 +78,10 @@ type assembler struct {
 	finished  int                 // epochs 0..finished-1 are finished
 	open      map[int]*epochState // epochs >= finished with anything recorded or held
 	pending   int                 // samples in partial batches over all open epochs
-	heldBytes int64               // message bytes of the chunks held
-	// acks are messages to ack once the position is written.
-	acks []jetstream.Msg
+	heldBytes int64               // bytes of the chunks held
+	// completed are shards that completed since the last takeCompleted:
+	// their tasks may be settled once the position is written.
+	completed []shardRef
 	// version counts changes to the position.
 	version uint64
 }
@@ -97,7 +96,7 @@ func newAssembler(job wire.Job) *assembler {
 	}
 }
 
-// outcome is what one output message changed.
+// outcome is what one chunk or shard end changed.
 type outcome struct {
 	duplicate bool
 	arrived   int
@@ -170,17 +169,19 @@ func (ep *epochState) shard(s int) *shardState {
 	return sh
 }
 
-// add applies one output message, msg its JetStream message (kept to ack
-// later). An error means the message was rejected and left unrecorded (it
-// names the problem); a corrupt chunk is recorded as delivered and its loss
-// reported as a failed sample instead, so that its shard can still complete.
-func (a *assembler) add(ref wire.ChunkRef, data []byte, msg jetstream.Msg) (outcome, error) {
+// add applies one chunk, or a shard end (ref.Chunk -1, data its JSON). An
+// error means it was rejected and left unrecorded (it names the problem); a
+// corrupt chunk is recorded as delivered and its loss reported as a failed
+// sample instead, so that its shard can still complete. data is not kept
+// beyond the call unless the chunk's rows are (splitChunk copies nothing:
+// pass a buffer the caller does not reuse).
+func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
 	var out outcome
 	if ref.Epoch < 0 || ref.Epoch >= a.epochs {
-		return out, fmt.Errorf("output %s: epoch %d: want 0..%d", ref.MsgID(), ref.Epoch, a.epochs-1)
+		return out, fmt.Errorf("output %s: epoch %d: want 0..%d", ref, ref.Epoch, a.epochs-1)
 	}
 	if ref.Shard < 0 || ref.Shard >= a.shards {
-		return out, fmt.Errorf("output %s: shard %d: want 0..%d", ref.MsgID(), ref.Shard, a.shards-1)
+		return out, fmt.Errorf("output %s: shard %d: want 0..%d", ref, ref.Shard, a.shards-1)
 	}
 	var ep *epochState
 	if ref.Epoch >= a.finished {
@@ -188,51 +189,26 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte, msg jetstream.Msg) (outc
 	}
 	if ep == nil || ep.complete.has(ref.Shard) {
 		out.duplicate = true
-		a.ackLater(msg)
 		return out, nil
 	}
 	sh := ep.shard(ref.Shard)
 
 	if ref.Chunk < 0 {
-		if sh.end >= 0 {
-			out.duplicate = true
-			a.ackLater(msg)
-			return out, nil
-		}
-		var end wire.ShardEnd
-		if err := json.Unmarshal(data, &end); err != nil {
-			return out, fmt.Errorf("output %s: shard end: %w", ref.MsgID(), err)
-		}
-		if end.Chunks < 0 {
-			return out, fmt.Errorf("output %s: shard end: chunks %d: want >= 0", ref.MsgID(), end.Chunks)
-		}
-		sh.end = end.Chunks
-		a.version++
-		a.ackLater(msg)
-		for _, f := range end.Failed {
-			f.Epoch = ref.Epoch
-			out.failed = append(out.failed, f)
-		}
+		return out, fmt.Errorf("output %s: a shard end goes through end", ref)
 	} else {
 		if h := sh.held[ref.Chunk]; h != nil || sh.delivered.has(ref.Chunk) {
-			out.duplicate = true
-			if h == nil || !sameMessage(h.msg, msg) {
-				// A copy of a chunk held or handed out: ack it once the
-				// position is written. The copy the server redelivered
-				// for the held message itself must stay unacked.
-				a.ackLater(msg)
-			}
+			out.duplicate = true // a copy of a chunk held or handed out
 			return out, nil
 		}
-		h := &heldChunk{ref: ref, msg: msg, handed: sh.skip[ref.Chunk]}
+		h := &heldChunk{ref: ref, handed: sh.skip[ref.Chunk]}
 		delete(sh.skip, ref.Chunk)
 		samples, sc, err := splitChunk(data)
 		switch {
 		case err != nil:
-			out.failed = append(out.failed, wire.FailedSample{Key: ref.MsgID(), Reason: "corrupt chunk: " + err.Error(), Epoch: ref.Epoch})
+			out.failed = append(out.failed, wire.FailedSample{Key: ref.String(), Reason: "corrupt chunk: " + err.Error(), Epoch: ref.Epoch})
 		case len(samples) == 0:
 		case a.schema != nil && !a.schema.equal(sc):
-			reason := fmt.Sprintf("chunk %s has tensors %s, the job's first chunk %s: cannot stack", ref.MsgID(), sc, a.schema)
+			reason := fmt.Sprintf("chunk %s has tensors %s, the job's first chunk %s: cannot stack", ref, sc, a.schema)
 			for _, s := range samples[min(h.handed, len(samples)):] {
 				out.failed = append(out.failed, wire.FailedSample{Key: s.key, Reason: reason, Epoch: ref.Epoch})
 			}
@@ -259,7 +235,6 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte, msg jetstream.Msg) (outc
 			// Nothing (more) to hand out: delivered as it arrives.
 			sh.delivered.add(ref.Chunk)
 			a.version++
-			a.ackLater(msg)
 		} else {
 			h.bytes = len(data)
 			a.heldBytes += int64(h.bytes)
@@ -267,43 +242,107 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte, msg jetstream.Msg) (outc
 		}
 	}
 
+	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
+	return out, nil
+}
+
+// end applies a shard's end: how many chunks it has, and its failed samples.
+func (a *assembler) end(ref wire.ChunkRef, end wire.ShardEnd) (outcome, error) {
+	var out outcome
+	ep, sh, dup, err := a.shardOf(ref)
+	if err != nil || dup {
+		out.duplicate = dup
+		return out, err
+	}
+	if sh.end >= 0 {
+		out.duplicate = true
+		return out, nil
+	}
+	if end.Chunks < 0 {
+		return out, fmt.Errorf("output %s: shard end: chunks %d: want >= 0", ref, end.Chunks)
+	}
+	sh.end = end.Chunks
+	a.version++
+	for _, f := range end.Failed {
+		f.Epoch = ref.Epoch
+		out.failed = append(out.failed, f)
+	}
+	if end.FailedOmitted > 0 {
+		out.failed = append(out.failed, wire.FailedSample{Key: ref.String(), Epoch: ref.Epoch,
+			Reason: fmt.Sprintf("%d more failed samples, not listed", end.FailedOmitted)})
+	}
+	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
+	return out, nil
+}
+
+// fail ends a shard that failed for good: the chunks it has so far (a
+// prefix, as every send starts at chunk 0) are all it will have, and the
+// rest of its samples are reported failed under the shard's key.
+func (a *assembler) fail(ref wire.ChunkRef, key, reason string) (outcome, error) {
+	var out outcome
+	ep, sh, dup, err := a.shardOf(ref)
+	if err != nil || dup || sh.end >= 0 {
+		out.duplicate = dup || (err == nil && sh.end >= 0)
+		return out, err
+	}
+	n := 0
+	for sh.delivered.has(n) || sh.held[n] != nil {
+		n++
+	}
+	sh.end = n
+	a.version++
+	out.failed = append(out.failed, wire.FailedSample{Key: key, Epoch: ref.Epoch,
+		Reason: fmt.Sprintf("shard failed after %d chunks: %s", n, reason)})
+	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
+	return out, nil
+}
+
+// shardOf checks ref and returns its epoch's and shard's state; dup says
+// the shard is complete already.
+func (a *assembler) shardOf(ref wire.ChunkRef) (*epochState, *shardState, bool, error) {
+	if ref.Epoch < 0 || ref.Epoch >= a.epochs {
+		return nil, nil, false, fmt.Errorf("output %s: epoch %d: want 0..%d", ref, ref.Epoch, a.epochs-1)
+	}
+	if ref.Shard < 0 || ref.Shard >= a.shards {
+		return nil, nil, false, fmt.Errorf("output %s: shard %d: want 0..%d", ref, ref.Shard, a.shards-1)
+	}
+	if ref.Epoch < a.finished {
+		return nil, nil, true, nil
+	}
+	ep := a.epoch(ref.Epoch)
+	if ep.complete.has(ref.Shard) {
+		return nil, nil, true, nil
+	}
+	return ep, ep.shard(ref.Shard), false, nil
+}
+
+// shardComplete reports whether every row of shard s of epoch e was handed
+// out (its end seen).
+func (a *assembler) shardComplete(e, s int) bool {
+	if e < a.finished {
+		return true
+	}
+	ep := a.open[e]
+	return ep != nil && ep.complete.has(s)
+}
+
+// arrived notes a shard whose every chunk may now be here, cuts the epoch
+// once all are, and completes the shard if all was handed out.
+func (a *assembler) arrived(e, s int, ep *epochState, sh *shardState, out *outcome) {
 	if !sh.arrivedAll && sh.hasAll(true) {
 		sh.arrivedAll = true
 		ep.arrived++
 		if ep.arrived == a.shards {
 			if len(ep.pending) > 0 {
-				out.batches = append(out.batches, stack(ref.Epoch, a.schema, ep.pending))
+				out.batches = append(out.batches, stack(e, a.schema, ep.pending))
 				a.pending -= len(ep.pending)
 				ep.pending = nil
 			}
 			ep.cut = true
-			out.cut = append(out.cut, ref.Epoch)
+			out.cut = append(out.cut, e)
 		}
 	}
-	out.finished = a.checkShard(ref.Epoch, ref.Shard)
-	return out, nil
-}
-
-// sameMessage reports whether two deliveries are of one stream message.
-func sameMessage(a, b jetstream.Msg) bool {
-	if a == nil || b == nil {
-		return false
-	}
-	ma, err := a.Metadata()
-	if err != nil {
-		return false
-	}
-	mb, err := b.Metadata()
-	if err != nil {
-		return false
-	}
-	return ma.Sequence.Stream == mb.Sequence.Stream
-}
-
-func (a *assembler) ackLater(msg jetstream.Msg) {
-	if msg != nil {
-		a.acks = append(a.acks, msg)
-	}
+	out.finished = a.checkShard(e, s)
 }
 
 // checkShard marks shard s of epoch e complete if every chunk of it was
@@ -318,6 +357,7 @@ func (a *assembler) checkShard(e, s int) []int {
 	ep.complete.add(s)
 	ep.nComplete++
 	a.version++
+	a.completed = append(a.completed, shardRef{e, s})
 	if ep.nComplete < a.shards {
 		return nil
 	}
@@ -353,30 +393,15 @@ func (a *assembler) handOut(b readyBatch) []int {
 		delete(sh.held, h.ref.Chunk)
 		a.heldBytes -= int64(h.bytes)
 		sh.delivered.add(h.ref.Chunk)
-		a.ackLater(h.msg)
 		finished = append(finished, a.checkShard(h.ref.Epoch, h.ref.Shard)...)
 	}
 	return finished
 }
 
-// takeAcks returns the messages to ack once the current position is written.
-func (a *assembler) takeAcks() []jetstream.Msg {
-	acks := a.acks
-	a.acks = nil
-	return acks
-}
-
-// held returns the messages of chunks not handed out in full.
-func (a *assembler) held() []jetstream.Msg {
-	var out []jetstream.Msg
-	for _, ep := range a.open {
-		for _, sh := range ep.shards {
-			for _, h := range sh.held {
-				if h.msg != nil {
-					out = append(out, h.msg)
-				}
-			}
-		}
-	}
-	return out
+// takeCompleted returns the shards completed since the last call: their
+// tasks may be settled once the current position is written.
+func (a *assembler) takeCompleted() []shardRef {
+	c := a.completed
+	a.completed = nil
+	return c
 }

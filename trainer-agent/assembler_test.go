@@ -18,9 +18,9 @@ import (
 func feed(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
 	t.Helper()
 	for _, m := range msgs {
-		out, err := a.add(m.ref, m.data, nil)
+		out, err := applyMsg(a, m)
 		if err != nil {
-			t.Fatalf("add %s: %v", m.ref.MsgID(), err)
+			t.Fatalf("add %s: %v", m.ref, err)
 		}
 		for _, b := range out.batches {
 			checkBatch(t, b.Batch)
@@ -101,7 +101,7 @@ func TestAssemblerWaitsForEveryChunkTheShardEndAnnounces(t *testing.T) {
 		t.Fatalf("after chunk 0: %d batches, completed %v; want a batch of 3, the final one of 1, epoch 0 complete", len(batches), completed)
 	}
 	// Anything of a complete epoch is a duplicate.
-	out, err := a.add(msgs[1].ref, msgs[1].data, nil)
+	out, err := applyMsg(a, msgs[1])
 	if err != nil || !out.duplicate {
 		t.Fatalf("chunk of a complete epoch: duplicate=%v err=%v", out.duplicate, err)
 	}
@@ -114,27 +114,27 @@ func TestAssemblerReportsBadMessages(t *testing.T) {
 	a := newAssembler(job)
 
 	for _, ref := range []wire.ChunkRef{{Job: "j", Epoch: 1, Shard: 0, Chunk: 0}, {Job: "j", Epoch: 0, Shard: 2, Chunk: 0}} {
-		if _, err := a.add(ref, msgs[0].data, nil); err == nil {
-			t.Errorf("%s: out of range, want an error", ref.MsgID())
+		if _, err := a.add(ref, msgs[0].data); err == nil {
+			t.Errorf("%s: out of range, want an error", ref)
 		}
 	}
-	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, []byte("{"), nil); err == nil || !strings.Contains(err.Error(), "shard end") {
-		t.Errorf("malformed shard end: err = %v", err)
+	if _, err := a.end(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, wire.ShardEnd{Chunks: -1}); err == nil || !strings.Contains(err.Error(), "shard end") {
+		t.Errorf("shard end of -1 chunks: err = %v", err)
 	}
 
 	// A corrupt chunk counts as seen (so the shard completes) and is reported.
-	out, err := a.add(msgs[0].ref, []byte("not safetensors"), nil)
+	out, err := a.add(msgs[0].ref, []byte("not safetensors"))
 	if err != nil || len(out.failed) != 1 || !strings.Contains(out.failed[0].Reason, "corrupt chunk") {
 		t.Fatalf("corrupt chunk: out=%+v err=%v", out, err)
 	}
 	// A chunk whose tensors differ from the first chunk's cannot be stacked.
 	other := chunkBytes(t, "j", 0, 1, 0, []string{"a", "b"})
-	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other, nil); err != nil {
+	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other); err != nil {
 		t.Fatal(err)
 	}
 	a2 := newAssembler(job)
 	a2.schema = &schema{names: []string{"image"}}
-	out, err = a2.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other, nil)
+	out, err = a2.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other)
 	if err != nil || len(out.failed) != 2 || out.arrived != 0 || !strings.Contains(out.failed[0].Reason, "cannot stack") {
 		t.Fatalf("mismatched chunk: out=%+v err=%v", out, err)
 	}

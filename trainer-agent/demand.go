@@ -150,7 +150,7 @@ func (w *stallWindow) roll(now time.Time, c clientWindow, gpu float64) wire.Dema
 // utilisation gpu (negative: none read): the step reports of the window
 // are split and counted, and the window's demand returned. a.mu must be
 // held.
-func (a *Agent) closeWindow(now time.Time, gpu float64) wire.Demand {
+func (a *Reader) closeWindow(now time.Time, gpu float64) wire.Demand {
 	c := a.steps.closeWindow(now.Sub(a.window.Start), gpu)
 	a.m.countSteps(c.PerRank)
 	d := a.window.roll(now, c, gpu)

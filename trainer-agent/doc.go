@@ -1,18 +1,28 @@
-// Package traineragent is the trainer's side of Sluice: it consumes a job's
-// preprocessed output chunks from the job's JetStream stream, re-batches
-// them per epoch, hands batches to the trainer's ranks (in process through
-// Next, or over an HTTP API for a trainer in another language), measures how
-// long the trainer waits for data and publishes that as a demand signal for
-// the autoscaler. `sluice agent` runs one as its own process.
+// Package traineragent is the trainer's side of Sluice: an Agent serves
+// one job on one node. It takes the job's shard tasks from the JetStream
+// work queue (package dispatch: shared by the job's agents on every node,
+// so a fast node takes more shards), sends each to a function replica and
+// receives the shard's output, preprocessed chunks, in the response; it
+// re-batches them per epoch, hands batches to the trainer's ranks (in
+// process through Next, or over an HTTP API for a trainer in another
+// language), measures how long the trainer waits for data and publishes
+// that as a demand signal for the autoscaler. `sluice agent` runs one as
+// its own process. No preprocessed byte passes through NATS: JetStream
+// holds only tasks, positions, job records and signals.
 //
 // Readers: a job declares its readers (wire.JobSpec.Readers; one per
-// trainer or sweep trial). The broker creates a durable consumer per reader
-// (internal/streams.Reader) with the job's output stream, which keeps a
-// chunk until every reader acked it. An agent is one reader
-// (Options.Reader), binds to that reader's consumer and gets every sample
-// of every epoch, at its own pace; an undeclared reader is refused.
+// trainer or sweep trial), and an agent serves all of them, each a Reader
+// with its own position, ranks and HTTP API (/r/NAME/v1/...; the first
+// also under /v1/...). Each shard is sent once and its chunks are fed to
+// every reader: a sweep's trials on one node share its preprocessing. A
+// shard's task is settled (acked) only once every reader recorded every
+// row of it as handed out, so the readers' pace is bounded by the job's
+// output buffer (OutputBufferBytes of chunks held): past it no task is
+// taken until the slowest reader catches up. (A lagging trial therefore
+// holds back the others once the buffer is full; shedding it, as the
+// output-stream design did, is not carried over.)
 //
-// Ranks: one agent serves every rank of one reader (a DDP trainer is one
+// Ranks: one agent serves every rank of each reader (a DDP trainer is one
 // reader; ranks on other nodes reach it over TCP). The job's batch size is
 // per rank. The assembler cuts batches of that size per epoch; the rank
 // layer (planStep, a pure policy) groups world-size consecutive batches of
@@ -29,81 +39,71 @@
 // rank 0 of a world of 1.
 //
 // Delivery is exactly once per (epoch, sample), across restarts of the
-// agent too. Functions may publish a shard's chunks again after a
-// redelivery or a replay; the stream's duplicate window drops most of
-// those and the agent drops the rest by ChunkRef. An epoch's last, partial
-// batch is cut once every shard's ShardEnd arrived with all the chunks it
-// announced.
+// agent too. A shard may be sent again (a cut response, a redelivered
+// task, a replay); functions are deterministic, so the chunks come again
+// with the same index and bytes, and each reader drops copies by ChunkRef.
+// An epoch's last, partial batch is cut once every shard's end arrived
+// with all the chunks it announced. A shard that fails for good (package
+// dispatch gives up on it) ends with the chunks it had, and its other
+// samples are reported failed under the shard's key: an epoch never waits
+// for a shard that will not come.
 //
-// Position: the agent acks a chunk only once every sample of it was handed
-// out, and keeps the chunks it holds alive with progress pings
-// (streams.ReaderAckWait is short). When the first rank takes a part of a
-// global step, the whole step is handed out: the agent records the
-// reader's position in wire.ReadersBucket under wire.ReaderKey(job,
-// reader) (compare-and-set, so two agents of one reader stop rather than
-// interleave; an agent with nothing to write checks on each keep-alive tick
-// whether another wrote) before returning the part, and only then acks the
-// chunks the step completed. Each part carries that position (metadata
-// "position"). The position (see position) holds, per unfinished epoch,
-// the complete shards as ranges or a bitmap, the shard ends seen, the
-// chunks handed out in full, the leading rows handed out of the others and
-// the shards being replayed; finished epochs are a count. A restarted agent
-// loads it, drops what was handed out, skips the rows already handed out of
-// redelivered chunks, and relies on it for the shard ends already acked.
+// Position: when the first rank takes a part of a global step, the whole
+// step is handed out: the reader records its position in
+// wire.ReadersBucket under wire.ReaderKey(job, reader) (compare-and-set,
+// so two agents of one reader stop rather than interleave; a reader with
+// nothing to write checks on each keep-alive tick whether another wrote)
+// before returning the part. A shard's task is settled (acked to the queue)
+// only once every reader's recorded position has the shard complete; until
+// then the dispatcher keeps it alive. Each part carries that position
+// (metadata "position"). The position (see position) holds, per
+// unfinished epoch, the complete shards as ranges or a bitmap, the shard
+// ends seen, the chunks handed out in full, the leading rows handed out of
+// the others and the shards being replayed; finished epochs are a count. A
+// restarted agent loads it, drops what was handed out, skips the rows
+// already handed out of chunks that come again, and sends again the shards
+// it notes as replayed.
+//
+// An agent that dies leaves its unsettled tasks on the queue: after the
+// queue's ack wait they go to any agent of the job (a stopped agent
+// returns them at once), are produced again, and the position says which
+// of their rows were handed out.
 //
 // Resume: a trainer checkpoints the position of the last step its loop
 // took (the client's state dict, State) and, restarted, posts it to
-// POST /v1/resume before any batch is handed out. The agent's recorded
-// position is at or past it; every shard whose messages the recorded
-// position may have had acked beyond the state's (replaySet) is produced
-// again through broker.Replay, the chunks held go back to the stream, and
-// the state's position, with those shards noted as replayed, becomes the
-// reader's: every sample the checkpointed model had not consumed comes
-// exactly once, to the new world size. A replay that cannot be queued
-// stops the agent; the position it leaves notes the shards, so the next
-// resume asks again.
+// POST /v1/resume. The reader's recorded position is at or past it; every
+// shard the recorded position has anything of beyond the state's, or that
+// the reader holds chunks of (replaySet), is produced again (the agent
+// sends it itself: dispatch.Replay), and the state's position, with those
+// shards noted as replayed, becomes the reader's: every sample the
+// checkpointed model had not consumed comes exactly once, to the new world
+// size. torchrun restarts the training processes, not the agent beside
+// them: a resume once the ranks took batches is a new generation of ranks
+// and is accepted, whatever its world size; only two different states
+// from ranks that took no batch since the last resume conflict (409).
 //
-// The gaps: parts of a step that the agent recorded but had not returned
-// to every rank when it is killed, and a part being written to GET
+// The gaps: parts of a step that the reader recorded but had not returned
+// to every rank when the agent is killed, and a part being written to GET
 // /v1/batch, count as delivered: a trainer gets them again only by resuming
 // from its checkpoint (what the Python client does when its agent fails).
 // An in-process trainer (Next) has no checkpoint and keeps that gap. After
-// a restart without a resume, step indices start again at 0. A stopped
-// agent (Run's context cancelled) returns the chunks it holds for
-// immediate redelivery; a killed one's come back after ReaderAckWait.
-// Parts formed for a rank that lags are held in memory without bound (DDP
-// ranks step together).
+// a restart without a resume, step indices start again at 0. Parts formed
+// for a rank that lags are held in memory without bound (DDP ranks step
+// together).
 //
-// End: once every rank got its 410 (Next: io.EOF) after the last epoch and
-// the reader's consumer settled (every chunk acked), the agent writes
-// wire.ReaderDoneKey(job, reader) in wire.ReadersBucket; the controller
-// succeeds a job only with that key of each declared reader.
+// End: once every rank of a reader got its 410 (Next: io.EOF) after the
+// last epoch, the agent writes wire.ReaderDoneKey(job, reader) in
+// wire.ReadersBucket; the controller succeeds a job only with that key of
+// each declared reader.
 //
-// Backpressure: the agent pulls with a byte-bounded pull consumer and stops
-// pulling while the batches ready hold PrefetchSamples or more, unless the
-// epoch the ranks are in has no step ready (its redelivered chunks may come
-// after later epochs' batches). A slow trainer thus leaves the data in the
-// stream rather than in the agent's memory. Samples waiting in a partial
-// batch do not count against that bound, so an epoch can always complete.
-// The chunks held unacked stay in the output stream: its buffer
-// (OutputBufferBytes) must hold the prefetch window and a step, or the job
-// stalls.
-//
-// Lagging readers (lag.go): readers of one job (the trials of a sweep)
-// share that buffer, and once it nears full the dispatcher pauses for
-// every reader. A reader whose prefetch is full checks every second
-// whether the stream holds its lag bound (Options.MaxLagBytes; half the
-// buffer when the job has several readers), waits for this reader (it
-// has not acked the stream's oldest message) and another reader was
-// delivered everything (so that reader waits, not merely the producers
-// ahead of all: holdsBuffer, a pure rule). If so it sheds: it pulls past its prefetch and acks what it
-// pulls without keeping it, its shards noted as owed in the position
-// (written before the acks). When its ranks run out of steps in an epoch
-// with owed shards it asks for them through broker.Replay; they come on
-// its own replay subject, are never shed, and the copies of chunks it had
-// kept are dropped by ChunkRef. The other readers go on at their pace;
-// the lagging one pays with the shards produced twice and a replay's
-// latency. A resume treats owed shards as acked (replaySet).
+// Backpressure: the agent takes no task while no reader wants more (each
+// stops at PrefetchSamples ready, unless the epoch its ranks are in has no
+// step ready) or the chunks it holds reach the job's OutputBufferBytes,
+// and it has at most its share of the job's in-flight budget outstanding
+// (wire.DispatchPlan). A slow trainer thus leaves tasks in the queue
+// rather than output in the agent's memory. Samples waiting in a partial
+// batch do not count against the prefetch, so an epoch can always
+// complete.
 //
 // Stall accounting (demand.go, steptime.go, gpu.go): without step reports
 // the time the trainer spends blocked in Next (or in GET /v1/batch) is its

@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"sync"
 	"testing"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"time"
 
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
@@ -117,16 +118,6 @@ func outputs(t testing.TB, job wire.Job, l layout) []outputMsg {
 	return out
 }
 
-// natsMsg builds the message; a non-empty msgID overrides the dedupe id, to
-// simulate a re-publication past the stream's duplicate window.
-func (m outputMsg) natsMsg(msgID string) *nats.Msg {
-	h := m.ref.Header()
-	if msgID != "" {
-		h.Set(nats.MsgIdHdr, msgID)
-	}
-	return &nats.Msg{Subject: wire.OutputSubject(m.ref.Job), Header: h, Data: m.data}
-}
-
 // checkBatch verifies a batch's tensors against its keys and epoch.
 func checkBatch(t testing.TB, b Batch) {
 	t.Helper()
@@ -153,23 +144,171 @@ func checkBatch(t testing.TB, b Batch) {
 	}
 }
 
-// createOutput creates job's output stream and a consumer per declared
-// reader, through internal/streams as broker.Submit does: chunks published
-// before would not be kept (interest retention).
-func createOutput(t testing.TB, nc *nats.Conn, js jetstream.JetStream, job wire.Job) {
+// applyMsg applies one output message to an assembler as a reader's intake does.
+func applyMsg(a *assembler, m outputMsg) (outcome, error) {
+	if m.ref.Chunk >= 0 {
+		return a.add(m.ref, m.data)
+	}
+	var end wire.ShardEnd
+	if err := json.Unmarshal(m.data, &end); err != nil {
+		return outcome{}, err
+	}
+	return a.end(m.ref, end)
+}
+
+// function is a hand-written function replica: it answers each shard task
+// with the frames a real one would send for the test layout, and can be
+// told to cut a response short or to hold one.
+type function struct {
+	t   testing.TB
+	job wire.Job
+	out map[shardRef][]outputMsg
+	srv *httptest.Server
+
+	mu    sync.Mutex
+	sends map[shardRef]int
+	// cutAfter, when set for a shard, cuts its next response after that
+	// many chunks (then forgets it): a replica killed mid-shard.
+	cutAfter map[shardRef]int
+	// hold blocks every response before its first frame until closed.
+	hold chan struct{}
+}
+
+// newFunction serves job's layout l on loopback.
+func newFunction(t testing.TB, job wire.Job, l layout) *function {
+	t.Helper()
+	return newFunctionOf(t, job, outputs(t, job, l))
+}
+
+// newFunctionOf serves the output msgs (each shard's chunks, then its end).
+func newFunctionOf(t testing.TB, job wire.Job, msgs []outputMsg) *function {
+	t.Helper()
+	f := &function{t: t, job: job, out: map[shardRef][]outputMsg{}, sends: map[shardRef]int{}, cutAfter: map[shardRef]int{}}
+	for _, m := range msgs {
+		k := shardRef{m.ref.Epoch, m.ref.Shard}
+		f.out[k] = append(f.out[k], m)
+	}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *function) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Ce-Type") != wire.EventTypeShardTask {
+		http.Error(w, "not a shard task event", http.StatusBadRequest)
+		return
+	}
+	var task wire.ShardTask
+	if err := json.NewDecoder(r.Body).Decode(&task); err != nil || task.Validate() != nil {
+		http.Error(w, fmt.Sprintf("bad task: %v", err), http.StatusBadRequest)
+		return
+	}
+	k := shardRef{task.Epoch, task.Shard}
+	f.mu.Lock()
+	f.sends[k]++
+	cut, cutting := f.cutAfter[k]
+	delete(f.cutAfter, k)
+	hold := f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	msgs, ok := f.out[k]
+	if !ok {
+		http.Error(w, "no such shard", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", wire.ShardStreamMediaType)
+	w.WriteHeader(http.StatusOK)
+	for i, m := range msgs {
+		if cutting && i == cut {
+			panic(http.ErrAbortHandler) // the connection is cut: "shard incomplete"
+		}
+		kind, index := wire.FrameChunk, m.ref.Chunk
+		if m.ref.Chunk < 0 {
+			kind, index = wire.FrameEnd, 0
+		}
+		if err := wire.WriteFrame(w, kind, index, m.data); err != nil {
+			return
+		}
+		w.(http.Flusher).Flush()
+	}
+}
+
+// cut makes the next response for (epoch, shard) stop after n chunks.
+func (f *function) cut(epoch, shard, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cutAfter[shardRef{epoch, shard}] = n
+}
+
+// sendsOf is how often (epoch, shard) was asked for.
+func (f *function) sendsOf(epoch, shard int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sends[shardRef{epoch, shard}]
+}
+
+// submit does what broker.Submit and a controller do for job: record it,
+// queue its tasks (every epoch, in order, or as order says), and publish a
+// dispatch plan sending them to f with inFlight tasks at once.
+func (e env) submit(t testing.TB, job wire.Job, f *function, inFlight int, order ...shardRef) {
 	t.Helper()
 	ctx := context.Background()
-	spec := job.Spec.WithDefaults(nc.MaxPayload())
-	cfg, err := streams.Output(spec, nc.MaxPayload(), streams.Options{})
-	if err != nil {
+	e.record(t, job)
+	if _, err := e.js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch(job.Spec.ID, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
+	if len(order) == 0 {
+		for ep := range job.Spec.Epochs {
+			for s := range job.Shards {
+				order = append(order, shardRef{ep, s})
+			}
+		}
 	}
-	for _, r := range spec.Readers {
-		if _, err := js.CreateConsumer(ctx, cfg.Name, streams.Reader(spec.ID, r)); err != nil {
+	for _, k := range order {
+		data, err := json.Marshal(job.Task(k.epoch, k.shard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.js.Publish(ctx, wire.TaskSubject(job.Spec.ID), data); err != nil {
 			t.Fatal(err)
 		}
 	}
+	e.plan(t, job.Spec.ID, f, inFlight)
+}
+
+// plan publishes job's dispatch plan: f's URL, inFlight tasks at once.
+func (e env) plan(t testing.TB, job string, f *function, inFlight int) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, wire.DispatchBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(wire.DispatchPlan{Job: job, Time: time.Now(), Endpoints: []string{f.srv.URL}, PerEndpoint: inFlight, InFlight: inFlight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, job, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// taskBacklog is the job's tasks not yet settled: queued or held by an agent.
+func (e env) taskBacklog(t testing.TB, job string) int {
+	t.Helper()
+	cons, err := e.js.Consumer(context.Background(), wire.TaskStream, wire.DispatchConsumer(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.NumPending) + info.NumAckPending
 }

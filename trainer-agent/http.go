@@ -12,7 +12,6 @@ import (
 	"strconv"
 
 	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/wire"
 )
 
 // Safetensors metadata keys of a batch served over HTTP.
@@ -81,7 +80,8 @@ const (
 	// took in its checkpoint (State.Position) and resumes from it.
 	MetaBatchPosition = "position"
 
-	HeaderStep = "Sluice-Step"
+	HeaderEpoch = "Sluice-Epoch"
+	HeaderStep  = "Sluice-Step"
 	// HeaderEnd says why GET /v1/batch answered 410: EndDelivered or EndEnded.
 	HeaderEnd    = "Sluice-End"
 	EndDelivered = "delivered" // the rank got every step of every epoch
@@ -110,7 +110,7 @@ const (
 //	               already, or another state was resumed from. 503: the
 //	               agent stopped.
 //	GET /v1/stats  200: Stats as JSON (durations in seconds).
-func (a *Agent) Handler() http.Handler {
+func (a *Reader) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/batch", a.serveBatch)
 	mux.HandleFunc("POST /v1/resume", a.serveResume)
@@ -183,7 +183,7 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 	return req, report, nil
 }
 
-func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
+func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	req, report, err := parseBatchQuery(r.URL.Query())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -237,7 +237,7 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(size))
-	w.Header().Set(wire.HeaderEpoch, strconv.Itoa(b.Epoch))
+	w.Header().Set(HeaderEpoch, strconv.Itoa(b.Epoch))
 	w.Header().Set(HeaderStep, strconv.Itoa(p.Step))
 	// The position already counts this batch as delivered: a trainer
 	// that loses it here does not get it from a restarted agent either
@@ -262,7 +262,7 @@ func (a *Agent) serveBatch(w http.ResponseWriter, r *http.Request) {
 // 10,000 shards.
 const maxStateBytes = 4 << 20
 
-func (a *Agent) serveResume(w http.ResponseWriter, r *http.Request) {
+func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	world := 0
 	if v := r.URL.Query().Get("world_size"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -58,7 +58,7 @@ func (h httpRank) part(hdr http.Header, body []byte) rankPart {
 	p.World, _ = strconv.Atoi(m[MetaBatchWorldSize])
 	p.Last = m[MetaBatchLastStep] == "true"
 	if m[MetaBatchRank] != strconv.Itoa(h.rank) || m[MetaBatchJob] == "" || m[MetaBatchReader] != wire.DefaultReader ||
-		hdr.Get(wire.HeaderEpoch) != m[MetaBatchEpoch] || hdr.Get(HeaderStep) != m[MetaBatchStep] {
+		hdr.Get(HeaderEpoch) != m[MetaBatchEpoch] || hdr.Get(HeaderStep) != m[MetaBatchStep] {
 		h.t.Fatalf("rank %d: metadata %v, headers %v", h.rank, m, hdr)
 	}
 	return p
@@ -67,11 +67,8 @@ func (h httpRank) part(hdr http.Header, body []byte) rankPart {
 func TestRanksOverHTTP(t *testing.T) {
 	e := newEnv(t)
 	job := testJob("http-ranks", 1, 4, rankLayout)
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, rankLayout) {
-		e.publish(t, m, "")
-	}
-	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	e.submit(t, job, newFunction(t, job, rankLayout), 2)
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +100,10 @@ func TestRanksOverHTTP(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d naming %q", tc.name, code, body, tc.want, tc.body)
 		}
 	}
-	// A resume once a batch was handed out conflicts.
+	// A resume once a batch was handed out is a new generation of ranks
+	// (the trainer restarted, the agent did not): it starts again from
+	// its state, here the job's start, and what the old ranks took is
+	// theirs to lose.
 	state, _ := json.Marshal(State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 2})
 	resp, err := http.Post(srv.URL+"/v1/resume?world_size=2", "application/json", bytes.NewReader(state))
 	if err != nil {
@@ -111,9 +111,10 @@ func TestRanksOverHTTP(t *testing.T) {
 	}
 	msg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusConflict {
-		t.Errorf("POST /v1/resume after a batch: %s %s, want 409", resp.Status, msg)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(msg), `"resumed":true`) {
+		t.Errorf("POST /v1/resume after a batch: %s %s, want 200 with a rewind", resp.Status, msg)
 	}
+	parts = [][]rankPart{nil, nil}
 
 	for r, h := range []httpRank{r0, r1} {
 		for {
@@ -157,15 +158,11 @@ func TestRanksOverHTTP(t *testing.T) {
 func TestResumeOverHTTP(t *testing.T) {
 	e := newEnv(t)
 	job := testJob("http-resume", 1, 4, rankLayout)
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, rankLayout) {
-		e.publish(t, m, "")
-	}
-	a, err := New(e.nc, e.js, job, Options{WorldSize: 2}, nil, nil)
+	e.submit(t, job, newFunction(t, job, rankLayout), 2)
+	a, err := New(e.nc, e.js, job, Options{WorldSize: 2}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.replay = (&fakeReplay{t: t, e: e, msgs: outputs(t, job, rankLayout)}).replay
 	wait := runAgent(t, a)
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)

@@ -39,17 +39,14 @@ type epochPosition struct {
 	Complete string                `json:"complete,omitempty"`
 	Shards   map[int]shardPosition `json:"shards,omitempty"`
 	// Replayed are shards (not complete) that a resume asked to be
-	// re-produced: their earlier messages may be acked, so a later resume
-	// from a position before them must ask again (see replaySet).
+	// re-produced: their tasks may be settled, so an agent that restarts
+	// with this position sends them again, and a later resume from a
+	// position before them asks again (see replaySet).
 	Replayed string `json:"replayed,omitempty"`
-	// Owed are shards (not complete) a lagging reader shed messages of:
-	// acked unkept, to be asked for again (see lag.go).
-	Owed string `json:"owed,omitempty"`
 }
 
 type shardPosition struct {
-	// End is the chunk count of the shard end, once it was seen: the end
-	// is acked then and will not come again.
+	// End is the chunk count of the shard end, once it was seen.
 	End    *int        `json:"end,omitempty"`
 	Chunks string      `json:"chunks,omitempty"` // chunks handed out in full
 	Rows   map[int]int `json:"rows,omitempty"`   // chunk -> leading rows handed out
@@ -69,14 +66,6 @@ func (a *assembler) snapshot() position {
 			replayed = append(replayed, w)
 		}
 		out.Replayed = encodeSet(replayed)
-		var owed bitset
-		for i, w := range ep.owed {
-			if i < len(ep.complete) {
-				w &^= ep.complete[i]
-			}
-			owed = append(owed, w)
-		}
-		out.Owed = encodeSet(owed)
 		for s, sh := range ep.shards {
 			var sp shardPosition
 			if sh.end >= 0 {
@@ -99,7 +88,7 @@ func (a *assembler) snapshot() position {
 				out.Shards[s] = sp
 			}
 		}
-		if out.Complete != "" || out.Shards != nil || out.Replayed != "" || out.Owed != "" {
+		if out.Complete != "" || out.Shards != nil || out.Replayed != "" {
 			if p.Epochs == nil {
 				p.Epochs = map[int]epochPosition{}
 			}
@@ -139,14 +128,9 @@ func (a *assembler) restore(p position) error {
 		if err != nil {
 			return fmt.Errorf("position: epoch %d: replayed shards: %w", e, err)
 		}
-		owed, err := decodeSet(ep.Owed, a.shards)
-		if err != nil {
-			return fmt.Errorf("position: epoch %d: owed shards: %w", e, err)
-		}
 		st := a.epoch(e)
 		st.complete = complete
 		st.replayed = replayed
-		st.owed = owed
 		st.nComplete = complete.countBelow(a.shards)
 		st.arrived = st.nComplete
 		for s, sp := range ep.Shards {

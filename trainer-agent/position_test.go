@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 func TestSetEncodingRoundTrips(t *testing.T) {
@@ -69,39 +68,24 @@ func everyOther(from, to int) []int {
 	return out
 }
 
-// fakeMsg stands for a JetStream message in tests of the assembler alone:
-// only its stream sequence is read.
-type fakeMsg struct {
-	jetstream.Msg
-	seq uint64
-	m   outputMsg
-}
-
-func (f *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
-	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: f.seq}}, nil
-}
-
 // TestAssemblerResumesExactlyOnce plays a reader that crashes at random
 // points, many times over: each run starts from the last recorded
-// position, gets every message not acked yet (in a new order, copies
-// included), hands out batches at random moments, records the position
-// after each (as Next does) and acks what it allows. Every sample of every
-// epoch must be handed out exactly once over all runs.
+// position, gets every shard whose task was not settled yet (the
+// responses interleaved, some twice), hands out batches at random moments,
+// records the position after each (as Next does) and settles the shards it
+// completed. Every sample of every epoch must be handed out exactly once
+// over all runs, and every task settled.
 func TestAssemblerResumesExactlyOnce(t *testing.T) {
 	l := layout{{3, 2}, {4}, {1, 2, 3}, {0}, {5, 5}, {}} // a chunk without rows, a shard without chunks
 	job := testJob("j", 3, 4, l)
+	byShard := map[shardRef][]outputMsg{}
+	for _, m := range outputs(t, job, l) {
+		k := shardRef{m.ref.Epoch, m.ref.Shard}
+		byShard[k] = append(byShard[k], m)
+	}
 	for trial := range 200 {
 		rng := rand.New(rand.NewPCG(uint64(trial), 42))
-		var msgs []*fakeMsg
-		for i, m := range outputs(t, job, l) {
-			msgs = append(msgs, &fakeMsg{seq: uint64(i + 1), m: m})
-		}
-		// Two copies published past the duplicate window: other messages.
-		for range 2 {
-			m := msgs[rng.IntN(len(msgs))]
-			msgs = append(msgs, &fakeMsg{seq: uint64(len(msgs) + 1), m: m.m})
-		}
-		acked := map[uint64]bool{}
+		settled := map[shardRef]bool{}
 		delivered := map[string]int{}
 		var stored []byte
 		for run := 0; ; run++ {
@@ -116,13 +100,26 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 				}
 			}
 			a.start()
-			var todo []*fakeMsg
-			for _, m := range msgs {
-				if !acked[m.seq] {
-					todo = append(todo, m)
+			// Every task not settled is sent again, a few of them twice
+			// (a redelivery racing a retry); the responses interleave.
+			var queues [][]outputMsg
+			for k, msgs := range byShard {
+				if settled[k] {
+					continue
+				}
+				queues = append(queues, msgs)
+				if rng.IntN(5) == 0 {
+					queues = append(queues, msgs)
 				}
 			}
-			rng.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
+			var todo []outputMsg
+			for len(queues) > 0 {
+				i := rng.IntN(len(queues))
+				todo = append(todo, queues[i][0])
+				if queues[i] = queues[i][1:]; len(queues[i]) == 0 {
+					queues = append(queues[:i], queues[i+1:]...)
+				}
+			}
 			last := run >= 6
 			crashAt := len(todo)
 			if !last && len(todo) > 0 {
@@ -135,8 +132,8 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				stored = data
-				for _, m := range a.takeAcks() {
-					acked[m.(*fakeMsg).seq] = true
+				for _, s := range a.takeCompleted() {
+					settled[s] = true
 				}
 			}
 			handOut := func(n int) {
@@ -151,7 +148,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 				}
 			}
 			for _, m := range todo[:crashAt] {
-				out, err := a.add(m.m.ref, m.m.data, m)
+				out, err := applyMsg(a, m)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -166,7 +163,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 			}
 			handOut(len(ready))
 			sync()
-			if !a.allFinished() || a.heldBytes != 0 || len(a.held()) != 0 {
+			if !a.allFinished() || a.heldBytes != 0 {
 				t.Fatalf("trial %d: after the last run: finished %v, %d bytes held: %s", trial, a.allFinished(), a.heldBytes, stored)
 			}
 			break
@@ -187,9 +184,9 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 		if len(delivered) > 0 {
 			t.Fatalf("trial %d: unexpected samples delivered: %v", trial, delivered)
 		}
-		for _, m := range msgs {
-			if !acked[m.seq] {
-				t.Fatalf("trial %d: message %s (seq %d) never acked", trial, m.m.ref.MsgID(), m.seq)
+		for k := range byShard {
+			if !settled[k] {
+				t.Fatalf("trial %d: shard %d of epoch %d never settled", trial, k.shard, k.epoch)
 			}
 		}
 	}
@@ -220,7 +217,7 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 		a.start()
 		a.finished = 1 // epoch 0 finished
 		add := func(ref outputMsg) []readyBatch {
-			out, err := a.add(ref.ref, ref.data, nil)
+			out, err := applyMsg(a, ref)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,18 +8,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // take calls Next n times (n < 0: until io.EOF) and checks every batch.
-func take(t *testing.T, a *Agent, n int) []Batch {
+func take(t *testing.T, a interface {
+	Next(context.Context) (Batch, error)
+}, n int) []Batch {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -36,16 +35,6 @@ func take(t *testing.T, a *Agent, n int) []Batch {
 		out = append(out, b)
 	}
 	return out
-}
-
-// streamMsgs is the number of messages the job's output stream holds.
-func (e env) streamMsgs(t *testing.T, job string) uint64 {
-	t.Helper()
-	s, err := e.js.Stream(context.Background(), wire.OutputStream(job))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.CachedInfo().State.Msgs
 }
 
 // storedPosition reads a reader's recorded position.
@@ -71,45 +60,40 @@ func TestTwoReadersEachGetEverySampleAtTheirOwnPace(t *testing.T) {
 	l := layout{{3, 2}, {4}, {1, 2, 3}}
 	job := testJob("two", 2, 4, l)
 	job.Spec.Readers = []string{"fast", "slow"}
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, l) {
-		e.publish(t, m, "")
-	}
-	agents := map[string]*Agent{}
-	waits := map[string]func() error{}
+	f := newFunction(t, job, l)
+	e.submit(t, job, f, 2)
 	dm := e.watchDemand(t, job.Spec.ID)
-	for _, r := range job.Spec.Readers {
-		a, err := New(e.nc, e.js, job, Options{Reader: r, DemandInterval: 20 * time.Millisecond}, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents[r] = a
-		waits[r] = runAgent(t, a)
-	}
-	// The fast reader takes everything while the slow one takes nothing.
-	checkDelivery(t, job, l, take(t, agents["fast"], -1))
-	if err := waits["fast"](); err != nil {
+	a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, nil, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if st := agents["slow"].Stats(); st.SamplesDelivered != 0 {
+	wait := runAgent(t, a)
+	fast, slow := a.Reader("fast"), a.Reader("slow")
+	// The fast reader takes everything while the slow one takes nothing.
+	checkDelivery(t, job, l, take(t, fast, -1))
+	if st := slow.Stats(); st.SamplesDelivered != 0 {
 		t.Fatalf("slow reader delivered %d samples before asking", st.SamplesDelivered)
 	}
-	// The stream keeps every chunk the slow reader has not acked.
-	if n := e.streamMsgs(t, job.Spec.ID); n == 0 {
-		t.Fatal("the stream dropped chunks the slow reader has not taken")
+	// A task is settled only once both readers recorded its shard.
+	if n := e.taskBacklog(t, job.Spec.ID); n == 0 {
+		t.Fatal("every task settled while the slow reader had taken nothing")
 	}
-	slow := take(t, agents["slow"], 3)
-	checkDelivery(t, job, l, append(slow, take(t, agents["slow"], -1)...))
-	if err := waits["slow"](); err != nil {
+	got := take(t, slow, 3)
+	checkDelivery(t, job, l, append(got, take(t, slow, -1)...))
+	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	// Both acked everything: interest retention empties the stream.
-	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if n := e.streamMsgs(t, job.Spec.ID); n != 0 {
-			return fmt.Errorf("%d messages left in the output stream", n)
+	// Each shard was produced once, for both readers.
+	for ep := range job.Spec.Epochs {
+		for s := range l {
+			if n := f.sendsOf(ep, s); n != 1 {
+				t.Errorf("shard %d of epoch %d sent %d times, want once for both readers", s, ep, n)
+			}
 		}
-		return nil
-	})
+	}
+	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
+		t.Errorf("%d tasks left unsettled, want 0", n)
+	}
 	for _, r := range job.Spec.Readers {
 		if p := e.storedPosition(t, job.Spec.ID, r); p.Finished != 2 || len(p.Epochs) != 0 {
 			t.Errorf("position of %s = %+v, want 2 epochs finished", r, p)
@@ -135,35 +119,36 @@ func TestNewRefusesAnUndeclaredReader(t *testing.T) {
 	e := newEnv(t)
 	job := testJob("j", 1, 1, layout{{1}})
 	job.Spec.Readers = []string{"rank0", "rank1"}
-	_, err := New(e.nc, e.js, job, Options{Reader: "rank2"}, nil, nil)
+	_, err := New(e.nc, e.js, job, Options{Readers: []string{"rank2"}}, nil, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), `no reader "rank2"`) || !strings.Contains(err.Error(), "rank0, rank1") {
 		t.Errorf("New with an undeclared reader: %v; want an error naming the declared ones", err)
 	}
+	// The job's agents share its tasks: an agent serves every reader.
+	if _, err := New(e.nc, e.js, job, Options{Readers: []string{"rank1"}}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "serves all of them") {
+		t.Errorf("New with some of the readers: %v", err)
+	}
 	// A spec declaring none has the default reader only.
 	job.Spec.Readers = nil
-	if _, err := New(e.nc, e.js, job, Options{Reader: "other"}, nil, nil); err == nil || !strings.Contains(err.Error(), wire.DefaultReader) {
+	if _, err := New(e.nc, e.js, job, Options{Readers: []string{"other"}}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), wire.DefaultReader) {
 		t.Errorf("New with reader other of a job declaring none: %v", err)
 	}
-	if _, err := New(e.nc, e.js, job, Options{}, nil, nil); err != nil {
+	if _, err := New(e.nc, e.js, job, Options{}, nil, nil, nil); err != nil {
 		t.Errorf("New with the default reader: %v", err)
 	}
 }
 
 // TestAgentResumesWhereItsBatchesEnded stops agents of one reader twice,
 // once in the middle of a chunk in epoch 0 and once after an epoch finished
-// (with shard ends of the other acked, which the position must remember):
+// (with tasks of the other settled, which the position must remember):
 // over the three runs every sample of every epoch is delivered exactly
-// once, batches full but for each epoch's last.
+// once, batches full but for each epoch's last, and every task is settled.
 func TestAgentResumesWhereItsBatchesEnded(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}} // 26 samples per epoch
 	job := testJob("resume", 2, 4, l)
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, l) {
-		e.publish(t, m, "")
-	}
+	e.submit(t, job, newFunction(t, job, l), 1)
 	run := func() (*Agent, context.CancelFunc, chan error) {
-		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +188,7 @@ func TestAgentResumesWhereItsBatchesEnded(t *testing.T) {
 		all = append(all, take(t, a, 1)...)
 	}
 	stop(cancel, errc)
-	// Epochs may finish out of order (redelivered chunks come after new ones).
+	// Epochs may finish out of order (tasks sent again come after new ones).
 	p = e.storedPosition(t, job.Spec.ID, wire.DefaultReader)
 	finished := p.Finished
 	for _, ep := range p.Epochs {
@@ -221,12 +206,9 @@ func TestAgentResumesWhereItsBatchesEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDelivery(t, job, l, all)
-	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if n := e.streamMsgs(t, job.Spec.ID); n != 0 {
-			return fmt.Errorf("%d messages left in the output stream", n)
-		}
-		return nil
-	})
+	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
+		t.Errorf("%d tasks left unsettled, want 0", n)
+	}
 	// A fourth agent has nothing left to deliver.
 	a, _, errc = run()
 	if _, err := a.Next(context.Background()); !errors.Is(err, io.EOF) {
@@ -237,63 +219,57 @@ func TestAgentResumesWhereItsBatchesEnded(t *testing.T) {
 	}
 }
 
-// TestAgentWorksThroughAFullOutputBuffer publishes into an output buffer
-// too small for the job, as functions do (a refused publish is tried again
-// later), while the trainer takes batches only once the buffer was full.
-func TestAgentWorksThroughAFullOutputBuffer(t *testing.T) {
+// TestAgentHoldsNoMoreThanTheOutputBuffer feeds two readers, one of which
+// takes nothing at first: the agent holds the chunks for it up to the
+// job's output buffer and then takes no task, so the other reader waits
+// too; once the slow one takes batches, both get every sample.
+func TestAgentHoldsNoMoreThanTheOutputBuffer(t *testing.T) {
 	e := newEnv(t)
-	chunks := make([]int, 20)
+	chunks := make([]int, 5)
 	for i := range chunks {
 		chunks[i] = 4
 	}
-	l := layout{chunks, chunks, chunks} // 240 samples in 60 chunks
+	l := layout{chunks, chunks, chunks, chunks, chunks, chunks} // 120 samples in 6 shards of 5 chunks
 	job := testJob("full", 1, 4, l)
-	job.Spec.OutputBufferBytes = 16 << 10 // about 30 chunks
-	e.createStream(t, job)
-	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8}, nil, nil)
+	job.Spec.Readers = []string{"fast", "slow"}
+	one := len(chunkBytes(t, job.Spec.ID, 0, 0, 0, []string{sampleKey(0, 0, 0), sampleKey(0, 0, 1), sampleKey(0, 0, 2), sampleKey(0, 0, 3)}))
+	job.Spec.OutputBufferBytes = int64(12 * one) // two shards and a bit
+	f := newFunction(t, job, l)
+	e.submit(t, job, f, 1)
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wait := runAgent(t, a)
-
-	var refused atomic.Int64
-	full := make(chan struct{})
-	published := make(chan error, 1)
-	go func() {
-		for _, m := range outputs(t, job, l) {
-			for {
-				_, err := e.js.PublishMsg(context.Background(), m.natsMsg(""))
-				if err == nil {
-					break
-				}
-				var apiErr *jetstream.APIError
-				if !errors.As(err, &apiErr) {
-					published <- err
-					return
-				}
-				if refused.Add(1) == 1 {
-					close(full)
-				}
-				time.Sleep(5 * time.Millisecond) // the dispatcher's retry, shortened
-			}
+	fast, slow := a.Reader("fast"), a.Reader("slow")
+	// Three shards fill the buffer (the third passes its bound); the fast
+	// reader then waits for the slow one. (Of the 15 batches they make, the
+	// last is held back: it might be the epoch's last step.)
+	got := take(t, fast, 14)
+	sent := func() int {
+		n := 0
+		for s := range l {
+			n += f.sendsOf(0, s)
 		}
-		published <- nil
+		return n
+	}
+	if n := sent(); n != 3 {
+		t.Fatalf("%d shards sent with the slow reader holding the buffer, want 3", n)
+	}
+	// Both read on: the slow one catches up and frees the buffer.
+	var rest []Batch
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rest = take(t, slow, -1)
 	}()
-	select {
-	case <-full:
-	case err := <-published:
-		t.Fatalf("every chunk fit in the output buffer (%v): the test needs a smaller one", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the output buffer never filled")
-	}
-	checkDelivery(t, job, l, take(t, a, -1))
-	if err := <-published; err != nil {
-		t.Fatal(err)
-	}
+	got = append(got, take(t, fast, -1)...)
+	<-done
+	checkDelivery(t, job, l, rest)
+	checkDelivery(t, job, l, got)
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d publishes refused by the full buffer", refused.Load())
 }
 
 func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
@@ -303,17 +279,17 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 			l := layout{{2}, {2}}
 			job := testJob("gone", 1, 2, l)
 			job.State = wire.JobRunning
-			e.createStream(t, job)
+			f := newFunction(t, job, l)
 			// Open waits for the record.
 			opened := make(chan *Agent, 1)
 			go func() {
-				a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil)
+				a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
 				if err != nil {
 					t.Error(err)
 				}
 				opened <- a
 			}()
-			e.record(t, job)
+			e.submit(t, job, f, 2)
 			a := <-opened
 			if a == nil {
 				t.FailNow()
@@ -321,11 +297,6 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 			wait := runAgent(t, a)
 			srv := httptest.NewServer(a.Handler())
 			t.Cleanup(srv.Close)
-			msgs := outputs(t, job, l)
-			// Both shards' chunks: two batches. (One alone is held back:
-			// it might be the epoch's last step, which is marked so.)
-			e.publish(t, msgs[0], "")
-			e.publish(t, msgs[2], "")
 			b := take(t, a, 1)
 			if len(b[0].Keys) != 2 {
 				t.Fatalf("first batch %v", b[0].Keys)
@@ -366,7 +337,7 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 		job := testJob("done", 1, 2, layout{{2}})
 		job.State = wire.JobSucceeded
 		e.record(t, job)
-		a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil)
+		a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -379,7 +350,7 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 		job := testJob("over", 1, 2, layout{{2}})
 		job.State, job.Reason = wire.JobFailed, "no sample could be processed"
 		e.record(t, job)
-		_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil)
+		_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
 		if !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "no sample could be processed") {
 			t.Errorf("Open of a failed job: %v", err)
 		}
@@ -399,11 +370,8 @@ func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
 	if _, err := kv.Put(context.Background(), wire.ReaderKey(job.Spec.ID, wire.DefaultReader), []byte(stale)); err != nil {
 		t.Fatal(err)
 	}
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, l) {
-		e.publish(t, m, "")
-	}
-	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	e.submit(t, job, newFunction(t, job, l), 2)
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,19 +385,17 @@ func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
 	}
 }
 
-// TestTwoAgentsOfOneReaderDoNotBothDeliver runs two agents as one reader:
-// they split the reader's chunks until one of them records a position and
-// the other's compare-and-set fails. The loser stops without handing out
-// its batch and returns its chunks; the winner delivers every sample once.
-// (If the winner took every chunk first, the other just waits.)
+// TestTwoAgentsOfOneReaderDoNotBothDeliver runs two agents serving every
+// rank of one reader: they split the job's tasks until one of them records
+// a position and the other's compare-and-set fails. The loser stops
+// without handing out its batch and returns its tasks; the winner delivers
+// every sample once. (If the winner took every task first, the other just
+// waits.) Agents of one job on several nodes serve disjoint ranks.
 func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{3, 2}, {4}, {1, 2, 3}, {5}}
 	job := testJob("twice", 2, 2, l)
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, l) {
-		e.publish(t, m, "")
-	}
+	e.submit(t, job, newFunction(t, job, l), 2)
 	type result struct {
 		batches []Batch
 		err     error
@@ -438,7 +404,7 @@ func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
 	defer cancel()
 	results := make(chan result, 2)
 	for range 2 {
-		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil)
+		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,13 +4,13 @@ import "fmt"
 
 // replaySet returns, per epoch, the shards that must be produced again for
 // a reader to resume at position p when its agents recorded h (h is at or
-// past p): those whose messages h may have had acked beyond what p
-// records. The agent acks a message only once the position records it, so
-// that is a shard complete in h, or with its end or a whole chunk in h but
-// not in p, or one an earlier resume replayed (its first messages may be
-// gone), or one a lagging reader owed (it acked messages unkept). A shard p shows complete needs nothing; a chunk partly handed out
-// is still unacked and comes again by itself. Epochs before p.Finished are
-// left out. It is pure: the agent calls it on its snapshot.
+// past p): those not complete in p of which h records anything beyond p
+// (complete, its end, a chunk or rows handed out), or that an earlier
+// resume replayed. The chunks the reader kept of them were dropped by the
+// rewind, and their tasks may be settled, so nothing else sends them again;
+// producing a shard once too often costs only time (copies are dropped by
+// ChunkRef). Epochs before p.Finished are left out. It is pure: the agent
+// calls it on its snapshot.
 func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
 	out := map[int][]int{}
 	for e := max(p.Finished, 0); e < epochs; e++ {
@@ -39,15 +39,11 @@ func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("recorded position: epoch %d: replayed shards: %w", e, err)
 		}
-		hOwed, err := decodeSet(he.Owed, shards)
-		if err != nil {
-			return nil, fmt.Errorf("recorded position: epoch %d: owed shards: %w", e, err)
-		}
 		for s := range shards {
 			if pComplete.has(s) {
 				continue
 			}
-			more := hComplete.has(s) || hReplayed.has(s) || hOwed.has(s)
+			more := hComplete.has(s) || hReplayed.has(s)
 			if !more {
 				if hs, ok := he.Shards[s]; ok {
 					if more, err = ackedMore(hs, pe.Shards[s]); err != nil {

@@ -46,9 +46,6 @@ func TestReplaySet(t *testing.T) {
 		{"replayed by an earlier resume", position{Epochs: map[int]epochPosition{0: {Complete: "0", Replayed: "1-2"}}},
 			position{Epochs: map[int]epochPosition{0: {Complete: "0-1"}}},
 			map[int][]int{0: {2}}},
-		{"owed by a lagging reader", position{Epochs: map[int]epochPosition{0: {Complete: "0", Owed: "3-4"}}},
-			position{Epochs: map[int]epochPosition{0: {Complete: "0,4"}}},
-			map[int][]int{0: {3}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := replaySet(tc.h, tc.p, epochs, shards)

@@ -6,9 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/wire"
 )
@@ -48,11 +47,6 @@ var ErrBadState = errors.New("bad trainer state")
 // batch already, or resumed from another state (POST /v1/resume answers 409).
 var ErrResumeConflict = errors.New("conflicting resume")
 
-// replayFunc queues the re-production of shards (epoch -> shard indices)
-// for reader of job and returns how many it queued: broker.Replay, or a
-// test's fake that publishes the chunks itself.
-type replayFunc func(ctx context.Context, js jetstream.JetStream, job wire.Job, reader string, shards map[int][]int) (int, error)
-
 // resumeRecord is the resume this agent did, to answer repeats of it.
 type resumeRecord struct {
 	state  State
@@ -70,9 +64,11 @@ type resumeRecord struct {
 // state's position already covers are dropped by ChunkRef, as ever.
 //
 // Every rank of a restarted trainer sends the same state: a repeat is
-// answered as the first was. Another state, or any state once a batch was
-// handed out, is refused with ErrResumeConflict.
-func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+// answered as the first was. A resume once the ranks took batches is a new
+// generation of ranks (any world size) and rewinds again; another state
+// before the resumed ranks took any batch is refused with
+// ErrResumeConflict.
+func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
 	p, err := a.checkState(st)
 	if err != nil {
 		return ResumeResult{}, err
@@ -115,18 +111,27 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 			return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
 		}
 		return ResumeResult{}, ErrStopped
-	case a.resumed != nil:
+	case a.resumed != nil && !a.ranks.formed:
+		// The ranks of one generation resume together: the same state
+		// is a repeat; another, before any of them took a batch, a
+		// genuine conflict.
 		r := a.resumed
 		unlock()
 		if sameState(r.state, st) && r.world == world {
 			return r.result, nil
 		}
-		return ResumeResult{}, fmt.Errorf("%w: this agent resumed from another state (epoch %d step %d, world size %d)",
+		return ResumeResult{}, fmt.Errorf("%w: this agent's ranks resumed from another state (epoch %d step %d, world size %d) and took no batch since",
 			ErrResumeConflict, r.state.Epoch, r.state.Step, r.world)
-	case a.ranks.formed:
-		unlock()
-		return ResumeResult{}, fmt.Errorf("%w: this agent handed out batches already; restart it to resume from a checkpoint", ErrResumeConflict)
 	}
+	// A new generation of ranks (a trainer restarted from its checkpoint
+	// by torchrun, the agent still running): what the ranks held and the
+	// steps they were in are forgotten, and the rewind below owes them
+	// every sample past the checkpoint.
+	if a.ranks.formed || a.resumed != nil {
+		a.log.Info("a new generation of ranks resumes", "epoch", st.Epoch, "step", st.Step, "world_size", world)
+	}
+	dropLast, dropFixed := a.ranks.dropLast, a.ranks.dropFixed
+	a.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
 	h := position{Version: positionVersion}
 	if a.recorded != nil {
 		if h, err = decodePosition(a.recorded); err != nil {
@@ -166,7 +171,16 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 	// messages whose acks wait for a write (the state's position may not
 	// cover them); the ready batches are dropped, and no step is formed
 	// until the replay is queued.
-	held := append(a.asm.held(), a.asm.takeAcks()...)
+	// Shards with chunks held now lose them in the rewind: their tasks
+	// are unsettled and nothing sends them again, so they are replayed
+	// too (a copy of what is kept is dropped by ChunkRef).
+	for e, ep := range a.asm.open {
+		for s, sh := range ep.shards {
+			if len(sh.held) > 0 && !fresh.shardComplete(e, s) && !slices.Contains(replay[e], s) {
+				replay[e] = append(replay[e], s)
+			}
+		}
+	}
 	fresh.version = a.asm.version + 1
 	fresh.schema = a.asm.schema
 	fresh.markReplayed(replay)
@@ -180,27 +194,24 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
 		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
 
-	for _, m := range held {
-		if err := m.Nak(); err != nil {
-			a.log.Debug("releasing a held chunk", "error", err)
-		}
-	}
 	// The memory is rewound: finish even if the client goes away.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionWriteTimeout)
 	defer cancel()
-	err = nil
-	if len(replay) > 0 {
-		result.ReplayedShards, err = a.replay(ctx, a.js, a.job, a.reader, replay)
-		if err != nil {
-			err = fmt.Errorf("resuming reader %s: %w", a.reader, err)
+	// The rewound position, with the shards being replayed, first: an
+	// agent that crashes now leaves a position that sends them again.
+	a.resetDurable(&p)
+	err = a.sync(ctx, false)
+	if err != nil {
+		err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
+	} else {
+		var tasks []wire.ShardTask
+		for e, ss := range replay {
+			for _, s := range ss {
+				tasks = append(tasks, a.job.Task(e, s))
+			}
 		}
-	}
-	if err == nil {
-		// The rewound position, with the shards being replayed: an agent
-		// that crashes now leaves a position a later resume replays from.
-		if err = a.sync(ctx, false); err != nil {
-			err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
-		}
+		result.ReplayedShards = len(tasks)
+		a.replay(tasks)
 	}
 	if err != nil {
 		// The memory says the replay is queued: the agent cannot go on.
@@ -224,7 +235,7 @@ func (a *Agent) Resume(ctx context.Context, st State, world int) (ResumeResult, 
 
 // checkState validates st against the agent's job and reader and returns
 // its position (the start of the job for null).
-func (a *Agent) checkState(st State) (position, error) {
+func (a *Reader) checkState(st State) (position, error) {
 	switch {
 	case st.Version != StateVersion:
 		return position{}, fmt.Errorf("%w: version %d: this agent reads %d", ErrBadState, st.Version, StateVersion)

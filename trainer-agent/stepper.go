@@ -73,7 +73,7 @@ type rankRequest struct {
 
 // join checks req against the ranks' world, fixing what is not fixed yet;
 // a.mu must be held.
-func (a *Agent) join(req rankRequest) error {
+func (a *Reader) join(req rankRequest) error {
 	s := &a.ranks
 	w := req.world
 	if w == 0 {
@@ -109,7 +109,7 @@ func (a *Agent) join(req rankRequest) error {
 //
 // The part counts as delivered once nextPart returns it: the reader's
 // position, covering the part's whole step, is written first.
-func (a *Agent) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
 	p, runCtx, err := a.takePart(ctx, req)
 	if err != nil {
 		return rankPart{}, err
@@ -127,7 +127,7 @@ func (a *Agent) nextPart(ctx context.Context, req rankRequest) (rankPart, error)
 
 // takePart pops rank req.rank's next part, forming the next step if the
 // rank has none queued.
-func (a *Agent) takePart(ctx context.Context, req rankRequest) (rankPart, context.Context, error) {
+func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, context.Context, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := a.join(req); err != nil {
@@ -187,7 +187,7 @@ func (a *Agent) takePart(ctx context.Context, req rankRequest) (rankPart, contex
 }
 
 // supply is what the ranks' current epoch e has ready; a.mu must be held.
-func (a *Agent) supply(e int) epochSupply {
+func (a *Reader) supply(e int) epochSupply {
 	var sup epochSupply
 	for _, b := range a.ready[e] {
 		sup.Ready = append(sup.Ready, len(b.Keys))
@@ -203,7 +203,7 @@ func (a *Agent) supply(e int) epochSupply {
 // stepReady reports whether the ranks' current epoch has a step (or its
 // end) ready; a.mu must be held. While it has not, the agent pulls past
 // its prefetch bound: later epochs' batches must not starve the current.
-func (a *Agent) stepReady() bool {
+func (a *Reader) stepReady() bool {
 	s := &a.ranks
 	if s.epoch >= a.job.Spec.Epochs {
 		return true
@@ -214,7 +214,7 @@ func (a *Agent) stepReady() bool {
 // formStep forms the ranks' next global step and queues its parts, moving
 // through finished epochs and dropped tails; it reports whether anything
 // changed. a.mu must be held and the world fixed.
-func (a *Agent) formStep(now time.Time) bool {
+func (a *Reader) formStep(now time.Time) bool {
 	s := &a.ranks
 	changed := false
 	for s.epoch < a.job.Spec.Epochs {
@@ -271,7 +271,7 @@ func (a *Agent) formStep(now time.Time) bool {
 
 // takeReady removes the first n ready batches of epoch e and records them
 // as handed out; a.mu must be held.
-func (a *Agent) takeReady(e, n int, now time.Time) []readyBatch {
+func (a *Reader) takeReady(e, n int, now time.Time) []readyBatch {
 	batches := a.ready[e][:n:n]
 	a.ready[e] = a.ready[e][n:]
 	if len(a.ready[e]) == 0 {
@@ -286,7 +286,7 @@ func (a *Agent) takeReady(e, n int, now time.Time) []readyBatch {
 
 // dropTail hands out the rest of a cut epoch e to no rank (drop_last) and
 // counts its samples as dropped; a.mu must be held.
-func (a *Agent) dropTail(e int, now time.Time) {
+func (a *Reader) dropTail(e int, now time.Time) {
 	n := 0
 	for _, b := range a.takeReady(e, len(a.ready[e]), now) {
 		n += len(b.Keys)
@@ -331,7 +331,7 @@ func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
 }
 
 // pop hands rank r its oldest queued part; a.mu must be held.
-func (a *Agent) pop(r int, now time.Time) rankPart {
+func (a *Reader) pop(r int, now time.Time) rankPart {
 	s := &a.ranks
 	p := s.queues[r][0]
 	s.queues[r][0] = rankPart{}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -23,8 +22,9 @@ import (
 
 // takeRanks runs world ranks against a at once, each taking n parts (n <
 // 0: until io.EOF), and returns each rank's parts, checked.
-func takeRanks(t *testing.T, a *Agent, world, n int) [][]rankPart {
+func takeRanks(t *testing.T, ag *Agent, world, n int) [][]rankPart {
 	t.Helper()
+	a := ag.readers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out := make([][]rankPart, world)
@@ -186,11 +186,8 @@ func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 			e := newEnv(t)
 			job := testJob("ranks", 2, 4, rankLayout)
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
-			e.createStream(t, job)
-			for _, m := range outputs(t, job, rankLayout) {
-				e.publish(t, m, "")
-			}
-			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+			e.submit(t, job, newFunction(t, job, rankLayout), 2)
+			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,12 +222,9 @@ func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 func TestRanksDropLast(t *testing.T) {
 	e := newEnv(t)
 	job := testJob("drop", 2, 4, rankLayout)
-	e.createStream(t, job)
-	for _, m := range outputs(t, job, rankLayout) {
-		e.publish(t, m, "")
-	}
+	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	reg := prometheus.NewRegistry()
-	a, err := New(e.nc, e.js, job, Options{WorldSize: 3, DropLast: true}, nil, NewMetrics(reg))
+	a, err := New(e.nc, e.js, job, Options{WorldSize: 3, DropLast: true}, nil, NewMetrics(reg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,20 +248,15 @@ func TestRanksDropLast(t *testing.T) {
 	e.doneRecordOf(t, job.Spec.ID, wire.DefaultReader)
 }
 
-// TestRanksGetEpochsInOrder publishes epoch 1 before epoch 0 with a
-// prefetch bound that epoch 1 alone fills: the agent must pull on for the
+// TestRanksGetEpochsInOrder queues epoch 1 before epoch 0 with a prefetch
+// bound that epoch 1 alone fills: the agent must take tasks on for the
 // epoch its ranks are in.
 func TestRanksGetEpochsInOrder(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{2, 2}, {2}}
 	job := testJob("order", 2, 2, l)
-	e.createStream(t, job)
-	msgs := outputs(t, job, l)
-	half := len(msgs) / 2
-	for _, m := range append(slices.Clone(msgs[half:]), msgs[:half]...) {
-		e.publish(t, m, "")
-	}
-	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil)
+	e.submit(t, job, newFunction(t, job, l), 1, shardRef{1, 0}, shardRef{1, 1}, shardRef{0, 0}, shardRef{0, 1})
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,42 +275,13 @@ func TestRanksGetEpochsInOrder(t *testing.T) {
 	}
 }
 
-// fakeReplay stands for broker.Replay and the functions running its
-// tasks: it publishes the asked shards' messages again, with the message
-// ids suffixed as a replay task's are, and records what it was asked.
-type fakeReplay struct {
-	t     *testing.T
-	e     env
-	msgs  []outputMsg
-	mu    sync.Mutex
-	calls []map[int][]int
-}
-
-func (f *fakeReplay) replay(_ context.Context, _ jetstream.JetStream, job wire.Job, reader string, shards map[int][]int) (int, error) {
-	f.mu.Lock()
-	f.calls = append(f.calls, shards)
-	nonce := len(f.calls)
-	f.mu.Unlock()
-	n := 0
-	for e, ss := range shards {
-		for _, s := range ss {
-			n++
-			for _, m := range f.msgs {
-				if m.ref.Epoch == e && m.ref.Shard == s {
-					f.e.publish(f.t, m, fmt.Sprintf("%s.r%d", m.ref.MsgID(), nonce))
-				}
-			}
-		}
-	}
-	return n, nil
-}
-
 // TestResumeFromACheckpoint trains 2 ranks for 3 steps, checkpoints, takes
 // more steps (which the crashed trainer's model never keeps: 3, or every
 // step left but for the 410s) and stops; a new agent resumes from the
-// checkpoint with 2 or 3 ranks. The samples the model saw over both runs
-// are every sample of every epoch once, the shards whose chunks were acked
-// past the checkpoint replayed.
+// checkpoint with 2 or 3 ranks. Its ranks take a step and crash too, and a
+// new generation of ranks resumes from the same checkpoint with the agent
+// still running. The samples the model saw are every sample of every epoch
+// once, the shards recorded past the checkpoint produced again.
 func TestResumeFromACheckpoint(t *testing.T) {
 	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
 	for _, tc := range []struct {
@@ -332,13 +292,10 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			e := newEnv(t)
 			job := testJob("resume", 2, 2, l)
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
-			e.createStream(t, job)
-			msgs := outputs(t, job, l)
-			for _, m := range msgs {
-				e.publish(t, m, "")
-			}
+			f := newFunction(t, job, l)
+			e.submit(t, job, f, 2)
 
-			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -356,13 +313,22 @@ func TestResumeFromACheckpoint(t *testing.T) {
 				t.Fatalf("Run after cancel: %v", err)
 			}
 
-			fake := &fakeReplay{t: t, e: e, msgs: msgs}
-			b, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+			sent := func() int {
+				n := 0
+				for ep := range job.Spec.Epochs {
+					for s := range l {
+						n += f.sendsOf(ep, s)
+					}
+				}
+				return n
+			}
+			before := sent()
+			ag, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.replay = fake.replay
-			wait := runAgent(t, b)
+			b := ag.readers[0]
+			wait := runAgent(t, ag)
 			// Every new rank sends the same state (re-encoded, maybe), at once.
 			results := make([]ResumeResult, world)
 			errs := make([]error, world)
@@ -394,41 +360,37 @@ func TestResumeFromACheckpoint(t *testing.T) {
 				t.Errorf("a resume from another state: %v, want ErrResumeConflict", err)
 			}
 
-			rest := takeRanks(t, b, world, 1)
-			if _, err := b.Resume(context.Background(), state, world+1); !errors.Is(err, ErrResumeConflict) {
-				t.Errorf("a resume after batches were handed out: %v, want ErrResumeConflict", err)
+			takeRanks(t, ag, world, 1) // a step the crashed generation's model never keeps
+			world++
+			if res, err := b.Resume(context.Background(), state, world); err != nil || !res.Resumed {
+				t.Fatalf("a new generation's resume: %+v, %v; want a rewind", res, err)
 			}
-			for r, parts := range takeRanks(t, b, world, -1) {
-				rest[r] = append(rest[r], parts...)
-			}
+			rest := takeRanks(t, ag, world, -1)
 			checkSteps(t, rest, 2, [2]int{0, state.Step})
 			checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
 			if err := wait(); err != nil {
 				t.Fatal(err)
 			}
 			e.doneRecordOf(t, job.Spec.ID, wire.DefaultReader)
-			if len(fake.calls) != 1 {
-				t.Errorf("%d replays asked, want 1", len(fake.calls))
+			if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
+				t.Errorf("%d tasks left unsettled, want 0", n)
 			}
-			t.Logf("replayed shards: %v", fake.calls)
+			t.Logf("shards sent after the crash: %d (the job has %d)", sent()-before, len(l)*job.Spec.Epochs)
 		})
 	}
 }
 
-// TestResumeAfterAFailedReplay: an agent whose replay cannot be queued
-// stops, leaving a position that notes the shards; the next agent's resume
-// from the same checkpoint asks for them again, and the model sees every
-// sample once.
-func TestResumeAfterAFailedReplay(t *testing.T) {
+// TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain: an agent stops
+// right after a resume, before the shards it asked for again arrived; the
+// next agent, with no resume of its own, finds them noted in the position
+// and sends them itself, and the model sees every sample once.
+func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}}
 	e := newEnv(t)
-	job := testJob("replay-fails", 1, 2, l)
-	e.createStream(t, job)
-	msgs := outputs(t, job, l)
-	for _, m := range msgs {
-		e.publish(t, m, "")
-	}
-	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil)
+	job := testJob("replay-again", 1, 2, l)
+	f := newFunction(t, job, l)
+	e.submit(t, job, f, 2)
+	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,41 +407,45 @@ func TestResumeAfterAFailedReplay(t *testing.T) {
 		t.Fatalf("Run after cancel: %v", err)
 	}
 
-	b, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	// The next agent resumes and stops at once: the replies to its replays
+	// are held back by the function until it stopped.
+	f.mu.Lock()
+	f.hold = make(chan struct{})
+	f.mu.Unlock()
+	b, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.replay = func(context.Context, jetstream.JetStream, wire.Job, string, map[int][]int) (int, error) {
-		return 0, errors.New("task stream unavailable")
+	bctx, bcancel := context.WithCancel(context.Background())
+	berr := make(chan error, 1)
+	go func() { berr <- b.Run(bctx) }()
+	res, err := b.readers[0].Resume(context.Background(), state, 2)
+	if err != nil || res.ReplayedShards == 0 {
+		t.Fatalf("resume: %+v, %v; want shards replayed", res, err)
 	}
-	wait := runAgent(t, b)
-	if _, err := b.Resume(context.Background(), state, 2); !errors.Is(err, ErrStopped) {
-		t.Fatalf("resume with a failing replay: %v, want ErrStopped", err)
-	}
-	if err := wait(); err == nil || !strings.Contains(err.Error(), "task stream unavailable") {
-		t.Fatalf("Run after a failed replay: %v", err)
+	bcancel()
+	if err := <-berr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after cancel: %v", err)
 	}
 	if p := e.storedPosition(t, job.Spec.ID, wire.DefaultReader); p.Epochs[0].Replayed == "" {
-		t.Errorf("position after a failed replay %+v: want the shards noted as replayed", p)
+		t.Errorf("position after the resume %+v: want the shards noted as replayed", p)
 	}
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
 
-	fake := &fakeReplay{t: t, e: e, msgs: msgs}
-	c, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	c, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.replay = fake.replay
-	wait = runAgent(t, c)
-	if res, err := c.Resume(context.Background(), state, 2); err != nil || res.ReplayedShards == 0 {
-		t.Fatalf("resume after a failed replay: %+v, %v", res, err)
-	}
+	wait := runAgent(t, c)
 	rest := takeRanks(t, c, 2, -1)
-	checkSteps(t, rest, 2, [2]int{0, state.Step})
+	checkSteps(t, rest, 2, [2]int{0, 0})
 	checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("replayed after the failure: %v", fake.calls)
 }
 
 // TestResumeRefusesARankWaitingInAnotherWorld: a rank waiting for its
@@ -487,12 +453,13 @@ func TestResumeAfterAFailedReplay(t *testing.T) {
 func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 	e := newEnv(t)
 	job := testJob("rewait", 1, 2, layout{{2}})
-	e.createStream(t, job)
-	a, err := New(e.nc, e.js, job, Options{}, nil, nil)
+	e.record(t, job)
+	ag, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runAgent(t, a)
+	runAgent(t, ag)
+	a := ag.readers[0]
 	got := make(chan error, 1)
 	go func() {
 		_, err := a.nextPart(context.Background(), rankRequest{rank: 2, world: 3})

@@ -231,7 +231,7 @@ func (b *stepBook) totals() []RankSteps {
 
 // reportStep takes a rank's report (the query of GET /v1/batch). An
 // invalid one (negative or not finite) is dropped.
-func (a *Agent) reportStep(r StepReport) {
+func (a *Reader) reportStep(r StepReport) {
 	if !r.valid() {
 		a.log.Debug("dropping an invalid step report", "rank", r.Rank, "steps", r.Steps, "wait_s", r.WaitS, "compute_s", r.ComputeS)
 		return

@@ -18,14 +18,15 @@ import (
 func TestAgentReportsStepTimes(t *testing.T) {
 	e := newEnv(t)
 	job := testJob("steps", 1, 2, layout{{2}})
-	e.createStream(t, job)
+	e.record(t, job)
 	reg := prometheus.NewRegistry()
-	a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond, GPU: fixedGPU(0.25)}, nil, NewMetrics(reg))
+	ag, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond, GPU: fixedGPU(0.25)}, nil, NewMetrics(reg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dm := e.watchDemand(t, job.Spec.ID)
-	runAgent(t, a)
+	runAgent(t, ag)
+	a := ag.readers[0]
 
 	a.reportStep(StepReport{Rank: 1, Steps: 0})
 	a.reportStep(StepReport{Rank: 1, Steps: -1}) // invalid: dropped

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
@@ -20,7 +21,7 @@ import (
 // that it waits) and prepares an agent for it, as New does: a process
 // separate from the broker needs only the job id. A job already cancelled
 // or failed is refused with an error wrapping ErrJobEnded.
-func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string, opts Options, logger *slog.Logger, m *Metrics) (*Agent, error) {
+func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string, opts Options, logger *slog.Logger, m *Metrics, reg prometheus.Registerer) (*Agent, error) {
 	if err := wire.ValidateJobID(id); err != nil {
 		return nil, fmt.Errorf("trainer agent: %w", err)
 	}
@@ -77,7 +78,7 @@ func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string,
 		if err := jobEnded(id, e); err != nil {
 			return nil, err
 		}
-		return New(nc, js, job, opts, logger, m)
+		return New(nc, js, job, opts, logger, m, reg)
 	}
 }
 
@@ -101,41 +102,8 @@ func jobEnded(id string, e jetstream.KeyValueEntry) error {
 	return nil
 }
 
-// watchJob stops the agent when the job's record says it was cancelled,
-// failed or deleted.
-func (a *Agent) watchJob(ctx context.Context, jobs jetstream.KeyValue) {
-	w, err := jobs.Watch(ctx, a.job.Spec.ID)
-	if err != nil {
-		a.log.Warn("watching the job record; a cancelled job will not stop this agent", "error", err)
-		return
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				continue
-			}
-			err := jobEnded(a.job.Spec.ID, e)
-			if err == nil && a.succeededWithoutMe(e) {
-				err = fmt.Errorf("%w: job %s succeeded: another agent of reader %s delivered what this one had not", ErrJobEnded, a.job.Spec.ID, a.reader)
-			}
-			if err != nil {
-				a.log.Warn("stopping", "reason", err)
-				a.stop(err)
-				return
-			}
-		}
-	}
-}
-
 // submitted identifies the job's submission in its position.
-func (a *Agent) submitted() string {
+func (a *Reader) submitted() string {
 	if a.job.Submitted.IsZero() {
 		return ""
 	}
@@ -144,42 +112,29 @@ func (a *Agent) submitted() string {
 
 // checkJob reads the job's record once and returns an error wrapping
 // ErrJobEnded if the job is gone, else nil.
-func (a *Agent) checkJob(ctx context.Context, jobs jetstream.KeyValue) error {
+func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 	if ctx.Err() != nil {
 		return nil
 	}
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	e, err := jobs.Get(gctx, a.job.Spec.ID)
+	e, err := jobs.Get(gctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return fmt.Errorf("%w: job %s was deleted", ErrJobEnded, a.job.Spec.ID)
+		return fmt.Errorf("%w: job %s was deleted", ErrJobEnded, id)
 	case err != nil:
 		return nil
 	}
-	return jobEnded(a.job.Spec.ID, e)
-}
-
-// succeededWithoutMe reports whether the job's record says it succeeded
-// while this agent has not handed out everything: a job succeeds only once
-// every reader acked every chunk, so another agent of this reader did.
-func (a *Agent) succeededWithoutMe(e jetstream.KeyValueEntry) bool {
-	var job wire.Job
-	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &job) != nil || job.State != wire.JobSucceeded {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return !a.asm.allFinished()
+	return jobEnded(id, e)
 }
 
 // positionKey is where the reader's position is stored.
-func (a *Agent) positionKey() string { return wire.ReaderKey(a.job.Spec.ID, a.reader) }
+func (a *Reader) positionKey() string { return wire.ReaderKey(a.job.Spec.ID, a.reader) }
 
 // loadPosition reads the reader's position, if one was recorded, and
 // restores it, so the agent resumes where its predecessor's batches ended.
-func (a *Agent) loadPosition(ctx context.Context) error {
-	kv, err := a.js.KeyValue(ctx, wire.ReadersBucket)
+func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error {
+	kv, err := js.KeyValue(ctx, wire.ReadersBucket)
 	if err != nil {
 		return fmt.Errorf("opening reader positions (bucket %s): %w", wire.ReadersBucket, err)
 	}
@@ -208,6 +163,7 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 	a.posMu.Lock()
 	a.posKV, a.posRev, a.recorded = kv, rev, recorded
 	a.posMu.Unlock()
+	a.resetDurable(p)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -230,7 +186,7 @@ func (a *Agent) loadPosition(ctx context.Context) error {
 // controller succeeds the job only with this key of each declared reader
 // (for this submission), so that a trainer crashing before its last step
 // can still resume from a checkpoint.
-func (a *Agent) writeDone(ctx context.Context) error {
+func (a *Reader) writeDone(ctx context.Context) error {
 	data, err := json.Marshal(wire.ReaderDone{Submitted: a.job.Submitted, Time: time.Now().UTC()})
 	if err != nil {
 		return fmt.Errorf("encoding the done record: %w", err)
@@ -258,13 +214,13 @@ func mustEncode(p position) []byte {
 	return data
 }
 
-// sync writes the position if it changed since the last write, then acks
-// the messages that waited for it. Writes are serialised, and each writes
-// the latest position, so a later write never records less than an earlier.
-// forBatch says that a batch taken from memory is returned only if this
-// succeeds: if it fails, no later write may record that batch, so none
-// happens at all.
-func (a *Agent) sync(ctx context.Context, forBatch bool) error {
+// sync writes the position if it changed since the last write, then
+// reports the shards it completed (their tasks may be settled). Writes are
+// serialised, and each writes the latest position, so a later write never
+// records less than an earlier. forBatch says that a batch taken from
+// memory is returned only if this succeeds: if it fails, no later write may
+// record that batch, so none happens at all.
+func (a *Reader) sync(ctx context.Context, forBatch bool) error {
 	a.posMu.Lock()
 	defer a.posMu.Unlock()
 	if a.posBroken {
@@ -281,7 +237,8 @@ func (a *Agent) sync(ctx context.Context, forBatch bool) error {
 		p.Submitted = a.submitted()
 		data, err = encodePosition(p)
 	}
-	acks := a.asm.takeAcks()
+	completed := a.asm.takeCompleted()
+	finished := a.asm.finished
 	a.mu.Unlock()
 	if err != nil {
 		return err
@@ -289,17 +246,80 @@ func (a *Agent) sync(ctx context.Context, forBatch bool) error {
 	if data != nil {
 		if err := a.writePosition(ctx, data); err != nil {
 			a.posBroken = a.posBroken || forBatch
-			// Not recorded, so not to be acked: keep them for release.
+			// Not recorded: report them after the next write.
 			a.mu.Lock()
-			a.asm.acks = append(acks, a.asm.acks...)
+			a.asm.completed = append(completed, a.asm.completed...)
 			a.mu.Unlock()
 			return err
 		}
 		a.written, a.recorded = version, data
 		a.m.positionBytes.Set(float64(len(data)))
 	}
-	a.ackAll(acks)
+	a.markDurable(completed, finished)
+	a.completed(completed)
 	return nil
+}
+
+// durableComplete reports whether the recorded position has shard s
+// complete: its epoch finished, or the shard reported complete by a write
+// since the position was loaded (or rewound), or complete in the one
+// loaded.
+func (a *Reader) durableComplete(s shardRef) bool {
+	a.durableMu.Lock()
+	defer a.durableMu.Unlock()
+	return s.epoch < a.durableFinished || a.durable[s] || a.base != nil && a.base.shardComplete(s.epoch, s.shard)
+}
+
+// markDurable notes shards the recorded position has complete, and the
+// epochs it has finished (whose notes it drops).
+func (a *Reader) markDurable(shards []shardRef, finished int) {
+	a.durableMu.Lock()
+	defer a.durableMu.Unlock()
+	for _, s := range shards {
+		a.durable[s] = true
+	}
+	if finished > a.durableFinished {
+		a.durableFinished = finished
+		for s := range a.durable {
+			if s.epoch < finished {
+				delete(a.durable, s)
+			}
+		}
+	}
+}
+
+// resetDurable starts the notes from position p (nil: none): a load, or a
+// resume's rewind, after which shards complete before may be owed again.
+func (a *Reader) resetDurable(p *position) {
+	var base *assembler
+	finished := 0
+	if p != nil {
+		base = newAssembler(a.job)
+		if base.restore(*p) != nil {
+			base = nil
+		} else {
+			finished = p.Finished
+		}
+	}
+	a.durableMu.Lock()
+	defer a.durableMu.Unlock()
+	a.durable, a.base, a.durableFinished = map[shardRef]bool{}, base, finished
+}
+
+// replaysOwed are the tasks of the shards the position notes as being
+// replayed and not complete: an agent that restarts sends them again.
+func (a *Reader) replaysOwed() []wire.ShardTask {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []wire.ShardTask
+	for e, ep := range a.asm.open {
+		for s := range a.asm.shards {
+			if ep.replayed.has(s) && !ep.complete.has(s) {
+				out = append(out, a.job.Task(e, s))
+			}
+		}
+	}
+	return out
 }
 
 // positionWriteTimeout bounds the retries of one position write; past it
@@ -312,7 +332,7 @@ var ErrReaderTaken = errors.New("another agent is reading as this reader")
 
 // writePosition stores data by compare-and-set on the revision this agent
 // last wrote (or read), retrying transient failures. a.posMu must be held.
-func (a *Agent) writePosition(ctx context.Context, data []byte) error {
+func (a *Reader) writePosition(ctx context.Context, data []byte) error {
 	key := a.positionKey()
 	deadline := time.Now().Add(positionWriteTimeout)
 	wait := 50 * time.Millisecond
@@ -359,7 +379,7 @@ func (a *Agent) writePosition(ctx context.Context, data []byte) error {
 // reader split its chunks; one whose chunks make no step of the ranks'
 // epoch has nothing to write and would otherwise hold them (and the other
 // agent's next step) forever.
-func (a *Agent) checkTaken(ctx context.Context) error {
+func (a *Reader) checkTaken(ctx context.Context) error {
 	a.posMu.Lock()
 	defer a.posMu.Unlock()
 	if a.posKV == nil {
@@ -375,11 +395,10 @@ func (a *Agent) checkTaken(ctx context.Context) error {
 	return fmt.Errorf("job %s reader %s: %w (the position under %s changed)", a.job.Spec.ID, a.reader, ErrReaderTaken, key)
 }
 
-// keepAlive flushes acks waiting for a position write (shard ends, copies)
-// and tells the server that the chunks still held are in progress, so that
-// it does not redeliver them after streams.ReaderAckWait while a slow
-// trainer works through them.
-func (a *Agent) keepAlive(ctx context.Context) {
+// keepAlive writes the position when it changed without a batch (shard
+// ends, chunks with nothing to hand out), so that the tasks of the shards
+// it completes are settled, and checks that no other agent took the reader.
+func (a *Reader) keepAlive(ctx context.Context) {
 	t := time.NewTicker(a.opts.KeepAliveInterval)
 	defer t.Stop()
 	for {
@@ -399,16 +418,14 @@ func (a *Agent) keepAlive(ctx context.Context) {
 			a.stop(err)
 			return
 		}
-		if err := a.confirmAcks(ctx); err != nil {
-			a.log.Debug("keeping acks", "error", err) // tried again on the next tick
-		}
-		a.mu.Lock()
-		held := a.asm.held()
-		a.mu.Unlock()
-		for _, m := range held {
-			if err := m.InProgress(); err != nil {
-				a.log.Debug("keeping a held chunk alive", "error", err)
-			}
-		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-project/sluice/autoscale/local"
-	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/connect"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
@@ -27,28 +27,30 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("agent", stderr)
 	jobID := fs.String("job", "", "`ID` of the job to read (required)")
 	listen := fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on (0.0.0.0:PORT for ranks on other nodes)")
-	reader := fs.String("reader", wire.DefaultReader, "reader `NAME`: which of the job's declared readers this agent is")
+	name := fs.String("name", "", "this agent's `NAME` in demand signals and the job's dispatch shares (default: host name and process id)")
 	prefetch := fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches per rank, at least 256)")
 	worldSize := fs.Int("world-size", 0, "number of ranks (`W`) the agent serves (0: set by the first request's world_size)")
 	dropLast := fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
 	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
-	maxLag := fs.String("max-lag-bytes", "0", "output stream fill (a `size` such as 256MiB) past which this reader, when the stream waits for it, takes off what it cannot keep and asks for those shards again later, so it does not hold back the job's other readers; 0: half the job's output buffer when the job has several readers; -1: never")
+	localityWait := fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
+	taskAckWait := fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartNATS)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice agent --job ID [flags]\n\n"+
-			"Feeds a job's batches to the ranks of a trainer (one reader of the job): GET\n"+
-			"/v1/batch?rank=R&world_size=W gives rank R's part of the next global step (W batches of one\n"+
-			"epoch) as a safetensors file (410 once the rank got every step, or when the job was\n"+
-			"cancelled or deleted; 409 for another world size); POST /v1/resume rewinds to a trainer's\n"+
-			"checkpoint; also GET /v1/stats, /healthz, /readyz, /metrics. Publishes the trainer's demand\n"+
-			"for the autoscaler. Prints %q and the URL once serving; exits 0 once every rank got\n"+
-			"every step, or on SIGTERM.\n\n",
+			"Feeds a job's batches to the ranks of the trainers on this node: it takes the job's shard\n"+
+			"tasks from the queue (shared with the job's agents on other nodes), sends each to a function\n"+
+			"replica and receives the output itself. GET /v1/batch?rank=R&world_size=W gives rank R's\n"+
+			"part of the next global step (W batches of one epoch) as a safetensors file (410 once the\n"+
+			"rank got every step, or when the job was cancelled or deleted; 409 for another world size);\n"+
+			"POST /v1/resume rewinds to a trainer's checkpoint; also GET /v1/stats, /healthz, /readyz,\n"+
+			"/metrics. A job with several readers (a sweep's trials) has each under /r/READER/v1/...\n"+
+			"Publishes the trainers' demand for the autoscaler. Prints %q and the URL once\n"+
+			"serving; exits 0 once every rank got every step, or on SIGTERM.\n\n",
 			local.ReadyPrefix)
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
-	var maxLagBytes int64
 	if err := parse(fs, args,
 		func() error {
 			if *jobID == "" {
@@ -56,23 +58,18 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return wire.ValidateJobID(*jobID)
 		},
-		func() error { return wire.ValidateReader(*reader) },
+		func() error {
+			if *name != "" {
+				return wire.ValidateReader(*name)
+			}
+			return nil
+		},
 		intRange("prefetch", prefetch, 0, 1<<24),
 		intRange("world-size", worldSize, 0, 1<<16),
 		durationRange("linger", linger, 0, 10*time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
-		func() error {
-			if *maxLag == "-1" {
-				maxLagBytes = -1
-				return nil
-			}
-			n, err := broker.ParseSize(*maxLag)
-			if err != nil {
-				return fmt.Errorf("--max-lag-bytes %q: %v", *maxLag, err)
-			}
-			maxLagBytes = n
-			return nil
-		},
+		durationRange("locality-wait", localityWait, 0, time.Minute),
+		durationRange("task-ack-wait", taskAckWait, 0, time.Hour),
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -84,7 +81,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	opts := traineragent.Options{Reader: *reader, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast, MaxLagBytes: maxLagBytes}
+	opts := traineragent.Options{Name: *name, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast,
+		Dispatch: dispatch.Options{LocalityWait: *localityWait, AckWait: *taskAckWait}}
+	if *localityWait == 0 {
+		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default
+	}
 	// GPU utilisation goes into the demand signals where NVML finds a GPU;
 	// elsewhere the wait time alone measures the trainer's stall.
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
@@ -117,11 +118,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
-	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "reader", *reader, "world_size", *worldSize, "drop_last", *dropLast)
+	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "world_size", *worldSize, "drop_last", *dropLast)
 
 	opened := make(chan error, 1)
 	go func() {
-		a, err := traineragent.Open(ctx, nc, js, *jobID, opts, logger, metrics)
+		a, err := traineragent.Open(ctx, nc, js, *jobID, opts, logger, metrics, reg)
 		if err == nil {
 			s.handler = a.Handler()
 			s.agent.Store(a)
@@ -194,7 +195,7 @@ func (s *agentServer) readyz(w http.ResponseWriter, _ *http.Request) {
 	case !s.nc.IsConnected():
 		http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
 	case a == nil || !a.Ready():
-		http.Error(w, "not reading the job's output (yet)", http.StatusServiceUnavailable)
+		http.Error(w, "not dispatching the job's tasks (yet)", http.StatusServiceUnavailable)
 	default:
 		fmt.Fprintln(w, "ready")
 	}

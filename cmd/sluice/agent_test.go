@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -54,10 +55,10 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 }
 
 // TestAgentCommandServesBatchesUntil410 starts `sluice agent` before the
-// job exists, then submits it (record, output stream and reader consumer,
-// as the broker does) and publishes its chunks as functions do: the
-// trainer's GET /v1/batch gets every sample of every epoch once, then 410,
-// and the agent exits 0.
+// job exists, then submits it (record, task consumer and tasks, as the
+// broker does) with a function replica on loopback in its dispatch plan:
+// the agent sends the tasks there, and the trainer's GET /v1/batch gets
+// every sample of every epoch once, then 410, and the agent exits 0.
 func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 	srv, nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
@@ -97,27 +98,19 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 	}
 }
 
-// submitAgentTestJob records a job (output stream and reader consumer, as
-// the broker does) and publishes its chunks as functions do; it returns
-// the samples expected, as "epoch/key".
+// submitAgentTestJob records a job (record, task consumer and tasks, as
+// the broker does), serves its shards from a function replica on loopback
+// (a hand-written one: a shard's chunks and end as frames) and publishes
+// the dispatch plan naming it, as a controller does; it returns the
+// samples expected, as "epoch/key".
 func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id string) map[string]bool {
 	t.Helper()
 	ctx := context.Background()
 	const shards, chunks, perChunk, epochs, batch = 3, 2, 5, 2, 4
-	spec := wire.JobSpec{ID: id, Dataset: "s3://b/p/", Pipeline: "test", BatchSize: batch, Epochs: epochs}.WithDefaults(nc.MaxPayload())
+	spec := wire.JobSpec{ID: id, Dataset: "s3://b/p/", Pipeline: "test", BatchSize: batch, Epochs: epochs}.WithDefaults()
 	job := wire.Job{Spec: spec, Bucket: "b", State: wire.JobRunning, Submitted: time.Now().UTC()}
 	for s := range shards {
 		job.Shards = append(job.Shards, fmt.Sprintf("s%d.tar", s))
-	}
-	cfg, err := streams.Output(spec, nc.MaxPayload(), streams.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateConsumer(ctx, cfg.Name, streams.Reader(spec.ID, wire.DefaultReader)); err != nil {
-		t.Fatal(err)
 	}
 	record, _ := json.Marshal(job)
 	jobs, err := js.KeyValue(ctx, wire.JobsBucket)
@@ -127,25 +120,51 @@ func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id 
 	if _, err := jobs.Create(ctx, spec.ID, record); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := js.CreateConsumer(ctx, wire.TaskStream, streams.Dispatch(spec.ID, 0)); err != nil {
+		t.Fatal(err)
+	}
 	want := map[string]bool{}
 	for e := range epochs {
 		for s := range shards {
 			for c := range chunks {
-				var keys []string
 				for i := range perChunk {
-					keys = append(keys, fmt.Sprintf("s%d-c%d-%d", s, c, i))
-					want[fmt.Sprintf("%d/%s", e, keys[i])] = true
+					want[fmt.Sprintf("%d/s%d-c%d-%d", e, s, c, i)] = true
 				}
-				publishChunk(t, js, wire.ChunkRef{Job: spec.ID, Epoch: e, Shard: s, Chunk: c}, keys)
 			}
-			end, _ := json.Marshal(wire.ShardEnd{Job: spec.ID, Epoch: e, Shard: s, Chunks: chunks, Samples: chunks * perChunk})
-			ref := wire.ChunkRef{Job: spec.ID, Epoch: e, Shard: s, Chunk: -1}
-			if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: wire.OutputSubject(spec.ID), Header: ref.Header(), Data: end}); err != nil {
+			data, _ := json.Marshal(job.Task(e, s))
+			if _, err := js.Publish(ctx, wire.TaskSubject(spec.ID), data); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-
+	fn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var task wire.ShardTask
+		if err := json.NewDecoder(r.Body).Decode(&task); err != nil || task.Validate() != nil {
+			http.Error(w, fmt.Sprintf("bad task: %v", err), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", wire.ShardStreamMediaType)
+		for c := range chunks {
+			var keys []string
+			for i := range perChunk {
+				keys = append(keys, fmt.Sprintf("s%d-c%d-%d", task.Shard, c, i))
+			}
+			if err := wire.WriteFrame(w, wire.FrameChunk, c, chunkOf(t, wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: c}, keys)); err != nil {
+				return
+			}
+		}
+		end, _ := json.Marshal(wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunks: chunks, Samples: chunks * perChunk})
+		_ = wire.WriteFrame(w, wire.FrameEnd, 0, end)
+	}))
+	t.Cleanup(fn.Close)
+	plans, err := js.KeyValue(ctx, wire.DispatchBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _ := json.Marshal(wire.DispatchPlan{Job: spec.ID, Time: time.Now(), Endpoints: []string{fn.URL}, PerEndpoint: 2, InFlight: 2})
+	if _, err := plans.Put(ctx, spec.ID, plan); err != nil {
+		t.Fatal(err)
+	}
 	return want
 }
 
@@ -172,7 +191,7 @@ func getBatches(t *testing.T, url string, got map[string]bool, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := resp.Header.Get(wire.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
+		if h := resp.Header.Get(traineragent.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
 			t.Errorf("epoch header %q, batch of epoch %d", h, b.Epoch)
 		}
 		if len(got) == 0 {
@@ -193,8 +212,8 @@ func getBatches(t *testing.T, url string, got map[string]bool, n int) {
 }
 
 // TestAgentCommandResumesAfterRestart stops `sluice agent` (SIGTERM) in
-// the middle of the first epoch and starts another for the same job and
-// reader: together they deliver every sample once.
+// the middle of the first epoch and starts another for the same job:
+// together they deliver every sample once.
 func TestAgentCommandResumesAfterRestart(t *testing.T) {
 	srv, nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
@@ -299,8 +318,8 @@ func TestAgentCommandServesRanks(t *testing.T) {
 	}
 }
 
-func publishChunk(t *testing.T, js jetstream.JetStream, ref wire.ChunkRef, keys []string) {
-	t.Helper()
+// chunkOf encodes a chunk as a function does: labels only.
+func chunkOf(t *testing.T, ref wire.ChunkRef, keys []string) []byte {
 	n := len(keys)
 	labels := make([]byte, 8*n)
 	for i := range n {
@@ -311,11 +330,9 @@ func publishChunk(t *testing.T, js jetstream.JetStream, ref wire.ChunkRef, keys 
 		map[string]string{wire.MetaJob: ref.Job, wire.MetaEpoch: strconv.Itoa(ref.Epoch), wire.MetaShard: strconv.Itoa(ref.Shard),
 			wire.MetaChunk: strconv.Itoa(ref.Chunk), wire.MetaKeys: string(kj)})
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
-	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: wire.OutputSubject(ref.Job), Header: ref.Header(), Data: data}); err != nil {
-		t.Fatal(err)
-	}
+	return data
 }
 
 func TestAgentCommandExitsZeroOnSIGTERM(t *testing.T) {
@@ -335,8 +352,8 @@ func TestAgentCommandUsageErrors(t *testing.T) {
 		want []string
 	}{
 		{[]string{"agent"}, []string{"--job: required"}},
-		{[]string{"agent", "--job", "a b", "--reader", "x.y", "--prefetch", "-1", "--world-size", "-2"},
-			[]string{`job id "a b"`, `reader "x.y"`, "--prefetch -1: want 0..16777216", "--world-size -2: want 0..65536"}},
+		{[]string{"agent", "--job", "a b", "--name", "x.y", "--prefetch", "-1", "--world-size", "-2", "--locality-wait", "-1s"},
+			[]string{`job id "a b"`, `"x.y"`, "--prefetch -1: want 0..16777216", "--world-size -2: want 0..65536", "--locality-wait"}},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		if code != 2 {

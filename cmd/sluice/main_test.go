@@ -58,18 +58,18 @@ func TestUsageErrorsNameTheFlagAndRange(t *testing.T) {
 	}
 }
 
-func TestFnServeUnreachableNATSIsOneClearError(t *testing.T) {
+func TestAgentUnreachableNATSIsOneClearError(t *testing.T) {
 	done := make(chan struct{})
 	var code int
 	var stderr string
 	go func() {
-		code, _, stderr = runCLI(t, "fn", "serve", "--listen", "127.0.0.1:0", "--nats", "nats://127.0.0.1:1")
+		code, _, stderr = runCLI(t, "agent", "--job", "j", "--listen", "127.0.0.1:0", "--nats", "nats://127.0.0.1:1")
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("fn serve hung on an unreachable NATS server")
+		t.Fatal("agent hung on an unreachable NATS server")
 	}
 	if code != 1 || !strings.Contains(stderr, "connecting to nats at nats://127.0.0.1:1") || strings.Contains(stderr, "goroutine ") {
 		t.Fatalf("exit %d, stderr %q", code, stderr)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/autoscale/local"
@@ -151,7 +150,12 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	} else {
 		logger.Info("no GPU utilisation", "reason", err)
 	}
-	agent, err := traineragent.Open(ctx, nc, js, jobID, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(reg))
+	chaosCtx, stopChaos := context.WithCancel(ctx)
+	defer stopChaos()
+	if o.ChaosKillMidShard > 0 {
+		agentOpts.Dispatch.HTTPClient = &http.Client{Transport: chaosMidShard(chaosCtx, act, o.ChaosKillMidShard, o.Seed, logger)}
+	}
+	agent, err := traineragent.Open(ctx, nc, js, jobID, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(reg), reg)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -186,17 +190,8 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return err
 	})
 
-	chaosCtx, stopChaos := context.WithCancel(runCtx)
-	defer stopChaos()
 	if o.ChaosKillEvery > 0 {
 		go chaos(chaosCtx, act, o.ChaosKillEvery, o.Seed, logger)
-	}
-	if o.ChaosKillMidShard > 0 {
-		stop, err := chaosMidShard(chaosCtx, nc, act, o.ChaosKillMidShard, o.Seed, logger)
-		if err != nil {
-			return Summary{}, err
-		}
-		defer stop()
 	}
 
 	// 6. The simulated trainer, reading batches over HTTP.
@@ -407,27 +402,61 @@ func chaos(ctx context.Context, act *local.Actuator, every time.Duration, seed u
 	}
 }
 
-// chaosMidShard watches the job's output and SIGKILLs a random replica
-// when a shard's first chunk is published, up to kills times. A core NATS
-// subscription sees the functions' publications as they happen.
-func chaosMidShard(ctx context.Context, nc *nats.Conn, act *local.Actuator, kills int, seed uint64, logger *slog.Logger) (stop func(), err error) {
-	rng := rand.New(rand.NewPCG(seed, 0xc4a06))
-	var mu sync.Mutex
-	sub, err := nc.Subscribe(wire.OutputSubject(jobID), func(m *nats.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if kills == 0 || ctx.Err() != nil || m.Header.Get(wire.HeaderKind) != wire.KindChunk || m.Header.Get(wire.HeaderChunk) != "0" {
-			return
-		}
-		if act.KillRandom(jobID, rng) {
-			kills--
-			logger.Info("chaos: killed a replica mid-shard", "epoch", m.Header.Get(wire.HeaderEpoch), "shard", m.Header.Get(wire.HeaderShard))
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watching output for chaos: %w", err)
+// chaosMidShard is the agent's transport to the replicas: it SIGKILLs a
+// random replica when a shard's first chunk arrives, up to kills times.
+func chaosMidShard(ctx context.Context, act *local.Actuator, kills int, seed uint64, logger *slog.Logger) http.RoundTripper {
+	return &chaosTransport{ctx: ctx, act: act, kills: kills, rng: rand.New(rand.NewPCG(seed, 0xc4a06)), log: logger,
+		next: http.DefaultTransport}
+}
+
+type chaosTransport struct {
+	ctx  context.Context
+	act  *local.Actuator
+	log  *slog.Logger
+	next http.RoundTripper
+
+	mu    sync.Mutex
+	kills int
+	rng   *rand.Rand
+}
+
+func (c *chaosTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return resp, err
 	}
-	return func() { _ = sub.Unsubscribe() }, nil
+	resp.Body = &firstFrame{ReadCloser: resp.Body, arrived: c.kill}
+	return resp, nil
+}
+
+// kill SIGKILLs a replica, while kills are left.
+func (c *chaosTransport) kill() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kills == 0 || c.ctx.Err() != nil {
+		return
+	}
+	if c.act.KillRandom(jobID, c.rng) {
+		c.kills--
+		c.log.Info("chaos: killed a replica mid-shard")
+	}
+}
+
+// firstFrame calls arrived once a whole frame header was read: the shard's
+// first chunk is arriving.
+type firstFrame struct {
+	io.ReadCloser
+	n       int
+	arrived func()
+}
+
+func (f *firstFrame) Read(p []byte) (int, error) {
+	n, err := f.ReadCloser.Read(p)
+	if f.n < wire.FrameHeaderLen && f.n+n >= wire.FrameHeaderLen {
+		f.arrived()
+	}
+	f.n += n
+	return n, err
 }
 
 // reportProgress calls progress every 500ms until the returned stop is called.

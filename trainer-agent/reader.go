@@ -1,0 +1,496 @@
+package traineragent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// ErrStopped is returned by Next once Run has ended before the job was delivered.
+var ErrStopped = errors.New("trainer agent stopped")
+
+// ErrJobEnded means the job was cancelled, failed or deleted while the agent
+// read it: its output is gone and nothing more will come.
+var ErrJobEnded = errors.New("job ended")
+
+// Options tune an Agent; zero values take the defaults.
+type Options struct {
+	// Readers names which of the job's declared readers
+	// (wire.JobSpec.Readers) the agent serves: each gets every sample of
+	// every epoch and keeps its own position. Default: every declared
+	// reader. Every agent of a job must serve the same readers, since they
+	// share the job's tasks.
+	Readers []string
+	// Name names the agent in demand signals, dispatch shares and shard
+	// results (default: host name and process id).
+	Name string
+	// PrefetchSamples bounds the samples held in batches ready for the
+	// trainer; the agent stops pulling at this bound, unless the epoch the
+	// ranks are in has no step ready. Default: 4 global steps (4 batches
+	// per rank), at least 256 samples.
+	PrefetchSamples int
+	// WorldSize fixes the number of ranks the agent serves; 0 takes it
+	// from the first request (Next is rank 0 of world 1).
+	WorldSize int
+	// DropLast drops each epoch's last step when it would be partial
+	// (reported in Stats.DroppedSamples) rather than split it over the
+	// ranks; false lets the first request decide.
+	DropLast bool
+	// DemandInterval is how often a demand signal is published. Default 1s.
+	DemandInterval time.Duration
+	// KeepAliveInterval is how often the position is written when it
+	// changed without a batch (shard ends, chunks without rows to hand
+	// out), so that their tasks are settled. Default 10s.
+	KeepAliveInterval time.Duration
+	// GPU reads GPU utilisation; nil reports -1 (no GPU).
+	GPU GPUSampler
+	// Dispatch tunes the agent's dispatcher (its Agent name is Name).
+	Dispatch dispatch.Options
+}
+
+// Stats describe the agent's progress.
+type Stats struct {
+	SamplesArrived   int64 // samples received from functions (duplicates excluded)
+	SamplesDelivered int64
+	BatchesDelivered int64
+	// DuplicateChunks counts output messages (chunks and shard ends)
+	// dropped because the agent had already seen them.
+	DuplicateChunks int64
+	// FailedSamples are those that functions could not preprocess (from
+	// ShardEnd messages), lost in a corrupt chunk, or reported with Fail.
+	FailedSamples []wire.FailedSample
+	// StallTime is the time the trainer spent waiting in Next, an ongoing
+	// wait included; RunTime and TimeToFirstBatch count from New.
+	StallTime        time.Duration
+	RunTime          time.Duration
+	TimeToFirstBatch time.Duration
+	// Epochs is the number of epochs whose every batch was handed out.
+	Epochs int
+	// BufferedSamples are held by the agent: in ready batches, in partial
+	// ones and in ranks' parts not taken yet.
+	BufferedSamples int
+	// WorldSize is the number of ranks served (0 until fixed), DropLast
+	// their drop_last setting, DroppedSamples the samples of epochs'
+	// partial last steps that drop_last left out.
+	WorldSize      int
+	DropLast       bool
+	DroppedSamples int64
+	// Ranks has what each rank took.
+	Ranks []RankStats
+	// Steps are the step times each rank's client reported, by rank.
+	Steps []RankSteps
+}
+
+// RankStats is what one rank took: parts (batches) and samples, the epoch
+// and step of its last part (-1 before the first), and whether it was told
+// that every step was delivered.
+type RankStats struct {
+	Rank    int   `json:"rank"`
+	Batches int64 `json:"batches"`
+	Samples int64 `json:"samples"`
+	Epoch   int   `json:"epoch"`
+	Step    int   `json:"step"`
+	Ended   bool  `json:"ended"`
+}
+
+// MarshalJSON writes durations in seconds, for trainers in any language.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	failed := s.FailedSamples
+	if failed == nil {
+		failed = []wire.FailedSample{}
+	}
+	ranks := s.Ranks
+	if ranks == nil {
+		ranks = []RankStats{}
+	}
+	return json.Marshal(struct {
+		SamplesArrived     int64               `json:"samples_arrived"`
+		SamplesDelivered   int64               `json:"samples_delivered"`
+		BatchesDelivered   int64               `json:"batches_delivered"`
+		DuplicateChunks    int64               `json:"duplicate_chunks"`
+		FailedSamples      []wire.FailedSample `json:"failed_samples"`
+		StallS             float64             `json:"stall_s"`
+		RunS               float64             `json:"run_s"`
+		TimeToFirstBatchS  float64             `json:"time_to_first_batch_s"`
+		Epochs             int                 `json:"epochs"`
+		BufferedSamples    int                 `json:"buffered_samples"`
+		StallFractionTotal float64             `json:"stall_fraction_total"`
+		WorldSize          int                 `json:"world_size"`
+		DropLast           bool                `json:"drop_last"`
+		DroppedSamples     int64               `json:"dropped_samples"`
+		Ranks              []RankStats         `json:"ranks"`
+		Steps              []RankSteps         `json:"steps"`
+	}{
+		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, failed,
+		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
+		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks, s.Steps,
+	})
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a.Seconds() / b.Seconds()
+}
+
+// Reader feeds one job to the ranks of one trainer, as one of the job's
+// readers; an Agent runs one per reader it serves and feeds every one of
+// them each shard's chunks.
+//
+// Delivery is exactly once per (epoch, sample) across restarts of the
+// agent, provided it is not killed while a step is on its way to the
+// ranks: the position is recorded before a part of a step is returned (and
+// the tasks of the shards the step completes are settled only after), so a
+// step that was handed out counts as delivered even if a rank never read
+// its part. A trainer that resumes from its checkpoint (Resume) closes
+// that gap.
+type Reader struct {
+	job     wire.Job
+	reader  string
+	opts    Options
+	log     *slog.Logger
+	m       jobMetrics
+	created time.Time
+	// completed is told the shards whose every row the position now
+	// records as handed out (after the write): the agent settles their
+	// tasks once every reader it serves has them.
+	completed func([]shardRef)
+	// replay asks the agent to produce shards again for this reader.
+	replay func([]wire.ShardTask)
+
+	// posMu serialises position writes; posRev and written belong to it.
+	posMu     sync.Mutex
+	posKV     jetstream.KeyValue
+	posRev    uint64 // revision of the stored position, 0 if none
+	written   uint64 // assembler version last written
+	posBroken bool   // a write failed: no more writes
+	// recorded is the position last written or loaded (nil: none).
+	recorded []byte
+
+	// durableMu guards durable and base: which shards the recorded
+	// position has complete (durableComplete).
+	durableMu       sync.Mutex
+	durable         map[shardRef]bool
+	durableFinished int
+	base            *assembler
+
+	mu    sync.Mutex
+	wake  chan struct{} // closed and replaced on every change
+	asm   *assembler
+	ready map[int][]readyBatch // per epoch, in order
+	// readySamples are the samples in ready.
+	readySamples int
+	ranks        stepper
+	prefetchAuto bool // PrefetchSamples scales with the world size
+	loaded       bool // the recorded position was loaded
+	resuming     bool // a resume is rewinding the position: no step is formed
+	resumed      *resumeRecord
+	blocked      int // callers waiting in Next
+	blockStart   time.Time
+	window       stallWindow
+	steps        stepBook  // the ranks' step reports
+	gpu          *gpuMeter // readings of the GPU for the demand window
+	stats        Stats
+	firstBatch   time.Time
+	finished     time.Time
+	fail         func(error) // stops the agent
+	runCtx       context.Context
+	closing      bool // the agent is stopping: no more batches
+	runEnded     bool
+	runErr       error
+}
+
+// newReader prepares reader name of job.
+func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *Metrics) *Reader {
+	auto := opts.PrefetchSamples == 0
+	if auto {
+		opts.PrefetchSamples = max(4*max(opts.WorldSize, 1)*job.Spec.BatchSize, 256)
+	}
+	now := time.Now()
+	log := logger.With("job", job.Spec.ID, "reader", name)
+	a := &Reader{
+		job: job, reader: name, opts: opts, log: log,
+		m:            m.forJob(job.Spec.ID, name),
+		created:      now,
+		completed:    func([]shardRef) {},
+		replay:       func([]wire.ShardTask) {},
+		fail:         func(error) {},
+		durable:      map[shardRef]bool{},
+		wake:         make(chan struct{}),
+		asm:          newAssembler(job),
+		ready:        map[int][]readyBatch{},
+		prefetchAuto: auto,
+		window:       stallWindow{Start: now, Capacity: opts.PrefetchSamples},
+		gpu:          newGPUMeter(opts.GPU, opts.DemandInterval, log),
+	}
+	if opts.WorldSize > 0 {
+		a.ranks.setWorld(opts.WorldSize)
+	}
+	if opts.DropLast {
+		a.ranks.dropLast, a.ranks.dropFixed = true, true
+	}
+	return a
+}
+
+// Job is the job the reader reads.
+func (a *Reader) Job() wire.Job { return a.job }
+
+// Name is the reader's name (one of the job's declared readers).
+func (a *Reader) Name() string { return a.reader }
+
+// Ready reports whether the reader has loaded its position and has not stopped.
+func (a *Reader) Ready() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.loaded && !a.runEnded
+}
+
+// notify wakes every waiter; a.mu must be held.
+func (a *Reader) notify() {
+	close(a.wake)
+	a.wake = make(chan struct{})
+}
+
+// stop ends the agent's run with err.
+func (a *Reader) stop(err error) { a.fail(err) }
+
+// end marks the reader stopped (err nil: every rank got every step).
+func (a *Reader) end(err error) {
+	a.mu.Lock()
+	a.closing = true
+	a.runEnded, a.runErr = true, err
+	a.notify()
+	a.mu.Unlock()
+}
+
+// done reports whether every sample of every epoch was handed out and
+// every rank was told so.
+func (a *Reader) done() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.asm.allFinished() && a.ranks.allEnded()
+}
+
+// addChunk applies chunk index of task's shard (data is kept: the caller
+// must not reuse it).
+func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) {
+	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
+	a.intake(ref, func() (outcome, error) { return a.asm.add(ref, data) })
+}
+
+// addEnd applies task's shard end.
+func (a *Reader) addEnd(task wire.ShardTask, end wire.ShardEnd) {
+	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
+	a.intake(ref, func() (outcome, error) { return a.asm.end(ref, end) })
+}
+
+// addFailed ends task's shard, which failed for good.
+func (a *Reader) addFailed(task wire.ShardTask, reason string) {
+	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
+	a.log.Warn("shard failed for good; its samples are reported failed", "epoch", task.Epoch, "shard", task.Shard, "key", task.Key, "reason", reason)
+	a.intake(ref, func() (outcome, error) { return a.asm.fail(ref, task.Key, reason) })
+}
+
+func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
+	now := time.Now()
+	a.mu.Lock()
+	out, err := apply()
+	if err == nil {
+		a.apply(out, now)
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.log.Warn("dropping output", "chunk", ref.String(), "error", err)
+		return
+	}
+	if out.duplicate {
+		a.log.Debug("dropping a copy", "chunk", ref.String())
+	}
+}
+
+// shardComplete reports whether every row of shard s of epoch e was handed
+// out and recorded.
+func (a *Reader) shardComplete(e, s int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.asm.shardComplete(e, s)
+}
+
+// heldBytes is the size of the chunks the reader holds.
+func (a *Reader) heldBytes() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.asm.heldBytes
+}
+
+// wantsMore says whether the reader wants more tasks taken: its prefetch
+// has room (or its ranks' epoch has no step ready) and not every epoch
+// arrived.
+func (a *Reader) wantsMore() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.asm.allCut() && a.hasRoom()
+}
+
+// apply records an outcome; a.mu must be held.
+func (a *Reader) apply(out outcome, now time.Time) {
+	if out.duplicate {
+		a.stats.DuplicateChunks++
+		a.m.duplicateChunks.Inc()
+	}
+	if out.arrived > 0 {
+		a.stats.SamplesArrived += int64(out.arrived)
+		a.window.Arrived += int64(out.arrived)
+		a.m.samplesArrived.Add(float64(out.arrived))
+	}
+	if len(out.failed) > 0 {
+		a.stats.FailedSamples = append(a.stats.FailedSamples, out.failed...)
+		a.m.failedSamples.Add(float64(len(out.failed)))
+	}
+	for _, b := range out.batches {
+		a.ready[b.Epoch] = append(a.ready[b.Epoch], b)
+		a.readySamples += len(b.Keys)
+	}
+	for _, e := range out.cut {
+		a.log.Info("every chunk of the epoch arrived", "epoch", e)
+	}
+	a.epochsFinished(out.finished, now)
+	a.m.bufferedSamples.Set(float64(a.buffered()))
+	a.notify()
+}
+
+// epochsFinished notes epochs whose every sample was handed out; a.mu must be held.
+func (a *Reader) epochsFinished(epochs []int, now time.Time) {
+	for _, e := range epochs {
+		a.log.Info("epoch delivered", "epoch", e)
+	}
+	if len(epochs) > 0 && a.asm.allFinished() && a.finished.IsZero() {
+		a.finished = now
+	}
+}
+
+func (a *Reader) buffered() int { return a.readySamples + a.asm.pending + a.ranks.queued }
+
+// hasRoom says whether to pull; a.mu must be held. Past the prefetch
+// bound the agent still pulls while the ranks' epoch has no step ready:
+// redelivered chunks of it may come after ready batches of later epochs.
+func (a *Reader) hasRoom() bool { return a.readySamples < a.prefetch() || !a.stepReady() }
+
+// prefetch is the bound on ready samples; a.mu must be held.
+func (a *Reader) prefetch() int {
+	if a.prefetchAuto {
+		return max(4*max(a.ranks.world, 1)*a.job.Spec.BatchSize, 256)
+	}
+	return a.opts.PrefetchSamples
+}
+
+// waitFor blocks until cond (called with a.mu held) holds.
+func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
+	a.mu.Lock()
+	for !cond() {
+		wake := a.wake
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		}
+		a.mu.Lock()
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+// Next returns the next batch, as rank 0 of a world of 1 (an agent whose
+// ranks were fixed to another world size refuses it with
+// ErrWorldMismatch), blocking until one is ready; the time spent blocked
+// is the trainer's stall time. It
+// returns io.EOF after the last batch of the last epoch, and an error
+// wrapping ErrStopped if Run ended before that (wrapping ErrJobEnded too if
+// that is why).
+//
+// The batch counts as delivered once Next returns it: the reader's
+// position is written first, so a restarted agent will not hand out its
+// samples again.
+func (a *Reader) Next(ctx context.Context) (Batch, error) {
+	p, err := a.nextPart(ctx, rankRequest{rank: 0, world: 1})
+	return p.Batch, err
+}
+
+func (a *Reader) block(now time.Time) {
+	a.blocked++
+	if a.blocked == 1 {
+		a.blockStart = now
+		a.window.block(now)
+	}
+}
+
+func (a *Reader) unblock(now time.Time) {
+	a.blocked--
+	if a.blocked == 0 {
+		d := now.Sub(a.blockStart)
+		a.stats.StallTime += d
+		a.m.stallSeconds.Add(d.Seconds())
+		a.window.unblock(now)
+	}
+}
+
+// Fail reports a sample the trainer could not use; it shows in Stats.
+func (a *Reader) Fail(key, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.FailedSamples = append(a.stats.FailedSamples, wire.FailedSample{Key: key, Reason: reason})
+	a.m.failedSamples.Inc()
+}
+
+// Stats returns a snapshot of the agent's progress.
+func (a *Reader) Stats() Stats {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.FailedSamples = append([]wire.FailedSample(nil), a.stats.FailedSamples...)
+	if a.blocked > 0 {
+		s.StallTime += now.Sub(a.blockStart)
+	}
+	end := now
+	if !a.finished.IsZero() {
+		end = a.finished
+	}
+	s.RunTime = end.Sub(a.created)
+	if !a.firstBatch.IsZero() {
+		s.TimeToFirstBatch = a.firstBatch.Sub(a.created)
+	}
+	s.Epochs = a.asm.finishedCount()
+	s.BufferedSamples = a.buffered()
+	s.WorldSize, s.DropLast = a.ranks.world, a.ranks.dropLast
+	for r, c := range a.ranks.counts {
+		s.Ranks = append(s.Ranks, RankStats{Rank: r, Batches: c.batches, Samples: c.samples, Epoch: c.epoch, Step: c.step, Ended: c.ended})
+	}
+	s.Steps = a.steps.totals()
+	return s
+}
+
+// demand closes the reader's demand window at now: the signal the agent
+// publishes for it.
+func (a *Reader) demand(now time.Time, done bool) wire.Demand {
+	gpu := a.gpu.take()
+	a.mu.Lock()
+	a.window.Buffered = a.buffered()
+	d := a.closeWindow(now, gpu)
+	a.mu.Unlock()
+	d.Job = a.job.Spec.ID
+	d.Reader = a.reader
+	d.Done = done
+	a.m.stallFraction.Set(d.StallFraction)
+	return d
+}
