@@ -105,6 +105,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("/v1/", s)
+	mux.Handle("/r/", s) // a job with several readers: /r/READER/v1/...
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", *listen, err)

@@ -38,7 +38,7 @@ func TestIntegrationControllerWithKnativeActuator(t *testing.T) {
 	e := newControllerEnv(t, 48, 12)
 	// The pods' process: one fn serve behind the fake's route, which lets
 	// each ready pod take containerConcurrency (4) requests at once.
-	fn := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0", "--nats", e.natsURL,
+	fn := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0",
 		"--s3-endpoint", e.s3Endpoint, "--concurrency", "64", "--log-level", "warn")
 	fn.Env = append(append(os.Environ(), replicaEnv+"=1"), testenv.S3Env()...)
 	base := testenv.StartReady(t, fn, local.ReadyPrefix)
