@@ -270,6 +270,9 @@ func (a *Agent) run(ctx context.Context) error {
 			return fmt.Errorf("dispatching job %s: %w", id, err)
 		case <-t.C:
 		}
+		for _, r := range a.readers {
+			r.askOwed()
+		}
 	}
 	for _, r := range a.readers {
 		if err := r.sync(ctx, false); err != nil {
@@ -455,15 +458,26 @@ type sink Agent
 var _ dispatch.Sink = (*sink)(nil)
 
 // Room: some reader wants more and the chunks held stay within the job's
-// output buffer.
+// output buffer, not counting those of readers that lag (they keep no
+// new shard: lag.go).
 func (s *sink) Room() bool {
-	var held int64
-	want := false
-	for _, r := range s.readers {
-		held += r.heldBytes()
-		want = want || r.wantsMore()
+	held := make([]int64, len(s.readers))
+	wants := make([]bool, len(s.readers))
+	for i, r := range s.readers {
+		held[i], wants[i] = r.heldBytes(), r.wantsMore()
 	}
-	return want && (s.job.Spec.OutputBufferBytes <= 0 || held < s.job.Spec.OutputBufferBytes)
+	buffer := s.job.Spec.OutputBufferBytes
+	lag := shedding(held, wants, buffer/2)
+	var kept int64
+	want := false
+	for i, r := range s.readers {
+		r.shedding.Store(lag[i])
+		if !lag[i] {
+			kept += held[i]
+			want = want || wants[i]
+		}
+	}
+	return want && (buffer <= 0 || kept < buffer)
 }
 
 func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) {

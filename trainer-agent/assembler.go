@@ -53,7 +53,8 @@ func (s *shardState) hasAll(held bool) bool {
 type epochState struct {
 	complete  bitset // shards whose every chunk was handed out, shard end seen
 	nComplete int
-	replayed  bitset              // shards a resume asked to be re-produced (see position)
+	replayed  bitset              // shards asked to be re-produced (a resume, or owed: see position)
+	owed      bitset              // shards a lagging reader did not keep (see lag.go)
 	shards    map[int]*shardState // shards with anything recorded, not complete
 	arrived   int                 // shards complete or arrivedAll
 	pending   []sample            // not yet a full batch

@@ -16,11 +16,13 @@
 // also under /v1/...). Each shard is sent once and its chunks are fed to
 // every reader: a sweep's trials on one node share its preprocessing. A
 // shard's task is settled (acked) only once every reader recorded every
-// row of it as handed out, so the readers' pace is bounded by the job's
-// output buffer (OutputBufferBytes of chunks held): past it no task is
-// taken until the slowest reader catches up. (A lagging trial therefore
-// holds back the others once the buffer is full; shedding it, as the
-// output-stream design did, is not carried over.)
+// row of it as handed out, or noted it owed (below), and the agent takes
+// no task while the chunks its readers hold fill the job's output buffer
+// (OutputBufferBytes). A lagging reader does not set the others' pace
+// (lag.go): while its prefetch is full, it holds half the buffer and
+// another reader wants more, it keeps nothing of shards it has not
+// started and notes them owed; when its ranks reach them it asks for them
+// again, produced for it alone (the other readers drop the copies).
 //
 // Ranks: one agent serves every rank of each reader (a DDP trainer is one
 // reader; ranks on other nodes reach it over TCP). The job's batch size is

@@ -43,6 +43,10 @@ type epochPosition struct {
 	// with this position sends them again, and a later resume from a
 	// position before them asks again (see replaySet).
 	Replayed string `json:"replayed,omitempty"`
+	// Owed are shards (not complete) a lagging reader did not keep: their
+	// tasks may be settled, and the reader asks for them again when its
+	// ranks reach them (see lag.go).
+	Owed string `json:"owed,omitempty"`
 }
 
 type shardPosition struct {
@@ -58,14 +62,8 @@ func (a *assembler) snapshot() position {
 	for e, ep := range a.open {
 		var out epochPosition
 		out.Complete = encodeSet(ep.complete)
-		var replayed bitset
-		for i, w := range ep.replayed {
-			if i < len(ep.complete) {
-				w &^= ep.complete[i]
-			}
-			replayed = append(replayed, w)
-		}
-		out.Replayed = encodeSet(replayed)
+		out.Replayed = encodeSet(ep.replayed.minus(ep.complete))
+		out.Owed = encodeSet(ep.owed.minus(ep.complete))
 		for s, sh := range ep.shards {
 			var sp shardPosition
 			if sh.end >= 0 {
@@ -88,7 +86,7 @@ func (a *assembler) snapshot() position {
 				out.Shards[s] = sp
 			}
 		}
-		if out.Complete != "" || out.Shards != nil || out.Replayed != "" {
+		if out.Complete != "" || out.Shards != nil || out.Replayed != "" || out.Owed != "" {
 			if p.Epochs == nil {
 				p.Epochs = map[int]epochPosition{}
 			}
@@ -128,9 +126,14 @@ func (a *assembler) restore(p position) error {
 		if err != nil {
 			return fmt.Errorf("position: epoch %d: replayed shards: %w", e, err)
 		}
+		owed, err := decodeSet(ep.Owed, a.shards)
+		if err != nil {
+			return fmt.Errorf("position: epoch %d: owed shards: %w", e, err)
+		}
 		st := a.epoch(e)
 		st.complete = complete
 		st.replayed = replayed
+		st.owed = owed
 		st.nComplete = complete.countBelow(a.shards)
 		st.arrived = st.nComplete
 		for s, sp := range ep.Shards {

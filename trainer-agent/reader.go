@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,6 +62,9 @@ type Stats struct {
 	SamplesArrived   int64 // samples received from functions (duplicates excluded)
 	SamplesDelivered int64
 	BatchesDelivered int64
+	// ShedShards counts the shards this reader did not keep while it
+	// lagged (lag.go): they were produced again when its ranks got there.
+	ShedShards int64
 	// DuplicateChunks counts output messages (chunks and shard ends)
 	// dropped because the agent had already seen them.
 	DuplicateChunks int64
@@ -116,6 +120,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		SamplesDelivered   int64               `json:"samples_delivered"`
 		BatchesDelivered   int64               `json:"batches_delivered"`
 		DuplicateChunks    int64               `json:"duplicate_chunks"`
+		ShedShards         int64               `json:"shed_shards"`
 		FailedSamples      []wire.FailedSample `json:"failed_samples"`
 		StallS             float64             `json:"stall_s"`
 		RunS               float64             `json:"run_s"`
@@ -129,7 +134,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		Ranks              []RankStats         `json:"ranks"`
 		Steps              []RankSteps         `json:"steps"`
 	}{
-		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, failed,
+		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.ShedShards, failed,
 		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
 		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks, s.Steps,
 	})
@@ -203,10 +208,12 @@ type Reader struct {
 	firstBatch   time.Time
 	finished     time.Time
 	fail         func(error) // stops the agent
-	runCtx       context.Context
-	closing      bool // the agent is stopping: no more batches
-	runEnded     bool
-	runErr       error
+	// shedding is set by the agent while the reader lags (lag.go).
+	shedding atomic.Bool
+	runCtx   context.Context
+	closing  bool // the agent is stopping: no more batches
+	runEnded bool
+	runErr   error
 }
 
 // newReader prepares reader name of job.
@@ -303,6 +310,17 @@ func (a *Reader) addFailed(task wire.ShardTask, reason string) {
 func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
 	now := time.Now()
 	a.mu.Lock()
+	if a.shedding.Load() {
+		owed := a.asm.owes(ref.Epoch, ref.Shard)
+		if a.asm.shed(ref) {
+			if !owed {
+				a.stats.ShedShards++
+				a.log.Debug("lagging: not keeping a shard, owed", "epoch", ref.Epoch, "shard", ref.Shard)
+			}
+			a.mu.Unlock()
+			return
+		}
+	}
 	out, err := apply()
 	if err == nil {
 		a.apply(out, now)

@@ -6,7 +6,7 @@ import "fmt"
 // a reader to resume at position p when its agents recorded h (h is at or
 // past p): those not complete in p of which h records anything beyond p
 // (complete, its end, a chunk or rows handed out), or that an earlier
-// resume replayed. The chunks the reader kept of them were dropped by the
+// resume replayed, or that a lagging reader owes (did not keep). The chunks the reader kept of them were dropped by the
 // rewind, and their tasks may be settled, so nothing else sends them again;
 // producing a shard once too often costs only time (copies are dropped by
 // ChunkRef). Epochs before p.Finished are left out. It is pure: the agent
@@ -39,11 +39,15 @@ func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("recorded position: epoch %d: replayed shards: %w", e, err)
 		}
+		hOwed, err := decodeSet(he.Owed, shards)
+		if err != nil {
+			return nil, fmt.Errorf("recorded position: epoch %d: owed shards: %w", e, err)
+		}
 		for s := range shards {
 			if pComplete.has(s) {
 				continue
 			}
-			more := hComplete.has(s) || hReplayed.has(s)
+			more := hComplete.has(s) || hReplayed.has(s) || hOwed.has(s)
 			if !more {
 				if hs, ok := he.Shards[s]; ok {
 					if more, err = ackedMore(hs, pe.Shards[s]); err != nil {

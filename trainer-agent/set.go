@@ -24,6 +24,18 @@ func (b bitset) has(i int) bool {
 	return i >= 0 && w < len(b) && b[w]&(1<<(i%64)) != 0
 }
 
+// minus is b without the members of o.
+func (b bitset) minus(o bitset) bitset {
+	var out bitset
+	for i, w := range b {
+		if i < len(o) {
+			w &^= o[i]
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
 // countBelow counts the members < n.
 func (b bitset) countBelow(n int) int {
 	c := 0

@@ -267,7 +267,8 @@ func (a *Reader) sync(ctx context.Context, forBatch bool) error {
 func (a *Reader) durableComplete(s shardRef) bool {
 	a.durableMu.Lock()
 	defer a.durableMu.Unlock()
-	return s.epoch < a.durableFinished || a.durable[s] || a.base != nil && a.base.shardComplete(s.epoch, s.shard)
+	return s.epoch < a.durableFinished || a.durable[s] ||
+		a.base != nil && (a.base.shardComplete(s.epoch, s.shard) || a.base.owes(s.epoch, s.shard))
 }
 
 // markDurable notes shards the recorded position has complete, and the

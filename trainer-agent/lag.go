@@ -1,0 +1,119 @@
+package traineragent
+
+import (
+	"github.com/sluice-project/sluice/wire"
+)
+
+// A lagging reader does not hold back the others. The readers an agent
+// serves share each shard's output, and the agent takes no task while the
+// chunks they hold fill the job's output buffer; one slow trial would
+// thus set every trial's pace. A reader that lags (shedding: its prefetch
+// is full, it holds at least its lag bound, and another reader wants more)
+// keeps nothing of shards it has not started: it notes them owed in its
+// position (their tasks may then settle without it), and once its ranks
+// run out of steps in an epoch with owed shards it asks the agent to
+// produce them again (dispatch.Replay), which it never sheds. The other
+// readers go on at their pace; the laggard pays with those shards
+// produced twice and a replay's latency.
+
+// shedding says, per reader, whether it lags: the job has several
+// readers, the reader wants no more (its prefetch is full), it holds at
+// least bound bytes, and another reader wants more. It is pure.
+func shedding(held []int64, wants []bool, bound int64) []bool {
+	out := make([]bool, len(held))
+	if len(held) < 2 || bound <= 0 {
+		return out
+	}
+	for i := range held {
+		if wants[i] || held[i] < bound {
+			continue
+		}
+		for j := range wants {
+			if j != i && wants[j] {
+				out[i] = true
+				break
+			}
+		}
+	}
+	return out
+}
+
+// shed drops the output of shard ref.Shard of epoch ref.Epoch for a
+// lagging reader if the reader has nothing of it (no chunk held or handed
+// out, no end) and is not waiting for it as a replay: the shard is noted
+// owed, and, for the settling of its task, complete for this reader. It
+// reports whether it dropped it (an owed shard's output is dropped).
+func (a *assembler) shed(ref wire.ChunkRef) bool {
+	if ref.Epoch < a.finished || ref.Epoch >= a.epochs || ref.Shard < 0 || ref.Shard >= a.shards {
+		return false
+	}
+	ep := a.epoch(ref.Epoch)
+	switch {
+	case ep.complete.has(ref.Shard) || ep.replayed.has(ref.Shard):
+		return false
+	case ep.owed.has(ref.Shard):
+		return true
+	}
+	if sh := ep.shards[ref.Shard]; sh != nil && (sh.end >= 0 || len(sh.held) > 0 || len(sh.skip) > 0 || len(sh.delivered) > 0) {
+		return false
+	}
+	ep.owed.add(ref.Shard)
+	a.version++
+	a.completed = append(a.completed, shardRef{ref.Epoch, ref.Shard})
+	return true
+}
+
+// owedDue are the shards of epoch e owed and not asked for yet.
+func (a *assembler) owedDue(e int) []int {
+	ep := a.open[e]
+	if ep == nil {
+		return nil
+	}
+	var out []int
+	for s := range a.shards {
+		if ep.owed.has(s) && !ep.replayed.has(s) && !ep.complete.has(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// owes reports whether the reader owes shard s of epoch e (a settled task
+// needs nothing more from it).
+func (a *assembler) owes(e, s int) bool {
+	ep := a.open[e]
+	return ep != nil && ep.owed.has(s) && !ep.complete.has(s)
+}
+
+// askOwed asks for the owed shards of the ranks' epoch once no step of it
+// is ready: they are noted replayed (and so never shed), the position is
+// written, and the agent produces them again.
+func (r *Reader) askOwed() {
+	r.mu.Lock()
+	e := r.ranks.epoch
+	var due []int
+	if e < r.job.Spec.Epochs && !r.stepReady() {
+		due = r.asm.owedDue(e)
+	}
+	if len(due) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	ep := r.asm.epoch(e)
+	for _, s := range due {
+		ep.replayed.add(s)
+	}
+	r.asm.version++
+	ctx := r.runCtx
+	r.mu.Unlock()
+	if err := r.sync(ctx, false); err != nil {
+		r.stop(err)
+		return
+	}
+	tasks := make([]wire.ShardTask, len(due))
+	for i, s := range due {
+		tasks[i] = r.job.Task(e, s)
+	}
+	r.log.Info("asking for the owed shards again", "epoch", e, "shards", len(due))
+	r.replay(tasks)
+}
