@@ -45,6 +45,10 @@ type entry struct {
 	sends, failures int
 	end             wire.ShardEnd // phaseEnded
 	reason          string        // phaseFailed
+	// again asks for one more send once the current one ends: a replay
+	// asked while it was being sent (the chunks that had arrived before
+	// may have been dropped by the sink).
+	again bool
 	// cancel stops the entry's send goroutine (set by the runner).
 	cancel context.CancelFunc
 }
@@ -99,16 +103,21 @@ func (s *state) receive(task wire.ShardTask, msg jetstream.Msg) (e *entry, start
 	return e, true
 }
 
-// replay queues a send of task outside the queue. A task held and not yet
-// ended (queued, sending) needs none: its chunks are coming. A task held
-// and ended or failed is sent again, its failures forgotten.
+// replay queues a send of task outside the queue. A task queued needs
+// none; one being sent is sent once more after the current send ends (the
+// sink may have dropped the chunks already sent, and a send in progress
+// does not start over); one ended or failed is sent again, its failures
+// forgotten.
 func (s *state) replay(task wire.ShardTask) (queued bool) {
 	e := s.entries[keyOf(task)]
 	switch {
 	case e == nil:
 		e = &entry{task: task}
 		s.entries[keyOf(task)] = e
-	case e.phase == phaseQueued || e.phase == phaseSending:
+	case e.phase == phaseQueued:
+		return false
+	case e.phase == phaseSending:
+		e.again = true
 		return false
 	default:
 		s.setPhase(e, phaseQueued)
@@ -166,13 +175,20 @@ func (s *state) failure(e *entry, maxDeliver int) (n int, giveUp bool) {
 	return e.failures, e.failures >= maxDeliver
 }
 
-// ended records the shard's end; false if e is no longer held.
+// ended records the shard's end; false if e is no longer held. A task
+// asked for again while it was sent (again) is queued as a replay.
 func (s *state) ended(e *entry, end wire.ShardEnd) bool {
 	if !s.current(e) || e.phase != phaseSending {
 		return false
 	}
-	s.setPhase(e, phaseEnded)
 	e.end = end
+	if e.again {
+		e.again, e.failures = false, 0
+		s.setPhase(e, phaseQueued)
+		s.replays = append(s.replays, e)
+		return true
+	}
+	s.setPhase(e, phaseEnded)
 	return true
 }
 

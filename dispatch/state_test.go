@@ -120,9 +120,9 @@ func TestStateReplays(t *testing.T) {
 	if e := s.nextReplay(1); e != nil {
 		t.Errorf("a second replay started within share 1")
 	}
-	// Held and sending: a replay of it is not needed.
-	if s.replay(r1) {
-		t.Error("replayed a task being sent")
+	// Held and sending: a replay of it waits for the send to end.
+	if s.replay(r1) || !e1.again {
+		t.Error("a replay of a task being sent: want it marked to be sent once more")
 	}
 	// The queue delivers r2 while its replay waits: it starts now, as the task.
 	d := &delivery{}
@@ -130,7 +130,15 @@ func TestStateReplays(t *testing.T) {
 	if !start || e2.msg != d || len(s.replays) != 0 || s.sending != 2 {
 		t.Errorf("delivery of a queued replay: start %v, %d replays, %d sending", start, len(s.replays), s.sending)
 	}
-	// Ended: a replay sends it again, its failures forgotten.
+	// Its send ends: it is queued again, as the replay asked.
+	e1.failures = 2
+	if !s.ended(e1, wire.ShardEnd{Chunks: 1}) || e1.phase != phaseQueued || e1.again || e1.failures != 0 || len(s.replays) != 1 {
+		t.Errorf("end of a task replayed while sent: %+v", e1)
+	}
+	// Sent again and ended: a replay sends it again, its failures forgotten.
+	if e := s.nextReplay(5); e != e1 {
+		t.Fatalf("nextReplay: %+v", e)
+	}
 	e1.failures = 2
 	s.ended(e1, wire.ShardEnd{Chunks: 1})
 	if !s.replay(r1) || e1.phase != phaseQueued || e1.failures != 0 || len(s.replays) != 1 {

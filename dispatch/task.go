@@ -174,9 +174,10 @@ func (d *Dispatcher) Settle(epoch, shard int) {
 //
 // A replay is taken whatever sink.Room says (the resumed reader waits for
 // exactly this output), but only within the share. A task of the same
-// epoch and shard held and not yet ended needs no replay (its chunks are
-// coming): the call is a no-op; one held and ended is sent again. An
-// invalid task is reported through sink.Failed.
+// epoch and shard queued needs no replay; one being sent is sent once more
+// when that send ends (a resumed reader may have dropped the chunks that
+// had come); one held and ended is sent again. An invalid task is reported
+// through sink.Failed.
 func (d *Dispatcher) Replay(task wire.ShardTask) {
 	if err := d.checkTask(task); err != nil {
 		reason := truncate("replay: "+err.Error(), maxReason)

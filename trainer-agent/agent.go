@@ -467,7 +467,11 @@ func (s *sink) Room() bool {
 		held[i], wants[i] = r.heldBytes(), r.wantsMore()
 	}
 	buffer := s.job.Spec.OutputBufferBytes
-	lag := shedding(held, wants, buffer/2)
+	bound := s.opts.MaxLagBytes
+	if bound == 0 {
+		bound = buffer / 2
+	}
+	lag := shedding(held, wants, bound)
 	var kept int64
 	want := false
 	for i, r := range s.readers {

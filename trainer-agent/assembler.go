@@ -11,9 +11,10 @@ import (
 // the shard's last row is in a batch the trainer took.
 type heldChunk struct {
 	ref    wire.ChunkRef
-	rows   int // rows of the chunk, those handed out before a restart included
-	handed int // leading rows handed out
-	bytes  int // size of the chunk
+	rows   int    // rows of the chunk, those handed out before a restart included
+	handed int    // leading rows handed out
+	bytes  int    // size of the chunk
+	data   []byte // the chunk, which its rows not handed out point into
 }
 
 // shardRef names one shard of one epoch: the unit a task is settled in.
@@ -237,7 +238,7 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
 			sh.delivered.add(ref.Chunk)
 			a.version++
 		} else {
-			h.bytes = len(data)
+			h.bytes, h.data = len(data), data
 			a.heldBytes += int64(h.bytes)
 			sh.held[ref.Chunk] = h
 		}

@@ -53,6 +53,11 @@ type Options struct {
 	KeepAliveInterval time.Duration
 	// GPU reads GPU utilisation; nil reports -1 (no GPU).
 	GPU GPUSampler
+	// MaxLagBytes is what a reader may hold, its prefetch full, before it
+	// lags and keeps no new shard while another reader wants more (lag.go).
+	// 0: half the job's output buffer; < 0: never (the slowest reader
+	// then sets every reader's pace once the buffer is full).
+	MaxLagBytes int64
 	// Dispatch tunes the agent's dispatcher (its Agent name is Name).
 	Dispatch dispatch.Options
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,11 +380,11 @@ func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
 }
 
 // TestTwoAgentsOfOneReaderDoNotBothDeliver runs two agents serving every
-// rank of one reader: they split the job's tasks until one of them records
-// a position and the other's compare-and-set fails. The loser stops
-// without handing out its batch and returns its tasks; the winner delivers
-// every sample once. (If the winner took every task first, the other just
-// waits.) Agents of one job on several nodes serve disjoint ranks.
+// rank of one reader: they split the job's tasks until one's
+// compare-and-set of the position fails. The loser stops without handing
+// out that batch and returns its tasks; the other delivers the rest, every
+// sample once over both. (If the winner took every task first, the other
+// just waits.)
 func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{3, 2}, {4}, {1, 2, 3}, {5}}
@@ -418,20 +419,20 @@ func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
 			results <- r
 		}()
 	}
-	var won []Batch
+	// The loser may have handed out batches before the winner loaded the
+	// position recording them (it then resumed after them, as a restarted
+	// agent does), never after: together every sample comes once.
+	var all []Batch
 	winners := 0
 	for range 2 {
 		r := <-results
+		all = append(all, r.batches...)
 		switch {
 		case r.err == nil:
-			won = r.batches
 			winners++
 			cancel() // the other has nothing left to wait for
 		case errors.Is(r.err, ErrReaderTaken), errors.Is(r.err, context.Canceled) && winners == 1:
-			t.Logf("the other agent: %v", r.err)
-			if len(r.batches) > 0 {
-				t.Errorf("the agent that lost handed out %d batches (%v)", len(r.batches), r.err)
-			}
+			t.Logf("the other agent, after %d batches: %v", len(r.batches), r.err)
 		default:
 			t.Fatalf("agent: %v", r.err)
 		}
@@ -439,5 +440,6 @@ func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
 	if winners != 1 {
 		t.Fatalf("%d agents delivered the job, want 1", winners)
 	}
-	checkDelivery(t, job, l, won)
+	slices.SortStableFunc(all, func(x, y Batch) int { return x.Epoch - y.Epoch })
+	checkDelivery(t, job, l, all)
 }

@@ -3,14 +3,15 @@ package traineragent
 import "fmt"
 
 // replaySet returns, per epoch, the shards that must be produced again for
-// a reader to resume at position p when its agents recorded h (h is at or
-// past p): those not complete in p of which h records anything beyond p
-// (complete, its end, a chunk or rows handed out), or that an earlier
-// resume replayed, or that a lagging reader owes (did not keep). The chunks the reader kept of them were dropped by the
-// rewind, and their tasks may be settled, so nothing else sends them again;
-// producing a shard once too often costs only time (copies are dropped by
-// ChunkRef). Epochs before p.Finished are left out. It is pure: the agent
-// calls it on its snapshot.
+// a reader to resume at position p when its memory holds h (h is at or
+// past p): those not complete in p of which h has a chunk handed out in
+// full beyond p, or that h has complete (its task may be settled), or that
+// an earlier resume replayed, or that a lagging reader owes (did not
+// keep). What was handed out is no longer in memory; chunks still held,
+// rows of them handed out and shard ends are carried over by the rewind
+// (carry). Producing a shard once too often costs only time (copies are
+// dropped by ChunkRef). Epochs before p.Finished are left out. It is pure:
+// the agent calls it on its snapshot.
 func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
 	out := map[int][]int{}
 	for e := max(p.Finished, 0); e < epochs; e++ {
@@ -68,12 +69,9 @@ func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
 	return out, nil
 }
 
-// ackedMore reports whether h records an acked message of a shard that p
-// does not: its end, or a chunk handed out in full.
+// ackedMore reports whether h has a chunk of a shard handed out in full
+// that p has not.
 func ackedMore(h, p shardPosition) (bool, error) {
-	if h.End != nil && p.End == nil {
-		return true, nil
-	}
 	hc, err := decodeSet(h.Chunks, maxChunksPerShard)
 	if err != nil {
 		return false, fmt.Errorf("recorded chunks: %w", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -139,7 +140,7 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 			return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
 		}
 	}
-	replay, err := replaySet(h, fresh.snapshot(), a.job.Spec.Epochs, len(a.job.Shards))
+	replay, err := replaySet(a.asm.snapshot(), fresh.snapshot(), a.job.Spec.Epochs, len(a.job.Shards))
 	if err != nil {
 		unlock()
 		return ResumeResult{}, err
@@ -167,26 +168,22 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 		unlock()
 		return result, nil
 	}
-	// Rewind: the chunks held go back to the stream, and so do the
-	// messages whose acks wait for a write (the state's position may not
-	// cover them); the ready batches are dropped, and no step is formed
-	// until the replay is queued.
-	// Shards with chunks held now lose them in the rewind: their tasks
-	// are unsettled and nothing sends them again, so they are replayed
-	// too (a copy of what is kept is dropped by ChunkRef).
-	for e, ep := range a.asm.open {
-		for s, sh := range ep.shards {
-			if len(sh.held) > 0 && !fresh.shardComplete(e, s) && !slices.Contains(replay[e], s) {
-				replay[e] = append(replay[e], s)
-			}
-		}
-	}
+	// Rewind: the memory becomes the state's position, with what it
+	// still holds carried over (chunks held, shard ends: their tasks are
+	// unsettled, nothing sends them again) and the shards whose handed-out
+	// chunks are gone replayed; the ready batches are re-formed, and no
+	// step is formed until the replay is asked for.
 	fresh.version = a.asm.version + 1
 	fresh.schema = a.asm.schema
+	carried := carry(a.asm, fresh)
 	fresh.markReplayed(replay)
 	a.asm = fresh
 	clear(a.ready)
 	a.readySamples = 0
+	for _, b := range carried {
+		a.ready[b.Epoch] = append(a.ready[b.Epoch], b)
+		a.readySamples += len(b.Keys)
+	}
 	a.epochsFinished(a.asm.start(), time.Now())
 	a.resuming = true
 	a.notify()
@@ -301,6 +298,37 @@ func positionJSON(raw json.RawMessage) ([]byte, error) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// carry applies to fresh (a rewound position) what from holds that fresh
+// lacks: the chunks held and the shard ends seen of shards fresh has not
+// complete, in order; it returns the batches they make. Rows fresh records
+// as handed out are skipped by fresh's own bookkeeping.
+func carry(from, fresh *assembler) []readyBatch {
+	var out []readyBatch
+	epochs := slices.Sorted(maps.Keys(from.open))
+	for _, e := range epochs {
+		ep := from.open[e]
+		for _, s := range slices.Sorted(maps.Keys(ep.shards)) {
+			if fresh.shardComplete(e, s) {
+				continue
+			}
+			sh := ep.shards[s]
+			for _, c := range slices.Sorted(maps.Keys(sh.held)) {
+				h := sh.held[c]
+				if o, err := fresh.add(h.ref, h.data); err == nil {
+					out = append(out, o.batches...)
+				}
+			}
+			if sh.end >= 0 {
+				ref := wire.ChunkRef{Job: fresh.job, Epoch: e, Shard: s, Chunk: -1}
+				if o, err := fresh.end(ref, wire.ShardEnd{Chunks: sh.end}); err == nil {
+					out = append(out, o.batches...)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // markReplayed notes shards as being replayed.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/connect"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
@@ -32,6 +33,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	worldSize := fs.Int("world-size", 0, "number of ranks (`W`) the agent serves (0: set by the first request's world_size)")
 	dropLast := fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
 	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
+	maxLag := fs.String("max-lag-bytes", "0", "what a reader of a job with several readers may hold (a `size` such as 256MiB), its prefetch full, before it keeps no new shard while another reader wants more, and asks for those shards again when its trainer gets there; 0: half the job's output buffer; -1: never")
 	localityWait := fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	taskAckWait := fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
@@ -51,6 +53,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
+	var maxLagBytes int64
 	if err := parse(fs, args,
 		func() error {
 			if *jobID == "" {
@@ -69,6 +72,18 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		durationRange("linger", linger, 0, 10*time.Minute),
 		oneOf("log-level", logLevel, logLevels...),
 		durationRange("locality-wait", localityWait, 0, time.Minute),
+		func() error {
+			if *maxLag == "-1" {
+				maxLagBytes = -1
+				return nil
+			}
+			n, err := broker.ParseSize(*maxLag)
+			if err != nil {
+				return fmt.Errorf("--max-lag-bytes %q: %v", *maxLag, err)
+			}
+			maxLagBytes = n
+			return nil
+		},
 		durationRange("task-ack-wait", taskAckWait, 0, time.Hour),
 		resolve(connFlags, &conn),
 	); err != nil {
@@ -81,7 +96,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	opts := traineragent.Options{Name: *name, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast,
+	opts := traineragent.Options{Name: *name, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast, MaxLagBytes: maxLagBytes,
 		Dispatch: dispatch.Options{LocalityWait: *localityWait, AckWait: *taskAckWait}}
 	if *localityWait == 0 {
 		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default
