@@ -1,8 +1,9 @@
 // Command batchserver serves one fixed batch of uint8 224x224x3 images as
 // `sluice agent` serves batches (GET /v1/batch, the same safetensors layout
 // and metadata), as fast as it can and forever: the ceiling of a client's
-// receive rate, without the agent's own work (pulling chunks from JetStream,
-// assembling batches, recording its position).
+// receive rate, without the agent's own work (pulling tasks, receiving the
+// chunks from function replicas, assembling batches, recording its
+// position).
 //
 //	go run ./bench/batchserver --listen 127.0.0.1:18555 --batch 32 &
 //	/usr/bin/python3 bench/pytorch_bench.py throughput --url http://127.0.0.1:18555 --seconds 10

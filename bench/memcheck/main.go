@@ -1,9 +1,10 @@
 // Command memcheck measures the memory a function replica's preprocessing
 // needs: it streams a WebDataset shard from disk through a pipeline, as
 // `sluice fn serve` does (one sample in memory per worker, outputs dropped
-// instead of published), and prints the process's peak resident set and
-// the Go heap's peak. Build it with and without -tags turbojpeg to compare
-// the decoders; libjpeg's C allocations show in the RSS, not the heap.
+// instead of sent to the agent in chunks), and prints the process's peak
+// resident set and the Go heap's peak. Build it with and without -tags
+// turbojpeg to compare the decoders; libjpeg's C allocations show in the
+// RSS, not the heap.
 //
 //	go run ./bench/memcheck --input shard.tar --pipeline imagenet-train --workers 2 --passes 3
 package main

@@ -24,7 +24,7 @@ func TestIntegrationAgentRestart(t *testing.T) {
 
 	start := time.Now()
 	c.Submit(imageJob("agentrestart", d, "imagenet-eval"))
-	agent := c.StartAgent("agent", "agentrestart", "")
+	agent := c.StartAgent("agent", "agentrestart")
 	tr := NewTrainer()
 	// Mid epoch 0, and again mid epoch 1.
 	killAt := map[int]bool{scenarioSamples / scenarioBatch / 2: true, 3 * scenarioSamples / scenarioBatch / 2: true}

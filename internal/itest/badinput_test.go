@@ -75,8 +75,14 @@ func TestIntegrationBadInput(t *testing.T) {
 		c := c.For(t)
 		refused(t, wrongS3, nil, []string{"credentials"}, "job", "submit", c.WriteSpec("wrongs3", good("wrongs3")))
 	})
+	// A replica takes S3 settings and nothing else: its output goes back
+	// in the response to each task, not through NATS.
+	noNATS := func([]string) []string { return nil }
 	t.Run("wrong S3 credentials at fn serve", func(t *testing.T) {
-		refused(t, wrongS3, nil, []string{"credentials"}, "fn", "serve", "--listen", "127.0.0.1:0")
+		refused(t, wrongS3, noNATS, []string{"credentials"}, "fn", "serve", "--listen", "127.0.0.1:0")
+	})
+	t.Run("NATS flags at fn serve", func(t *testing.T) {
+		refused(t, nil, nil, []string{"flag provided but not defined", "-nats"}, "fn", "serve", "--listen", "127.0.0.1:0")
 	})
 	wrongPassword := func(args []string) []string { return withFlag(args, "--nats-password", "not-the-password") }
 	t.Run("wrong NATS password", func(t *testing.T) {
@@ -91,7 +97,7 @@ func TestIntegrationBadInput(t *testing.T) {
 	})
 	t.Run("delete a running job", func(t *testing.T) {
 		c := c.For(t)
-		// No agent reads its output, so the job stays running.
+		// No agent takes its tasks, so the job stays running.
 		c.StartController("controller", ControllerOptions{})
 		c.Submit(good("running"))
 		c.WaitJobState(js, "running", wire.JobRunning, time.Minute)

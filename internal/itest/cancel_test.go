@@ -14,7 +14,8 @@ import (
 
 // TestIntegrationCancel: a job cancelled mid-epoch with `sluice job
 // cancel` ends cancelled, its replicas stop, and it leaves no tasks, no
-// dispatch consumer and no output stream or reader consumers behind.
+// task consumer and no dispatch plan behind; its agent, whose task
+// consumer is gone, tells the trainer with 410.
 func TestIntegrationCancel(t *testing.T) {
 	c := StartCluster(t, binaries(t), ClusterOptions{})
 	d := c.UploadImages("cancel", "train/", SmallImages(scenarioSamples, scenarioShards, 15))
@@ -23,7 +24,7 @@ func TestIntegrationCancel(t *testing.T) {
 
 	start := time.Now()
 	c.Submit(imageJob("cancel", d, "imagenet-eval"))
-	agent := c.StartAgent("agent", "cancel", "")
+	agent := c.StartAgent("agent", "cancel")
 	tr := NewTrainer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -53,7 +54,9 @@ func TestIntegrationCancel(t *testing.T) {
 	t.Logf("scenario=cancel cancelled_after=%d samples reason=%q replicas=%d seconds=%.1f", at, j.Reason, len(c.Replicas()), time.Since(start).Seconds())
 }
 
-// consumersLeft names any consumer of the task stream that belongs to job.
+// consumersLeft names any consumer of the task stream that belongs to job,
+// and the job's dispatch plan if it is still there: with both gone no
+// agent can take or send another task of the job.
 func consumersLeft(js jetstream.JetStream, job string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -70,8 +73,5 @@ func consumersLeft(js jetstream.JetStream, job string) error {
 	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
 		return err
 	}
-	if _, err := js.Stream(ctx, wire.OutputStream(job)); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("output stream %s: %v, want it deleted (with its reader consumers)", wire.OutputStream(job), err)
-	}
-	return nil
+	return planGone(ctx, js, job)
 }

@@ -89,7 +89,12 @@ func (c *Cluster) ConnArgs() []string { return c.NATS.ClientArgs() }
 
 // Env is the environment every sluice process gets: the S3 endpoint and
 // credentials (SLUICE_S3_ENDPOINT, since only the commands that read S3
-// take --s3-endpoint).
+// take --s3-endpoint), and the cluster's mark (clusterEnv), which the
+// replicas a controller starts inherit.
 func (c *Cluster) Env() []string {
-	return append(c.S3.Env(), "SLUICE_S3_ENDPOINT="+c.S3Endpoint())
+	return append(c.S3.Env(), "SLUICE_S3_ENDPOINT="+c.S3Endpoint(), clusterEnv+"="+c.Dir)
 }
+
+// clusterEnv marks the processes of one cluster: replicas take no NATS
+// settings, so the NATS URL no longer tells a cluster's replicas apart.
+const clusterEnv = "SLUICE_ITEST_CLUSTER"

@@ -31,7 +31,7 @@ func TestIntegrationControllerFailover(t *testing.T) {
 
 	start := time.Now()
 	c.Submit(imageJob("failover", d, "imagenet-eval"))
-	agent := c.StartAgent("agent", "failover", "")
+	agent := c.StartAgent("agent", "failover")
 	tr := NewTrainer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

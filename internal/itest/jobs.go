@@ -95,3 +95,21 @@ func (c *Cluster) WaitJobState(js jetstream.JetStream, id string, want wire.JobS
 	})
 	return j
 }
+
+// JobStatus reads the live status a job's owning controller wrote (its
+// last, with the terminal state, once the job ended).
+func JobStatus(ctx context.Context, js jetstream.JetStream, id string) (wire.JobStatus, error) {
+	kv, err := js.KeyValue(ctx, wire.StatusBucket)
+	if err != nil {
+		return wire.JobStatus{}, fmt.Errorf("opening %s: %w", wire.StatusBucket, err)
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		return wire.JobStatus{}, fmt.Errorf("status of job %s: %w", id, err)
+	}
+	var s wire.JobStatus
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return wire.JobStatus{}, fmt.Errorf("status of job %s: %w", id, err)
+	}
+	return s, nil
+}

@@ -55,8 +55,12 @@ func ScrapeSum(ctx context.Context, url, metric string) (sum float64, found bool
 }
 
 // replicaURL finds the replica URLs the local actuator logs ("replica
-// ready ... url=http://..." in text, "url":"http://..." in JSON).
-var replicaURL = regexp.MustCompile(`replica ready.*?\burl"?[=:]"?(http://[0-9.:]+)`)
+// ready ... url=http://..." in text, "url":"http://..." in JSON), and
+// replicaOfJob each one's job too (logged before the URL).
+var (
+	replicaURL   = regexp.MustCompile(`replica ready.*?\burl"?[=:]"?(http://[0-9.:]+)`)
+	replicaOfJob = regexp.MustCompile(`replica ready.*?\bjob"?[=:]"?([A-Za-z0-9_-]+).*?\burl"?[=:]"?(http://[0-9.:]+)`)
+)
 
 // ReplicaScraper follows the replicas the controllers start (from their
 // logs) and keeps, per replica, the highest value of a counter it scraped
@@ -64,6 +68,8 @@ var replicaURL = regexp.MustCompile(`replica ready.*?\burl"?[=:]"?(http://[0-9.:
 // exited since still add up.
 type ReplicaScraper struct {
 	metric string
+	job    string   // only this job's replicas; "" for all
+	labels []string // only series with these labels; none for all
 	logs   []*Process
 	mu     sync.Mutex
 	max    map[string]float64 // replica URL -> highest value seen
@@ -75,8 +81,16 @@ type ReplicaScraper struct {
 // ScrapeReplicas scrapes every replica that a process in logs started,
 // every 200ms, until Stop.
 func ScrapeReplicas(metric string, logs ...*Process) *ReplicaScraper {
+	return ScrapeJobReplicas("", metric, nil, logs...)
+}
+
+// ScrapeJobReplicas scrapes the replicas of job (every job's for "") that
+// a process in logs started, summing the series of metric that carry every
+// one of labels (each `name="value"`), every 200ms until Stop.
+func ScrapeJobReplicas(job, metric string, labels []string, logs ...*Process) *ReplicaScraper {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &ReplicaScraper{metric: metric, logs: logs, max: map[string]float64{}, found: map[string]bool{}, stop: cancel, done: make(chan struct{})}
+	s := &ReplicaScraper{metric: metric, job: job, labels: labels, logs: logs,
+		max: map[string]float64{}, found: map[string]bool{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(200 * time.Millisecond)
@@ -96,12 +110,20 @@ func ScrapeReplicas(metric string, logs ...*Process) *ReplicaScraper {
 func (s *ReplicaScraper) scrape(ctx context.Context) {
 	urls := map[string]bool{}
 	for _, p := range s.logs {
-		for _, m := range replicaURL.FindAllStringSubmatch(p.Log(), -1) {
-			urls[m[1]] = true
+		if s.job == "" {
+			for _, m := range replicaURL.FindAllStringSubmatch(p.Log(), -1) {
+				urls[m[1]] = true
+			}
+			continue
+		}
+		for _, m := range replicaOfJob.FindAllStringSubmatch(p.Log(), -1) {
+			if m[1] == s.job {
+				urls[m[2]] = true
+			}
 		}
 	}
 	for u := range urls {
-		v, found, err := ScrapeSum(ctx, u+"/metrics", s.metric)
+		v, found, err := scrapeLabelled(ctx, u+"/metrics", s.metric, s.labels)
 		if err != nil {
 			continue // exited since
 		}
@@ -160,4 +182,56 @@ func SeriesOf(ctx context.Context, url, job string) ([]string, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// scrapeLabelled sums the series of metric whose labels include every one
+// of labels (each `name="value"`); without labels, every series (ScrapeSum).
+func scrapeLabelled(ctx context.Context, url, metric string, labels []string) (sum float64, found bool, err error) {
+	if len(labels) == 0 {
+		return ScrapeSum(ctx, url, metric)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, false, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("scraping %s: %s", url, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+lines:
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, metric+"{")
+		if !ok {
+			continue
+		}
+		end := strings.LastIndex(rest, "}")
+		if end < 0 {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(","+rest[:end]+",", ","+l+",") {
+				continue lines
+			}
+		}
+		fields := strings.Fields(rest[end+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("scraping %s: %q: %w", url, line, err)
+		}
+		sum += v
+		found = true
+	}
+	return sum, found, sc.Err()
 }

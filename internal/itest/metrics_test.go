@@ -37,5 +37,27 @@ func TestReplicaURLFromLogs(t *testing.T) {
 		if m == nil || m[1] != "http://127.0.0.1:4321" {
 			t.Errorf("%s: got %q", line, m)
 		}
+		if m := replicaOfJob.FindStringSubmatch(line); m == nil || m[1] != "a" || m[2] != "http://127.0.0.1:4321" {
+			t.Errorf("%s: job and url %q", line, m)
+		}
+	}
+}
+
+func TestScrapeLabelled(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `# TYPE sluice_dispatch_sends_total counter
+sluice_dispatch_sends_total{job="a",outcome="ok"} 20
+sluice_dispatch_sends_total{job="a",outcome="busy"} 3
+sluice_dispatch_sends_total{job="ab",outcome="ok"} 7
+sluice_dispatch_sends_total_other{job="a",outcome="ok"} 100
+`)
+	}))
+	defer srv.Close()
+	sum, found, err := scrapeLabelled(context.Background(), srv.URL, "sluice_dispatch_sends_total", []string{`job="a"`, `outcome="ok"`})
+	if err != nil || !found || sum != 20 {
+		t.Fatalf("scrapeLabelled: %v %v %v, want 20 true nil", sum, found, err)
+	}
+	if sum, _, _ := scrapeLabelled(context.Background(), srv.URL, "sluice_dispatch_sends_total", []string{`job="a"`}); sum != 23 {
+		t.Fatalf("every outcome of job a: %v, want 23", sum)
 	}
 }

@@ -19,7 +19,7 @@ func TestIntegrationNATSRestart(t *testing.T) {
 
 	start := time.Now()
 	c.Submit(imageJob("natsrestart", d, "imagenet-eval"))
-	agent := c.StartAgent("agent", "natsrestart", "")
+	agent := c.StartAgent("agent", "natsrestart")
 	tr := NewTrainer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -2,7 +2,10 @@ package itest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,30 +17,35 @@ import (
 )
 
 // NATSServer is a nats-server process with JetStream on a file store,
-// one user with a password, and TLS that requires a client certificate
-// signed by the test's CA.
+// one user with a password, TLS that requires a client certificate signed
+// by the test's CA, and its HTTP monitoring endpoint on loopback
+// (MonitorPort: /varz, read by Varz).
 type NATSServer struct {
 	*Process
-	Port     int
-	StoreDir string
-	User     string
-	Password string
-	Certs    Certs
+	Port        int
+	MonitorPort int
+	StoreDir    string
+	User        string
+	Password    string
+	Certs       Certs
 }
 
 // StartNATSServer writes the server's config into dir and starts it.
 func StartNATSServer(t testing.TB, bin, dir string, certs Certs) *NATSServer {
 	t.Helper()
 	s := &NATSServer{
-		Port:     MustFreePort(t),
-		StoreDir: filepath.Join(dir, "jetstream"),
-		User:     "sluice",
-		Password: "s3cret-itest",
-		Certs:    certs,
+		Port:        MustFreePort(t),
+		MonitorPort: MustFreePort(t),
+		StoreDir:    filepath.Join(dir, "jetstream"),
+		User:        "sluice",
+		Password:    "s3cret-itest",
+		Certs:       certs,
 	}
 	conf := filepath.Join(dir, "nats-server.conf")
-	// max_payload stays at the stock 1 MiB: output chunks must fit it.
+	// max_payload stays at the stock 1 MiB: only tasks, positions, job
+	// records and signals pass through NATS.
 	text := fmt.Sprintf(`listen: "127.0.0.1:%d"
+http: "127.0.0.1:%d"
 server_name: itest
 jetstream {
   store_dir: %q
@@ -52,7 +60,7 @@ tls {
   verify: true
   timeout: 5
 }
-`, s.Port, s.StoreDir, s.User, s.Password, certs.ServerCert, certs.ServerKey, certs.CA)
+`, s.Port, s.MonitorPort, s.StoreDir, s.User, s.Password, certs.ServerCert, certs.ServerKey, certs.CA)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -116,4 +124,44 @@ func (s *NATSServer) Connect() (*nats.Conn, error) {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(200*time.Millisecond),
 	)
+}
+
+// Varz is the part of the server's /varz the scenarios read: the message
+// bytes it received from clients and sent to them since it started.
+type Varz struct {
+	InMsgs   int64 `json:"in_msgs"`
+	OutMsgs  int64 `json:"out_msgs"`
+	InBytes  int64 `json:"in_bytes"`
+	OutBytes int64 `json:"out_bytes"`
+}
+
+// Varz reads the server's /varz from its monitoring port. The counts start
+// again at 0 when the server restarts.
+func (s *NATSServer) Varz(ctx context.Context) (Varz, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	u := "http://127.0.0.1:" + strconv.Itoa(s.MonitorPort) + "/varz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return Varz{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Varz{}, fmt.Errorf("reading %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Varz{}, fmt.Errorf("reading %s: %s", u, resp.Status)
+	}
+	var v Varz
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&v); err != nil {
+		return Varz{}, fmt.Errorf("decoding %s: %w", u, err)
+	}
+	return v, nil
+}
+
+// Sub is what the server moved between v and a later reading, later.
+func (v Varz) Sub(later Varz) Varz {
+	return Varz{InMsgs: later.InMsgs - v.InMsgs, OutMsgs: later.OutMsgs - v.OutMsgs,
+		InBytes: later.InBytes - v.InBytes, OutBytes: later.OutBytes - v.OutBytes}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +32,10 @@ import (
 // the turbojpeg build's replicas, `sluice agent`) and bench/pytorch_bench.py:
 //
 //  1. throughput: the job's output (uint8 224x224x3 crops) is produced
-//     into the output stream first; then sluice.Loader reads it all from
-//     the agent as fast as it can: MB/s, samples/s, the client's CPU.
+//     into the agent's memory first (its prefetch and the job's output
+//     buffer hold the whole job: about 1.5 GB); then sluice.Loader reads
+//     it all from the agent as fast as it can: MB/s, samples/s, the
+//     client's CPU.
 //  2. side by side on the same ImageNet-like JPEGs and the same cores,
 //     samples/s reaching a training loop with a fixed simulated GPU step:
 //     Sluice (the spec from_torchvision makes of RandomResizedCrop(224),
@@ -43,7 +46,7 @@ import (
 //
 // SLUICE_BENCH_ROUNDS (1) repeats part 2, SLUICE_BENCH_BATCH (32) sets
 // part 1's batch size, SLUICE_BENCH_AGENT_ARGS
-// its agent's extra flags (e.g. "--prefetch 2048"), SLUICE_BENCH_SAMPLES
+// its agent's extra flags (e.g. "--log-level info"), SLUICE_BENCH_SAMPLES
 // (6000) part 2's images, SLUICE_BENCH_STEP_MS (10) its step,
 // SLUICE_BENCH_PARTS ("throughput,side") the parts run.
 func TestBenchPyTorch(t *testing.T) {
@@ -73,11 +76,13 @@ func TestBenchPyTorch(t *testing.T) {
 	}
 
 	if strings.Contains(parts, "throughput") {
-		// Small sources (230-260 px) so that producing 3 GB takes seconds;
-		// the client sees 224x224x3 crops either way.
+		// Small sources (230-260 px) so that producing 1.5 GB takes
+		// seconds; the client sees 224x224x3 crops either way. Two epochs
+		// (the output stream held four on disk): the agent holds it all in
+		// memory.
 		o := synth.ImageOptions{Samples: 5000, Shards: 16, Seed: 3, MinSide: 230, MaxSide: 260, Quality: 90, Classes: 100}
 		d := c.UploadImages("tput", "train/", o)
-		const epochs = 4
+		const epochs = 2
 		batch, err := strconv.Atoi(envOr("SLUICE_BENCH_BATCH", "32"))
 		if err != nil {
 			t.Fatal(err)
@@ -85,11 +90,15 @@ func TestBenchPyTorch(t *testing.T) {
 		spec := Spec{"id": "tput", "dataset": d.URL(), "pipeline": "imagenet-train", "batch_size": batch,
 			"epochs": epochs, "seed": 1, "max_replicas": 2, "output_buffer_bytes": 8 << 30}
 		c.Submit(spec)
-		agent := c.StartAgent("agent-tput", "tput", "", strings.Fields(os.Getenv("SLUICE_BENCH_AGENT_ARGS"))...)
-		want := int64(len(d.Keys)) * epochs * 224 * 224 * 3
+		total := len(d.Keys) * epochs
+		// The agent takes tasks while its prefetch has room: room for the
+		// whole job, so that the loader reads what is already produced.
+		args := append([]string{"--prefetch", strconv.Itoa(total), "--world-size", "1"}, strings.Fields(os.Getenv("SLUICE_BENCH_AGENT_ARGS"))...)
+		agent := c.StartAgent("agent-tput", "tput", args...)
+		want := int64(total) * 224 * 224 * 3
 		began := time.Now()
-		waitOutputBytes(t, js, "tput", want, 10*time.Minute)
-		t.Logf("produced %d samples (%.1f GB) into the output stream in %.1fs", len(d.Keys)*epochs, float64(want)/1e9, time.Since(began).Seconds())
+		waitAgentHolds(t, agent.URL, int64(total), 10*time.Minute)
+		t.Logf("produced %d samples (%.1f GB) into the agent in %.1fs", total, float64(want)/1e9, time.Since(began).Seconds())
 		r := runBench(t, py, script, "throughput", "--url", agent.URL)
 		t.Logf("throughput: %s", r)
 		c.WaitJobState(js, "tput", wire.JobSucceeded, time.Minute)
@@ -134,7 +143,7 @@ func benchSide(t *testing.T, c *Cluster, js jetstream.JetStream, py, script, spe
 		job := fmt.Sprintf("%s-%d", run.name, round)
 		c.Submit(Spec{"id": job, "dataset": "s3://side/train/", "pipeline": run.pipeline, "batch_size": 32,
 			"epochs": 1, "seed": 1, "max_replicas": 2})
-		agent := c.StartAgent("agent-"+job, job, "")
+		agent := c.StartAgent("agent-"+job, job)
 		rows[run.name] = runBench(t, py, script, "sluice", "--url", agent.URL, "--step-ms", stepMS, "--warmup-samples", strconv.Itoa(samples/10))
 		t.Logf("round %d, %s: %s", round, run.name, rows[run.name])
 		c.WaitJobState(js, job, wire.JobSucceeded, time.Minute)
@@ -180,22 +189,31 @@ func runBench(t *testing.T, py, script string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// waitOutputBytes waits until job's output stream holds want bytes.
-func waitOutputBytes(t *testing.T, js jetstream.JetStream, job string, want int64, within time.Duration) {
+// waitAgentHolds waits until the agent at base has received want samples
+// from the functions (its /v1/stats samples_arrived): with a prefetch of
+// the whole job, all of its output is then in the agent's memory.
+func waitAgentHolds(t *testing.T, base string, want int64, within time.Duration) {
 	t.Helper()
 	testenv.CheckFor(t, within, 500*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		s, err := js.Stream(ctx, wire.OutputStream(job))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/stats", nil)
 		if err != nil {
 			return err
 		}
-		info, err := s.Info(ctx)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
 		}
-		if int64(info.State.Bytes) < want {
-			return fmt.Errorf("output stream of %s holds %d bytes, want %d", job, info.State.Bytes, want)
+		defer resp.Body.Close()
+		var st struct {
+			Arrived int64 `json:"samples_arrived"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return fmt.Errorf("agent stats: %s: %w", resp.Status, err)
+		}
+		if st.Arrived < want {
+			return fmt.Errorf("the agent received %d samples, want %d", st.Arrived, want)
 		}
 		return nil
 	})

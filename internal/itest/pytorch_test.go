@@ -69,7 +69,7 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 			spec := imageJob(job, d, ddpPipeline)
 			spec["batch_size"], spec["epochs"] = ddpBatch, ddpEpochs
 			c.Submit(spec)
-			agent := c.StartAgent("agent-"+job, job, "")
+			agent := c.StartAgent("agent-"+job, job)
 			dir := filepath.Join(c.Dir, job)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)

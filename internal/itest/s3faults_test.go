@@ -15,6 +15,14 @@ const retriesMetric = "sluice_s3_retries_total"
 // through a proxy that answers about a quarter of them with 503 SlowDown,
 // 500 InternalError, a reset connection or a slow body. Nothing is lost,
 // and the replicas count their retries in sluice_s3_retries_total.
+//
+// It also measures the data path's NATS traffic: the bytes nats-server
+// moved (its /varz in_bytes + out_bytes) from the submit to the trainer's
+// last batch, per byte of batches the trainer received, must stay within
+// natsBytesTarget: the output goes from the replicas to the agent in HTTP
+// responses, not through NATS. (The faults only slow the job down, which
+// leaves more time for the periodic control traffic: a conservative
+// figure.)
 func TestIntegrationS3Faults(t *testing.T) {
 	c := StartCluster(t, binaries(t), ClusterOptions{Faults: &FaultOptions{
 		Seed: 3, SlowDown: 0.08, Internal: 0.06, Reset: 0.06, SlowBody: 0.05,
@@ -26,13 +34,16 @@ func TestIntegrationS3Faults(t *testing.T) {
 	retries := ScrapeReplicas(retriesMetric, ctrl.Process)
 
 	start := time.Now()
+	nb := c.MeasureNATSBytes()
 	c.Submit(imageJob("s3faults", d, "imagenet-eval"))
-	agent := c.StartAgent("agent", "s3faults", "")
+	agent := c.StartAgent("agent", "s3faults")
 	tr := NewTrainer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	waitTrained(t, runTrainer(ctx, tr, agent))
 	took := time.Since(start)
+	// Before waitReleased, whose polling is the test's own traffic.
+	nb.Check(t, "s3-faults/nats-bytes", tr.Bytes())
 	retries.Stop()
 	waitReleased(t, c, js, "s3faults", wire.JobSucceeded, ctrl)
 	logReport(t, tr.Check("s3-faults", d.Keys, scenarioEpochs, nil, took))

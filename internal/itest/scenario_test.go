@@ -2,6 +2,7 @@ package itest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -72,8 +73,8 @@ func waitTrained(t *testing.T, trained <-chan error) {
 }
 
 // waitReleased waits until the job is in state want and its replicas are
-// gone, and checks that its tasks, dispatch consumer and output stream were
-// removed and that no running controller still exports a series of it.
+// gone, and checks that its tasks, its task consumer and its dispatch plan
+// were removed and that no running controller still exports a series of it.
 func waitReleased(t *testing.T, c *Cluster, js jetstream.JetStream, job string, want wire.JobState, ctrls ...*Controller) {
 	t.Helper()
 	c.WaitJobState(js, job, want, time.Minute)
@@ -102,8 +103,9 @@ func waitReleased(t *testing.T, c *Cluster, js jetstream.JetStream, job string, 
 }
 
 // jobLeftovers names what job left behind in JetStream: tasks in the task
-// stream, its dispatch consumer, its output stream (with the readers'
-// consumers).
+// stream, its task consumer (the queue its agents pull from), its dispatch
+// plan. (The output stream and its reader consumers of the old data path
+// are gone: no output passes through JetStream to be left behind.)
 func jobLeftovers(js jetstream.JetStream, job string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -118,11 +120,27 @@ func jobLeftovers(js jetstream.JetStream, job string) error {
 	if n := info.State.Subjects[wire.TaskSubject(job)]; n > 0 {
 		return fmt.Errorf("job %s: %d tasks left in %s", job, n, wire.TaskStream)
 	}
-	if _, err := tasks.Consumer(ctx, wire.DispatchConsumer(job)); err == nil {
-		return fmt.Errorf("job %s: dispatch consumer %s left", job, wire.DispatchConsumer(job))
+	if _, err := tasks.Consumer(ctx, wire.DispatchConsumer(job)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("job %s: task consumer %s: %v, want it deleted", job, wire.DispatchConsumer(job), err)
 	}
-	if _, err := js.Stream(ctx, wire.OutputStream(job)); err == nil {
-		return fmt.Errorf("job %s: output stream %s left", job, wire.OutputStream(job))
+	return planGone(ctx, js, job)
+}
+
+// planGone checks that job's dispatch plan was deleted from
+// wire.DispatchBucket (a missing bucket holds no plan either).
+func planGone(ctx context.Context, js jetstream.JetStream, job string) error {
+	kv, err := js.KeyValue(ctx, wire.DispatchBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", wire.DispatchBucket, err)
+	}
+	if e, err := kv.Get(ctx, job); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err == nil {
+			return fmt.Errorf("job %s: dispatch plan left in %s (revision %d): %s", job, wire.DispatchBucket, e.Revision(), e.Value())
+		}
+		return fmt.Errorf("job %s: dispatch plan: %v, want it deleted", job, err)
 	}
 	return nil
 }

@@ -5,11 +5,18 @@ import (
 	"time"
 )
 
+// taskAckWait is the scenarios' task ack wait, short so that the tasks a
+// killed agent held are redelivered quickly. Controllers set it on the
+// jobs' task consumers and agents ping within it (both --task-ack-wait):
+// an agent that opened a consumer before its controller shortened the
+// wait would otherwise ping at a third of the default 30s.
+const taskAckWait = 5 * time.Second
+
 // ControllerOptions are the controller flags the scenarios vary.
 type ControllerOptions struct {
 	MaxReplicas int           // --max-replicas (0: 2)
 	LeaseTTL    time.Duration // --lease-ttl (0: 3s)
-	TaskAckWait time.Duration // --task-ack-wait (0: 5s)
+	TaskAckWait time.Duration // --task-ack-wait (0: taskAckWait)
 }
 
 // Controller is a `sluice controller` process and the URL of its
@@ -31,7 +38,7 @@ func (c *Cluster) StartController(name string, o ControllerOptions) *Controller 
 		o.LeaseTTL = 3 * time.Second
 	}
 	if o.TaskAckWait == 0 {
-		o.TaskAckWait = 5 * time.Second
+		o.TaskAckWait = taskAckWait
 	}
 	p := c.Start(name, "controller", "--actuator", "local", "--id", name,
 		"--listen", "127.0.0.1:"+strconv.Itoa(MustFreePort(c.T)),
@@ -46,21 +53,24 @@ func (c *Cluster) StartController(name string, o ControllerOptions) *Controller 
 }
 
 // Agent is a `sluice agent` process on a fixed port, so that a restart
-// serves on the same address.
+// serves on the same address. It serves every reader of its job: the
+// first (the only one, for most jobs) at URL, each at ReaderURL.
 type Agent struct {
 	*Process
 	URL string
 }
 
-// StartAgent starts `sluice agent` for job (reader "" is the default),
-// with extra flags, and waits for its ready line.
-func (c *Cluster) StartAgent(name, job, reader string, extra ...string) *Agent {
+// ReaderURL is the base URL of reader's API on the agent (its /v1/batch
+// is ReaderURL(reader)+"/v1/batch").
+func (a *Agent) ReaderURL(reader string) string { return a.URL + "/r/" + reader }
+
+// StartAgent starts `sluice agent --job JOB --name NAME` (it serves every
+// reader the job declares) with extra flags, and waits for its ready line.
+func (c *Cluster) StartAgent(name, job string, extra ...string) *Agent {
 	c.T.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(MustFreePort(c.T))
-	args := []string{"agent", "--job", job, "--listen", addr, "--log-level", "debug"}
-	if reader != "" {
-		args = append(args, "--reader", reader)
-	}
+	args := []string{"agent", "--job", job, "--name", name, "--listen", addr, "--log-level", "debug",
+		"--task-ack-wait", taskAckWait.String()}
 	args = append(args, extra...)
 	a := &Agent{Process: c.Start(name, args...)}
 	url, err := a.Ready(60 * time.Second)

@@ -3,6 +3,7 @@ package itest
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -10,7 +11,7 @@ import (
 
 // killStrays SIGKILLs processes of this cluster that outlived their
 // parents (replicas of a killed controller): those running the sluice
-// binary with this cluster's NATS URL among their arguments.
+// binary with this cluster's mark in their environment.
 func (c *Cluster) killStrays() {
 	if c.NATS == nil {
 		return
@@ -20,8 +21,8 @@ func (c *Cluster) killStrays() {
 	}
 }
 
-// Replicas lists the live `sluice fn serve` processes against this
-// cluster's NATS server (the replicas controllers started).
+// Replicas lists the live `sluice fn serve` processes of this cluster
+// (the replicas its controllers started).
 func (c *Cluster) Replicas() []int {
 	var out []int
 	for _, pid := range c.StrayPids() {
@@ -33,8 +34,9 @@ func (c *Cluster) Replicas() []int {
 	return out
 }
 
-// StrayPids lists live processes that run the sluice binary against this
-// cluster's NATS server and that the test did not start itself (replicas).
+// StrayPids lists live processes that run the sluice binary in this
+// cluster (its mark, clusterEnv, in their environment, or its NATS URL on
+// their command line) and that the test did not start itself (replicas).
 func (c *Cluster) StrayPids() []int {
 	own := map[int]bool{}
 	for _, p := range *c.procs {
@@ -57,9 +59,11 @@ func (c *Cluster) StrayPids() []int {
 		if len(args) == 0 || args[0] != c.Bins.Sluice {
 			continue
 		}
-		// The URL is on the command line, or in the environment (SLUICE_NATS_URL).
+		// Replicas inherit the mark from their controller; they take no
+		// NATS settings.
 		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if !strings.Contains(string(cmdline), c.NATS.URL()) && !strings.Contains(string(environ), c.NATS.URL()) {
+		marked := slices.Contains(strings.Split(string(environ), "\x00"), clusterEnv+"="+c.Dir)
+		if !marked && !strings.Contains(string(cmdline), c.NATS.URL()) {
 			continue
 		}
 		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err != nil || isZombie(string(stat)) {

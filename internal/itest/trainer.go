@@ -23,6 +23,7 @@ type Trainer struct {
 	seen       map[string]int // "epoch/key" -> deliveries
 	batches    int
 	samples    int
+	bytes      int64             // batch bodies received
 	failed     map[string]string // "epoch/key" -> reason, from the agent's stats
 	client     *http.Client
 	afterBatch func(n int) // called after the nth batch (1-based) was received
@@ -51,11 +52,21 @@ func (tr *Trainer) Samples() int {
 	return tr.samples
 }
 
+// Bytes is the size of the batches received so far (the response bodies:
+// safetensors files), duplicates included.
+func (tr *Trainer) Bytes() int64 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.bytes
+}
+
 // errGone is the agent's 410: every batch was delivered (or the job ended).
 var errGone = fmt.Errorf("410 gone")
 
 // Run reads batches from the agent at agentURL() (asked again on every
 // request, so a restarted agent on a new address is followed) until 410.
+// agentURL is a reader's base URL: the agent's own for its first reader,
+// Agent.ReaderURL for any.
 // A connection error or 503 (an agent being restarted) is retried until
 // ctx ends.
 func (tr *Trainer) Run(ctx context.Context, agentURL func() string) error {
@@ -118,6 +129,7 @@ func (tr *Trainer) next(ctx context.Context, base string) error {
 	}
 	tr.batches++
 	tr.samples += len(b.Keys)
+	tr.bytes += int64(len(body))
 	n := tr.batches
 	tr.mu.Unlock()
 	if tr.afterBatch != nil {

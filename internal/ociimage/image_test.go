@@ -5,7 +5,9 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,9 +24,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/internal/testenv/imagejob"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // files reads the image's flattened filesystem: path -> header, and the
@@ -175,7 +177,8 @@ func TestImageIsReproducibleAndRoundTrips(t *testing.T) {
 // TestIntegrationImageBinaryRuns builds the real image (a static sluice
 // with libjpeg-turbo), takes the binary out of its layer, checks it is
 // statically linked, and runs it as the image's user: `sluice version`,
-// then `fn serve` processing one shard end to end (embedded NATS and S3).
+// then `fn serve` processing one shard end to end (S3 on loopback; the
+// shard's output comes back as a frame stream in the response).
 func TestIntegrationImageBinaryRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a static sluice: skipped with -short")
@@ -251,15 +254,62 @@ func TestIntegrationImageBinaryRuns(t *testing.T) {
 	}
 
 	// One shard through `fn serve`, started with the image's entrypoint.
-	job := imagejob.Submit(ctx, t, imagejob.Options{ID: "img", Samples: 20, MinSide: 64, MaxSide: 128, BatchSize: 4})
+	job := imagejob.New(ctx, t, imagejob.Options{ID: "img", Samples: 20, MinSide: 64, MaxSide: 128})
 	serve := exec.CommandContext(ctx, bin, cf.Config.Entrypoint[1:]...)
 	asUser(serve)
 	serve.Env = append([]string{"HOME=/tmp"}, testenv.S3Env()...) // nothing of this machine's environment
 	url := job.Serve(t, serve)
 	defer func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() }()
-	res, err := broker.NewCloudEventsTarget("", broker.StaticEndpoints{url}, http.DefaultClient).Send(ctx, job.Task)
-	if err != nil || res.Samples != 20 || len(res.Failed) != 0 || res.Chunks == 0 {
-		t.Fatalf("shard through the image's fn serve: %+v, %v; want 20 samples", res, err)
+	end, chunks, bytes, err := sendShard(ctx, url, job.Task)
+	if err != nil || end.Samples != 20 || end.FailedCount() != 0 || end.Chunks == 0 || end.Chunks != chunks || end.Bytes != bytes {
+		t.Fatalf("shard through the image's fn serve: %+v (%d chunks, %d bytes received), %v; want 20 samples in the chunks the end announces", end, chunks, bytes, err)
 	}
-	t.Logf("image binary: %d MiB; shard: %d samples in %d chunks (%d bytes)", len(data["/sluice"])>>20, res.Samples, res.Chunks, res.Bytes)
+	t.Logf("image binary: %d MiB; shard: %d samples in %d chunks (%d bytes)", len(data["/sluice"])>>20, end.Samples, end.Chunks, end.Bytes)
+}
+
+// sendShard POSTs task to a replica as an agent does (a binary-mode
+// CloudEvent) and reads the frame stream of its reply: the shard's end,
+// with the chunks and chunk bytes received before it.
+func sendShard(ctx context.Context, url string, task wire.ShardTask) (end wire.ShardEnd, chunks int, bytes int64, err error) {
+	body, err := json.Marshal(task)
+	if err != nil {
+		return end, 0, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
+	if err != nil {
+		return end, 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Ce-Specversion", "1.0")
+	req.Header.Set("Ce-Id", task.ID())
+	req.Header.Set("Ce-Type", wire.EventTypeShardTask)
+	req.Header.Set("Ce-Source", wire.EventSource)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return end, 0, 0, err
+	}
+	defer resp.Body.Close()
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || mt != wire.ShardStreamMediaType {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return end, 0, 0, fmt.Errorf("%s, Content-Type %q: %s", resp.Status, resp.Header.Get("Content-Type"), msg)
+	}
+	fr := wire.NewFrameReader(resp.Body, task.ChunkMaxBytes)
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			return end, chunks, bytes, fmt.Errorf("after %d chunks: %w", chunks, err)
+		}
+		switch f.Kind {
+		case wire.FrameChunk:
+			if f.Chunk != chunks {
+				return end, chunks, bytes, fmt.Errorf("chunk %d, want %d", f.Chunk, chunks)
+			}
+			chunks++
+			bytes += int64(len(f.Data))
+		case wire.FrameEnd:
+			return end, chunks, bytes, json.Unmarshal(f.Data, &end)
+		default:
+			return end, chunks, bytes, fmt.Errorf("%s frame: %s", f.Kind, f.Data)
+		}
+	}
 }
