@@ -32,7 +32,7 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&o.StepTime, "step-time", o.StepTime, "simulated trainer compute per step")
 	fs.IntVar(&o.Lagging, "lagging", o.Lagging, "the last N trials of each run lag: their steps take --lag-factor times longer")
 	fs.Float64Var(&o.LagFactor, "lag-factor", o.LagFactor, "how much longer a lagging trial's step takes")
-	outputBuffer := fs.String("output-buffer", "0", "each job's output buffer, a `size` such as 2MiB (0: the default, 1GiB); a small one makes a lagging trial hold back the others unless its agent sheds")
+	outputBuffer := fs.String("output-buffer", "0", "each job's output buffer, a `size` such as 2MiB (0: the default, 1GiB): what the job's agent holds for its trials; a small one makes a lagging trial hold back the other trials of its job sooner")
 	fs.IntVar(&o.MaxReplicas, "max-replicas", o.MaxReplicas, "the controller's replica cap over all jobs")
 	fs.IntVar(&o.JobMaxReplicas, "job-max-replicas", o.JobMaxReplicas, "one job's replica cap")
 	fs.DurationVar(&o.KEDAPolling, "keda-polling-interval", o.KEDAPolling, "the keda runs' pollingInterval")
@@ -44,7 +44,7 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	for _, r := range o.Runs {
 		names = append(names, r.Name())
 	}
-	runs := fs.String("runs", strings.Join(names, ","), "runs, in order: sluice, keda, kpa or static:N, each optionally /independent (a job per trial), /noshed (agents never shed a lagging trial's backlog) and @TRIALSxSEEDS")
+	runs := fs.String("runs", strings.Join(names, ","), "runs, in order: sluice, keda, kpa or static:N, each optionally /independent (a job per trial) and @TRIALSxSEEDS")
 	out := fs.String("out", "", "directory to write report.json, replicas.svg and stall.svg to (empty: none)")
 	from := fs.String("from", "", "read the report from this report.json instead of running (to print or plot it again)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -52,9 +52,10 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice loadtest sweep [flags]\n\n"+
 			"Runs a bursty hyperparameter sweep on this machine with real processes (embedded NATS and S3,\n"+
-			"a controller, its replicas, an agent per trial, simulated trainers) once per run, on the same\n"+
-			"work, and reports per run the trainers' stall, the replicas' CPU seconds, time to first batch\n"+
-			"and completion times; with --out, plots of replicas and stalled trainers over time.\n\n")
+			"a controller, its replicas, an agent per job serving its trials, simulated trainers) once per\n"+
+			"run, on the same work, and reports per run the trainers' stall, the replicas' CPU seconds,\n"+
+			"time to first batch and completion times; with --out, plots of replicas and stalled trainers\n"+
+			"over time.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args, oneOf("log-level", logLevel, logLevels...), func() error {

@@ -4,17 +4,23 @@
 //
 // Each run starts its own embedded NATS JetStream (the dataset sits in one
 // embedded S3 for all runs), a `sluice controller` process with the local
-// actuator (its replicas are `sluice fn serve` processes), and for every
-// trial, at its arrival time, a `sluice agent` process and a simulated
-// trainer in this process: it GETs batches from its agent and "computes"
-// a fixed time per step, reporting its steps, wait and compute as the
-// Python client does. Trials arrive spread over Options.Arrival.
+// actuator (its replicas are `sluice fn serve` processes), one `sluice
+// agent` process per job, started when the job's first trial arrives (it
+// pulls the job's tasks, sends them to the replicas and receives their
+// output), and for every trial, at its arrival time, a simulated trainer
+// in this process: it GETs batches from its reader's API on the job's
+// agent (/r/<trial>/v1/batch) and "computes" a fixed time per step,
+// reporting its steps, wait and compute as the Python client does. Trials
+// arrive spread over Options.Arrival.
 //
 // A run is a policy and a way to submit the trials:
 //
 //   - shared: the trials are one sweep (broker.SubmitSweep) submitted at the
 //     first arrival; trials with the same seed share one job, a reader
-//     each, so each chunk is preprocessed once for all of them.
+//     each, served by the job's one agent, so each shard is preprocessed
+//     once for all of them. A trial that lags holds the others back once
+//     the agent's output buffer (the job's output_buffer_bytes) is full:
+//     a shard's task is settled only once every reader took all of it.
 //   - independent: each trial is its own job, submitted at its arrival,
 //     as a platform without sharing runs a sweep.
 //

@@ -30,7 +30,9 @@ type Options struct {
 	Epochs           int
 	BatchSize        int
 	// StepTime is the simulated trainer's compute per step; the last
-	// Lagging trials of each run compute LagFactor times longer.
+	// Lagging trials of each run compute LagFactor times longer (in a
+	// shared run a lagging trial holds back the other trials of its job
+	// once their agent's output buffer is full).
 	StepTime  time.Duration
 	Lagging   int
 	LagFactor float64
@@ -67,9 +69,6 @@ type Case struct {
 	Static int    // replicas per job, for static
 	// Independent: each trial its own job; otherwise they are a sweep.
 	Independent bool
-	// NoShed: the agents never shed (sluice agent --max-lag-bytes -1), so a
-	// lagging trial holds back the others of its job.
-	NoShed bool
 	// Trials overrides Options.Trials and Seeds, where > 0.
 	Trials, Seeds int
 }
@@ -83,9 +82,6 @@ func (r Case) Name() string {
 	if r.Independent {
 		n += "/independent"
 	}
-	if r.NoShed {
-		n += "/noshed"
-	}
 	if r.Trials > 0 {
 		n += fmt.Sprintf("@%dx%d", r.Trials, r.Seeds)
 	}
@@ -93,7 +89,7 @@ func (r Case) Name() string {
 }
 
 // ParseCase reads a run's Name back: "sluice", "keda", "kpa", "static:4",
-// each optionally with "/independent", "/noshed" and "@TRIALSxSEEDS".
+// each optionally with "/independent" and "@TRIALSxSEEDS".
 func ParseCase(s string) (Case, error) {
 	var r Case
 	rest := s
@@ -103,8 +99,8 @@ func ParseCase(s string) (Case, error) {
 		}
 		rest = rest[:i]
 	}
-	if p, ok := strings.CutSuffix(rest, "/noshed"); ok {
-		r.NoShed, rest = true, p
+	if strings.HasSuffix(rest, "/noshed") {
+		return Case{}, fmt.Errorf("run %q: /noshed is gone: agents no longer shed a lagging trial (one agent serves every trial of a job, and a lagging trial holds the job's output buffer)", s)
 	}
 	if p, ok := strings.CutSuffix(rest, "/independent"); ok {
 		r.Independent, rest = true, p
@@ -119,7 +115,7 @@ func ParseCase(s string) (Case, error) {
 		}
 		r.Policy, r.Static = "static", n
 	default:
-		return Case{}, fmt.Errorf("run %q: want sluice, keda, kpa or static:N, then /independent, /noshed, @TRIALSxSEEDS", s)
+		return Case{}, fmt.Errorf("run %q: want sluice, keda, kpa or static:N, then /independent, @TRIALSxSEEDS", s)
 	}
 	return r, nil
 }

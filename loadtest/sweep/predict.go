@@ -65,7 +65,7 @@ func JobList(rep Report, r RunResult, cores int, bufferBytes int64) (trace.Trace
 // list: replicas that serve coldStart after they are asked for, each
 // using, while it works flat out, the share of a core that one replica's
 // measured end-to-end rate costs at the run's CPU per sample (a replica
-// also waits on S3 and NATS).
+// also waits on S3 and on its agent reading the response).
 func SimModel(rep Report, tr trace.Trace, coldStart time.Duration) trace.Model {
 	m := trace.DefaultModel()
 	m.HostCoresPerGPU, m.ColdStart = 0, coldStart
@@ -77,8 +77,8 @@ func SimModel(rep Report, tr trace.Trace, coldStart time.Duration) trace.Model {
 
 // servedRate runs one job on one replica, read by a trainer that never
 // computes: the samples/s one replica delivers end to end (its shard
-// fetches, publishes and acks included), which the simulator's replicas
-// serve at when their core is theirs.
+// fetches and its responses to the agent included), which the
+// simulator's replicas serve at when their core is theirs.
 func servedRate(ctx context.Context, o Options, s3Endpoint string, s3c *s3.Client, rate float64, logger *slog.Logger) (float64, error) {
 	one := o
 	one.StepTime, one.Lagging = 0, 0

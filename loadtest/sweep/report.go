@@ -44,14 +44,14 @@ type RunResult struct {
 	Name        string  `json:"name"`
 	Policy      string  `json:"policy"`
 	Independent bool    `json:"independent"`
-	NoShed      bool    `json:"no_shed,omitempty"`
 	TrialsN     int     `json:"trials"`
 	Seeds       int     `json:"seeds"`
 	Jobs        int     `json:"jobs"`
 	WallS       float64 `json:"wall_s"`
 	ReplicaCPUS float64 `json:"replica_cpu_s"`
 	// OtherCPUS is what every other process of the run used: NATS, S3,
-	// the trainers (this process), the controller and the agents.
+	// the trainers (this process), the controller and the agents (which
+	// send the tasks and receive the output).
 	OtherCPUS float64 `json:"other_cpu_s"`
 	// SimJobs is the run as the trace simulator's job list (JobList) and
 	// PredictedStallS the stall the simulator predicts for it, where the
@@ -146,7 +146,7 @@ func (rep Report) SharingPairs() [][2]RunResult {
 			continue
 		}
 		i := slices.IndexFunc(rep.Runs, func(r RunResult) bool {
-			return r.Independent && r.Policy == s.Policy && r.TrialsN == s.TrialsN && r.Seeds == s.Seeds && r.NoShed == s.NoShed
+			return r.Independent && r.Policy == s.Policy && r.TrialsN == s.TrialsN && r.Seeds == s.Seeds
 		})
 		if i >= 0 {
 			out = append(out, [2]RunResult{s, rep.Runs[i]})

@@ -195,10 +195,10 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 		}
 	}
 
-	res := RunResult{Name: r.Name(), Policy: r.Policy, Independent: r.Independent, NoShed: r.NoShed, TrialsN: trials, Seeds: seeds}
+	res := RunResult{Name: r.Name(), Policy: r.Policy, Independent: r.Independent, TrialsN: trials, Seeds: seeds}
 	trainers := make([]*trainer, len(plan))
 	for i, p := range plan {
-		trainers[i] = &trainer{name: p.name, job: p.job, stepTime: o.StepTime, expected: int64(o.Samples * o.Epochs), noShed: r.NoShed}
+		trainers[i] = &trainer{name: p.name, job: p.job, stepTime: o.StepTime, expected: int64(o.Samples * o.Epochs)}
 		if i >= len(plan)-o.Lagging {
 			trainers[i].lagging = true
 			trainers[i].stepTime = time.Duration(float64(o.StepTime) * o.LagFactor)
@@ -207,6 +207,20 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 			trainers[i].name, trainers[i].job = wire.DefaultReader, "tr-"+p.name
 			jobs = append(jobs, trainers[i].job)
 		}
+	}
+	// One agent per job, serving every trial of it.
+	agents := map[string]*jobAgent{}
+	for _, t := range trainers {
+		if agents[t.job] == nil {
+			n := 0
+			for _, u := range trainers {
+				if u.job == t.job {
+					n++
+				}
+			}
+			agents[t.job] = newJobAgent(t.job, n)
+		}
+		t.agent = agents[t.job]
 	}
 	cpu := newChildCPU(ctl.Process.Pid)
 	cpuBefore := processCPU()

@@ -45,12 +45,13 @@ type TrialResult struct {
 	Err        string `json:"error,omitempty"`
 }
 
-// trainer is one trial: its agent process and the loop that reads it.
+// trainer is one trial: the loop that reads its reader's batches from its
+// job's agent.
 type trainer struct {
 	name, job string
+	agent     *jobAgent
 	stepTime  time.Duration
 	lagging   bool
-	noShed    bool
 	expected  int64 // samples x epochs
 
 	waiting atomic.Bool // blocked for a batch now
@@ -61,7 +62,8 @@ type trainer struct {
 	res TrialResult
 }
 
-// run starts the trial's agent and reads batches to the end.
+// run starts the trial's job's agent, unless another trial of the job
+// did, and reads the trial's batches to the end.
 func (t *trainer) run(ctx context.Context, o Options, natsURL string, runStart time.Time) {
 	arrived := time.Now()
 	t.mu.Lock()
@@ -80,14 +82,16 @@ func (t *trainer) run(ctx context.Context, o Options, natsURL string, runStart t
 }
 
 func (t *trainer) read(ctx context.Context, o Options, natsURL string, arrived time.Time) error {
-	base, stop, err := startAgent(ctx, o, natsURL, t.job, t.name, t.noShed)
+	// After every trial's last 410 the agent writes that their readers are
+	// done and exits by itself: a SIGTERM then would leave the job
+	// unfinished. The last trial of the job to end stops it.
+	ended := false
+	defer func() { t.agent.release(ended) }()
+	agentURL, err := t.agent.start(ctx, o, natsURL)
 	if err != nil {
 		return err
 	}
-	// After its last 410 the agent writes that its reader is done and
-	// exits by itself: a SIGTERM then would leave the job unfinished.
-	grace := time.Duration(0)
-	defer func() { stop(grace) }()
+	base := agentURL + "/r/" + t.name
 	seen := map[string]int{}
 	var steps int64
 	var wait, compute time.Duration
@@ -117,7 +121,7 @@ func (t *trainer) read(ctx context.Context, o Options, natsURL string, arrived t
 		}
 		now := time.Since(arrived).Seconds()
 		if end {
-			grace = 30 * time.Second
+			ended = true
 			t.mu.Lock()
 			t.res.DoneS = now
 			t.mu.Unlock()
@@ -177,18 +181,59 @@ func getBatch(ctx context.Context, u string) (traineragent.Batch, bool, error) {
 	return traineragent.Batch{}, false, fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(body))
 }
 
-// startAgent runs `sluice agent` for one reader of job and returns its
-// base URL once it serves, and what stops it.
-func startAgent(ctx context.Context, o Options, natsURL, job, reader string, noShed bool) (string, func(grace time.Duration), error) {
-	args := append(append([]string{}, o.Command[1:]...), "agent", "--job", job, "--reader", reader,
-		"--listen", "127.0.0.1:0", "--nats", natsURL, "--linger", "2s", "--log-level", "warn")
-	if noShed {
-		args = append(args, "--max-lag-bytes", "-1")
+// jobAgent is the one `sluice agent` process of a job: it serves every
+// trial of the job (a reader each, at /r/<trial>), so each shard is
+// preprocessed once for all of them. The first trial of the job to
+// arrive starts it; the last to end stops it.
+type jobAgent struct {
+	job string
+
+	once sync.Once
+	url  string
+	stop func(grace time.Duration)
+	err  error
+
+	mu       sync.Mutex
+	left     int  // trials not ended yet
+	allEnded bool // every trial ended got its last 410
+}
+
+func newJobAgent(job string, trials int) *jobAgent {
+	return &jobAgent{job: job, left: trials, allEnded: true}
+}
+
+// start starts the agent once and returns its base URL.
+func (a *jobAgent) start(ctx context.Context, o Options, natsURL string) (string, error) {
+	a.once.Do(func() { a.url, a.stop, a.err = startAgent(ctx, o, natsURL, a.job) })
+	return a.url, a.err
+}
+
+// release notes that a trial ended (ended: with its last 410); the last
+// trial's release stops the agent, giving it time to exit by itself when
+// every trial ended so.
+func (a *jobAgent) release(ended bool) {
+	a.mu.Lock()
+	a.left--
+	a.allEnded = a.allEnded && ended
+	last, grace := a.left == 0, time.Duration(0)
+	if a.allEnded {
+		grace = 30 * time.Second
 	}
+	a.mu.Unlock()
+	if last && a.stop != nil {
+		a.stop(grace)
+	}
+}
+
+// startAgent runs `sluice agent` for job (serving every reader the job
+// declares) and returns its base URL once it serves, and what stops it.
+func startAgent(ctx context.Context, o Options, natsURL, job string) (string, func(grace time.Duration), error) {
+	args := append(append([]string{}, o.Command[1:]...), "agent", "--job", job, "--name", "agent-"+job,
+		"--listen", "127.0.0.1:0", "--nats", natsURL, "--linger", "2s", "--log-level", "warn")
 	cmd := exec.Command(o.Command[0], args...)
 	cmd.Env = append(os.Environ(), o.Env...)
 	cmd.Stderr = os.Stderr
-	return startReady(ctx, cmd, "agent "+job+"/"+reader)
+	return startReady(ctx, cmd, "agent of job "+job)
 }
 
 // startReady starts cmd and waits for its ready line on stdout; stop
