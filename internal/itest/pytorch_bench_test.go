@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -99,9 +100,37 @@ func TestBenchPyTorch(t *testing.T) {
 		began := time.Now()
 		waitAgentHolds(t, agent.URL, int64(total), 10*time.Minute)
 		t.Logf("produced %d samples (%.1f GB) into the agent in %.1fs", total, float64(want)/1e9, time.Since(began).Seconds())
+		cpu0 := procCPUSeconds(t, agent.Pid())
 		r := runBench(t, py, script, "throughput", "--url", agent.URL)
+		cpu := procCPUSeconds(t, agent.Pid()) - cpu0
 		t.Logf("throughput: %s", r)
 		c.WaitJobState(js, "tput", wire.JobSucceeded, time.Minute)
+
+		// The same client against bench/batchserver (the same batches
+		// served as fast as Go can, no agent work), in the same run.
+		bs := filepath.Join(binDir, "batchserver")
+		if err := goCmd(context.Background(), root, "build", "-o", bs, "./bench/batchserver"); err != nil {
+			t.Fatal(err)
+		}
+		addr := freeLoopbackAddr(t)
+		srv := exec.Command(bs, "--listen", addr, "--batch", strconv.Itoa(batch))
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+		waitHTTP(t, "http://"+addr+"/v1/batch", 10*time.Second)
+		rb := runBench(t, py, script, "throughput", "--url", "http://"+addr, "--seconds", "8", "--warmup-s", "1")
+		t.Logf("throughput from bench/batchserver: %s", rb)
+		var ra, rbs struct {
+			MBPerS  float64 `json:"mb_per_s"`
+			Seconds float64 `json:"seconds"`
+		}
+		if json.Unmarshal([]byte(r), &ra) != nil || json.Unmarshal([]byte(rb), &rbs) != nil || rbs.MBPerS == 0 {
+			t.Fatalf("throughput reports %q, %q", r, rb)
+		}
+		gb := ra.MBPerS * ra.Seconds / 1e3
+		t.Logf("figures: agent %.0f MB/s, batchserver %.0f MB/s: %.2fx; agent %.2f core-seconds for %.2f GB: %.3f core-s/GB (batch %d)",
+			ra.MBPerS, rbs.MBPerS, ra.MBPerS/rbs.MBPerS, cpu, gb, cpu/gb, batch)
 	}
 
 	if strings.Contains(parts, "side") {
@@ -176,6 +205,48 @@ func envOr(name, def string) string {
 }
 
 // runBench runs bench/pytorch_bench.py and returns its JSON line.
+// procCPUSeconds is the user and system CPU time of process pid so far
+// (/proc/PID/stat, in clock ticks of 1/100 s).
+func procCPUSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command name (in parentheses, which may hold spaces).
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	return (utime + stime) / 100
+}
+
+// freeLoopbackAddr is a loopback address with a port free now.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitHTTP waits until url answers.
+func waitHTTP(t *testing.T, url string, within time.Duration) {
+	t.Helper()
+	testenv.CheckFor(t, within, 50*time.Millisecond, func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	})
+}
+
 func runBench(t *testing.T, py, script string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(py, append([]string{script}, args...)...)
