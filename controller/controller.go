@@ -145,6 +145,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	loops.Go(func() { c.watchJobs(ctx) })
 	loops.Go(func() { c.keepLeases(ctx) })
 	loops.Go(func() { c.watchLeases(ctx) })
+	loops.Go(func() { c.refreshPlans(ctx) })
 	t := time.NewTicker(c.opts.Tick)
 	for done := false; !done; {
 		select {
@@ -171,6 +172,25 @@ func (c *Controller) Tick(ctx context.Context, now time.Time) {
 	c.writeStatuses(ctx, now)
 	c.learnRates(ctx, now)
 	c.m.tick.Observe(time.Since(start).Seconds())
+}
+
+// planRefresh is how often the dispatch plans are looked at between ticks:
+// a replica that became ready reaches the agents within it, not a tick
+// later (a plan is written only when it changed).
+const planRefresh = 100 * time.Millisecond
+
+// refreshPlans writes changed dispatch plans every planRefresh until ctx ends.
+func (c *Controller) refreshPlans(ctx context.Context) {
+	t := time.NewTicker(planRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.writePlans(ctx, now)
+		}
+	}
 }
 
 // runs lists the owned jobs' runs.

@@ -23,7 +23,7 @@ type Sink interface {
 	// Room reports whether the dispatcher may take another task from the queue
 	// (the agent's prefetch and output buffer bounds). Called often; cheap; non-blocking.
 	Room() bool
-	// Chunk hands over chunk `index` of task's shard as it arrives; data is only valid during the call.
+	// Chunk hands over chunk `index` of task's shard as it arrives; data is the sink's to keep.
 	// After a retry the same chunks come again (same index, same bytes): the sink drops copies.
 	Chunk(task wire.ShardTask, index int, data []byte)
 	// End says the shard is complete: every chunk 0..end.Chunks-1 was passed to Chunk (in this send or an earlier one).

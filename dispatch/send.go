@@ -92,7 +92,7 @@ var errStalled = errors.New("replica stalled")
 
 // sendShard POSTs task to endpoint as a binary-mode CloudEvent and reads
 // the shard's frames from the reply, handing each chunk to chunk (its data
-// valid during the call only). It returns the shard's end once the end
+// the callee's to keep). It returns the shard's end once the end
 // frame came, or an error: ctx's when ctx ended, else a sendError. stall
 // > 0 fails the send when no byte came for that long.
 func sendShard(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte)) (wire.ShardEnd, error) {

@@ -485,8 +485,7 @@ func (s *sink) Room() bool {
 }
 
 func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) {
-	// The readers keep rows of it: one copy, shared read-only.
-	data = append([]byte(nil), data...)
+	// The readers keep rows of it, shared read-only.
 	for _, r := range s.readers {
 		r.addChunk(task, index, data)
 	}

@@ -81,7 +81,8 @@ type ShardError struct {
 	Message   string `json:"message"`
 }
 
-// Frame is one decoded frame; Data is valid until the next call of Next.
+// Frame is one decoded frame; Data is the caller's to keep (a chunk's
+// samples are handed out from it).
 type Frame struct {
 	Kind  FrameKind
 	Chunk int
@@ -114,7 +115,6 @@ var ErrFrame = errors.New("malformed frame stream")
 type FrameReader struct {
 	r        *bufio.Reader
 	maxChunk int
-	buf      []byte
 }
 
 // NewFrameReader reads frames from r, refusing chunk frames over
@@ -147,10 +147,9 @@ func (fr *FrameReader) Next() (Frame, error) {
 	if n > limit {
 		return Frame{}, fmt.Errorf("%w: %s frame of %d bytes, over its bound of %d", ErrFrame, f.Kind, n, limit)
 	}
-	if int64(cap(fr.buf)) < n {
-		fr.buf = make([]byte, n)
-	}
-	f.Data = fr.buf[:n]
+	// A buffer per frame: the receiver keeps chunks, and copying each
+	// into a buffer of its own would cost more than allocating.
+	f.Data = make([]byte, n)
 	if _, err := io.ReadFull(fr.r, f.Data); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
