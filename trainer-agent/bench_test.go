@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -163,5 +166,112 @@ func BenchmarkNextRecordsPosition(b *testing.B) {
 		if n != 1000 {
 			b.Fatalf("%d batches, want 1000", n)
 		}
+	}
+}
+
+// BenchmarkServeBatchesOverHTTP reads a job's batches of 256 ImageNet-size
+// samples over loopback HTTP as a trainer does, all output already in the
+// agent's memory: the agent's serving cost (forming steps, recording the
+// position, writing the body). Its b.SetBytes makes MB/s comparable with
+// BenchmarkServeFixedBatch, the same bytes served from one buffer.
+func BenchmarkServeBatchesOverHTTP(b *testing.B) {
+	const shards, chunksPerShard, perChunk, side, batch = 4, 8, 32, 224, 256
+	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, js := benchConnect(b, srv.URL())
+	defer nc.Close()
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	img := make([]byte, perChunk*side*side*3)
+	lab := make([]byte, perChunk*8)
+	l := make(layout, shards)
+	for s := range l {
+		l[s] = make([]int, chunksPerShard)
+	}
+	ctx := context.Background()
+	var total int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		id := fmt.Sprintf("http-%d", i)
+		job := testJob(id, 1, batch, l)
+		var msgs []outputMsg
+		for s := range shards {
+			for c := range chunksPerShard {
+				keys := make([]string, perChunk)
+				for k := range keys {
+					keys[k] = sampleKey(s, c, k)
+				}
+				kj, _ := json.Marshal(keys)
+				data, err := safetensors.Encode([]safetensors.Tensor{
+					{Name: "image", DType: safetensors.U8, Shape: []int{perChunk, side, side, 3}, Data: img},
+					{Name: "label", DType: safetensors.I64, Shape: []int{perChunk}, Data: lab},
+				}, map[string]string{wire.MetaKeys: string(kj), wire.MetaChunk: strconv.Itoa(c)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: c}, data})
+			}
+			end, _ := json.Marshal(wire.ShardEnd{Job: id, Shard: s, Chunks: chunksPerShard})
+			msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: -1}, end})
+		}
+		env{nc, js}.submit(b, job, newFunctionOf(b, job, msgs), 2)
+		a, err := New(nc, js, job, Options{PrefetchSamples: shards * chunksPerShard * perChunk}, nil, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- a.Run(rctx) }()
+		for a.Stats().SamplesArrived < int64(shards*chunksPerShard*perChunk) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		hs := httptest.NewServer(a.Handler())
+		b.StartTimer()
+		for {
+			resp, err := http.Get(hs.URL + "/v1/batch")
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusGone {
+				break
+			}
+			total += n
+		}
+		b.StopTimer()
+		hs.Close()
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+		b.StartTimer()
+	}
+	b.SetBytes(total / int64(b.N))
+}
+
+// BenchmarkServeFixedBatch serves one batch of 256 samples from one buffer
+// (what bench/batchserver does) to the same client: the ceiling that
+// BenchmarkServeBatchesOverHTTP is compared with.
+func BenchmarkServeFixedBatch(b *testing.B) {
+	data := make([]byte, 256*224*224*3)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.Write(data)
+	}))
+	defer hs.Close()
+	b.SetBytes(int64(len(data)))
+	for i := 0; i < b.N; i++ {
+		resp, err := http.Get(hs.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }
