@@ -103,7 +103,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		log: logger.With("job", job.Spec.ID, "agent", opts.Name)}
 	for _, name := range names {
 		r := newReader(job, name, opts, logger, m)
-		r.completed = a.recorded
+		r.completed = a.shardsRecorded
 		r.replay = a.replay
 		a.readers = append(a.readers, r)
 	}
@@ -325,12 +325,12 @@ func (a *Agent) release(err error) {
 	}
 }
 
-// recorded is told by a reader the shards whose every row its position
+// shardsRecorded is told by a reader the shards whose every row its position
 // now records as handed out: a shard's task is settled once every reader
 // has it recorded. Settling a task the dispatcher does not hold (settled
 // before, its copy come again and gone) does nothing, so a task delivered
 // again after its shard was recorded settles as soon as its end comes.
-func (a *Agent) recorded(shards []shardRef) {
+func (a *Agent) shardsRecorded(shards []shardRef) {
 	d := a.disp.Load()
 	if d == nil {
 		return
@@ -344,7 +344,7 @@ func (a *Agent) recorded(shards []shardRef) {
 
 func (a *Agent) everyReaderRecorded(s shardRef) bool {
 	for _, r := range a.readers {
-		if !r.durableComplete(s) {
+		if !r.recorded.has(s) {
 			return false
 		}
 	}
@@ -497,12 +497,12 @@ func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {
 	}
 	// A copy of a shard every reader had recorded (a task redelivered
 	// after its settle was lost) settles at once; others once recorded.
-	(*Agent)(s).recorded([]shardRef{{task.Epoch, task.Shard}})
+	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
 }
 
 func (s *sink) Failed(task wire.ShardTask, reason string) {
 	for _, r := range s.readers {
 		r.addFailed(task, reason)
 	}
-	(*Agent)(s).recorded([]shardRef{{task.Epoch, task.Shard}})
+	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
 }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/wire"
@@ -177,21 +176,10 @@ type Reader struct {
 	// replay asks the agent to produce shards again for this reader.
 	replay func([]wire.ShardTask)
 
-	// posMu serialises position writes; posRev and written belong to it.
-	posMu     sync.Mutex
-	posKV     jetstream.KeyValue
-	posRev    uint64 // revision of the stored position, 0 if none
-	written   uint64 // assembler version last written
-	posBroken bool   // a write failed: no more writes
-	// recorded is the position last written or loaded (nil: none).
-	recorded []byte
-
-	// durableMu guards durable and base: which shards the recorded
-	// position has complete (durableComplete).
-	durableMu       sync.Mutex
-	durable         map[shardRef]bool
-	durableFinished int
-	base            *assembler
+	// pos keeps the position (its mutex serialises writes); recorded
+	// says which shards the written position has complete.
+	pos      *positionStore
+	recorded recordedShards
 
 	mu    sync.Mutex
 	wake  chan struct{} // closed and replaced on every change
@@ -236,7 +224,6 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 		completed:    func([]shardRef) {},
 		replay:       func([]wire.ShardTask) {},
 		fail:         func(error) {},
-		durable:      map[shardRef]bool{},
 		wake:         make(chan struct{}),
 		asm:          newAssembler(job),
 		ready:        map[int][]readyBatch{},

@@ -87,7 +87,7 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 
 	unlock := func() {
 		a.mu.Unlock()
-		a.posMu.Unlock()
+		a.pos.mu.Unlock()
 	}
 	for {
 		// Wait for the recorded position, and for a concurrent resume
@@ -97,7 +97,7 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 		}
 		// No write (and no ack after it) while the position is compared
 		// and rewound: what was acked is what the recorded position holds.
-		a.posMu.Lock()
+		a.pos.mu.Lock()
 		a.mu.Lock()
 		if !a.resuming {
 			break
@@ -134,8 +134,8 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	dropLast, dropFixed := a.ranks.dropLast, a.ranks.dropFixed
 	a.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
 	h := position{Version: positionVersion}
-	if a.recorded != nil {
-		if h, err = decodePosition(a.recorded); err != nil {
+	if a.pos.recorded != nil {
+		if h, err = decodePosition(a.pos.recorded); err != nil {
 			unlock()
 			return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
 		}
@@ -196,7 +196,12 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	defer cancel()
 	// The rewound position, with the shards being replayed, first: an
 	// agent that crashes now leaves a position that sends them again.
-	a.resetDurable(&p)
+	base := newAssembler(a.job)
+	if err := base.restore(p); err == nil {
+		a.recorded.reset(base)
+	} else {
+		a.recorded.reset(nil) // cannot be: fresh was restored from p
+	}
 	err = a.sync(ctx, false)
 	if err != nil {
 		err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
