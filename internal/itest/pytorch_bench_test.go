@@ -34,7 +34,7 @@ import (
 //
 //  1. throughput: the job's output (uint8 224x224x3 crops) is produced
 //     into the agent's memory first (its prefetch and the job's output
-//     buffer hold the whole job: about 1.5 GB); then sluice.Loader reads
+//     buffer hold the whole job: 3 GB); then sluice.Loader reads
 //     it all from the agent as fast as it can: MB/s, samples/s, the
 //     client's CPU.
 //  2. side by side on the same ImageNet-like JPEGs and the same cores,
@@ -77,19 +77,18 @@ func TestBenchPyTorch(t *testing.T) {
 	}
 
 	if strings.Contains(parts, "throughput") {
-		// Small sources (230-260 px) so that producing 1.5 GB takes
-		// seconds; the client sees 224x224x3 crops either way. Two epochs
-		// (the output stream held four on disk): the agent holds it all in
-		// memory.
+		// Small sources (230-260 px) so that producing 3 GB takes
+		// seconds; the client sees 224x224x3 crops either way. Four
+		// epochs, 3 GB: the agent holds it all in memory.
 		o := synth.ImageOptions{Samples: 5000, Shards: 16, Seed: 3, MinSide: 230, MaxSide: 260, Quality: 90, Classes: 100}
 		d := c.UploadImages("tput", "train/", o)
-		const epochs = 2
+		const epochs = 4
 		batch, err := strconv.Atoi(envOr("SLUICE_BENCH_BATCH", "32"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		spec := Spec{"id": "tput", "dataset": d.URL(), "pipeline": "imagenet-train", "batch_size": batch,
-			"epochs": epochs, "seed": 1, "max_replicas": 2, "output_buffer_bytes": 8 << 30}
+			"epochs": epochs, "seed": 1, "max_replicas": 2, "output_buffer_bytes": 16 << 30}
 		c.Submit(spec)
 		total := len(d.Keys) * epochs
 		// The agent takes tasks while its prefetch has room: room for the
@@ -101,7 +100,7 @@ func TestBenchPyTorch(t *testing.T) {
 		waitAgentHolds(t, agent.URL, int64(total), 10*time.Minute)
 		t.Logf("produced %d samples (%.1f GB) into the agent in %.1fs", total, float64(want)/1e9, time.Since(began).Seconds())
 		cpu0 := procCPUSeconds(t, agent.Pid())
-		r := runBench(t, py, script, "throughput", "--url", agent.URL)
+		r := runBench(t, py, script, "throughput", "--url", agent.URL, "--warmup-s", "1")
 		cpu := procCPUSeconds(t, agent.Pid()) - cpu0
 		t.Logf("throughput: %s", r)
 		c.WaitJobState(js, "tput", wire.JobSucceeded, time.Minute)

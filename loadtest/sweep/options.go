@@ -69,6 +69,10 @@ type Case struct {
 	Static int    // replicas per job, for static
 	// Independent: each trial its own job; otherwise they are a sweep.
 	Independent bool
+	// NoShed: the agents never shed a lagging trial (sluice agent
+	// --max-lag-bytes -1), so a full output buffer holds every trial of a
+	// job to the slowest one's pace.
+	NoShed bool
 	// Trials overrides Options.Trials and Seeds, where > 0.
 	Trials, Seeds int
 }
@@ -82,6 +86,9 @@ func (r Case) Name() string {
 	if r.Independent {
 		n += "/independent"
 	}
+	if r.NoShed {
+		n += "/noshed"
+	}
 	if r.Trials > 0 {
 		n += fmt.Sprintf("@%dx%d", r.Trials, r.Seeds)
 	}
@@ -89,7 +96,7 @@ func (r Case) Name() string {
 }
 
 // ParseCase reads a run's Name back: "sluice", "keda", "kpa", "static:4",
-// each optionally with "/independent" and "@TRIALSxSEEDS".
+// each optionally with "/independent", "/noshed" and "@TRIALSxSEEDS".
 func ParseCase(s string) (Case, error) {
 	var r Case
 	rest := s
@@ -99,8 +106,8 @@ func ParseCase(s string) (Case, error) {
 		}
 		rest = rest[:i]
 	}
-	if strings.HasSuffix(rest, "/noshed") {
-		return Case{}, fmt.Errorf("run %q: /noshed is gone: agents no longer shed a lagging trial (one agent serves every trial of a job, and a lagging trial holds the job's output buffer)", s)
+	if p, ok := strings.CutSuffix(rest, "/noshed"); ok {
+		r.NoShed, rest = true, p
 	}
 	if p, ok := strings.CutSuffix(rest, "/independent"); ok {
 		r.Independent, rest = true, p
@@ -115,7 +122,7 @@ func ParseCase(s string) (Case, error) {
 		}
 		r.Policy, r.Static = "static", n
 	default:
-		return Case{}, fmt.Errorf("run %q: want sluice, keda, kpa or static:N, then /independent, @TRIALSxSEEDS", s)
+		return Case{}, fmt.Errorf("run %q: want sluice, keda, kpa or static:N, then /independent, /noshed, @TRIALSxSEEDS", s)
 	}
 	return r, nil
 }

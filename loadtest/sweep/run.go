@@ -218,7 +218,7 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 					n++
 				}
 			}
-			agents[t.job] = newJobAgent(t.job, n)
+			agents[t.job] = newJobAgent(t.job, n, r.NoShed)
 		}
 		t.agent = agents[t.job]
 	}

@@ -186,7 +186,8 @@ func getBatch(ctx context.Context, u string) (traineragent.Batch, bool, error) {
 // preprocessed once for all of them. The first trial of the job to
 // arrive starts it; the last to end stops it.
 type jobAgent struct {
-	job string
+	job    string
+	noShed bool // --max-lag-bytes -1
 
 	once sync.Once
 	url  string
@@ -198,13 +199,13 @@ type jobAgent struct {
 	allEnded bool // every trial ended got its last 410
 }
 
-func newJobAgent(job string, trials int) *jobAgent {
-	return &jobAgent{job: job, left: trials, allEnded: true}
+func newJobAgent(job string, trials int, noShed bool) *jobAgent {
+	return &jobAgent{job: job, left: trials, allEnded: true, noShed: noShed}
 }
 
 // start starts the agent once and returns its base URL.
 func (a *jobAgent) start(ctx context.Context, o Options, natsURL string) (string, error) {
-	a.once.Do(func() { a.url, a.stop, a.err = startAgent(ctx, o, natsURL, a.job) })
+	a.once.Do(func() { a.url, a.stop, a.err = startAgent(ctx, o, natsURL, a.job, a.noShed) })
 	return a.url, a.err
 }
 
@@ -227,9 +228,12 @@ func (a *jobAgent) release(ended bool) {
 
 // startAgent runs `sluice agent` for job (serving every reader the job
 // declares) and returns its base URL once it serves, and what stops it.
-func startAgent(ctx context.Context, o Options, natsURL, job string) (string, func(grace time.Duration), error) {
+func startAgent(ctx context.Context, o Options, natsURL, job string, noShed bool) (string, func(grace time.Duration), error) {
 	args := append(append([]string{}, o.Command[1:]...), "agent", "--job", job, "--name", "agent-"+job,
 		"--listen", "127.0.0.1:0", "--nats", natsURL, "--linger", "2s", "--log-level", "warn")
+	if noShed {
+		args = append(args, "--max-lag-bytes", "-1")
+	}
 	cmd := exec.Command(o.Command[0], args...)
 	cmd.Env = append(os.Environ(), o.Env...)
 	cmd.Stderr = os.Stderr
