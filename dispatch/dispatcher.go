@@ -85,7 +85,7 @@ type Dispatcher struct {
 	kv   jetstream.KeyValue
 	sink Sink
 	opts Options
-	ping time.Duration // progress ping interval
+	ping time.Duration // progress ping interval (d.mu)
 	hc   *http.Client
 	log  *slog.Logger
 	m    *metrics
@@ -177,7 +177,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 	m := newMetrics(reg)
 	return &Dispatcher{
 		id: id, nc: nc, cons: cons, kv: kv, sink: sink, opts: opts, hc: hc,
-		ping:      max(ackWait/3, 10*time.Millisecond),
+		ping:      pingEvery(ackWait),
 		log:       logger.With("job", id, "agent", opts.Agent),
 		m:         m,
 		load:      newReplicaLoad(),
@@ -188,6 +188,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 		planCh:    make(chan struct{}),
 	}, nil
 }
+
+// pingEvery is the progress ping interval for a consumer's ackWait.
+func pingEvery(ackWait time.Duration) time.Duration { return max(ackWait/3, 10*time.Millisecond) }
 
 // Stats for demand signals and status: InFlight (sends now), Held (received, not settled),
 // Queued (the consumer's NumPending, read at most once a second), Sends, Retries, Failed.

@@ -196,16 +196,18 @@ func (d *Dispatcher) checkTask(task wire.ShardTask) error {
 	return nil
 }
 
-// keepAlive pings the progress of every task held, every AckWait/3, so
-// that the server redelivers only the tasks of an agent that died.
+// keepAlive pings the progress of every task held, every third of the
+// consumer's AckWait (as last read: the job's controller may change it),
+// so that the server redelivers only the tasks of an agent that died.
 func (d *Dispatcher) keepAlive(ctx context.Context) {
-	t := time.NewTicker(d.ping)
-	defer t.Stop()
 	for {
+		d.mu.Lock()
+		every := d.ping
+		d.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(every):
 		}
 		d.mu.Lock()
 		msgs := d.st.deliveries()
@@ -231,6 +233,9 @@ func (d *Dispatcher) pollQueue(ctx context.Context, cancel context.CancelCauseFu
 		case err == nil:
 			d.mu.Lock()
 			d.queued = int(info.NumPending)
+			if w := info.Config.AckWait; w > 0 {
+				d.ping = pingEvery(min(d.opts.AckWait, w))
+			}
 			d.mu.Unlock()
 		case ctx.Err() != nil:
 		case isGone(err):

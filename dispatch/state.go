@@ -165,6 +165,19 @@ func (s *state) sent(e *entry) bool {
 	return true
 }
 
+// refused uncounts a send of e that its replica refused (429, 503): it did
+// no work, and a task's sends say how often its shard was preprocessed.
+func (s *state) refused(e *entry) {
+	if !s.current(e) || e.sends == 0 {
+		return
+	}
+	if e.sends > 1 {
+		s.retries--
+	}
+	e.sends--
+	s.sends--
+}
+
 // failure counts a failed send of e against maxDeliver; at maxDeliver
 // failures the task fails for good (giveUp, and the caller calls fail).
 func (s *state) failure(e *entry, maxDeliver int) (n int, giveUp bool) {

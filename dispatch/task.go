@@ -85,6 +85,9 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			return
 		case failBusy:
 			// The replica is busy or draining: not the task's fault.
+			d.mu.Lock()
+			d.st.refused(e)
+			d.mu.Unlock()
 			busy++
 			delay = RetryDelay(busy, rand.Float64())
 			d.log.Debug("replica busy, sending the task again", "task", task.ID(), "err", err, "delay", delay)

@@ -96,6 +96,7 @@ type ShardResult struct {
 	// Replay is set on the result of a shard produced again for a reader
 	// (a resume from a checkpoint), beyond the job's tasks.
 	Replay bool `json:"replay,omitempty"`
-	// Sends counts the sends of the task by this agent (1 without retries).
+	// Sends counts the sends of the task by this agent that a replica
+	// took (1 without retries; a 429 or 503 is not one).
 	Sends int `json:"sends,omitempty"`
 }
