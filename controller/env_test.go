@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -95,7 +96,8 @@ func (e *env) submit(t *testing.T, s wire.JobSpec) wire.Job {
 }
 
 // function answers a shard task as `sluice fn serve` does, with the
-// shard's end frame alone: samplesPerShard samples of an image shard,
+// shard's chunk (zeros: the controller's tests read no sample) and end
+// frame: samplesPerShard samples of an image shard,
 // every sample failed of a text shard (an image pipeline cannot decode
 // it), read from S3.
 func function(w http.ResponseWriter, r *http.Request) {
@@ -115,6 +117,11 @@ func function(w http.ResponseWriter, r *http.Request) {
 	data, _ := json.Marshal(end)
 	w.Header().Set("Content-Type", wire.ShardStreamMediaType)
 	w.WriteHeader(http.StatusOK)
+	for c := range end.Chunks {
+		if wire.WriteFrame(w, wire.FrameChunk, c, make([]byte, end.Bytes)) != nil {
+			return
+		}
+	}
 	_ = wire.WriteFrame(w, wire.FrameEnd, 0, data)
 }
 
@@ -433,39 +440,10 @@ func (a *agent) finishIfDone(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
-// send posts task to ep as a binary-mode CloudEvent and reads the shard's
-// frames to its end.
+// send posts task to ep as an agent does and reads the shard's frames to
+// its end.
 func (a *agent) send(ctx context.Context, ep string, task wire.ShardTask) (wire.ShardEnd, error) {
-	body, _ := json.Marshal(task)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep, bytes.NewReader(body))
-	if err != nil {
-		return wire.ShardEnd{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Ce-Specversion", "1.0")
-	req.Header.Set("Ce-Id", task.ID())
-	req.Header.Set("Ce-Type", wire.EventTypeShardTask)
-	req.Header.Set("Ce-Source", wire.EventSource)
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return wire.ShardEnd{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return wire.ShardEnd{}, fmt.Errorf("task %s: %s", task.ID(), resp.Status)
-	}
-	fr := wire.NewFrameReader(resp.Body, task.ChunkMaxBytes)
-	for {
-		f, err := fr.Next()
-		if err != nil {
-			return wire.ShardEnd{}, fmt.Errorf("task %s: %w", task.ID(), err)
-		}
-		if f.Kind == wire.FrameEnd {
-			var end wire.ShardEnd
-			err := json.Unmarshal(f.Data, &end)
-			return end, err
-		}
-	}
+	return dispatch.Send(ctx, a.hc, ep, task, nil)
 }
 
 // readerDone writes that reader of job is through, as its agent does once

@@ -227,3 +227,19 @@ func truncate(s string, n int) string {
 	}
 	return strings.ToValidUTF8(s[:n], "") + "..."
 }
+
+// Send posts task to endpoint once, as a Dispatcher does (a binary-mode
+// CloudEvent), and reads the shard's frames from the reply, handing each
+// chunk to chunk (nil: dropped): the shard's end, or why not. A
+// Dispatcher adds the retries, the choice of replica and the acks; tools
+// and tests that talk to one replica use this. hc nil is
+// http.DefaultClient.
+func Send(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	if chunk == nil {
+		chunk = func(int, []byte) {}
+	}
+	return sendShard(ctx, hc, endpoint, task, 0, chunk)
+}

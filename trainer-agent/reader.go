@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/wire"
 )

@@ -1,7 +1,6 @@
 package knative_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/knative"
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/k8senv"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
@@ -112,40 +112,10 @@ func (a *agents) run(ctx context.Context) error {
 	}
 }
 
-// send posts task as a binary-mode CloudEvent and reads the shard's frames
-// to its end.
+// send posts task as an agent does and reads the shard's frames to its end.
 func (a *agents) send(ctx context.Context, url string, task wire.ShardTask) error {
-	body, err := json.Marshal(task)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Ce-Specversion", "1.0")
-	req.Header.Set("Ce-Id", task.ID())
-	req.Header.Set("Ce-Type", wire.EventTypeShardTask)
-	req.Header.Set("Ce-Source", wire.EventSource)
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("task %s: status %s", task.ID(), resp.Status)
-	}
-	fr := wire.NewFrameReader(resp.Body, task.ChunkMaxBytes)
-	for {
-		f, err := fr.Next()
-		if err != nil {
-			return fmt.Errorf("task %s: %w", task.ID(), err)
-		}
-		if f.Kind == wire.FrameEnd {
-			return nil
-		}
-	}
+	_, err := dispatch.Send(ctx, a.hc, url, task, nil)
+	return err
 }
 
 // tickRecord is one autoscaler round as the test saw it.

@@ -5,10 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
-	"fmt"
 	"io"
-	"mime"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/internal/testenv/imagejob"
 	"github.com/sluice-project/sluice/wire"
@@ -267,49 +265,13 @@ func TestIntegrationImageBinaryRuns(t *testing.T) {
 	t.Logf("image binary: %d MiB; shard: %d samples in %d chunks (%d bytes)", len(data["/sluice"])>>20, end.Samples, end.Chunks, end.Bytes)
 }
 
-// sendShard POSTs task to a replica as an agent does (a binary-mode
-// CloudEvent) and reads the frame stream of its reply: the shard's end,
-// with the chunks and chunk bytes received before it.
+// sendShard POSTs task to a replica as an agent does and reads the frame
+// stream of its reply: the shard's end, with the chunks and chunk bytes
+// received before it.
 func sendShard(ctx context.Context, url string, task wire.ShardTask) (end wire.ShardEnd, chunks int, bytes int64, err error) {
-	body, err := json.Marshal(task)
-	if err != nil {
-		return end, 0, 0, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
-	if err != nil {
-		return end, 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Ce-Specversion", "1.0")
-	req.Header.Set("Ce-Id", task.ID())
-	req.Header.Set("Ce-Type", wire.EventTypeShardTask)
-	req.Header.Set("Ce-Source", wire.EventSource)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return end, 0, 0, err
-	}
-	defer resp.Body.Close()
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || mt != wire.ShardStreamMediaType {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return end, 0, 0, fmt.Errorf("%s, Content-Type %q: %s", resp.Status, resp.Header.Get("Content-Type"), msg)
-	}
-	fr := wire.NewFrameReader(resp.Body, task.ChunkMaxBytes)
-	for {
-		f, err := fr.Next()
-		if err != nil {
-			return end, chunks, bytes, fmt.Errorf("after %d chunks: %w", chunks, err)
-		}
-		switch f.Kind {
-		case wire.FrameChunk:
-			if f.Chunk != chunks {
-				return end, chunks, bytes, fmt.Errorf("chunk %d, want %d", f.Chunk, chunks)
-			}
-			chunks++
-			bytes += int64(len(f.Data))
-		case wire.FrameEnd:
-			return end, chunks, bytes, json.Unmarshal(f.Data, &end)
-		default:
-			return end, chunks, bytes, fmt.Errorf("%s frame: %s", f.Kind, f.Data)
-		}
-	}
+	end, err = dispatch.Send(ctx, nil, url, task, func(_ int, data []byte) {
+		chunks++
+		bytes += int64(len(data))
+	})
+	return end, chunks, bytes, err
 }
