@@ -16,6 +16,7 @@ import (
 	"log"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/sluice-project/sluice/internal/safetensors"
 )
@@ -23,6 +24,7 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:18555", "address to serve on")
 	n := flag.Int("batch", 32, "samples per batch")
+	distinct := flag.Int64("distinct-bytes", 0, "serve the images of each batch in turn from distinct buffers of this many bytes in all, each touched once before serving (cold memory, as an agent holding a job's output serves), rather than from one buffer")
 	flag.Parse()
 	keys := make([]string, *n)
 	for i := range keys {
@@ -42,14 +44,23 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	images := [][]byte{tensors[0].Data}
+	if per := int64(len(tensors[0].Data)); *distinct > per {
+		images = make([][]byte, *distinct/per)
+		for i := range images {
+			images[i] = make([]byte, per)
+			for j := 0; j < len(images[i]); j += 4096 {
+				images[i][j] = byte(i) // resident, as written samples are
+			}
+		}
+	}
+	var next atomic.Int64
 	http.HandleFunc("GET /v1/batch", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Length", strconv.Itoa(size))
-		if _, err := w.Write(head); err != nil {
-			return
-		}
-		for _, t := range tensors {
-			if _, err := w.Write(t.Data); err != nil {
+		img := images[(next.Add(1)-1)%int64(len(images))]
+		for _, b := range [][]byte{head, img, tensors[1].Data} {
+			if _, err := w.Write(b); err != nil {
 				return
 			}
 		}
