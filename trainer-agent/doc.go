@@ -1,7 +1,6 @@
 // Package traineragent is the trainer's side of Sluice: an Agent serves
-// one job on one node. It takes the job's shard tasks from the JetStream
-// work queue (package dispatch: shared by the job's agents on every node,
-// so a fast node takes more shards), sends each to a function replica and
+// one job. It takes the job's shard tasks from the JetStream work queue
+// (package dispatch), sends each to a function replica and
 // receives the shard's output, preprocessed chunks, in the response; it
 // re-batches them per epoch, hands batches to the trainer's ranks (in
 // process through Next, or over an HTTP API for a trainer in another
@@ -9,6 +8,12 @@
 // that as a demand signal for the autoscaler. `sluice agent` runs one as
 // its own process. No preprocessed byte passes through NATS: JetStream
 // holds only tasks, positions, job records and signals.
+//
+// Files: agent.go (the Agent: its dispatcher as the readers' sink, the
+// settling of tasks, demand), reader.go (a Reader: intake, batches,
+// stats), stepper.go and ranks.go (steps per rank), store.go, posstore.go
+// and recorded.go (the position: loading, writing, what it has
+// complete), resume.go and replayset.go (resume), lag.go (shedding).
 //
 // Readers: a job declares its readers (wire.JobSpec.Readers; one per
 // trainer or sweep trial), and an agent serves all of them, each a Reader
@@ -25,7 +30,11 @@
 // again, produced for it alone (the other readers drop the copies).
 //
 // Ranks: one agent serves every rank of each reader (a DDP trainer is one
-// reader; ranks on other nodes reach it over TCP). The job's batch size is
+// reader; ranks on other nodes reach it over TCP). A second agent of the
+// job stops at its first position write (ErrReaderTaken): agents on
+// several nodes, each serving its own ranks, are not built yet (they need
+// the epoch's sample count agreed before its last step and the tail's
+// samples moved between them). The job's batch size is
 // per rank. The assembler cuts batches of that size per epoch; the rank
 // layer (planStep, a pure policy) groups world-size consecutive batches of
 // one epoch into a global step and gives rank r the r-th. Epochs go to the
