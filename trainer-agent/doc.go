@@ -30,8 +30,8 @@
 // again, produced for it alone (the other readers drop the copies).
 //
 // Ranks: one agent serves every rank of each reader (a DDP trainer is one
-// reader; ranks on other nodes reach it over TCP). A second agent of the
-// job stops at its first position write (ErrReaderTaken): agents on
+// reader; ranks on other nodes reach it over TCP). Of two agents of one
+// job, one stops at a position write (ErrReaderTaken): agents on
 // several nodes, each serving its own ranks, are not built yet (they need
 // the epoch's sample count agreed before its last step and the tail's
 // samples moved between them). The job's batch size is
