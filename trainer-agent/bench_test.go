@@ -26,23 +26,9 @@ import (
 // answers each task with ready-made frames: the agent's own cost of
 // receiving, batching and handing out.
 func BenchmarkAgentMBChunks(b *testing.B) {
-	const (
-		shards, chunksPerShard, perChunk = 4, 5, 20
-		side                             = 224
-	)
-	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, js := benchConnect(b, srv.URL())
-	defer nc.Close()
-	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
-		b.Fatal(err)
-	}
-
-	img := make([]byte, perChunk*side*side*3)
-	lab := make([]byte, perChunk*8)
+	const shards, chunksPerShard, perChunk = 4, 5, 20
+	e := benchEnv(b)
+	nc, js := e.nc, e.js
 	l := make(layout, shards)
 	for s := range l {
 		l[s] = make([]int, chunksPerShard)
@@ -54,28 +40,9 @@ func BenchmarkAgentMBChunks(b *testing.B) {
 		b.StopTimer() // preprocessing is the functions' work, not the agent's
 		id := fmt.Sprintf("bench-%d", i)
 		job := testJob(id, 1, 32, l)
-		var msgs []outputMsg
-		for s := range shards {
-			for c := range chunksPerShard {
-				keys := make([]string, perChunk)
-				for k := range keys {
-					keys[k] = sampleKey(s, c, k)
-				}
-				kj, _ := json.Marshal(keys)
-				data, err := safetensors.Encode([]safetensors.Tensor{
-					{Name: "image", DType: safetensors.U8, Shape: []int{perChunk, side, side, 3}, Data: img},
-					{Name: "label", DType: safetensors.I64, Shape: []int{perChunk}, Data: lab},
-				}, map[string]string{wire.MetaKeys: string(kj), wire.MetaChunk: strconv.Itoa(c)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				bytes += int64(len(data))
-				msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: c}, data})
-			}
-			end, _ := json.Marshal(wire.ShardEnd{Job: id, Shard: s, Chunks: chunksPerShard})
-			msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: -1}, end})
-		}
-		env{nc, js}.submit(b, job, newFunctionOf(b, job, msgs), 2)
+		msgs, size := imageNetOutput(b, id, shards, chunksPerShard, perChunk)
+		bytes += size
+		e.submit(b, job, newFunctionOf(b, job, msgs), 2)
 		a, err := New(nc, js, job, Options{}, nil, nil, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -121,16 +88,8 @@ func benchConnect(b *testing.B, url string) (*nats.Conn, jetstream.JetStream) {
 // returned (one key-value update on the embedded server) dominates. An
 // op is 1000 batches.
 func BenchmarkNextRecordsPosition(b *testing.B) {
-	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, js := benchConnect(b, srv.URL())
-	defer nc.Close()
-	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
-		b.Fatal(err)
-	}
+	e := benchEnv(b)
+	nc, js := e.nc, e.js
 	chunks := make([]int, 100)
 	for i := range chunks {
 		chunks[i] = 10
@@ -141,7 +100,7 @@ func BenchmarkNextRecordsPosition(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		job := testJob(fmt.Sprintf("pos-%d", i), 1, 1, l)
-		env{nc, js}.submit(b, job, newFunction(b, job, l), 2)
+		e.submit(b, job, newFunction(b, job, l), 2)
 		a, err := New(nc, js, job, Options{}, nil, nil, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -175,19 +134,9 @@ func BenchmarkNextRecordsPosition(b *testing.B) {
 // position, writing the body). Its b.SetBytes makes MB/s comparable with
 // BenchmarkServeFixedBatch, the same bytes served from one buffer.
 func BenchmarkServeBatchesOverHTTP(b *testing.B) {
-	const shards, chunksPerShard, perChunk, side, batch = 4, 8, 32, 224, 256
-	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, js := benchConnect(b, srv.URL())
-	defer nc.Close()
-	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
-		b.Fatal(err)
-	}
-	img := make([]byte, perChunk*side*side*3)
-	lab := make([]byte, perChunk*8)
+	const shards, chunksPerShard, perChunk, batch = 4, 8, 32, 256
+	e := benchEnv(b)
+	nc, js := e.nc, e.js
 	l := make(layout, shards)
 	for s := range l {
 		l[s] = make([]int, chunksPerShard)
@@ -199,27 +148,8 @@ func BenchmarkServeBatchesOverHTTP(b *testing.B) {
 		b.StopTimer()
 		id := fmt.Sprintf("http-%d", i)
 		job := testJob(id, 1, batch, l)
-		var msgs []outputMsg
-		for s := range shards {
-			for c := range chunksPerShard {
-				keys := make([]string, perChunk)
-				for k := range keys {
-					keys[k] = sampleKey(s, c, k)
-				}
-				kj, _ := json.Marshal(keys)
-				data, err := safetensors.Encode([]safetensors.Tensor{
-					{Name: "image", DType: safetensors.U8, Shape: []int{perChunk, side, side, 3}, Data: img},
-					{Name: "label", DType: safetensors.I64, Shape: []int{perChunk}, Data: lab},
-				}, map[string]string{wire.MetaKeys: string(kj), wire.MetaChunk: strconv.Itoa(c)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: c}, data})
-			}
-			end, _ := json.Marshal(wire.ShardEnd{Job: id, Shard: s, Chunks: chunksPerShard})
-			msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: -1}, end})
-		}
-		env{nc, js}.submit(b, job, newFunctionOf(b, job, msgs), 2)
+		msgs, _ := imageNetOutput(b, id, shards, chunksPerShard, perChunk)
+		e.submit(b, job, newFunctionOf(b, job, msgs), 2)
 		a, err := New(nc, js, job, Options{PrefetchSamples: shards * chunksPerShard * perChunk}, nil, nil, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -274,4 +204,50 @@ func BenchmarkServeFixedBatch(b *testing.B) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+}
+
+// benchEnv starts an embedded NATS server with Sluice's streams and buckets.
+func benchEnv(b *testing.B) env {
+	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Shutdown)
+	nc, js := benchConnect(b, srv.URL())
+	b.Cleanup(nc.Close)
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	return env{nc, js}
+}
+
+// imageNetOutput is the output of job id's shards as functions make it:
+// chunksPerShard chunks of perChunk uint8 224x224x3 samples (zeros) each,
+// then the shard's end; and the chunks' bytes.
+func imageNetOutput(b *testing.B, id string, shards, chunksPerShard, perChunk int) ([]outputMsg, int64) {
+	img := make([]byte, perChunk*224*224*3)
+	lab := make([]byte, perChunk*8)
+	var msgs []outputMsg
+	var bytes int64
+	for s := range shards {
+		for c := range chunksPerShard {
+			keys := make([]string, perChunk)
+			for k := range keys {
+				keys[k] = sampleKey(s, c, k)
+			}
+			kj, _ := json.Marshal(keys)
+			data, err := safetensors.Encode([]safetensors.Tensor{
+				{Name: "image", DType: safetensors.U8, Shape: []int{perChunk, 224, 224, 3}, Data: img},
+				{Name: "label", DType: safetensors.I64, Shape: []int{perChunk}, Data: lab},
+			}, map[string]string{wire.MetaKeys: string(kj), wire.MetaChunk: strconv.Itoa(c)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bytes += int64(len(data))
+			msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: c}, data})
+		}
+		end, _ := json.Marshal(wire.ShardEnd{Job: id, Shard: s, Chunks: chunksPerShard})
+		msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: -1}, end})
+	}
+	return msgs, bytes
 }
