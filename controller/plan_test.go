@@ -224,3 +224,34 @@ func TestTaskConsumerTakesTheControllersAckWait(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPlanFollowsReplicasBetweenTicks: a replica that becomes ready is in
+// the job's dispatch plan within planRefresh, not a tick later (a cold
+// start's first batch waits for it).
+func TestPlanFollowsReplicasBetweenTicks(t *testing.T) {
+	e := newEnv(t, 2)
+	e.gate.hold(0)
+	e.startController(t, "c1", Options{Tick: time.Minute, ReplicaConcurrency: 1})
+	e.submit(t, spec("between", "img", 1))
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if _, ok, err := e.plan("between"); err != nil || !ok {
+			return fmt.Errorf("no plan yet: %v, %v", ok, err)
+		}
+		return nil
+	})
+	// No tick comes in this test: the replicas appear as the actuator's
+	// (a local replica printed its ready line).
+	if err := e.pool.Scale(context.Background(), "between", 2); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		p, _, err := e.plan("between")
+		if err != nil {
+			return err
+		}
+		if len(p.Endpoints) != 2 || p.InFlight != 2 {
+			return fmt.Errorf("plan %+v, want the 2 replicas and 2 in flight", p)
+		}
+		return nil
+	})
+}
