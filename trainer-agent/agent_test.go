@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -479,3 +480,49 @@ func TestNewRejectsBadJobs(t *testing.T) {
 type fixedGPU float64
 
 func (g fixedGPU) Utilization() (float64, error) { return float64(g), nil }
+
+// TestAShardThatFailsForGoodEndsItsEpoch: a shard whose every send is
+// refused for good (its object gone: 404) is reported under its key and
+// the epoch is cut without it, its task settled: the trainer gets the
+// other samples and its 410, not a wait for samples that will not come.
+func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
+	e := newEnv(t)
+	l := layout{{3, 2}, {4}, {1, 2, 3}}
+	job := testJob("gone-shard", 1, 4, l)
+	f := newFunction(t, job, l)
+	f.status = map[shardRef]int{{0, 1}: http.StatusNotFound}
+	e.submit(t, job, f, 2)
+	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, a)
+	batches := drain(t, a.Next)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for _, b := range batches {
+		got += len(b.Keys)
+		for _, k := range b.Keys {
+			if strings.HasPrefix(k, "s1-") {
+				t.Errorf("sample %s of the failed shard delivered", k)
+			}
+		}
+	}
+	if got != 11 {
+		t.Errorf("%d samples delivered, want the 11 of the shards that did not fail", got)
+	}
+	var reasons []string
+	for _, fs := range a.Stats().FailedSamples {
+		if fs.Key == job.Shards[1] {
+			reasons = append(reasons, fs.Reason)
+		}
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "404") {
+		t.Errorf("failures of shard %s: %q, want one naming the 404", job.Shards[1], reasons)
+	}
+	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
+		t.Errorf("%d tasks left unsettled, want 0", n)
+	}
+}

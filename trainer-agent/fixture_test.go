@@ -172,6 +172,9 @@ type function struct {
 	cutAfter map[shardRef]int
 	// hold blocks every response before its first frame until closed.
 	hold chan struct{}
+	// status, when set for a shard, is the HTTP status every request for
+	// it gets (404: the shard's object is gone).
+	status map[shardRef]int
 }
 
 // newFunction serves job's layout l on loopback.
@@ -209,7 +212,12 @@ func (f *function) serve(w http.ResponseWriter, r *http.Request) {
 	cut, cutting := f.cutAfter[k]
 	delete(f.cutAfter, k)
 	hold := f.hold
+	status := f.status[k]
 	f.mu.Unlock()
+	if status != 0 {
+		http.Error(w, "shard task refused by the test", status)
+		return
+	}
 	if hold != nil {
 		select {
 		case <-hold:
