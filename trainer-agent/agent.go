@@ -120,9 +120,6 @@ func (a *Agent) Job() wire.Job { return a.job }
 // Name is the agent's name in demand signals and dispatch shares.
 func (a *Agent) Name() string { return a.name }
 
-// Readers are the readers the agent serves, in the job's order.
-func (a *Agent) Readers() []*Reader { return a.readers }
-
 // Reader returns the reader called name, or nil.
 func (a *Agent) Reader(name string) *Reader {
 	for _, r := range a.readers {

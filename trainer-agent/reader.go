@@ -239,9 +239,6 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 	return a
 }
 
-// Job is the job the reader reads.
-func (a *Reader) Job() wire.Job { return a.job }
-
 // Name is the reader's name (one of the job's declared readers).
 func (a *Reader) Name() string { return a.reader }
 

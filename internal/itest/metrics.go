@@ -15,43 +15,7 @@ import (
 // ScrapeSum fetches a Prometheus text page and sums every series of metric
 // (all label sets). found is false when the page has no such series.
 func ScrapeSum(ctx context.Context, url, metric string) (sum float64, found bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, false, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, false, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, false, fmt.Errorf("scraping %s: %s", url, resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, metric) {
-			continue
-		}
-		rest := line[len(metric):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue // another metric with this prefix
-		}
-		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return 0, false, fmt.Errorf("scraping %s: %q: %w", url, line, err)
-		}
-		sum += v
-		found = true
-	}
-	return sum, found, sc.Err()
+	return scrapeLabelled(ctx, url, metric, nil)
 }
 
 // replicaURL finds the replica URLs the local actuator logs ("replica
@@ -185,11 +149,8 @@ func SeriesOf(ctx context.Context, url, job string) ([]string, error) {
 }
 
 // scrapeLabelled sums the series of metric whose labels include every one
-// of labels (each `name="value"`); without labels, every series (ScrapeSum).
+// of labels (each `name="value"`); without labels, every series.
 func scrapeLabelled(ctx context.Context, url, metric string, labels []string) (sum float64, found bool, err error) {
-	if len(labels) == 0 {
-		return ScrapeSum(ctx, url, metric)
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -209,20 +170,24 @@ func scrapeLabelled(ctx context.Context, url, metric string, labels []string) (s
 lines:
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, metric+"{")
-		if !ok {
-			continue
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue // another metric, or one with this prefix
 		}
-		end := strings.LastIndex(rest, "}")
-		if end < 0 {
-			continue
+		labelSet, value := "", rest
+		if rest[0] == '{' {
+			end := strings.LastIndex(rest, "}")
+			if end < 0 {
+				continue
+			}
+			labelSet, value = rest[1:end], rest[end+1:]
 		}
 		for _, l := range labels {
-			if !strings.Contains(","+rest[:end]+",", ","+l+",") {
+			if !strings.Contains(","+labelSet+",", ","+l+",") {
 				continue lines
 			}
 		}
-		fields := strings.Fields(rest[end+1:])
+		fields := strings.Fields(value)
 		if len(fields) == 0 {
 			continue
 		}
