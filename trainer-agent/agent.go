@@ -62,8 +62,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		return nil, fmt.Errorf("trainer agent: job %s: batch size %d: want >= 1", job.Spec.ID, job.Spec.BatchSize)
 	case job.Spec.Epochs < 1:
 		return nil, fmt.Errorf("trainer agent: job %s: epochs %d: want >= 1", job.Spec.ID, job.Spec.Epochs)
-	case opts.WorldSize < 0:
-		return nil, fmt.Errorf("trainer agent: world size %d: want >= 0 (0: from the first request)", opts.WorldSize)
+	case opts.WorldSize < 0 || opts.WorldSize > MaxWorldSize:
+		return nil, fmt.Errorf("trainer agent: world size %d: want 0..%d (0: from the first request)", opts.WorldSize, MaxWorldSize)
 	case opts.PrefetchSamples < 0:
 		return nil, fmt.Errorf("trainer agent: prefetch samples %d: want >= 0 (0 for the default)", opts.PrefetchSamples)
 	case opts.DemandInterval < 0:

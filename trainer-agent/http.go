@@ -126,14 +126,14 @@ func (a *Reader) Handler() http.Handler {
 // parseBatchQuery reads GET /v1/batch's parameters; report is nil when
 // the client sent none.
 func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err error) {
-	intParam := func(name string, lo int) (int, bool, error) {
+	intParam := func(name string, lo, hi int) (int, bool, error) {
 		v := q.Get(name)
 		if v == "" {
 			return 0, false, nil
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n < lo {
-			return 0, false, fmt.Errorf("%s=%q: want an integer >= %d", name, v, lo)
+		if err != nil || n < lo || n > hi {
+			return 0, false, fmt.Errorf("%s=%q: want an integer in %d..%d", name, v, lo, hi)
 		}
 		return n, true, nil
 	}
@@ -151,9 +151,9 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 	var errs []error
 	var ok [3]bool
 	var e error
-	req.rank, _, e = intParam("rank", 0)
+	req.rank, _, e = intParam("rank", 0, MaxWorldSize-1)
 	errs = append(errs, e)
-	req.world, _, e = intParam("world_size", 1)
+	req.world, _, e = intParam("world_size", 1, MaxWorldSize)
 	errs = append(errs, e)
 	switch v := q.Get("drop_last"); v {
 	case "":
@@ -167,7 +167,7 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 	}
 	var r StepReport
 	var steps int
-	steps, ok[0], e = intParam("steps", 0)
+	steps, ok[0], e = intParam("steps", 0, math.MaxInt32)
 	errs = append(errs, e)
 	r.WaitS, ok[1], e = floatParam("wait_s")
 	errs = append(errs, e)
@@ -266,8 +266,8 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	world := 0
 	if v := r.URL.Query().Get("world_size"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			http.Error(w, fmt.Sprintf("world_size=%q: want an integer >= 1", v), http.StatusBadRequest)
+		if err != nil || n < 1 || n > MaxWorldSize {
+			http.Error(w, fmt.Sprintf("world_size=%q: want an integer in 1..%d", v, MaxWorldSize), http.StatusBadRequest)
 			return
 		}
 		world = n

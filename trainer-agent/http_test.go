@@ -95,6 +95,8 @@ func TestRanksOverHTTP(t *testing.T) {
 		{"a rank out of the world", httpRank{t, srv.URL, 2}, 2, "", http.StatusConflict, "rank 2"},
 		{"another drop_last", r1, 2, "&drop_last=1", http.StatusConflict, "drop_last"},
 		{"a malformed step report", r1, 2, "&wait_s=-1&steps=x", http.StatusBadRequest, "wait_s"},
+		// Once allocated a queue per rank: 48 GB.
+		{"a world size beyond the bound", r1, 2_000_000_000, "", http.StatusBadRequest, "world_size"},
 	} {
 		if code, _, body := tc.rank.get(tc.world, tc.extra); code != tc.want || !strings.Contains(string(body), tc.body) {
 			t.Errorf("%s: %d %s, want %d naming %q", tc.name, code, body, tc.want, tc.body)
@@ -186,6 +188,8 @@ func TestResumeOverHTTP(t *testing.T) {
 		{"another reader", "", `{"v":1,"job":"http-resume","reader":"eval"}`},
 		{"a bad position", "", `{"v":1,"job":"http-resume","reader":"trainer","position":{"v":1,"finished":7}}`},
 		{"a bad world size", "?world_size=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+		{"a world size beyond the bound", "?world_size=2000000000", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+		{"a state's world size beyond the bound", "", `{"v":1,"job":"http-resume","reader":"trainer","world_size":2000000000}`},
 	} {
 		if code, msg := post(tc.query, tc.body); code != http.StatusBadRequest {
 			t.Errorf("resume with %s: %d %s, want 400", tc.name, code, msg)

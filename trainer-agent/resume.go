@@ -77,8 +77,8 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	if world == 0 {
 		world = st.WorldSize
 	}
-	if world < 1 {
-		return ResumeResult{}, fmt.Errorf("%w: world size %d: want >= 1", ErrBadState, world)
+	if world < 1 || world > MaxWorldSize {
+		return ResumeResult{}, fmt.Errorf("%w: world size %d: want 1..%d", ErrBadState, world, MaxWorldSize)
 	}
 	fresh := newAssembler(a.job)
 	if err := fresh.restore(p); err != nil {
@@ -245,8 +245,8 @@ func (a *Reader) checkState(st State) (position, error) {
 		return position{}, fmt.Errorf("%w: a state of job %q, this agent reads %q", ErrBadState, st.Job, a.job.Spec.ID)
 	case st.Reader != "" && st.Reader != a.reader:
 		return position{}, fmt.Errorf("%w: a state of reader %q, this agent is %q", ErrBadState, st.Reader, a.reader)
-	case st.Epoch < 0 || st.Step < 0 || st.WorldSize < 0:
-		return position{}, fmt.Errorf("%w: epoch %d step %d world size %d: want >= 0", ErrBadState, st.Epoch, st.Step, st.WorldSize)
+	case st.Epoch < 0 || st.Step < 0 || st.WorldSize < 0 || st.WorldSize > MaxWorldSize:
+		return position{}, fmt.Errorf("%w: epoch %d step %d world size %d: want >= 0 (world size at most %d)", ErrBadState, st.Epoch, st.Step, st.WorldSize, MaxWorldSize)
 	}
 	raw, err := positionJSON(st.Position)
 	if err != nil {

@@ -63,6 +63,12 @@ func (s *stepper) setWorld(w int) {
 
 func (s *stepper) allEnded() bool { return s.world > 0 && s.nEnded == s.world }
 
+// MaxWorldSize bounds the ranks of one reader: the agent keeps a queue
+// and counters per rank, so a world size from a request is memory it
+// allocates (2,000,000,000 once took 48 GB). 65,536 ranks is beyond the
+// largest data-parallel jobs run today.
+const MaxWorldSize = 1 << 16
+
 // rankRequest is a rank's request for its next part. World 0 takes the
 // agent's world size (1 if none is fixed yet); a nil dropLast takes the
 // agent's setting.
@@ -80,8 +86,8 @@ func (a *Reader) join(req rankRequest) error {
 		w = max(s.world, 1)
 	}
 	switch {
-	case w < 1:
-		return fmt.Errorf("%w: world size %d: want >= 1", ErrWorldMismatch, w)
+	case w < 1 || w > MaxWorldSize:
+		return fmt.Errorf("%w: world size %d: want 1..%d", ErrWorldMismatch, w, MaxWorldSize)
 	case s.world == 0:
 		s.setWorld(w)
 	case w != s.world:
