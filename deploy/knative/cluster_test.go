@@ -4,9 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
 	"github.com/sluice-project/sluice/autoscale"
@@ -105,6 +107,35 @@ func TestIntegrationManifestsOnAPIServer(t *testing.T) {
 		forbidden(t, "delete the function Service", client.Services(ns).Delete(ctx, "sluice-fn", metav1.DeleteOptions{}))
 		_, err = client.Services(ns).List(ctx, metav1.ListOptions{})
 		forbidden(t, "list Services", err)
+	})
+	t.Run("forbidden: patching anything of the Service but its scale bounds", func(t *testing.T) {
+		// RBAC grants patch on the whole object; the admission policy
+		// (base/admission.yaml) narrows it to the two annotations.
+		// Dry runs: admission judges them, nothing is stored.
+		dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+		image := `{"spec":{"template":{"spec":{"containers":[{"name":"fn","image":"evil.example/fn:latest"}]}}}}`
+		// kube-apiserver loads a new policy within seconds, not at once.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := client.Services(ns).Patch(ctx, "sluice-fn", types.MergePatchType, []byte(image), dry); err != nil {
+				break
+			}
+		}
+		for _, tc := range []struct{ what, patch string }{
+			{"the image", image},
+			{"a label (visibility among them)", `{"metadata":{"labels":{"networking.knative.dev/visibility":"exposed"}}}`},
+			{"another template annotation", `{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/target":"1000"}}}}}`},
+			{"the scale bounds and the image at once", `{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1"}},"spec":{"containers":[{"name":"fn","image":"evil.example/fn:latest"}]}}}}`},
+		} {
+			_, err := client.Services(ns).Patch(ctx, "sluice-fn", types.MergePatchType, []byte(tc.patch), dry)
+			forbidden(t, "patch "+tc.what, err)
+		}
+		if _, err := client.Services(ns).Patch(ctx, "sluice-fn", types.MergePatchType,
+			[]byte(`{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/max-scale":"5"}}}}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("patch max-scale as the controller: %v", err)
+		}
+		// The cluster's admin still may.
+		env.Kubectl(t, "patch", "ksvc", "-n", ns, "sluice-fn", "--type", "merge", "-p",
+			`{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/target":"8"}}}}}`)
 	})
 	t.Run("forbidden: secrets and core objects", func(t *testing.T) {
 		kc := env.KubeconfigFor(t, token)

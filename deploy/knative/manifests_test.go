@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"knative.dev/pkg/apis"
@@ -181,6 +182,22 @@ func TestRoleHasNoWildcards(t *testing.T) {
 		if n := len(find(render(t, "overlays/example"), "rbac.authorization.k8s.io/v1", k)); n != 0 {
 			t.Errorf("%d %s: want none, the controller works in its namespace", n, k)
 		}
+	}
+}
+
+// TestOnlyTheFunctionHasACloudRole: the example overlay gives S3 access
+// to the function's ServiceAccount alone; the controller reads no data.
+func TestOnlyTheFunctionHasACloudRole(t *testing.T) {
+	const irsa = "eks.amazonaws.com/role-arn"
+	var withRole []string
+	for _, d := range find(render(t, "overlays/example"), "v1", "ServiceAccount") {
+		sa := decode[corev1.ServiceAccount](t, d)
+		if sa.Annotations[irsa] != "" {
+			withRole = append(withRole, sa.Name)
+		}
+	}
+	if !slices.Equal(withRole, []string{"sluice-fn"}) {
+		t.Errorf("ServiceAccounts with %s: %v, want only sluice-fn", irsa, withRole)
 	}
 }
 
