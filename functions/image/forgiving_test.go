@@ -15,7 +15,7 @@ import (
 // small file of ours. Every case that must decode, Debian's Pillow 9.4
 // loads and its djpeg (libjpeg-turbo 2.1.5) decodes to the reference's
 // exact pixels, with at most a warning; the cases that must fail, neither
-// decodes.
+// decodes, but for the last, which PIL loads with made-up blocks.
 
 // jpegCase is a JPEG and what decoding it must give: exactly the pixels of
 // ref, a file without the defect (the same coefficients where the coding
@@ -30,6 +30,8 @@ type jpegCase struct {
 func forgivingCases(t *testing.T) []jpegCase {
 	t.Helper()
 	base := readTestdata(t, "baseline444.jpg") // JFIF, 4:4:4, Huffman
+	progressive := readTestdata(t, "progressive.jpg")
+	restart := readTestdata(t, "progressive_restart.jpg")
 
 	// The real files' defects, copied onto base after its JFIF APP0.
 	adobe := segment(0xee, []byte("Adobe\x00\x64\x40\x00\x00\x00\x01"))
@@ -48,6 +50,8 @@ func forgivingCases(t *testing.T) []jpegCase {
 		// inside a resource, whose data is left between segments.
 		{name: "broken Photoshop APP13", data: insertAfter(t, base, 0xe0, append(bytes.Clone(photoshop), 0x00, 0xc8, 0, 0, 0, 1, 0, 1, 0, 0xc8, 0, 0, 0, 1, 0, 1)), ref: base},
 		{name: "malformed EXIF APP1", data: insertAfter(t, base, 0xe0, exif), ref: base},
+		{name: "junk before a restart marker", data: insertBefore(t, restart, []byte{0xff, 0xd0}, []byte{0x42}), ref: progressive},
+		{name: "progressive, restart interval", data: restart, ref: progressive},
 
 		// Neither PIL nor libjpeg-turbo decodes these.
 		{name: "junk before SOI", data: append([]byte{0}, base...), reason: "unrecognised image format"},
@@ -55,6 +59,10 @@ func forgivingCases(t *testing.T) []jpegCase {
 		{name: "12-bit precision", data: patchSOF(t, base, 0xc0, 12), reason: "precision"},
 		// Pillow truncated_jpeg.jpg.
 		{name: "truncated", data: base[:len(base)-200], reason: "truncated"},
+		// Scan data that does not fit its restart markers: libjpeg-turbo
+		// warns, resynchronises and makes up the blocks between, which PIL
+		// takes; both builds fail the sample instead.
+		{name: "restart markers out of order", data: replaceAfterSOS(t, restart, []byte{0xff, 0xd1}, []byte{0xff, 0xd3}), reason: "RST"},
 	}
 }
 
@@ -193,6 +201,37 @@ func insertAfter(t *testing.T, data []byte, marker byte, extra []byte) []byte {
 		t.Fatalf("no segment FF%02X", marker)
 	}
 	return out
+}
+
+// insertBefore puts extra before the first occurrence of at after the
+// first SOS.
+func insertBefore(t *testing.T, data, at, extra []byte) []byte {
+	t.Helper()
+	sos := bytes.Index(data, []byte{0xff, 0xda})
+	i := -1
+	if sos >= 0 {
+		i = bytes.Index(data[sos:], at)
+	}
+	if i < 0 {
+		t.Fatalf("no % x after an SOS", at)
+	}
+	i += sos
+	return append(append(append([]byte{}, data[:i]...), extra...), data[i:]...)
+}
+
+// replaceAfterSOS replaces the first occurrence of old after the first SOS.
+func replaceAfterSOS(t *testing.T, data, old, new []byte) []byte {
+	t.Helper()
+	sos := bytes.Index(data, []byte{0xff, 0xda})
+	i := -1
+	if sos >= 0 {
+		i = bytes.Index(data[sos:], old)
+	}
+	if i < 0 {
+		t.Fatalf("no % x after an SOS", old)
+	}
+	i += sos
+	return append(append(append([]byte{}, data[:i]...), new...), data[i+len(old):]...)
 }
 
 // patchSOF changes the SOF marker and its sample precision.
