@@ -38,6 +38,17 @@ func forgivingCases(t *testing.T) []jpegCase {
 	photoshop := segment(0xed, []byte("Photoshop 3.0\x008BIM\x03\xed\x00\x00\x00\x00\x00\x10"))
 	exif := segment(0xe1, append([]byte("Exif\x00\x00MM\x00\x2a\xff\xff\xff\x00\xff\xff"), bytes.Repeat([]byte{0xff, 0x13}, 40)...))
 
+	// Huffman tables left out, as in Motion-JPEG frames: libjpeg-turbo
+	// then uses the standard tables of section K.3, which Go's encoder
+	// writes.
+	mjpeg := encodeJPEG(t, 96, 64)
+	var noDHT []byte
+	for _, s := range segments(t, mjpeg) {
+		if s.marker != 0xc4 {
+			noDHT = append(noDHT, s.bytes...)
+		}
+	}
+
 	return []jpegCase{
 		// Pillow junk_jpeg_header.jpg: "hello" between a COM and a DQT.
 		{name: "junk bytes between segments", data: insertAfter(t, base, 0xe0, append(segment(0xfe, []byte("CREATOR: sluice")), "hello"...)), ref: base},
@@ -52,6 +63,7 @@ func forgivingCases(t *testing.T) []jpegCase {
 		{name: "malformed EXIF APP1", data: insertAfter(t, base, 0xe0, exif), ref: base},
 		{name: "junk before a restart marker", data: insertBefore(t, restart, []byte{0xff, 0xd0}, []byte{0x42}), ref: progressive},
 		{name: "progressive, restart interval", data: restart, ref: progressive},
+		{name: "no Huffman tables (Motion-JPEG)", data: noDHT, ref: mjpeg},
 
 		// Neither PIL nor libjpeg-turbo decodes these.
 		{name: "junk before SOI", data: append([]byte{0}, base...), reason: "unrecognised image format"},

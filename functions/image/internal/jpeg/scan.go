@@ -193,6 +193,9 @@ func (d *decoder) processSOS(n int) error {
 			return FormatError("bad successive approximation values")
 		}
 	}
+	if !d.progressive {
+		d.defaultHuffmanTables(scan)
+	}
 
 	// mxx and myy are the number of MCUs (Minimum Coded Units) in the image.
 	h0, v0 := d.comp[0].h, d.comp[0].v // The h and v values from the Y components.
