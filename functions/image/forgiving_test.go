@@ -64,6 +64,12 @@ func forgivingCases(t *testing.T) []jpegCase {
 		{name: "junk before a restart marker", data: insertBefore(t, restart, []byte{0xff, 0xd0}, []byte{0x42}), ref: progressive},
 		{name: "progressive, restart interval", data: restart, ref: progressive},
 		{name: "no Huffman tables (Motion-JPEG)", data: noDHT, ref: mjpeg},
+		// libjpeg-turbo testimgari.jpg, testimgint.jpg.
+		{name: "arithmetic, libjpeg-turbo testimgari", data: readTestdata(t, "testimgari.jpg"), ref: readTestdata(t, "testimgint.jpg")},
+		{name: "arithmetic, 4:4:4, restart interval", data: readTestdata(t, "arith_444.jpg"), ref: base},
+		{name: "arithmetic, progressive, conditioning, restart interval", data: readTestdata(t, "arith_progressive.jpg"), ref: progressive},
+		{name: "arithmetic, grayscale, conditioning, restart interval", data: readTestdata(t, "arith_gray.jpg"), ref: readTestdata(t, "progressive_gray.jpg")},
+		{name: "arithmetic, CMYK", data: readTestdata(t, "arith_cmyk.jpg"), ref: readTestdata(t, "cmyk.jpg")},
 
 		// Neither PIL nor libjpeg-turbo decodes these.
 		{name: "junk before SOI", data: append([]byte{0}, base...), reason: "unrecognised image format"},

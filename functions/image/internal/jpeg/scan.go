@@ -192,8 +192,12 @@ func (d *decoder) processSOS(n int) error {
 		if ah != 0 && ah != al+1 {
 			return FormatError("bad successive approximation values")
 		}
+		if d.arithmetic && al > 13 {
+			// sluice: as libjpeg, which keeps coefficients in 16 bits.
+			return FormatError("bad successive approximation values")
+		}
 	}
-	if !d.progressive {
+	if !d.arithmetic && !d.progressive {
 		d.defaultHuffmanTables(scan)
 	}
 
@@ -261,6 +265,10 @@ func (d *decoder) processSOS(n int) error {
 		if expectedRST == rst7Marker+1 {
 			expectedRST = rst0Marker
 		}
+		if d.arithmetic {
+			d.arithStart(scan, zigStart, ah)
+			return nil
+		}
 		// Reset the Huffman decoder.
 		d.bits = bits{}
 		// Reset the DC components, as per section F.2.1.3.1.
@@ -270,6 +278,9 @@ func (d *decoder) processSOS(n int) error {
 		return nil
 	}
 	d.bits = bits{}
+	if d.arithmetic {
+		d.arithStart(scan, zigStart, ah)
+	}
 	for my := 0; my < myy; my++ {
 		if stopRows > 0 && my*8*v0 >= stopRows {
 			d.stopped = true
@@ -328,7 +339,13 @@ func (d *decoder) processSOS(n int) error {
 						b = block{}
 					}
 
-					if err := d.huffmanBlock(&b, sc, zigStart, zigEnd, ah, al, &dc); err != nil {
+					var err error
+					if d.arithmetic {
+						err = d.arithBlock(&b, sc, zigStart, zigEnd, ah, al)
+					} else {
+						err = d.huffmanBlock(&b, sc, zigStart, zigEnd, ah, al, &dc)
+					}
+					if err != nil {
 						return err
 					}
 
@@ -447,6 +464,35 @@ func (d *decoder) huffmanBlock(b *block, sc scanComp, zigStart, zigEnd int32, ah
 		}
 	}
 	return nil
+}
+
+// arithBlock decodes a block's arithmetic-coded coefficients, or the
+// refinement of them, into b (sluice; see arith.go).
+func (d *decoder) arithBlock(b *block, sc scanComp, zigStart, zigEnd int32, ah, al uint32) error {
+	if ah != 0 {
+		if zigStart != 0 {
+			return d.arithRefineAC(b, sc.ta, zigStart, zigEnd, al)
+		}
+		// A DC refinement is the next bit of the value, at a fixed
+		// probability.
+		bit, err := d.arithDecode(&d.arith.fixed)
+		if bit != 0 {
+			b[0] |= 1 << al
+		}
+		return err
+	}
+	if zigStart == 0 {
+		if err := d.arithDC(int(sc.compIndex), sc.td); err != nil {
+			return err
+		}
+		// libjpeg keeps coefficients in 16 bits.
+		b[0] = int32(int16(d.arith.dcPred[sc.compIndex] << al))
+		if d.progressive {
+			return nil // a DC scan
+		}
+		zigStart = 1
+	}
+	return d.arithAC(b, sc.ta, zigStart, zigEnd, al)
 }
 
 // refine decodes a successive approximation refinement block, as specified in
