@@ -75,6 +75,7 @@ func forgivingCases(t *testing.T) []jpegCase {
 		{name: "junk before SOI", data: append([]byte{0}, base...), reason: "unrecognised image format"},
 		// libjpeg-turbo monkey12.jpg.
 		{name: "12-bit precision", data: patchSOF(t, base, 0xc0, 12), reason: "precision"},
+		{name: "lossless", data: patchSOF(t, base, 0xc3, 8), reason: "SOF type 0xc3"},
 		// Pillow truncated_jpeg.jpg.
 		{name: "truncated", data: base[:len(base)-200], reason: "truncated"},
 		// Scan data that does not fit its restart markers: libjpeg-turbo

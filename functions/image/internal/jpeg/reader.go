@@ -6,6 +6,7 @@ package jpeg
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/draw"
 	"io"
@@ -322,7 +323,7 @@ func (d *decoder) processSOF(n int) error {
 	}
 	// We only support 8-bit precision.
 	if d.tmp[0] != 8 {
-		return UnsupportedError("precision")
+		return UnsupportedError(fmt.Sprintf("%d-bit precision (8-bit only)", d.tmp[0]))
 	}
 	d.height = int(d.tmp[1])<<8 + int(d.tmp[2])
 	d.width = int(d.tmp[3])<<8 + int(d.tmp[4])
@@ -663,6 +664,9 @@ func (d *decoder) decode(r io.Reader, configOnly bool) (image.Image, error) {
 		default:
 			if app0Marker <= marker && marker <= app15Marker || marker == comMarker {
 				err = d.ignore(n)
+			} else if isSOF(marker) {
+				// sluice: name what is not decoded, as libjpeg does.
+				err = UnsupportedError(fmt.Sprintf("SOF type %#02x (lossless or hierarchical coding)", marker))
 			} else if marker < 0xc0 { // See Table B.1 "Marker code assignments".
 				err = FormatError("unknown marker")
 			} else {
@@ -692,6 +696,12 @@ done:
 		return d.img3, nil
 	}
 	return nil, FormatError("missing SOS marker")
+}
+
+// isSOF reports whether marker starts a frame: SOF0 to SOF15 but for DHT,
+// JPG and DAC (table B.1).
+func isSOF(marker byte) bool {
+	return marker&0xf0 == 0xc0 && marker != dhtMarker && marker != 0xc8 && marker != dacMarker
 }
 
 // applyBlack combines d.img3 and d.blackPix into a CMYK image. The formula
