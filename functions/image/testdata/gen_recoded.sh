@@ -21,3 +21,6 @@ gcc -O2 -o "$tmp/arith" arith.c -ljpeg
 # A progressive 4:2:0 file with a restart interval: in its scans of one
 # component, every block is an MCU the interval counts.
 jpegtran -progressive -restart 3B progressive.jpg > progressive_restart.jpg
+# 3x1 luma sampling, which image/jpeg (and so the pure-Go build) does not
+# decode and libjpeg-turbo does.
+djpeg -scale 1/2 baseline444.jpg | cjpeg -quality 90 -sample 3x1,1x1,1x1 > sampling_3x1.jpg
