@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"image"
 	"image/color"
-	"image/jpeg"
 	"image/png"
 )
 
@@ -32,9 +31,18 @@ func Decode(data []byte, maxPixels int) (*RGB, error) {
 // DecodeInto decodes a JPEG or PNG into dst, reusing its buffer. The header
 // is read first and the size checked against maxPixels (<= 0 means
 // DefaultMaxPixels) before any pixel memory is allocated. Alpha is dropped
-// and grayscale replicated, as PIL's convert("RGB") does.
+// and grayscale replicated, as PIL's convert("RGB") does. A JPEG is decoded
+// by the pure-Go decoder in both builds.
 func DecodeInto(dst *RGB, data []byte, maxPixels int) error {
-	img, err := decodeStd(data, maxPixels)
+	if isJPEG(data) {
+		w, h, err := goJPEGSize(data)
+		if err != nil {
+			return fmt.Errorf("reading jpeg header: %w", err)
+		}
+		_, err = decodeRegionGoJPEG(dst, data, image.Rect(0, 0, w, h), w, h, maxPixels)
+		return err
+	}
+	img, err := decodePNG(data, maxPixels)
 	if err != nil {
 		return err
 	}
@@ -42,27 +50,19 @@ func DecodeInto(dst *RGB, data []byte, maxPixels int) error {
 	return nil
 }
 
-// decodeStd decodes with the standard library's decoders, after checking
-// the header's size against maxPixels.
-func decodeStd(data []byte, maxPixels int) (img image.Image, err error) {
+// isJPEG reports whether data starts with a JPEG's SOI marker.
+func isJPEG(data []byte) bool {
+	return len(data) >= 2 && data[0] == 0xff && data[1] == 0xd8
+}
+
+// decodePNG decodes a PNG with the standard library's decoder, after
+// checking the header's size against maxPixels; anything else that is not
+// a JPEG gets an error naming what it starts with.
+func decodePNG(data []byte, maxPixels int) (img image.Image, err error) {
 	if maxPixels <= 0 {
 		maxPixels = DefaultMaxPixels
 	}
-	var (
-		format       string
-		decodeConfig func([]byte) (image.Config, error)
-		decode       func([]byte) (image.Image, error)
-	)
-	switch {
-	case len(data) >= 2 && data[0] == 0xff && data[1] == 0xd8:
-		format = "jpeg"
-		decodeConfig = func(b []byte) (image.Config, error) { return jpeg.DecodeConfig(bytes.NewReader(b)) }
-		decode = func(b []byte) (image.Image, error) { return jpeg.Decode(bytes.NewReader(b)) }
-	case bytes.HasPrefix(data, pngMagic):
-		format = "png"
-		decodeConfig = func(b []byte) (image.Config, error) { return png.DecodeConfig(bytes.NewReader(b)) }
-		decode = func(b []byte) (image.Image, error) { return png.Decode(bytes.NewReader(b)) }
-	default:
+	if !bytes.HasPrefix(data, pngMagic) {
 		head := data[:min(len(data), 8)]
 		return nil, fmt.Errorf("unrecognised image format (%d bytes starting % x): want jpeg or png", len(data), head)
 	}
@@ -70,23 +70,23 @@ func decodeStd(data []byte, maxPixels int) (img image.Image, err error) {
 	// replica (which would fail the whole shard on every redelivery).
 	defer func() {
 		if p := recover(); p != nil {
-			img, err = nil, fmt.Errorf("decoding %s: decoder panicked: %v", format, p)
+			img, err = nil, fmt.Errorf("decoding png: decoder panicked: %v", p)
 		}
 	}()
-	cfg, err := decodeConfig(data)
+	cfg, err := png.DecodeConfig(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s header: %w", format, err)
+		return nil, fmt.Errorf("reading png header: %w", err)
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return nil, fmt.Errorf("%s header: size %dx%d: want positive sides", format, cfg.Width, cfg.Height)
+		return nil, fmt.Errorf("png header: size %dx%d: want positive sides", cfg.Width, cfg.Height)
 	}
 	if px := int64(cfg.Width) * int64(cfg.Height); px > int64(maxPixels) {
-		return nil, fmt.Errorf("%s is %dx%d = %d pixels, over the %d-pixel limit: %w",
-			format, cfg.Width, cfg.Height, px, maxPixels, ErrTooLarge)
+		return nil, fmt.Errorf("png is %dx%d = %d pixels, over the %d-pixel limit: %w",
+			cfg.Width, cfg.Height, px, maxPixels, ErrTooLarge)
 	}
-	img, err = decode(data)
+	img, err = png.Decode(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", format, err)
+		return nil, fmt.Errorf("decoding png: %w", err)
 	}
 	return img, nil
 }

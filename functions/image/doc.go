@@ -17,5 +17,17 @@
 // Go (internal/jpeg, a fork of the standard library's decoder); building
 // with -tags turbojpeg (cgo, Debian's libjpeg62-turbo-dev) does it with
 // libjpeg-turbo, which decodes exactly as PIL does at full scale. Decoder
-// names the one compiled in.
+// names the one compiled in; Size reads a JPEG's header with it too.
+// Decode always uses the pure-Go decoder.
+//
+// Both builds take the JPEGs libjpeg-turbo, and so PIL, takes, as far as
+// the image comes out whole: arithmetic coding, restart intervals,
+// Motion-JPEG frames without Huffman tables, and bytes that belong to no
+// segment (junk between segments, a stray FF00, the rest of an APPn
+// segment whose length falls short, padding before a marker), which are
+// skipped. The turbojpeg build also takes sampling factors the pure-Go
+// decoder does not (a factor of 3, say). Scan data that is missing or does
+// not decode fails the sample where libjpeg would fill in grey or made-up
+// blocks; so do what neither decodes (12-bit, lossless and hierarchical
+// JPEGs) and a file cut short, each with an error that says why.
 package image

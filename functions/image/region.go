@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"image"
-	"image/jpeg"
 	"image/png"
 )
 
@@ -12,12 +11,15 @@ import (
 // Pipelines call it first so that a crop can be chosen before any pixel is
 // decoded, which lets DecodeRegion skip what the crop throws away.
 func Size(data []byte) (w, h int, err error) {
-	var cfg image.Config
 	switch {
-	case len(data) >= 2 && data[0] == 0xff && data[1] == 0xd8:
-		cfg, err = jpeg.DecodeConfig(bytes.NewReader(data))
+	case isJPEG(data):
+		// The header parser of the decoder compiled in, so that Size takes
+		// every JPEG DecodeRegion does.
+		w, h, err = jpegSize(data)
 	case bytes.HasPrefix(data, pngMagic):
+		var cfg image.Config
 		cfg, err = png.DecodeConfig(bytes.NewReader(data))
+		w, h = cfg.Width, cfg.Height
 	default:
 		head := data[:min(len(data), 8)]
 		return 0, 0, fmt.Errorf("unrecognised image format (%d bytes starting % x): want jpeg or png", len(data), head)
@@ -25,10 +27,10 @@ func Size(data []byte) (w, h int, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading image header: %w", err)
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return 0, 0, fmt.Errorf("image header: size %dx%d: want positive sides", cfg.Width, cfg.Height)
+	if w <= 0 || h <= 0 {
+		return 0, 0, fmt.Errorf("image header: size %dx%d: want positive sides", w, h)
 	}
-	return cfg.Width, cfg.Height, nil
+	return w, h, nil
 }
 
 // DecodeRegion decodes at least the part of the image that r (in the full
@@ -56,10 +58,10 @@ func DecodeRegion(dst *RGB, data []byte, r image.Rectangle, minW, minH, maxPixel
 // at least minW×minH; a PNG is decoded whole. Either way only the region
 // is converted to RGB, so dst holds just the region.
 func decodeRegionStd(dst *RGB, data []byte, r image.Rectangle, minW, minH, maxPixels int) (image.Rectangle, error) {
-	if len(data) >= 2 && data[0] == 0xff && data[1] == 0xd8 {
+	if isJPEG(data) {
 		return decodeRegionGoJPEG(dst, data, r, minW, minH, maxPixels)
 	}
-	img, err := decodeStd(data, maxPixels)
+	img, err := decodePNG(data, maxPixels)
 	if err != nil {
 		return image.Rectangle{}, err
 	}

@@ -74,6 +74,20 @@ func decodeRegionGoJPEG(dst *RGB, data []byte, r image.Rectangle, minW, minH, ma
 	return image.Rect(0, 0, sr.Dx(), sr.Dy()), nil
 }
 
+// goJPEGSize reads a JPEG's header with the forked decoder.
+func goJPEGSize(data []byte) (w, h int, err error) {
+	dec := jpegDecoders.Get().(*jpeg.Decoder)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("decoder panicked: %v", p)
+			return // its state is suspect: not pooled
+		}
+		jpegDecoders.Put(dec)
+	}()
+	w, h, _, err = dec.Config(data)
+	return w, h, err
+}
+
 // checkEOI fails a JPEG that does not end its last scan with an EOI marker.
 // A region decoder stops reading after the region's rows, so it would not
 // notice that a file was cut short further on; this does. Markers cannot

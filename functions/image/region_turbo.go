@@ -8,6 +8,7 @@ package image
 #include <stdlib.h>
 #include <setjmp.h>
 #include <jpeglib.h>
+#include <jerror.h>
 
 // libjpeg's default error handler calls exit(); ours longjmps back to the
 // C function that called into libjpeg, with the message kept for Go.
@@ -35,11 +36,29 @@ static void sl_error_exit(j_common_ptr c) {
 	longjmp(e->jb, 1);
 }
 
-// Warnings (level < 0) are corrupt data that libjpeg would paper over with
-// grey blocks; the sample fails instead, as with the Go decoder. Trace
-// messages (level >= 0) are dropped.
+// sl_harmless says whether a warning leaves the image whole: bytes that
+// are no part of any segment or scan (junk between segments, a segment
+// whose length is off, padding after a scan or before a restart marker),
+// which libjpeg skips to the next marker, a JFIF version or Adobe
+// transform it does not know, a bad ICC profile chunk. PIL decodes these,
+// and the Go decoder skips the same bytes.
+static int sl_harmless(struct jpeg_error_mgr *e) {
+	switch (e->msg_code) {
+	case JWRN_EXTRANEOUS_DATA:
+	case JWRN_JFIF_MAJOR:
+	case JWRN_ADOBE_XFORM:
+	case JWRN_BOGUS_ICC:
+		return 1;
+	}
+	return 0;
+}
+
+// Any other warning (level < 0) is scan data that is missing or does not
+// decode, which libjpeg would paper over with grey or made-up blocks: the
+// sample fails instead, as with the Go decoder. Trace messages (level >= 0)
+// are dropped.
 static void sl_emit_message(j_common_ptr c, int level) {
-	if (level < 0) {
+	if (level < 0 && !sl_harmless(c->err)) {
 		sl_err *e = (sl_err *)c->err;
 		(*c->err->format_message)(c, e->msg);
 		longjmp(e->jb, 1);
@@ -222,4 +241,23 @@ func turboDecode(dst *RGB, data []byte, r image.Rectangle, maxPixels int, plan f
 	}
 	dst.Reset(int(ow), sr.Dy()) // within the capacity reserved above: no copy
 	return sr.Sub(image.Pt(int(ox), sr.Min.Y)), nil
+}
+
+// jpegSize reads a JPEG's header with libjpeg, so that Size takes what
+// the decoder will.
+func jpegSize(data []byte) (w, h int, err error) {
+	s := (*C.sl_dec)(C.calloc(1, C.sizeof_sl_dec))
+	if s == nil {
+		return 0, 0, errors.New("out of C memory")
+	}
+	defer C.free(unsafe.Pointer(s))
+	defer C.sl_close(s)
+	var pin runtime.Pinner
+	pin.Pin(&data[0])
+	defer pin.Unpin()
+	// The header needs no large buffer.
+	if C.sl_open(s, (*C.uchar)(unsafe.Pointer(&data[0])), C.ulong(len(data)), 16<<20) != 0 {
+		return 0, 0, errors.New(C.GoString(&s.err.msg[0]))
+	}
+	return int(s.d.image_width), int(s.d.image_height), nil
 }

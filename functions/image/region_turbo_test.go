@@ -240,3 +240,27 @@ func TestTurboReusesTheBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestTurboOddSampling: libjpeg decodes sampling factors image/jpeg does
+// not (3x1 luma here); Size reads the header with libjpeg in this build,
+// so such a sample decodes rather than failing at Size.
+func TestTurboOddSampling(t *testing.T) {
+	data := readTestdata(t, "sampling_3x1.jpg")
+	w, h, err := Size(data)
+	if err != nil || w != 100 || h != 75 {
+		t.Fatalf("Size = %d, %d, %v; want 100, 75", w, h, err)
+	}
+	var dst RGB
+	r := image.Rect(10, 5, 90, 70)
+	got, err := DecodeRegion(&dst, data, r, r.Dx(), r.Dy(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Size() != r.Size() {
+		t.Fatalf("region %v decoded as %v", r, got)
+	}
+	// The pure-Go decoder names what it does not decode.
+	if _, err := Decode(data, 0); err == nil || !strings.Contains(err.Error(), "subsampling ratio") {
+		t.Errorf("Decode: error %v, want one naming the subsampling ratio", err)
+	}
+}

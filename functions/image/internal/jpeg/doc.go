@@ -11,8 +11,21 @@
 //     inverse DCTs (scaled.go), as libjpeg's scaled decoding does;
 //   - pixel and coefficient memory is reused from one image to the next.
 //
-// Huffman decoding, markers, progressive scans and colour models are the
-// standard library's code, unchanged; the encoder, the image.RegisterFormat
-// hook and the io.Reader entry points are gone (Decoder.Decode takes bytes).
+// It also decodes what libjpeg-turbo does and the standard library does
+// not:
+//
+//   - arithmetic-coded JPEGs, sequential and progressive (SOF9, SOF10,
+//     DAC), with arith.go, a port of libjpeg-turbo's jdarith.c;
+//   - restart intervals in a scan of one component of several, where each
+//     block is an MCU (the standard library counted the interleaved MCUs,
+//     so progressive 4:2:0 files with restart markers failed);
+//   - sequential Huffman scans whose tables were never defined, as in
+//     Motion-JPEG frames, with the standard tables of section K.3.
+//
+// Lossless, hierarchical and 12-bit JPEGs get an error naming them.
+// Huffman decoding, markers, progressive scans and colour models are
+// otherwise the standard library's code; the encoder, the
+// image.RegisterFormat hook and the io.Reader entry points are gone
+// (Decoder.Decode takes bytes).
 // The image package calls it; nothing else should.
 package jpeg

@@ -6,6 +6,7 @@ package jpeg
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/draw"
 	"io"
@@ -46,14 +47,18 @@ const (
 	sof1Marker = 0xc1 // Start Of Frame (Extended Sequential).
 	sof2Marker = 0xc2 // Start Of Frame (Progressive).
 	dhtMarker  = 0xc4 // Define Huffman Table.
-	rst0Marker = 0xd0 // ReSTart (0).
-	rst7Marker = 0xd7 // ReSTart (7).
-	soiMarker  = 0xd8 // Start Of Image.
-	eoiMarker  = 0xd9 // End Of Image.
-	sosMarker  = 0xda // Start Of Scan.
-	dqtMarker  = 0xdb // Define Quantization Table.
-	driMarker  = 0xdd // Define Restart Interval.
-	comMarker  = 0xfe // COMment.
+	// sluice: arithmetic coding.
+	sof9Marker  = 0xc9 // Start Of Frame (Extended Sequential, arithmetic).
+	sof10Marker = 0xca // Start Of Frame (Progressive, arithmetic).
+	dacMarker   = 0xcc // Define Arithmetic Conditioning.
+	rst0Marker  = 0xd0 // ReSTart (0).
+	rst7Marker  = 0xd7 // ReSTart (7).
+	soiMarker   = 0xd8 // Start Of Image.
+	eoiMarker   = 0xd9 // End Of Image.
+	sosMarker   = 0xda // Start Of Scan.
+	dqtMarker   = 0xdb // Define Quantization Table.
+	driMarker   = 0xdd // Define Restart Interval.
+	comMarker   = 0xfe // COMment.
 	// "APPlication specific" markers aren't part of the JPEG spec per se,
 	// but in practice, their use is described at
 	// https://www.sno.phy.queensu.ca/~phil/exiftool/TagNames/JPEG.html
@@ -124,6 +129,7 @@ type decoder struct {
 	// extended, as per section 4.11.
 	baseline    bool
 	progressive bool
+	arithmetic  bool // sluice: arithmetic (not Huffman) coding
 
 	jfif                bool
 	adobeTransformValid bool
@@ -144,6 +150,7 @@ type decoder struct {
 	huff        [maxTc + 1][maxTh + 1]huffman
 	quant       [maxTq + 1]block // Quantization tables, in zig-zag order.
 	tmp         [2 * blockSize]byte
+	arith       arithState
 }
 
 // fill fills up the d.bytes.buf buffer from the underlying io.Reader. It
@@ -316,7 +323,7 @@ func (d *decoder) processSOF(n int) error {
 	}
 	// We only support 8-bit precision.
 	if d.tmp[0] != 8 {
-		return UnsupportedError("precision")
+		return UnsupportedError(fmt.Sprintf("%d-bit precision (8-bit only)", d.tmp[0]))
 	}
 	d.height = int(d.tmp[1])<<8 + int(d.tmp[2])
 	d.width = int(d.tmp[3])<<8 + int(d.tmp[4])
@@ -537,6 +544,7 @@ func (d *decoder) decode(r io.Reader, configOnly bool) (image.Image, error) {
 	if d.tmp[0] != 0xff || d.tmp[1] != soiMarker {
 		return nil, FormatError("missing SOI marker")
 	}
+	d.arith.resetConditioning()
 
 	// Process the remaining segments until the End Of Image marker.
 	for {
@@ -608,9 +616,10 @@ func (d *decoder) decode(r io.Reader, configOnly bool) (image.Image, error) {
 		}
 
 		switch marker {
-		case sof0Marker, sof1Marker, sof2Marker:
+		case sof0Marker, sof1Marker, sof2Marker, sof9Marker, sof10Marker:
 			d.baseline = marker == sof0Marker
-			d.progressive = marker == sof2Marker
+			d.progressive = marker == sof2Marker || marker == sof10Marker
+			d.arithmetic = marker == sof9Marker || marker == sof10Marker
 			err = d.processSOF(n)
 			if configOnly && d.jfif {
 				return nil, err
@@ -626,6 +635,12 @@ func (d *decoder) decode(r io.Reader, configOnly bool) (image.Image, error) {
 				err = d.ignore(n)
 			} else {
 				err = d.processDQT(n)
+			}
+		case dacMarker:
+			if configOnly {
+				err = d.ignore(n)
+			} else {
+				err = d.processDAC(n)
 			}
 		case sosMarker:
 			if configOnly {
@@ -649,6 +664,9 @@ func (d *decoder) decode(r io.Reader, configOnly bool) (image.Image, error) {
 		default:
 			if app0Marker <= marker && marker <= app15Marker || marker == comMarker {
 				err = d.ignore(n)
+			} else if isSOF(marker) {
+				// sluice: name what is not decoded, as libjpeg does.
+				err = UnsupportedError(fmt.Sprintf("SOF type %#02x (lossless or hierarchical coding)", marker))
 			} else if marker < 0xc0 { // See Table B.1 "Marker code assignments".
 				err = FormatError("unknown marker")
 			} else {
@@ -678,6 +696,12 @@ done:
 		return d.img3, nil
 	}
 	return nil, FormatError("missing SOS marker")
+}
+
+// isSOF reports whether marker starts a frame: SOF0 to SOF15 but for DHT,
+// JPG and DAC (table B.1).
+func isSOF(marker byte) bool {
+	return marker&0xf0 == 0xc0 && marker != dhtMarker && marker != 0xc8 && marker != dacMarker
 }
 
 // applyBlack combines d.img3 and d.blackPix into a CMYK image. The formula

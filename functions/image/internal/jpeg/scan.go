@@ -117,11 +117,8 @@ func (d *decoder) processSOS(n int) error {
 	if n != 4+2*nComp {
 		return FormatError("SOS length inconsistent with number of components")
 	}
-	var scan [maxComponents]struct {
-		compIndex uint8
-		td        uint8 // DC table selector.
-		ta        uint8 // AC table selector.
-	}
+	var scanComps [maxComponents]scanComp
+	scan := scanComps[:nComp]
 	totalHV := 0
 	for i := 0; i < nComp; i++ {
 		cs := d.tmp[1+2*i] // Component selector.
@@ -195,6 +192,13 @@ func (d *decoder) processSOS(n int) error {
 		if ah != 0 && ah != al+1 {
 			return FormatError("bad successive approximation values")
 		}
+		if d.arithmetic && al > 13 {
+			// sluice: as libjpeg, which keeps coefficients in 16 bits.
+			return FormatError("bad successive approximation values")
+		}
+	}
+	if !d.arithmetic && !d.progressive {
+		d.defaultHuffmanTables(scan)
 	}
 
 	// mxx and myy are the number of MCUs (Minimum Coded Units) in the image.
@@ -222,7 +226,14 @@ func (d *decoder) processSOS(n int) error {
 		stopRows = d.region.Max.Y + 8
 	}
 
-	d.bits = bits{}
+	// sluice: a restart interval counts MCUs, and in a scan of one
+	// component each block is an MCU (section A.2.2); only the blocks
+	// inside the component are coded (section A.2.3).
+	mcus := mxx * myy
+	if nComp == 1 {
+		c := d.comp[scan[0].compIndex]
+		mcus = d.blocksAcross(c) * d.blocksDown(c)
+	}
 	mcu, expectedRST := 0, uint8(rst0Marker)
 	var (
 		// b is the decoded coefficients, in natural (not zig-zag) order.
@@ -233,14 +244,51 @@ func (d *decoder) processSOS(n int) error {
 		bx, by     int
 		blockCount int
 	)
+	// endMCU counts an MCU and, at the end of a restart interval but the
+	// last, reads the restart marker and resets the entropy decoder.
+	endMCU := func() error {
+		mcu++
+		if d.ri == 0 || mcu%d.ri != 0 || mcu >= mcus {
+			return nil
+		}
+		// For well-formed input, the RST[0-7] restart marker follows
+		// immediately. For corrupt input, call findRST to try to
+		// resynchronize.
+		if err := d.readFull(d.tmp[:2]); err != nil {
+			return err
+		} else if d.tmp[0] != 0xff || d.tmp[1] != expectedRST {
+			if err := d.findRST(expectedRST); err != nil {
+				return err
+			}
+		}
+		expectedRST++
+		if expectedRST == rst7Marker+1 {
+			expectedRST = rst0Marker
+		}
+		if d.arithmetic {
+			d.arithStart(scan, zigStart, ah)
+			return nil
+		}
+		// Reset the Huffman decoder.
+		d.bits = bits{}
+		// Reset the DC components, as per section F.2.1.3.1.
+		dc = [maxComponents]int32{}
+		// Reset the progressive decoder state, as per section G.1.2.2.
+		d.eobRun = 0
+		return nil
+	}
+	d.bits = bits{}
+	if d.arithmetic {
+		d.arithStart(scan, zigStart, ah)
+	}
 	for my := 0; my < myy; my++ {
 		if stopRows > 0 && my*8*v0 >= stopRows {
 			d.stopped = true
 			return nil
 		}
 		for mx := 0; mx < mxx; mx++ {
-			for i := 0; i < nComp; i++ {
-				compIndex := scan[i].compIndex
+			for _, sc := range scan {
+				compIndex := sc.compIndex
 				hi := d.comp[compIndex].h
 				vi := d.comp[compIndex].v
 				for j := 0; j < hi*vi; j++ {
@@ -277,7 +325,9 @@ func (d *decoder) processSOS(n int) error {
 						bx = blockCount % q
 						by = blockCount / q
 						blockCount++
-						if bx*8 >= d.width || by*8 >= d.height {
+						// sluice: the component's own size, not the image's,
+						// bounds its blocks (section A.1.1).
+						if bx >= d.blocksAcross(d.comp[compIndex]) || by >= d.blocksDown(d.comp[compIndex]) {
 							continue
 						}
 					}
@@ -289,69 +339,14 @@ func (d *decoder) processSOS(n int) error {
 						b = block{}
 					}
 
-					if ah != 0 {
-						if err := d.refine(&b, &d.huff[acTable][scan[i].ta], zigStart, zigEnd, 1<<al); err != nil {
-							return err
-						}
+					var err error
+					if d.arithmetic {
+						err = d.arithBlock(&b, sc, zigStart, zigEnd, ah, al)
 					} else {
-						zig := zigStart
-						if zig == 0 {
-							zig++
-							// Decode the DC coefficient, as specified in section F.2.2.1.
-							value, err := d.decodeHuffman(&d.huff[dcTable][scan[i].td])
-							if err != nil {
-								return err
-							}
-							if value > 16 {
-								return UnsupportedError("excessive DC component")
-							}
-							dcDelta, err := d.receiveExtend(value)
-							if err != nil {
-								return err
-							}
-							dc[compIndex] += dcDelta
-							b[0] = dc[compIndex] << al
-						}
-
-						if zig <= zigEnd && d.eobRun > 0 {
-							d.eobRun--
-						} else {
-							// Decode the AC coefficients, as specified in section F.2.2.2.
-							huff := &d.huff[acTable][scan[i].ta]
-							for ; zig <= zigEnd; zig++ {
-								value, err := d.decodeHuffman(huff)
-								if err != nil {
-									return err
-								}
-								val0 := value >> 4
-								val1 := value & 0x0f
-								if val1 != 0 {
-									zig += int32(val0)
-									if zig > zigEnd {
-										break
-									}
-									ac, err := d.receiveExtend(val1)
-									if err != nil {
-										return err
-									}
-									b[unzig[zig]] = ac << al
-								} else {
-									if val0 != 0x0f {
-										d.eobRun = uint16(1 << val0)
-										if val0 != 0 {
-											bits, err := d.decodeBits(int32(val0))
-											if err != nil {
-												return err
-											}
-											d.eobRun |= uint16(bits)
-										}
-										d.eobRun--
-										break
-									}
-									zig += 0x0f
-								}
-							}
-						}
+						err = d.huffmanBlock(&b, sc, zigStart, zigEnd, ah, al, &dc)
+					}
+					if err != nil {
+						return err
 					}
 
 					if d.progressive {
@@ -364,40 +359,140 @@ func (d *decoder) processSOS(n int) error {
 						// here to avoid wasted computation. Instead, reconstructBlock is called on each
 						// accumulated block by the reconstructProgressiveImage method after all of the
 						// SOS markers are processed.
-						continue
-					}
-					if err := d.reconstructBlock(&b, bx, by, int(compIndex)); err != nil {
+					} else if err := d.reconstructBlock(&b, bx, by, int(compIndex)); err != nil {
 						return err
+					}
+					if nComp == 1 {
+						if err := endMCU(); err != nil {
+							return err
+						}
 					}
 				} // for j
-			} // for i
-			mcu++
-			if d.ri > 0 && mcu%d.ri == 0 && mcu < mxx*myy {
-				// For well-formed input, the RST[0-7] restart marker follows
-				// immediately. For corrupt input, call findRST to try to
-				// resynchronize.
-				if err := d.readFull(d.tmp[:2]); err != nil {
+			} // for sc
+			if nComp != 1 {
+				if err := endMCU(); err != nil {
 					return err
-				} else if d.tmp[0] != 0xff || d.tmp[1] != expectedRST {
-					if err := d.findRST(expectedRST); err != nil {
-						return err
-					}
 				}
-				expectedRST++
-				if expectedRST == rst7Marker+1 {
-					expectedRST = rst0Marker
-				}
-				// Reset the Huffman decoder.
-				d.bits = bits{}
-				// Reset the DC components, as per section F.2.1.3.1.
-				dc = [maxComponents]int32{}
-				// Reset the progressive decoder state, as per section G.1.2.2.
-				d.eobRun = 0
 			}
 		} // for mx
 	} // for my
 
 	return nil
+}
+
+// scanComp is a component of a scan and its entropy coding tables.
+type scanComp struct {
+	compIndex uint8
+	td        uint8 // DC table selector.
+	ta        uint8 // AC table selector.
+}
+
+// blocksAcross and blocksDown are how many blocks component c has inside
+// the image (section A.1.1).
+func (d *decoder) blocksAcross(c component) int {
+	h0 := d.comp[0].h
+	return (d.width*c.h + 8*h0 - 1) / (8 * h0)
+}
+
+func (d *decoder) blocksDown(c component) int {
+	v0 := d.comp[0].v
+	return (d.height*c.v + 8*v0 - 1) / (8 * v0)
+}
+
+// huffmanBlock decodes a block's Huffman-coded coefficients, or the
+// refinement of them, into b; dc holds each component's DC prediction.
+func (d *decoder) huffmanBlock(b *block, sc scanComp, zigStart, zigEnd int32, ah, al uint32, dc *[maxComponents]int32) error {
+	if ah != 0 {
+		return d.refine(b, &d.huff[acTable][sc.ta], zigStart, zigEnd, 1<<al)
+	}
+	zig := zigStart
+	if zig == 0 {
+		zig++
+		// Decode the DC coefficient, as specified in section F.2.2.1.
+		value, err := d.decodeHuffman(&d.huff[dcTable][sc.td])
+		if err != nil {
+			return err
+		}
+		if value > 16 {
+			return UnsupportedError("excessive DC component")
+		}
+		dcDelta, err := d.receiveExtend(value)
+		if err != nil {
+			return err
+		}
+		dc[sc.compIndex] += dcDelta
+		b[0] = dc[sc.compIndex] << al
+	}
+
+	if zig <= zigEnd && d.eobRun > 0 {
+		d.eobRun--
+		return nil
+	}
+	// Decode the AC coefficients, as specified in section F.2.2.2.
+	huff := &d.huff[acTable][sc.ta]
+	for ; zig <= zigEnd; zig++ {
+		value, err := d.decodeHuffman(huff)
+		if err != nil {
+			return err
+		}
+		val0 := value >> 4
+		val1 := value & 0x0f
+		if val1 != 0 {
+			zig += int32(val0)
+			if zig > zigEnd {
+				break
+			}
+			ac, err := d.receiveExtend(val1)
+			if err != nil {
+				return err
+			}
+			b[unzig[zig]] = ac << al
+		} else {
+			if val0 != 0x0f {
+				d.eobRun = uint16(1 << val0)
+				if val0 != 0 {
+					bits, err := d.decodeBits(int32(val0))
+					if err != nil {
+						return err
+					}
+					d.eobRun |= uint16(bits)
+				}
+				d.eobRun--
+				break
+			}
+			zig += 0x0f
+		}
+	}
+	return nil
+}
+
+// arithBlock decodes a block's arithmetic-coded coefficients, or the
+// refinement of them, into b (sluice; see arith.go).
+func (d *decoder) arithBlock(b *block, sc scanComp, zigStart, zigEnd int32, ah, al uint32) error {
+	if ah != 0 {
+		if zigStart != 0 {
+			return d.arithRefineAC(b, sc.ta, zigStart, zigEnd, al)
+		}
+		// A DC refinement is the next bit of the value, at a fixed
+		// probability.
+		bit, err := d.arithDecode(&d.arith.fixed)
+		if bit != 0 {
+			b[0] |= 1 << al
+		}
+		return err
+	}
+	if zigStart == 0 {
+		if err := d.arithDC(int(sc.compIndex), sc.td); err != nil {
+			return err
+		}
+		// libjpeg keeps coefficients in 16 bits.
+		b[0] = int32(int16(d.arith.dcPred[sc.compIndex] << al))
+		if d.progressive {
+			return nil // a DC scan
+		}
+		zigStart = 1
+	}
+	return d.arithAC(b, sc.ta, zigStart, zigEnd, al)
 }
 
 // refine decodes a successive approximation refinement block, as specified in
