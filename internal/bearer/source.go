@@ -114,9 +114,13 @@ func (s Source) CheckListener(addr net.Addr, tok Token, insecure bool) error {
 	if tok.IsSet() || insecure || isLoopback(addr) {
 		return nil
 	}
+	where := addr.String()
+	if a, ok := addr.(*net.TCPAddr); ok && (a.IP == nil || a.IP.IsUnspecified()) {
+		where += " (every interface)"
+	}
 	return fmt.Errorf("listening on %s, beyond loopback, without a token: give one with %s "+
-		"(e.g. `openssl rand -hex 32` into a file), listen on 127.0.0.1, or pass --%s to let anyone who reaches %s in",
-		addr, s, InsecureFlag, addr)
+		"(e.g. `openssl rand -hex 32` into a file), listen on 127.0.0.1, or pass --%s to serve anyone who reaches it",
+		where, s, InsecureFlag)
 }
 
 func isLoopback(addr net.Addr) bool {

@@ -13,6 +13,9 @@ const (
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
+	// OpsWriteTimeout is the WriteTimeout of an endpoint of probes and
+	// metrics alone, which answers at once.
+	OpsWriteTimeout = 30 * time.Second
 	// MaxHeaderBytes bounds a request's headers (net/http's default is
 	// 1 MiB; Sluice's requests carry a few hundred bytes).
 	MaxHeaderBytes = 64 << 10
