@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -46,6 +47,9 @@ type Options struct {
 	MaxDeliver   int           // failed sends of a task before it is Failed; default 20
 	LocalityWait time.Duration // how long a task waits for its busy home replica; default 100ms, negative: no wait
 	HTTPClient   *http.Client  // nil: a client without a total timeout (a shard may take long)
+	// Token is the function token (bearer.Function) sent with every task;
+	// the zero Token sends none (replicas on loopback without one).
+	Token bearer.Token
 	// StallTimeout fails a send (transiently) when its replica sent no
 	// byte for that long, before or between frames: a wedged replica must
 	// not hold a task for ever. Default 5m (a shard's first chunk may wait

@@ -170,6 +170,14 @@ func TestFailures(t *testing.T) {
 			}},
 		{name: "429 does not count", maxDeliver: 1, failUntil: 2, wantCalls: 3, wantSends: 1,
 			fail: func(w http.ResponseWriter, _ wire.ShardTask) { http.Error(w, "busy", http.StatusTooManyRequests) }},
+		{name: "503 does not count", maxDeliver: 1, failUntil: 2, wantCalls: 3, wantSends: 1,
+			fail: func(w http.ResponseWriter, _ wire.ShardTask) {
+				http.Error(w, "draining", http.StatusServiceUnavailable)
+			}},
+		{name: "401 counts", maxDeliver: 2, failUntil: 99, wantCalls: 2, wantFailed: "401 Unauthorized: wrong bearer token (this agent sent none",
+			fail: func(w http.ResponseWriter, _ wire.ShardTask) {
+				http.Error(w, "wrong bearer token", http.StatusUnauthorized)
+			}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

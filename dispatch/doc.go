@@ -18,7 +18,9 @@
 //
 // A task is POSTed to an endpoint as a binary-mode CloudEvent (type
 // wire.EventTypeShardTask, source wire.EventSource, id task.ID(), data the
-// task as JSON). The function answers 200 with Content-Type
+// task as JSON), with Options.Token, the function token, as its bearer
+// token when one is set (on the request, so that a redirect to another
+// host does not carry it). The function answers 200 with Content-Type
 // wire.ShardStreamMediaType and a stream of frames (wire/frame.go): chunk
 // frames, in index order from 0, each passed to Sink.Chunk as it arrives;
 // then an end frame (a wire.ShardEnd naming the task's job, epoch and
@@ -35,7 +37,10 @@
 // status, an error frame, a reply that ends or breaks before its end frame
 // ("shard incomplete"), a replica silent for Options.StallTimeout, and a
 // malformed frame stream (wire.ErrFrame, or a reply that is not a frame
-// stream). Those count against Options.MaxDeliver; at MaxDeliver failed
+// stream), and 401 or 403 (this agent's function token missing or wrong:
+// counted so that a misconfigured agent fails its tasks, each naming the
+// token's source, rather than retrying them for ever). Those count
+// against Options.MaxDeliver; at MaxDeliver failed
 // sends the task fails for good (Sink.Failed). 429 and 503 (the replica
 // busy or draining) and a plan without endpoints are the replicas' state,
 // not the task's: retried (the latter once the plan changes) without

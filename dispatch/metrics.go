@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_dispatch_sends_total",
-			Help: "Shard task sends to function replicas, by outcome: ok, transient, malformed, busy, permanent, canceled.",
+			Help: "Shard task sends to function replicas, by outcome: ok, transient, malformed, busy, unauthorized, permanent, canceled.",
 		}, []string{"job", "outcome"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_dispatch_inflight",

@@ -15,6 +15,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -38,6 +39,11 @@ const (
 	// failBusy: 429 or 503, the replica's state, not the task's: retried
 	// on another endpoint if there is one, not counted.
 	failBusy
+	// failUnauthorized: 401 or 403, this agent's function token missing
+	// or wrong: retried (a replica may be restarting with a new token),
+	// counted, so that a misconfigured agent fails its tasks, each naming
+	// the cause, rather than retrying them for ever.
+	failUnauthorized
 	// failPermanent: the task itself is wrong (400, 404, 413, 415, a
 	// permanent error frame): Failed at once.
 	failPermanent
@@ -50,6 +56,8 @@ func (k failKind) outcome() string {
 		return "malformed"
 	case failBusy:
 		return "busy"
+	case failUnauthorized:
+		return "unauthorized"
 	case failPermanent:
 		return "permanent"
 	}
@@ -90,12 +98,13 @@ func permanentStatus(code int) bool {
 // errStalled cancels a send whose replica went silent.
 var errStalled = errors.New("replica stalled")
 
-// sendShard POSTs task to endpoint as a binary-mode CloudEvent and reads
-// the shard's frames from the reply, handing each chunk to chunk (its data
-// the callee's to keep). It returns the shard's end once the end
-// frame came, or an error: ctx's when ctx ended, else a sendError. stall
-// > 0 fails the send when no byte came for that long.
-func sendShard(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+// sendShard POSTs task to endpoint as a binary-mode CloudEvent, with tok
+// as its bearer token when set, and reads the shard's frames from the
+// reply, handing each chunk to chunk (its data the callee's to keep). It
+// returns the shard's end once the end frame came, or an error: ctx's
+// when ctx ended, else a sendError. stall > 0 fails the send when no byte
+// came for that long.
+func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
 	ev := event.New()
 	ev.SetID(task.ID())
 	ev.SetType(wire.EventTypeShardTask)
@@ -131,6 +140,9 @@ func sendShard(ctx context.Context, hc *http.Client, endpoint string, task wire.
 	if err := cehttp.WriteRequest(binding.WithForceBinary(sctx), binding.ToMessage(&ev), req); err != nil {
 		return wire.ShardEnd{}, failed(failPermanent, "writing task event: %w", err)
 	}
+	// On the request, not in a transport: net/http drops it on a redirect
+	// to another host.
+	tok.Authorize(req)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return wire.ShardEnd{}, cause(failed(failTransient, "posting to %s: %w", endpoint, err))
@@ -146,6 +158,13 @@ func sendShard(ctx context.Context, hc *http.Client, endpoint string, task wire.
 			kind = failPermanent
 		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
 			kind = failBusy
+		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+			kind = failUnauthorized
+			sent := "sent none"
+			if tok.IsSet() {
+				sent = "sent one"
+			}
+			body += fmt.Sprintf(" (this agent %s: it sends the token of %s)", sent, bearer.Function)
 		}
 		return wire.ShardEnd{}, failed(kind, "%s replied %d %s: %s", endpoint, resp.StatusCode, http.StatusText(resp.StatusCode), body)
 	}
@@ -228,18 +247,29 @@ func truncate(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
-// Send posts task to endpoint once, as a Dispatcher does (a binary-mode
-// CloudEvent), and reads the shard's frames from the reply, handing each
-// chunk to chunk (nil: dropped): the shard's end, or why not. A
-// Dispatcher adds the retries, the choice of replica and the acks; tools
-// and tests that talk to one replica use this. hc nil is
-// http.DefaultClient.
-func Send(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+// Sender sends tasks to one replica at a time, as a Dispatcher does,
+// without the retries, the choice of replica and the acks: for tools and
+// tests that talk to one replica.
+type Sender struct {
+	Client *http.Client // nil: http.DefaultClient
+	Token  bearer.Token // the function token (bearer.Function), sent when set
+}
+
+// Send posts task to endpoint once (a binary-mode CloudEvent) and reads
+// the shard's frames from the reply, handing each chunk to chunk (nil:
+// dropped): the shard's end, or why not.
+func (s Sender) Send(ctx context.Context, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+	hc := s.Client
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	if chunk == nil {
 		chunk = func(int, []byte) {}
 	}
-	return sendShard(ctx, hc, endpoint, task, 0, chunk)
+	return sendShard(ctx, hc, s.Token, endpoint, task, 0, chunk)
+}
+
+// Send is Sender{Client: hc}.Send: a send without a token.
+func Send(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+	return Sender{Client: hc}.Send(ctx, endpoint, task, chunk)
 }

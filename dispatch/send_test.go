@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -38,6 +39,9 @@ func TestSendShard(t *testing.T) {
 		{name: "415", handler: func(w http.ResponseWriter) { w.WriteHeader(415) }, wantKind: failPermanent, wantErr: "415"},
 		{name: "429", handler: func(w http.ResponseWriter) { w.WriteHeader(429) }, wantKind: failBusy, wantErr: "429"},
 		{name: "503", handler: func(w http.ResponseWriter) { w.WriteHeader(503) }, wantKind: failBusy, wantErr: "503"},
+		{name: "401", handler: func(w http.ResponseWriter) { http.Error(w, "no token", 401) }, wantKind: failUnauthorized,
+			wantErr: "401 Unauthorized: no token (this agent sent none: it sends the token of --fn-token-file, SLUICE_FN_TOKEN_FILE or SLUICE_FN_TOKEN)"},
+		{name: "403", handler: func(w http.ResponseWriter) { w.WriteHeader(403) }, wantKind: failUnauthorized, wantErr: "403"},
 		{name: "500", handler: func(w http.ResponseWriter) { w.WriteHeader(500) }, wantKind: failTransient, wantErr: "500"},
 		{name: "502", handler: func(w http.ResponseWriter) { w.WriteHeader(502) }, wantKind: failTransient, wantErr: "502"},
 		{name: "204", handler: func(w http.ResponseWriter) { w.WriteHeader(204) }, wantKind: failTransient, wantErr: "204"},
@@ -97,7 +101,7 @@ func TestSendShard(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tt.handler(w) }))
 			defer srv.Close()
 			chunks := 0
-			got, err := sendShard(context.Background(), srv.Client(), srv.URL, task, time.Minute, func(i int, data []byte) {
+			got, err := sendShard(context.Background(), srv.Client(), bearer.Token{}, srv.URL, task, time.Minute, func(i int, data []byte) {
 				if string(data) != string(chunkData(task, i)) {
 					t.Errorf("chunk %d: %q", i, data)
 				}
@@ -130,7 +134,7 @@ func TestSendShard(t *testing.T) {
 
 func TestSendShardConnectionRefused(t *testing.T) {
 	task := testJob("js", 1, 1).Task(0, 0)
-	_, err := sendShard(context.Background(), http.DefaultClient, "http://127.0.0.1:1", task, time.Minute, func(int, []byte) {})
+	_, err := sendShard(context.Background(), http.DefaultClient, bearer.Token{}, "http://127.0.0.1:1", task, time.Minute, func(int, []byte) {})
 	if err == nil || kindOf(err) != failTransient || !strings.Contains(err.Error(), "posting to http://127.0.0.1:1") {
 		t.Fatalf("err %v, want a transient posting error", err)
 	}
@@ -152,7 +156,7 @@ func TestSendShardStalled(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(hold)
-	_, err := sendShard(context.Background(), srv.Client(), srv.URL, task, 50*time.Millisecond, func(int, []byte) {})
+	_, err := sendShard(context.Background(), srv.Client(), bearer.Token{}, srv.URL, task, 50*time.Millisecond, func(int, []byte) {})
 	if !errors.Is(err, errStalled) || kindOf(err) != failTransient {
 		t.Errorf("stalled: %v, want a transient errStalled", err)
 	}
@@ -161,7 +165,7 @@ func TestSendShardStalled(t *testing.T) {
 		<-time.After(20 * time.Millisecond)
 		cancel()
 	}()
-	_, err = sendShard(ctx, srv.Client(), srv.URL, task, time.Minute, func(int, []byte) {})
+	_, err = sendShard(ctx, srv.Client(), bearer.Token{}, srv.URL, task, time.Minute, func(int, []byte) {})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("ctx ended: %v, want context.Canceled", err)
 	}

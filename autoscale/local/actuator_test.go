@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ import (
 // binary serves HTTP like `sluice fn serve` and follows the readiness
 // protocol. SLUICE_TEST_REPLICA_MODE changes its behaviour:
 // "crash" exits 3 once ready, "silent" never says it is ready,
-// "stubborn" ignores SIGTERM.
+// "stubborn" ignores SIGTERM, "token" requires the function token.
 //
 // With SLUICE_TEST_PARENT=1 it plays a controller instead: it starts two
 // replicas with an actuator, prints "PIDS <pid> <pid>" once both are
@@ -68,9 +69,18 @@ func replicaMain(mode string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "replica %d %s", os.Getpid(), os.Getenv("SLUICE_REPLICA"))
-	}))
+	})
+	if mode == "token" { // as fn serve: the token from the environment
+		tok, err := bearer.Function.Load("", os.Getenv)
+		if err != nil || !tok.IsSet() {
+			fmt.Fprintln(os.Stderr, "no function token:", err)
+			return 1
+		}
+		h = bearer.Require(tok, bearer.Function, h, nil)
+	}
+	go http.Serve(ln, h)
 	fmt.Println("starting") // not the ready line: must be ignored
 	fmt.Fprintln(os.Stderr, "a line on stderr")
 	if mode != "silent" {

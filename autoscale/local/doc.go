@@ -12,6 +12,9 @@
 // controller that is SIGKILLed leaves no orphaned replicas behind (their
 // tasks go back to the queue after the dispatch consumer's AckWait).
 //
+// WithToken gives the replicas the function token they then require
+// (internal/bearer) through their environment, never their command line.
+//
 // A job's series are deleted once it is scaled to zero and its last
 // process has exited.
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,9 @@ import (
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/httpserve"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -38,6 +39,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	taskAckWait := fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	connFlags := connect.Register(fs, connect.PartNATS)
+	agentTokenFlag := bearer.Agent.Register(fs, "the token the trainers must send (Authorization: Bearer) to /v1/ and /r/, required when --listen is beyond loopback")
+	fnTokenFlag := bearer.Function.Register(fs, "the token sent with each task to the function replicas (their "+bearer.Function.Env+")")
+	insecure := bearer.RegisterInsecure(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice agent --job ID [flags]\n\n"+
 			"Feeds a job's batches to the ranks of the trainers on this node: it takes the job's shard\n"+
@@ -47,6 +51,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"rank got every step, or when the job was cancelled or deleted; 409 for another world size);\n"+
 			"POST /v1/resume rewinds to a trainer's checkpoint; also GET /v1/stats, /healthz, /readyz,\n"+
 			"/metrics. A job with several readers (a sweep's trials) has each under /r/READER/v1/...\n"+
+			"With a token ("+bearer.Agent.Env+"), /v1/ and /r/ require it; /healthz, /readyz and /metrics stay open.\n"+
 			"Publishes the trainers' demand for the autoscaler. Prints %q and the URL once\n"+
 			"serving; exits 0 once every rank got every step, or on SIGTERM.\n\n",
 			local.ReadyPrefix)
@@ -54,7 +59,10 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var conn connect.Config
 	var maxLagBytes int64
+	var agentToken, fnToken bearer.Token
 	if err := parse(fs, args,
+		loadToken(agentTokenFlag, &agentToken),
+		loadToken(fnTokenFlag, &fnToken),
 		func() error {
 			if *jobID == "" {
 				return errors.New("--job: required")
@@ -90,6 +98,12 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	logger := newLogger(stderr, *logLevel).With("component", "agent")
+	// Refuse an open listener beyond loopback before anything else.
+	ln, auth, err := listenAuthed(*listen, bearer.Agent, agentToken, *insecure)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 
 	nc, js, err := conn.ConnectNATS(ctx, "sluice-agent", logger)
 	if err != nil {
@@ -97,7 +111,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer nc.Close()
 	opts := traineragent.Options{Name: *name, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast, MaxLagBytes: maxLagBytes,
-		Dispatch: dispatch.Options{LocalityWait: *localityWait, AckWait: *taskAckWait}}
+		Dispatch: dispatch.Options{LocalityWait: *localityWait, AckWait: *taskAckWait, Token: fnToken}}
 	if *localityWait == 0 {
 		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default
 	}
@@ -121,11 +135,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("/v1/", s)
 	mux.Handle("/r/", s) // a job with several readers: /r/READER/v1/...
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", *listen, err)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := httpserve.New(mux, httpserve.Options{Token: agentToken, Source: bearer.Agent, Logger: logger})
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	defer func() {
@@ -134,7 +144,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
-	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "world_size", *worldSize, "drop_last", *dropLast)
+	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "world_size", *worldSize, "drop_last", *dropLast, "auth", auth,
+		"function_token", fnToken.IsSet())
 
 	opened := make(chan error, 1)
 	go func() {

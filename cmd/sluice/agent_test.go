@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -105,6 +106,13 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 // samples expected, as "epoch/key".
 func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id string) map[string]bool {
 	t.Helper()
+	return submitAgentTestJobWith(t, nc, js, id, bearer.Token{})
+}
+
+// submitAgentTestJobWith is submitAgentTestJob with a replica that
+// requires fnToken (none when zero), as `fn serve` does.
+func submitAgentTestJobWith(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id string, fnToken bearer.Token) map[string]bool {
+	t.Helper()
 	ctx := context.Background()
 	const shards, chunks, perChunk, epochs, batch = 3, 2, 5, 2, 4
 	spec := wire.JobSpec{ID: id, Dataset: "s3://b/p/", Pipeline: "test", BatchSize: batch, Epochs: epochs}.WithDefaults()
@@ -137,7 +145,7 @@ func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id 
 			}
 		}
 	}
-	fn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	fn := httptest.NewServer(bearer.Require(fnToken, bearer.Function, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var task wire.ShardTask
 		if err := json.NewDecoder(r.Body).Decode(&task); err != nil || task.Validate() != nil {
 			http.Error(w, fmt.Sprintf("bad task: %v", err), http.StatusBadRequest)
@@ -155,7 +163,7 @@ func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id 
 		}
 		end, _ := json.Marshal(wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunks: chunks, Samples: chunks * perChunk})
 		_ = wire.WriteFrame(w, wire.FrameEnd, 0, end)
-	}))
+	}), nil))
 	t.Cleanup(fn.Close)
 	plans, err := js.KeyValue(ctx, wire.DispatchBucket)
 	if err != nil {
@@ -171,8 +179,19 @@ func submitAgentTestJob(t *testing.T, nc *nats.Conn, js jetstream.JetStream, id 
 // getBatches GETs n batches (n < 0: until 410) and adds their samples to got.
 func getBatches(t *testing.T, url string, got map[string]bool, n int) {
 	t.Helper()
+	getBatchesWith(t, url, bearer.Token{}, got, n)
+}
+
+// getBatchesWith is getBatches sending tok.
+func getBatchesWith(t *testing.T, url string, tok bearer.Token, got map[string]bool, n int) {
+	t.Helper()
 	for i := 0; n < 0 || i < n; i++ {
-		resp, err := http.Get(url + "/v1/batch")
+		req, err := http.NewRequest(http.MethodGet, url+"/v1/batch", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok.Authorize(req)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,9 @@ import (
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/internal/streams"
 )
 
@@ -62,6 +64,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.DurationVar(&kedaCfg.ScaleDownStabilization, "keda-scale-down-window", kedaCfg.ScaleDownStabilization, "with --local-scaling keda: the HPA's scale-down stabilization window")
 	connFlags := connect.Register(fs, connect.PartAll)
 	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
+	fnTokenFlag := bearer.Function.Register(fs, "with --actuator local: the token the replicas require of every task (given them through their environment); the agents must send it")
 	allocator := fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its replicas (autoscaled), its dispatch plan\n"+
@@ -73,7 +76,9 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	var conn connect.Config
 	var cache shardcache.Config
+	var fnToken bearer.Token
 	if err := parse(fs, args,
+		loadToken(fnTokenFlag, &fnToken),
 		oneOf("actuator", actuator, actuators...),
 		oneOf("local-scaling", localScaling, "sluice", "kpa", "keda"),
 		kedaCfg.Validate,
@@ -134,7 +139,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		// Replicas are this binary's `fn serve`, with this controller's
 		// connection settings (secrets through the environment).
-		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache)
+		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache).WithToken(fnToken)
 		ropts.StopTimeout = replicaStopTimeout
 		la := local.New(ropts, logger.With("component", "actuator"), reg)
 		defer func() {
@@ -209,7 +214,9 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 				fmt.Fprintln(w, "ok")
 			}
 		})
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// Probes and metrics only, answered at once: nothing needs a token,
+		// and a response may be bounded as a whole.
+		hs := httpserve.New(mux, httpserve.Options{WriteTimeout: httpserve.OpsWriteTimeout, Logger: logger})
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()
 		// Scripts and tests wait for this line: the controller serves and runs jobs.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/demo"
+	"github.com/sluice-project/sluice/internal/httpserve"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -90,7 +90,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", *metricsAddr, err)
 		}
-		hs := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		hs := httpserve.New(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), httpserve.Options{WriteTimeout: httpserve.OpsWriteTimeout, Logger: logger})
 		go hs.Serve(ln)
 		defer hs.Close()
 	}

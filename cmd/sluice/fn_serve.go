@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -19,7 +18,9 @@ import (
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -36,17 +37,22 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"how long a client may leave one frame of a shard's output unread before it counts as gone (its shard stops)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	cacheFlags := registerCacheFlags(fs, "")
+	tokenFlag := bearer.Function.Register(fs, "the token every task must carry (Authorization: Bearer), required when --listen is beyond loopback")
+	insecure := bearer.RegisterInsecure(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
 			"POST / takes a %q event (a shard task) and replies with the shard's output as a\n"+
 			"frame stream (%s): its chunks as they are ready, then the shard's end.\n"+
-			"GET /healthz, /readyz, /metrics. A replica reads shards from S3 and needs nothing else.\n\n",
-			pipeline.Names(), wire.EventTypeShardTask, wire.ShardStreamMediaType)
+			"GET /healthz, /readyz, /metrics. A replica reads shards from S3 and needs nothing else.\n"+
+			"With a token (%s), POST / requires it; the GETs stay open.\n\n",
+			pipeline.Names(), wire.EventTypeShardTask, wire.ShardStreamMediaType, bearer.Function.Env)
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
 	var cache shardcache.Config
+	var token bearer.Token
 	if err := parse(fs, args,
+		loadToken(tokenFlag, &token),
 		intRange("concurrency", concurrency, 1, 256),
 		intRange("cpus", cpus, 0, 1024),
 		intRange("max-pixels", maxPixels, 1, 1<<30),
@@ -69,6 +75,13 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			*listen = ":" + p
 		}
 	}
+
+	// Refuse an open listener beyond loopback before anything else.
+	ln, auth, err := listenAuthed(*listen, bearer.Function, token, *insecure)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 
 	// Check S3 before serving: a replica that cannot read it would report
 	// ready and then fail every task.
@@ -94,17 +107,13 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", srv.Handler())
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", *listen, err)
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := httpserve.New(mux, httpserve.Options{Token: token, Source: bearer.Function, Logger: logger})
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	// The local actuator reads the endpoint from this line, printed once
 	// S3 answered and the server listens.
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
-	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names())
+	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names(), "auth", auth)
 
 	select {
 	case err := <-served:

@@ -41,7 +41,7 @@ func TestIntegrationManifestsOnAPIServer(t *testing.T) {
 	out = env.Kubectl(t, "apply", "--server-side", "-k", "overlays/example")
 	for _, want := range []string{"serviceaccount/sluice-controller", "role.rbac.authorization.k8s.io/sluice-controller",
 		"rolebinding.rbac.authorization.k8s.io/sluice-controller", "configmap/sluice-config", "deployment.apps/sluice-controller",
-		"statefulset.apps/sluice-nats", "service.serving.knative.dev/sluice-fn"} {
+		"statefulset.apps/sluice-nats", "service.serving.knative.dev/sluice-fn", "networkpolicy.networking.k8s.io/sluice-fn"} {
 		if !strings.Contains(out, want+" serverside-applied") {
 			t.Errorf("apply output lacks %s:\n%s", want, out)
 		}
@@ -141,6 +141,7 @@ func TestIntegrationManifestsOnAPIServer(t *testing.T) {
 		kc := env.KubeconfigFor(t, token)
 		for _, args := range [][]string{
 			{"get", "secret", "-n", ns, "sluice-nats-auth"},
+			{"get", "secret", "-n", ns, "sluice-fn-token"},
 			{"get", "configmaps", "-n", ns},
 			{"get", "pods", "-n", ns},
 			{"create", "configmap", "-n", ns, "x", "--from-literal=a=b"},

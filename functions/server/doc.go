@@ -28,13 +28,20 @@
 // (its connection closes, or it stops reading for
 // Config.FrameWriteTimeout) frees the processing slot at the next sample.
 //
+// The event's body is read (within the HTTP server's read timeout,
+// internal/httpserve) and checked before a processing slot is taken, so a
+// client that sends its body slowly or never holds no slot.
+//
 // Status codes are the contract with the caller:
 //
 //	200 the frame stream (also when some samples failed: the end lists
 //	    them); it may still end in an error frame, see above
 //	400 malformed event or invalid task (bad field, unknown pipeline,
 //	    unsupported shard suffix): permanent, do not retry
+//	401 (from `fn serve`'s token check, internal/bearer, in front of the
+//	    Handler) no or a wrong bearer token: the caller's configuration
 //	404 the shard's bucket or object does not exist: permanent
+//	408 the body did not come within the server's read timeout
 //	413 event body over Config.MaxBodyBytes: permanent
 //	415 Content-Type neither application/json (binary mode) nor
 //	    application/cloudevents+json (structured mode with JSON data):

@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_function_requests_rejected_total",
-			Help: "Task requests turned away before processing, by reason (busy, draining, too_large, bad_event, unsupported_media_type).",
+			Help: "Task requests turned away before processing, by reason (busy, draining, too_large, timeout, bad_event, unsupported_media_type).",
 		}, []string{"reason"}),
 		samples: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_function_samples_total",

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -172,6 +173,15 @@ func (s *Server) admit() (release func(), status int) {
 }
 
 func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
+	// The body first, then a slot: a client that sends its body slowly (or
+	// never) holds a connection until the server's read timeout, not a
+	// slot that a real task could have.
+	task, status, err := s.readTask(w, r)
+	if err != nil {
+		s.log.Warn("rejecting shard task event", "status", status, "err", err)
+		http.Error(w, err.Error(), status)
+		return
+	}
 	release, status := s.admit()
 	switch status {
 	case http.StatusServiceUnavailable:
@@ -187,12 +197,6 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 
-	task, status, err := s.readTask(w, r)
-	if err != nil {
-		s.log.Warn("rejecting shard task event", "status", status, "err", err)
-		http.Error(w, err.Error(), status)
-		return
-	}
 	sink := &responseSink{w: w, rc: http.NewResponseController(w), timeout: s.cfg.FrameWriteTimeout}
 	_, err = s.ProcessShard(r.Context(), task, sink)
 	switch {
@@ -247,6 +251,10 @@ func (s *Server) readTask(w http.ResponseWriter, r *http.Request) (wire.ShardTas
 		if errors.As(err, &tooBig) {
 			s.m.rejected.WithLabelValues("too_large").Inc()
 			return task, http.StatusRequestEntityTooLarge, fmt.Errorf("event body over %d bytes", tooBig.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) { // the server's read timeout
+			s.m.rejected.WithLabelValues("timeout").Inc()
+			return task, http.StatusRequestTimeout, fmt.Errorf("reading event body: not sent within the read timeout: %w", err)
 		}
 		return task, http.StatusBadRequest, fmt.Errorf("reading event body: %w", err)
 	}

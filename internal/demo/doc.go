@@ -6,6 +6,8 @@
 // runs), replicas that are real `sluice fn serve` processes, the trainer
 // agent opened from the job store by id and served over HTTP (what `sluice
 // agent` serves), and a simulated trainer that reads GET /v1/batch as a
-// training script would. `sluice demo` and the end-to-end tests call Run;
+// training script would. Its processes authenticate to each other as a
+// deployment's do: the replicas require a random function token, the
+// agent's API a random agent token. `sluice demo` and the end-to-end tests call Run;
 // nothing here is mocked.
 package demo

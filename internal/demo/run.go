@@ -21,8 +21,10 @@ import (
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/embedded"
+	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/slowlink"
 	"github.com/sluice-project/sluice/internal/synth"
@@ -122,9 +124,22 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return Summary{}, err
 	}
 
+	// The processes authenticate to each other as a deployment's would
+	// (internal/bearer): the replicas require a function token, which the
+	// agent sends, and the agent's API an agent token, which the trainer
+	// sends. Both are random, for this run.
+	fnToken, err := bearer.Random()
+	if err != nil {
+		return Summary{}, err
+	}
+	agentToken, err := bearer.Random()
+	if err != nil {
+		return Summary{}, err
+	}
+
 	// 4. The controller, as `sluice controller --actuator local` runs it:
 	// zero replicas to start with; its autoscaler starts them.
-	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, replicaConn).WithCache(o.Cache)
+	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, replicaConn).WithCache(o.Cache).WithToken(fnToken)
 	ropts.Env = append(ropts.Env, "AWS_ACCESS_KEY_ID="+demoKey, "AWS_SECRET_ACCESS_KEY="+demoSecret)
 	act := local.New(ropts, logger.With("component", "actuator"), reg)
 	defer func() {
@@ -144,6 +159,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	// utilisation goes into the demand signals where NVML finds a GPU;
 	// elsewhere the agent reports -1 and the wait time alone measures stall.
 	agentOpts := traineragent.Options{}
+	agentOpts.Dispatch.Token = fnToken
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
 		agentOpts.GPU = gpu
 		defer closeGPU()
@@ -163,7 +179,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if err != nil {
 		return Summary{}, fmt.Errorf("listening for the trainer: %w", err)
 	}
-	hs := &http.Server{Handler: agent.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := httpserve.New(agent.Handler(), httpserve.Options{Token: agentToken, Source: bearer.Agent, Logger: logger})
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 
@@ -195,7 +211,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	}
 
 	// 6. The simulated trainer, reading batches over HTTP.
-	tr := &trainer{url: "http://" + ln.Addr().String() + "/v1/batch", stepTime: o.StepTime, seen: map[string]int{}, epochEnd: map[int]time.Time{}}
+	tr := &trainer{url: "http://" + ln.Addr().String() + "/v1/batch", token: agentToken, stepTime: o.StepTime, seen: map[string]int{}, epochEnd: map[int]time.Time{}}
 	expected := int64(o.Samples) * int64(o.Epochs)
 	stopProgress := reportProgress(runCtx, progress, tr, act, expected, start)
 	trainErr := tr.run(runCtx)
@@ -307,6 +323,7 @@ func dataset(o Options) ([]synth.Shard, error) {
 // counting what it saw by (epoch, key).
 type trainer struct {
 	url         string
+	token       bearer.Token
 	stepTime    time.Duration
 	mu          sync.Mutex
 	seen        map[string]int // epoch/key -> deliveries
@@ -361,6 +378,7 @@ func (t *trainer) next(ctx context.Context) (traineragent.Batch, error) {
 	if err != nil {
 		return traineragent.Batch{}, err
 	}
+	t.token.Authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return traineragent.Batch{}, err

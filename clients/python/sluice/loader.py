@@ -11,11 +11,15 @@ Protocol (the agent's HTTP API, see the repository README):
          409: another world size, or a conflicting resume
          503: the agent stopped
     POST /v1/resume?world_size=W   body: a state dict
+         401: the agent wants its token (see Loader: token)
 """
 
 import http.client
 import json
+import os
 import queue
+import re
+import selectors
 import sys
 import threading
 import time
@@ -32,6 +36,65 @@ EPOCH = "__epoch__"
 STEP = "__step__"
 
 _END = object()  # the agent said every batch of this rank was delivered
+
+# Where the agent's token comes from when not passed: the file the first
+# names, else the second itself (the agent reads the same variables).
+TOKEN_FILE_ENV = "SLUICE_AGENT_TOKEN_FILE"
+TOKEN_ENV = "SLUICE_AGENT_TOKEN"
+
+# A token as the agent accepts it: RFC 6750's b64token, 16 to 4096 bytes.
+_TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+_TOKEN_MIN, _TOKEN_MAX = 16, 4096
+
+
+def _check_token(value, where):
+    """value, checked as a token; errors name where, never the value."""
+    if len(value) < _TOKEN_MIN:
+        raise ValueError(f"agent token from {where}: {len(value)} bytes, want at least {_TOKEN_MIN}")
+    if len(value) > _TOKEN_MAX:
+        raise ValueError(f"agent token from {where}: {len(value)} bytes, want at most {_TOKEN_MAX}")
+    if not _TOKEN_RE.fullmatch(value):
+        raise ValueError(f"agent token from {where}: want letters, digits and -._~+/ (then = padding) only")
+    return value
+
+
+def _read_token_file(path, where):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_TOKEN_MAX + 1024)
+    except OSError as e:
+        raise ValueError(f"agent token from {where} {path}: {e.strerror or e}") from None
+    value = data.decode("utf-8", "replace").strip()
+    if not value:
+        raise ValueError(f"agent token from {where} {path}: empty")
+    return _check_token(value, f"{where} {path}")
+
+
+def load_token(token=None, token_file=None, environ=None):
+    """The agent's token: token itself, else the file token_file names,
+    else the file $SLUICE_AGENT_TOKEN_FILE names, else
+    $SLUICE_AGENT_TOKEN; None when none is given. A ValueError names the
+    source of a bad token, never its value."""
+    env = os.environ if environ is None else environ
+    if token is not None:
+        return _check_token(str(token).strip(), "the token argument")
+    if token_file:
+        return _read_token_file(token_file, "token_file")
+    if env.get(TOKEN_FILE_ENV):
+        return _read_token_file(env[TOKEN_FILE_ENV], TOKEN_FILE_ENV)
+    if env.get(TOKEN_ENV):
+        return _check_token(env[TOKEN_ENV].strip(), TOKEN_ENV)
+    return None
+
+
+def _peer_closed(sock):
+    """Whether a kept-alive connection was closed by the agent while idle
+    (it is readable with no request out: its end, or junk). Reusing it
+    would lose the next request, so a new one is opened instead, before
+    anything is sent."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(sock, selectors.EVENT_READ)
+        return bool(sel.select(0))
 
 
 class _Failure:
@@ -88,7 +151,8 @@ class Loader:
     """
 
     def __init__(self, url, rank=0, world_size=1, prefetch=2, timeout=300.0,
-                 connect_timeout=30.0, drop_last=False, convert=None, reader="trainer"):
+                 connect_timeout=30.0, drop_last=False, convert=None, reader="trainer",
+                 token=None, token_file=None):
         """url: the agent, e.g. "http://127.0.0.1:8081". rank, world_size:
         this process's place in the data-parallel group. prefetch: batches
         kept ready (>= 1). timeout: seconds one read from the agent may
@@ -98,7 +162,12 @@ class Loader:
         reports its samples as dropped). convert: a function applied to
         each batch dict in the prefetch thread (sluice.torch uses it to
         make tensors). reader: the agent's --reader, for the state dict
-        (a batch that names its reader overrides it)."""
+        (a batch that names its reader overrides it). token, token_file:
+        the agent's token (its --agent-token-file or SLUICE_AGENT_TOKEN),
+        sent as `Authorization: Bearer` with every request; by default
+        read from the file $SLUICE_AGENT_TOKEN_FILE names, else from
+        $SLUICE_AGENT_TOKEN; none when neither is set (an agent on
+        loopback without a token)."""
         u = urllib.parse.urlsplit(url)
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"url {url!r}: want http://HOST:PORT")
@@ -114,6 +183,9 @@ class Loader:
         self._convert = convert
         self._host, self._port = u.hostname, u.port or 80
         self._base = u.path.rstrip("/")
+        tok = load_token(token, token_file)
+        # The header, not the token, is kept: nothing prints it.
+        self._auth = {"Authorization": "Bearer " + tok} if tok else {}
         # Consumer side: the training loop's position and timings.
         self.epoch, self.step = 0, 0
         self.done = False
@@ -290,6 +362,8 @@ class Loader:
         if self._conn is None:
             self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
         conn = self._conn
+        if conn.sock is not None and _peer_closed(conn.sock):
+            conn.close()  # the agent's idle timeout passed (a long step): open another
         if conn.sock is None:
             # A refused connection sent nothing: retry while the agent starts.
             deadline = time.monotonic() + self.connect_timeout
@@ -311,7 +385,7 @@ class Loader:
         been served, so it is not retried."""
         conn = self._connection()
         try:
-            conn.request(method, self._base + path, body=body, headers=headers or {})
+            conn.request(method, self._base + path, body=body, headers={**(headers or {}), **self._auth})
             return conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             conn.close()
@@ -325,11 +399,20 @@ class Loader:
         if resp.status == 410:
             raise JobEnded(_text(data) or f"job ended ({resp.reason})")
         if resp.status != 200:
-            raise AgentError(f"agent {self.url}: resume refused: {resp.status} {resp.reason}: {_text(data)}", resp.status)
+            raise AgentError(f"agent {self.url}: resume refused: {resp.status} {resp.reason}: {_text(data)}{self._auth_hint(resp)}",
+                             resp.status)
         try:
             return json.loads(data)
         except ValueError:
             raise CorruptBatch(f"agent {self.url}: resume answer is not JSON: {_text(data)}") from None
+
+    def _auth_hint(self, resp):
+        """What a 401 means for this loader's configuration."""
+        if resp.status != 401:
+            return ""
+        if not self._auth:
+            return f" (this loader sent no token: set {TOKEN_FILE_ENV} or {TOKEN_ENV}, or pass token_file= or token=)"
+        return " (this loader's token is not the agent's)"
 
     def _read_small(self, resp):
         try:
@@ -353,7 +436,8 @@ class Loader:
                 return _END
             if resp.status == 410:
                 raise JobEnded(body or f"job ended ({resp.reason})")
-            raise AgentError(f"agent {self.url}: GET /v1/batch: {resp.status} {resp.reason}: {body}", resp.status)
+            raise AgentError(f"agent {self.url}: GET /v1/batch: {resp.status} {resp.reason}: {body}{self._auth_hint(resp)}",
+                             resp.status)
         buf = self._read_body(resp)
         return self._decode(buf)
 

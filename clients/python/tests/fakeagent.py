@@ -4,6 +4,7 @@ batches of an epoch form a step; rank r gets the r-th) and records every
 request."""
 
 import json
+import queue
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,11 +30,19 @@ def make_batch(epoch, step, keys, rank=0, world_size=1, last=False, position=Non
 
 class FakeAgent:
     """epochs: a list per epoch of lists of keys, the per-rank batches of a
-    world of 1 (steps are then grouped by world_size)."""
+    world of 1 (steps are then grouped by world_size). token: when set,
+    every request must carry it (`Authorization: Bearer`), as the agent's
+    --agent-token-file makes it; others get 401 and change nothing.
+    close_idle: close each connection after its answer, without saying so,
+    as the agent does to a kept-alive connection its idle timeout passed;
+    each close is put on `closed`."""
 
-    def __init__(self, epochs, world_size=1, legacy=False, job="j"):
+    def __init__(self, epochs, world_size=1, legacy=False, job="j", token=None, close_idle=False):
         self.epochs, self.world_size, self.legacy, self.job = epochs, world_size, legacy, job
-        self.requests = []  # (method, path, query dict, body)
+        self.token, self.close_idle = token, close_idle
+        self.closed = queue.Queue()
+        self.auth = []  # the Authorization header of each request (None: none)
+        self.requests = []  # (method, path, query dict, body), those let in
         self.next_step = {}  # rank -> (epoch, step)
         self.fail = None  # a function(handler) -> True when it answered instead
         self.lock = threading.Lock()
@@ -53,6 +62,10 @@ class FakeAgent:
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
+
+            def shutdown_request(self, request):
+                super().shutdown_request(request)
+                agent.closed.put(True)
 
             def handle_error(self, request, client_address):
                 pass  # a client that went away mid-answer: what some tests do
@@ -74,6 +87,13 @@ class FakeAgent:
     def _handle(self, h, method):
         u = urllib.parse.urlsplit(h.path)
         q = dict(urllib.parse.parse_qsl(u.query))
+        with self.lock:
+            self.auth.append(h.headers.get("Authorization"))
+        if self.close_idle:
+            h.close_connection = True
+        if self.token is not None and h.headers.get("Authorization") != "Bearer " + self.token:
+            h.close_connection = True  # the body, if any, is not read
+            return self._send(h, 401, b"this endpoint wants a bearer token", headers={"WWW-Authenticate": 'Bearer realm="sluice"'})
         body = h.rfile.read(int(h.headers.get("Content-Length", 0) or 0)) if method == "POST" else b""
         with self.lock:
             self.requests.append((method, u.path, q, body))
