@@ -122,7 +122,7 @@ func TestIntegrationManifestsOnAPIServer(t *testing.T) {
 		}
 		for _, tc := range []struct{ what, patch string }{
 			{"the image", image},
-			{"a label (visibility among them)", `{"metadata":{"labels":{"networking.knative.dev/visibility":"exposed"}}}`},
+			{"the cluster-local visibility label", `{"metadata":{"labels":{"networking.knative.dev/visibility":null}}}`},
 			{"another template annotation", `{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/target":"1000"}}}}}`},
 			{"the scale bounds and the image at once", `{"spec":{"template":{"metadata":{"annotations":{"autoscaling.knative.dev/min-scale":"1"}},"spec":{"containers":[{"name":"fn","image":"evil.example/fn:latest"}]}}}}`},
 		} {
