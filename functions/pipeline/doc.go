@@ -28,6 +28,12 @@
 //	  - {op: color_jitter, brightness: 0.4, contrast: 0.4, saturation: 0.4}
 //	  - {op: normalize, dtype: f16}
 //
+// A spec comes from outside (every shard task carries one), so it is
+// read within bounds: a document over MaxSpecBytes (64 KiB) is refused
+// unread, and one with YAML aliases (*name) before anything is expanded,
+// e.g. `pipeline spec: yaml aliases are not allowed (line 5)`: a few
+// hundred bytes of nested aliases expand to millions of values.
+//
 // Build (and Parse, LoadFile, Lookup) validate a spec before any sample is
 // touched and report every problem at once in a *ValidationError, each
 // with its position: the document line where YAML gives one, and the op's
