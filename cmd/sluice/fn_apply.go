@@ -36,6 +36,8 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	epoch := fset.Int("epoch", 0, "epoch the per-sample seeds derive from")
 	maxPixels := fset.Int("max-pixels", image.DefaultMaxPixels, "largest image accepted, in pixels")
 	maxMember := fset.Int("max-member-bytes", wds.DefaultMaxMemberBytes, "largest file or tar member accepted")
+	maxSample := fset.Int("max-sample-bytes", wds.DefaultMaxSampleBytes, "largest tar sample accepted, its members together")
+	maxSampleMembers := fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
 	limit := fset.Int("limit", 0, "stop after this many samples (0: all)")
 	list := fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
@@ -61,6 +63,8 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		intRange("epoch", epoch, 0, 1<<30),
 		intRange("max-pixels", maxPixels, 1, 1<<31-1),
 		intRange("max-member-bytes", maxMember, 1, 1<<30),
+		intRange("max-sample-bytes", maxSample, 1, 1<<31-1),
+		intRange("max-sample-members", maxSampleMembers, 1, 1<<20),
 		intRange("limit", limit, 0, 1<<31-1),
 	); err != nil {
 		return err
@@ -82,7 +86,8 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	errLimit := errors.New("limit reached")
 	walker := inputWalker{maxMember: int64(*maxMember), fail: fail,
-		note: func(msg string) { fmt.Fprintf(stderr, "note: %s\n", msg) }}
+		tarLimits: wds.Limits{MaxMemberBytes: int64(*maxMember), MaxSampleBytes: int64(*maxSample), MaxSampleMembers: *maxSampleMembers},
+		note:      func(msg string) { fmt.Fprintf(stderr, "note: %s\n", msg) }}
 	walker.fn = func(s wds.Sample) error {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -30,6 +30,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxMemberBytes caps one tar member (default wds.DefaultMaxMemberBytes).
 	MaxMemberBytes int64
+	// MaxSampleBytes caps one tar sample's members together (default
+	// wds.DefaultMaxSampleBytes), MaxSampleMembers their count (default
+	// wds.DefaultMaxSampleMembers).
+	MaxSampleBytes   int64
+	MaxSampleMembers int
 	// MaxPixels caps a decoded image (default the image package's, 64 MP).
 	MaxPixels int
 	// Concurrency is how many shards are processed at once; a task beyond
