@@ -10,5 +10,6 @@
 // GNU 'S' type and PAX GNU.sparse.* records), whose headers claim sizes a
 // few bytes of tar do not hold. A sample over a limit or with a sparse
 // member is a corrupt sample: Next reports it as a *SampleError naming
-// the reason, skips its members unread, and goes on with the next.
+// the reason, drops what it read of it, skips the rest unread, and goes
+// on with the next.
 package wds
