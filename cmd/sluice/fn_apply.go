@@ -39,6 +39,7 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	maxSample := fset.Int("max-sample-bytes", wds.DefaultMaxSampleBytes, "largest tar sample accepted, its members together")
 	maxSampleMembers := fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
 	limit := fset.Int("limit", 0, "stop after this many samples (0: all)")
+	memFlag := registerMemoryLimitFlag(fset)
 	list := fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+
@@ -58,6 +59,7 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return nil
 		}
 	}
+	var memLimit int64
 	if err := parse(fset, args,
 		required("pipeline", name), required("input", input), required("output", output),
 		intRange("epoch", epoch, 0, 1<<30),
@@ -66,6 +68,7 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		intRange("max-sample-bytes", maxSample, 1, 1<<31-1),
 		intRange("max-sample-members", maxSampleMembers, 1, 1<<20),
 		intRange("limit", limit, 0, 1<<31-1),
+		memFlag.resolve(&memLimit, new(string)),
 	); err != nil {
 		return err
 	}
@@ -74,7 +77,7 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 
-	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels})
+	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels, DecodeBudget: image.BudgetFor(memLimit)})
 	if err != nil {
 		return err
 	}

@@ -50,3 +50,28 @@ func TestFnApplySampleCapFlags(t *testing.T) {
 		t.Fatalf("--max-sample-members 1: exit %d: %s", code, stderr)
 	}
 }
+
+// A 16-bit PNG that compresses a thousandfold once took fn apply 1.48 GB:
+// its decoding is counted at its real cost and refused, naming its size,
+// when it is over the decode budget --memory-limit gives.
+func TestFnApplyImageOverTheDecodeBudgetIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "big.png")
+	if err := os.WriteFile(path, hostile.PNG16(3000, 3000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.safetensors")
+	code, _, stderr := applyCLI(t, "--pipeline", "imagenet-eval", "--input", path, "--output", out, "--memory-limit", "128MiB")
+	want := "failed big: member png: 3000x3000 image: decoding takes 94.4 MiB, over the 64.0 MiB decode budget\n"
+	if code == 0 || !strings.HasPrefix(stderr, want) {
+		t.Fatalf("exit %d, stderr %q; want it to start %q", code, stderr, want)
+	}
+	code, _, stderr = applyCLI(t, "--pipeline", "imagenet-eval", "--input", path, "--output", out, "--memory-limit", "256MiB")
+	if code != 0 {
+		t.Fatalf("--memory-limit 256MiB: exit %d: %s", code, stderr)
+	}
+	code, _, stderr = applyCLI(t, "--pipeline", "imagenet-eval", "--input", path, "--output", out, "--memory-limit", "64MiB")
+	if code == 0 || !strings.Contains(stderr, `--memory-limit "64MiB": want at least 128.0 MiB`) {
+		t.Fatalf("--memory-limit 64MiB: exit %d: %s", code, stderr)
+	}
+}

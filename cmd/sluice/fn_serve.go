@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -36,6 +37,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"how long a client may leave one frame of a shard's output unread before it counts as gone (its shard stops)")
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	cacheFlags := registerCacheFlags(fs, "")
+	memFlag := registerMemoryLimitFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
 			"POST / takes a %q event (a shard task) and replies with the shard's output as a\n"+
@@ -46,6 +48,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var conn connect.Config
 	var cache shardcache.Config
+	var memLimit int64
+	var memSource string
 	if err := parse(fs, args,
 		intRange("concurrency", concurrency, 1, 256),
 		intRange("cpus", cpus, 0, 1024),
@@ -55,6 +59,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		durationRange("frame-write-timeout", frameTimeout, time.Second, 24*time.Hour),
 		oneOf("log-level", logLevel, logLevels...),
 		cacheFlags.resolve(&cache),
+		memFlag.resolve(&memLimit, &memSource),
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -84,6 +89,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	srv, err := server.New(server.Config{
 		MaxBodyBytes:      int64(*maxBody),
 		MaxPixels:         *maxPixels,
+		MemoryLimit:       memLimit,
 		Concurrency:       *concurrency,
 		FrameWriteTimeout: *frameTimeout,
 		Cache:             cache,
@@ -104,7 +110,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// The local actuator reads the endpoint from this line, printed once
 	// S3 answered and the server listens.
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
-	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names())
+	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names(),
+		"memory_limit", bytesize.Format(memLimit), "memory_limit_from", memSource)
 
 	select {
 	case err := <-served:

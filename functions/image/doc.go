@@ -18,4 +18,12 @@
 // with -tags turbojpeg (cgo, Debian's libjpeg62-turbo-dev) does it with
 // libjpeg-turbo, which decodes exactly as PIL does at full scale. Decoder
 // names the one compiled in.
+//
+// Memory: besides the pixel limit per image (DefaultMaxPixels), a Budget
+// bounds what the decoded images of a whole process hold at once. A
+// decode reserves DecodeCost, read from the header (a 16-bit PNG counts
+// at the 8 bytes a pixel Go's decoder gives it, a progressive JPEG with
+// its coefficients), and waits for room; an image whose cost alone is
+// over the budget is refused (*OverBudgetError). BudgetFor sizes it as a
+// share of the process's memory limit.
 package image

@@ -81,4 +81,12 @@
 // decoder allocates); for ImageNet-sized JPEGs into 224×224 crops it is
 // about 1 MB per call. Buffers grown past 16 MiB by a large image are
 // dropped when the call ends rather than kept in the pool.
+//
+// What decoding takes is bounded across calls too: with
+// Options.DecodeBudget (a replica shares one among all its pipelines),
+// the first op that decodes reserves image.DecodeCost of the image from
+// it, waiting for room (ProcessContext stops waiting when its context
+// ends), and gives it back when the call ends. An image whose decoding
+// alone is over the budget fails its sample, e.g. `member png: 8000x8000
+// image: decoding takes 671.4 MiB, over the 512.0 MiB decode budget`.
 package pipeline

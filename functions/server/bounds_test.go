@@ -1,6 +1,9 @@
 package server
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"slices"
@@ -8,6 +11,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/hostile"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -47,5 +51,49 @@ func TestSparseTarSampleFailsAloneInTheShardEnd(t *testing.T) {
 	i := slices.IndexFunc(out.end.Failed, func(f wire.FailedSample) bool { return f.Key == "zz-sparse" })
 	if i < 0 || out.end.Failed[i].Reason != "member zz-sparse.m0 is a sparse file (GNU sparse header): a corrupt sample" {
 		t.Fatalf("failed samples %+v: want zz-sparse with its reason", out.end.Failed)
+	}
+}
+
+// The decode budget is the replica's, sized from its memory limit: a
+// 16-bit PNG whose decoding alone is over it fails its sample, naming its
+// size, and the shard goes on.
+func TestImageOverTheReplicasDecodeBudgetFailsAlone(t *testing.T) {
+	e := setup(t, Config{MemoryLimit: 64 << 20})
+	var b bytes.Buffer
+	w := wds.NewWriter(&b)
+	for i, data := range [][]byte{hostile.PNG16(2000, 2000), hostile.PNG16(300, 200)} {
+		if err := w.Write(wds.Sample{Key: fmt.Sprint(i), Files: map[string][]byte{"png": data, "cls": []byte("1")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	putObject(t, e, "train/png16.tar", b.Bytes())
+	tk := task(0)
+	tk.Key = "train/png16.tar"
+	out := complete(t, post(t, e.url, taskEvent(t, tk)))
+	want := []wire.FailedSample{{Key: "0", Reason: "member png: 2000x2000 image: decoding takes 42.0 MiB, over the 32.0 MiB decode budget"}}
+	if out.end.Samples != 1 || !slices.Equal(out.end.Failed, want) {
+		t.Fatalf("%d samples, failed %+v; want 1, and %+v", out.end.Samples, out.end.Failed, want)
+	}
+}
+
+// The shard cache's memory tier comes out of the memory limit before the
+// decode budget takes its share of the rest.
+func TestDecodeBudgetLeavesTheCachesMemory(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		limit, cache, want int64
+	}{
+		{limit: 2 << 30, want: 1 << 30},
+		{limit: 2 << 30, cache: 512 << 20, want: 768 << 20},
+		{limit: 2 << 30, cache: 2 << 30, want: 256 << 20}, // misconfigured: a quarter of the limit is decoding's
+	} {
+		cfg := Config{MemoryLimit: tc.limit}
+		cfg.Cache.MemoryBytes = tc.cache
+		if got := decodeBudget(cfg, log).Total(); got != tc.want {
+			t.Errorf("limit %d, cache memory %d: budget %d, want %d", tc.limit, tc.cache, got, tc.want)
+		}
 	}
 }

@@ -152,7 +152,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 		if err != nil {
 			return end, fmt.Errorf("reading shard s3://%s/%s: %w", task.Bucket, task.Key, err)
 		}
-		out, err := p.Process(sample, pipeline.SampleSeed(task.Seed, task.Epoch, sample.Key))
+		out, err := p.ProcessContext(ctx, sample, pipeline.SampleSeed(task.Seed, task.Epoch, sample.Key))
 		if err != nil {
 			fail(sample.Key, err.Error())
 			continue
