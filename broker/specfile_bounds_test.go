@@ -74,3 +74,17 @@ func TestSpecFilesOverTheSizeLimitAreRefused(t *testing.T) {
 		t.Errorf("ParseSweepSpec = %v", err)
 	}
 }
+
+// A vocab file is the replicas' (within their --vocab-dir): submitting
+// checks its name's form and reads nothing, here or anywhere.
+func TestJobSpecVocabIsANameWithinTheReplicasVocabDirectory(t *testing.T) {
+	head := "id: j\ndataset: s3://b/p/\nbatch_size: 8\nepochs: 1\npipeline:\n  ops:\n    - text\n"
+	if _, err := ParseJobSpec([]byte(head + "    - {op: wordpiece, vocab: bert-base-uncased.txt}\n")); err != nil {
+		t.Errorf("a vocab file name: %v", err)
+	}
+	_, err := ParseJobSpec([]byte(head + "    - {op: wordpiece, vocab: /etc/passwd}\n"))
+	want := []string{`line 8: pipeline: ops[1] (wordpiece): vocab "/etc/passwd": want builtin or a file name within the replica's vocab directory (--vocab-dir), such as bert-base-uncased.txt`}
+	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
+		t.Errorf("an absolute vocab path (-want +got):\n%s", diff)
+	}
+}

@@ -40,6 +40,7 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	maxSampleMembers := fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
 	limit := fset.Int("limit", 0, "stop after this many samples (0: all)")
 	memFlag := registerMemoryLimitFlag(fset)
+	vocabDir := fset.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
 	list := fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+
@@ -77,7 +78,8 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 
-	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels, DecodeBudget: image.BudgetFor(memLimit)})
+	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels, DecodeBudget: image.BudgetFor(memLimit),
+		VocabDir: *vocabDir})
 	if err != nil {
 		return err
 	}

@@ -75,3 +75,28 @@ func TestFnApplyImageOverTheDecodeBudgetIsRefused(t *testing.T) {
 		t.Fatalf("--memory-limit 64MiB: exit %d: %s", code, stderr)
 	}
 }
+
+// fn apply reads vocab files only from --vocab-dir.
+func TestFnApplyVocabDir(t *testing.T) {
+	dir := t.TempDir()
+	vocabs := filepath.Join(dir, "vocabs")
+	if err := os.Mkdir(vocabs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vocabs, "tiny.txt"), []byte("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(dir, "a.txt")
+	if err := os.WriteFile(input, []byte("hello there\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := "ops: [text, {op: wordpiece, vocab: tiny.txt, max_len: 8}]"
+	out := filepath.Join(dir, "out.safetensors")
+	if code, _, stderr := applyCLI(t, "--pipeline", spec, "--input", input, "--output", out, "--vocab-dir", vocabs); code != 0 {
+		t.Fatalf("--vocab-dir: exit %d: %s", code, stderr)
+	}
+	code, _, stderr := applyCLI(t, "--pipeline", spec, "--input", input, "--output", out)
+	if code == 0 || !strings.Contains(stderr, `vocab "tiny.txt": no vocab directory is set (--vocab-dir), so only builtin is read`) {
+		t.Fatalf("without --vocab-dir: exit %d: %s", code, stderr)
+	}
+}

@@ -38,6 +38,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	cacheFlags := registerCacheFlags(fs, "")
 	memFlag := registerMemoryLimitFlag(fs)
+	vocabDir := fs.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
 			"POST / takes a %q event (a shard task) and replies with the shard's output as a\n"+
@@ -90,6 +91,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		MaxBodyBytes:      int64(*maxBody),
 		MaxPixels:         *maxPixels,
 		MemoryLimit:       memLimit,
+		VocabDir:          *vocabDir,
 		Concurrency:       *concurrency,
 		FrameWriteTimeout: *frameTimeout,
 		Cache:             cache,

@@ -39,6 +39,17 @@
 // with its position: the document line where YAML gives one, and the op's
 // index, e.g. `line 6: ops[2] (color_jitter): brightness 3: want 0..1`.
 //
+// # Files a spec names
+//
+// The only file a spec may name is a wordpiece op's vocab, and since a
+// spec comes with every task, a replica reads it only from the one
+// directory its operator allows (Options.VocabDir, `fn serve
+// --vocab-dir`; none by default: builtin only): the name is a file name
+// within it, never absolute, never climbing out, never through a symlink
+// leading out. What lies outside is never opened, and an error about it
+// says the same whether it exists or not. Check validates a spec where
+// the replicas' files are not (job submit) and reads nothing.
+//
 // # Labels
 //
 // The label is an int64 "label" field read from a member holding an ASCII

@@ -49,6 +49,12 @@ type Options struct {
 	// one, sized from its memory limit. nil bounds each image only
 	// (MaxPixels).
 	DecodeBudget *image.Budget
+	// VocabDir is the only directory vocab files are read from: a
+	// wordpiece op names a file within it. "" reads none (builtin only).
+	VocabDir string
+
+	// check validates without reading the files a spec names (Check).
+	check bool
 }
 
 // SampleSeed derives the seed of one sample's randomness: 64-bit FNV-1a

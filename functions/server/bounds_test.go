@@ -3,10 +3,14 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluice-project/sluice/internal/hostile"
@@ -94,6 +98,39 @@ func TestDecodeBudgetLeavesTheCachesMemory(t *testing.T) {
 		cfg.Cache.MemoryBytes = tc.cache
 		if got := decodeBudget(cfg, log).Total(); got != tc.want {
 			t.Errorf("limit %d, cache memory %d: budget %d, want %d", tc.limit, tc.cache, got, tc.want)
+		}
+	}
+}
+
+// A task's pipeline may name a vocab file only within the replica's
+// vocab directory; what it names outside is refused the same way whether
+// it exists or not, and nothing of it is quoted.
+func TestTaskVocabOnlyFromTheVocabDirectory(t *testing.T) {
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secrets.txt")
+	if err := os.WriteFile(secret, []byte("[PAD]\nhunter2\nhunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(secret, filepath.Join(dir, "link.txt")); err != nil {
+		t.Fatal(err)
+	}
+	s3c, _ := testenv.S3(t, bucket)
+	for _, tc := range []struct {
+		cfg         Config
+		vocab, want string
+	}{
+		{Config{}, secret, `vocab "` + secret + `": want builtin or a file name within the replica's vocab directory`},
+		{Config{}, "secrets.txt", `vocab "secrets.txt": no vocab directory is set (--vocab-dir), so only builtin is read`},
+		{Config{VocabDir: dir}, "link.txt", `vocab "link.txt": not a readable file within the vocab directory`},
+	} {
+		_, _, url := serve(t, tc.cfg, s3c)
+		tk := task(0)
+		tk.Pipeline = "ops:\n  - text\n  - {op: wordpiece, vocab: " + tc.vocab + "}\n"
+		resp := post(t, url, taskEvent(t, tk))
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), tc.want) || strings.Contains(string(body), "hunter2") {
+			t.Errorf("vocab %s: status %d %q; want 400 with %q", tc.vocab, resp.StatusCode, body, tc.want)
 		}
 	}
 }

@@ -43,6 +43,9 @@ type Config struct {
 	// decode budget (decodeBudget): what the decoded images of all the
 	// replica's shards may hold at once.
 	MemoryLimit int64
+	// VocabDir is the only directory a task's pipeline may read vocab
+	// files from ("": none, builtin only): pipeline.Options.VocabDir.
+	VocabDir string
 	// Concurrency is how many shards are processed at once; a task beyond
 	// it gets 429 (default 1, one shard per replica, as Knative's
 	// containerConcurrency would be set).
@@ -117,7 +120,7 @@ func New(cfg Config, s3c *s3.Client, logger *slog.Logger, reg prometheus.Registe
 		return nil, err
 	}
 	// One decode budget for all the replica's pipelines: its memory is one.
-	opts := pipeline.Options{MaxPixels: cfg.MaxPixels, DecodeBudget: decodeBudget(cfg, logger)}
+	opts := pipeline.Options{MaxPixels: cfg.MaxPixels, DecodeBudget: decodeBudget(cfg, logger), VocabDir: cfg.VocabDir}
 	return &Server{cfg: cfg, s3: s3c, cache: cache, log: logger, m: m,
 		pipelines: &pipelineCache{opts: opts},
 		slots:     make(chan struct{}, cfg.Concurrency)}, nil
