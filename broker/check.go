@@ -96,11 +96,12 @@ func specProblems(spec wire.JobSpec) []SpecProblem {
 	return ps
 }
 
-// pipelineProblems builds the pipeline a job names, as a replica will,
+// pipelineProblems checks the pipeline a job names as a replica will
+// build it, but reads no file it names (a vocab file is the replicas'),
 // and lists what is wrong with it, each with its line in the document
 // (0 for a name). An unknown name's problem lists the built-in pipelines.
 func pipelineProblems(nameOrDoc string) []pipeline.Problem {
-	_, err := pipeline.Lookup(nameOrDoc, pipeline.Options{})
+	err := pipeline.Check(nameOrDoc)
 	if err == nil {
 		return nil
 	}

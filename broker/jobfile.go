@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-project/sluice/internal/safeyaml"
 	"github.com/sluice-project/sluice/internal/suggest"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -41,7 +42,8 @@ import (
 //
 // An inline pipeline is kept as a pipeline spec document, which is what
 // the job's Pipeline carries. Fields left out take their defaults at
-// Submit; they are checked here with their defaults.
+// Submit; they are checked here with their defaults. A file over
+// MaxSpecFileBytes, or with YAML aliases (*name), is refused unread.
 func ParseJobSpec(data []byte) (wire.JobSpec, error) {
 	return ParseJobSpecWith(data, nil)
 }
@@ -138,11 +140,19 @@ func decodeJobFile(data []byte) (jobFile, []SpecProblem) {
 	return f, probs
 }
 
-// parseYAML parses a spec file. A JSON one gets JSON's syntax errors,
-// clearer than YAML's; one YAML cannot read (indented with tabs) is read
+// MaxSpecFileBytes caps a job or sweep file. One is a few KB; a sweep's
+// trials may each carry a pipeline spec (at most pipeline.MaxSpecBytes).
+const MaxSpecFileBytes = 1 << 20
+
+// parseYAML parses a spec file, refusing one over MaxSpecFileBytes and
+// YAML aliases (safeyaml). A JSON one gets JSON's syntax errors, clearer
+// than YAML's; one YAML cannot read (indented with tabs) is read
 // compacted, without lines.
 func parseYAML(data []byte) (yaml.Node, *SpecProblem) {
 	var root yaml.Node
+	if err := safeyaml.CheckSize("job spec", int64(len(data)), MaxSpecFileBytes); err != nil {
+		return root, &SpecProblem{Message: err.Error()}
+	}
 	trimmed := bytes.TrimSpace(data)
 	if trimmed[0] == '{' {
 		if err := json.Unmarshal(trimmed, new(any)); err != nil {
@@ -154,11 +164,11 @@ func parseYAML(data []byte) (yaml.Node, *SpecProblem) {
 			}
 			return root, &p
 		}
-		if yaml.Unmarshal(data, &root) != nil {
+		var err error
+		if root, err = safeyaml.Parse("job spec", data, MaxSpecFileBytes); err != nil {
 			var c bytes.Buffer
 			_ = json.Compact(&c, trimmed)
-			root = yaml.Node{}
-			if err := yaml.Unmarshal(c.Bytes(), &root); err != nil {
+			if root, err = safeyaml.Parse("job spec", c.Bytes(), MaxSpecFileBytes); err != nil {
 				p := syntaxProblem(err)
 				return root, &p
 			}
@@ -166,7 +176,8 @@ func parseYAML(data []byte) (yaml.Node, *SpecProblem) {
 		}
 		return root, nil
 	}
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	root, err := safeyaml.Parse("job spec", data, MaxSpecFileBytes)
+	if err != nil {
 		p := syntaxProblem(err)
 		return root, &p
 	}
@@ -183,6 +194,10 @@ func clearLines(n *yaml.Node) {
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 func syntaxProblem(err error) SpecProblem {
+	var ae *safeyaml.AliasError
+	if errors.As(err, &ae) {
+		return SpecProblem{Line: ae.Line, Message: (&safeyaml.AliasError{}).Error()}
+	}
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
@@ -207,9 +222,6 @@ func unknownKey(key string) string {
 // decodeField sets key's field from v, the value of top.Content[i].
 func (f *jobFile) decodeField(data []byte, top *yaml.Node, i int, key string, v *yaml.Node) error {
 	s := &f.spec
-	if v.Kind == yaml.AliasNode {
-		v = v.Alias
-	}
 	switch key {
 	case "id":
 		return decodeString(v, &s.ID)

@@ -8,12 +8,14 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-project/sluice/internal/safeyaml"
 	"github.com/sluice-project/sluice/wire"
 )
 
-// ParseSweepSpec reads a sweep file (YAML, so JSON too) and checks the
-// sweep and each job it makes (CheckJobSpec, with defaults), returning
-// every problem at once. Its keys are the JSON names of wire.SweepSpec:
+// ParseSweepSpec reads a sweep file (YAML, so JSON too; at most
+// MaxSpecFileBytes, without aliases) and checks the sweep and each job it
+// makes (CheckJobSpec, with defaults), returning every problem at once.
+// Its keys are the JSON names of wire.SweepSpec:
 //
 //	id: lr-sweep
 //	dataset: s3://datasets/imagenet/train/
@@ -48,9 +50,7 @@ func ParseSweepSpec(data []byte) (wire.SweepSpec, error) {
 		Count             int         `yaml:"count"`
 		Trials            []trialFile `yaml:"trials"`
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
+	if err := safeyaml.DecodeStrict("sweep spec", data, MaxSpecFileBytes, &f); err != nil {
 		return wire.SweepSpec{}, fmt.Errorf("reading sweep spec: %w", err)
 	}
 	var probs []string

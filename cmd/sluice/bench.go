@@ -70,8 +70,11 @@ func runBenchOps(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	seconds := fs.Float64("seconds", 10, "time budget of the timed passes (the pass that crosses it is finished)")
 	seed := fs.Uint64("seed", 1, "job seed the per-sample seeds derive from")
 	maxPixels := fs.Int("max-pixels", image.DefaultMaxPixels, "largest image, in pixels")
+	memFlag := registerMemoryLimitFlag(fs)
+	vocabDir := fs.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the timed passes to this file")
+	var memLimit int64
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice bench ops --pipeline NAME|FILE --input DIR|TAR [--json] [--seconds N]\n\n"+
 			"Measures a pipeline's throughput on one core: the input's samples are read into\n"+
@@ -95,10 +98,12 @@ func runBenchOps(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return nil
 		},
 		intRange("max-pixels", maxPixels, 1, 1<<31-1),
+		memFlag.resolve(&memLimit, new(string)),
 	); err != nil {
 		return err
 	}
-	p, _, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels})
+	p, _, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels, DecodeBudget: image.BudgetFor(memLimit),
+		VocabDir: *vocabDir})
 	if err != nil {
 		return err
 	}

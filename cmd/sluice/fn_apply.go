@@ -36,7 +36,11 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	epoch := fset.Int("epoch", 0, "epoch the per-sample seeds derive from")
 	maxPixels := fset.Int("max-pixels", image.DefaultMaxPixels, "largest image accepted, in pixels")
 	maxMember := fset.Int("max-member-bytes", wds.DefaultMaxMemberBytes, "largest file or tar member accepted")
+	maxSample := fset.Int("max-sample-bytes", wds.DefaultMaxSampleBytes, "largest tar sample accepted, its members together")
+	maxSampleMembers := fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
 	limit := fset.Int("limit", 0, "stop after this many samples (0: all)")
+	memFlag := registerMemoryLimitFlag(fset)
+	vocabDir := fset.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
 	list := fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+
@@ -56,12 +60,16 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return nil
 		}
 	}
+	var memLimit int64
 	if err := parse(fset, args,
 		required("pipeline", name), required("input", input), required("output", output),
 		intRange("epoch", epoch, 0, 1<<30),
 		intRange("max-pixels", maxPixels, 1, 1<<31-1),
 		intRange("max-member-bytes", maxMember, 1, 1<<30),
+		intRange("max-sample-bytes", maxSample, 1, 1<<31-1),
+		intRange("max-sample-members", maxSampleMembers, 1, 1<<20),
 		intRange("limit", limit, 0, 1<<31-1),
+		memFlag.resolve(&memLimit, new(string)),
 	); err != nil {
 		return err
 	}
@@ -70,7 +78,8 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 
-	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels})
+	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels, DecodeBudget: image.BudgetFor(memLimit),
+		VocabDir: *vocabDir})
 	if err != nil {
 		return err
 	}
@@ -82,7 +91,8 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	errLimit := errors.New("limit reached")
 	walker := inputWalker{maxMember: int64(*maxMember), fail: fail,
-		note: func(msg string) { fmt.Fprintf(stderr, "note: %s\n", msg) }}
+		tarLimits: wds.Limits{MaxMemberBytes: int64(*maxMember), MaxSampleBytes: int64(*maxSample), MaxSampleMembers: *maxSampleMembers},
+		note:      func(msg string) { fmt.Fprintf(stderr, "note: %s\n", msg) }}
 	walker.fn = func(s wds.Sample) error {
 		if err := ctx.Err(); err != nil {
 			return err

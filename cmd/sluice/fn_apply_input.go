@@ -27,6 +27,8 @@ var imageFolderExts = []string{"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif",
 // inputWalker reads `fn apply`'s --input as samples.
 type inputWalker struct {
 	maxMember int64
+	// tarLimits bound each sample of a tar shard.
+	tarLimits wds.Limits
 	// fn gets every sample; its error stops the walk and is returned.
 	fn func(wds.Sample) error
 	// fail gets the samples that cannot be read.
@@ -236,7 +238,7 @@ func (w inputWalker) file(path, name string) error {
 		return fmt.Errorf("opening input: %w", err)
 	}
 	defer f.Close()
-	next := wds.NewReader(f, w.maxMember).Next
+	next := wds.NewLimitedReader(f, w.tarLimits).Next
 	if ext != "tar" {
 		next = lines.NewReader(f, name, ext, int(w.maxMember)).Next
 	}

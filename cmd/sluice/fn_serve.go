@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/bearer"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/wire"
@@ -39,6 +40,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cacheFlags := registerCacheFlags(fs, "")
 	tokenFlag := bearer.Function.Register(fs, "the token every task must carry (Authorization: Bearer), required when --listen is beyond loopback")
 	insecure := bearer.RegisterInsecure(fs)
+	memFlag := registerMemoryLimitFlag(fs)
+	vocabDir := fs.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
 			"POST / takes a %q event (a shard task) and replies with the shard's output as a\n"+
@@ -51,6 +54,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var conn connect.Config
 	var cache shardcache.Config
 	var token bearer.Token
+	var memLimit int64
+	var memSource string
 	if err := parse(fs, args,
 		loadToken(tokenFlag, &token),
 		intRange("concurrency", concurrency, 1, 256),
@@ -61,6 +66,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		durationRange("frame-write-timeout", frameTimeout, time.Second, 24*time.Hour),
 		oneOf("log-level", logLevel, logLevels...),
 		cacheFlags.resolve(&cache),
+		memFlag.resolve(&memLimit, &memSource),
 		resolve(connFlags, &conn),
 	); err != nil {
 		return err
@@ -97,6 +103,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	srv, err := server.New(server.Config{
 		MaxBodyBytes:      int64(*maxBody),
 		MaxPixels:         *maxPixels,
+		MemoryLimit:       memLimit,
+		VocabDir:          *vocabDir,
 		Concurrency:       *concurrency,
 		FrameWriteTimeout: *frameTimeout,
 		Cache:             cache,
@@ -113,7 +121,8 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// The local actuator reads the endpoint from this line, printed once
 	// S3 answered and the server listens.
 	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
-	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names(), "auth", auth)
+	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names(), "auth", auth,
+		"memory_limit", bytesize.Format(memLimit), "memory_limit_from", memSource)
 
 	select {
 	case err := <-served:

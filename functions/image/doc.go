@@ -30,4 +30,12 @@
 // not decode fails the sample where libjpeg would fill in grey or made-up
 // blocks; so do what neither decodes (12-bit, lossless and hierarchical
 // JPEGs) and a file cut short, each with an error that says why.
+//
+// Memory: besides the pixel limit per image (DefaultMaxPixels), a Budget
+// bounds what the decoded images of a whole process hold at once. A
+// decode reserves DecodeCost, read from the header (a 16-bit PNG counts
+// at the 8 bytes a pixel Go's decoder gives it, a progressive JPEG with
+// its coefficients), and waits for room; an image whose cost alone is
+// over the budget is refused (*OverBudgetError). BudgetFor sizes it as a
+// share of the process's memory limit.
 package image

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
@@ -116,7 +117,7 @@ func BenchmarkOp(b *testing.B) {
 				prep = func(st *state) { st.text = benchText }
 			}
 			st := newState()
-			st.start(sample, 1, 0, false)
+			st.start(context.Background(), sample, 1, 0, nil, false)
 			b.ReportAllocs()
 			for b.Loop() {
 				prep(st)

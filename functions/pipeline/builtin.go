@@ -78,3 +78,12 @@ func Lookup(name string, o Options) (Pipeline, error) {
 	}
 	return nil, fmt.Errorf("unknown pipeline %q: known pipelines are %s (or give a YAML or JSON spec)", name, strings.Join(Names(), ", "))
 }
+
+// Check is Lookup for a process that is not a replica, such as job
+// submit: it reports the same problems but reads no file a spec names (a
+// vocab file is the replica's, within its --vocab-dir), so only the
+// name's form is checked.
+func Check(nameOrDoc string) error {
+	_, err := Lookup(nameOrDoc, Options{check: true})
+	return err
+}

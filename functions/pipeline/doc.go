@@ -28,10 +28,27 @@
 //	  - {op: color_jitter, brightness: 0.4, contrast: 0.4, saturation: 0.4}
 //	  - {op: normalize, dtype: f16}
 //
+// A spec comes from outside (every shard task carries one), so it is
+// read within bounds: a document over MaxSpecBytes (64 KiB) is refused
+// unread, and one with YAML aliases (*name) before anything is expanded,
+// e.g. `pipeline spec: yaml aliases are not allowed (line 5)`: a few
+// hundred bytes of nested aliases expand to millions of values.
+//
 // Build (and Parse, LoadFile, Lookup) validate a spec before any sample is
 // touched and report every problem at once in a *ValidationError, each
 // with its position: the document line where YAML gives one, and the op's
 // index, e.g. `line 6: ops[2] (color_jitter): brightness 3: want 0..1`.
+//
+// # Files a spec names
+//
+// The only file a spec may name is a wordpiece op's vocab, and since a
+// spec comes with every task, a replica reads it only from the one
+// directory its operator allows (Options.VocabDir, `fn serve
+// --vocab-dir`; none by default: builtin only): the name is a file name
+// within it, never absolute, never climbing out, never through a symlink
+// leading out. What lies outside is never opened, and an error about it
+// says the same whether it exists or not. Check validates a spec where
+// the replicas' files are not (job submit) and reads nothing.
 //
 // # Labels
 //
@@ -75,4 +92,12 @@
 // decoder allocates); for ImageNet-sized JPEGs into 224×224 crops it is
 // about 1 MB per call. Buffers grown past 16 MiB by a large image are
 // dropped when the call ends rather than kept in the pool.
+//
+// What decoding takes is bounded across calls too: with
+// Options.DecodeBudget (a replica shares one among all its pipelines),
+// the first op that decodes reserves image.DecodeCost of the image from
+// it, waiting for room (ProcessContext stops waiting when its context
+// ends), and gives it back when the call ends. An image whose decoding
+// alone is over the budget fails its sample, e.g. `member png: 8000x8000
+// image: decoding takes 671.4 MiB, over the 512.0 MiB decode budget`.
 package pipeline

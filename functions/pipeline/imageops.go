@@ -177,6 +177,10 @@ func (st *state) source(r stdimage.Rectangle, minW, minH int, reduce bool) (*ima
 	if !reduce {
 		minW, minH = r.Dx(), r.Dy()
 	}
+	if err := st.reserveDecode(); err != nil {
+		st.encoded, st.enc = false, nil
+		return nil, stdimage.Rectangle{}, err
+	}
 	var t0 time.Time
 	if st.profile {
 		t0 = time.Now()

@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/binary"
 	"hash/fnv"
 	"math/rand/v2"
 
+	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/wds"
 )
@@ -31,6 +33,10 @@ type Pipeline interface {
 	// Process turns one sample into its output; an error fails that sample only
 	// (it becomes a wire.FailedSample with err.Error() as reason).
 	Process(s wds.Sample, seed uint64) (Output, error)
+	// ProcessContext is Process for a caller that may stop waiting: a
+	// decode waiting for room in Options.DecodeBudget gives up when ctx
+	// ends (Process waits as long as it takes).
+	ProcessContext(ctx context.Context, s wds.Sample, seed uint64) (Output, error)
 }
 
 // Options tune how a pipeline is built; they are the replica's settings,
@@ -38,6 +44,17 @@ type Pipeline interface {
 type Options struct {
 	// MaxPixels caps a decoded image; 0 means image.DefaultMaxPixels.
 	MaxPixels int
+	// DecodeBudget bounds the bytes decoded images hold at once, across
+	// every pipeline given the same budget: a replica's pipelines share
+	// one, sized from its memory limit. nil bounds each image only
+	// (MaxPixels).
+	DecodeBudget *image.Budget
+	// VocabDir is the only directory vocab files are read from: a
+	// wordpiece op names a file within it. "" reads none (builtin only).
+	VocabDir string
+
+	// check validates without reading the files a spec names (Check).
+	check bool
 }
 
 // SampleSeed derives the seed of one sample's randomness: 64-bit FNV-1a

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -26,6 +27,7 @@ type compiled struct {
 	stages    []stage
 	label     Label
 	maxPixels int
+	budget    *image.Budget
 	fieldCap  int
 	// decodeOwner[i] is the op whose lazy decode stage i may carry out
 	// (-1: none); profiling charges the decoding time to it.
@@ -49,17 +51,21 @@ func (c *compiled) Name() string { return c.name }
 func (c *compiled) OpNames() []string { return append([]string(nil), c.ops...) }
 
 func (c *compiled) Process(s wds.Sample, seed uint64) (Output, error) {
-	return c.process(s, seed, nil)
+	return c.process(context.Background(), s, seed, nil)
+}
+
+func (c *compiled) ProcessContext(ctx context.Context, s wds.Sample, seed uint64) (Output, error) {
+	return c.process(ctx, s, seed, nil)
 }
 
 func (c *compiled) ProcessProfiled(s wds.Sample, seed uint64, spent []time.Duration) (Output, error) {
 	if len(spent) < len(c.stages) {
 		spent = make([]time.Duration, len(c.stages)) // wrong size: time nothing rather than panic
 	}
-	return c.process(s, seed, spent)
+	return c.process(context.Background(), s, seed, spent)
 }
 
-func (c *compiled) process(s wds.Sample, seed uint64, spent []time.Duration) (out Output, err error) {
+func (c *compiled) process(ctx context.Context, s wds.Sample, seed uint64, spent []time.Duration) (out Output, err error) {
 	st := c.states.Get().(*state)
 	defer c.release(st)
 	i := 0
@@ -70,7 +76,7 @@ func (c *compiled) process(s wds.Sample, seed uint64, spent []time.Duration) (ou
 			out, err = Output{}, fmt.Errorf("%s: panicked: %v", c.ops[min(i, len(c.ops)-1)], p)
 		}
 	}()
-	st.start(s, seed, c.maxPixels, spent != nil)
+	st.start(ctx, s, seed, c.maxPixels, c.budget, spent != nil)
 	st.fields = make([]Field, 0, c.fieldCap)
 	for ; i < len(c.stages); i++ {
 		stg := c.stages[i]
@@ -124,10 +130,15 @@ func (st *state) trim() {
 // state is one Process call's working values. Its image buffers survive
 // in the pool between calls; references to the sample do not.
 type state struct {
+	ctx       context.Context
 	sample    wds.Sample
 	pcg       rand.PCG
 	rng       *rand.Rand
 	maxPixels int
+	// budget is the decode budget; unreserve gives back what this
+	// sample's decode reserved of it, when the sample is done.
+	budget    *image.Budget
+	unreserve func()
 
 	// The encoded image (encoded_image), while encoded is set.
 	encoded    bool
@@ -161,14 +172,21 @@ func newState() *state {
 
 // start readies st for one sample. The generator is reseeded as newRand
 // would make it, so a pooled state draws exactly what a fresh one does.
-func (st *state) start(s wds.Sample, seed uint64, maxPixels int, profile bool) {
+func (st *state) start(ctx context.Context, s wds.Sample, seed uint64, maxPixels int, budget *image.Budget, profile bool) {
+	st.ctx = ctx
 	st.sample = s
 	st.pcg.Seed(seed, rngStream)
 	st.maxPixels = maxPixels
+	st.budget = budget
 	st.profile = profile
 }
 
 func (st *state) finish() {
+	if st.unreserve != nil {
+		st.unreserve()
+		st.unreserve = nil
+	}
+	st.ctx, st.budget = nil, nil
 	st.sample = wds.Sample{}
 	st.encoded, st.enc, st.member, st.img = false, nil, "", nil
 	clear(st.segments) // the strings alias the sample

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-project/sluice/internal/safeyaml"
 )
 
 // Definition is a pipeline as declared: the ops in order and where the
@@ -114,6 +116,11 @@ var errNotDocument = errors.New("pipeline spec: want a mapping with ops (and opt
 // defaultName names a pipeline whose spec gives no name.
 const defaultName = "custom"
 
+// MaxSpecBytes caps a pipeline spec document. A spec is a few hundred
+// bytes; the cap keeps what parsing one may cost small, since every
+// replica parses the spec each task carries.
+const MaxSpecBytes = 64 << 10
+
 // ParseDefinition decodes a YAML or JSON spec document (JSON when its
 // first non-blank character is '{'). Structural problems (unknown keys, an
 // op without a name) come back as a *ValidationError; parameters and types
@@ -177,29 +184,37 @@ func nameOr(n string) string {
 }
 
 func parseDefinition(doc []byte) (Definition, []Problem, error) {
+	// The size first: nothing of an oversize spec is read.
+	if err := safeyaml.CheckSize("pipeline spec", int64(len(doc)), MaxSpecBytes); err != nil {
+		return Definition{}, nil, err
+	}
 	trimmed := bytes.TrimSpace(doc)
 	if len(trimmed) == 0 {
 		return Definition{}, nil, errors.New("empty pipeline spec")
 	}
 	var root yaml.Node
+	var err error
 	if trimmed[0] == '{' {
 		// yaml.v3 reads JSON (with line numbers), but JSON's own parser
 		// gives the clearer syntax errors.
 		if err := json.Unmarshal(trimmed, new(any)); err != nil {
 			return Definition{}, nil, fmt.Errorf("pipeline spec is not valid JSON: %s", jsonErr(trimmed, err))
 		}
-		if err := yaml.Unmarshal(trimmed, &root); err != nil {
+		if root, err = safeyaml.Parse("pipeline spec", trimmed, MaxSpecBytes); err != nil {
 			// Valid JSON YAML cannot read (tab indentation): compacted, it
 			// can, at the cost of line numbers.
 			var c bytes.Buffer
 			_ = json.Compact(&c, trimmed)
-			root = yaml.Node{}
-			if err := yaml.Unmarshal(c.Bytes(), &root); err != nil {
+			if root, err = safeyaml.Parse("pipeline spec", c.Bytes(), MaxSpecBytes); err != nil {
 				return Definition{}, nil, fmt.Errorf("reading JSON pipeline spec: %w", err)
 			}
 			clearLines(&root)
 		}
-	} else if err := yaml.Unmarshal(doc, &root); err != nil {
+	} else if root, err = safeyaml.Parse("pipeline spec", doc, MaxSpecBytes); err != nil {
+		var ae *safeyaml.AliasError
+		if errors.As(err, &ae) {
+			return Definition{}, nil, fmt.Errorf("pipeline spec: %w", err)
+		}
 		return Definition{}, nil, fmt.Errorf("pipeline spec is not valid YAML: %w", err)
 	}
 	if root.Kind != yaml.DocumentNode || len(root.Content) != 1 {
@@ -400,8 +415,6 @@ func nodeValue(n *yaml.Node) any {
 			out[n.Content[i].Value] = nodeValue(n.Content[i+1])
 		}
 		return out
-	case yaml.AliasNode:
-		return nodeValue(n.Alias)
 	}
 	return nil
 }

@@ -98,8 +98,8 @@ func TestValidationOfDocumentAndLabel(t *testing.T) {
 			`line 2: ops[0] (wordpiece): takes text, but the pipeline's input is a sample (put text before it)`,
 			`line 2: ops[0] (wordpiece): max_len 1: want 2..65536`,
 		}},
-		{"bad vocab file", "ops:\n  - text\n  - {op: wordpiece, vocab: /nonexistent/vocab.txt}\n", []string{
-			`line 3: ops[1] (wordpiece): vocab: open /nonexistent/vocab.txt: no such file or directory`,
+		{"vocab outside the vocab directory", "ops:\n  - text\n  - {op: wordpiece, vocab: /nonexistent/vocab.txt}\n", []string{
+			`line 3: ops[1] (wordpiece): vocab "/nonexistent/vocab.txt": want builtin or a file name within the replica's vocab directory (--vocab-dir), such as bert-base-uncased.txt`,
 		}},
 		{"wrong types", "ops:\n  - {op: decode, member: 3}\n  - {op: random_horizontal_flip, p: yes}\n  - {op: to_uint8_hwc, size: 3}\n", []string{
 			`line 2: ops[0] (decode): member 3: want a string`,

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
@@ -36,8 +35,8 @@ func textOps() []OpSpec {
 			Name: "wordpiece",
 			Doc:  `BERT WordPiece tokenization to "input_ids" and "attention_mask" I32 [max_len] (+ "segment_ids" when packing)`,
 			Params: []Param{
-				{Name: "vocab", Type: ParamString, Default: "builtin", Check: nonEmpty,
-					Doc: "vocab file (one token per line; read when the pipeline is built, on every replica), or builtin for the embedded English vocab"},
+				{Name: "vocab", Type: ParamString, Default: builtinVocab, Check: nonEmpty,
+					Doc: "builtin for the embedded English vocab, or a vocab file (one token per line) named within the replica's --vocab-dir, read when the pipeline is built, on every replica"},
 				{Name: "lowercase", Type: ParamBool, Default: true, Doc: "lowercase before splitting into pieces (uncased models)"},
 				{Name: "strip_accents", Type: ParamBool, Default: true, Doc: "drop combining accents (uncased models)"},
 				{Name: "max_len", Type: ParamInt, Default: 128, Bounded: true, Min: 2, Max: 65536,
@@ -119,19 +118,13 @@ type wordPiece struct {
 	pack   bool
 }
 
-func buildWordPiece(p Params, _ Options) (stage, error) {
-	var v *text.Vocab
-	if path := p.String("vocab"); path == "builtin" {
-		v = text.BuiltinVocab()
-	} else {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("vocab: %w", err)
-		}
-		defer f.Close()
-		if v, err = text.LoadVocab(f); err != nil {
-			return nil, fmt.Errorf("vocab %s: %w", path, err)
-		}
+func buildWordPiece(p Params, o Options) (stage, error) {
+	v, err := loadVocab(p.String("vocab"), o)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil { // checked only (Check): never run
+		return &wordPiece{}, nil
 	}
 	tok, err := text.NewTokenizer(v, text.WordPieceOptions{
 		Lowercase:       p.Bool("lowercase"),

@@ -72,8 +72,11 @@ func TestWordPiecePackAndOptions(t *testing.T) {
 	if err := os.WriteFile(vocab, []byte("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n##s\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := spec(t, "label: {field: label}\nops:\n  - {op: text, source: jsonl, field: sentences}\n"+
-		"  - {op: wordpiece, vocab: "+vocab+", lowercase: false, strip_accents: false, max_len: 8, mode: pack}\n")
+	p, err := Lookup("label: {field: label}\nops:\n  - {op: text, source: jsonl, field: sentences}\n"+
+		"  - {op: wordpiece, vocab: vocab.txt, lowercase: false, strip_accents: false, max_len: 8, mode: pack}\n", Options{VocabDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := wds.Sample{Key: "k", Files: map[string][]byte{"jsonl": []byte(`{"sentences": ["hello worlds", "Hello", "world world world"], "label": 4}`)}}
 	out := run(t, p, s, 1)
 	if diff := cmp.Diff([]string{"input_ids I32[8] 32", "attention_mask I32[8] 32", "segment_ids I32[8] 32", "label I64[] 8"}, shapes(out)); diff != "" {

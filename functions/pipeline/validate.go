@@ -27,7 +27,7 @@ func compile(d Definition, o Options) (*compiled, []Problem) {
 	if len(d.Ops) == 0 {
 		probs = append(probs, Problem{Op: -1, Msg: "ops: want at least one op"})
 	}
-	c := &compiled{name: nameOr(d.Name), label: d.Label, maxPixels: o.MaxPixels}
+	c := &compiled{name: nameOr(d.Name), label: d.Label, maxPixels: o.MaxPixels, budget: o.DecodeBudget}
 	prev, prevOK := TypeSample, true // prevOK: prev is known (the op before was recognised)
 	lastImage := -1                  // the op that made the current encoded_image
 	var outputs []string             // field names the terminal op makes

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/memlimit"
 	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -31,8 +32,21 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxMemberBytes caps one tar member (default wds.DefaultMaxMemberBytes).
 	MaxMemberBytes int64
+	// MaxSampleBytes caps one tar sample's members together (default
+	// wds.DefaultMaxSampleBytes), MaxSampleMembers their count (default
+	// wds.DefaultMaxSampleMembers).
+	MaxSampleBytes   int64
+	MaxSampleMembers int
 	// MaxPixels caps a decoded image (default the image package's, 64 MP).
 	MaxPixels int
+	// MemoryLimit is the replica's memory limit (default
+	// memlimit.Default). Less the shard cache's memory tier, it sizes the
+	// decode budget (decodeBudget): what the decoded images of all the
+	// replica's shards may hold at once.
+	MemoryLimit int64
+	// VocabDir is the only directory a task's pipeline may read vocab
+	// files from ("": none, builtin only): pipeline.Options.VocabDir.
+	VocabDir string
 	// Concurrency is how many shards are processed at once; a task beyond
 	// it gets 429 (default 1, one shard per replica, as Knative's
 	// containerConcurrency would be set).
@@ -63,6 +77,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.MemoryLimit <= 0 {
+		c.MemoryLimit = memlimit.Default
 	}
 	if c.FrameWriteTimeout == 0 {
 		c.FrameWriteTimeout = DefaultFrameWriteTimeout
@@ -103,8 +120,10 @@ func New(cfg Config, s3c *s3.Client, logger *slog.Logger, reg prometheus.Registe
 	if err != nil {
 		return nil, err
 	}
+	// One decode budget for all the replica's pipelines: its memory is one.
+	opts := pipeline.Options{MaxPixels: cfg.MaxPixels, DecodeBudget: decodeBudget(cfg, logger), VocabDir: cfg.VocabDir}
 	return &Server{cfg: cfg, s3: s3c, cache: cache, log: logger, m: m,
-		pipelines: &pipelineCache{opts: pipeline.Options{MaxPixels: cfg.MaxPixels}},
+		pipelines: &pipelineCache{opts: opts},
 		slots:     make(chan struct{}, cfg.Concurrency)}, nil
 }
 

@@ -107,7 +107,8 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 	}
 	defer obj.Close()
 	body := &readErr{r: obj}
-	var rd sampleReader = wds.NewReader(body, s.cfg.MaxMemberBytes)
+	var rd sampleReader = wds.NewLimitedReader(body, wds.Limits{MaxMemberBytes: s.cfg.MaxMemberBytes,
+		MaxSampleBytes: s.cfg.MaxSampleBytes, MaxSampleMembers: s.cfg.MaxSampleMembers})
 	if format != "tar" {
 		rd = lines.NewReader(body, task.Key, format, int(min(s.cfg.MaxMemberBytes, math.MaxInt32)))
 	}
@@ -151,7 +152,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 		if err != nil {
 			return end, fmt.Errorf("reading shard s3://%s/%s: %w", task.Bucket, task.Key, err)
 		}
-		out, err := p.Process(sample, pipeline.SampleSeed(task.Seed, task.Epoch, sample.Key))
+		out, err := p.ProcessContext(ctx, sample, pipeline.SampleSeed(task.Seed, task.Epoch, sample.Key))
 		if err != nil {
 			fail(sample.Key, err.Error())
 			continue

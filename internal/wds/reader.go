@@ -15,9 +15,45 @@ type Sample struct {
 	Files map[string][]byte
 }
 
-// DefaultMaxMemberBytes bounds one member, so a corrupt or hostile header
-// cannot make a reader allocate without limit.
-const DefaultMaxMemberBytes = 64 << 20
+// Defaults of Limits. A shard comes from outside, and its headers say how
+// big its members are: without these a few KB of tar could make a reader
+// allocate without limit.
+const (
+	// DefaultMaxMemberBytes bounds one member.
+	DefaultMaxMemberBytes = 64 << 20
+	// DefaultMaxSampleBytes bounds the members of one sample together:
+	// two members at the member cap (an image and its metadata fit with
+	// room to spare).
+	DefaultMaxSampleBytes = 2 * DefaultMaxMemberBytes
+	// DefaultMaxSampleMembers bounds how many members one sample has; a
+	// WebDataset sample has a handful (jpg, cls, json, txt).
+	DefaultMaxSampleMembers = 64
+)
+
+// Limits bound what one sample of a shard may take; a zero field takes
+// its default. A sample over any of them fails alone: the reader reports
+// it and goes on with the next.
+type Limits struct {
+	// MaxMemberBytes caps one member (DefaultMaxMemberBytes).
+	MaxMemberBytes int64
+	// MaxSampleBytes caps one sample's members together (DefaultMaxSampleBytes).
+	MaxSampleBytes int64
+	// MaxSampleMembers caps one sample's member count (DefaultMaxSampleMembers).
+	MaxSampleMembers int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxMemberBytes <= 0 {
+		l.MaxMemberBytes = DefaultMaxMemberBytes
+	}
+	if l.MaxSampleBytes <= 0 {
+		l.MaxSampleBytes = DefaultMaxSampleBytes
+	}
+	if l.MaxSampleMembers <= 0 {
+		l.MaxSampleMembers = DefaultMaxSampleMembers
+	}
+	return l
+}
 
 // SampleError is a sample that could not be read. Key is "" only when the
 // tar stream broke before any member name could be read.
@@ -41,12 +77,15 @@ func SplitKey(name string) (key, ext string) {
 
 // Reader yields samples from a tar stream.
 type Reader struct {
-	tr        *tar.Reader
-	maxMember int64
-	cur       *Sample
-	curErr    string // why cur failed, if it did
-	ready     []result
-	done      bool
+	tr     *tar.Reader
+	limits Limits
+	cur    *Sample
+	// curBytes and curMembers are what cur's members add up to so far.
+	curBytes   int64
+	curMembers int
+	curErr     string // why cur failed, if it did
+	ready      []result
+	done       bool
 }
 
 type result struct {
@@ -54,19 +93,23 @@ type result struct {
 	err error
 }
 
-// NewReader reads tar from r; maxMember <= 0 means DefaultMaxMemberBytes.
+// NewReader reads tar from r with the default Limits but for maxMember
+// (<= 0 means DefaultMaxMemberBytes).
 func NewReader(r io.Reader, maxMember int64) *Reader {
-	if maxMember <= 0 {
-		maxMember = DefaultMaxMemberBytes
-	}
-	return &Reader{tr: tar.NewReader(r), maxMember: maxMember}
+	return NewLimitedReader(r, Limits{MaxMemberBytes: maxMember})
+}
+
+// NewLimitedReader reads tar from r, each sample within l.
+func NewLimitedReader(r io.Reader, l Limits) *Reader {
+	return &Reader{tr: tar.NewReader(r), limits: l.withDefaults()}
 }
 
 // Next returns the next sample, io.EOF at the end, or a *SampleError for a
 // sample that cannot be read; the caller reports it and calls Next again.
-// A member over the size cap fails its own sample only. A broken stream
-// (truncated member, bad header) fails the sample being read, and then Next
-// returns io.EOF: nothing after the break can be located.
+// A sample over a limit, or with a sparse member, fails alone (its other
+// members are skipped unread). A broken stream (truncated member, bad
+// header) fails the sample being read, and then Next returns io.EOF:
+// nothing after the break can be located.
 func (r *Reader) Next() (Sample, error) {
 	for len(r.ready) == 0 {
 		if r.done {
@@ -91,7 +134,8 @@ func (r *Reader) step() {
 		r.breakOff(r.curKey(), "reading tar header: "+err.Error())
 		return
 	}
-	if h.Typeflag != tar.TypeReg {
+	sparse := isSparse(h)
+	if h.Typeflag != tar.TypeReg && !sparse {
 		return
 	}
 	key, ext := SplitKey(h.Name)
@@ -101,8 +145,24 @@ func (r *Reader) step() {
 	if r.cur == nil {
 		r.cur = &Sample{Key: key, Files: map[string][]byte{}}
 	}
-	if h.Size > r.maxMember {
-		r.curErr = fmt.Sprintf("member %s is %d bytes, over the %d-byte cap", h.Name, h.Size, r.maxMember)
+	if r.curErr != "" {
+		return // failed already: its other members are skipped unread
+	}
+	r.curMembers++
+	switch l := r.limits; {
+	case sparse:
+		// Its header may claim gigabytes that take a few bytes of tar:
+		// no WebDataset writer makes one.
+		r.fail(fmt.Sprintf("member %s is a sparse file (GNU sparse header): a corrupt sample", h.Name))
+	case r.curMembers > l.MaxSampleMembers:
+		r.fail(fmt.Sprintf("more than %d members, over the per-sample cap", l.MaxSampleMembers))
+	case h.Size > l.MaxMemberBytes:
+		r.fail(fmt.Sprintf("member %s is %d bytes, over the %d-byte cap", h.Name, h.Size, l.MaxMemberBytes))
+	case r.curBytes+h.Size > l.MaxSampleBytes:
+		r.fail(fmt.Sprintf("members add up to %d bytes with %s, over the %d-byte per-sample cap",
+			r.curBytes+h.Size, h.Name, l.MaxSampleBytes))
+	}
+	if r.curErr != "" {
 		return // tar.Reader skips the unread body on the next Next
 	}
 	data := make([]byte, h.Size)
@@ -111,6 +171,28 @@ func (r *Reader) step() {
 		return
 	}
 	r.cur.Files[ext] = data
+	r.curBytes += h.Size
+}
+
+// isSparse reports a GNU sparse member: the old GNU type 'S', or the PAX
+// GNU.sparse.* records (which archive/tar presents as a regular file of
+// the expanded size).
+func isSparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
+// fail marks the sample being read as failed and drops what it holds.
+func (r *Reader) fail(reason string) {
+	r.curErr = reason
+	r.cur.Files = nil
 }
 
 func (r *Reader) curKey() string {
@@ -130,7 +212,7 @@ func (r *Reader) flush() {
 	} else {
 		r.ready = append(r.ready, result{s: *r.cur})
 	}
-	r.cur, r.curErr = nil, ""
+	r.cur, r.curErr, r.curBytes, r.curMembers = nil, "", 0, 0
 }
 
 // breakOff ends reading: the sample being read (key) fails with reason.
@@ -138,8 +220,7 @@ func (r *Reader) breakOff(key, reason string) {
 	if r.cur != nil && r.cur.Key != key {
 		r.flush()
 	}
-	r.cur = nil
-	r.curErr = ""
+	r.cur, r.curErr, r.curBytes, r.curMembers = nil, "", 0, 0
 	r.ready = append(r.ready, result{err: &SampleError{Key: key, Reason: reason}})
 	r.done = true
 }
