@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/safeyaml"
 	"github.com/sluice-project/sluice/internal/suggest"
 	"github.com/sluice-project/sluice/wire"
@@ -304,12 +305,12 @@ func decodeInt(v *yaml.Node, dst *int) error {
 	return nil
 }
 
-// decodeSize reads a byte count: an integer or a ParseSize string.
+// decodeSize reads a byte count: an integer or a bytesize.Parse string.
 func decodeSize(v *yaml.Node) (int64, error) {
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!str") {
-		return 0, fmt.Errorf("%s: %s", describe(v), sizeWant)
+		return 0, fmt.Errorf("%s: %s", describe(v), bytesize.Want)
 	}
-	n, err := ParseSize(v.Value)
+	n, err := bytesize.Parse(v.Value)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", describe(v), err)
 	}

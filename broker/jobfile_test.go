@@ -238,19 +238,3 @@ func TestParseJobSpecJSON(t *testing.T) {
 		t.Errorf("JSON syntax error (-want +got):\n%s", diff)
 	}
 }
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{
-		"0": 0, "1048576": 1 << 20, "64MiB": 64 << 20, "1 GiB": 1 << 30, "1.5GiB": 3 << 29,
-		"512KiB": 512 << 10, "2TiB": 2 << 40, "100MB": 100e6, "3GB": 3e9, "7B": 7, " 4 KB ": 4000,
-	} {
-		if got, err := ParseSize(in); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "-1", "1XB", "MiB", "1 mib", "1e9", "99999999999999999999", "9999999999TiB"} {
-		if got, err := ParseSize(in); err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", in, got)
-		}
-	}
-}

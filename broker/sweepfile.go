@@ -8,6 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/safeyaml"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -61,14 +62,14 @@ func ParseSweepSpec(data []byte) (wire.SweepSpec, error) {
 		probs = append(probs, "pipeline: "+err.Error())
 	}
 	if f.ChunkMaxBytes != "" {
-		n, err := ParseSize(f.ChunkMaxBytes)
+		n, err := bytesize.Parse(f.ChunkMaxBytes)
 		if err != nil {
 			probs = append(probs, "chunk_max_bytes: "+err.Error())
 		}
 		s.ChunkMaxBytes = int(n)
 	}
 	if f.OutputBufferBytes != "" {
-		if s.OutputBufferBytes, err = ParseSize(f.OutputBufferBytes); err != nil {
+		if s.OutputBufferBytes, err = bytesize.Parse(f.OutputBufferBytes); err != nil {
 			probs = append(probs, "output_buffer_bytes: "+err.Error())
 		}
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-project/sluice/autoscale/local"
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/bearer"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
@@ -85,7 +85,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				maxLagBytes = -1
 				return nil
 			}
-			n, err := broker.ParseSize(*maxLag)
+			n, err := bytesize.Parse(*maxLag)
 			if err != nil {
 				return fmt.Errorf("--max-lag-bytes %q: %v", *maxLag, err)
 			}

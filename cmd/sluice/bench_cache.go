@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/demo"
 	"github.com/sluice-project/sluice/internal/slowlink"
 )
@@ -52,7 +52,7 @@ func runBenchCache(ctx context.Context, args []string, stdout, stderr io.Writer)
 		intRange("replicas", replicas, 1, 16),
 		durationRange("s3-latency", latency, 0, 10*time.Second),
 		func() error {
-			n, err := broker.ParseSize(*rate)
+			n, err := bytesize.Parse(*rate)
 			if err != nil || n <= 0 {
 				return fmt.Errorf("--s3-rate %q: %v", *rate, errOr(err, "want > 0"))
 			}
@@ -125,7 +125,7 @@ func runBenchCache(ctx context.Context, args []string, stdout, stderr io.Writer)
 func printBenchCache(w io.Writer, d demo.Options, replicas int, latency time.Duration, rate int64, runs []*cacheRun) {
 	ds := runs[0].Summary.DatasetBytes
 	fmt.Fprintf(w, "%d epochs of %d samples (%s in %d shards), %d replicas, S3 behind a link of %s/s and %v latency\n\n",
-		d.Epochs, d.Samples, broker.FormatSize(ds), d.Shards, replicas, broker.FormatSize(rate), latency)
+		d.Epochs, d.Samples, bytesize.Format(ds), d.Shards, replicas, bytesize.Format(rate), latency)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := "CACHE\tS3 READ\tMODEL"
 	for e := range d.Epochs {
@@ -136,7 +136,7 @@ func printBenchCache(w io.Writer, d demo.Options, replicas int, latency time.Dur
 		s := r.Summary
 		size := "none"
 		if r.Cache.DiskBytes > 0 {
-			size = broker.FormatSize(r.Cache.DiskBytes)
+			size = bytesize.Format(r.Cache.DiskBytes)
 		}
 		line := fmt.Sprintf("%s (%s)\t%.2fx\t%.2fx", r.Name, size, float64(s.S3LinkBytes)/float64(ds), r.Model.S3Ratio)
 		for e := range d.Epochs {

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/bytesize"
 )
 
 // cacheFlags are the shard cache settings of `fn serve`, which `sluice
@@ -35,7 +35,7 @@ func (f cacheFlags) resolve(c *shardcache.Config) func() error {
 	return func() error {
 		var errs []error
 		size := func(name, v string) int64 {
-			n, err := broker.ParseSize(v)
+			n, err := bytesize.Parse(v)
 			if err != nil || n < 0 {
 				errs = append(errs, fmt.Errorf("--%s %q: %v", name, v, errOr(err, "want >= 0")))
 			}

@@ -7,16 +7,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/nats-io/nats.go/jetstream"
 	"io"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -178,7 +180,7 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 		f.Pipeline = cmp.Or(doc, pipelineValue)
 	}
 	if set["output-buffer"] {
-		n, err := broker.ParseSize(outputBuffer)
+		n, err := bytesize.Parse(outputBuffer)
 		if err != nil {
 			flagProbs = append(flagProbs, broker.SpecProblem{Message: fmt.Sprintf("--output-buffer %q: %v", outputBuffer, err)})
 			failed["output_buffer_bytes"], set["output-buffer"] = true, false

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -108,7 +109,7 @@ func printReads(w io.Writer, st wire.JobStatus) {
 	}
 	parts := make([]string, len(st.S3BytesPerEpoch))
 	for i, n := range st.S3BytesPerEpoch {
-		parts[i] = fmt.Sprintf("%d: %s", i, broker.FormatSize(n))
+		parts[i] = fmt.Sprintf("%d: %s", i, bytesize.Format(n))
 	}
 	fmt.Fprintf(w, "  s3 read   %s\n", strings.Join(parts, ", "))
 	var cached int64
@@ -117,7 +118,7 @@ func printReads(w io.Writer, st wire.JobStatus) {
 	}
 	if reads := st.CacheHits + st.CacheMisses; reads > 0 {
 		fmt.Fprintf(w, "  cache     %d of %d shard reads hit (%.0f%%; %d in a replica's memory), %s from the replicas' caches\n",
-			st.CacheHits, reads, 100*float64(st.CacheHits)/float64(reads), st.CacheMemoryHits, broker.FormatSize(cached))
+			st.CacheHits, reads, 100*float64(st.CacheHits)/float64(reads), st.CacheMemoryHits, bytesize.Format(cached))
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/loadtest/sweep"
 )
 
@@ -59,7 +59,7 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args, oneOf("log-level", logLevel, logLevels...), func() error {
-		n, err := broker.ParseSize(*outputBuffer)
+		n, err := bytesize.Parse(*outputBuffer)
 		if err != nil {
 			return fmt.Errorf("--output-buffer %q: %v", *outputBuffer, err)
 		}

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/memlimit"
@@ -38,7 +37,7 @@ func (f memoryLimitFlag) resolve(limit *int64, source *string) func() error {
 			*limit, *source = n, src
 			return nil
 		}
-		n, err := broker.ParseSize(*f.value)
+		n, err := bytesize.Parse(*f.value)
 		if err != nil || n < minMemoryLimit {
 			return fmt.Errorf("--memory-limit %q: %s", *f.value, errOr(err, "want at least "+bytesize.Format(minMemoryLimit)))
 		}

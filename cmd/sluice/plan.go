@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/planner"
 )
@@ -57,7 +57,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	in := shardcache.ModelInputs{}
 	size := func(name string, v *string, dst *int64) func() error {
 		return func() error {
-			n, err := broker.ParseSize(*v)
+			n, err := bytesize.Parse(*v)
 			if err != nil {
 				return fmt.Errorf("--%s %q: %v", name, *v, err)
 			}
@@ -189,8 +189,8 @@ func printReplicaPlan(w io.Writer, p replicaPlan) {
 
 func printPlan(w io.Writer, in shardcache.ModelInputs, p shardcache.Prediction) {
 	fmt.Fprintf(w, "%d epochs of %s (%d samples in %d shards) on %d replicas; the cache of %s keeps %.0f%% of the dataset\n\n",
-		in.Epochs, broker.FormatSize(in.DatasetBytes), in.Samples, in.Shards, in.Replicas,
-		broker.FormatSize(in.CacheBytes), 100*p.CachedFraction)
+		in.Epochs, bytesize.Format(in.DatasetBytes), in.Samples, in.Shards, in.Replicas,
+		bytesize.Format(in.CacheBytes), 100*p.CachedFraction)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EPOCH\tS3 READ\tCACHE READ\tI/O TIME\tI/O CEILING\tDECODE CEILING\tBOUND")
 	// Epochs after the first are alike: one row for a run of equal ones.
@@ -203,10 +203,10 @@ func printPlan(w io.Writer, in shardcache.ModelInputs, p shardcache.Prediction) 
 		if last > e {
 			label = fmt.Sprintf("%d-%d", e, last)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fs\t%.0f/s\t%.0f/s\t%.0f/s\n", label, broker.FormatSize(ep.S3Bytes), broker.FormatSize(ep.CacheBytes),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fs\t%.0f/s\t%.0f/s\t%.0f/s\n", label, bytesize.Format(ep.S3Bytes), bytesize.Format(ep.CacheBytes),
 			ep.IOSeconds, ep.IOCeiling, ep.DecodeCeiling, ep.Bound)
 		e = last + 1
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "\nS3 in all: %s, %.2fx the dataset (%dx without a cache)\n", broker.FormatSize(p.S3Bytes), p.S3Ratio, in.Epochs)
+	fmt.Fprintf(w, "\nS3 in all: %s, %.2fx the dataset (%dx without a cache)\n", bytesize.Format(p.S3Bytes), p.S3Ratio, in.Epochs)
 }

@@ -1,6 +1,6 @@
-// Package bytesize writes byte counts for people, in the powers of 1024
-// that sizes in Sluice's flags and specs use ("512 B", "1.5 KiB",
-// "23.4 GiB"), for error messages that name how big something is.
+// Package bytesize reads and writes byte counts as Sluice's flags, spec
+// files and messages write them: "64MiB", "1.5 GiB", "100MB" in, "512 B",
+// "1.5 KiB", "23.4 GiB" (powers of 1024) out.
 package bytesize
 
 import (
@@ -8,7 +8,8 @@ import (
 	"strconv"
 )
 
-// Format writes n as "512 B", "64.0 KiB", "1.5 GiB".
+// Format writes n as "512 B", "64.0 KiB", "1.5 GiB", in the powers of 1024
+// Parse reads.
 func Format(n int64) string {
 	if n < 1024 && n > -1024 {
 		return strconv.FormatInt(n, 10) + " B"

@@ -1,4 +1,4 @@
-package broker
+package bytesize
 
 import (
 	"errors"
@@ -14,16 +14,16 @@ var sizeUnits = map[string]float64{"": 1, "B": 1,
 	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
 	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
-// sizeWant says what a byte count may be.
-const sizeWant = "want a byte count: an integer or a size such as 64MiB, 1GiB, 100MB"
+// Want says what a byte count may be.
+const Want = "want a byte count: an integer or a size such as 64MiB, 1GiB, 100MB"
 
-// ParseSize reads a byte count as job spec files and flags write it: an
+// Parse reads a byte count as job spec files and flags write it: an
 // integer, or a number with a unit of B, KiB, MiB, GiB, TiB (powers of
 // 1024) or KB, MB, GB, TB (of 1000), such as "64MiB" or "1.5 GiB".
-func ParseSize(s string) (int64, error) {
+func Parse(s string) (int64, error) {
 	m := sizePattern.FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
-		return 0, errors.New(sizeWant)
+		return 0, errors.New(Want)
 	}
 	if m[2] == "" && !strings.Contains(m[1], ".") {
 		n, err := strconv.ParseInt(m[1], 10, 64)
@@ -34,27 +34,11 @@ func ParseSize(s string) (int64, error) {
 	}
 	x, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {
-		return 0, errors.New(sizeWant)
+		return 0, errors.New(Want)
 	}
 	x *= sizeUnits[m[2]]
 	if x >= math.MaxInt64/2 {
 		return 0, errors.New("too large")
 	}
 	return int64(x), nil
-}
-
-// FormatSize writes a byte count for people, in powers of 1024 as
-// ParseSize reads them: "512 B", "1.5 KiB", "23.4 GiB".
-func FormatSize(n int64) string {
-	if n < 1024 && n > -1024 {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	x := float64(n)
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		x /= 1024
-		if math.Abs(x) < 1024 || u == "TiB" {
-			return strconv.FormatFloat(x, 'f', 1, 64) + " " + u
-		}
-	}
-	return ""
 }
