@@ -5,7 +5,6 @@ import (
 
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/wds"
@@ -26,7 +25,7 @@ func TestFunctionMemoryFits(t *testing.T) {
 		var goLimit int64
 		for _, e := range c.Env {
 			if e.Name == "GOMEMLIMIT" {
-				n, err := broker.ParseSize(e.Value)
+				n, err := bytesize.Parse(e.Value)
 				if err != nil {
 					t.Fatalf("%s: GOMEMLIMIT %q: %v", dir, e.Value, err)
 				}
