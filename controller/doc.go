@@ -41,9 +41,13 @@
 // failed, samples, where shards were read from; results are core NATS, so
 // a status also counts the tasks the consumer no longer holds as settled.
 // A controller that takes a job over adds its counts to the status it
-// found. Reader progress comes from the readers' demand signals;
+// found. Reader progress comes from the declared readers' demand signals
+// (the runner refuses others'; a status lists declared readers only);
 // completion from each declared reader's wire.ReaderDoneKey, which its
-// agent writes once every rank has the last batch.
+// agent writes once every rank has the last batch. Nothing a result
+// carries sizes a status: a failure is listed under its shard's key in
+// the job's record, texts are cut to wire.MaxReasonBytes, and
+// wire.MaxFailedShardsListed failures are listed, every one counted.
 //
 // Every LearnEvery (30 s) the controller records each running job's
 // per-replica rate, as its autoscaling policy learned it, in the plan
