@@ -9,6 +9,13 @@
 // replicas, its dispatch plan, its task consumer and remaining tasks, its
 // metric series and its lease.
 //
+// A job record is checked again whenever it is read (broker.CheckRecord:
+// what Submit checks, but the pipeline, and the record's own fields), since
+// anyone who may write the job store may have written it: one that fails
+// is not run; its owner marks it failed with the reason (a run under way
+// stops first). One that is not JSON is left alone. Both are counted
+// (sluice_controller_invalid_job_records_total).
+//
 // The controller sends no task itself. A job's agents pull its tasks from
 // the job's task consumer (wire.DispatchConsumer, created at submit), send
 // them to the function replicas and receive the output. What the
