@@ -67,7 +67,9 @@
 //
 // Runner is the thin loop around all three: it keeps the latest demand per
 // job and reader, and per job and agent (Observe, fed by a NATS
-// subscription in Run; Agents), asks each job's Backlog, decides,
+// subscription in Run; Agents; a signal of a reader the job does not
+// declare, or naming an agent beyond MaxAgentsPerJob, is refused and
+// counted), asks each job's Backlog, decides,
 // allocates, calls Actuator.Scale for every job on every tick (so the
 // actuator can replace replicas that died; removed and shrinking jobs
 // first, so that the replicas never exceed the capacity between two calls)

@@ -93,6 +93,7 @@ type Runner struct {
 
 	desired *prometheus.GaugeVec
 	events  *prometheus.CounterVec
+	refused *prometheus.CounterVec
 
 	tick sync.Mutex // serialises Tick
 
@@ -139,6 +140,10 @@ func NewRunner(nc *nats.Conn, act Actuator, cfg Config, logger *slog.Logger, reg
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_autoscale_scale_events_total", Help: "Changes of a job's replica count.",
 		}, []string{"job", "direction"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_autoscale_demand_refused_total",
+			Help: "Demand signals refused: of a reader the job does not declare, or naming an agent over the bounds.",
+		}, []string{"reason"}),
 		jobs:    map[string]*managed{},
 		demand:  map[string]map[string]Signal{},
 		agents:  map[string]map[string]Signal{},
@@ -146,6 +151,7 @@ func NewRunner(nc *nats.Conn, act Actuator, cfg Config, logger *slog.Logger, reg
 	}
 	r.desired = promreg.Register(reg, r.desired)
 	r.events = promreg.Register(reg, r.events)
+	r.refused = promreg.Register(reg, r.refused)
 	return r, nil
 }
 
@@ -180,15 +186,46 @@ func (r *Runner) RemoveJob(job string) {
 	r.removed[job] = true
 }
 
+// Bounds on what demand signals, which anyone who may publish on a job's
+// demand subject can send, make the runner keep per job.
+const (
+	// MaxAgentsPerJob bounds the agents kept per job: the job's dispatch
+	// plan shares its in-flight budget among them, and must stay one
+	// NATS message. One more replaces a stale one, or is refused.
+	MaxAgentsPerJob = 1024
+	// MaxAgentNameBytes bounds an agent's name (a host name and a pid).
+	MaxAgentNameBytes = 256
+)
+
+// Why Observe refused a signal (the reason label of
+// sluice_autoscale_demand_refused_total).
+const (
+	refusedUndeclaredReader = "undeclared_reader"
+	refusedTooManyReaders   = "too_many_readers"
+	refusedAgentName        = "agent_name"
+	refusedTooManyAgents    = "too_many_agents"
+)
+
 // Observe records a demand signal of a reader of d.Job received at at;
 // signals older than the one kept for that reader are ignored. A signal
 // naming its agent (wire.Demand.Agent) is also kept as that agent's
 // latest (Agents). Signals of a job the runner does not manage are
-// dropped.
+// dropped; so are, with a debug line and a count, those of a reader the
+// job does not declare (of more than wire.MaxReaders readers where it
+// declares none), and those naming an agent beyond MaxAgentsPerJob or
+// MaxAgentNameBytes: they would grow the job's maps without bound.
 func (r *Runner) Observe(d wire.Demand, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.jobs[d.Job]; !ok {
+	m, ok := r.jobs[d.Job]
+	if !ok {
+		return
+	}
+	reader := readerOf(d)
+	byReader := r.demand[d.Job]
+	if why := r.refuse(m, byReader, d, reader, at); why != "" {
+		r.refused.WithLabelValues(why).Inc()
+		r.log.Debug("refusing a demand signal", "job", d.Job, "reader", reader, "agent", d.Agent, "why", why)
 		return
 	}
 	if d.Agent != "" {
@@ -201,16 +238,43 @@ func (r *Runner) Observe(d wire.Demand, at time.Time) {
 			byAgent[d.Agent] = Signal{d, at}
 		}
 	}
-	byReader := r.demand[d.Job]
 	if byReader == nil {
 		byReader = map[string]Signal{}
 		r.demand[d.Job] = byReader
 	}
-	reader := readerOf(d)
 	if o, ok := byReader[reader]; ok && o.At.After(at) {
 		return
 	}
 	byReader[reader] = Signal{d, at}
+}
+
+// refuse says why a signal of job m is not kept (empty: it is); a new
+// agent over the cap takes the place of a stale one, if there is one.
+// r.mu must be held.
+func (r *Runner) refuse(m *managed, byReader map[string]Signal, d wire.Demand, reader string, at time.Time) string {
+	if len(m.job.Readers) > 0 && !slices.Contains(m.job.Readers, reader) {
+		return refusedUndeclaredReader
+	}
+	if _, known := byReader[reader]; !known && len(byReader) >= wire.MaxReaders {
+		return refusedTooManyReaders
+	}
+	if d.Agent == "" {
+		return ""
+	}
+	if len(d.Agent) > MaxAgentNameBytes {
+		return refusedAgentName
+	}
+	byAgent := r.agents[d.Job]
+	if _, known := byAgent[d.Agent]; known || len(byAgent) < MaxAgentsPerJob {
+		return ""
+	}
+	for name, s := range byAgent {
+		if at.Sub(s.At) > m.cfg.DemandStale {
+			delete(byAgent, name)
+			return ""
+		}
+	}
+	return refusedTooManyAgents
 }
 
 // Signals returns the latest signal of each reader of job.

@@ -9,6 +9,13 @@
 // replicas, its dispatch plan, its task consumer and remaining tasks, its
 // metric series and its lease.
 //
+// A job record is checked again whenever it is read (broker.CheckRecord:
+// what Submit checks, but the pipeline, and the record's own fields), since
+// anyone who may write the job store may have written it: one that fails
+// is not run; its owner marks it failed with the reason (a run under way
+// stops first). One that is not JSON is left alone. Both are counted
+// (sluice_controller_invalid_job_records_total).
+//
 // The controller sends no task itself. A job's agents pull its tasks from
 // the job's task consumer (wire.DispatchConsumer, created at submit), send
 // them to the function replicas and receive the output. What the
@@ -41,9 +48,13 @@
 // failed, samples, where shards were read from; results are core NATS, so
 // a status also counts the tasks the consumer no longer holds as settled.
 // A controller that takes a job over adds its counts to the status it
-// found. Reader progress comes from the readers' demand signals;
+// found. Reader progress comes from the declared readers' demand signals
+// (the runner refuses others'; a status lists declared readers only);
 // completion from each declared reader's wire.ReaderDoneKey, which its
-// agent writes once every rank has the last batch.
+// agent writes once every rank has the last batch. Nothing a result
+// carries sizes a status: a failure is listed under its shard's key in
+// the job's record, texts are cut to wire.MaxReasonBytes, and
+// wire.MaxFailedShardsListed failures are listed, every one counted.
 //
 // Every LearnEvery (30 s) the controller records each running job's
 // per-replica rate, as its autoscaling policy learned it, in the plan

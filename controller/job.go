@@ -27,9 +27,10 @@ const (
 	stopLost                 // the lease was not renewed in time, or taken
 	stopShutdown             // the controller stops and hands its jobs over
 	stopAbandon              // the controller stops as if killed (Options.Abandon)
+	stopInvalid              // the record turned invalid (broker.CheckRecord)
 )
 
-var stopReasonNames = [...]string{"", "cancelled", "deleted", "lease lost", "shutdown", "abandoned"}
+var stopReasonNames = [...]string{"", "cancelled", "deleted", "lease lost", "shutdown", "abandoned", "invalid record"}
 
 func (r stopReason) String() string { return stopReasonNames[r] }
 
@@ -144,6 +145,9 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		job, err = c.toRunning(ctx, id)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, errInvalidRecord) {
+			return c.finish(ctx, jr, wire.JobFailed, cut(err.Error()))
 		}
 		if errors.Is(err, broker.ErrTransition) || errors.Is(err, broker.ErrJobNotFound) {
 			jr.log.Info("job is not to run", "reason", err)
@@ -274,11 +278,12 @@ func (c *Controller) pollBacklog(ctx context.Context, cons jetstream.Consumer, b
 	return nil
 }
 
-// finish sets the job's terminal state.
+// finish sets the job's terminal state (from queued or running, or from
+// any state not terminal of an invalid record).
 func (c *Controller) finish(ctx context.Context, jr *jobRun, state wire.JobState, reason string) (ending, wire.Job) {
 	for {
 		rec, err := c.opts.Broker.Transition(ctx, jr.id, state, reason, func(from wire.JobState) bool {
-			return from == wire.JobQueued || from == wire.JobRunning
+			return !from.Terminal()
 		})
 		if err == nil {
 			c.setKnown(rec)
@@ -294,12 +299,20 @@ func (c *Controller) finish(ctx context.Context, jr *jobRun, state wire.JobState
 	}
 }
 
+// errInvalidRecord is wrapped by toRunning's error for a record that
+// fails broker.CheckRecord.
+var errInvalidRecord = errors.New("invalid job record")
+
 // toRunning moves job id from queued to running; a job already running
-// (taken over) is left as it is.
+// (taken over) is left as it is. A record that is not valid is not acted
+// on: errInvalidRecord says why.
 func (c *Controller) toRunning(ctx context.Context, id string) (wire.Job, error) {
 	job, err := c.opts.Broker.Job(ctx, id)
 	if err != nil {
 		return wire.Job{}, err
+	}
+	if err := broker.CheckRecord(id, job); err != nil {
+		return wire.Job{}, fmt.Errorf("%w: %w", errInvalidRecord, err)
 	}
 	if job.State == wire.JobRunning {
 		return job, nil
@@ -434,7 +447,10 @@ func (c *Controller) writeFinalStatus(ctx context.Context, jr *jobRun, rec wire.
 	jr.mu.Unlock()
 	if !ok { // the job never ran here
 		if job.Spec.ID == "" {
-			job = rec
+			job = wire.Job{Spec: wire.JobSpec{ID: rec.Spec.ID}}
+			if broker.CheckRecord(rec.Spec.ID, rec) == nil { // sized by, only when valid
+				job = rec
+			}
 		}
 		s = buildStatus(statusInputs{job: job, owner: c.opts.ID, prev: prev}, time.Now())
 	}

@@ -18,6 +18,8 @@ type metrics struct {
 	statusErr prometheus.Counter
 	planErr   prometheus.Counter
 	results   *prometheus.CounterVec
+	// invalidRecords counts job records read that fail broker.CheckRecord.
+	invalidRecords prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -49,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_controller_shard_results_total",
 			Help: "Shard results received from agents, by what became of them: counted, ignored (a job not run here, or a task counted already), malformed.",
 		}, []string{"result"})),
+		invalidRecords: promreg.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_controller_invalid_job_records_total",
+			Help: "Job records read that are not valid (undecodable, or failing the submit checks): not run, marked failed where decodable.",
+		})),
 	}
 }
 

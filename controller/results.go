@@ -7,10 +7,6 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// maxFailedShards bounds the failed shards a status lists; Tasks.Failed
-// counts them all.
-const maxFailedShards = 100
-
 // taskKey names one of a job's tasks.
 type taskKey struct{ epoch, shard int }
 
@@ -25,8 +21,9 @@ type failedEntry struct {
 // reads. It is a plain type, not safe for concurrent use: the job's run
 // locks around it.
 type jobResults struct {
-	job            string
-	epochs, shards int
+	job    string
+	epochs int
+	shards []string // the job's shard keys
 
 	done         map[taskKey]bool
 	failed       map[taskKey]wire.FailedSample
@@ -52,8 +49,9 @@ type resultCounts struct {
 	// Redeliveries is sends of a task beyond its first: an agent's
 	// retries, and every send of a task reported done again.
 	Redeliveries int
-	// FailedShards lists the first maxFailedShards failures (tasks given
-	// up on, then replays), each under its shard's key.
+	// FailedShards lists the first wire.MaxFailedShardsListed failures
+	// (tasks given up on, then replays), each under its shard's key in
+	// the job's record (not the result's).
 	FailedShards []wire.FailedSample
 	// FirstFailedSample is the first sample a function reported failed,
 	// to say why when none could be preprocessed.
@@ -69,7 +67,7 @@ type resultCounts struct {
 
 func newJobResults(job wire.Job) *jobResults {
 	return &jobResults{
-		job: job.Spec.ID, epochs: job.Spec.Epochs, shards: len(job.Shards),
+		job: job.Spec.ID, epochs: job.Spec.Epochs, shards: job.Shards,
 		done: map[taskKey]bool{}, failed: map[taskKey]wire.FailedSample{},
 		replayFailed: map[taskKey]wire.FailedSample{}, donePer: map[int]int{},
 	}
@@ -89,7 +87,7 @@ const (
 // add counts r and says what it changed, and whether it read a shard.
 func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	e := r.End
-	if (e.Job != "" && e.Job != j.job) || e.Epoch < 0 || e.Epoch >= j.epochs || e.Shard < 0 || e.Shard >= j.shards {
+	if (e.Job != "" && e.Job != j.job) || e.Epoch < 0 || e.Epoch >= j.epochs || e.Shard < 0 || e.Shard >= len(j.shards) {
 		j.counts.Malformed++
 		return resultMalformed, false
 	}
@@ -107,7 +105,7 @@ func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	if r.Replay {
 		if r.Error != "" {
 			if _, seen := j.replayFailed[k]; !seen {
-				j.replayFailed[k] = wire.FailedSample{Key: shardName(r), Reason: "replay of " + failReason(e, r.Error), Epoch: e.Epoch}
+				j.replayFailed[k] = wire.FailedSample{Key: j.shards[e.Shard], Reason: "replay of " + failReason(e, r.Error), Epoch: e.Epoch}
 				j.order = append(j.order, failedEntry{k, true})
 				j.counts.ReplayFailed++
 			}
@@ -123,7 +121,7 @@ func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 		if _, seen := j.failed[k]; seen {
 			return resultIgnored, read
 		}
-		j.failed[k] = wire.FailedSample{Key: shardName(r), Reason: failReason(e, r.Error), Epoch: e.Epoch}
+		j.failed[k] = wire.FailedSample{Key: j.shards[e.Shard], Reason: failReason(e, r.Error), Epoch: e.Epoch}
 		j.order = append(j.order, failedEntry{k, false})
 		return resultFailed, read
 	}
@@ -134,8 +132,8 @@ func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	j.counts.Samples += int64(e.Samples)
 	j.counts.SampleFailures += int64(e.FailedCount())
 	if j.firstFailed == nil && len(e.Failed) > 0 {
-		f := e.Failed[0]
-		f.Epoch = e.Epoch
+		// It may become the job's reason: bounded, whoever sent it.
+		f := wire.FailedSample{Key: cut(e.Failed[0].Key), Reason: cut(e.Failed[0].Reason), Epoch: e.Epoch}
 		j.firstFailed = &f
 	}
 	return resultDone, read
@@ -165,7 +163,7 @@ func (j *jobResults) snapshot() resultCounts {
 		c.FirstFailedSample = &f
 	}
 	for _, fe := range j.order {
-		if len(c.FailedShards) == maxFailedShards {
+		if len(c.FailedShards) == wire.MaxFailedShardsListed {
 			break
 		}
 		m := j.failed
@@ -179,18 +177,14 @@ func (j *jobResults) snapshot() resultCounts {
 	return c
 }
 
-// shardName is how a failure names its shard: the object key, or its
-// index when the result lacks it.
-func shardName(r wire.ShardResult) string {
-	if r.Key != "" {
-		return r.Key
-	}
-	return fmt.Sprintf("shard %d", r.End.Shard)
+func failReason(e wire.ShardEnd, reason string) string {
+	return fmt.Sprintf("epoch %d shard %d: %s", e.Epoch, e.Shard, cut(reason))
 }
 
-func failReason(e wire.ShardEnd, reason string) string {
-	if len(reason) > wire.MaxReasonBytes {
-		reason = reason[:wire.MaxReasonBytes] + "..."
+// cut bounds a failure's text from a result to wire.MaxReasonBytes.
+func cut(s string) string {
+	if len(s) > wire.MaxReasonBytes {
+		return s[:wire.MaxReasonBytes] + "..."
 	}
-	return fmt.Sprintf("epoch %d shard %d: %s", e.Epoch, e.Shard, reason)
+	return s
 }

@@ -80,23 +80,23 @@ func TestJobResultsCountsDistinctTasks(t *testing.T) {
 }
 
 // TestJobResultsBoundsFailedShards: a job whose every task fails lists the
-// first maxFailedShards of them; Failed counts them all.
+// first wire.MaxFailedShardsListed of them; Failed counts them all.
 func TestJobResultsBoundsFailedShards(t *testing.T) {
 	j := newJobResults(shardJob("j", 500, 1))
 	for s := range 500 {
 		j.add(failed("j", 0, s, strings.Repeat("x", 2*wire.MaxReasonBytes)))
 	}
 	got := j.snapshot()
-	if got.Failed != 500 || len(got.FailedShards) != maxFailedShards {
-		t.Fatalf("%d failed, %d listed; want 500 and %d", got.Failed, len(got.FailedShards), maxFailedShards)
+	if got.Failed != 500 || len(got.FailedShards) != wire.MaxFailedShardsListed {
+		t.Fatalf("%d failed, %d listed; want 500 and %d", got.Failed, len(got.FailedShards), wire.MaxFailedShardsListed)
 	}
 	if f := got.FailedShards[0]; f.Key != "s0" || len(f.Reason) > wire.MaxReasonBytes+64 {
 		t.Errorf("first failure %s, reason of %d bytes: want s0's, its reason cut", f.Key, len(f.Reason))
 	}
 	s := buildStatus(statusInputs{job: shardJob("j", 500, 1), results: got,
 		prev: wire.JobStatus{FailedShards: make([]wire.FailedSample, 60)}}, time.Now())
-	if len(s.FailedShards) != maxFailedShards || s.Tasks.Failed != 500 {
-		t.Errorf("status lists %d failed shards of %d; want %d of 500", len(s.FailedShards), s.Tasks.Failed, maxFailedShards)
+	if len(s.FailedShards) != wire.MaxFailedShardsListed || s.Tasks.Failed != 500 {
+		t.Errorf("status lists %d failed shards of %d; want %d of 500", len(s.FailedShards), s.Tasks.Failed, wire.MaxFailedShardsListed)
 	}
 }
 
@@ -171,5 +171,43 @@ func TestStatusFromShardResults(t *testing.T) {
 	s := e.waitState(t, "results", wire.JobSucceeded, 10*time.Second)
 	if s.Tasks.Done != 2 || s.Tasks.Failed != 1 {
 		t.Errorf("final tasks %+v, want the counts before the end", s.Tasks)
+	}
+}
+
+// TestJobResultsTrustNoSizeFromAResult: a failure is listed under the
+// shard's key in the job's record, not the key the result gives, and
+// the first failed sample (which may become the job's reason) is cut to
+// wire.MaxReasonBytes: anyone who may publish results could send a
+// megabyte in each, and the status must stay one NATS message.
+func TestJobResultsTrustNoSizeFromAResult(t *testing.T) {
+	huge := strings.Repeat("x", 1<<20)
+	j := newJobResults(shardJob("j", 2, 1))
+	bad := failed("j", 0, 0, huge)
+	bad.Key = huge
+	j.add(bad)
+	withFailure := done("j", 0, 1, 3, "miss")
+	withFailure.End.Failed = []wire.FailedSample{{Key: huge, Reason: huge}}
+	j.add(withFailure)
+	got := j.snapshot()
+	if len(got.FailedShards) != 1 || got.FailedShards[0].Key != "s0" || len(got.FailedShards[0].Reason) > wire.MaxReasonBytes+64 {
+		t.Errorf("failed shards %d, the first under a key of %d bytes with %d bytes of reason; want s0 with a cut reason",
+			len(got.FailedShards), len(got.FailedShards[0].Key), len(got.FailedShards[0].Reason))
+	}
+	if f := got.FirstFailedSample; f == nil || len(f.Key) > wire.MaxReasonBytes+3 || len(f.Reason) > wire.MaxReasonBytes+3 {
+		t.Errorf("first failed sample of %d+%d bytes, want each cut to %d", len(f.Key), len(f.Reason), wire.MaxReasonBytes)
+	}
+}
+
+// TestStatusCountsFailedReplays: failed replays are listed after the
+// tasks given up on, and counted, also over a takeover.
+func TestStatusCountsFailedReplays(t *testing.T) {
+	job := shardJob("j", 2, 1)
+	j := newJobResults(job)
+	r := failed("j", 0, 1, "gone")
+	r.Replay = true
+	j.add(r)
+	s := buildStatus(statusInputs{job: job, results: j.snapshot(), prev: wire.JobStatus{ReplaysFailed: 2}}, time.Now())
+	if s.ReplaysFailed != 3 || len(s.FailedShards) != 1 || s.Tasks.Failed != 0 {
+		t.Errorf("replays failed %d, listed %d, tasks failed %d; want 3, 1, 0", s.ReplaysFailed, len(s.FailedShards), s.Tasks.Failed)
 	}
 }

@@ -1,7 +1,7 @@
 package controller
 
 import (
-	"maps"
+	"slices"
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale"
@@ -56,14 +56,15 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 		SamplesProcessed: prev.SamplesProcessed + r.Samples,
 		SamplesFailed:    prev.SamplesFailed + r.SampleFailures,
 		SamplesExpected:  prev.SamplesExpected,
+		ReplaysFailed:    prev.ReplaysFailed + r.ReplayFailed,
 		Replicas:         in.replicas,
 		ReadyReplicas:    in.ready,
 		ScaleReason:      in.reason,
 	}
 	if n := len(prev.FailedShards) + len(r.FailedShards); n > 0 {
-		s.FailedShards = make([]wire.FailedSample, 0, min(n, maxFailedShards))
-		s.FailedShards = append(s.FailedShards, prev.FailedShards[:min(len(prev.FailedShards), maxFailedShards)]...)
-		s.FailedShards = append(s.FailedShards, r.FailedShards[:min(len(r.FailedShards), maxFailedShards-len(s.FailedShards))]...)
+		s.FailedShards = make([]wire.FailedSample, 0, min(n, wire.MaxFailedShardsListed))
+		s.FailedShards = append(s.FailedShards, prev.FailedShards[:min(len(prev.FailedShards), wire.MaxFailedShardsListed)]...)
+		s.FailedShards = append(s.FailedShards, r.FailedShards[:min(len(r.FailedShards), wire.MaxFailedShardsListed-len(s.FailedShards))]...)
 	}
 	s.TasksDonePerEpoch = make([]int, in.job.Spec.Epochs)
 	for e := range s.TasksDonePerEpoch {
@@ -74,13 +75,20 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 	}
 	addReads(&s, prev, r.Reads, in.job.Spec.Epochs)
 	if len(prev.Readers) > 0 || len(in.signals) > 0 {
-		s.Readers = maps.Clone(prev.Readers)
-		if s.Readers == nil {
-			s.Readers = map[string]wire.ReaderStatus{}
+		s.Readers = map[string]wire.ReaderStatus{}
+	}
+	// Declared readers only: the runner refuses others' signals, and a
+	// stored status may have been written by anyone.
+	for name, rs := range prev.Readers {
+		if slices.Contains(in.job.Spec.Readers, name) {
+			s.Readers[name] = rs
 		}
 	}
 	var steps []wire.StepTimes
 	for name, sig := range in.signals {
+		if !slices.Contains(in.job.Spec.Readers, name) {
+			continue
+		}
 		d := sig.Demand
 		rs := wire.ReaderStatus{
 			SamplesDelivered: d.SamplesDone, StallFraction: d.StallFraction,

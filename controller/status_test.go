@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ func TestStatusStepTimes(t *testing.T) {
 	sig := func(gpu float64, steps wire.StepTimes, done bool, age time.Duration) autoscale.Signal {
 		return autoscale.Signal{Demand: wire.Demand{GPUUtilization: gpu, Step: steps, Done: done}, At: now.Add(-age)}
 	}
-	job := wire.Job{Spec: wire.JobSpec{ID: "j", Epochs: 1}}
+	job := wire.Job{Spec: wire.JobSpec{ID: "j", Epochs: 1, Readers: []string{"a", "b", "stale", "done"}}}
 	s := buildStatus(statusInputs{
 		job: job, stale: 5 * time.Second,
 		signals: map[string]autoscale.Signal{
@@ -43,5 +44,22 @@ func TestStatusStepTimes(t *testing.T) {
 	}
 	if s.Readers["stale"].Step.Steps != 50 {
 		t.Errorf("a stale reader's own status lost its step times")
+	}
+}
+
+// TestStatusListsDeclaredReadersOnly: a status has the declared readers'
+// progress only, whatever signals reached it or an earlier status held.
+func TestStatusListsDeclaredReadersOnly(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	job := wire.Job{Spec: wire.JobSpec{ID: "j", Epochs: 1, Readers: []string{"train"}}}
+	prev := wire.JobStatus{Job: "j", Readers: map[string]wire.ReaderStatus{}}
+	signals := map[string]autoscale.Signal{"train": {Demand: wire.Demand{SamplesDone: 5}, At: now}}
+	for i := range 1000 {
+		prev.Readers[fmt.Sprintf("old-%d", i)] = wire.ReaderStatus{}
+		signals[fmt.Sprintf("new-%d", i)] = autoscale.Signal{At: now}
+	}
+	s := buildStatus(statusInputs{job: job, prev: prev, signals: signals}, now)
+	if len(s.Readers) != 1 || s.Readers["train"].SamplesDelivered != 5 {
+		t.Errorf("status lists %d readers, want train's (5 delivered) only: %+v", len(s.Readers), s.Readers["train"])
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -67,9 +68,24 @@ func (c *Controller) observe(e jetstream.KeyValueEntry) {
 		return
 	}
 	var job wire.Job
-	if err := json.Unmarshal(e.Value(), &job); err != nil || job.Spec.ID != id {
-		c.log.Warn("ignoring an unreadable job record", "job", id, "err", err)
+	if err := json.Unmarshal(e.Value(), &job); err != nil {
+		// Nothing to run and nothing to mark failed: as if deleted.
+		c.m.invalidRecords.Inc()
+		c.log.Warn("ignoring an undecodable job record", "job", id, "err", err)
+		c.mu.Lock()
+		delete(c.known, id)
+		c.mu.Unlock()
+		c.stopJobAsync(id, stopInvalid)
 		return
+	}
+	invalid := broker.CheckRecord(id, job)
+	if invalid != nil {
+		// Kept as its id and state only, for the lease keeper: the owner's
+		// run marks it failed with the reason (toRunning) rather than
+		// running it; a run under way stops first.
+		c.m.invalidRecords.Inc()
+		c.log.Warn("job record is not valid; it is not run", "job", id, "state", job.State, "err", cut(invalid.Error()))
+		job = wire.Job{Spec: wire.JobSpec{ID: id}, State: job.State}
 	}
 	c.mu.Lock()
 	_, had := c.known[id]
@@ -78,6 +94,9 @@ func (c *Controller) observe(e jetstream.KeyValueEntry) {
 	switch {
 	case job.State == wire.JobCancelled:
 		c.stopJobAsync(id, stopCancelled)
+	case invalid != nil && !job.State.Terminal():
+		c.stopJobAsync(id, stopInvalid)
+		c.wake()
 	case !job.State.Terminal() && !had:
 		c.wake() // a new job: compete for it now
 	}

@@ -72,8 +72,11 @@ type Stats struct {
 	// dropped because the agent had already seen them.
 	DuplicateChunks int64
 	// FailedSamples are those that functions could not preprocess (from
-	// ShardEnd messages), lost in a corrupt chunk, or reported with Fail.
-	FailedSamples []wire.FailedSample
+	// ShardEnd messages), lost in a corrupt chunk, or reported with Fail:
+	// the first MaxFailedSamplesListed; FailedSamplesOmitted counts the
+	// rest.
+	FailedSamples        []wire.FailedSample
+	FailedSamplesOmitted int64
 	// StallTime is the time the trainer spent waiting in Next, an ongoing
 	// wait included; RunTime and TimeToFirstBatch count from New.
 	StallTime        time.Duration
@@ -125,6 +128,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		DuplicateChunks    int64               `json:"duplicate_chunks"`
 		ShedShards         int64               `json:"shed_shards"`
 		FailedSamples      []wire.FailedSample `json:"failed_samples"`
+		FailedOmitted      int64               `json:"failed_samples_omitted,omitempty"`
 		StallS             float64             `json:"stall_s"`
 		RunS               float64             `json:"run_s"`
 		TimeToFirstBatchS  float64             `json:"time_to_first_batch_s"`
@@ -137,7 +141,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		Ranks              []RankStats         `json:"ranks"`
 		Steps              []RankSteps         `json:"steps"`
 	}{
-		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.ShedShards, failed,
+		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.ShedShards, failed, s.FailedSamplesOmitted,
 		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
 		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks, s.Steps,
 	})
@@ -359,8 +363,7 @@ func (a *Reader) apply(out outcome, now time.Time) {
 		a.m.samplesArrived.Add(float64(out.arrived))
 	}
 	if len(out.failed) > 0 {
-		a.stats.FailedSamples = append(a.stats.FailedSamples, out.failed...)
-		a.m.failedSamples.Add(float64(len(out.failed)))
+		a.recordFailed(out.failed...)
 	}
 	for _, b := range out.batches {
 		a.ready[b.Epoch] = append(a.ready[b.Epoch], b)
@@ -454,8 +457,31 @@ func (a *Reader) unblock(now time.Time) {
 func (a *Reader) Fail(key, reason string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.stats.FailedSamples = append(a.stats.FailedSamples, wire.FailedSample{Key: key, Reason: reason})
-	a.m.failedSamples.Inc()
+	a.recordFailed(wire.FailedSample{Key: key, Reason: reason})
+}
+
+// MaxFailedSamplesListed bounds Stats.FailedSamples: functions, corrupt
+// chunks and trainers may report failures without end over a long job.
+const MaxFailedSamplesListed = 1000
+
+// recordFailed lists failures within MaxFailedSamplesListed (each one's
+// key and reason cut to wire.MaxReasonBytes) and counts the rest; a.mu
+// must be held.
+func (a *Reader) recordFailed(fs ...wire.FailedSample) {
+	a.m.failedSamples.Add(float64(len(fs)))
+	room := max(MaxFailedSamplesListed-len(a.stats.FailedSamples), 0)
+	for _, f := range fs[:min(room, len(fs))] {
+		f.Key, f.Reason = cutText(f.Key), cutText(f.Reason)
+		a.stats.FailedSamples = append(a.stats.FailedSamples, f)
+	}
+	a.stats.FailedSamplesOmitted += int64(len(fs) - min(room, len(fs)))
+}
+
+func cutText(s string) string {
+	if len(s) > wire.MaxReasonBytes {
+		return s[:wire.MaxReasonBytes] + "..."
+	}
+	return s
 }
 
 // Stats returns a snapshot of the agent's progress.

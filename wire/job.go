@@ -45,6 +45,10 @@ type JobSpec struct {
 	OutputBufferBytes int64 `json:"output_buffer_bytes,omitempty"`
 }
 
+// MaxReaders bounds the readers a job may declare: the controller keeps
+// each one's progress in the job's status.
+const MaxReaders = 64
+
 // DefaultChunkMaxBytes is the chunk cap a spec gets by default.
 const DefaultChunkMaxBytes = 4 << 20
 
@@ -122,8 +126,8 @@ func (s JobSpec) Problems() []FieldError {
 		}
 		seen[r] = true
 	}
-	if len(s.Readers) > 64 {
-		add("readers", "%d readers: want at most 64", len(s.Readers))
+	if len(s.Readers) > MaxReaders {
+		add("readers", "%d readers: want at most %d", len(s.Readers), MaxReaders)
 	}
 	if s.ChunkMaxBytes < 64<<10 || s.ChunkMaxBytes > 64<<20 {
 		add("chunk_max_bytes", "%d: want 65536..67108864", s.ChunkMaxBytes)

@@ -69,6 +69,10 @@ type ReaderStatus struct {
 	Step           StepTimes `json:"step,omitzero"`
 }
 
+// MaxFailedShardsListed bounds JobStatus.FailedShards, so that a job
+// whose every shard fails still has a status of one NATS message.
+const MaxFailedShardsListed = 100
+
 // JobStatus is the live progress of a job, written by its owning
 // controller to StatusBucket about once a second; `sluice job status`
 // reads it.
@@ -87,8 +91,11 @@ type JobStatus struct {
 	SamplesFailed    int64 `json:"samples_failed"`
 	// SamplesExpected is the dataset's samples x epochs, 0 while unknown.
 	SamplesExpected int64 `json:"samples_expected"`
-	// FailedShards has an entry per task given up on.
-	FailedShards []FailedSample `json:"failed_shards,omitempty"`
+	// FailedShards lists the first MaxFailedShardsListed tasks given up
+	// on, then failed replays; Tasks.Failed and ReplaysFailed count them
+	// all.
+	FailedShards  []FailedSample `json:"failed_shards,omitempty"`
+	ReplaysFailed int            `json:"replays_failed,omitempty"`
 	// S3BytesPerEpoch and CacheBytesPerEpoch (one entry per epoch) say
 	// where done tasks read their shards: S3, or the replicas' shard
 	// caches; CacheHits and CacheMisses count the shards, CacheMemoryHits

@@ -98,7 +98,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 
 	// The shard cache reads from S3 unless it holds the object's current
 	// version; it is a plain S3 read when no cache is configured.
-	obj, err := s.cache.Open(ctx, task.Bucket, task.Key)
+	obj, err := s.cache.Open(ctx, task.Job, task.Bucket, task.Key)
 	if err != nil {
 		if isNotFound(err) {
 			return end, fmt.Errorf("%w: fetching shard s3://%s/%s: %w", ErrShardNotFound, task.Bucket, task.Key, objstore.Explain(err))

@@ -82,6 +82,8 @@ type Cache struct {
 
 	warnMu   sync.Mutex
 	lastWarn time.Time
+
+	bypasses bypassLog
 }
 
 // New builds a cache reading through s3c. A cache directory that cannot be
@@ -154,10 +156,12 @@ func (r *Reader) Close() error {
 	return r.closeFn()
 }
 
-// Open reads s3://bucket/key, from the cache when it holds the object's
-// current version. Errors from S3 are returned wrapped, with the SDK's
-// error kept (errors.As finds types.NoSuchKey).
-func (c *Cache) Open(ctx context.Context, bucket, key string) (*Reader, error) {
+// Open reads s3://bucket/key for job, from the cache when it holds the
+// object's current version. A read the cache does not keep although it is
+// meant to is counted, and logged once per job and reason (Bypass).
+// Errors from S3 are returned wrapped, with the SDK's error kept
+// (errors.As finds types.NoSuchKey).
+func (c *Cache) Open(ctx context.Context, job, bucket, key string) (*Reader, error) {
 	name := entryName(bucket, key)
 	if c.Enabled() {
 		r, err := c.openCached(ctx, bucket, key, name)
@@ -165,7 +169,11 @@ func (c *Cache) Open(ctx context.Context, bucket, key string) (*Reader, error) {
 			return r, err
 		}
 	}
-	return c.openS3(ctx, bucket, key, name)
+	r, why, err := c.openS3(ctx, bucket, key, name)
+	if why != "" {
+		c.bypassed(job, key, r.size, why)
+	}
+	return r, err
 }
 
 // openCached serves a cached entry whose ETag is the object's current one;
@@ -261,28 +269,35 @@ func (c *Cache) openCached(ctx context.Context, bucket, key, name string) (*Read
 }
 
 // openS3 streams the object from S3, copying it into the tiers that admit
-// it.
-func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, error) {
+// it; why says why it is not cached by a cache meant to cache.
+func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, Bypass, error) {
 	obj, err := c.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
 	if err != nil {
-		return nil, fmt.Errorf("getting object: %w", err)
+		return nil, "", fmt.Errorf("getting object: %w", err)
 	}
 	etag, size := aws.ToString(obj.ETag), aws.ToInt64(obj.ContentLength)
 	now := c.now()
-	outcome := OutcomeOff
+	outcome, why := OutcomeOff, Bypass("")
 	var w *entryWriter
 	var buf *bytes.Buffer
-	if c.Enabled() {
+	switch {
+	case c.Enabled():
 		outcome = OutcomeBypass
-		if etag != "" && obj.ContentLength != nil {
-			w = c.beginDisk(name, etag, size, now, key)
-			if c.memReserve(size, now) {
-				buf = bytes.NewBuffer(make([]byte, 0, size))
-			}
+		if etag == "" || obj.ContentLength == nil {
+			why = BypassNoETag
+			break
+		}
+		w, why = c.beginDisk(name, etag, size, now, key)
+		if c.memReserve(size, now) {
+			buf = bytes.NewBuffer(make([]byte, 0, size))
+		} else if why == "" {
+			why = BypassNoRoom // memory only
 		}
 		if w != nil || buf != nil {
-			outcome = OutcomeMiss
+			outcome, why = OutcomeMiss, ""
 		}
+	case c.cfg.Dir != "" && c.cfg.DiskBytes > 0:
+		why = BypassNoDirectory // degraded when opened
 	}
 	c.m.reads.WithLabelValues(string(outcome)).Inc()
 	fromS3 := &counter{}
@@ -291,7 +306,7 @@ func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, 
 	if w == nil && buf == nil {
 		r.Reader = cr
 		r.closeFn = obj.Body.Close
-		return r, nil
+		return r, why, nil
 	}
 	tee := &teeReader{r: cr, w: w, buf: buf, onWriteErr: func(err error) {
 		c.m.errors.WithLabelValues("write").Inc()
@@ -323,32 +338,32 @@ func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, 
 		}
 		return obj.Body.Close()
 	}
-	return r, nil
+	return r, "", nil
 }
 
 // beginDisk starts a disk entry when the disk tier admits size bytes; nil
-// when it does not or cannot.
-func (c *Cache) beginDisk(name, etag string, size int64, now time.Time, key string) *entryWriter {
+// and why when it does not or cannot (nil and "" without a disk tier).
+func (c *Cache) beginDisk(name, etag string, size int64, now time.Time, key string) (*entryWriter, Bypass) {
 	if c.disk == nil {
-		return nil
+		return nil, ""
 	}
 	ok, evicted, err := c.disk.admit(size, now)
 	c.m.evictions.WithLabelValues("disk").Add(float64(evicted))
 	if err != nil {
 		c.m.errors.WithLabelValues("write").Inc()
 		c.warn("cache directory unreadable: reading shards from S3", "dir", c.cfg.Dir, "err", err)
-		return nil
+		return nil, BypassNoDirectory
 	}
 	if !ok {
-		return nil
+		return nil, BypassNoRoom
 	}
 	w, err := c.disk.begin(name, etag, size)
 	if err != nil {
 		c.m.errors.WithLabelValues("write").Inc()
 		c.warn("writing a cache entry failed: reading shards from S3", "key", key, "err", err)
-		return nil
+		return nil, BypassNoDirectory
 	}
-	return w
+	return w, ""
 }
 
 func (c *Cache) memGet(name string) (string, []byte, time.Time, bool) {

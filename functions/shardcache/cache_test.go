@@ -111,7 +111,7 @@ func newCache(t *testing.T, cfg Config, s3c ObjectAPI) (*Cache, *logBuffer) {
 // read reads key through c and says where it came from.
 func read(t *testing.T, c *Cache, key string) ([]byte, Outcome) {
 	t.Helper()
-	r, err := c.Open(context.Background(), bucket, key)
+	r, err := c.Open(context.Background(), "job", bucket, key)
 	if err != nil {
 		t.Fatalf("opening %s: %v", key, err)
 	}
@@ -268,7 +268,7 @@ func TestIntegrationCacheCorruptEntry(t *testing.T) {
 	if err := os.WriteFile(p, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.Open(context.Background(), bucket, "a.tar")
+	r, err := c.Open(context.Background(), "job", bucket, "a.tar")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestCacheWriterProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := newCache(t, Config{Dir: dir, DiskBytes: 8 << 20}, s3c)
-	r, err := c.Open(context.Background(), bucket, "a.tar")
+	r, err := c.Open(context.Background(), "job", bucket, "a.tar")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,4 +56,11 @@
 // A directory that cannot be created or written, or a full disk, degrades
 // the cache to reading from S3 with a logged warning; it never fails a
 // task.
+//
+// A cache meant to cache that does not keep a shard says why, once per
+// job and reason, in a warning naming the job (Bypass: the object has no
+// ETag, as files dropped into a gateway's directory have; no tier has
+// room; the directory cannot be used), and counts every such read in
+// sluice_cache_bypass_total{reason}: a dataset read from S3 every epoch
+// is never silent.
 package shardcache

@@ -13,6 +13,7 @@ type metrics struct {
 	errors    *prometheus.CounterVec
 	stale     prometheus.Counter
 	degraded  prometheus.Gauge
+	bypasses  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,6 +42,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_cache_disk_degraded",
 			Help: "1 when the cache directory could not be used and the disk tier is off.",
 		}),
+		bypasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cache_bypass_total",
+			Help: "Shard reads a cache meant to cache did not keep, by reason: no_etag, no_room, no_directory.",
+		}, []string{"reason"}),
 	}
 	for _, o := range []Outcome{OutcomeOff, OutcomeHitMemory, OutcomeHitDisk, OutcomeMiss, OutcomeBypass} {
 		m.reads.WithLabelValues(string(o))
@@ -48,11 +53,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, s := range []string{"s3", "memory", "disk"} {
 		m.bytes.WithLabelValues(s)
 	}
+	for _, b := range []Bypass{BypassNoETag, BypassNoRoom, BypassNoDirectory} {
+		m.bypasses.WithLabelValues(string(b))
+	}
 	m.reads = promreg.Register(reg, m.reads)
 	m.bytes = promreg.Register(reg, m.bytes)
 	m.evictions = promreg.Register(reg, m.evictions)
 	m.errors = promreg.Register(reg, m.errors)
 	m.stale = promreg.Register(reg, m.stale)
 	m.degraded = promreg.Register(reg, m.degraded)
+	m.bypasses = promreg.Register(reg, m.bypasses)
 	return m
 }

@@ -254,26 +254,27 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 
 	ast, counts := agent.Stats(), act.Counts()
 	s := Summary{
-		Job:                jobID,
-		State:              string(final.State),
-		Reason:             final.Reason,
-		SamplesExpected:    expected,
-		SamplesDelivered:   int64(len(tr.seen)),
-		Duplicates:         tr.duplicates,
-		FailedSamples:      nonNil(ast.FailedSamples),
-		FailedShards:       nonNil(status.FailedShards),
-		Epochs:             ast.Epochs,
-		StallFraction:      ratio(tr.waited.Seconds(), tr.ran.Seconds()),
-		AgentStallFraction: ratio(ast.StallTime.Seconds(), tr.ran.Seconds()),
-		WallS:              time.Since(start).Seconds(),
-		ReplicasMax:        counts.MaxLive,
-		ReplicasFinal:      counts.Live,
-		ReplicasKilled:     counts.Killed,
-		ReplicaCPUS:        counts.CPU.Seconds(),
-		TaskRedeliveries:   status.Tasks.Redeliveries,
-		DuplicateChunks:    ast.DuplicateChunks,
+		Job:                  jobID,
+		State:                string(final.State),
+		Reason:               final.Reason,
+		SamplesExpected:      expected,
+		SamplesDelivered:     int64(len(tr.seen)),
+		Duplicates:           tr.duplicates,
+		FailedSamples:        nonNil(ast.FailedSamples),
+		FailedSamplesOmitted: ast.FailedSamplesOmitted,
+		FailedShards:         nonNil(status.FailedShards),
+		Epochs:               ast.Epochs,
+		StallFraction:        ratio(tr.waited.Seconds(), tr.ran.Seconds()),
+		AgentStallFraction:   ratio(ast.StallTime.Seconds(), tr.ran.Seconds()),
+		WallS:                time.Since(start).Seconds(),
+		ReplicasMax:          counts.MaxLive,
+		ReplicasFinal:        counts.Live,
+		ReplicasKilled:       counts.Killed,
+		ReplicaCPUS:          counts.CPU.Seconds(),
+		TaskRedeliveries:     status.Tasks.Redeliveries,
+		DuplicateChunks:      ast.DuplicateChunks,
 	}
-	s.Lost = s.SamplesExpected - s.SamplesDelivered - int64(len(s.FailedSamples))
+	s.Lost = s.SamplesExpected - s.SamplesDelivered - s.failedCount()
 	s.DatasetBytes = datasetBytes
 	s.S3BytesPerEpoch, s.CacheHits, s.CacheMisses = status.S3BytesPerEpoch, status.CacheHits, status.CacheMisses
 	s.CacheMemoryHits = status.CacheMemoryHits

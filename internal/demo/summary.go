@@ -29,6 +29,8 @@ type Summary struct {
 	// Lost counts samples neither delivered nor reported as failed.
 	Lost          int64               `json:"lost"`
 	FailedSamples []wire.FailedSample `json:"failed_samples"`
+	// FailedSamplesOmitted are failures beyond those the agent lists.
+	FailedSamplesOmitted int64 `json:"failed_samples_omitted,omitempty"`
 	// FailedShards are shard tasks given up on (each names its shard key).
 	FailedShards          []wire.FailedSample `json:"failed_shards"`
 	Epochs                int                 `json:"epochs"`
@@ -88,6 +90,9 @@ func (s Summary) Problems() []string {
 	return p
 }
 
+// failedCount is every failure the agent reported, listed or not.
+func (s Summary) failedCount() int64 { return int64(len(s.FailedSamples)) + s.FailedSamplesOmitted }
+
 // firstFailure says why the first sample (or shard) failed, and how many
 // did.
 func (s Summary) firstFailure() string {
@@ -95,7 +100,7 @@ func (s Summary) firstFailure() string {
 	case len(s.FailedSamples) > 0:
 		f := s.FailedSamples[0]
 		return fmt.Sprintf("%d of %d samples failed; the first, epoch %d sample %s: %s",
-			len(s.FailedSamples), s.SamplesExpected, f.Epoch, f.Key, f.Reason)
+			s.failedCount(), s.SamplesExpected, f.Epoch, f.Key, f.Reason)
 	case len(s.FailedShards) > 0:
 		f := s.FailedShards[0]
 		return fmt.Sprintf("%d shard tasks failed; the first, shard %s: %s", len(s.FailedShards), f.Key, f.Reason)
@@ -115,14 +120,14 @@ func (s Summary) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  problem      %s\n", p)
 	}
 	fmt.Fprintf(w, "  samples      %d delivered of %d expected, %d failed, %d lost, %d duplicates (%d epochs)\n",
-		s.SamplesDelivered, s.SamplesExpected, len(s.FailedSamples), s.Lost, s.Duplicates, s.Epochs)
+		s.SamplesDelivered, s.SamplesExpected, s.failedCount(), s.Lost, s.Duplicates, s.Epochs)
 	fmt.Fprintf(w, "  speed        %.1f samples/s, trainer waited %.1f%% of the time (%.1f%% with no batch ready), first batch after %.2fs, %.1fs in all\n",
 		s.ThroughputSamplesPerS, 100*s.StallFraction, 100*s.AgentStallFraction, s.TimeToFirstBatchS, s.WallS)
 	fmt.Fprintf(w, "  replicas     max %d, final %d, killed %d, %.1f CPU-seconds; %d task redeliveries, %d duplicate chunks dropped\n",
 		s.ReplicasMax, s.ReplicasFinal, s.ReplicasKilled, s.ReplicaCPUS, s.TaskRedeliveries, s.DuplicateChunks)
 	for i, f := range s.FailedSamples {
 		if i == 5 {
-			fmt.Fprintf(w, "  ... and %d more failed samples (see --json)\n", len(s.FailedSamples)-5)
+			fmt.Fprintf(w, "  ... and %d more failed samples (see --json)\n", s.failedCount()-5)
 			break
 		}
 		fmt.Fprintf(w, "  failed       epoch %d, sample %s: %s\n", f.Epoch, f.Key, f.Reason)

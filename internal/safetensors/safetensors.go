@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -62,6 +63,8 @@ type entry struct {
 // ErrCorrupt is wrapped by every decoding error.
 var ErrCorrupt = errors.New("corrupt safetensors")
 
+var errShape = errors.New("a dimension is negative, or the size overflows an int")
+
 // Encode lays tensors out in the order given and returns the whole file.
 func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	head, size, err := Header(tensors, metadata)
@@ -92,7 +95,11 @@ func Header(tensors []Tensor, metadata map[string]string) (head []byte, size int
 		if _, dup := header[t.Name]; dup {
 			return nil, 0, fmt.Errorf("tensor %q appears twice", t.Name)
 		}
-		if want := Elements(t.Shape) * t.DType.Size(); want != len(t.Data) || t.DType.Size() == 0 {
+		want := t.DType.Bytes(t.Shape)
+		if want < 0 {
+			return nil, 0, fmt.Errorf("tensor %q: %s%v: %w", t.Name, t.DType, t.Shape, errShape)
+		}
+		if want != len(t.Data) {
 			return nil, 0, fmt.Errorf("tensor %q: %s%v needs %d bytes, has %d", t.Name, t.DType, t.Shape, want, len(t.Data))
 		}
 		header[t.Name] = entry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int{off, off + len(t.Data)}}
@@ -148,7 +155,10 @@ func Decode(b []byte) (File, error) {
 		if e.DType.Size() == 0 {
 			return File{}, fmt.Errorf("%w: tensor %q: unsupported dtype %q", ErrCorrupt, name, e.DType)
 		}
-		if lo < 0 || hi < lo || hi > len(data) || hi-lo != Elements(e.Shape)*e.DType.Size() {
+		if e.DType.Bytes(e.Shape) < 0 {
+			return File{}, fmt.Errorf("%w: tensor %q: %s%v: %w", ErrCorrupt, name, e.DType, e.Shape, errShape)
+		}
+		if lo < 0 || hi < lo || hi > len(data) || hi-lo != e.DType.Bytes(e.Shape) {
 			return File{}, fmt.Errorf("%w: tensor %q: offsets [%d,%d) do not match %s%v in %d data bytes",
 				ErrCorrupt, name, lo, hi, e.DType, e.Shape, len(data))
 		}
@@ -157,14 +167,35 @@ func Decode(b []byte) (File, error) {
 	return f, nil
 }
 
-// Elements is the number of elements a shape holds; -1 for a negative dimension.
+// Elements is the number of elements a shape holds; -1 for a negative
+// dimension, or where the shape's extent (the product of its dimensions,
+// a zero counted as one) overflows an int: a shape from outside may
+// otherwise wrap around to match any data length, and a zero dimension
+// does not make the others' product safe to compute (a row's size).
 func Elements(shape []int) int {
-	n := 1
+	n, extent := 1, 1
 	for _, d := range shape {
 		if d < 0 {
 			return -1
 		}
+		if d > 0 {
+			if extent > math.MaxInt/d {
+				return -1
+			}
+			extent *= d
+		}
 		n *= d
 	}
 	return n
+}
+
+// Bytes is the byte size of a tensor of d with shape; -1 where d is not
+// one of the dtypes Sluice knows, the shape is not valid (see Elements) or
+// the size overflows an int.
+func (d DType) Bytes(shape []int) int {
+	n, size := Elements(shape), d.Size()
+	if n < 0 || size == 0 || n > math.MaxInt/size {
+		return -1
+	}
+	return n * size
 }

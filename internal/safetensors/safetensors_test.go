@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +80,53 @@ func TestHeaderThenDataIsEncode(t *testing.T) {
 	if f.Metadata["keys"] != meta["keys"] || !bytes.Equal(f.Tensors["image"].Data, img.Data) ||
 		!bytes.Equal(f.Tensors["label"].Data, lbl.Data) || f.Tensors["image"].DType != U8 || len(f.Tensors["image"].Shape) != 2 {
 		t.Errorf("decoded %+v, want the tensors and metadata written", f)
+	}
+}
+
+// withHeader is a file whose header is h and whose data is data.
+func withHeader(h string, data []byte) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	return append(append(b, h...), data...)
+}
+
+func TestDecodeRefusesShapesThatOverflow(t *testing.T) {
+	for name, c := range map[string]struct {
+		header string
+		data   []byte
+	}{
+		// 4 x 2^62 = 2^64 elements wraps to 0 in an int64 product: without
+		// an overflow check it matched the empty data.
+		"product wraps to zero": {`{"x":{"dtype":"U8","shape":[4,4611686018427387904],"data_offsets":[0,0]}}`, nil},
+		// (2^62+1) x 4 wraps to 4, the data's length.
+		"product wraps to the data length": {`{"x":{"dtype":"U8","shape":[4611686018427387905,4],"data_offsets":[0,4]}}`, []byte{1, 2, 3, 4}},
+		// 2^61 elements fit an int, their 8-byte I64 bytes (2^64) do not.
+		"bytes wrap to zero": {`{"x":{"dtype":"I64","shape":[2305843009213693952],"data_offsets":[0,0]}}`, nil},
+		// Empty, yet a row of it spans more than an int can count.
+		"empty but too wide": {`{"x":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}}`, nil},
+		"more than the data": {`{"x":{"dtype":"U8","shape":[4294967296,2],"data_offsets":[0,4]}}`, []byte{1, 2, 3, 4}},
+		"negative":           {`{"x":{"dtype":"U8","shape":[-4,-1],"data_offsets":[0,4]}}`, []byte{1, 2, 3, 4}},
+	} {
+		f, err := Decode(withHeader(c.header, c.data))
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: Decode = %+v, %v; want ErrCorrupt", name, f.Tensors, err)
+		}
+	}
+}
+
+func TestEncodeRefusesShapesThatOverflow(t *testing.T) {
+	for _, c := range []struct {
+		shape []int
+		data  int // what the product wraps to
+	}{{[]int{4, 1 << 62}, 0}, {[]int{(1 << 62) + 1, 4}, 4}, {[]int{0, 1 << 32, 1 << 32}, 0}} {
+		if _, err := Encode([]Tensor{{Name: "x", DType: U8, Shape: c.shape, Data: make([]byte, c.data)}}, nil); err == nil {
+			t.Errorf("Encode of U8%v with %d bytes: no error", c.shape, c.data)
+		}
+	}
+}
+
+func TestDecodeNamesAnOverflowingShape(t *testing.T) {
+	_, err := Decode(withHeader(`{"x":{"dtype":"U8","shape":[4,4611686018427387904],"data_offsets":[0,0]}}`, nil))
+	if want := `tensor "x": U8[4 4611686018427387904]: a dimension is negative, or the size overflows an int`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want it to say %q", err, want)
 	}
 }

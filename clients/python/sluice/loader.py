@@ -490,6 +490,8 @@ class Loader:
             raise CorruptBatch(f"{what}: metadata has no {e.args[0]!r} (has {sorted(meta)})") from None
         except ValueError as e:
             raise CorruptBatch(f"{what}: metadata epoch or keys unreadable: {e}") from None
+        except RecursionError:
+            raise CorruptBatch(f"{what}: metadata epoch or keys unreadable: nested deeper than the recursion limit") from None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise CorruptBatch(f"{what}: metadata keys is not a JSON array of strings")
         for name, a in tensors.items():
@@ -512,6 +514,8 @@ class Loader:
                 position = json.loads(meta["position"])
             except ValueError as e:
                 raise CorruptBatch(f"{what}: metadata position is not JSON: {e}") from None
+            except RecursionError:
+                raise CorruptBatch(f"{what}: metadata position is not JSON: nested deeper than the recursion limit") from None
         batch = dict(tensors)
         batch[KEY], batch[EPOCH], batch[STEP] = keys, epoch, step
         item = _Item(batch, epoch, step, meta.get("last_step") == "true", position, job, meta.get("reader"))

@@ -209,6 +209,10 @@ class LoaderTest(unittest.TestCase):
              "metadata has no 'epoch'"),
             (sluice.safetensors.encode({"x": np.zeros((1,), np.uint8)}, {"job": "j", "epoch": "0", "keys": '["a"]', "rank": "1"}),
              "for rank 1, but this loader is rank 0"),
+            (sluice.safetensors.encode({"x": np.zeros((1,), np.uint8)}, {"job": "j", "epoch": "0", "keys": "[" * 100_000 + "]" * 100_000}),
+             "metadata epoch or keys unreadable: nested deeper than the recursion limit"),
+            (sluice.safetensors.encode({"x": np.zeros((1,), np.uint8)}, {"job": "j", "epoch": "0", "keys": '["a"]', "position": "[" * 100_000}),
+             "metadata position is not JSON: nested deeper than the recursion limit"),
         ]
         for body, want in cases:
             with self.subTest(want):

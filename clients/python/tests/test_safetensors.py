@@ -57,7 +57,7 @@ class TestParse(unittest.TestCase):
             "not json": (struct.pack("<Q", 4) + b"{{{{", "not JSON"),
             "not object": (struct.pack("<Q", 2) + b"[]", "not an object"),
             "truncated data": (good[:-4], "offsets [0,16) do not match F32[2, 2] in 12 data bytes"),
-            "dtype": (good.replace(b'"F32"', b'"F99"'), "want dtype"),
+            "dtype": (good.replace(b'"F32"', b'"F99"'), "dtype 'F99' is not one of"),
             "metadata": (self._with_header({"__metadata__": {"job": 1}}), "__metadata__ is not a map of strings"),
         }
         for name, (data, want) in cases.items():
@@ -67,9 +67,49 @@ class TestParse(unittest.TestCase):
                 self.assertIn(want, str(cm.exception))
         del n
 
+    def test_malformed_header_is_corrupt_batch(self):
+        # Every malformed header is a CorruptBatch naming what was wrong;
+        # no other exception (OverflowError, RecursionError, ValueError
+        # from numpy) escapes.
+        x = lambda **kw: {"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1], **kw}}
+        deep = 100_000
+        cases = {
+            "infinite dimension": (b'{"x":{"dtype":"U8","shape":[Infinity],"data_offsets":[0,0]}}', "shape [inf] is not a list of at most 32 non-negative integers"),
+            "NaN dimension": (b'{"x":{"dtype":"U8","shape":[NaN],"data_offsets":[0,0]}}', "shape [nan] is not a list"),
+            "float dimension": (x(shape=[1.0]), "shape [1.0] is not a list"),
+            "string dimension": (x(shape=["1"]), "shape ['1'] is not a list"),
+            "bool dimension": (x(shape=[True]), "shape [True] is not a list"),
+            "negative dimension": (x(shape=[-1]), "shape [-1] is not a list"),
+            "too many dimensions": (x(shape=[1] * 33), "at most 32"),
+            "shape not a list": (x(shape=3), "shape 3 is not a list"),
+            "empty but too wide": (x(shape=[1 << 70, 0], data_offsets=[0, 0]), "spans more than"),
+            "empty but too wide together": (x(shape=[1 << 40, 1 << 40, 0], data_offsets=[0, 0]), "spans more than"),
+            "product over the data": (x(shape=[1 << 30, 1 << 30]), "offsets [0,1) do not match U8[1073741824, 1073741824] in 1 data bytes"),
+            "float offsets": (x(data_offsets=[0.0, 1.0]), "data_offsets [0.0, 1.0] is not a pair of integers"),
+            "three offsets": (x(data_offsets=[0, 1, 1]), "is not a pair"),
+            "offsets reversed": (x(data_offsets=[1, 0]), "is not a pair"),
+            "dtype not a string": (x(dtype=["U8"]), "dtype ['U8'] is not one of"),
+            "entry not an object": ({"x": [1, 2]}, "entry is a JSON list, not an object"),
+            "metadata not an object": ({"__metadata__": 0}, "__metadata__ is not a map of strings: 0"),
+            "deep metadata": (b'{"__metadata__":' + b"[" * deep + b"]" * deep + b"}", "nests deeper than the recursion limit"),
+            "deep entry": (b'{"x":' + b'{"a":' * deep + b"1" + b"}" * deep + b"}", "nests deeper"),
+            "nested metadata": ({"__metadata__": {"a": [[[[["b"]]]]]}}, "__metadata__ is not a map of strings: {'a': [[...]]}"),
+        }
+        for name, (header, want) in cases.items():
+            with self.subTest(name):
+                with self.assertRaises(CorruptBatch) as cm:
+                    parse(bytearray(self._with_header(header) + b"\0"))
+                self.assertIn(want, str(cm.exception))
+
+    def test_error_quotes_a_bounded_part_of_a_huge_value(self):
+        name = "n" * (1 << 20)
+        with self.assertRaises(CorruptBatch) as cm:
+            parse(bytearray(self._with_header({name: {"dtype": "U8", "shape": [1] * 100_000, "data_offsets": [0, 1]}}) + b"\0"))
+        self.assertLess(len(str(cm.exception)), 500)
+
     @staticmethod
     def _with_header(h):
-        b = json.dumps(h).encode()
+        b = h if isinstance(h, bytes) else json.dumps(h).encode()
         return struct.pack("<Q", len(b)) + b
 
 

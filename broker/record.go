@@ -1,0 +1,69 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// MaxShardKeyBytes bounds a shard's object key in a job record: S3's own
+// limit on a key.
+const MaxShardKeyBytes = 1024
+
+// CheckRecord returns what is wrong with job, a record read from the job
+// store under key, or nil. The job store may be written by anyone who may
+// write to it, not only by Submit: a controller acts only on a record
+// that passes. It checks what Submit made sure of and what the
+// controller relies on: the spec's fields (wire.JobSpec.Problems: the
+// counts and sizes a controller allocates by), the record's key, bucket
+// and state, and that every shard is a shard object under the dataset's
+// prefix, each once, in order. It does not build the pipeline: the
+// functions do, and refuse one that does not build.
+func CheckRecord(key string, job wire.Job) error {
+	var ps []string
+	if job.Spec.ID != key {
+		ps = append(ps, fmt.Sprintf("id %q under key %q", job.Spec.ID, key))
+	}
+	for _, p := range job.Spec.Problems() {
+		ps = append(ps, p.Error())
+	}
+	if bucket, prefix, err := objstore.ParseURL(job.Spec.Dataset); err == nil {
+		if job.Bucket != bucket {
+			ps = append(ps, fmt.Sprintf("bucket %q is not the dataset's (%q)", job.Bucket, bucket))
+		}
+		ps = append(ps, shardProblems(job.Shards, prefix)...)
+	}
+	switch job.State {
+	case wire.JobQueued, wire.JobRunning, wire.JobSucceeded, wire.JobFailed, wire.JobCancelled:
+	default:
+		ps = append(ps, fmt.Sprintf("state %q is not a job state", job.State))
+	}
+	if job.Submitted.IsZero() {
+		ps = append(ps, "no submission time")
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return fmt.Errorf("job record %q: %s", key, strings.Join(ps, "; "))
+}
+
+// shardProblems checks a record's shard keys: each a shard object under
+// prefix, within MaxShardKeyBytes, sorted and each once (as Submit lists
+// them). It reports the first bad key only: a record may hold many.
+func shardProblems(shards []string, prefix string) []string {
+	for i, k := range shards {
+		switch {
+		case len(k) > MaxShardKeyBytes:
+			return []string{fmt.Sprintf("shards[%d]: a key of %d bytes, want at most %d", i, len(k), MaxShardKeyBytes)}
+		case !strings.HasPrefix(k, prefix) || !slices.ContainsFunc(objstore.ShardSuffixes, func(s string) bool { return strings.HasSuffix(k, s) }):
+			return []string{fmt.Sprintf("shards[%d] %q: want a shard object (%s) under the dataset's prefix %q",
+				i, k, strings.Join(objstore.ShardSuffixes, ", "), prefix)}
+		case i > 0 && k <= shards[i-1]:
+			return []string{fmt.Sprintf("shards[%d] %q: want the keys sorted, each once", i, k)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package traineragent
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// TestFailedSamplesAreListedWithinABound: a reader lists the first
+// MaxFailedSamplesListed failures, each cut to wire.MaxReasonBytes, and
+// counts the rest, whatever number of failures it is told of.
+func TestFailedSamplesAreListedWithinABound(t *testing.T) {
+	job := testJob("j", 1, 4, layout{})
+	r := newReader(job, wire.DefaultReader, Options{}, slog.New(slog.DiscardHandler), NewMetrics(nil))
+	const reported = 3 * MaxFailedSamplesListed
+	huge := strings.Repeat("x", 1<<20)
+	for i := range reported {
+		r.Fail(fmt.Sprintf("k%d", i), huge)
+	}
+	s := r.Stats()
+	if len(s.FailedSamples) != MaxFailedSamplesListed || s.FailedSamplesOmitted != reported-MaxFailedSamplesListed {
+		t.Fatalf("%d failures listed, %d omitted; want %d and %d", len(s.FailedSamples), s.FailedSamplesOmitted,
+			MaxFailedSamplesListed, reported-MaxFailedSamplesListed)
+	}
+	if f := s.FailedSamples[0]; f.Key != "k0" || len(f.Reason) > wire.MaxReasonBytes+3 {
+		t.Errorf("first failure %s with a reason of %d bytes, want k0's, cut to %d", f.Key, len(f.Reason), wire.MaxReasonBytes)
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Omitted int64 `json:"failed_samples_omitted"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil || got.Omitted != reported-MaxFailedSamplesListed {
+		t.Errorf("stats JSON says %d omitted (%v), want %d", got.Omitted, err, reported-MaxFailedSamplesListed)
+	}
+	if len(data) > 2*MaxFailedSamplesListed*wire.MaxReasonBytes {
+		t.Errorf("stats JSON of %d bytes", len(data))
+	}
+}
