@@ -147,10 +147,18 @@ func TestFailures(t *testing.T) {
 	}{
 		{name: "400 is permanent", maxDeliver: 5, failUntil: 99, wantCalls: 1, wantFailed: "400 Bad Request: unknown pipeline",
 			fail: func(w http.ResponseWriter, _ wire.ShardTask) {
+				w.Header().Set(wire.HeaderTaskRejected, "true")
 				http.Error(w, "unknown pipeline", http.StatusBadRequest)
 			}},
 		{name: "404 is permanent", maxDeliver: 5, failUntil: 99, wantCalls: 1, wantFailed: "404",
-			fail: func(w http.ResponseWriter, _ wire.ShardTask) { http.Error(w, "no such shard", http.StatusNotFound) }},
+			fail: func(w http.ResponseWriter, _ wire.ShardTask) {
+				w.Header().Set(wire.HeaderTaskRejected, "true")
+				http.Error(w, "no such shard", http.StatusNotFound)
+			}},
+		// Whatever took a dead replica's port: its 404 is no verdict on the
+		// shard (the standby-controller flake: a shard given up for it).
+		{name: "a 404 not from a function is transient", maxDeliver: 5, failUntil: 2, wantCalls: 3,
+			fail: func(w http.ResponseWriter, _ wire.ShardTask) { http.NotFound(w, nil) }},
 		{name: "500 until MaxDeliver", maxDeliver: 3, failUntil: 99, wantCalls: 3, wantFailed: "gave up after 3 failed sends",
 			fail: func(w http.ResponseWriter, _ wire.ShardTask) {
 				http.Error(w, "s3 timeout", http.StatusInternalServerError)

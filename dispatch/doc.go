@@ -30,8 +30,9 @@
 //
 // # Failures and retries
 //
-// A send fails permanently on 400, 404, 413 or 415, or an error frame
-// marked permanent: Sink.Failed at once. Anything else is retried on the
+// A send fails permanently on a function's 400, 404, 413 or 415 (marked
+// wire.HeaderTaskRejected: a reused port's 404 is transient), or an error
+// frame marked permanent: Sink.Failed at once. Anything else is retried on the
 // same held task, after RetryDelay (jittered exponential backoff) and on
 // another endpoint if the plan has one: a connection error, another
 // status, an error frame, a reply that ends or breaks before its end frame

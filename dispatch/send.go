@@ -86,9 +86,14 @@ func kindOf(err error) failKind {
 	return failTransient
 }
 
-// permanentStatus lists the replies that reject the task itself.
-func permanentStatus(code int) bool {
-	switch code {
+// permanentStatus says a reply rejects the task itself: a function's
+// 400, 404, 413 or 415 with wire.HeaderTaskRejected. Without the header
+// the status came from something else at the replica's address.
+func permanentStatus(resp *http.Response) bool {
+	if resp.Header.Get(wire.HeaderTaskRejected) != "true" {
+		return false
+	}
+	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
 		return true
 	}
@@ -154,7 +159,7 @@ func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint 
 		body := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
 		kind := failTransient
 		switch {
-		case permanentStatus(resp.StatusCode):
+		case permanentStatus(resp):
 			kind = failPermanent
 		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
 			kind = failBusy

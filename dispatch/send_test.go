@@ -33,10 +33,12 @@ func TestSendShard(t *testing.T) {
 			w.Header().Set("Content-Type", wire.ShardStreamMediaType+"; charset=binary")
 			_ = wire.WriteFrame(w, wire.FrameEnd, 0, end(wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard}))
 		}},
-		{name: "400", handler: func(w http.ResponseWriter) { http.Error(w, "bad task", 400) }, wantKind: failPermanent, wantErr: "400 Bad Request: bad task"},
-		{name: "404", handler: func(w http.ResponseWriter) { http.Error(w, "no shard", 404) }, wantKind: failPermanent, wantErr: "404"},
-		{name: "413", handler: func(w http.ResponseWriter) { w.WriteHeader(413) }, wantKind: failPermanent, wantErr: "413"},
-		{name: "415", handler: func(w http.ResponseWriter) { w.WriteHeader(415) }, wantKind: failPermanent, wantErr: "415"},
+		{name: "400", handler: rejected(400, "bad task"), wantKind: failPermanent, wantErr: "400 Bad Request: bad task"},
+		{name: "404", handler: rejected(404, "no shard"), wantKind: failPermanent, wantErr: "404"},
+		{name: "413", handler: rejected(413, ""), wantKind: failPermanent, wantErr: "413"},
+		{name: "415", handler: rejected(415, ""), wantKind: failPermanent, wantErr: "415"},
+		{name: "404 without the function's verdict", handler: func(w http.ResponseWriter) { http.Error(w, "no route", 404) },
+			wantKind: failTransient, wantErr: "404 Not Found: no route"},
 		{name: "429", handler: func(w http.ResponseWriter) { w.WriteHeader(429) }, wantKind: failBusy, wantErr: "429"},
 		{name: "503", handler: func(w http.ResponseWriter) { w.WriteHeader(503) }, wantKind: failBusy, wantErr: "503"},
 		{name: "401", handler: func(w http.ResponseWriter) { http.Error(w, "no token", 401) }, wantKind: failUnauthorized,
@@ -168,5 +170,13 @@ func TestSendShardStalled(t *testing.T) {
 	_, err = sendShard(ctx, srv.Client(), bearer.Token{}, srv.URL, task, time.Minute, func(int, []byte) {})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("ctx ended: %v, want context.Canceled", err)
+	}
+}
+
+// rejected is a function's reply rejecting the task itself.
+func rejected(status int, msg string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set(wire.HeaderTaskRejected, "true")
+		http.Error(w, msg, status)
 	}
 }

@@ -215,6 +215,7 @@ func (f *function) serve(w http.ResponseWriter, r *http.Request) {
 	status := f.status[k]
 	f.mu.Unlock()
 	if status != 0 {
+		w.Header().Set(wire.HeaderTaskRejected, "true") // the function's verdict
 		http.Error(w, "shard task refused by the test", status)
 		return
 	}
@@ -227,6 +228,7 @@ func (f *function) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	msgs, ok := f.out[k]
 	if !ok {
+		w.Header().Set(wire.HeaderTaskRejected, "true")
 		http.Error(w, "no such shard", http.StatusNotFound)
 		return
 	}

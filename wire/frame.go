@@ -32,6 +32,13 @@ import (
 // statuses (see functions/server).
 const ShardStreamMediaType = "application/vnd.sluice.shard-stream.v1"
 
+// HeaderTaskRejected ("true") marks a function's 4xx that rejects the task
+// itself (malformed, no such shard, too large, not a CloudEvent). An agent
+// gives a task up at once only on a reply so marked: the address of a
+// replica that died may be taken by another process, whose 404 says
+// nothing about the shard.
+const HeaderTaskRejected = "Sluice-Task-Rejected"
+
 // FrameKind is the first byte of a frame.
 type FrameKind byte
 

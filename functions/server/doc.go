@@ -50,6 +50,10 @@
 //	503 draining (scale-down): retry elsewhere (Retry-After)
 //	500 transient failure before any output (an S3 read error): retry
 //
+// The permanent ones (400, 404, 413, 415) carry wire.HeaderTaskRejected:
+// true, so that a caller can tell the function's verdict on a task from a
+// 404 of whatever else listens at a dead replica's address.
+//
 // An error frame's Permanent says the same of a failure after the 200
 // (true only for what would have been a 400 or 404).
 package server

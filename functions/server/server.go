@@ -191,6 +191,14 @@ func (s *Server) admit() (release func(), status int) {
 	}, 0
 }
 
+// rejectTask marks a 4xx that rejects the task itself as the function's
+// verdict (wire.HeaderTaskRejected): the agent gives the task up.
+func rejectTask(w http.ResponseWriter, status int) {
+	if status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests {
+		w.Header().Set(wire.HeaderTaskRejected, "true")
+	}
+}
+
 func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 	// The body first, then a slot: a client that sends its body slowly (or
 	// never) holds a connection until the server's read timeout, not a
@@ -198,6 +206,7 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 	task, status, err := s.readTask(w, r)
 	if err != nil {
 		s.log.Warn("rejecting shard task event", "status", status, "err", err)
+		rejectTask(w, status)
 		http.Error(w, err.Error(), status)
 		return
 	}
@@ -230,6 +239,7 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusNotFound
 		}
 		if r.Context().Err() == nil { // else no one is there to read it
+			rejectTask(w, status)
 			http.Error(w, err.Error(), status)
 		}
 	case sink.err == nil && r.Context().Err() == nil:

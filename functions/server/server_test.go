@@ -135,6 +135,12 @@ func expectStatus(t *testing.T, resp *http.Response, want int, bodyHas string) {
 	if !strings.Contains(string(body), bodyHas) {
 		t.Fatalf("status %d body %q does not contain %q", want, body, bodyHas)
 	}
+	// A 4xx that rejects the task is the function's verdict; a busy or
+	// draining replica's is not.
+	rejects := want >= 400 && want < 500 && want != http.StatusTooManyRequests && want != http.StatusRequestTimeout
+	if got := resp.Header.Get(wire.HeaderTaskRejected) == "true"; got != rejects {
+		t.Errorf("status %d: %s %v, want %v", want, wire.HeaderTaskRejected, got, rejects)
+	}
 }
 
 // output is one shard's response body, decoded.
