@@ -1,6 +1,7 @@
 package image
 
 import (
+	"image"
 	"math/rand/v2"
 	"testing"
 
@@ -67,5 +68,29 @@ func BenchmarkFlip224(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		FlipHorizontal(m)
+	}
+}
+
+// BenchmarkSixteenBitToRGB: a decoded 2000x2000 16-bit PNG to RGB, the
+// fast path beside the per-pixel color model it replaced.
+func BenchmarkSixteenBitToRGB(b *testing.B) {
+	img := image.NewRGBA64(image.Rect(0, 0, 2000, 2000))
+	for i := 0; i < len(img.Pix); i += 8 {
+		img.Pix[i], img.Pix[i+6], img.Pix[i+7] = uint8(i), 0xff, 0xff
+	}
+	for _, path := range []struct {
+		name string
+		f    func(*RGB, image.Image, image.Rectangle)
+	}{{"fast", toRGB}, {"colormodel", func(dst *RGB, img image.Image, r image.Rectangle) {
+		dst.Reset(r.Dx(), r.Dy())
+		convertRGB(dst, img, r)
+	}}} {
+		b.Run(path.name, func(b *testing.B) {
+			var dst RGB
+			b.ReportAllocs()
+			for range b.N {
+				path.f(&dst, img, img.Bounds())
+			}
+		})
 	}
 }
