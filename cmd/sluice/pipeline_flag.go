@@ -12,9 +12,6 @@ import (
 	"github.com/sluice-project/sluice/functions/pipeline"
 )
 
-// maxSpecBytes caps a pipeline spec read from a file or a pipe.
-const maxSpecBytes = 1 << 20
-
 // loadPipelineFlag resolves a --pipeline value, the one way every command
 // does: a built-in name, else a spec file (a pipe such as /dev/stdin or
 // <(...) too), else an inline YAML or JSON spec. doc is the spec's text,
@@ -54,12 +51,11 @@ func readSpecFile(path string) ([]byte, error) {
 	if info, err := f.Stat(); err == nil && info.IsDir() {
 		return nil, errors.New("is a directory")
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSpecBytes+1))
+	// One byte over the cap is enough for pipeline.Parse to refuse it,
+	// naming the cap.
+	b, err := io.ReadAll(io.LimitReader(f, pipeline.MaxSpecBytes+1))
 	if err != nil {
 		return nil, bareErr(err)
-	}
-	if len(b) > maxSpecBytes {
-		return nil, fmt.Errorf("over %d bytes", maxSpecBytes)
 	}
 	return b, nil
 }
