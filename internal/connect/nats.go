@@ -35,25 +35,25 @@ func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logge
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	urls := strings.Join(c.NATS.URLs, ",")
+	urls := redactURLs(c.NATS.URLs)
 	opts, err := c.NATS.options(name, logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to nats at %s: %w", urls, err)
 	}
-	nc, err := nats.Connect(urls, opts...)
+	nc, err := nats.Connect(strings.Join(c.NATS.URLs, ","), opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to nats at %s: %w", urls, c.NATS.explain(err))
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", nc.ConnectedUrlRedacted(), err)
+		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", RedactURL(nc.ConnectedUrl()), err)
 	}
 	if err := CheckJetStream(ctx, js); err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("nats at %s: %w", nc.ConnectedUrlRedacted(), err)
+		return nil, nil, fmt.Errorf("nats at %s: %w", RedactURL(nc.ConnectedUrl()), err)
 	}
-	logger.Debug("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+	logger.Debug("nats connected", "url", RedactURL(nc.ConnectedUrl()), "server", nc.ConnectedServerName())
 	return nc, js, nil
 }
 
@@ -84,11 +84,11 @@ func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
 		nats.ReconnectJitter(reconnectJitter, reconnectJitter),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err != nil {
-				logger.Warn("nats disconnected; reconnecting", "url", nc.ConnectedUrlRedacted(), "err", err)
+				logger.Warn("nats disconnected; reconnecting", "url", RedactURL(nc.ConnectedUrl()), "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+			logger.Info("nats reconnected", "url", RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if err := nc.LastError(); err != nil {
@@ -108,10 +108,25 @@ func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
 			return nil, fmt.Errorf("nkey seed: %w", err)
 		}
 		opts = append(opts, o)
+	case n.User != "" && n.PasswordFile != "":
+		password, err := fileSecret(n.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("password file: %w", err)
+		}
+		opts = append(opts, nats.UserInfoHandler(func() (string, string) { return n.User, password() }))
 	case n.User != "":
 		opts = append(opts, nats.UserInfo(n.User, n.Password))
 	case n.Token != "":
 		opts = append(opts, nats.Token(n.Token))
+	case n.TokenFile != "":
+		token, err := fileSecret(n.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		opts = append(opts, nats.TokenHandler(token))
+	}
+	if n.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(n.InboxPrefix))
 	}
 	if n.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(n.TLSCA))
@@ -147,10 +162,16 @@ func (n NATS) identity() string {
 		return "for creds file " + n.CredsFile
 	case n.NKeyFile != "":
 		return "for nkey seed " + n.NKeyFile
+	case n.User != "" && n.PasswordFile != "":
+		return fmt.Sprintf("for user %q with the password in %s", n.User, n.PasswordFile)
 	case n.User != "":
 		return fmt.Sprintf("for user %q", n.User)
 	case n.Token != "":
 		return "for the token given"
+	case n.TokenFile != "":
+		return "for the token in " + n.TokenFile
+	case hasUserinfo(n.URLs...):
+		return "for the credentials in the URL"
 	case n.TLSCert != "":
 		return "for client certificate " + n.TLSCert
 	}
