@@ -13,14 +13,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/retry"
 )
 
 // How a long-lived connection behaves.
 const (
-	dialTimeout      = 5 * time.Second  // one connection attempt
-	reconnectWait    = 2 * time.Second  // between attempts at the same server
-	reconnectJitter  = time.Second      // added at random, plain and TLS
-	jetStreamTimeout = 10 * time.Second // the start-up JetStream check
+	dialTimeout      = 5 * time.Second // one connection attempt
+	reconnectWait    = 2 * time.Second // between attempts at the same server
+	reconnectJitter  = time.Second     // added at random, plain and TLS
+	jetStreamTimeout = 3 * time.Second // one attempt of the start-up JetStream check (retried)
 	// publishAsyncTimeout reclaims async publish futures never acked.
 	publishAsyncTimeout = 30 * time.Second
 )
@@ -30,7 +32,8 @@ const (
 // connected it reconnects forever (servers restart; a long-lived service
 // should outlast that), logging disconnects and reconnects. A failure at
 // start says which problem it is: ErrNATSUnreachable, ErrNATSAuthorization,
-// ErrNATSTLS or ErrNoJetStream (errors.Is), naming the URLs.
+// ErrNATSTLS, ErrNATSServerTooOld (older than MinServerVersion) or
+// ErrNoJetStream (errors.Is), naming the URLs.
 func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -44,17 +47,31 @@ func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logge
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to nats at %s: %w", urls, c.NATS.explain(err))
 	}
+	if err := checkServerVersion(nc.ConnectedServerVersion()); err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("nats at %s: %w", urls, err)
+	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", RedactURL(nc.ConnectedUrl()), err)
 	}
-	if err := CheckJetStream(ctx, js); err != nil {
+	if err := waitJetStream(ctx, js, logger); err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("nats at %s: %w", RedactURL(nc.ConnectedUrl()), err)
 	}
 	logger.Debug("nats connected", "url", RedactURL(nc.ConnectedUrl()), "server", nc.ConnectedServerName())
 	return nc, js, nil
+}
+
+// waitJetStream is CheckJetStream until JetStream answers: a cluster
+// still forming (no meta leader yet) is retried with backoff and a Warn
+// line each time, until ctx ends. JetStream off on the server, or for the
+// account, is not waited for.
+func waitJetStream(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) error {
+	return retry.JetStream(ctx, logger, js.Conn(), "checking jetstream", func(ctx context.Context) error {
+		return CheckJetStream(ctx, js)
+	})
 }
 
 // CheckJetStream asks JetStream for the account's information, which
@@ -67,9 +84,10 @@ func CheckJetStream(ctx context.Context, js jetstream.JetStream) error {
 		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 			return fmt.Errorf("%w: not enabled (start nats-server with -js, or enable it for the account): %v", ErrNoJetStream, err)
 		case errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("%w: no answer within %v", ErrNoJetStream, jetStreamTimeout)
+			// Wrapped, so that waitJetStream retries it.
+			return fmt.Errorf("%w: no answer within %v: %w", ErrNoJetStream, jetStreamTimeout, err)
 		}
-		return fmt.Errorf("%w: %v", ErrNoJetStream, err)
+		return fmt.Errorf("%w: %w", ErrNoJetStream, err)
 	}
 	return nil
 }
