@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -91,7 +92,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger := newLogger(stderr, *logLevel).With("component", "agent")
 
-	nc, js, err := conn.ConnectNATS(ctx, "sluice-agent", logger)
+	nc, js, err := connectAs(ctx, conn, natsperm.Agent(), "sluice-agent", logger)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -52,7 +53,7 @@ func (c *jobConn) resolve() func() error { return resolve(c.flags, &c.conn) }
 // connect returns a broker and what closes its connection. Submit's has
 // an S3 client, checked first so that wrong credentials say so.
 func (c *jobConn) connect(ctx context.Context) (*broker.Broker, func(), error) {
-	nc, js, err := c.conn.ConnectNATS(ctx, "sluice-job", c.log)
+	nc, js, err := connectAs(ctx, c.conn, natsperm.CLI(), "sluice-job", c.log)
 	if err != nil {
 		return nil, nil, err
 	}
