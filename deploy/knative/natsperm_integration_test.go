@@ -247,16 +247,9 @@ func TestIntegrationNATSLeastPrivilege(t *testing.T) {
 	refused(cli, "write a job status", "$KV."+wire.StatusBucket+".least", put(cli, wire.StatusBucket, "least"))
 	refused(cli, "write a learned plan", "$KV."+wire.PlansBucket+".x", put(cli, wire.PlansBucket, "x"))
 	refused(cli, "publish a shard result", wire.ResultSubject("least"), publish(cli, wire.ResultSubject("least")))
-	refused(cli, "take a task", "$JS.API.CONSUMER.MSG.NEXT."+wire.TaskStream+"."+wire.DispatchConsumer("least"), func(ctx context.Context) error {
-		cons, err := cli.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("least"))
-		if err != nil {
-			// Released with the job; the pull is what is refused.
-			cons, err = cli.js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch("least", 0))
-			if err != nil {
-				return err
-			}
-		}
-		_, err = cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+	pull := "$JS.API.CONSUMER.MSG.NEXT." + wire.TaskStream + "." + wire.DispatchConsumer("least")
+	refused(cli, "take a task", pull, func(ctx context.Context) error {
+		_, err := cli.nc.RequestWithContext(ctx, pull, []byte(`{"batch":1,"no_wait":true}`))
 		return err
 	})
 	refused(cli, "delete the task stream", "$JS.API.STREAM.DELETE."+wire.TaskStream, deleteTaskStream(cli))

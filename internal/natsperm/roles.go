@@ -42,15 +42,25 @@ const (
 
 func kvStream(bucket string) string { return "KV_" + bucket }
 
-// readKV is what opening, reading and watching bucket takes: its stream's
-// info, direct gets of its keys, and the ordered consumers of a watch (or
-// a key listing), created, deleted and flow-controlled.
-func readKV(buckets ...string) []string {
+// Access to key-value buckets, each what nats.go's calls publish to.
+
+// openKV is binding to buckets (js.KeyValue reads the stream's info).
+func openKV(buckets ...string) []string {
+	return each(buckets, func(b string) string { return api + "STREAM.INFO." + kvStream(b) })
+}
+
+// getKV is reading keys: direct gets.
+func getKV(buckets ...string) []string {
+	return each(buckets, func(b string) string { return api + "DIRECT.GET." + kvStream(b) + ".>" })
+}
+
+// watchKV is watching buckets or listing their keys: ordered consumers,
+// created, deleted, and answered when the server asks for flow control.
+func watchKV(buckets ...string) []string {
 	var out []string
 	for _, b := range buckets {
 		s := kvStream(b)
-		out = append(out, api+"STREAM.INFO."+s, api+"DIRECT.GET."+s+".>",
-			api+"CONSUMER.CREATE."+s+".>", api+"CONSUMER.DELETE."+s+".>", "$JS.FC."+s+".>")
+		out = append(out, api+"CONSUMER.CREATE."+s+".>", api+"CONSUMER.DELETE."+s+".>", "$JS.FC."+s+".>")
 	}
 	return out
 }
@@ -58,15 +68,20 @@ func readKV(buckets ...string) []string {
 // writeKV is putting, creating, updating, deleting and purging keys of
 // buckets: NATS cannot tell these apart, all publish to the key's subject.
 func writeKV(buckets ...string) []string {
-	var out []string
-	for _, b := range buckets {
-		out = append(out, "$KV."+b+".>")
+	return each(buckets, func(b string) string { return "$KV." + b + ".>" })
+}
+
+func each(buckets []string, f func(string) string) []string {
+	out := make([]string, len(buckets))
+	for i, b := range buckets {
+		out[i] = f(b)
 	}
 	return out
 }
 
 // manageStreams is creating and updating the task stream and every
-// bucket's stream (streams.Ensure), and reading their info.
+// bucket's stream (streams.Ensure, which updates first and creates what
+// is missing).
 func manageStreams() []string {
 	names := []string{wire.TaskStream}
 	for _, b := range streams.Buckets(streams.Options{}) {
@@ -74,29 +89,26 @@ func manageStreams() []string {
 	}
 	var out []string
 	for _, n := range names {
-		out = append(out, api+"STREAM.CREATE."+n, api+"STREAM.UPDATE."+n, api+"STREAM.INFO."+n)
+		out = append(out, api+"STREAM.CREATE."+n, api+"STREAM.UPDATE."+n)
 	}
 	return out
 }
 
 // The task stream's API subjects.
 var (
-	taskStreamInfo  = api + "STREAM.INFO." + wire.TaskStream
+	// Its info: a broker checks that it exists.
+	taskStreamInfo = api + "STREAM.INFO." + wire.TaskStream
+	// Purging a job's tasks (a broker's Release).
 	taskStreamPurge = api + "STREAM.PURGE." + wire.TaskStream
-	// Creating (and updating: the same subject) and deleting a job's
-	// task consumer, and reading its info.
-	taskConsumers = []string{
-		api + "CONSUMER.CREATE." + wire.TaskStream + ".>",
-		api + "CONSUMER.DELETE." + wire.TaskStream + ".*",
-		api + "CONSUMER.INFO." + wire.TaskStream + ".*",
-	}
+	// Creating a job's task consumer (submit; the same subject updates
+	// it) and deleting it (Release).
+	taskConsumerCreate = api + "CONSUMER.CREATE." + wire.TaskStream + ".>"
+	taskConsumerDelete = api + "CONSUMER.DELETE." + wire.TaskStream + ".*"
+	// A consumer's info: its pending counts, whether it still exists.
+	taskConsumerInfo = api + "CONSUMER.INFO." + wire.TaskStream + ".*"
 	// Pulling a job's tasks and acking them (the server's ack subjects
 	// name the stream and consumer).
-	taskPull = []string{
-		api + "CONSUMER.INFO." + wire.TaskStream + ".*",
-		api + "CONSUMER.MSG.NEXT." + wire.TaskStream + ".*",
-		"$JS.ACK." + wire.TaskStream + ".>",
-	}
+	taskPull = []string{api + "CONSUMER.MSG.NEXT." + wire.TaskStream + ".*", "$JS.ACK." + wire.TaskStream + ".>"}
 )
 
 func join(parts ...[]string) []string {
@@ -110,31 +122,41 @@ func join(parts ...[]string) []string {
 
 func inbox(prefix string) string { return prefix + ".>" }
 
-// Controller is `sluice controller`'s role.
+// Controller is `sluice controller`'s role: it ensures the streams,
+// watches job records and leases, writes records (state changes),
+// statuses, leases, dispatch plans and learned plans, reads the readers'
+// done keys, sets its jobs' consumers' ack wait and reads their backlog,
+// releases finished jobs, and takes demand signals and shard results.
 func Controller() Role {
 	return Role{
 		Name:        "controller",
 		InboxPrefix: controllerInbox,
 		Publish: join(
-			[]string{apiInfo, taskStreamPurge},
+			[]string{apiInfo, taskStreamInfo, taskStreamPurge, taskConsumerCreate, taskConsumerDelete, taskConsumerInfo},
 			manageStreams(),
-			taskConsumers,
-			readKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket, wire.PlansBucket),
+			openKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket, wire.PlansBucket),
+			getKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket, wire.PlansBucket),
+			watchKV(wire.JobsBucket, wire.LeasesBucket),
 			writeKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.DispatchBucket, wire.PlansBucket),
 		),
 		Subscribe: join([]string{inbox(controllerInbox), wire.ResultSubjects, wire.DemandSubjects}),
 	}
 }
 
-// Agent is `sluice agent`'s role (the trainer agent and its dispatcher).
+// Agent is `sluice agent`'s role (the trainer agent and its dispatcher):
+// it watches its job's record and dispatch plan, pulls and acks the job's
+// tasks, reads and writes reader positions, and publishes demand signals
+// and shard results.
 func Agent() Role {
 	return Role{
 		Name:        "agent",
 		InboxPrefix: agentInbox,
 		Publish: join(
-			[]string{apiInfo, wire.ResultSubjects, wire.DemandSubjects},
+			[]string{apiInfo, wire.ResultSubjects, wire.DemandSubjects, taskConsumerInfo},
 			taskPull,
-			readKV(wire.JobsBucket, wire.DispatchBucket, wire.ReadersBucket),
+			openKV(wire.JobsBucket, wire.DispatchBucket, wire.ReadersBucket),
+			getKV(wire.JobsBucket, wire.ReadersBucket),
+			watchKV(wire.JobsBucket, wire.DispatchBucket),
 			writeKV(wire.ReadersBucket),
 		),
 		Subscribe: []string{inbox(agentInbox)},
@@ -152,12 +174,21 @@ func CLI() Role {
 	}
 }
 
+// cliPublish: a broker opens the job, status, lease, reader and dispatch
+// buckets; submit writes a record, creates the task consumer and queues
+// tasks (a failed one looks up what to roll back, listing reader
+// positions); list and status read records and statuses (status --watch
+// watches them); cancel writes the record and releases the job (deletes
+// its consumer, purges its tasks and dispatch plan); sweeps write their
+// records and read learned plans.
 func cliPublish() []string {
 	return join(
-		[]string{apiInfo, taskStreamInfo, taskStreamPurge, wire.TaskSubjects},
-		taskConsumers,
-		readKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket,
+		[]string{apiInfo, taskStreamInfo, taskStreamPurge, taskConsumerCreate, taskConsumerDelete, wire.TaskSubjects},
+		openKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket,
 			wire.SweepsBucket, wire.PlansBucket),
+		getKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket,
+			wire.SweepsBucket, wire.PlansBucket),
+		watchKV(wire.JobsBucket, wire.StatusBucket, wire.ReadersBucket),
 		writeKV(wire.JobsBucket, wire.SweepsBucket, wire.DispatchBucket),
 	)
 }
