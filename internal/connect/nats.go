@@ -51,14 +51,16 @@ func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logge
 		nc.Close()
 		return nil, nil, fmt.Errorf("nats at %s: %w", urls, err)
 	}
+	// Named before Close, after which the connection has no URL.
+	at := RedactURL(nc.ConnectedUrl())
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", RedactURL(nc.ConnectedUrl()), err)
+		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", at, err)
 	}
 	if err := waitJetStream(ctx, js, logger); err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("nats at %s: %w", RedactURL(nc.ConnectedUrl()), err)
+		return nil, nil, fmt.Errorf("nats at %s: %w", at, err)
 	}
 	logger.Debug("nats connected", "url", RedactURL(nc.ConnectedUrl()), "server", nc.ConnectedServerName())
 	return nc, js, nil

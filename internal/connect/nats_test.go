@@ -159,8 +159,8 @@ func TestConnectNATSUnreachableNamesEveryURL(t *testing.T) {
 func TestConnectNATSWithoutJetStream(t *testing.T) {
 	s := startNATS(t, func(o *server.Options) { o.JetStream = false })
 	err := connectErr(t, natsConfig(s.ClientURL(), nil))
-	if !errors.Is(err, ErrNoJetStream) || !strings.Contains(err.Error(), "-js") {
-		t.Errorf("no jetstream: %v", err)
+	if !errors.Is(err, ErrNoJetStream) || !strings.Contains(err.Error(), "-js") || !strings.Contains(err.Error(), "nats at "+s.ClientURL()) {
+		t.Errorf("no jetstream: %v; want it said, naming the server", err)
 	}
 }
 
