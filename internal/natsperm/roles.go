@@ -95,7 +95,7 @@ func manageStreams() []string {
 }
 
 // The task stream's API subjects.
-var (
+const (
 	// Its info: a broker checks that it exists.
 	taskStreamInfo = api + "STREAM.INFO." + wire.TaskStream
 	// Purging a job's tasks (a broker's Release).
@@ -106,9 +106,10 @@ var (
 	taskConsumerDelete = api + "CONSUMER.DELETE." + wire.TaskStream + ".*"
 	// A consumer's info: its pending counts, whether it still exists.
 	taskConsumerInfo = api + "CONSUMER.INFO." + wire.TaskStream + ".*"
-	// Pulling a job's tasks and acking them (the server's ack subjects
+	// Pulling a job's tasks, and acking them (the server's ack subjects
 	// name the stream and consumer).
-	taskPull = []string{api + "CONSUMER.MSG.NEXT." + wire.TaskStream + ".*", "$JS.ACK." + wire.TaskStream + ".>"}
+	taskPull = api + "CONSUMER.MSG.NEXT." + wire.TaskStream + ".*"
+	taskAck  = "$JS.ACK." + wire.TaskStream + ".>"
 )
 
 func join(parts ...[]string) []string {
@@ -152,8 +153,7 @@ func Agent() Role {
 		Name:        "agent",
 		InboxPrefix: agentInbox,
 		Publish: join(
-			[]string{apiInfo, wire.ResultSubjects, wire.DemandSubjects, taskConsumerInfo},
-			taskPull,
+			[]string{apiInfo, wire.ResultSubjects, wire.DemandSubjects, taskConsumerInfo, taskPull, taskAck},
 			openKV(wire.JobsBucket, wire.DispatchBucket, wire.ReadersBucket),
 			getKV(wire.JobsBucket, wire.ReadersBucket),
 			watchKV(wire.JobsBucket, wire.DispatchBucket),
