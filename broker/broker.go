@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/objstore"
+	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -87,21 +88,30 @@ func New(js jetstream.JetStream, s3c *s3.Client, opts StreamOptions, logger *slo
 
 // buckets opens the buckets once, creating the streams and buckets
 // first if any is missing. Existing ones are left as they are: a command
-// run without the cluster's stream replicas must not change them.
+// run without the cluster's stream replicas must not change them. What a
+// cluster that cannot answer yet fails with is retried (retry.JetStream).
 func (b *Broker) buckets(ctx context.Context) (*buckets, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.kvs != nil {
 		return b.kvs, nil
 	}
-	kvs, err := b.openBuckets(ctx)
-	if err != nil {
+	// A NATS cluster still forming cannot answer yet: retried, with a
+	// Warn line each time, until ctx ends.
+	var kvs *buckets
+	err := retry.JetStream(ctx, b.log, b.js.Conn(), "opening streams and buckets", func(ctx context.Context) error {
+		var err error
+		if kvs, err = b.openBuckets(ctx); err == nil {
+			return nil
+		}
 		if err := streams.Ensure(ctx, b.js, b.opts); err != nil {
-			return nil, err
+			return err
 		}
-		if kvs, err = b.openBuckets(ctx); err != nil {
-			return nil, err
-		}
+		kvs, err = b.openBuckets(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	b.kvs = kvs
 	return kvs, nil

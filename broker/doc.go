@@ -15,7 +15,10 @@
 // and Release removes its task consumer, its remaining tasks and its
 // dispatch plan (wire.DispatchBucket); Delete removes everything of a
 // finished job (a running one only with force). Status and Watch read the
-// live status the owning controller writes.
+// live status the owning controller writes. The streams and buckets are
+// opened on first use, created if missing; a NATS cluster that cannot
+// answer yet (still forming: no meta leader, too few peers) is waited for
+// with backoff and a Warn line per retry (internal/retry).
 //
 // The broker sends nothing to functions: a job's agents pull its tasks,
 // send them to the function replicas its owning controller names in the

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
@@ -96,6 +97,35 @@ func (c *Controller) Owned() []string {
 // Runner is the autoscaler shared by the controller's jobs.
 func (c *Controller) Runner() *autoscale.Runner { return c.runner }
 
+// openBuckets ensures the streams and buckets and opens the buckets, but
+// the plans', which it returns. A NATS cluster that cannot answer yet (no
+// meta leader, too few peers) is waited for: retried with backoff and a
+// Warn line each time, until ctx ends.
+func (c *Controller) openBuckets(ctx context.Context) (plans jetstream.KeyValue, err error) {
+	err = retry.JetStream(ctx, c.log, c.opts.JS.Conn(), "creating streams and buckets", func(ctx context.Context) error {
+		if err := streams.Ensure(ctx, c.opts.JS, c.opts.Streams); err != nil {
+			return err
+		}
+		var err error
+		open := func(bucket string) jetstream.KeyValue {
+			if err != nil {
+				return nil
+			}
+			var kv jetstream.KeyValue
+			kv, err = c.opts.JS.KeyValue(ctx, bucket)
+			if err != nil {
+				err = fmt.Errorf("opening key-value bucket %s: %w", bucket, err)
+			}
+			return kv
+		}
+		c.jobsKV, c.statusKV, c.leasesKV = open(wire.JobsBucket), open(wire.StatusBucket), open(wire.LeasesBucket)
+		c.readersKV, c.dispatchKV = open(wire.ReadersBucket), open(wire.DispatchBucket)
+		plans = open(wire.PlansBucket)
+		return err
+	})
+	return plans, err
+}
+
 // Run ensures the streams and buckets, then watches jobs, keeps leases,
 // runs owned jobs, takes their agents' demand signals and shard results,
 // and ticks the autoscaler until ctx ends. It then stops every job, scales
@@ -104,24 +134,7 @@ func (c *Controller) Runner() *autoscale.Runner { return c.runner }
 // releases their leases, so a standby takes over at once; with
 // Options.Abandon it does none of that. It returns nil after a clean stop.
 func (c *Controller) Run(ctx context.Context) error {
-	if err := streams.Ensure(ctx, c.opts.JS, c.opts.Streams); err != nil {
-		return err
-	}
-	var err error
-	open := func(bucket string) jetstream.KeyValue {
-		if err != nil {
-			return nil
-		}
-		var kv jetstream.KeyValue
-		kv, err = c.opts.JS.KeyValue(ctx, bucket)
-		if err != nil {
-			err = fmt.Errorf("opening key-value bucket %s: %w", bucket, err)
-		}
-		return kv
-	}
-	c.jobsKV, c.statusKV, c.leasesKV = open(wire.JobsBucket), open(wire.StatusBucket), open(wire.LeasesBucket)
-	c.readersKV, c.dispatchKV = open(wire.ReadersBucket), open(wire.DispatchBucket)
-	plansKV := open(wire.PlansBucket)
+	plansKV, err := c.openBuckets(ctx)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,11 @@
 // stops first). One that is not JSON is left alone. Both are counted
 // (sluice_controller_invalid_job_records_total).
 //
+// Run first creates (or updates) the streams and buckets; on a NATS
+// cluster that cannot answer yet it retries with backoff and a Warn line
+// per retry until its context ends, so controllers started together with
+// their cluster wait for it rather than exit.
+//
 // The controller sends no task itself. A job's agents pull its tasks from
 // the job's task consumer (wire.DispatchConsumer, created at submit), send
 // them to the function replicas and receive the output. What the

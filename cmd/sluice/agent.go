@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -105,7 +106,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer ln.Close()
 
-	nc, js, err := conn.ConnectNATS(ctx, "sluice-agent", logger)
+	nc, js, err := connectAs(ctx, conn, natsperm.Agent(), "sluice-agent", logger)
 	if err != nil {
 		return err
 	}

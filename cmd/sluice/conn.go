@@ -1,7 +1,14 @@
 package main
 
 import (
+	"context"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/natsperm"
 )
 
 // resolve is a parse check that merges the connection settings (flags,
@@ -13,4 +20,12 @@ func resolve(f *connect.Flags, out *connect.Config) func() error {
 		*out = c
 		return err
 	}
+}
+
+// connectAs connects to NATS as the component of role: with the role's
+// inbox prefix, the one reply subject space its least-privilege NATS user
+// (deploy/knative/nats/nats.conf) may subscribe to.
+func connectAs(ctx context.Context, c connect.Config, role natsperm.Role, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	c.NATS.InboxPrefix = role.InboxPrefix
+	return c.ConnectNATS(ctx, name, logger)
 }

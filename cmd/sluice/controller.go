@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/streams"
 )
 
@@ -104,7 +105,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	logger := newLogger(stderr, *logLevel).With("component", "controller")
 
-	nc, js, err := conn.ConnectNATS(ctx, "sluice-controller "+*id, logger)
+	nc, js, err := connectAs(ctx, conn, natsperm.Controller(), "sluice-controller "+*id, logger)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -33,6 +35,9 @@ type jobConn struct {
 	// js is connect's JetStream context, for what else the command reads
 	// beside the broker (the sweep's planner).
 	js jetstream.JetStream
+	// log takes warnings (a NATS cluster not answering yet, retried; a
+	// permissions violation) to the command's stderr.
+	log *slog.Logger
 }
 
 func newJobConn(fs *flag.FlagSet, withS3 bool) *jobConn {
@@ -40,7 +45,7 @@ func newJobConn(fs *flag.FlagSet, withS3 bool) *jobConn {
 	if withS3 {
 		parts |= connect.PartS3
 	}
-	return &jobConn{flags: connect.Register(fs, parts), s3: withS3}
+	return &jobConn{flags: connect.Register(fs, parts), s3: withS3, log: newLogger(fs.Output(), "warn")}
 }
 
 // resolve is the parse check that merges flags, SLUICE_* environment and
@@ -50,7 +55,7 @@ func (c *jobConn) resolve() func() error { return resolve(c.flags, &c.conn) }
 // connect returns a broker and what closes its connection. Submit's has
 // an S3 client, checked first so that wrong credentials say so.
 func (c *jobConn) connect(ctx context.Context) (*broker.Broker, func(), error) {
-	nc, js, err := c.conn.ConnectNATS(ctx, "sluice-job", nil)
+	nc, js, err := connectAs(ctx, c.conn, natsperm.CLI(), "sluice-job", c.log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -65,7 +70,7 @@ func (c *jobConn) connect(ctx context.Context) (*broker.Broker, func(), error) {
 		}
 	}
 	c.js = js
-	return broker.New(js, s3c, c.conn.Streams(), nil), nc.Close, nil
+	return broker.New(js, s3c, c.conn.Streams(), c.log), nc.Close, nil
 }
 
 // parseArgs parses flags placed before, between or after the positional

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/planner"
 )
 
@@ -150,7 +151,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func planReplicas(ctx context.Context, conn connect.Config, pipeline, dataset string, trainerRate, perReplica float64) (replicaPlan, error) {
 	p := replicaPlan{TrainerRate: trainerRate, PerReplica: perReplica, Source: "flag"}
 	if perReplica == 0 {
-		nc, js, err := conn.ConnectNATS(ctx, "sluice-plan", nil)
+		nc, js, err := connectAs(ctx, conn, natsperm.CLI(), "sluice-plan", nil)
 		if err != nil {
 			return p, err
 		}

@@ -50,7 +50,9 @@ func TestIntegrationManifestsOnAPIServer(t *testing.T) {
 	env.Kubectl(t, "apply", "--server-side", "-k", "overlays/example")
 	// An object in another namespace the controller must not touch.
 	env.Kubectl(t, "apply", "--server-side", "-n", "elsewhere", "-f", "base/function.yaml")
-	env.Kubectl(t, "create", "secret", "generic", "-n", ns, "sluice-nats-auth", "--from-literal=token=s3cret")
+	// The NATS passwords, one per component (nats/nats.conf's users).
+	env.Kubectl(t, "create", "secret", "generic", "-n", ns, "sluice-nats-auth", "--from-literal=controller=pw1",
+		"--from-literal=agent=pw2", "--from-literal=cli=pw3", "--from-literal=admin=pw4")
 
 	token := env.Token(t, ns, "sluice-controller")
 	client, err := knative.NewClient(env.WithToken(token))

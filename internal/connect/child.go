@@ -1,13 +1,13 @@
 package connect
 
 // Args are the flags that give a child process (a `sluice fn serve`
-// replica the controller starts) the settings of parts in c. Secrets are
-// not among them: argv is visible to every user of the machine; Env
-// carries them.
+// replica the controller starts) the settings of parts in c. Secrets,
+// and URLs with credentials in them, are not among them: argv is visible
+// to every user of the machine; Env carries them.
 func (c Config) Args(parts Parts) []string {
 	var args []string
 	for _, s := range settings {
-		if s.part&parts == 0 || s.secret {
+		if s.part&parts == 0 || s.isSecret(c) {
 			continue
 		}
 		v := s.get(c)
@@ -37,7 +37,7 @@ func (c Config) Env(parts Parts) []string {
 			continue
 		}
 		v := ""
-		if s.secret {
+		if s.isSecret(c) {
 			v = s.get(c)
 		}
 		env = append(env, s.env+"="+v)

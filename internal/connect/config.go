@@ -18,17 +18,24 @@ type Config struct {
 }
 
 // NATS settings. At most one of CredsFile, NKeyFile, User (with
-// Password) and Token authenticates.
+// Password or PasswordFile) and Token (or TokenFile) authenticates.
 type NATS struct {
-	URLs      []string
-	CredsFile string // JWT + seed, as `nsc` writes it
-	NKeyFile  string // NKey seed file
-	User      string
-	Password  string // secret: never on argv
-	Token     string // secret: never on argv
-	TLSCA     string // PEM CA bundle to verify the server with
-	TLSCert   string // client certificate (PEM), with TLSKey
-	TLSKey    string
+	URLs         []string // secret when they carry userinfo
+	CredsFile    string   // JWT + seed, as `nsc` writes it
+	NKeyFile     string   // NKey seed file
+	User         string
+	Password     string // secret: never on argv
+	PasswordFile string // holds the password (a mounted Secret); read at each connect
+	Token        string // secret: never on argv
+	TokenFile    string // holds the token; read at each connect
+	TLSCA        string // PEM CA bundle to verify the server with
+	TLSCert      string // client certificate (PEM), with TLSKey
+	TLSKey       string
+	// InboxPrefix replaces _INBOX as the root of the connection's reply
+	// subjects: each component has its own (internal/natsperm), so that
+	// a least-privilege user may subscribe to its own replies only. Set
+	// by the command, not a setting.
+	InboxPrefix string
 }
 
 // S3 settings. Credentials are not among them: they come from the AWS
@@ -84,6 +91,7 @@ type setting struct {
 	def    string
 	usage  string
 	secret bool // never on argv (Args), passed by Env
+	url    bool // a URL, secret when it carries userinfo
 	isBool bool
 	get    func(Config) string
 	set    func(*Config, string) error
@@ -101,16 +109,19 @@ var settings = func() []setting {
 		return setting{name: name, env: env, key: key, part: part, usage: usage, get: get, set: set}
 	}
 	secret := func(st setting) setting { st.secret = true; return st }
+	url := func(st setting) setting { st.url = true; return st }
 	return []setting{
-		{name: "nats", env: "SLUICE_NATS_URL", key: "nats.url", part: PartNATS, def: DefaultNATSURL,
-			usage: "NATS server `URLs`, comma-separated",
+		{name: "nats", env: "SLUICE_NATS_URL", key: "nats.url", part: PartNATS, def: DefaultNATSURL, url: true,
+			usage: "NATS server `URLs`, comma-separated (a URL with user:password@ belongs in SLUICE_NATS_URL or the file: every local user sees a command line)",
 			get:   func(c Config) string { return strings.Join(c.NATS.URLs, ",") },
 			set:   func(c *Config, v string) error { c.NATS.URLs = splitList(v); return nil }},
 		s("nats-creds", "SLUICE_NATS_CREDS", "nats.creds", PartNATS, "NATS credentials `file` (JWT and seed)", func(c *Config) *string { return &c.NATS.CredsFile }),
 		s("nats-nkey", "SLUICE_NATS_NKEY", "nats.nkey", PartNATS, "NATS NKey seed `file`", func(c *Config) *string { return &c.NATS.NKeyFile }),
 		s("nats-user", "SLUICE_NATS_USER", "nats.user", PartNATS, "NATS user `name`", func(c *Config) *string { return &c.NATS.User }),
-		secret(s("nats-password", "SLUICE_NATS_PASSWORD", "nats.password", PartNATS, "NATS `password` (prefer the environment variable)", func(c *Config) *string { return &c.NATS.Password })),
-		secret(s("nats-token", "SLUICE_NATS_TOKEN", "nats.token", PartNATS, "NATS authentication `token` (prefer the environment variable)", func(c *Config) *string { return &c.NATS.Token })),
+		secret(s("nats-password", "SLUICE_NATS_PASSWORD", "nats.password", PartNATS, "NATS `password`; on a command line every local user sees it: prefer the environment variable or --nats-password-file", func(c *Config) *string { return &c.NATS.Password })),
+		s("nats-password-file", "SLUICE_NATS_PASSWORD_FILE", "nats.password_file", PartNATS, "`file` holding the NATS password (a mounted Secret; read at each connect)", func(c *Config) *string { return &c.NATS.PasswordFile }),
+		secret(s("nats-token", "SLUICE_NATS_TOKEN", "nats.token", PartNATS, "NATS authentication `token`; prefer the environment variable or --nats-token-file", func(c *Config) *string { return &c.NATS.Token })),
+		s("nats-token-file", "SLUICE_NATS_TOKEN_FILE", "nats.token_file", PartNATS, "`file` holding the NATS token (read at each connect)", func(c *Config) *string { return &c.NATS.TokenFile }),
 		s("nats-tls-ca", "SLUICE_NATS_TLS_CA", "nats.tls.ca", PartNATS, "PEM CA bundle `file` that signed the NATS servers' certificates", func(c *Config) *string { return &c.NATS.TLSCA }),
 		s("nats-tls-cert", "SLUICE_NATS_TLS_CERT", "nats.tls.cert", PartNATS, "client certificate `file` (PEM) for NATS TLS", func(c *Config) *string { return &c.NATS.TLSCert }),
 		s("nats-tls-key", "SLUICE_NATS_TLS_KEY", "nats.tls.key", PartNATS, "client certificate's key `file` (PEM)", func(c *Config) *string { return &c.NATS.TLSKey }),
@@ -125,7 +136,7 @@ var settings = func() []setting {
 				c.StreamReplicas = n
 				return nil
 			}},
-		s("s3-endpoint", "SLUICE_S3_ENDPOINT", "s3.endpoint", PartS3, "S3 endpoint `URL`; empty means AWS", func(c *Config) *string { return &c.S3.Endpoint }),
+		url(s("s3-endpoint", "SLUICE_S3_ENDPOINT", "s3.endpoint", PartS3, "S3 endpoint `URL`; empty means AWS", func(c *Config) *string { return &c.S3.Endpoint })),
 		s("s3-region", "SLUICE_S3_REGION", "s3.region", PartS3, "S3 `region` (default: the AWS SDK's, AWS_REGION or the profile's, else us-east-1)", func(c *Config) *string { return &c.S3.Region }),
 		{name: "s3-path-style", env: "SLUICE_S3_PATH_STYLE", key: "s3.path_style", part: PartS3, isBool: true,
 			usage: "path-style S3 addressing (default true when --s3-endpoint is set)",
@@ -141,6 +152,12 @@ var settings = func() []setting {
 		s("s3-ca", "SLUICE_S3_CA", "s3.ca", PartS3, "PEM CA bundle `file` to trust for the S3 endpoint", func(c *Config) *string { return &c.S3.CAFile }),
 	}
 }()
+
+// isSecret reports whether s's value in c must stay off argv and out of
+// messages: a secret setting, or a URL with credentials in it.
+func (s setting) isSecret(c Config) bool {
+	return s.secret || (s.url && hasUserinfo(splitList(s.get(c))...))
+}
 
 type errWant string
 

@@ -13,6 +13,8 @@ var (
 	// ErrNATSTLS: the TLS handshake failed (unknown CA, missing or refused
 	// client certificate, TLS wanted on one side only).
 	ErrNATSTLS = errors.New("nats tls failed")
+	// ErrNATSServerTooOld: the server is older than MinServerVersion.
+	ErrNATSServerTooOld = errors.New("nats-server too old")
 	// ErrNoJetStream: connected, but JetStream is off or does not answer.
 	ErrNoJetStream = errors.New("jetstream not available")
 

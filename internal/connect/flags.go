@@ -114,8 +114,11 @@ func (f *Flags) Resolve() (Config, error) {
 
 // describe names a value for an error message, without secrets.
 func describe(where string, s setting, v string) string {
-	if s.secret {
+	switch {
+	case s.secret:
 		return where
+	case s.url:
+		v = redactURLs(splitList(v))
 	}
 	return fmt.Sprintf("%s %q", where, v)
 }

@@ -13,14 +13,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/retry"
 )
 
 // How a long-lived connection behaves.
 const (
-	dialTimeout      = 5 * time.Second  // one connection attempt
-	reconnectWait    = 2 * time.Second  // between attempts at the same server
-	reconnectJitter  = time.Second      // added at random, plain and TLS
-	jetStreamTimeout = 10 * time.Second // the start-up JetStream check
+	dialTimeout      = 5 * time.Second // one connection attempt
+	reconnectWait    = 2 * time.Second // between attempts at the same server
+	reconnectJitter  = time.Second     // added at random, plain and TLS
+	jetStreamTimeout = 3 * time.Second // one attempt of the start-up JetStream check (retried)
 	// publishAsyncTimeout reclaims async publish futures never acked.
 	publishAsyncTimeout = 30 * time.Second
 )
@@ -30,31 +32,48 @@ const (
 // connected it reconnects forever (servers restart; a long-lived service
 // should outlast that), logging disconnects and reconnects. A failure at
 // start says which problem it is: ErrNATSUnreachable, ErrNATSAuthorization,
-// ErrNATSTLS or ErrNoJetStream (errors.Is), naming the URLs.
+// ErrNATSTLS, ErrNATSServerTooOld (older than MinServerVersion) or
+// ErrNoJetStream (errors.Is), naming the URLs.
 func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	urls := strings.Join(c.NATS.URLs, ",")
+	urls := redactURLs(c.NATS.URLs)
 	opts, err := c.NATS.options(name, logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to nats at %s: %w", urls, err)
 	}
-	nc, err := nats.Connect(urls, opts...)
+	nc, err := nats.Connect(strings.Join(c.NATS.URLs, ","), opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to nats at %s: %w", urls, c.NATS.explain(err))
 	}
+	if err := checkServerVersion(nc.ConnectedServerVersion()); err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("nats at %s: %w", urls, err)
+	}
+	// Named before Close, after which the connection has no URL.
+	at := RedactURL(nc.ConnectedUrl())
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(publishAsyncTimeout))
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", nc.ConnectedUrlRedacted(), err)
+		return nil, nil, fmt.Errorf("opening jetstream at %s: %w", at, err)
 	}
-	if err := CheckJetStream(ctx, js); err != nil {
+	if err := waitJetStream(ctx, js, logger); err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("nats at %s: %w", nc.ConnectedUrlRedacted(), err)
+		return nil, nil, fmt.Errorf("nats at %s: %w", at, err)
 	}
-	logger.Debug("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+	logger.Debug("nats connected", "url", RedactURL(nc.ConnectedUrl()), "server", nc.ConnectedServerName())
 	return nc, js, nil
+}
+
+// waitJetStream is CheckJetStream until JetStream answers: a cluster
+// still forming (no meta leader yet) is retried with backoff and a Warn
+// line each time, until ctx ends. JetStream off on the server, or for the
+// account, is not waited for.
+func waitJetStream(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) error {
+	return retry.JetStream(ctx, logger, js.Conn(), "checking jetstream", func(ctx context.Context) error {
+		return CheckJetStream(ctx, js)
+	})
 }
 
 // CheckJetStream asks JetStream for the account's information, which
@@ -67,9 +86,10 @@ func CheckJetStream(ctx context.Context, js jetstream.JetStream) error {
 		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 			return fmt.Errorf("%w: not enabled (start nats-server with -js, or enable it for the account): %v", ErrNoJetStream, err)
 		case errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("%w: no answer within %v", ErrNoJetStream, jetStreamTimeout)
+			// Wrapped, so that waitJetStream retries it.
+			return fmt.Errorf("%w: no answer within %v: %w", ErrNoJetStream, jetStreamTimeout, err)
 		}
-		return fmt.Errorf("%w: %v", ErrNoJetStream, err)
+		return fmt.Errorf("%w: %w", ErrNoJetStream, err)
 	}
 	return nil
 }
@@ -84,11 +104,11 @@ func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
 		nats.ReconnectJitter(reconnectJitter, reconnectJitter),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err != nil {
-				logger.Warn("nats disconnected; reconnecting", "url", nc.ConnectedUrlRedacted(), "err", err)
+				logger.Warn("nats disconnected; reconnecting", "url", RedactURL(nc.ConnectedUrl()), "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+			logger.Info("nats reconnected", "url", RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if err := nc.LastError(); err != nil {
@@ -108,10 +128,25 @@ func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
 			return nil, fmt.Errorf("nkey seed: %w", err)
 		}
 		opts = append(opts, o)
+	case n.User != "" && n.PasswordFile != "":
+		password, err := fileSecret(n.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("password file: %w", err)
+		}
+		opts = append(opts, nats.UserInfoHandler(func() (string, string) { return n.User, password() }))
 	case n.User != "":
 		opts = append(opts, nats.UserInfo(n.User, n.Password))
 	case n.Token != "":
 		opts = append(opts, nats.Token(n.Token))
+	case n.TokenFile != "":
+		token, err := fileSecret(n.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		opts = append(opts, nats.TokenHandler(token))
+	}
+	if n.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(n.InboxPrefix))
 	}
 	if n.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(n.TLSCA))
@@ -147,10 +182,16 @@ func (n NATS) identity() string {
 		return "for creds file " + n.CredsFile
 	case n.NKeyFile != "":
 		return "for nkey seed " + n.NKeyFile
+	case n.User != "" && n.PasswordFile != "":
+		return fmt.Sprintf("for user %q with the password in %s", n.User, n.PasswordFile)
 	case n.User != "":
 		return fmt.Sprintf("for user %q", n.User)
 	case n.Token != "":
 		return "for the token given"
+	case n.TokenFile != "":
+		return "for the token in " + n.TokenFile
+	case hasUserinfo(n.URLs...):
+		return "for the credentials in the URL"
 	case n.TLSCert != "":
 		return "for client certificate " + n.TLSCert
 	}

@@ -4,14 +4,17 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/internal/testpki"
 )
 
@@ -156,8 +159,8 @@ func TestConnectNATSUnreachableNamesEveryURL(t *testing.T) {
 func TestConnectNATSWithoutJetStream(t *testing.T) {
 	s := startNATS(t, func(o *server.Options) { o.JetStream = false })
 	err := connectErr(t, natsConfig(s.ClientURL(), nil))
-	if !errors.Is(err, ErrNoJetStream) || !strings.Contains(err.Error(), "-js") {
-		t.Errorf("no jetstream: %v", err)
+	if !errors.Is(err, ErrNoJetStream) || !strings.Contains(err.Error(), "-js") || !strings.Contains(err.Error(), "nats at "+s.ClientURL()) {
+		t.Errorf("no jetstream: %v; want it said, naming the server", err)
 	}
 }
 
@@ -184,4 +187,61 @@ func newPKI(t *testing.T) pki {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestConnectNATSWaitsForJetStreamOfAFormingCluster: with one node of a
+// 3-node cluster up, JetStream has no meta leader and cannot answer;
+// ConnectNATS waits, logging each retry, and connects once it can.
+func TestConnectNATSWaitsForJetStreamOfAFormingCluster(t *testing.T) {
+	cluster := testenv.NewNATSCluster(t, 3)
+	first := cluster.Start(0)
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	done := make(chan error, 1)
+	go func() {
+		nc, _, err := natsConfig(first.ClientURL(), nil).ConnectNATS(context.Background(), "test", logger)
+		if err == nil {
+			nc.Close()
+		}
+		done <- err
+	}()
+	testenv.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("ConnectNATS returned %v with no meta leader", err)
+		default:
+		}
+		if !strings.Contains(logs.String(), "checking jetstream: not ready yet; retrying") {
+			return errors.New("no retry logged yet")
+		}
+		return nil
+	})
+	cluster.Start(1)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("once the cluster has a leader: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("not connected within 90s of the cluster having a quorum\n%s", logs)
+	}
+	t.Logf("retry line: %s", strings.SplitN(logs.String(), "\n", 2)[0])
+}
+
+// syncBuffer is a log the test reads while another goroutine writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -23,7 +23,7 @@ func validate(c Config, where func(name string) string) []string {
 	}
 	for _, u := range c.NATS.URLs {
 		if !validNATSURL(u) {
-			add("%s %q: want nats://host:port (or tls://, ws://, wss://)", where("nats"), u)
+			add("%s %q: want nats://host:port (or tls://, ws://, wss://)", where("nats"), RedactURL(u))
 		}
 	}
 
@@ -43,11 +43,30 @@ func validate(c Config, where func(name string) string) []string {
 	}
 	if c.NATS.User != "" {
 		ways = append(ways, where("nats-user"))
-	} else if c.NATS.Password != "" {
-		add("%s given without a user (%s)", where("nats-password"), names("nats-user"))
+	} else {
+		for name, v := range map[string]string{"nats-password": c.NATS.Password, "nats-password-file": c.NATS.PasswordFile} {
+			if v != "" {
+				add("%s given without a user (%s)", where(name), names("nats-user"))
+			}
+		}
+	}
+	if c.NATS.Password != "" && c.NATS.PasswordFile != "" {
+		add("%s and %s: give the password one way, not both", where("nats-password"), where("nats-password-file"))
 	}
 	if c.NATS.Token != "" {
 		ways = append(ways, where("nats-token"))
+	} else if c.NATS.TokenFile != "" {
+		ways = append(ways, where("nats-token-file"))
+	}
+	if c.NATS.Token != "" && c.NATS.TokenFile != "" {
+		add("%s and %s: give the token one way, not both", where("nats-token"), where("nats-token-file"))
+	}
+	for name, path := range map[string]string{"nats-password-file": c.NATS.PasswordFile, "nats-token-file": c.NATS.TokenFile} {
+		if path != "" {
+			if _, err := readSecretFile(path); err != nil {
+				add("%s: %v", where(name), err)
+			}
+		}
 	}
 	if len(ways) > 1 {
 		add("%s: give one way to authenticate to NATS, not %d", strings.Join(ways, " and "), len(ways))
@@ -77,8 +96,12 @@ func validate(c Config, where func(name string) string) []string {
 	// S3.
 	if c.S3.Endpoint != "" {
 		u, err := url.Parse(c.S3.Endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("%s %q: want http(s)://host[:port]", where("s3-endpoint"), c.S3.Endpoint)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			add("%s %q: want http(s)://host[:port]", where("s3-endpoint"), RedactURL(c.S3.Endpoint))
+		case u.User != nil:
+			add("%s %q: holds credentials; S3 takes them from the AWS SDK's chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a role)",
+				where("s3-endpoint"), RedactURL(c.S3.Endpoint))
 		}
 	}
 	if c.S3.CAFile != "" {

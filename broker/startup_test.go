@@ -1,0 +1,103 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/internal/testenv"
+)
+
+// syncBuffer is a log the test reads while the broker writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestSubmitWaitsForAFormingCluster: `job submit` on a 3-node JetStream
+// cluster with stream replicas 3, started while the cluster is still
+// forming (one node up: no meta leader), exited with "creating stream
+// SLUICE_TASKS: context deadline exceeded". It now retries with a Warn
+// line each time, and submits once the cluster has formed.
+func TestSubmitWaitsForAFormingCluster(t *testing.T) {
+	cluster := testenv.NewNATSCluster(t, 3)
+	first := cluster.Start(0)
+	nc, err := nats.Connect(first.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// Short requests keep the test short; the cluster's state, not the
+	// timeout, is what makes them fail.
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3c, _ := testenv.S3(t, "")
+	imgs, err := synth.Images(synth.ImageOptions{Samples: 2, Shards: 2, Seed: 1, MinSide: 8, MaxSide: 8, Quality: 50, Classes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := synth.Upload(context.Background(), s3c, "data", "ds/", imgs); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	b := New(js, s3c, streams.Options{Replicas: 3}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Submit(context.Background(), testSpec("early", 1))
+		done <- err
+	}()
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("submit returned %v with one node of three up", err)
+		default:
+		}
+		if !strings.Contains(logs.String(), "not ready yet; retrying") {
+			return errors.New("no retry logged yet")
+		}
+		return nil
+	})
+	cluster.Start(1)
+	cluster.Start(2)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("submit once the cluster formed: %v\n%s", err, logs)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("submit not done within 90s of the cluster forming\n%s", logs)
+	}
+	info, err := js.Stream(context.Background(), "SLUICE_TASKS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := info.CachedInfo().Config.Replicas; r != 3 {
+		t.Errorf("task stream has %d replicas, want 3", r)
+	}
+	t.Logf("first retry line: %s", strings.SplitN(logs.String(), "\n", 2)[0])
+}

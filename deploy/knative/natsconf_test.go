@@ -1,0 +1,137 @@
+package knative_test
+
+import (
+	"flag"
+	"os"
+	"path"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluice-project/sluice/internal/natsperm"
+)
+
+var update = flag.Bool("update", false, "rewrite nats/nats.conf's authorization block from internal/natsperm")
+
+// natsConfPath is the shipped nats-server configuration.
+const natsConfPath = "nats/nats.conf"
+
+const (
+	authBegin = "# BEGIN authorization"
+	authEnd   = "# END authorization\n"
+)
+
+// authBlock splits conf around its generated authorization block: what
+// comes before it (through the BEGIN comment), the block, and the rest.
+func authBlock(t *testing.T, conf string) (before, block, after string) {
+	t.Helper()
+	i := strings.Index(conf, authBegin)
+	j := strings.Index(conf, authEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no %q ... %q markers", natsConfPath, authBegin, authEnd)
+	}
+	// The BEGIN comment runs over two lines.
+	k := i
+	for range 2 {
+		k += strings.IndexByte(conf[k:], '\n') + 1
+	}
+	return conf[:k], conf[k:j], conf[j:]
+}
+
+// TestShippedNATSConfigHasThePermissions: the permissions shipped are the
+// ones defined in Go (natsperm), which the integration test runs with.
+func TestShippedNATSConfigHasThePermissions(t *testing.T) {
+	b, err := os.ReadFile(natsConfPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, block, after := authBlock(t, string(b))
+	if *update {
+		if err := os.WriteFile(natsConfPath, []byte(before+natsperm.Render()+after), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if block != natsperm.Render() {
+		t.Errorf("%s's authorization block differs from natsperm.Render(); run with -update to rewrite it", natsConfPath)
+	}
+}
+
+// TestManifestsGiveEachComponentItsNATSUser: the NATS server gets every
+// role's password from the Secret, its configuration is the shipped file,
+// and the controller connects as its role's user with its password alone.
+func TestManifestsGiveEachComponentItsNATSUser(t *testing.T) {
+	conf, err := os.ReadFile(natsConfPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := render(t, "overlays/example")
+	var sts *appsv1.StatefulSet
+	for _, d := range find(docs, "apps/v1", "StatefulSet") {
+		sts = decode[appsv1.StatefulSet](t, d)
+	}
+	if sts == nil {
+		t.Fatal("no NATS StatefulSet")
+	}
+	env := map[string]*corev1.EnvVarSource{}
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.ValueFrom
+	}
+	for _, r := range natsperm.Roles() {
+		src := env[r.PasswordEnv()]
+		if src == nil || src.SecretKeyRef == nil || src.SecretKeyRef.Name != "sluice-nats-auth" || src.SecretKeyRef.Key != r.Name ||
+			(src.SecretKeyRef.Optional != nil && *src.SecretKeyRef.Optional) {
+			t.Errorf("NATS server's %s: %+v, want key %q of the Secret sluice-nats-auth, required", r.PasswordEnv(), src, r.Name)
+		}
+	}
+	cmName := ""
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			cmName = v.ConfigMap.Name
+		}
+	}
+	seen := false
+	for _, d := range find(docs, "v1", "ConfigMap") {
+		cm := decode[corev1.ConfigMap](t, d)
+		if cm.Name == cmName {
+			seen = true
+			if cm.Data["nats.conf"] != string(conf) {
+				t.Errorf("ConfigMap %s's nats.conf is not %s", cm.Name, natsConfPath)
+			}
+		}
+	}
+	if !seen {
+		t.Errorf("the StatefulSet's ConfigMap %q is not rendered", cmName)
+	}
+
+	dep := decode[appsv1.Deployment](t, find(docs, "apps/v1", "Deployment")[0])
+	pod := dep.Spec.Template.Spec
+	vals := map[string]string{}
+	for _, e := range pod.Containers[0].Env {
+		vals[e.Name] = e.Value
+		if strings.HasPrefix(e.Name, "SLUICE_NATS_") && e.ValueFrom != nil {
+			t.Errorf("controller env %s from %+v: secrets reach it as a file", e.Name, e.ValueFrom)
+		}
+	}
+	if vals["SLUICE_NATS_USER"] != natsperm.Controller().User() {
+		t.Errorf("controller's NATS user %q, want %q", vals["SLUICE_NATS_USER"], natsperm.Controller().User())
+	}
+	file := vals["SLUICE_NATS_PASSWORD_FILE"]
+	ok := false
+	for _, m := range pod.Containers[0].VolumeMounts {
+		if path.Dir(file) != m.MountPath {
+			continue
+		}
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == "sluice-nats-auth" &&
+				len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "controller" && v.Secret.Items[0].Path == path.Base(file) {
+				ok = true
+			}
+		}
+	}
+	if !ok {
+		t.Errorf("controller's SLUICE_NATS_PASSWORD_FILE %q is not the Secret's controller key alone, mounted", file)
+	}
+}
