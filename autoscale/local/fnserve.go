@@ -18,3 +18,14 @@ func FnServe(command []string, cpus, concurrency int, conn connect.Config) Optio
 		"--concurrency", strconv.Itoa(concurrency), "--log-level", "warn")
 	return Options{Command: append(argv, conn.Args(connect.PartS3)...), Env: conn.Env(connect.PartS3)}
 }
+
+// WithVocabDir lets the replicas read WordPiece vocab files from dir (fn
+// serve --vocab-dir); "" leaves them to builtin. Options without a
+// Command are returned as they are.
+func (o Options) WithVocabDir(dir string) Options {
+	if len(o.Command) == 0 || dir == "" {
+		return o
+	}
+	o.Command = append(append([]string{}, o.Command...), "--vocab-dir", dir)
+	return o
+}

@@ -27,3 +27,17 @@ func TestFnServeGivesReplicasS3Only(t *testing.T) {
 		}
 	}
 }
+
+func TestWithVocabDirPassesTheDirectory(t *testing.T) {
+	base := FnServe([]string{"sluice", "fn", "serve"}, 1, 1, connect.Default())
+	if got := base.WithVocabDir(""); strings.Join(got.Command, " ") != strings.Join(base.Command, " ") {
+		t.Errorf("no directory: command %q, want %q", got.Command, base.Command)
+	}
+	got := base.WithVocabDir("/srv/vocab")
+	if cmd := strings.Join(got.Command, " "); !strings.HasSuffix(cmd, " --vocab-dir /srv/vocab") {
+		t.Errorf("command %q lacks --vocab-dir /srv/vocab", cmd)
+	}
+	if len(base.Command) == len(got.Command) {
+		t.Error("WithVocabDir changed its receiver's command")
+	}
+}

@@ -66,6 +66,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	connFlags := connect.Register(fs, connect.PartAll)
 	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
 	fnTokenFlag := bearer.Function.Register(fs, "with --actuator local: the token the replicas require of every task (given them through their environment); the agents must send it")
+	vocabDir := fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab files from (fn serve --vocab-dir); empty: builtin only")
 	allocator := fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its replicas (autoscaled), its dispatch plan\n"+
@@ -140,7 +141,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		// Replicas are this binary's `fn serve`, with this controller's
 		// connection settings (secrets through the environment).
-		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache).WithToken(fnToken)
+		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache).WithToken(fnToken).WithVocabDir(*vocabDir)
 		ropts.StopTimeout = replicaStopTimeout
 		la := local.New(ropts, logger.With("component", "actuator"), reg)
 		defer func() {
