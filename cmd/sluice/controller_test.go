@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/autoscale/local"
@@ -32,6 +34,7 @@ import (
 type controllerEnv struct {
 	natsURL, s3Endpoint string
 	js                  jetstream.JetStream
+	s3                  *s3.Client
 	b                   *broker.Broker
 }
 
@@ -51,7 +54,7 @@ func newControllerEnv(t *testing.T, samples, shards int) controllerEnv {
 	if err := synth.Upload(ctx, s3c, "data", "ds/", imgs); err != nil {
 		t.Fatal(err)
 	}
-	return controllerEnv{natsURL: srv.URL(), s3Endpoint: s3cfg.Endpoint, js: js, b: broker.New(js, s3c, streams.Options{}, nil)}
+	return controllerEnv{natsURL: srv.URL(), s3Endpoint: s3cfg.Endpoint, js: js, s3: s3c, b: broker.New(js, s3c, streams.Options{}, nil)}
 }
 
 // startControllerProcess runs `sluice controller` (this test binary) with
@@ -189,6 +192,41 @@ func TestControllerRunsAJobWithLocalReplicas(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// TestAJobWhoseOnlyShardIsGoneFails: a one-shard job whose shard object
+// is deleted after submit does not hang: the replica's 404 gives the task
+// up, the reader's epochs end without its samples, and the job fails
+// naming the shard (it once stayed running for ever).
+func TestAJobWhoseOnlyShardIsGoneFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	e := newControllerEnv(t, 4, 1)
+	startControllerProcess(t, e, "gone")
+	job, err := e.b.Submit(context.Background(), wire.JobSpec{ID: "gone", Dataset: "s3://data/ds/",
+		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 1, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s3.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String("data"), Key: aws.String(job.Shards[0])}); err != nil {
+		t.Fatal(err)
+	}
+	r := readWithAgent(t, e, "gone")
+	seen, err := r.wait()
+	if err != nil || len(seen) != 0 {
+		t.Fatalf("reader got %d samples (%v), want none and its end", len(seen), err)
+	}
+	testenv.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
+		s, err := jobStatus(e.js, "gone")
+		if err != nil {
+			return err
+		}
+		if s.State != wire.JobFailed || !strings.Contains(s.Reason, "every task failed (1 of 1)") || !strings.Contains(s.Reason, job.Shards[0]) {
+			return fmt.Errorf("job is %s %q, want failed: every task failed, naming %s", s.State, s.Reason, job.Shards[0])
+		}
+		return nil
+	})
 }
 
 // TestControllerKilledLeavesNoReplicasAndAStandbyFinishes: SIGKILL gives
