@@ -213,7 +213,9 @@ func TestTaskConsumerTakesTheControllersAckWait(t *testing.T) {
 	e := newEnv(t, 2)
 	e.startController(t, "c1", Options{TaskAckWait: 3 * time.Second})
 	e.submit(t, spec("ackwait", "img", 1))
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	// Generous: with every package's tests at once on two cores, taking
+	// the job once took over 10 s.
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		c, err := e.js.Consumer(context.Background(), wire.TaskStream, wire.DispatchConsumer("ackwait"))
 		if err != nil {
 			return err
