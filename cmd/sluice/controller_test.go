@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -251,6 +253,7 @@ func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
 		return nil
 	})
 	startControllerProcess(t, e, "standby")
+	dead := planEndpoint(t, e, "stuck")
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +263,12 @@ func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
 		}
 		return nil
 	})
+	// Until the standby writes its own, the dead owner's dispatch plan
+	// names the dead replica, and whatever takes its port answers in its
+	// place (in a full test run other packages' listeners do): its 404
+	// must be no verdict on the shards (it once gave them all up).
+	stranger := listenAt(t, dead, http.NotFoundHandler())
+	defer stranger.Close()
 
 	r := readWithAgent(t, e, "stuck")
 	testenv.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
@@ -283,6 +292,46 @@ func TestControllerKilledLeavesNoReplicasAndAStandbyFinishes(t *testing.T) {
 	if len(seen) != 4*16 || dups != 0 {
 		t.Errorf("reader got %d distinct samples with %d duplicates, want %d once each", len(seen), dups, 4*16)
 	}
+}
+
+// planEndpoint waits for job's dispatch plan to name a replica and
+// returns the first one's host:port.
+func planEndpoint(t *testing.T, e controllerEnv, job string) string {
+	t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.DispatchBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host string
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		en, err := kv.Get(context.Background(), job)
+		if err != nil {
+			return err
+		}
+		var p wire.DispatchPlan
+		if err := json.Unmarshal(en.Value(), &p); err != nil || len(p.Endpoints) == 0 {
+			return fmt.Errorf("dispatch plan %s (%v), want an endpoint", en.Value(), err)
+		}
+		u, err := url.Parse(p.Endpoints[0])
+		if err != nil {
+			return err
+		}
+		host = u.Host
+		return nil
+	})
+	return host
+}
+
+// listenAt serves h on addr.
+func listenAt(t *testing.T, addr string, h http.Handler) *http.Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv
 }
 
 // agentReader is a trainer agent in this process reading a job to its end,
