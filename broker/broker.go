@@ -376,11 +376,13 @@ func (b *Broker) remove(ctx context.Context, id string) (found bool, err error) 
 	if err != nil {
 		return found, fmt.Errorf("job %s: listing readers done: %w", id, err)
 	}
-	for _, k := range append(readers, done...) {
-		if _, err := purgeKey(ctx, kvs.readers, k); err != nil {
+	// And the agents' record of the tasks they gave up.
+	for _, k := range append(append(readers, done...), wire.ShardsFailedKey(id)) {
+		gone, err := purgeKey(ctx, kvs.readers, k)
+		if err != nil {
 			return found, fmt.Errorf("job %s: deleting reader position %s: %w", id, k, err)
 		}
-		found = true
+		found = found || gone
 	}
 	for _, kv := range []jetstream.KeyValue{kvs.status, kvs.leases} {
 		gone, err := purgeKey(ctx, kv, id)

@@ -74,7 +74,8 @@ func TestTransitionLetsExactlyOneOfConcurrentChangesWin(t *testing.T) {
 }
 
 // leftovers lists what of job id exists in JetStream: record, tasks, its
-// task consumer, dispatch plan, status, lease and reader positions.
+// task consumer, dispatch plan, status, lease, reader positions and the
+// record of tasks given up.
 func leftovers(t *testing.T, e env, id string) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -101,6 +102,9 @@ func leftovers(t *testing.T, e env, id string) []string {
 	}
 	for _, k := range done {
 		out = append(out, "reader done "+k)
+	}
+	if _, err := kvs.readers.Get(ctx, wire.ShardsFailedKey(id)); err == nil {
+		out = append(out, "shards failed")
 	}
 	if n := taskCount(t, e.js, id); n > 0 {
 		out = append(out, "tasks")
@@ -160,6 +164,7 @@ func controlled(t *testing.T, e env, id string) {
 	for _, r := range job.Spec.Readers {
 		put(kvs.readers, wire.ReaderKey(id, r), map[string]int{"delivered": 3})
 	}
+	put(kvs.readers, wire.ShardsFailedKey(id), wire.ShardsFailed{Submitted: job.Submitted, Total: 1})
 }
 
 func TestCancelReleasesEverythingWithoutAController(t *testing.T) {
@@ -188,11 +193,11 @@ func TestCancelReleasesEverythingWithoutAController(t *testing.T) {
 	// The record (now cancelled), status, lease and reader positions stay
 	// for status and delete; no work, consumer or plan is left.
 	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key",
-		"reader position c.rank0", "reader position c.rank1"}
+		"reader position c.rank0", "reader position c.rank1", "shards failed"}
 	if got := leftovers(t, e, "c"); !slices.Equal(got, want) {
 		t.Errorf("after cancel: %v, want only %v", got, want)
 	}
-	if got := leftovers(t, e, "other"); len(got) != 7 {
+	if got := leftovers(t, e, "other"); len(got) != 8 {
 		t.Errorf("other job after cancel: %v, want all it had", got)
 	}
 
@@ -245,7 +250,7 @@ func TestDeleteRefusesRunningJobUnlessForcedThenRemovesEverything(t *testing.T) 
 	if got := leftovers(t, e, "d"); len(got) != 0 {
 		t.Errorf("after forced delete: %v left", got)
 	}
-	if got := leftovers(t, e, "other"); len(got) != 7 {
+	if got := leftovers(t, e, "other"); len(got) != 8 {
 		t.Errorf("other job after delete: %v, want all it had", got)
 	}
 	if err := e.b.Delete(ctx, "d", true); !errors.Is(err, ErrJobNotFound) {
@@ -292,7 +297,7 @@ func TestCancelMidRunLeavesNoWorkBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = held[0].Ack() // as the agent finishing its shard would
-	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key", "reader position m." + wire.DefaultReader}
+	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key", "reader position m." + wire.DefaultReader, "shards failed"}
 	if got := leftovers(t, e, "m"); !slices.Equal(got, want) {
 		t.Errorf("after cancel mid-run: %v, want only %v", got, want)
 	}

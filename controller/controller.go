@@ -245,11 +245,11 @@ func (c *Controller) status(jr *jobRun, now time.Time) (wire.JobStatus, bool) {
 		return wire.JobStatus{}, false
 	}
 	jr.mu.Lock()
-	backlog := jr.backlog
+	backlog, givenUp := jr.backlog, jr.givenUp
 	jr.mu.Unlock()
 	replicas, reason := c.runner.Decision(jr.id)
 	return buildStatus(statusInputs{
-		job: job, owner: c.opts.ID, results: res, backlog: backlog.counts(now), prev: prev,
+		job: job, owner: c.opts.ID, results: res, backlog: backlog.counts(now), prev: prev, givenUp: givenUp,
 		signals:  c.runner.Signals(jr.id),
 		replicas: replicas, ready: c.opts.Actuator.Ready(jr.id), reason: reason,
 		stale: c.opts.Autoscale.DemandStale,

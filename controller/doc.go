@@ -51,9 +51,11 @@
 // agents' shard results (wire.ShardResult on wire.ResultSubject), one per
 // task they settle, counted per distinct task (jobResults): tasks done and
 // failed, samples, where shards were read from; results are core NATS, so
-// a status also counts the tasks the consumer no longer holds as settled.
-// A controller that takes a job over adds its counts to the status it
-// found. Reader progress comes from the declared readers' demand signals
+// a status also counts the tasks the consumer no longer holds as settled,
+// and the final status counts as failed at least the tasks the agents
+// recorded as given up (wire.ShardsFailedKey), whose results a takeover
+// may have lost. A controller that takes a job over adds its counts to
+// the status it found. Reader progress comes from the declared readers' demand signals
 // (the runner refuses others'; a status lists declared readers only);
 // completion from each declared reader's wire.ReaderDoneKey, which its
 // agent writes once every rank has the last batch. Nothing a result

@@ -55,7 +55,10 @@ type jobRun struct {
 	mu       sync.Mutex
 	job      wire.Job
 	prev     wire.JobStatus
-	results  *jobResults  // the agents' shard results; nil until running
+	results  *jobResults // the agents' shard results; nil until running
+	// givenUp is the agents' durable record of tasks given up
+	// (wire.ShardsFailedKey), read once every reader is through.
+	givenUp  wire.ShardsFailed
 	backlog  *taskBacklog // nil until running
 	final    bool         // the last status is written
 	closed   bool         // cleaning up: results are no longer counted
@@ -215,6 +218,13 @@ func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
 		}
 		drained, err := c.readersDone(ctx, job)
 		if drained {
+			rec, err := c.shardsFailed(ctx, job)
+			if err != nil && ctx.Err() == nil {
+				jr.log.Warn("reading the tasks the agents gave up; counting their results alone", "err", err)
+			}
+			jr.mu.Lock()
+			jr.givenUp = rec
+			jr.mu.Unlock()
 			break
 		}
 		if err != nil && c.jobGone(ctx, id) {
@@ -366,6 +376,27 @@ func (c *Controller) readersDone(ctx context.Context, job wire.Job) (bool, error
 		}
 	}
 	return true, nil
+}
+
+// shardsFailed reads the agents' record of the job's tasks given up; none
+// is an empty record, as is one of an earlier submission under the id.
+func (c *Controller) shardsFailed(ctx context.Context, job wire.Job) (wire.ShardsFailed, error) {
+	key := wire.ShardsFailedKey(job.Spec.ID)
+	e, err := c.readersKV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return wire.ShardsFailed{}, nil
+	}
+	if err != nil {
+		return wire.ShardsFailed{}, fmt.Errorf("reading %s: %w", key, err)
+	}
+	var rec wire.ShardsFailed
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return wire.ShardsFailed{}, fmt.Errorf("decoding %s: %w", key, err)
+	}
+	if !rec.Submitted.Equal(job.Submitted) {
+		return wire.ShardsFailed{}, nil
+	}
+	return rec, nil
 }
 
 // cleanup ends a run: replicas to zero, series deleted, the dispatch plan

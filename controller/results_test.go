@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -209,5 +210,59 @@ func TestStatusCountsFailedReplays(t *testing.T) {
 	s := buildStatus(statusInputs{job: job, results: j.snapshot(), prev: wire.JobStatus{ReplaysFailed: 2}}, time.Now())
 	if s.ReplaysFailed != 3 || len(s.FailedShards) != 1 || s.Tasks.Failed != 0 {
 		t.Errorf("replays failed %d, listed %d, tasks failed %d; want 3, 1, 0", s.ReplaysFailed, len(s.FailedShards), s.Tasks.Failed)
+	}
+}
+
+// TestTasksGivenUpCountWithTheirResultsLost: a task an agent gave up on
+// while no controller owned the job (a takeover) has no result here, but
+// the agents' record of tasks given up (wire.ShardsFailedKey) has it: the
+// final status counts it failed and lists it, not done.
+func TestTasksGivenUpCountWithTheirResultsLost(t *testing.T) {
+	e := newEnv(t, 3)
+	e.startController(t, "c1", Options{})
+	job := e.submit(t, spec("lost", "img", 1))
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, err := e.status("lost")
+		return err
+	})
+	for shard := range 2 {
+		r := done("lost", 0, shard, 5, "miss")
+		r.Key = job.Shards[shard]
+		data, _ := json.Marshal(r)
+		if err := e.nc.Publish(wire.ResultSubject("lost"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := wire.ShardsFailed{Submitted: job.Submitted}
+	rec.Add(wire.FailedSample{Key: job.Shards[2], Epoch: 0, Reason: "shard not found"})
+	data, _ := json.Marshal(rec)
+	readers, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readers.Put(context.Background(), wire.ShardsFailedKey("lost"), data); err != nil {
+		t.Fatal(err)
+	}
+	// Every task left the queue (the agents acked them).
+	cons, err := e.js.Consumer(context.Background(), wire.TaskStream, wire.DispatchConsumer("lost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		b, err := cons.Fetch(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			if err := m.DoubleAck(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.readerDone(job, wire.DefaultReader)
+	s := e.waitState(t, "lost", wire.JobSucceeded, 10*time.Second)
+	if s.Tasks.Done != 2 || s.Tasks.Failed != 1 || len(s.FailedShards) != 1 || s.FailedShards[0].Key != job.Shards[2] ||
+		!strings.Contains(s.FailedShards[0].Reason, "shard not found") {
+		t.Errorf("final tasks %+v, failed shards %+v; want 2 done, 1 failed: %s", s.Tasks, s.FailedShards, job.Shards[2])
 	}
 }

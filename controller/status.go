@@ -18,7 +18,10 @@ type statusInputs struct {
 	backlog backlogCounts
 	// prev is the status found when this controller took the job: what an
 	// earlier owner counted.
-	prev     wire.JobStatus
+	prev wire.JobStatus
+	// givenUp is the agents' record of the tasks they gave up, which
+	// outlasts results lost in a takeover (read as the job ends).
+	givenUp  wire.ShardsFailed
 	signals  map[string]autoscale.Signal
 	replicas int
 	ready    int
@@ -34,10 +37,11 @@ type statusInputs struct {
 // Tasks done are at least the tasks the consumer no longer holds (acked:
 // done or given up on) less those failed: results are core NATS messages,
 // and those published while no controller owned the job (a takeover) are
-// not counted here. The per-epoch counts have only the results.
+// not counted here. Tasks failed are at least those the agents recorded
+// as given up (givenUp), which a lost result does not take away. The per-epoch counts have only the results.
 func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 	r, prev, total := in.results, in.prev, in.job.Tasks()
-	failed := min(prev.Tasks.Failed+r.Failed, total)
+	failed := min(max(prev.Tasks.Failed+r.Failed, in.givenUp.Total), total)
 	done := prev.Tasks.Done + r.Done
 	if in.backlog.Known {
 		done = max(done, total-in.backlog.Queued-failed)
@@ -61,10 +65,15 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 		ReadyReplicas:    in.ready,
 		ScaleReason:      in.reason,
 	}
-	if n := len(prev.FailedShards) + len(r.FailedShards); n > 0 {
-		s.FailedShards = make([]wire.FailedSample, 0, min(n, wire.MaxFailedShardsListed))
-		s.FailedShards = append(s.FailedShards, prev.FailedShards[:min(len(prev.FailedShards), wire.MaxFailedShardsListed)]...)
-		s.FailedShards = append(s.FailedShards, r.FailedShards[:min(len(r.FailedShards), wire.MaxFailedShardsListed-len(s.FailedShards))]...)
+	for _, list := range [][]wire.FailedSample{prev.FailedShards, r.FailedShards, in.givenUp.Shards} {
+		for _, f := range list {
+			if len(s.FailedShards) == wire.MaxFailedShardsListed {
+				break
+			}
+			if !slices.ContainsFunc(s.FailedShards, func(l wire.FailedSample) bool { return l.Key == f.Key && l.Epoch == f.Epoch }) {
+				s.FailedShards = append(s.FailedShards, f)
+			}
+		}
 	}
 	s.TasksDonePerEpoch = make([]int, in.job.Spec.Epochs)
 	for e := range s.TasksDonePerEpoch {

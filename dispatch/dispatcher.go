@@ -87,13 +87,17 @@ type Dispatcher struct {
 	nc   *nats.Conn
 	cons jetstream.Consumer
 	kv   jetstream.KeyValue
-	sink Sink
-	opts Options
-	ping time.Duration // progress ping interval (d.mu)
-	hc   *http.Client
-	log  *slog.Logger
-	m    *metrics
-	load *replicaLoad
+	// readers holds the job's record of shards given up (failed.go);
+	// submitted tells this submission's record from an earlier one's.
+	readers   jetstream.KeyValue
+	submitted time.Time
+	sink      Sink
+	opts      Options
+	ping      time.Duration // progress ping interval (d.mu)
+	hc        *http.Client
+	log       *slog.Logger
+	m         *metrics
+	load      *replicaLoad
 
 	gInflight, gHeld prometheus.Gauge
 
@@ -173,6 +177,10 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 	if err != nil {
 		return nil, fmt.Errorf("job %s: opening key-value bucket %s: %w", id, wire.DispatchBucket, err)
 	}
+	readers, err := js.KeyValue(ctx, wire.ReadersBucket)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: opening key-value bucket %s: %w", id, wire.ReadersBucket, err)
+	}
 	// Ping within the consumer's own AckWait, should it be shorter.
 	ackWait := opts.AckWait
 	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
@@ -180,7 +188,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 	}
 	m := newMetrics(reg)
 	return &Dispatcher{
-		id: id, nc: nc, cons: cons, kv: kv, sink: sink, opts: opts, hc: hc,
+		id: id, nc: nc, cons: cons, kv: kv, readers: readers, submitted: job.Submitted, sink: sink, opts: opts, hc: hc,
 		ping:      pingEvery(ackWait),
 		log:       logger.With("job", id, "agent", opts.Agent),
 		m:         m,

@@ -244,6 +244,16 @@ func TestFailures(t *testing.T) {
 			if (r.Error != "") != (tt.wantFailed != "") || !strings.Contains(r.Error, tt.wantFailed) || r.Sends != wantSends {
 				t.Errorf("result %+v", r)
 			}
+			// A task given up is recorded where a takeover cannot lose it.
+			rec := e.shardsFailed(t, job)
+			if tt.wantFailed == "" {
+				if rec.Total != 0 {
+					t.Errorf("record of tasks given up %+v, want none", rec)
+				}
+			} else if rec.Total != 1 || len(rec.Shards) != 1 || rec.Shards[0].Key != task.Key || !strings.Contains(rec.Shards[0].Reason, tt.wantFailed) ||
+				!rec.Submitted.Equal(job.Submitted) {
+				t.Errorf("record of tasks given up %+v, want %s saying %q", rec, task.Key, tt.wantFailed)
+			}
 		})
 	}
 }

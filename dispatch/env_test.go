@@ -94,6 +94,27 @@ func (e *env) putPlan(t *testing.T, p wire.DispatchPlan) {
 	}
 }
 
+// shardsFailed reads job's record of tasks given up (none: empty).
+func (e *env) shardsFailed(t *testing.T, job wire.Job) wire.ShardsFailed {
+	t.Helper()
+	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec wire.ShardsFailed
+	en, err := kv.Get(context.Background(), wire.ShardsFailedKey(job.Spec.ID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(en.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
 func (e *env) consumerInfo(t *testing.T, job string) *jetstream.ConsumerInfo {
 	t.Helper()
 	c, err := e.js.Consumer(context.Background(), wire.TaskStream, wire.DispatchConsumer(job))

@@ -81,7 +81,7 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 		var delay time.Duration
 		switch kind {
 		case failPermanent:
-			d.giveUp(e, fmt.Sprintf("sending task %s: %v", task.ID(), err))
+			d.giveUp(ctx, e, fmt.Sprintf("sending task %s: %v", task.ID(), err))
 			return
 		case failBusy:
 			// The replica is busy or draining: not the task's fault.
@@ -96,7 +96,7 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			n, giveUp := d.st.failure(e, d.opts.MaxDeliver)
 			d.mu.Unlock()
 			if giveUp {
-				d.giveUp(e, fmt.Sprintf("sending task %s: gave up after %d failed sends, last: %v", task.ID(), n, err))
+				d.giveUp(ctx, e, fmt.Sprintf("sending task %s: gave up after %d failed sends, last: %v", task.ID(), n, err))
 				return
 			}
 			delay = RetryDelay(n, rand.Float64())
@@ -109,17 +109,23 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 	}
 }
 
-// giveUp fails e's task for good and tells the sink.
-func (d *Dispatcher) giveUp(e *entry, reason string) {
+// giveUp fails e's task for good, records it (recordFailed) and tells the
+// sink, whose readers then settle it.
+func (d *Dispatcher) giveUp(ctx context.Context, e *entry, reason string) {
 	reason = truncate(reason, maxReason)
 	d.mu.Lock()
 	ok := d.st.fail(e, reason)
 	d.gauges()
 	d.mu.Unlock()
-	if ok {
-		d.log.Warn("task failed for good", "task", e.task.ID(), "reason", reason)
-		d.sink.Failed(e.task, reason)
+	if !ok {
+		return
 	}
+	d.log.Warn("task failed for good", "task", e.task.ID(), "reason", reason)
+	if err := d.recordFailed(ctx, e.task, reason); err != nil {
+		// Its result still says so, to the owner listening then.
+		d.log.Warn("recording a task given up", "task", e.task.ID(), "err", err)
+	}
+	d.sink.Failed(e.task, reason)
 }
 
 // Settle acks the task of (epoch, shard) once the sink has handed out every sample of it and recorded

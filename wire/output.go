@@ -56,10 +56,15 @@ func (e *ShardEnd) AddFailed(key, reason string) {
 		e.FailedOmitted++
 		return
 	}
+	e.Failed = append(e.Failed, FailedSample{Key: key, Reason: truncateReason(reason)})
+}
+
+// truncateReason cuts a failure's reason to MaxReasonBytes.
+func truncateReason(reason string) string {
 	if len(reason) > MaxReasonBytes {
-		reason = reason[:MaxReasonBytes] + "..."
+		return reason[:MaxReasonBytes] + "..."
 	}
-	e.Failed = append(e.Failed, FailedSample{Key: key, Reason: reason})
+	return reason
 }
 
 // ChunkRef identifies one chunk of a shard's output in an epoch.
@@ -99,4 +104,37 @@ type ShardResult struct {
 	// Sends counts the sends of the task by this agent that a replica
 	// took (1 without retries; a 429 or 503 is not one).
 	Sends int `json:"sends,omitempty"`
+}
+
+// ShardsFailedKey is the key in ReadersBucket under which a job's agents
+// record the shard tasks they gave up on (ShardsFailed), before acking
+// them. A ShardResult is a core NATS message, lost if no controller owns
+// the job when it is published (a takeover); this record is not, and the
+// owner that finishes the job counts what it holds.
+func ShardsFailedKey(job string) string { return "failed." + job }
+
+// ShardsFailed is the value under ShardsFailedKey.
+type ShardsFailed struct {
+	// Submitted is the submission time of the job the record is of: a job
+	// deleted and submitted again under its id starts a new one.
+	Submitted time.Time `json:"submitted"`
+	// Shards lists the first MaxFailedShardsListed tasks given up, under
+	// their task's shard key and epoch, each reason cut to MaxReasonBytes.
+	Shards []FailedSample `json:"shards,omitempty"`
+	// Total counts every task given up, listed or not.
+	Total int `json:"total"`
+}
+
+// Add records a task given up; a task listed already is not counted again.
+func (f *ShardsFailed) Add(s FailedSample) {
+	for _, l := range f.Shards {
+		if l.Key == s.Key && l.Epoch == s.Epoch {
+			return
+		}
+	}
+	f.Total++
+	if len(f.Shards) < MaxFailedShardsListed {
+		s.Reason = truncateReason(s.Reason)
+		f.Shards = append(f.Shards, s)
+	}
 }
