@@ -59,8 +59,8 @@
 // for the owning controller. A failed task is settled the same way, and
 // acked, not terminated: the failure is recorded by the agent and carried
 // to the controller in the result's Error (and, before the ack, in the
-// job's wire.ShardsFailedKey record, which no takeover loses: a result
-// published while no controller owns the job is), and the server's term advisory
+// job's wire.ShardsFailedKey record: a result published while no
+// controller owns the job is lost, the record is not), and the server's term advisory
 // would be a second, unread record; one path for every settled task keeps
 // the queue's accounting (NumAckPending) the same for both.
 //
