@@ -1,40 +1,21 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
-
-// syncBuffer is a log the test reads while the broker writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSubmitWaitsForAFormingCluster: `job submit` on a 3-node JetStream
 // cluster with stream replicas 3, started while the cluster is still
@@ -63,7 +44,7 @@ func TestSubmitWaitsForAFormingCluster(t *testing.T) {
 	if err := synth.Upload(context.Background(), s3c, "data", "ds/", imgs); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	b := New(js, s3c, streams.Options{Replicas: 3}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
 	done := make(chan error, 1)

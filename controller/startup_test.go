@@ -1,13 +1,11 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,27 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
-
-// syncBuffer is a log the test reads while controllers write it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestTwoControllersWaitForAFormingCluster: two controllers started at
 // the same moment as a 3-node JetStream cluster (stream replicas 3), with
@@ -46,7 +27,7 @@ func (s *syncBuffer) String() string {
 func TestTwoControllersWaitForAFormingCluster(t *testing.T) {
 	cluster := testenv.NewNATSCluster(t, 3)
 	first := cluster.Start(0)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	o := Options{Streams: streams.Options{Replicas: 3}, Actuator: newPool("http://127.0.0.1:1"),
 		LeaseTTL: 2 * time.Second, Tick: 100 * time.Millisecond}

@@ -1,38 +1,19 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/functions/shardcache"
+	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
-
-// syncBuffer is a log the server's goroutines write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestCacheTooSmallSaysSoWithTheJob: a replica whose shard cache has no
 // room for the job's shards says so once, naming the task's job, and
@@ -46,7 +27,7 @@ func TestCacheTooSmallSaysSoWithTheJob(t *testing.T) {
 	if err := synth.Upload(context.Background(), s3c, bucket, "train/", shards); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	reg := prometheus.NewRegistry()
 	srv, err := New(Config{Cache: shardcache.Config{Dir: t.TempDir(), DiskBytes: 1 << 10}}, s3c, slog.New(slog.NewTextHandler(logs, nil)), reg)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluice-project/sluice/internal/logbuf"
 )
 
 // noETag is S3 as a gateway serves files dropped into its directory: the
@@ -79,7 +80,7 @@ func TestCacheSaysOncePerJobWhyItDoesNotCache(t *testing.T) {
 			OutcomeOff, BypassNoDirectory, "cannot be used"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			logs := &logBuffer{}
+			logs := &logbuf.Buffer{}
 			reg := prometheus.NewRegistry()
 			cache, err := New(c.cfg, c.s3, slog.New(slog.NewTextHandler(logs, nil)), reg)
 			if err != nil {

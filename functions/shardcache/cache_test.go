@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
@@ -80,27 +81,9 @@ func randomBytes(seed uint64, n int) []byte {
 	return b
 }
 
-// logBuffer collects log lines from the cache's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newCache(t *testing.T, cfg Config, s3c ObjectAPI) (*Cache, *logBuffer) {
+func newCache(t *testing.T, cfg Config, s3c ObjectAPI) (*Cache, *logbuf.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	c, err := New(cfg, s3c, slog.New(slog.NewTextHandler(logs, nil)), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/internal/testpki"
 )
@@ -195,7 +195,7 @@ func newPKI(t *testing.T) pki {
 func TestConnectNATSWaitsForJetStreamOfAFormingCluster(t *testing.T) {
 	cluster := testenv.NewNATSCluster(t, 3)
 	first := cluster.Start(0)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	done := make(chan error, 1)
 	go func() {
@@ -226,22 +226,4 @@ func TestConnectNATSWaitsForJetStreamOfAFormingCluster(t *testing.T) {
 		t.Fatalf("not connected within 90s of the cluster having a quorum\n%s", logs)
 	}
 	t.Logf("retry line: %s", strings.SplitN(logs.String(), "\n", 2)[0])
-}
-
-// syncBuffer is a log the test reads while another goroutine writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,39 +1,21 @@
 package retry
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-project/sluice/internal/logbuf"
 )
 
 // quick keeps the tests' waits short; the policy is Delay's, tested apart.
 var quick = Backoff{Base: time.Millisecond, Cap: 2 * time.Millisecond}
 
-// logBuffer is a Warn-level log a test reads back.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func newLog() (*slog.Logger, *logBuffer) {
-	b := &logBuffer{}
+func newLog() (*slog.Logger, *logbuf.Buffer) {
+	b := &logbuf.Buffer{}
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelWarn})), b
 }
 
