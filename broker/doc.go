@@ -5,11 +5,11 @@
 // JetStream, with no controller needed. Submit checks the spec with the
 // SpecCheck it is given (WithSpecCheck: jobspec.Check, the fields and the
 // pipeline, every problem at once; without one the fields only, as
-// CheckRecord), lists the dataset's shards once,
-// records the job (queued), creates the job's task consumer (the durable
-// queue wire.DispatchConsumer that every agent of the job pulls from, so
-// the tasks are held from the start) and queues one ShardTask per shard
-// per epoch (wire.Job.Task) on a work-queue stream, each epoch in its own
+// CheckRecord), lists the dataset's shards once, records the job
+// (queued), creates the job's task consumer (the durable queue
+// wire.DispatchConsumer that every agent of the job pulls from, so the
+// tasks are held from the start) and queues one ShardTask per shard per
+// epoch (wire.Job.Task) on a work-queue stream, each epoch in its own
 // seeded order; a refused or failed Submit leaves nothing behind.
 // Transition changes a job's state by compare-and-set; Cancel stops a job
 // and Release removes its task consumer, its remaining tasks and its
