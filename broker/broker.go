@@ -61,6 +61,8 @@ type Broker struct {
 	s3   *s3.Client
 	log  *slog.Logger
 	opts streams.Options
+	// check checks a job spec before Submit (WithSpecCheck).
+	check SpecCheck
 
 	mu  sync.Mutex
 	kvs *buckets // set once the streams are ensured
@@ -145,7 +147,7 @@ func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kvs.jobs, nil
 }
 
-// Submit checks spec (CheckJobSpec, after WithDefaults), lists its
+// Submit checks spec (its SpecCheck, after WithDefaults), lists its
 // dataset's shards, records the job, creates its task consumer (the queue
 // its agents share, streams.Dispatch) and queues one task per shard per
 // epoch, each epoch in ShardOrder. It returns once every task is stored. A
@@ -153,7 +155,7 @@ func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 // can simply be retried.
 func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error) {
 	spec = spec.WithDefaults()
-	if err := CheckJobSpec(spec); err != nil {
+	if err := b.checkSpec(spec); err != nil {
 		return wire.Job{}, err
 	}
 	id := spec.ID

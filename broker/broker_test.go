@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -113,15 +114,15 @@ func TestSubmitRefusesBadJobsClearlyAndLeavesNothing(t *testing.T) {
 		{"epochs", spec(func(s *wire.JobSpec) { s.Epochs = 0 }), []string{"epochs: 0"}, nil},
 		{"no pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "" }), []string{"pipeline"}, nil},
 		{"job id", spec(func(s *wire.JobSpec) { s.ID = "a.b" }), []string{`id: "a.b"`}, nil},
-		{"chunk too large", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 128 << 20 }), []string{"chunk_max_bytes: 134217728"}, ErrInvalidSpec},
+		{"chunk too large", spec(func(s *wire.JobSpec) { s.ChunkMaxBytes = 128 << 20 }), []string{"chunk_max_bytes: 134217728"}, jobspec.ErrInvalid},
 		{"unknown pipeline", spec(func(s *wire.JobSpec) { s.Pipeline = "nosuch" }),
-			[]string{`pipeline: unknown pipeline "nosuch": known pipelines are`, "imagenet-train", "text-wordpiece"}, ErrInvalidSpec},
+			[]string{`pipeline: unknown pipeline "nosuch": known pipelines are`, "imagenet-train", "text-wordpiece"}, jobspec.ErrInvalid},
 		{"bad inline pipeline", spec(func(s *wire.JobSpec) {
 			s.Pipeline = "ops:\n  - decode\n  - op: resize\n    size: 0\n  - to_uint8_hwc\n"
 		}),
-			[]string{"pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}, ErrInvalidSpec},
+			[]string{"pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}, jobspec.ErrInvalid},
 		{"every problem at once", spec(func(s *wire.JobSpec) { s.BatchSize, s.Epochs, s.Pipeline = 0, 0, "nosuch" }),
-			[]string{"3 problems", "batch_size: 0", "epochs: 0", `unknown pipeline "nosuch"`}, ErrInvalidSpec},
+			[]string{"3 problems", "batch_size: 0", "epochs: 0", `unknown pipeline "nosuch"`}, jobspec.ErrInvalid},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := e.b.Submit(ctx, c.spec)

@@ -2,14 +2,14 @@
 // Go API of job control another program imports.
 //
 // A Broker submits, lists, watches, cancels and deletes jobs, all through
-// JetStream, with no controller needed. ParseJobSpec reads a job spec file
-// (YAML or JSON) and CheckJobSpec checks a spec built in Go; both report
-// every problem at once as a *SpecError, a file's with their lines. Submit
-// checks the spec and its pipeline, lists the dataset's shards once,
-// records the job (queued), creates the job's task consumer (the durable
-// queue wire.DispatchConsumer that every agent of the job pulls from, so
-// the tasks are held from the start) and queues one ShardTask per shard
-// per epoch (wire.Job.Task) on a work-queue stream, each epoch in its own
+// JetStream, with no controller needed. Submit checks the spec with the
+// SpecCheck it is given (WithSpecCheck: jobspec.Check, the fields and the
+// pipeline, every problem at once; without one the fields only, as
+// CheckRecord), lists the dataset's shards once, records the job
+// (queued), creates the job's task consumer (the durable queue
+// wire.DispatchConsumer that every agent of the job pulls from, so the
+// tasks are held from the start) and queues one ShardTask per shard per
+// epoch (wire.Job.Task) on a work-queue stream, each epoch in its own
 // seeded order; a refused or failed Submit leaves nothing behind.
 // Transition changes a job's state by compare-and-set; Cancel stops a job
 // and Release removes its task consumer, its remaining tasks and its
@@ -19,6 +19,11 @@
 // opened on first use, created if missing; a NATS cluster that cannot
 // answer yet (still forming: no meta leader, too few peers) is waited for
 // with backoff and a Warn line per retry (internal/retry).
+//
+// The broker imports no function code (no functions/... package): job
+// spec files and the pipeline check are package jobspec's, so the agent
+// and the controller, which import the broker, link no image, text or
+// tabular code.
 //
 // The broker sends nothing to functions: a job's agents pull its tasks,
 // send them to the function replicas its owning controller names in the

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -39,7 +40,7 @@ func newEnv(t testing.TB, shards int) env {
 	if err := synth.Upload(context.Background(), c, "data", "ds/", imgs); err != nil {
 		t.Fatal(err)
 	}
-	return env{js: js, s3: c, b: New(js, c, streams.Options{}, nil)}
+	return env{js: js, s3: c, b: New(js, c, streams.Options{}, nil).WithSpecCheck(jobspec.Check)}
 }
 
 func testSpec(id string, epochs int) wire.JobSpec {

@@ -80,7 +80,7 @@ func (b *Broker) SubmitSweep(ctx context.Context, spec wire.SweepSpec, planner P
 	// trial does not start (and then roll back) the others.
 	var bad []error
 	for _, js := range spec.Jobs() {
-		if err := CheckJobSpec(js.WithDefaults()); err != nil {
+		if err := b.checkSpec(js.WithDefaults()); err != nil {
 			bad = append(bad, err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/natsperm"
+	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -70,7 +71,7 @@ func (c *jobConn) connect(ctx context.Context) (*broker.Broker, func(), error) {
 		}
 	}
 	c.js = js
-	return broker.New(js, s3c, c.conn.Streams(), c.log), nc.Close, nil
+	return broker.New(js, s3c, c.conn.Streams(), c.log).WithSpecCheck(jobspec.Check), nc.Close, nil
 }
 
 // parseArgs parses flags placed before, between or after the positional
@@ -174,12 +175,12 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // before anything connects, every problem of the file and the flags at
 // once.
 func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineValue, outputBuffer string) (wire.JobSpec, error) {
-	var flagProbs []broker.SpecProblem
+	var flagProbs []jobspec.Problem
 	failed := map[string]bool{} // fields whose flag could not be read
 	if set["pipeline"] {
 		_, doc, err := loadPipelineFlag(pipelineValue, pipeline.Options{})
 		if err != nil {
-			flagProbs = append(flagProbs, broker.SpecProblem{Message: err.Error()})
+			flagProbs = append(flagProbs, jobspec.Problem{Message: err.Error()})
 			failed["pipeline"], set["pipeline"] = true, false
 		}
 		f.Pipeline = cmp.Or(doc, pipelineValue)
@@ -187,7 +188,7 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 	if set["output-buffer"] {
 		n, err := bytesize.Parse(outputBuffer)
 		if err != nil {
-			flagProbs = append(flagProbs, broker.SpecProblem{Message: fmt.Sprintf("--output-buffer %q: %v", outputBuffer, err)})
+			flagProbs = append(flagProbs, jobspec.Problem{Message: fmt.Sprintf("--output-buffer %q: %v", outputBuffer, err)})
 			failed["output_buffer_bytes"], set["output-buffer"] = true, false
 		}
 		f.OutputBufferBytes = n
@@ -234,17 +235,17 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 		if rerr != nil {
 			return spec, fmt.Errorf("reading job spec: %w", rerr)
 		}
-		spec, err = broker.ParseJobSpecWith(data, override)
+		spec, err = jobspec.ParseWith(data, override)
 	} else {
 		override(&spec)
 		// Checked as a file would be, before connecting.
-		err = broker.CheckJobSpec(spec.WithDefaults())
+		err = jobspec.Check(spec.WithDefaults())
 	}
 	if err == nil && len(flagProbs) == 0 {
 		return spec, nil
 	}
-	se := &broker.SpecError{Job: spec.ID, Problems: flagProbs}
-	var specErr *broker.SpecError
+	se := &jobspec.Error{Job: spec.ID, Problems: flagProbs}
+	var specErr *jobspec.Error
 	if errors.As(err, &specErr) {
 		for _, p := range specErr.Problems {
 			if failed[p.Field] {

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -38,7 +39,7 @@ func runSweepSubmit(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("reading the sweep file: %w", err)
 	}
-	spec, err := broker.ParseSweepSpec(data)
+	spec, err := jobspec.ParseSweep(data)
 	if err != nil {
 		return err
 	}

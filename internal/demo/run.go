@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/slowlink"
 	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/jobspec"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -110,7 +111,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		return Summary{}, err
 	}
 	defer nc.Close()
-	b := broker.New(js, s3c, conn.Streams(), logger.With("component", "broker"))
+	b := broker.New(js, s3c, conn.Streams(), logger.With("component", "broker")).WithSpecCheck(jobspec.Check)
 	// A --data-dir kept from an earlier run still holds that run's job.
 	if err := b.Delete(ctx, jobID, true); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
 		return Summary{}, fmt.Errorf("clearing the previous demo job: %w", err)

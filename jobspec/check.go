@@ -1,4 +1,4 @@
-package broker
+package jobspec
 
 import (
 	"errors"
@@ -9,12 +9,12 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// ErrInvalidSpec means a job spec has problems; the error is a *SpecError
+// ErrInvalid means a job spec has problems; the error is a *Error
 // listing all of them.
-var ErrInvalidSpec = errors.New("invalid job spec")
+var ErrInvalid = errors.New("invalid job spec")
 
-// SpecProblem is one thing wrong with a job spec.
-type SpecProblem struct {
+// Problem is one thing wrong with a job spec.
+type Problem struct {
 	// Line is the 1-based line in the spec file; 0 when the spec did not
 	// come from a file or the key is not in it.
 	Line int `json:"line,omitempty"`
@@ -29,7 +29,7 @@ type SpecProblem struct {
 	bare    string
 }
 
-func (p SpecProblem) String() string {
+func (p Problem) String() string {
 	var b strings.Builder
 	if p.Line > 0 {
 		fmt.Fprintf(&b, "line %d: ", p.Line)
@@ -42,14 +42,14 @@ func (p SpecProblem) String() string {
 	return b.String()
 }
 
-// SpecError lists every problem of a job spec, found before anything is
-// created. It matches ErrInvalidSpec.
-type SpecError struct {
+// Error lists every problem of a job spec, found before anything is
+// created. It matches ErrInvalid.
+type Error struct {
 	Job      string
-	Problems []SpecProblem
+	Problems []Problem
 }
 
-func (e *SpecError) Error() string {
+func (e *Error) Error() string {
 	name := ""
 	if e.Job != "" {
 		name = fmt.Sprintf(" %q", e.Job)
@@ -66,27 +66,27 @@ func (e *SpecError) Error() string {
 	return b.String()
 }
 
-func (e *SpecError) Unwrap() error { return ErrInvalidSpec }
+func (e *Error) Unwrap() error { return ErrInvalid }
 
-// CheckJobSpec returns every problem of spec as one *SpecError, or nil:
+// Check returns every problem of spec as one *Error, or nil:
 // the fields' ranges (wire.JobSpec.Problems) and the pipeline, which must
 // be a built-in name or a pipeline spec document that builds. It checks
 // spec as given: apply WithDefaults first.
-func CheckJobSpec(spec wire.JobSpec) error {
+func Check(spec wire.JobSpec) error {
 	if ps := specProblems(spec); len(ps) > 0 {
-		return &SpecError{Job: spec.ID, Problems: ps}
+		return &Error{Job: spec.ID, Problems: ps}
 	}
 	return nil
 }
 
-func specProblems(spec wire.JobSpec) []SpecProblem {
-	var ps []SpecProblem
+func specProblems(spec wire.JobSpec) []Problem {
+	var ps []Problem
 	for _, p := range spec.Problems() {
-		ps = append(ps, SpecProblem{Field: p.Field, Message: p.Message})
+		ps = append(ps, Problem{Field: p.Field, Message: p.Message})
 	}
 	if strings.TrimSpace(spec.Pipeline) != "" {
 		for _, p := range pipelineProblems(spec.Pipeline) {
-			sp := SpecProblem{Field: "pipeline", Message: p.Msg, docLine: p.Line, bare: p.Msg}
+			sp := Problem{Field: "pipeline", Message: p.Msg, docLine: p.Line, bare: p.Msg}
 			if p.Line > 0 {
 				sp.Message = fmt.Sprintf("line %d: %s", p.Line, p.Msg)
 			}

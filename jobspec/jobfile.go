@@ -1,4 +1,4 @@
-package broker
+package jobspec
 
 import (
 	"bytes"
@@ -19,8 +19,8 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// ParseJobSpec reads a job spec file and checks it, returning every
-// problem at once as a *SpecError, each at its line. The file is YAML (so
+// Parse reads a job spec file and checks it, returning every
+// problem at once as a *Error, each at its line. The file is YAML (so
 // JSON too); its keys are the JSON names of wire.JobSpec:
 //
 //	id: resnet-01
@@ -44,15 +44,15 @@ import (
 // An inline pipeline is kept as a pipeline spec document, which is what
 // the job's Pipeline carries. Fields left out take their defaults at
 // Submit; they are checked here with their defaults. A file over
-// MaxSpecFileBytes, or with YAML aliases (*name), is refused unread.
-func ParseJobSpec(data []byte) (wire.JobSpec, error) {
-	return ParseJobSpecWith(data, nil)
+// MaxFileBytes, or with YAML aliases (*name), is refused unread.
+func Parse(data []byte) (wire.JobSpec, error) {
+	return ParseWith(data, nil)
 }
 
-// ParseJobSpecWith is ParseJobSpec with override applied to the spec the
+// ParseWith is Parse with override applied to the spec the
 // file gives before it is checked, as command-line flags are. A problem of
 // a field override changed has no line.
-func ParseJobSpecWith(data []byte, override func(*wire.JobSpec)) (wire.JobSpec, error) {
+func ParseWith(data []byte, override func(*wire.JobSpec)) (wire.JobSpec, error) {
 	f, probs := decodeJobFile(data)
 	spec := f.spec
 	if override != nil {
@@ -67,10 +67,10 @@ func ParseJobSpecWith(data []byte, override func(*wire.JobSpec)) (wire.JobSpec, 
 	if len(probs) > 0 {
 		// In the file's order; those at no line (keys left out, values
 		// from flags) after them.
-		slices.SortStableFunc(probs, func(a, b SpecProblem) int {
+		slices.SortStableFunc(probs, func(a, b Problem) int {
 			return lineOrder(a.Line) - lineOrder(b.Line)
 		})
-		return spec, &SpecError{Job: spec.ID, Problems: probs}
+		return spec, &Error{Job: spec.ID, Problems: probs}
 	}
 	return spec, nil
 }
@@ -104,60 +104,60 @@ type jobFile struct {
 var jobKeys = []string{"id", "dataset", "pipeline", "batch_size", "epochs", "seed", "min_replicas",
 	"max_replicas", "initial_replicas", "weight", "readers", "chunk_max_bytes", "output_buffer_bytes"}
 
-func decodeJobFile(data []byte) (jobFile, []SpecProblem) {
+func decodeJobFile(data []byte) (jobFile, []Problem) {
 	f := jobFile{lines: map[string]int{}, overridden: map[string]bool{}, unread: map[string]bool{}, pipelineOffset: -1}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return f, []SpecProblem{{Message: "empty job spec"}}
+		return f, []Problem{{Message: "empty job spec"}}
 	}
 	root, prob := parseYAML(data)
 	if prob != nil {
-		return f, []SpecProblem{*prob}
+		return f, []Problem{*prob}
 	}
 	if root.Kind != yaml.DocumentNode || len(root.Content) != 1 {
-		return f, []SpecProblem{{Message: "empty job spec"}}
+		return f, []Problem{{Message: "empty job spec"}}
 	}
 	top := root.Content[0]
 	if top.Kind != yaml.MappingNode {
-		return f, []SpecProblem{{Line: top.Line, Message: "want a mapping of " + strings.Join(jobKeys, ", ")}}
+		return f, []Problem{{Line: top.Line, Message: "want a mapping of " + strings.Join(jobKeys, ", ")}}
 	}
 	f.ok = true
-	var probs []SpecProblem
+	var probs []Problem
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
 		if prev, ok := f.lines[k.Value]; ok {
-			probs = append(probs, SpecProblem{Line: k.Line, Field: k.Value, Message: fmt.Sprintf("set twice (first on line %d)", prev)})
+			probs = append(probs, Problem{Line: k.Line, Field: k.Value, Message: fmt.Sprintf("set twice (first on line %d)", prev)})
 			continue
 		}
 		if !slices.Contains(jobKeys, k.Value) {
-			probs = append(probs, SpecProblem{Line: k.Line, Message: unknownKey(k.Value)})
+			probs = append(probs, Problem{Line: k.Line, Message: unknownKey(k.Value)})
 			continue
 		}
 		f.lines[k.Value] = k.Line
 		if err := f.decodeField(data, top, i, k.Value, v); err != nil {
-			probs = append(probs, SpecProblem{Line: v.Line, Field: k.Value, Message: err.Error()})
+			probs = append(probs, Problem{Line: v.Line, Field: k.Value, Message: err.Error()})
 			f.unread[k.Value] = true
 		}
 	}
 	return f, probs
 }
 
-// MaxSpecFileBytes caps a job or sweep file. One is a few KB; a sweep's
+// MaxFileBytes caps a job or sweep file. One is a few KB; a sweep's
 // trials may each carry a pipeline spec (at most pipeline.MaxSpecBytes).
-const MaxSpecFileBytes = 1 << 20
+const MaxFileBytes = 1 << 20
 
-// parseYAML parses a spec file, refusing one over MaxSpecFileBytes and
+// parseYAML parses a spec file, refusing one over MaxFileBytes and
 // YAML aliases (safeyaml). A JSON one gets JSON's syntax errors, clearer
 // than YAML's; one YAML cannot read (indented with tabs) is read
 // compacted, without lines.
-func parseYAML(data []byte) (yaml.Node, *SpecProblem) {
+func parseYAML(data []byte) (yaml.Node, *Problem) {
 	var root yaml.Node
-	if err := safeyaml.CheckSize("job spec", int64(len(data)), MaxSpecFileBytes); err != nil {
-		return root, &SpecProblem{Message: err.Error()}
+	if err := safeyaml.CheckSize("job spec", int64(len(data)), MaxFileBytes); err != nil {
+		return root, &Problem{Message: err.Error()}
 	}
 	trimmed := bytes.TrimSpace(data)
 	if trimmed[0] == '{' {
 		if err := json.Unmarshal(trimmed, new(any)); err != nil {
-			p := SpecProblem{Message: "not valid JSON: " + err.Error()}
+			p := Problem{Message: "not valid JSON: " + err.Error()}
 			var se *json.SyntaxError
 			if errors.As(err, &se) {
 				p.Line = 1 + bytes.Count(trimmed[:min(int(se.Offset), len(trimmed))], []byte("\n"))
@@ -166,10 +166,10 @@ func parseYAML(data []byte) (yaml.Node, *SpecProblem) {
 			return root, &p
 		}
 		var err error
-		if root, err = safeyaml.Parse("job spec", data, MaxSpecFileBytes); err != nil {
+		if root, err = safeyaml.Parse("job spec", data, MaxFileBytes); err != nil {
 			var c bytes.Buffer
 			_ = json.Compact(&c, trimmed)
-			if root, err = safeyaml.Parse("job spec", c.Bytes(), MaxSpecFileBytes); err != nil {
+			if root, err = safeyaml.Parse("job spec", c.Bytes(), MaxFileBytes); err != nil {
 				p := syntaxProblem(err)
 				return root, &p
 			}
@@ -177,7 +177,7 @@ func parseYAML(data []byte) (yaml.Node, *SpecProblem) {
 		}
 		return root, nil
 	}
-	root, err := safeyaml.Parse("job spec", data, MaxSpecFileBytes)
+	root, err := safeyaml.Parse("job spec", data, MaxFileBytes)
 	if err != nil {
 		p := syntaxProblem(err)
 		return root, &p
@@ -194,17 +194,17 @@ func clearLines(n *yaml.Node) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
-func syntaxProblem(err error) SpecProblem {
+func syntaxProblem(err error) Problem {
 	var ae *safeyaml.AliasError
 	if errors.As(err, &ae) {
-		return SpecProblem{Line: ae.Line, Message: (&safeyaml.AliasError{}).Error()}
+		return Problem{Line: ae.Line, Message: (&safeyaml.AliasError{}).Error()}
 	}
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return SpecProblem{Line: line, Message: "not valid YAML: " + msg[len(m[0]):]}
+		return Problem{Line: line, Message: "not valid YAML: " + msg[len(m[0]):]}
 	}
-	return SpecProblem{Message: "not valid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	return Problem{Message: "not valid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 }
 
 func unknownKey(key string) string {
@@ -390,8 +390,8 @@ func blockText(data []byte, first, last, column int) (string, bool) {
 
 // place puts each problem of the spec at the line of its key, or of the
 // reader or pipeline document line it is about.
-func (f *jobFile) place(probs []SpecProblem) []SpecProblem {
-	out := make([]SpecProblem, 0, len(probs))
+func (f *jobFile) place(probs []Problem) []Problem {
+	out := make([]Problem, 0, len(probs))
 	for _, p := range probs {
 		if f.unread[p.Field] && !f.overridden[p.Field] {
 			continue
@@ -420,7 +420,7 @@ func (f *jobFile) place(probs []SpecProblem) []SpecProblem {
 var readerIndexPattern = regexp.MustCompile(`^\[(\d+)\] `)
 
 // readerIndex is the index of the reader a readers problem is about.
-func readerIndex(p SpecProblem) (int, bool) {
+func readerIndex(p Problem) (int, bool) {
 	if p.Field != "readers" {
 		return 0, false
 	}

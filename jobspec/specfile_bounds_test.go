@@ -1,4 +1,4 @@
-package broker
+package jobspec
 
 import (
 	"encoding/json"
@@ -42,9 +42,9 @@ func TestSpecFilesWithAliasesAreRefusedUnexpanded(t *testing.T) {
 		var err error
 		n := allocated(func() {
 			if tc.sweep {
-				_, err = ParseSweepSpec([]byte(tc.doc))
+				_, err = ParseSweep([]byte(tc.doc))
 			} else {
-				_, err = ParseJobSpec([]byte(tc.doc))
+				_, err = Parse([]byte(tc.doc))
 			}
 		})
 		var got []string
@@ -65,13 +65,13 @@ func TestSpecFilesWithAliasesAreRefusedUnexpanded(t *testing.T) {
 }
 
 func TestSpecFilesOverTheSizeLimitAreRefused(t *testing.T) {
-	doc := "id: j\ndataset: s3://b/p/\npipeline: imagenet-train\nbatch_size: 8\nepochs: 1\n# " + strings.Repeat("x", 2*MaxSpecFileBytes) + "\n"
+	doc := "id: j\ndataset: s3://b/p/\npipeline: imagenet-train\nbatch_size: 8\nepochs: 1\n# " + strings.Repeat("x", 2*MaxFileBytes) + "\n"
 	want := []string{"job spec is 2.0 MiB, over the 1.0 MiB limit"}
-	if diff := cmp.Diff(want, problems(t, func() error { _, err := ParseJobSpec([]byte(doc)); return err }())); diff != "" {
+	if diff := cmp.Diff(want, problems(t, func() error { _, err := Parse([]byte(doc)); return err }())); diff != "" {
 		t.Errorf("job file problems (-want +got):\n%s", diff)
 	}
-	if _, err := ParseSweepSpec([]byte(doc)); err == nil || err.Error() != "reading sweep spec: sweep spec is 2.0 MiB, over the 1.0 MiB limit" {
-		t.Errorf("ParseSweepSpec = %v", err)
+	if _, err := ParseSweep([]byte(doc)); err == nil || err.Error() != "reading sweep spec: sweep spec is 2.0 MiB, over the 1.0 MiB limit" {
+		t.Errorf("ParseSweep = %v", err)
 	}
 }
 
@@ -79,10 +79,10 @@ func TestSpecFilesOverTheSizeLimitAreRefused(t *testing.T) {
 // checks its name's form and reads nothing, here or anywhere.
 func TestJobSpecVocabIsANameWithinTheReplicasVocabDirectory(t *testing.T) {
 	head := "id: j\ndataset: s3://b/p/\nbatch_size: 8\nepochs: 1\npipeline:\n  ops:\n    - text\n"
-	if _, err := ParseJobSpec([]byte(head + "    - {op: wordpiece, vocab: bert-base-uncased.txt}\n")); err != nil {
+	if _, err := Parse([]byte(head + "    - {op: wordpiece, vocab: bert-base-uncased.txt}\n")); err != nil {
 		t.Errorf("a vocab file name: %v", err)
 	}
-	_, err := ParseJobSpec([]byte(head + "    - {op: wordpiece, vocab: /etc/passwd}\n"))
+	_, err := Parse([]byte(head + "    - {op: wordpiece, vocab: /etc/passwd}\n"))
 	want := []string{`line 8: pipeline: ops[1] (wordpiece): vocab "/etc/passwd": want builtin or a file name within the replica's vocab directory (--vocab-dir), such as bert-base-uncased.txt`}
 	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
 		t.Errorf("an absolute vocab path (-want +got):\n%s", diff)

@@ -1,4 +1,4 @@
-package broker
+package jobspec
 
 import (
 	"errors"
@@ -12,12 +12,12 @@ import (
 )
 
 // problems returns err's problems as strings, failing unless it is a
-// *SpecError matching ErrInvalidSpec.
+// *Error matching ErrInvalid.
 func problems(t *testing.T, err error) []string {
 	t.Helper()
-	var se *SpecError
-	if !errors.As(err, &se) || !errors.Is(err, ErrInvalidSpec) {
-		t.Fatalf("error %v: want a *SpecError", err)
+	var se *Error
+	if !errors.As(err, &se) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("error %v: want a *Error", err)
 	}
 	var out []string
 	for _, p := range se.Problems {
@@ -26,7 +26,7 @@ func problems(t *testing.T, err error) []string {
 	return out
 }
 
-func TestParseJobSpecReadsEveryKey(t *testing.T) {
+func TestParseReadsEveryKey(t *testing.T) {
 	doc := `# a job
 id: resnet-01
 dataset: s3://datasets/imagenet/train/
@@ -41,7 +41,7 @@ readers: [rank0, rank1]
 chunk_max_bytes: 512KiB
 output_buffer_bytes: 1.5 GiB
 `
-	got, err := ParseJobSpec([]byte(doc))
+	got, err := Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ output_buffer_bytes: 1.5 GiB
 	}
 
 	// JSON is YAML; sizes as integers; defaults left to Submit.
-	got, err = ParseJobSpec([]byte(`{"id": "j", "dataset": "s3://b/p/", "pipeline": "criteo",
+	got, err = Parse([]byte(`{"id": "j", "dataset": "s3://b/p/", "pipeline": "criteo",
 		"batch_size": 8, "epochs": 1, "output_buffer_bytes": 100000000}`))
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ output_buffer_bytes: 1.5 GiB
 	}
 }
 
-func TestParseJobSpecReportsEveryProblemAtItsLine(t *testing.T) {
+func TestParseReportsEveryProblemAtItsLine(t *testing.T) {
 	doc := `id: a.b
 dataset: http://x
 pipeline: nosuch
@@ -80,7 +80,7 @@ output_buffer_bytes: 1XB
 seed: -4
 id: again
 `
-	_, err := ParseJobSpec([]byte(doc))
+	_, err := Parse([]byte(doc))
 	want := []string{
 		`line 1: id: "a.b": want 1-64 characters of [A-Za-z0-9_-]`,
 		`line 2: dataset: "http://x": want an s3://bucket/prefix/ URL`,
@@ -103,8 +103,8 @@ id: again
 	}
 }
 
-func TestParseJobSpecUnknownKeys(t *testing.T) {
-	_, err := ParseJobSpec([]byte("id: j\nepoch: 2\nreplicas: 3\n"))
+func TestParseUnknownKeys(t *testing.T) {
+	_, err := Parse([]byte("id: j\nepoch: 2\nreplicas: 3\n"))
 	got := problems(t, err)
 	for _, w := range []string{
 		`line 2: unknown key "epoch": did you mean "epochs"?`,
@@ -132,8 +132,8 @@ batch_size: 16
 epochs: 2
 `
 
-func TestParseJobSpecInlinePipeline(t *testing.T) {
-	spec, err := ParseJobSpec([]byte(inlinePipelineJob))
+func TestParseInlinePipeline(t *testing.T) {
+	spec, err := Parse([]byte(inlinePipelineJob))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestParseJobSpecInlinePipeline(t *testing.T) {
 	// the file's other problems.
 	bad := strings.Replace(inlinePipelineJob, "size: 56", "size: 0", 1)
 	bad = strings.Replace(bad, "epochs: 2", "epochs: -1", 1)
-	_, err = ParseJobSpec([]byte(bad))
+	_, err = Parse([]byte(bad))
 	want := []string{
 		"line 11: pipeline: ops[2] (center_crop): size 0: want 1..8192",
 		"line 14: epochs: -1: want 1..10000",
@@ -159,7 +159,7 @@ func TestParseJobSpecInlinePipeline(t *testing.T) {
 	}
 
 	// In JSON (a flow mapping) and as a block string, too.
-	spec, err = ParseJobSpec([]byte(`{"id": "j", "dataset": "s3://b/p/", "batch_size": 1, "epochs": 1,
+	spec, err = Parse([]byte(`{"id": "j", "dataset": "s3://b/p/", "batch_size": 1, "epochs": 1,
 		"pipeline": {"ops": ["decode", {"op": "resize", "size": 32}, "to_uint8_hwc"]}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -167,13 +167,13 @@ func TestParseJobSpecInlinePipeline(t *testing.T) {
 	if _, err := pipeline.Lookup(spec.Pipeline, pipeline.Options{}); err != nil {
 		t.Errorf("JSON inline pipeline %q: %v", spec.Pipeline, err)
 	}
-	_, err = ParseJobSpec([]byte("id: j\ndataset: s3://b/p/\nbatch_size: 1\nepochs: 1\npipeline: |\n  ops:\n    - decode\n    - op: resize\n      size: 0\n    - to_uint8_hwc\n"))
+	_, err = Parse([]byte("id: j\ndataset: s3://b/p/\nbatch_size: 1\nepochs: 1\npipeline: |\n  ops:\n    - decode\n    - op: resize\n      size: 0\n    - to_uint8_hwc\n"))
 	if diff := cmp.Diff([]string{"line 9: pipeline: ops[1] (resize): size 0: want 1..8192"}, problems(t, err)); diff != "" {
 		t.Errorf("block string pipeline problems (-want +got):\n%s", diff)
 	}
 }
 
-func TestParseJobSpecSyntaxAndShape(t *testing.T) {
+func TestParseSyntaxAndShape(t *testing.T) {
 	for _, c := range []struct {
 		doc  string
 		want string
@@ -185,22 +185,22 @@ func TestParseJobSpecSyntaxAndShape(t *testing.T) {
 		{"id: j\nbatch_size: 1.5\n", "line 2: batch_size: 1.5: want an integer"},
 		{"id: j\npipeline: [decode]\n", "line 2: pipeline: a list: want a built-in pipeline name or a pipeline spec (a mapping)"},
 	} {
-		_, err := ParseJobSpec([]byte(c.doc))
+		_, err := Parse([]byte(c.doc))
 		if got := strings.Join(problems(t, err), "\n"); !strings.Contains(got, c.want) {
 			t.Errorf("%q: problems %q lack %q", c.doc, got, c.want)
 		}
 	}
 	// A value that cannot be read has that one problem, not also the
 	// zero value's.
-	_, err := ParseJobSpec([]byte("id: j\ndataset: s3://b/p/\npipeline: criteo\nbatch_size: many\nepochs: 1\n"))
+	_, err := Parse([]byte("id: j\ndataset: s3://b/p/\npipeline: criteo\nbatch_size: many\nepochs: 1\n"))
 	if diff := cmp.Diff([]string{`line 4: batch_size: "many": want an integer`}, problems(t, err)); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
 
-func TestParseJobSpecWithOverrides(t *testing.T) {
+func TestParseWithOverrides(t *testing.T) {
 	doc := "dataset: s3://b/p/\npipeline: imagenet-eval\nbatch_size: 4\nepochs: 3\n"
-	spec, err := ParseJobSpecWith([]byte(doc), func(s *wire.JobSpec) { s.ID, s.Epochs = "from-flag", 5 })
+	spec, err := ParseWith([]byte(doc), func(s *wire.JobSpec) { s.ID, s.Epochs = "from-flag", 5 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,32 +208,32 @@ func TestParseJobSpecWithOverrides(t *testing.T) {
 		t.Errorf("spec %+v: want the flags' id and epochs over the file's", spec)
 	}
 	// A bad value from a flag is not blamed on the file's line.
-	_, err = ParseJobSpecWith([]byte(doc), func(s *wire.JobSpec) { s.ID, s.Epochs = "j", 0 })
+	_, err = ParseWith([]byte(doc), func(s *wire.JobSpec) { s.ID, s.Epochs = "j", 0 })
 	if diff := cmp.Diff([]string{"epochs: 0: want 1..10000"}, problems(t, err)); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
 
-func TestCheckJobSpecWithoutFile(t *testing.T) {
-	spec := testSpec("j", 1).WithDefaults()
-	if err := CheckJobSpec(spec); err != nil {
+func TestCheckWithoutFile(t *testing.T) {
+	spec := wire.JobSpec{ID: "j", Dataset: "s3://data/ds/", Pipeline: "imagenet-train", BatchSize: 4, Epochs: 1, Seed: 11}.WithDefaults()
+	if err := Check(spec); err != nil {
 		t.Fatal(err)
 	}
 	spec.Pipeline = "ops:\n  - decode\n  - op: resize\n    size: 0\n  - to_uint8_hwc\n"
 	spec.BatchSize = 0
 	want := []string{"batch_size: 0: want 1..65536", "pipeline: line 4: ops[1] (resize): size 0: want 1..8192"}
-	if diff := cmp.Diff(want, problems(t, CheckJobSpec(spec))); diff != "" {
+	if diff := cmp.Diff(want, problems(t, Check(spec))); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
 
-func TestParseJobSpecJSON(t *testing.T) {
+func TestParseJSON(t *testing.T) {
 	// Indented with tabs, which YAML does not read: JSON still does.
-	spec, err := ParseJobSpec([]byte("{\n\t\"id\": \"j\",\n\t\"dataset\": \"s3://b/p/\",\n\t\"pipeline\": \"criteo\",\n\t\"batch_size\": 2,\n\t\"epochs\": 1\n}\n"))
+	spec, err := Parse([]byte("{\n\t\"id\": \"j\",\n\t\"dataset\": \"s3://b/p/\",\n\t\"pipeline\": \"criteo\",\n\t\"batch_size\": 2,\n\t\"epochs\": 1\n}\n"))
 	if err != nil || spec.ID != "j" || spec.Pipeline != "criteo" {
 		t.Errorf("tab-indented JSON: %+v, %v", spec, err)
 	}
-	_, err = ParseJobSpec([]byte("\n{\n  \"id\": \"j\",\n  \"epochs\": 1,,\n}\n"))
+	_, err = Parse([]byte("\n{\n  \"id\": \"j\",\n  \"epochs\": 1,,\n}\n"))
 	if diff := cmp.Diff([]string{"line 4: not valid JSON: invalid character ',' looking for beginning of object key string"}, problems(t, err)); diff != "" {
 		t.Errorf("JSON syntax error (-want +got):\n%s", diff)
 	}

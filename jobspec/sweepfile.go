@@ -1,4 +1,4 @@
-package broker
+package jobspec
 
 import (
 	"bytes"
@@ -13,9 +13,9 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// ParseSweepSpec reads a sweep file (YAML, so JSON too; at most
-// MaxSpecFileBytes, without aliases) and checks the sweep and each job it
-// makes (CheckJobSpec, with defaults), returning every problem at once.
+// ParseSweep reads a sweep file (YAML, so JSON too; at most
+// MaxFileBytes, without aliases) and checks the sweep and each job it
+// makes (Check, with defaults), returning every problem at once.
 // Its keys are the JSON names of wire.SweepSpec:
 //
 //	id: lr-sweep
@@ -31,7 +31,7 @@ import (
 //	#   - {name: lr-1e-3}
 //	#   - {name: lr-1e-2, seed: 8}           # another seed: another job
 //	#   - {name: aug, pipeline: imagenet-val}
-func ParseSweepSpec(data []byte) (wire.SweepSpec, error) {
+func ParseSweep(data []byte) (wire.SweepSpec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return wire.SweepSpec{}, errors.New("empty sweep spec")
 	}
@@ -51,7 +51,7 @@ func ParseSweepSpec(data []byte) (wire.SweepSpec, error) {
 		Count             int         `yaml:"count"`
 		Trials            []trialFile `yaml:"trials"`
 	}
-	if err := safeyaml.DecodeStrict("sweep spec", data, MaxSpecFileBytes, &f); err != nil {
+	if err := safeyaml.DecodeStrict("sweep spec", data, MaxFileBytes, &f); err != nil {
 		return wire.SweepSpec{}, fmt.Errorf("reading sweep spec: %w", err)
 	}
 	var probs []string
@@ -85,7 +85,7 @@ func ParseSweepSpec(data []byte) (wire.SweepSpec, error) {
 	}
 	if len(probs) == 0 {
 		for _, j := range s.Jobs() {
-			if err := CheckJobSpec(j.WithDefaults()); err != nil {
+			if err := Check(j.WithDefaults()); err != nil {
 				probs = append(probs, err.Error())
 			}
 		}
