@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -138,7 +139,7 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 		return RunResult{}, err
 	}
 	defer nc.Close()
-	b := broker.New(js, s3c, conn.Streams(), logger)
+	b := broker.New(js, s3c, conn.Streams(), logger).WithSpecCheck(jobspec.Check)
 
 	ctl, stopCtl, err := startController(ctx, o, r, nsrv.URL(), s3Endpoint)
 	if err != nil {
