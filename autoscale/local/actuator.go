@@ -20,11 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/promreg"
+	"github.com/sluice-project/sluice/internal/ready"
 )
-
-// ReadyPrefix starts the line a replica prints on stdout once it serves,
-// followed by its base URL.
-const ReadyPrefix = "SLUICE_READY "
 
 // Options configure the actuator.
 type Options struct {
@@ -214,14 +211,14 @@ func (a *Actuator) watch(r *replica, stdout io.Reader) {
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
-		url, ok := strings.CutPrefix(line, ReadyPrefix)
+		url, ok := ready.Parse(line)
 		if !ok {
 			r.stderr.log.Debug("replica stdout", "line", line)
 			continue
 		}
 		a.mu.Lock()
 		if r.url == "" && r.alive() {
-			r.url, r.ready = strings.TrimSpace(url), true
+			r.url, r.ready = url, true
 			r.timer.Stop()
 			a.log.Info("replica ready", "job", r.job, "replica", r.id, "url", r.url)
 		}
@@ -265,7 +262,7 @@ func (a *Actuator) watch(r *replica, stdout io.Reader) {
 		a.lifecycle.WithLabelValues(r.job, "crashed").Inc()
 		reason := fmt.Sprint(err)
 		if r.timedOut {
-			reason = fmt.Sprintf("no %q line within %v", strings.TrimSpace(ReadyPrefix), a.opts.ReadyTimeout)
+			reason = fmt.Sprintf("no %q line within %v", strings.TrimSpace(ready.Prefix), a.opts.ReadyTimeout)
 		}
 		a.log.Warn("replica died unasked", "job", r.job, "replica", r.id, "reason", reason, "stderr", r.stderr.tail())
 	}

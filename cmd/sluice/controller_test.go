@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,8 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -88,22 +87,13 @@ func startControllerProcess(t *testing.T, e controllerEnv, mark string, extra ..
 			<-done
 		}
 	})
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		lines <- line
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, local.ReadyPrefix) {
-			t.Fatalf("controller's first line %q, want %q", line, local.ReadyPrefix+"URL")
-		}
-		return cmd, strings.TrimSpace(strings.TrimPrefix(line, local.ReadyPrefix))
-	case <-time.After(30 * time.Second):
-		t.Fatal("controller not ready within 30s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url, err := ready.Wait(ctx, out)
+	if err != nil {
+		t.Fatalf("controller not ready within 30s: %v", err)
 	}
-	return nil, ""
+	return cmd, url
 }
 
 // markedProcesses lists the live (not zombie) processes whose environment

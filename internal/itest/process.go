@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/ready"
 )
 
 // Process is one child process with its own log file (stdout and stderr).
@@ -75,18 +75,18 @@ func (p *Process) Start() error {
 		log.Close()
 		return fmt.Errorf("%s: starting %s: %w", p.Name, p.Path, err)
 	}
-	ready := make(chan string, 1)
+	readyc := make(chan string, 1)
 	exited := make(chan struct{})
-	p.cmd, p.ready, p.exited = cmd, ready, exited
+	p.cmd, p.ready, p.exited = cmd, readyc, exited
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(log, line)
-			if url, ok := strings.CutPrefix(line, local.ReadyPrefix); ok {
+			if url, ok := ready.Parse(line); ok {
 				select {
-				case ready <- strings.TrimSpace(url):
+				case readyc <- url:
 				default:
 				}
 			}
@@ -115,15 +115,15 @@ func isClosed(c chan struct{}) bool {
 // Ready waits for the ready line and returns its URL.
 func (p *Process) Ready(within time.Duration) (string, error) {
 	p.mu.Lock()
-	ready, exited := p.ready, p.exited
+	readyc, exited := p.ready, p.exited
 	p.mu.Unlock()
 	select {
-	case url := <-ready:
+	case url := <-readyc:
 		return url, nil
 	case <-exited:
 		return "", fmt.Errorf("%s exited before it was ready (%v):\n%s", p.Name, p.ExitErr(), p.Tail(30))
 	case <-time.After(within):
-		return "", fmt.Errorf("%s: no %q line within %v:\n%s", p.Name, strings.TrimSpace(local.ReadyPrefix), within, p.Tail(30))
+		return "", fmt.Errorf("%s: no %q line within %v:\n%s", p.Name, strings.TrimSpace(ready.Prefix), within, p.Tail(30))
 	}
 }
 

@@ -1,7 +1,6 @@
 package sweep
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -11,13 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/ready"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 )
 
@@ -252,12 +250,6 @@ func startReady(ctx context.Context, cmd *exec.Cmd, what string) (string, func(g
 		return "", nil, fmt.Errorf("starting %s: %w", what, err)
 	}
 	exited := make(chan struct{})
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		lines <- line
-		_, _ = io.Copy(io.Discard, out)
-	}()
 	go func() { _ = cmd.Wait(); close(exited) }()
 	stop := func(grace time.Duration) {
 		select {
@@ -273,19 +265,19 @@ func startReady(ctx context.Context, cmd *exec.Cmd, what string) (string, func(g
 			<-exited
 		}
 	}
-	select {
-	case line := <-lines:
-		u, ok := strings.CutPrefix(strings.TrimSpace(line), strings.TrimSpace(local.ReadyPrefix))
-		if !ok {
-			stop(0)
-			return "", nil, fmt.Errorf("%s: first line %q, want %q", what, line, local.ReadyPrefix)
-		}
-		return strings.TrimSpace(u), stop, nil
-	case <-ctx.Done():
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	url, err := ready.Wait(wctx, out)
+	switch {
+	case err == nil:
+		return url, stop, nil
+	case ctx.Err() != nil:
 		stop(0)
 		return "", nil, ctx.Err()
-	case <-time.After(time.Minute):
+	case wctx.Err() != nil:
 		stop(0)
 		return "", nil, fmt.Errorf("%s did not get ready within a minute", what)
 	}
+	stop(0)
+	return "", nil, fmt.Errorf("%s: %w", what, err)
 }
