@@ -12,10 +12,10 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sluice-project/sluice/internal/ready"
+	"github.com/sluice-project/sluice/internal/supervise"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 )
 
@@ -240,30 +240,23 @@ func startAgent(ctx context.Context, o Options, natsURL, job string, noShed bool
 
 // startReady starts cmd and waits for its ready line on stdout; stop
 // waits up to grace for it to exit by itself, then sends SIGTERM and
-// waits for it to exit (SIGKILL after 15 s).
+// waits for it to exit (SIGKILL after 15 s; internal/supervise).
 func startReady(ctx context.Context, cmd *exec.Cmd, what string) (string, func(grace time.Duration), error) {
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	p, err := supervise.Start(cmd, supervise.Options{})
+	if err != nil {
 		return "", nil, fmt.Errorf("starting %s: %w", what, err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	stop := func(grace time.Duration) {
 		select {
-		case <-exited:
+		case <-p.Done():
 			return
 		case <-time.After(grace):
 		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		_ = p.Stop(15 * time.Second)
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
