@@ -312,13 +312,16 @@ func planEndpoint(t *testing.T, e controllerEnv, job string) string {
 	return host
 }
 
-// listenAt serves h on addr.
+// listenAt serves h on addr. A killed process's port may stay bound a
+// moment after it no longer counts as alive (its leader a zombie while its
+// other threads exit), so the bind is retried.
 func listenAt(t *testing.T, addr string, h http.Handler) *http.Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var ln net.Listener
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return srv
