@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/promreg"
 	"github.com/sluice-project/sluice/internal/ready"
+	"github.com/sluice-project/sluice/internal/supervise"
 )
 
 // Options configure the actuator.
@@ -72,7 +73,7 @@ type Actuator struct {
 type replica struct {
 	job      string
 	id       int
-	cmd      *exec.Cmd
+	proc     *supervise.Process
 	url      string
 	ready    bool
 	stopping bool // asked to stop
@@ -184,30 +185,32 @@ func (a *Actuator) start(job string) error {
 	r.stderr = &stderrLog{log: a.log.With("job", job, "replica", r.id)}
 	cmd := exec.Command(a.opts.Command[0], a.opts.Command[1:]...)
 	cmd.Env = append(append(os.Environ(), a.opts.Env...), fmt.Sprintf("SLUICE_REPLICA=%s/%d", job, r.id))
-	cmd.SysProcAttr = procAttr()
 	cmd.Stderr = r.stderr
-	stdout, err := cmd.StdoutPipe()
+	// Its own process group, and SIGKILL from the kernel when this process
+	// dies (see the package doc). Pdeathsig follows the thread that forked:
+	// Go only ends threads that a goroutine locked and did not unlock, and
+	// Scale runs on no such thread.
+	proc, err := supervise.Start(cmd, supervise.Options{Group: true, DieWithParent: true,
+		Stdout: func(stdout io.Reader) { a.readStdout(r, stdout) }})
 	if err != nil {
-		return fmt.Errorf("starting replica: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting replica %q: %w", a.opts.Command[0], err)
 	}
-	r.cmd = cmd
+	r.proc = proc
 	a.jobs[job] = append(a.jobs[job], r)
 	a.counts.Started++
 	a.live++
 	a.counts.MaxLive = max(a.counts.MaxLive, a.aliveLocked())
 	a.liveGauge.WithLabelValues(job).Inc()
 	a.lifecycle.WithLabelValues(job, "started").Inc()
-	a.log.Debug("replica starting", "job", job, "replica", r.id, "pid", cmd.Process.Pid)
+	a.log.Debug("replica starting", "job", job, "replica", r.id, "pid", proc.Pid())
 	r.timer = time.AfterFunc(a.opts.ReadyTimeout, func() { a.readyTimeout(r) })
-	go a.watch(r, stdout)
+	go a.reap(r)
 	return nil
 }
 
-// watch reads the replica's stdout for its ready line and reaps it.
-func (a *Actuator) watch(r *replica, stdout io.Reader) {
+// readStdout reads the replica's stdout for its ready line (supervise
+// discards what a line too long for the scanner leaves).
+func (a *Actuator) readStdout(r *replica, stdout io.Reader) {
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
@@ -224,10 +227,14 @@ func (a *Actuator) watch(r *replica, stdout io.Reader) {
 		}
 		a.mu.Unlock()
 	}
-	io.Copy(io.Discard, stdout) // a line too long for the scanner: keep the pipe flowing
-	err := r.cmd.Wait()
+}
+
+// reap waits for the replica to exit and accounts for it.
+func (a *Actuator) reap(r *replica) {
+	<-r.proc.Done()
+	err := r.proc.Err()
 	var cpu time.Duration
-	if ps := r.cmd.ProcessState; ps != nil {
+	if ps := r.proc.State(); ps != nil {
 		cpu = ps.UserTime() + ps.SystemTime()
 	}
 
@@ -297,15 +304,11 @@ func (a *Actuator) stop(r *replica) {
 	})
 }
 
-// signalGroup signals the replica's process group (it leads it); the
-// caller holds a.mu and checked the replica was not reaped.
+// signalGroup signals the replica's process group (it leads it), or the
+// process itself if the group is gone; the caller holds a.mu.
 func signalGroup(r *replica, sig syscall.Signal) {
-	if r.exited {
-		return
-	}
-	if err := syscall.Kill(-r.cmd.Process.Pid, sig); err != nil {
-		// The group may be gone already; the process itself is worth a try.
-		r.cmd.Process.Signal(sig)
+	if !r.exited {
+		r.proc.Signal(sig)
 	}
 }
 

@@ -145,7 +145,7 @@ func (a *Actuator) pids() []int {
 	var out []int
 	for _, reps := range a.jobs {
 		for _, r := range reps {
-			out = append(out, r.cmd.Process.Pid)
+			out = append(out, r.proc.Pid())
 		}
 	}
 	return out
