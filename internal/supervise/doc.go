@@ -1,8 +1,8 @@
 // Package supervise runs one child process: it starts it, reaps it in the
 // background (Done, Err, State), signals it, and stops it (Stop: SIGTERM,
 // then SIGKILL after a grace). The local actuator runs its replicas with
-// it, the integration suite its servers and the load test its controller
-// and agents.
+// it, the integration suite its servers, the load test its controller and
+// agents, k8senv its etcd and kube-apiserver.
 //
 // Options are what callers differ in, kept small rather than forked:
 // Group puts the child in its own process group and signals the group (so
