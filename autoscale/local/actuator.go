@@ -20,11 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/promreg"
+	"github.com/sluice-project/sluice/internal/ready"
+	"github.com/sluice-project/sluice/internal/supervise"
 )
-
-// ReadyPrefix starts the line a replica prints on stdout once it serves,
-// followed by its base URL.
-const ReadyPrefix = "SLUICE_READY "
 
 // Options configure the actuator.
 type Options struct {
@@ -75,7 +73,7 @@ type Actuator struct {
 type replica struct {
 	job      string
 	id       int
-	cmd      *exec.Cmd
+	proc     *supervise.Process
 	url      string
 	ready    bool
 	stopping bool // asked to stop
@@ -187,50 +185,56 @@ func (a *Actuator) start(job string) error {
 	r.stderr = &stderrLog{log: a.log.With("job", job, "replica", r.id)}
 	cmd := exec.Command(a.opts.Command[0], a.opts.Command[1:]...)
 	cmd.Env = append(append(os.Environ(), a.opts.Env...), fmt.Sprintf("SLUICE_REPLICA=%s/%d", job, r.id))
-	cmd.SysProcAttr = procAttr()
 	cmd.Stderr = r.stderr
-	stdout, err := cmd.StdoutPipe()
+	// Its own process group, and SIGKILL from the kernel when this process
+	// dies (see the package doc). Pdeathsig follows the thread that forked:
+	// Go only ends threads that a goroutine locked and did not unlock, and
+	// Scale runs on no such thread.
+	proc, err := supervise.Start(cmd, supervise.Options{Group: true, DieWithParent: true,
+		Stdout: func(stdout io.Reader) { a.readStdout(r, stdout) }})
 	if err != nil {
-		return fmt.Errorf("starting replica: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting replica %q: %w", a.opts.Command[0], err)
 	}
-	r.cmd = cmd
+	r.proc = proc
 	a.jobs[job] = append(a.jobs[job], r)
 	a.counts.Started++
 	a.live++
 	a.counts.MaxLive = max(a.counts.MaxLive, a.aliveLocked())
 	a.liveGauge.WithLabelValues(job).Inc()
 	a.lifecycle.WithLabelValues(job, "started").Inc()
-	a.log.Debug("replica starting", "job", job, "replica", r.id, "pid", cmd.Process.Pid)
+	a.log.Debug("replica starting", "job", job, "replica", r.id, "pid", proc.Pid())
 	r.timer = time.AfterFunc(a.opts.ReadyTimeout, func() { a.readyTimeout(r) })
-	go a.watch(r, stdout)
+	go a.reap(r)
 	return nil
 }
 
-// watch reads the replica's stdout for its ready line and reaps it.
-func (a *Actuator) watch(r *replica, stdout io.Reader) {
+// readStdout reads the replica's stdout for its ready line (supervise
+// discards what a line too long for the scanner leaves).
+func (a *Actuator) readStdout(r *replica, stdout io.Reader) {
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
-		url, ok := strings.CutPrefix(line, ReadyPrefix)
+		url, ok := ready.Parse(line)
 		if !ok {
 			r.stderr.log.Debug("replica stdout", "line", line)
 			continue
 		}
 		a.mu.Lock()
 		if r.url == "" && r.alive() {
-			r.url, r.ready = strings.TrimSpace(url), true
+			r.url, r.ready = url, true
 			r.timer.Stop()
 			a.log.Info("replica ready", "job", r.job, "replica", r.id, "url", r.url)
 		}
 		a.mu.Unlock()
 	}
-	io.Copy(io.Discard, stdout) // a line too long for the scanner: keep the pipe flowing
-	err := r.cmd.Wait()
+}
+
+// reap waits for the replica to exit and accounts for it.
+func (a *Actuator) reap(r *replica) {
+	<-r.proc.Done()
+	err := r.proc.Err()
 	var cpu time.Duration
-	if ps := r.cmd.ProcessState; ps != nil {
+	if ps := r.proc.State(); ps != nil {
 		cpu = ps.UserTime() + ps.SystemTime()
 	}
 
@@ -265,7 +269,7 @@ func (a *Actuator) watch(r *replica, stdout io.Reader) {
 		a.lifecycle.WithLabelValues(r.job, "crashed").Inc()
 		reason := fmt.Sprint(err)
 		if r.timedOut {
-			reason = fmt.Sprintf("no %q line within %v", strings.TrimSpace(ReadyPrefix), a.opts.ReadyTimeout)
+			reason = fmt.Sprintf("no %q line within %v", strings.TrimSpace(ready.Prefix), a.opts.ReadyTimeout)
 		}
 		a.log.Warn("replica died unasked", "job", r.job, "replica", r.id, "reason", reason, "stderr", r.stderr.tail())
 	}
@@ -300,15 +304,11 @@ func (a *Actuator) stop(r *replica) {
 	})
 }
 
-// signalGroup signals the replica's process group (it leads it); the
-// caller holds a.mu and checked the replica was not reaped.
+// signalGroup signals the replica's process group (it leads it), or the
+// process itself if the group is gone; the caller holds a.mu.
 func signalGroup(r *replica, sig syscall.Signal) {
-	if r.exited {
-		return
-	}
-	if err := syscall.Kill(-r.cmd.Process.Pid, sig); err != nil {
-		// The group may be gone already; the process itself is worth a try.
-		r.cmd.Process.Signal(sig)
+	if !r.exited {
+		r.proc.Signal(sig)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/bearer"
+	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
 
@@ -84,7 +85,7 @@ func replicaMain(mode string) int {
 	fmt.Println("starting") // not the ready line: must be ignored
 	fmt.Fprintln(os.Stderr, "a line on stderr")
 	if mode != "silent" {
-		fmt.Printf("%shttp://%s\n", ReadyPrefix, ln.Addr())
+		ready.Announce(os.Stdout, "http://"+ln.Addr().String())
 	}
 	if mode == "crash" {
 		fmt.Fprintln(os.Stderr, "panic: simulated crash")
@@ -144,7 +145,7 @@ func (a *Actuator) pids() []int {
 	var out []int
 	for _, reps := range a.jobs {
 		for _, r := range reps {
-			out = append(out, r.cmd.Process.Pid)
+			out = append(out, r.proc.Pid())
 		}
 	}
 	return out

@@ -2,15 +2,17 @@
 // is a child process (normally `sluice fn serve`) started with the same
 // command line for every job.
 //
-// A replica is ready once it prints one line "SLUICE_READY <base URL>" on
-// its stdout; its stderr goes to the logger at debug level, and its last
-// lines are logged when it dies unasked. Replicas run in their own process
-// group, so a Ctrl-C at the terminal reaches the parent only and the
-// replicas are drained by the parent (SIGTERM, then SIGKILL after
-// StopTimeout) rather than killed mid-shard. On Linux a replica also gets
-// SIGKILL from the kernel when the process that started it dies, so a
-// controller that is SIGKILLed leaves no orphaned replicas behind (their
-// tasks go back to the queue after the dispatch consumer's AckWait).
+// A replica is ready once it prints the ready line (internal/ready,
+// "SLUICE_READY <base URL>") on its stdout; its stderr goes to the logger
+// at debug level, and its last lines are logged when it dies unasked.
+// Replicas are run by internal/supervise in their own process group, so
+// a Ctrl-C at the terminal reaches the parent only and the replicas are
+// drained by the parent (SIGTERM, then SIGKILL after StopTimeout) rather
+// than killed mid-shard.
+// On Linux a replica also gets SIGKILL from the kernel when the process
+// that started it dies, so a controller that is SIGKILLed leaves no
+// orphaned replicas behind (their tasks go back to the queue after the
+// dispatch consumer's AckWait).
 //
 // WithToken gives the replicas the function token they then require
 // (internal/bearer) through their environment, never their command line.

@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/internal/natsperm"
+	"github.com/sluice-project/sluice/internal/ready"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -55,7 +55,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"With a token ("+bearer.Agent.Env+"), /v1/ and /r/ require it; /healthz, /readyz and /metrics stay open.\n"+
 			"Publishes the trainers' demand for the autoscaler. Prints %q and the URL once\n"+
 			"serving; exits 0 once every rank got every step, or on SIGTERM.\n\n",
-			local.ReadyPrefix)
+			ready.Prefix)
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
@@ -144,7 +144,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
-	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
+	_ = ready.Announce(stdout, "http://"+ln.Addr().String())
 	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "world_size", *worldSize, "drop_last", *dropLast, "auth", auth,
 		"function_token", fnToken.IsSet())
 

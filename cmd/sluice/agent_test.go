@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
@@ -32,7 +31,7 @@ func startAgent(t *testing.T, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"agent", "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), replicaEnv+"=1")
-	return cmd, testenv.StartReady(t, cmd, local.ReadyPrefix)
+	return cmd, testenv.StartReady(t, cmd)
 }
 
 // waitExit waits for cmd and returns its exit code.

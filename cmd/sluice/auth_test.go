@@ -15,8 +15,8 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/internal/bearer"
+	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -66,7 +66,7 @@ func TestFnServeRequiresTheToken(t *testing.T) {
 	tok := testToken(t, "fn-serve-token-0123456789abcdef")
 	cmd := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0", "--s3-endpoint", s3cfg.Endpoint, "--log-level", "warn")
 	cmd.Env = append(append(os.Environ(), replicaEnv+"=1", tok.Env(bearer.Function.Env)), testenv.S3Env()...)
-	url := testenv.StartReady(t, cmd, local.ReadyPrefix)
+	url := testenv.StartReady(t, cmd)
 	if strings.Contains(strings.Join(cmd.Args, " "), tok.Reveal()) {
 		t.Fatal("the token is on the command line")
 	}
@@ -209,7 +209,7 @@ func TestCommandsRefuseAnOpenListenerBeyondLoopback(t *testing.T) {
 		{"agent", "--job", "j", "--listen", "0.0.0.0:0", "--nats", "nats://127.0.0.1:1"},
 	} {
 		code, stdout, stderr := runCLI(t, args...)
-		if code != 1 || strings.Contains(stdout, local.ReadyPrefix) || !strings.Contains(stderr, "beyond loopback, without a token") ||
+		if code != 1 || strings.Contains(stdout, ready.Prefix) || !strings.Contains(stderr, "beyond loopback, without a token") ||
 			!strings.Contains(stderr, "--insecure-no-auth") || !strings.Contains(stderr, "SLUICE_") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1 and why", args, code, stdout, stderr)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/internal/natsperm"
+	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/streams"
 )
 
@@ -73,7 +74,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"(the replicas its agents send tasks to, and how many at once) and its status. Several\n"+
 			"controllers may run: each job is owned by one (a lease), and a standby takes the jobs of one\n"+
 			"that died. SIGTERM hands the jobs over at once. With --listen it prints\n"+
-			"\"SLUICE_READY http://ADDR\" on stdout once it has read the job store.\n\n")
+			"%q on stdout once it has read the job store.\n\n", ready.Prefix+"http://ADDR")
 		fs.PrintDefaults()
 	}
 	var conn connect.Config
@@ -230,7 +231,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
-			fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
+			_ = ready.Announce(stdout, "http://"+ln.Addr().String())
 		}()
 		logger.Info("serving", "addr", ln.Addr().String())
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale/knative"
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/internal/k8senv"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
@@ -41,7 +40,7 @@ func TestIntegrationControllerWithKnativeActuator(t *testing.T) {
 	fn := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0",
 		"--s3-endpoint", e.s3Endpoint, "--concurrency", "64", "--log-level", "warn")
 	fn.Env = append(append(os.Environ(), replicaEnv+"=1"), testenv.S3Env()...)
-	base := testenv.StartReady(t, fn, local.ReadyPrefix)
+	base := testenv.StartReady(t, fn)
 	t.Cleanup(func() { _ = fn.Process.Signal(syscall.SIGTERM); _ = fn.Wait() }) // drained first, as a pod
 	target, _ := url.Parse(base)
 	admin, err := knative.NewClient(env.Admin())

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,9 +21,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/supervise"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
@@ -74,36 +74,18 @@ func startControllerProcess(t *testing.T, e controllerEnv, mark string, extra ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	p, err := supervise.Start(cmd, supervise.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		lines <- line
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, local.ReadyPrefix) {
-			t.Fatalf("controller's first line %q, want %q", line, local.ReadyPrefix+"URL")
-		}
-		return cmd, strings.TrimSpace(strings.TrimPrefix(line, local.ReadyPrefix))
-	case <-time.After(30 * time.Second):
-		t.Fatal("controller not ready within 30s")
+	t.Cleanup(func() { _ = p.Stop(time.Minute) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url, err := ready.Wait(ctx, out)
+	if err != nil {
+		t.Fatalf("controller not ready within 30s: %v", err)
 	}
-	return nil, ""
+	return cmd, url
 }
 
 // markedProcesses lists the live (not zombie) processes whose environment
@@ -323,17 +305,27 @@ func planEndpoint(t *testing.T, e controllerEnv, job string) string {
 	return host
 }
 
-// listenAt serves h on addr, unless another process took addr first
-// (then nil): in a full test run the freed port may go to any listener.
+// listenAt serves h on addr. A killed process's port may stay bound a
+// moment after it no longer counts as alive (its leader a zombie while its
+// other threads exit), so the bind is retried; nil if another process
+// took addr meanwhile (in a full test run a freed port may go to any
+// listener).
 func listenAt(t *testing.T, addr string, h http.Handler) *http.Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if errors.Is(err, syscall.EADDRINUSE) {
-		t.Logf("%s was taken by another process first", addr)
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
+	var ln net.Listener
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Logf("%s is still bound after 10s: another process has it", addr)
+			return nil
+		}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

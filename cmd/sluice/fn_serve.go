@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/functions/shardcache"
@@ -22,6 +21,7 @@ import (
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
+	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -120,7 +120,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	go func() { served <- hs.Serve(ln) }()
 	// The local actuator reads the endpoint from this line, printed once
 	// S3 answered and the server listens.
-	fmt.Fprintf(stdout, "%shttp://%s\n", local.ReadyPrefix, ln.Addr())
+	_ = ready.Announce(stdout, "http://"+ln.Addr().String())
 	logger.Info("serving", "addr", ln.Addr().String(), "pipelines", pipeline.Names(), "auth", auth,
 		"memory_limit", bytesize.Format(memLimit), "memory_limit_from", memSource)
 

@@ -17,7 +17,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
-	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
@@ -43,7 +43,7 @@ func TestFnServeFinishesInFlightShardOnSIGTERM(t *testing.T) {
 		Pipeline: "imagenet-train", Seed: 1, ChunkMaxBytes: 512 << 10}
 	cmd := exec.Command(os.Args[0], "fn", "serve", "--listen", "127.0.0.1:0", "--s3-endpoint", s3cfg.Endpoint, "--log-level", "warn")
 	cmd.Env = append(append(os.Environ(), replicaEnv+"=1"), testenv.S3Env()...)
-	url := testenv.StartReady(t, cmd, local.ReadyPrefix)
+	url := testenv.StartReady(t, cmd)
 
 	ev := event.New()
 	ev.SetID(task.ID())
@@ -147,7 +147,7 @@ func TestFnServeRefusesToStartWithoutWorkingServers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s3TestEnv(t, tc.key, "secret")
 			code, stdout, stderr := runCLI(t, append([]string{"fn", "serve", "--listen", "127.0.0.1:0"}, tc.args...)...)
-			if code != 1 || !strings.Contains(stderr, tc.wantStderr) || strings.Contains(stdout, local.ReadyPrefix) {
+			if code != 1 || !strings.Contains(stderr, tc.wantStderr) || strings.Contains(stdout, ready.Prefix) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want 1, no ready line, %q", code, stdout, stderr, tc.wantStderr)
 			}
 		})
@@ -160,7 +160,7 @@ func TestFnServeWrongS3Credentials(t *testing.T) {
 	endpoint := testenv.Versitygw(t, "sluice-key", "sluice-secret")
 	s3TestEnv(t, "sluice-key", "not-the-secret")
 	code, stdout, stderr := runCLI(t, "fn", "serve", "--listen", "127.0.0.1:0", "--s3-endpoint", endpoint)
-	if code != 1 || !strings.Contains(stderr, "wrong s3 credentials at "+endpoint+": SignatureDoesNotMatch") || strings.Contains(stdout, local.ReadyPrefix) {
+	if code != 1 || !strings.Contains(stderr, "wrong s3 credentials at "+endpoint+": SignatureDoesNotMatch") || strings.Contains(stdout, ready.Prefix) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

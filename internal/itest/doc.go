@@ -16,8 +16,9 @@
 //
 // The harness (non-test files) is one concept per file: Binaries (building
 // sluice and nats-server, finding versitygw), Process (a child process with
-// its own log; Stop is SIGTERM then SIGKILL, Kill is SIGKILL, Restart keeps
-// the arguments, so the port and data directory), Certs, NATSServer (with
+// its own log, run by internal/supervise in its own process group; Stop is
+// SIGTERM then SIGKILL, Kill is SIGKILL, Restart keeps the arguments, so
+// the port and data directory), Certs, NATSServer (with
 // its monitoring port: Varz), S3Server, FaultProxy, Dataset, Trainer (and
 // its by-key Report with the figures line "scenario=... expected=...
 // delivered=... lost=... duplicates=... failed=... seconds=..."),

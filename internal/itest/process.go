@@ -10,11 +10,11 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/ready"
+	"github.com/sluice-project/sluice/internal/supervise"
 )
 
 // Process is one child process with its own log file (stdout and stderr).
@@ -28,10 +28,10 @@ type Process struct {
 	LogPath string
 
 	mu     sync.Mutex
-	cmd    *exec.Cmd
-	ready  chan string // the URL of the ready line, once
-	exited chan struct{}
-	err    error // of the last exit
+	proc   *supervise.Process
+	ready  chan string   // the URL of the ready line, once
+	exited chan struct{} // once reaped and its exit logged
+	err    error         // of the last exit
 	starts int
 }
 
@@ -51,7 +51,7 @@ func StartProcess(t testing.TB, dir, name, bin string, args, env []string) *Proc
 func (p *Process) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd != nil && !isClosed(p.exited) {
+	if p.proc != nil && !isClosed(p.exited) {
 		return fmt.Errorf("%s: already running", p.Name)
 	}
 	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -63,36 +63,34 @@ func (p *Process) Start() error {
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stderr = log
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		log.Close()
-		return err
-	}
-	// Its own process group: a signal to the group reaches the replicas a
-	// controller started too (see Kill).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("%s: starting %s: %w", p.Name, p.Path, err)
-	}
-	ready := make(chan string, 1)
+	readyc := make(chan string, 1)
 	exited := make(chan struct{})
-	p.cmd, p.ready, p.exited = cmd, ready, exited
-	go func() {
+	copyStdout := func(stdout io.Reader) {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(log, line)
-			if url, ok := strings.CutPrefix(line, local.ReadyPrefix); ok {
+			if url, ok := ready.Parse(line); ok {
 				select {
-				case ready <- strings.TrimSpace(url):
+				case readyc <- url:
 				default:
 				}
 			}
 		}
 		_, _ = io.Copy(log, stdout)
-		err := cmd.Wait()
+	}
+	// Its own process group: a signal to the group reaches the replicas a
+	// controller started too (see Kill).
+	proc, err := supervise.Start(cmd, supervise.Options{Group: true, Stdout: copyStdout})
+	if err != nil {
+		log.Close()
+		return fmt.Errorf("%s: starting %s: %w", p.Name, p.Path, err)
+	}
+	p.proc, p.ready, p.exited = proc, readyc, exited
+	go func() {
+		<-proc.Done()
+		err := proc.Err()
 		fmt.Fprintf(log, "=== itest: exit: %v\n", err)
 		log.Close()
 		p.mu.Lock()
@@ -115,15 +113,15 @@ func isClosed(c chan struct{}) bool {
 // Ready waits for the ready line and returns its URL.
 func (p *Process) Ready(within time.Duration) (string, error) {
 	p.mu.Lock()
-	ready, exited := p.ready, p.exited
+	readyc, exited := p.ready, p.exited
 	p.mu.Unlock()
 	select {
-	case url := <-ready:
+	case url := <-readyc:
 		return url, nil
 	case <-exited:
 		return "", fmt.Errorf("%s exited before it was ready (%v):\n%s", p.Name, p.ExitErr(), p.Tail(30))
 	case <-time.After(within):
-		return "", fmt.Errorf("%s: no %q line within %v:\n%s", p.Name, strings.TrimSpace(local.ReadyPrefix), within, p.Tail(30))
+		return "", fmt.Errorf("%s: no %q line within %v:\n%s", p.Name, strings.TrimSpace(ready.Prefix), within, p.Tail(30))
 	}
 }
 
@@ -131,14 +129,14 @@ func (p *Process) Ready(within time.Duration) (string, error) {
 func (p *Process) Pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd.Process.Pid
+	return p.proc.Pid()
 }
 
 // Running reports whether the process has not exited.
 func (p *Process) Running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd != nil && !isClosed(p.exited)
+	return p.proc != nil && !isClosed(p.exited)
 }
 
 // ExitErr is the last exit's error (nil for exit status 0).
@@ -161,17 +159,17 @@ func (p *Process) Wait(within time.Duration) error {
 	}
 }
 
-// Stop sends SIGTERM and, after grace, SIGKILL to the process group.
+// Stop sends SIGTERM and, after grace, SIGKILL to the process group, then
+// SIGKILL to what is left of the group.
 func (p *Process) Stop(grace time.Duration) {
 	if !p.Running() {
 		return
 	}
-	p.signal(syscall.SIGTERM)
-	if p.Wait(grace) != nil {
-		p.signal(syscall.SIGKILL)
-		_ = p.Wait(10 * time.Second)
-	}
-	p.signal(syscall.SIGKILL) // children left behind in the group
+	p.mu.Lock()
+	proc := p.proc
+	p.mu.Unlock()
+	_ = proc.Stop(grace)
+	_ = p.Wait(10 * time.Second) // its exit logged
 }
 
 // Kill SIGKILLs the process alone (not what it started: a controller's
@@ -180,7 +178,10 @@ func (p *Process) Kill() error {
 	if !p.Running() {
 		return fmt.Errorf("%s is not running", p.Name)
 	}
-	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+	p.mu.Lock()
+	proc := p.proc
+	p.mu.Unlock()
+	if err := proc.Kill(); err != nil {
 		return fmt.Errorf("killing %s: %w", p.Name, err)
 	}
 	return p.Wait(10 * time.Second)
@@ -191,15 +192,6 @@ func (p *Process) Kill() error {
 func (p *Process) Restart(grace time.Duration) error {
 	p.Stop(grace)
 	return p.Start()
-}
-
-func (p *Process) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 }
 
 // Log returns the process's whole log.

@@ -14,10 +14,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/internal/supervise"
 	"k8s.io/client-go/rest"
 )
 
@@ -268,22 +268,15 @@ func startProcess(t testing.TB, dir, name, bin string, args ...string) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	p, err := supervise.Start(cmd, supervise.Options{})
+	if err != nil {
 		logf.Close()
 		t.Fatalf("starting %s: %v", name, err)
 	}
 	var once sync.Once
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		once.Do(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-exited
-			}
+			_ = p.Stop(10 * time.Second)
 			logf.Close()
 			if t.Failed() {
 				b, _ := os.ReadFile(logPath)

@@ -1,19 +1,19 @@
 package testenv
 
 import (
-	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/sluice-project/sluice/internal/ready"
 )
 
-// StartReady starts cmd with its stderr on the test's and returns what
-// its first stdout line says after prefix: the URL of a Sluice process's
-// ready line (local.ReadyPrefix, which this package cannot import). cmd
-// is killed, if still running, when the test ends.
-func StartReady(t testing.TB, cmd *exec.Cmd, prefix string) string {
+// StartReady starts cmd with its stderr on the test's and returns the URL
+// of its ready line (internal/ready), which must be its first stdout line.
+// cmd is killed, if still running, when the test ends.
+func StartReady(t testing.TB, cmd *exec.Cmd) string {
 	t.Helper()
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -24,10 +24,9 @@ func StartReady(t testing.TB, cmd *exec.Cmd, prefix string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
-	if err != nil || !ok {
-		t.Fatalf("%s's first line %q, %v: want %q", filepath.Base(cmd.Args[0]), line, err, prefix+"URL")
+	url, err := ready.Wait(context.Background(), stdout)
+	if err != nil {
+		t.Fatalf("%s: %v", filepath.Base(cmd.Args[0]), err)
 	}
-	return rest
+	return url
 }

@@ -1,7 +1,6 @@
 package sweep
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -11,13 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/internal/ready"
+	"github.com/sluice-project/sluice/internal/supervise"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 )
 
@@ -242,50 +240,37 @@ func startAgent(ctx context.Context, o Options, natsURL, job string, noShed bool
 
 // startReady starts cmd and waits for its ready line on stdout; stop
 // waits up to grace for it to exit by itself, then sends SIGTERM and
-// waits for it to exit (SIGKILL after 15 s).
+// waits for it to exit (SIGKILL after 15 s; internal/supervise).
 func startReady(ctx context.Context, cmd *exec.Cmd, what string) (string, func(grace time.Duration), error) {
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	p, err := supervise.Start(cmd, supervise.Options{})
+	if err != nil {
 		return "", nil, fmt.Errorf("starting %s: %w", what, err)
 	}
-	exited := make(chan struct{})
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		lines <- line
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	go func() { _ = cmd.Wait(); close(exited) }()
 	stop := func(grace time.Duration) {
 		select {
-		case <-exited:
+		case <-p.Done():
 			return
 		case <-time.After(grace):
 		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		_ = p.Stop(15 * time.Second)
 	}
-	select {
-	case line := <-lines:
-		u, ok := strings.CutPrefix(strings.TrimSpace(line), strings.TrimSpace(local.ReadyPrefix))
-		if !ok {
-			stop(0)
-			return "", nil, fmt.Errorf("%s: first line %q, want %q", what, line, local.ReadyPrefix)
-		}
-		return strings.TrimSpace(u), stop, nil
-	case <-ctx.Done():
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	url, err := ready.Wait(wctx, out)
+	switch {
+	case err == nil:
+		return url, stop, nil
+	case ctx.Err() != nil:
 		stop(0)
 		return "", nil, ctx.Err()
-	case <-time.After(time.Minute):
+	case wctx.Err() != nil:
 		stop(0)
 		return "", nil, fmt.Errorf("%s did not get ready within a minute", what)
 	}
+	stop(0)
+	return "", nil, fmt.Errorf("%s: %w", what, err)
 }

@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
@@ -56,5 +55,5 @@ func New(ctx context.Context, t testing.TB, o Options) Job {
 func (j Job) Serve(t testing.TB, cmd *exec.Cmd) string {
 	t.Helper()
 	cmd.Args = append(cmd.Args, "--listen", "127.0.0.1:0", "--s3-endpoint", j.s3Endpoint, "--log-level", "warn")
-	return testenv.StartReady(t, cmd, local.ReadyPrefix)
+	return testenv.StartReady(t, cmd)
 }
