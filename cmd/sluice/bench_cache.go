@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/cmd/sluice/internal/demo"
 	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/bytesize"
-	"github.com/sluice-project/sluice/internal/demo"
 	"github.com/sluice-project/sluice/internal/slowlink"
 )
 

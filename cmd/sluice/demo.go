@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-project/sluice/cmd/sluice/internal/demo"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/demo"
 	"github.com/sluice-project/sluice/internal/httpserve"
 )
 

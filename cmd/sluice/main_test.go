@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-project/sluice/internal/demo"
+	"github.com/sluice-project/sluice/cmd/sluice/internal/demo"
 )
 
 // replicaEnv makes the test binary act as `sluice`, so the demo's local

@@ -9,5 +9,6 @@
 // training script would. Its processes authenticate to each other as a
 // deployment's do: the replicas require a random function token, the
 // agent's API a random agent token. `sluice demo` and the end-to-end tests call Run;
-// nothing here is mocked.
+// nothing here is mocked. A composition root, it lives with the command
+// (internal/ holds leaf plumbing only).
 package demo
