@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Go, idempotently:
 # - libjpeg-turbo's headers for the `turbojpeg` build (apt, when missing);
-# - versitygw, the S3 server the integration suite (internal/itest) runs,
+# - versitygw, the S3 server the integration suite (test/integration) runs,
 #   into <repo>/.bin (about 2 minutes the first time, then nothing);
 # - etcd and kube-apiserver for the Knative tests (internal/k8senv), built
 #   by .ci/k8s-testbin/build.sh into ~/.cache/sluice/k8s-testbin (about 11

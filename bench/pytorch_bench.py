@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """What reaches a PyTorch training loop, per second: the Python client
 against a Sluice agent, and torch's DataLoader over torchvision's
-ImageFolder. internal/itest/pytorch_bench_test.go (TestBenchPyTorch) runs
+ImageFolder. test/integration/pytorch_bench_test.go (TestBenchPyTorch) runs
 the whole comparison; each mode prints one JSON object.
 
     pytorch_bench.py throughput --url URL

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A real (tiny) DDP training loop fed by Sluice, for the integration
-suite's resume scenarios (internal/itest/pytorch_test.go) and as an example.
+suite's resume scenarios (test/integration/pytorch_test.go) and as an example.
 
 Each rank trains a linear classifier on the agent's uint8 images with
 torch.distributed (gloo, 127.0.0.1) and DistributedDataParallel, and

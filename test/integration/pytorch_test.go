@@ -1,0 +1,235 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// The PyTorch scenarios' sizes: small, so that five torch processes per
+// scenario stay quick on two cores. Per rank 4 samples a step: 96 samples
+// make 12 steps an epoch for 2 ranks, 8 for 3.
+const (
+	ddpSamples = 96
+	ddpShards  = 4
+	ddpEpochs  = 2
+	ddpBatch   = 4
+)
+
+// ddpPipeline outputs 16x16 uint8 crops: the model's input is 768 values.
+const ddpPipeline = "{\"name\": \"ddp\", \"label\": {\"member\": \"cls\"}, \"ops\": [\"decode\"," +
+	" {\"op\": \"random_resized_crop\", \"size\": 16}, {\"op\": \"random_horizontal_flip\"}, \"to_uint8_hwc\"]}"
+
+// TestIntegrationPyTorchResume: a real DDP training loop
+// (clients/python/tests/train.py: torch.distributed over gloo, a linear
+// model, sluice.torch.SluiceIterableDataset) trains part of an epoch,
+// checkpointing the model with the loader's state; the trainers and the
+// agent are SIGKILLed (prefetched batches die with them); a new set of
+// ranks resumes from the checkpoint through a restarted agent and trains
+// to the end. The samples the model saw, by (epoch, key) — those of the
+// first run up to the checkpoint, and all of the second's — must be every
+// sample of every epoch exactly once. Two scenarios (each about 30 s on
+// two cores, most of it torch starting up): 2 ranks resumed by 3 from a
+// checkpoint in epoch 0, and 2 by 2 after a crash between checkpoints in
+// epoch 1.
+func TestIntegrationPyTorchResume(t *testing.T) {
+	py := pythonWithTorch(t)
+	c := StartCluster(t, binaries(t), ClusterOptions{})
+	d := c.UploadImages("ddp", "train/", SmallImages(ddpSamples, ddpShards, 21))
+	_, js := c.JetStream()
+	ctrl := c.StartController("controller", ControllerOptions{})
+
+	for i, sc := range []struct {
+		name              string
+		first, second     int // world sizes
+		stopAfter, ckptAt int // steps of the first run; it checkpoints every ckptAt
+	}{
+		// 2 ranks checkpoint at step 5 of epoch 0 and are killed; 3 resume.
+		{"2-then-3-ranks", 2, 3, 5, 5},
+		// The same world size, killed in epoch 1 three steps after its last
+		// checkpoint (steps 16-18; 12 steps an epoch, checkpoints every 5
+		// and at the epoch's end): those steps' samples are seen again by
+		// the resumed run, once.
+		{"same-world-size-crash-between-checkpoints", 2, 2, 18, 5},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			c := c.For(t)
+			job := "ddp" + strconv.Itoa(i)
+			start := time.Now()
+			spec := imageJob(job, d, ddpPipeline)
+			spec["batch_size"], spec["epochs"] = ddpBatch, ddpEpochs
+			c.Submit(spec)
+			agent := c.StartAgent("agent-"+job, job)
+			dir := filepath.Join(c.Dir, job)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ckpt := filepath.Join(dir, "ckpt.pt")
+
+			first := startTrainers(c, py, agent.URL, dir, "run1", sc.first, ckpt,
+				"--ckpt-every", strconv.Itoa(sc.ckptAt), "--stop-after", strconv.Itoa(sc.stopAfter))
+			waitStopped(t, first, sc.stopAfter)
+			for _, p := range first {
+				_ = p.Kill()
+			}
+			state := readLoaderState(t, ckpt)
+			t.Logf("run 1 (%d ranks) stopped after %d steps; checkpoint at epoch %d step %d", sc.first, sc.stopAfter, state.Epoch, state.Step)
+			if _, err := agent.Restart(); err != nil {
+				t.Fatal(err)
+			}
+
+			second := startTrainers(c, py, agent.URL, dir, "run2", sc.second, ckpt, "--resume")
+			for _, p := range second {
+				if err := p.Wait(jobTimeout); err != nil {
+					t.Fatalf("%s: %v\n%s", p.Name, err, p.Tail(30))
+				}
+			}
+			if i := strings.Index(second[0].Log(), "resumed: "); i >= 0 {
+				t.Logf("the agent's answer to the resume: %s", strings.SplitN(second[0].Log()[i+len("resumed: "):], "\n", 2)[0])
+			}
+			took := time.Since(start)
+			waitReleased(t, c, js, job, wire.JobSucceeded, ctrl)
+
+			tr := NewTrainer()
+			before, after := 0, 0
+			for r := range sc.first {
+				for _, l := range readKeyLines(t, filepath.Join(dir, fmt.Sprintf("run1-rank%d.keys", r))) {
+					if l.epoch < state.Epoch || (l.epoch == state.Epoch && l.step < state.Step) {
+						tr.seen[epochKey(l.epoch, l.key)]++
+						before++
+					} else {
+						after++
+					}
+				}
+			}
+			resumed := 0
+			for r := range sc.second {
+				for _, l := range readKeyLines(t, filepath.Join(dir, fmt.Sprintf("run2-rank%d.keys", r))) {
+					tr.seen[epochKey(l.epoch, l.key)]++
+					resumed++
+				}
+			}
+			t.Logf("samples: %d before the checkpoint, %d after it in run 1 (seen again in run 2), %d in run 2", before, after, resumed)
+			logReport(t, tr.Check("pytorch-"+sc.name, d.Keys, ddpEpochs, nil, took))
+		})
+	}
+}
+
+// pythonWithTorch is $SLUICE_PYTHON or /usr/bin/python3, with torch. The
+// scenario fails without it on CI and is skipped elsewhere.
+func pythonWithTorch(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("SLUICE_PYTHON")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	out, err := exec.Command(py, "-c", "import torch, numpy; print(torch.__version__)").CombinedOutput()
+	if err != nil {
+		msg := fmt.Sprintf("%s with torch and numpy is needed (set SLUICE_PYTHON): %v: %s", py, err, out)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return py
+}
+
+// startTrainers starts world ranks of train.py, named run-rankR, each
+// appending the keys it trained on to dir/run-rankR.keys.
+func startTrainers(c *Cluster, py, agentURL, dir, run string, world int, ckpt string, extra ...string) []*Process {
+	c.T.Helper()
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	script := filepath.Join(root, "clients", "python", "tests", "train.py")
+	port := strconv.Itoa(MustFreePort(c.T))
+	var procs []*Process
+	for r := range world {
+		name := fmt.Sprintf("%s-rank%d", run, r)
+		args := append([]string{script, "--url", agentURL, "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(world),
+			"--master-port", port, "--ckpt", ckpt, "--keys-file", filepath.Join(dir, name+".keys")}, extra...)
+		p := StartProcess(c.T, dir, name, py, args, []string{"PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1"})
+		*c.procs = append(*c.procs, p)
+		procs = append(procs, p)
+	}
+	return procs
+}
+
+// waitStopped waits until every rank wrote its ".stopped" marker after
+// steps steps (train.py --stop-after).
+func waitStopped(t *testing.T, procs []*Process, steps int) {
+	t.Helper()
+	testenv.CheckFor(t, jobTimeout, 100*time.Millisecond, func() error {
+		for _, p := range procs {
+			if !p.Running() {
+				t.Fatalf("%s exited before stopping at step %d: %v\n%s", p.Name, steps, p.ExitErr(), p.Tail(30))
+			}
+			marker := strings.TrimSuffix(p.LogPath, ".log") + ".keys.stopped"
+			if _, err := os.Stat(marker); err != nil {
+				return fmt.Errorf("%s has not reached step %d", p.Name, steps)
+			}
+		}
+		return nil
+	})
+}
+
+// loaderState is the part of sluice.Loader's state_dict the check needs:
+// the next step the checkpointed model would have taken.
+type loaderState struct {
+	Epoch int `json:"epoch"`
+	Step  int `json:"step"`
+}
+
+// readLoaderState reads the loader state train.py writes beside each
+// checkpoint (ckpt + ".loader.json"), which Go can read without pickle.
+func readLoaderState(t *testing.T, ckpt string) loaderState {
+	t.Helper()
+	b, err := os.ReadFile(ckpt + ".loader.json")
+	if err != nil {
+		t.Fatalf("the first run left no checkpoint: %v", err)
+	}
+	var s loaderState
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("loader state %s: %v", b, err)
+	}
+	return s
+}
+
+type keyLine struct {
+	epoch, step int
+	key         string
+}
+
+// readKeyLines reads train.py's "epoch step key" lines.
+func readKeyLines(t *testing.T, path string) []keyLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []keyLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l keyLine
+		if _, err := fmt.Sscanf(sc.Text(), "%d %d %s", &l.epoch, &l.step, &l.key); err != nil {
+			t.Fatalf("%s: line %q: %v", path, sc.Text(), err)
+		}
+		lines = append(lines, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
