@@ -439,11 +439,11 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	// then a start.
 	for _, name := range removed {
 		if err := r.act.Scale(ctx, name, 0); err != nil {
-			r.log.Warn("scaling a removed job to zero", "job", name, "error", err)
+			r.log.Warn("scaling a removed job to zero", "job", name, "err", err)
 		}
 		if lc != nil {
 			if err := lc.EndJob(ctx, name); err != nil {
-				r.log.Warn("ending a removed job in the actuator", "job", name, "error", err)
+				r.log.Warn("ending a removed job in the actuator", "job", name, "err", err)
 			}
 		}
 		r.mu.Lock()
@@ -460,7 +460,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		if lc != nil && !rd.m.started {
 			b := JobBounds{MinReplicas: rd.cfg.MinReplicas, MaxReplicas: rd.cfg.MaxReplicas}
 			if err := lc.StartJob(ctx, rd.name, b); err != nil {
-				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", rd.name, "error", err)
+				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", rd.name, "err", err)
 			} else {
 				r.mu.Lock()
 				rd.m.started = true
@@ -468,7 +468,7 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 			}
 		}
 		if err := r.act.Scale(ctx, rd.name, rd.dec.Replicas); err != nil {
-			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "error", err)
+			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "err", err)
 		}
 	}
 }
@@ -517,7 +517,7 @@ func (r *Runner) Listen() (stop func(), err error) {
 	sub, err := r.nc.Subscribe(wire.DemandSubjects, func(m *nats.Msg) {
 		var d wire.Demand
 		if err := json.Unmarshal(m.Data, &d); err != nil {
-			r.log.Warn("ignoring a malformed demand signal", "subject", m.Subject, "error", err)
+			r.log.Warn("ignoring a malformed demand signal", "subject", m.Subject, "err", err)
 			return
 		}
 		// The subject names the job; a signal cannot speak for another.

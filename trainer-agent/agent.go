@@ -317,7 +317,7 @@ func (a *Agent) release(err error) {
 	defer cancel()
 	for _, r := range a.readers {
 		if serr := r.sync(ctx, false); serr != nil {
-			r.log.Warn("recording the position on the way out", "error", serr)
+			r.log.Warn("recording the position on the way out", "err", serr)
 		}
 	}
 }
@@ -364,7 +364,7 @@ func (a *Agent) replay(tasks []wire.ShardTask) {
 func (a *Agent) watchJob(ctx context.Context, jobs jetstream.KeyValue) {
 	w, err := jobs.Watch(ctx, a.job.Spec.ID)
 	if err != nil {
-		a.log.Warn("watching the job record; a cancelled job will not stop this agent", "error", err)
+		a.log.Warn("watching the job record; a cancelled job will not stop this agent", "err", err)
 		return
 	}
 	defer w.Stop()
@@ -422,7 +422,7 @@ func (a *Agent) publishDemands(ctx context.Context) {
 			return
 		case now := <-t.C:
 			if err := a.publishDemand(now, false); err != nil {
-				a.log.Warn("publishing demand", "error", err)
+				a.log.Warn("publishing demand", "err", err)
 			}
 		}
 	}

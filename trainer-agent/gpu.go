@@ -63,7 +63,7 @@ func (g *gpuMeter) sample() {
 	defer g.mu.Unlock()
 	if err != nil {
 		if !g.failing {
-			g.log.Warn("reading gpu utilisation", "error", err)
+			g.log.Warn("reading gpu utilisation", "err", err)
 		}
 		g.failing = true
 		return

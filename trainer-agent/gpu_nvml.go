@@ -34,7 +34,7 @@ func openNVML(lib nvml.Interface, logger *slog.Logger) (GPUSampler, func(), erro
 	shutdown := func() {
 		once.Do(func() {
 			if ret := lib.Shutdown(); ret != nvml.SUCCESS {
-				logger.Warn("nvml shutdown failed", "error", lib.ErrorString(ret))
+				logger.Warn("nvml shutdown failed", "err", lib.ErrorString(ret))
 			}
 		})
 	}

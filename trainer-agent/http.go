@@ -117,7 +117,7 @@ func (a *Reader) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(a.Stats()); err != nil {
-			a.log.Debug("writing stats", "error", err)
+			a.log.Debug("writing stats", "err", err)
 		}
 	})
 	return mux
@@ -251,7 +251,7 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
-		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.rank, "samples", len(b.Keys), "error", err)
+		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.rank, "samples", len(b.Keys), "err", err)
 		for _, k := range b.Keys {
 			a.Fail(k, "sending batch to the trainer: "+err.Error())
 		}
@@ -298,6 +298,6 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(res); err != nil {
-		a.log.Debug("writing the resume result", "error", err)
+		a.log.Debug("writing the resume result", "err", err)
 	}
 }

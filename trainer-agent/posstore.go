@@ -104,7 +104,7 @@ func (s *positionStore) write(ctx context.Context, data []byte) error {
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return fmt.Errorf("writing %s: %w", s.key, err)
 		}
-		s.log.Warn("writing the position; retrying", "error", err)
+		s.log.Warn("writing the position; retrying", "err", err)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("writing %s: %w", s.key, err)
@@ -141,7 +141,7 @@ func (s *positionStore) put(ctx context.Context, key string, data []byte) error 
 		if err == nil {
 			return nil
 		}
-		s.log.Warn("writing "+key+"; retrying", "error", err)
+		s.log.Warn("writing "+key+"; retrying", "err", err)
 		if err := sleepCtx(wctx, wait); err != nil {
 			return fmt.Errorf("writing %s: %w", key, err)
 		}

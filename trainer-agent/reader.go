@@ -319,7 +319,7 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
 	}
 	a.mu.Unlock()
 	if err != nil {
-		a.log.Warn("dropping output", "chunk", ref.String(), "error", err)
+		a.log.Warn("dropping output", "chunk", ref.String(), "err", err)
 		return
 	}
 	if out.duplicate {
