@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )

@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
 )
 
 // Safetensors metadata keys of a batch served over HTTP.

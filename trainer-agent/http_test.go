@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
 )
 
 // ErrWorldMismatch means a request's world size, rank or drop_last does

@@ -18,7 +18,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 func main() {

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/bearer"
-	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"

@@ -18,9 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // benchReport is what `sluice bench ops` prints (one JSON object with --json).

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
 )
 

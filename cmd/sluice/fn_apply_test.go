@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 func applyCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {

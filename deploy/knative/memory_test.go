@@ -5,9 +5,9 @@ import (
 
 	servingv1 "knative.dev/serving/pkg/apis/serving/v1"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/internal/bytesize"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // TestFunctionMemoryFits: the function's memory settings agree. The

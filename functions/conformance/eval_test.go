@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/wds"
 	sluiceimage "github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // minPSNR is the bar for imagenet-eval against torchvision.

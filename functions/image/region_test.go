@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // These tests run in both builds; region_turbo_test.go adds the

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sluice-project/sluice/internal/synth"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // benchJPEG is the shared 400x300 quality-90 benchmark JPEG (the image

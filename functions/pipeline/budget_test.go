@@ -5,9 +5,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
 	"github.com/sluice-project/sluice/internal/hostile"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 func png16Sample(data []byte) wds.Sample {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
-	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // Image ops. decode only reads the header; the first op that needs pixels

@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // pngSample wraps m as a lossless PNG member, so tests know every pixel

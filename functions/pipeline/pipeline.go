@@ -6,9 +6,9 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
-	"github.com/sluice-project/sluice/internal/safetensors"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // Field is one tensor of one sample's output, without a batch dimension.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluice-project/sluice/internal/safetensors"
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // samples reads a small synthetic shard; corrupt says which keys are broken.

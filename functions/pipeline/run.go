@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // stage is a built op. apply reads the value its input type names from st

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/functions/tabular"
-	"github.com/sluice-project/sluice/internal/safetensors"
 )
 
 // Tabular ops: Criteo-style TSV lines (see package tabular for the exact

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/functions/text"
-	"github.com/sluice-project/sluice/internal/safetensors"
 )
 
 // Text ops: a sample's text (a tar shard's txt member, or a field of a

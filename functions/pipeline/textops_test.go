@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/tabular"
 	"github.com/sluice-project/sluice/functions/text"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 func int32s(b []byte) []int32 {

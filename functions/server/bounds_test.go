@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/hostile"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/wire"
 )
 

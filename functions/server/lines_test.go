@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/functions/tabular"
-	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/wire"
 )

@@ -19,10 +19,10 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/memlimit"
-	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
 )
 

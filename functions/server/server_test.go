@@ -22,11 +22,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/safetensors"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wds"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -8,7 +8,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/sluice-project/sluice/internal/wds"
+	"github.com/sluice-project/sluice/format/wds"
 )
 
 // DefaultMaxLineBytes bounds one line, so a shard without newlines cannot

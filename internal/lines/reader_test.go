@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluice-project/sluice/internal/wds"
+	"github.com/sluice-project/sluice/format/wds"
 )
 
 // item is what Next gave: a sample's key and line, or a failed key.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sluice-project/sluice/internal/wds"
+	"github.com/sluice-project/sluice/format/wds"
 )
 
 // ImageOptions shapes a synthetic image classification dataset.

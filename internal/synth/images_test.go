@@ -7,9 +7,9 @@ import (
 	"io"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 func TestImagesAreSeededDecodableAndUploaded(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluice-project/sluice/internal/wds"
+	"github.com/sluice-project/sluice/format/wds"
 )
 
 // TextOptions shapes a synthetic text classification dataset: short

@@ -9,9 +9,9 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // Pipeline is the sweep's preprocessing: the images decoded and cut to

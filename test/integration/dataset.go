@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // Dataset is a synthetic dataset uploaded to the cluster's S3 server, with

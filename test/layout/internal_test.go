@@ -11,15 +11,16 @@ import (
 const module = "github.com/sluice-project/sluice"
 
 // TestInternalIsLeafPlumbing: a package under internal/ imports (outside
-// its tests) only other internal/ packages and wire, the contract;
-// composition roots live with the commands, the integration suite in
+// its tests) only other internal/ packages, the public formats (format/)
+// and wire, the contract; a format/ package imports nothing of Sluice.
+// Composition roots live with the commands, the integration suite in
 // test/.
 func TestInternalIsLeafPlumbing(t *testing.T) {
 	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(t.Context(), "go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./internal/...")
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./internal/...", "./format/...")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
@@ -29,12 +30,17 @@ func TestInternalIsLeafPlumbing(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(l)
 		n++
+		pkg := strings.TrimPrefix(fields[0], module+"/")
 		for _, imp := range fields[1:] {
 			rel, ok := strings.CutPrefix(imp, module+"/")
-			if !ok || strings.HasPrefix(rel, "internal/") || rel == "wire" {
-				continue
+			switch {
+			case !ok:
+			case strings.HasPrefix(pkg, "format/"):
+				t.Errorf("%s imports %s: a format is a leaf library", pkg, rel)
+			case strings.HasPrefix(rel, "internal/") || strings.HasPrefix(rel, "format/") || rel == "wire":
+			default:
+				t.Errorf("%s imports %s: internal/ is leaf plumbing", pkg, rel)
 			}
-			t.Errorf("%s imports %s: internal/ is leaf plumbing", strings.TrimPrefix(fields[0], module+"/"), rel)
 		}
 	}
 	if n < 10 {

@@ -12,8 +12,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/internal/synth"
-	"github.com/sluice-project/sluice/internal/wds"
 )
 
 // inputs are JPEGs of every kind the fork must handle like the standard
