@@ -40,9 +40,9 @@
 // pre-warmed: a Planner says how many replicas it needs for one trial's
 // trainer rate (the trials of a job share its output, so not their sum)
 // and the job starts with them (wire.JobSpec.InitialReplicas) before any
-// demand signal. MinReplicasPlanner (the job's min_replicas) is the
-// default; RatePlanner is the FastFlow-style ceil(trainer rate /
-// per-replica rate) from a measured rate. The sweep's record
+// demand signal. Without one a job starts with its min_replicas; the
+// planners are package planner's (ByRate: the FastFlow-style ceil(trainer
+// rate / per-replica rate) from a measured rate). The sweep's record
 // (wire.Sweep, in wire.SweepsBucket) names its jobs and their trials for
 // Sweep (`sluice sweep status`).
 package broker

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,52 +28,16 @@ type Planner interface {
 	Replicas(ctx context.Context, spec wire.JobSpec, trainerRate float64) (int, error)
 }
 
-// MinReplicasPlanner is the planner without a record of earlier runs: a
-// job starts with its min_replicas (0: the controller's default).
-type MinReplicasPlanner struct{}
-
-// Replicas implements Planner.
-func (MinReplicasPlanner) Replicas(_ context.Context, spec wire.JobSpec, _ float64) (int, error) {
-	return spec.MinReplicas, nil
-}
-
-// RatePlanner is the FastFlow-style estimate from a known per-replica
-// rate: ceil(trainer rate / per-replica rate), or MinReplicasPlanner's
-// answer when either is unknown. PerReplica gives a job's samples per
-// second per replica (0: unknown), e.g. one measured on an earlier run.
-type RatePlanner struct {
-	PerReplica func(ctx context.Context, spec wire.JobSpec) (float64, error)
-}
-
-// Replicas implements Planner.
-func (p RatePlanner) Replicas(ctx context.Context, spec wire.JobSpec, trainerRate float64) (int, error) {
-	r, err := p.PerReplica(ctx, spec)
-	if err != nil {
-		return 0, err
-	}
-	if !(r > 0) || !(trainerRate > 0) {
-		return spec.MinReplicas, nil
-	}
-	return max(int(math.Ceil(trainerRate/r)), spec.MinReplicas), nil
-}
-
-var (
-	_ Planner = MinReplicasPlanner{}
-	_ Planner = RatePlanner{}
-)
-
 // SubmitSweep submits the sweep's jobs (wire.SweepSpec.Jobs: one per set
 // of trials fed the same samples, a reader per trial), each pre-warmed
 // with what planner says it needs for one trial's TrainerRate (the trials
 // of a job share its output, so the job needs the rate of one, not their
 // sum), and records the sweep. A job the planner cannot size starts
-// cold. A sweep that fails part-way removes the jobs it submitted.
+// cold; without a planner (nil) each starts with its min_replicas. A
+// sweep that fails part-way removes the jobs it submitted.
 func (b *Broker) SubmitSweep(ctx context.Context, spec wire.SweepSpec, planner Planner) (wire.Sweep, error) {
 	if err := spec.Validate(); err != nil {
 		return wire.Sweep{}, err
-	}
-	if planner == nil {
-		planner = MinReplicasPlanner{}
 	}
 	// Every job is checked before the first is submitted, so that a bad
 	// trial does not start (and then roll back) the others.
@@ -108,10 +71,12 @@ func (b *Broker) SubmitSweep(ctx context.Context, spec wire.SweepSpec, planner P
 		}
 	}
 	for _, js := range spec.Jobs() {
-		n, err := planner.Replicas(ctx, js, spec.TrainerRate)
-		if err != nil {
-			b.log.Warn("planning a sweep job: starting it cold", "sweep", spec.ID, "job", js.ID, "err", err)
-			n = 0
+		n := js.MinReplicas // without a planner, or a record of earlier runs
+		if planner != nil {
+			if n, err = planner.Replicas(ctx, js, spec.TrainerRate); err != nil {
+				b.log.Warn("planning a sweep job: starting it cold", "sweep", spec.ID, "job", js.ID, "err", err)
+				n = 0
+			}
 		}
 		js.InitialReplicas = max(n, 0)
 		if _, err := b.Submit(ctx, js); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -20,7 +21,7 @@ func TestSubmitSweep(t *testing.T) {
 	spec := wire.SweepSpec{ID: "sw", Dataset: "s3://data/ds/", Pipeline: "imagenet-train", BatchSize: 4, Epochs: 1, Seed: 1,
 		MinReplicas: 1, TrainerRate: 250,
 		Trials: []wire.Trial{{Name: "a"}, {Name: "b", Seed: &two}, {Name: "c"}}}
-	planner := RatePlanner{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return 100, nil }}
+	planner := planner.ByRate{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return 100, nil }}
 	sw, err := e.b.SubmitSweep(ctx, spec, planner)
 	if err != nil {
 		t.Fatal(err)

@@ -18,4 +18,8 @@
 // ReplicasFor is FastFlow's and tf.data service's estimate:
 // ceil(trainer rate / per-replica rate). It leaves headroom to the
 // autoscaling policy, which corrects the count once demand arrives.
+//
+// The sweep planners (broker.Planner) are here too: ByRate sizes a job by
+// ReplicasFor from a per-replica rate (Store.PerReplica, or one given),
+// MinReplicas by the job's min_replicas alone.
 package planner

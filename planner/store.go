@@ -155,7 +155,7 @@ func (s *Store) read(ctx context.Context, key string) (Rate, uint64, error) {
 	return r, e.Revision(), nil
 }
 
-// PerReplica is the rate source of a broker.RatePlanner: the rate learned
+// PerReplica is the rate source of a ByRate planner: the rate learned
 // for spec's pipeline on its dataset, else over every dataset, 0 when
 // nothing was learned yet (the planner then falls back to min_replicas).
 func (s *Store) PerReplica(ctx context.Context, spec wire.JobSpec) (float64, error) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
@@ -84,13 +83,13 @@ func TestStoreConcurrentRecords(t *testing.T) {
 	}
 }
 
-// TestStorePlansASweep: the store is a broker.RatePlanner's rate source,
+// TestStorePlansASweep: the store is a ByRate planner's rate source,
 // so a sweep's jobs are pre-warmed from what earlier runs learned, and a
 // pipeline never run falls back to its min_replicas.
 func TestStorePlansASweep(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
-	p := broker.RatePlanner{PerReplica: s.PerReplica}
+	p := ByRate{PerReplica: s.PerReplica}
 	spec := wire.JobSpec{Pipeline: "imagenet-train", Dataset: "s3://b/a/", MinReplicas: 1}
 	if n, err := p.Replicas(ctx, spec, 1000); err != nil || n != 1 {
 		t.Fatalf("nothing learned: %d replicas, %v; want min_replicas 1", n, err)

@@ -51,13 +51,13 @@ func runSweepSubmit(ctx context.Context, args []string, stdout, stderr io.Writer
 	var prewarm broker.Planner
 	if *perReplica > 0 {
 		rate := *perReplica
-		prewarm = broker.RatePlanner{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
+		prewarm = planner.ByRate{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
 	} else {
 		store, err := planner.Open(ctx, conn.js)
 		if err != nil {
 			return fmt.Errorf("reading learned rates (or give --per-replica-rate): %w", err)
 		}
-		prewarm = broker.RatePlanner{PerReplica: store.PerReplica}
+		prewarm = planner.ByRate{PerReplica: store.PerReplica}
 	}
 	sw, err := b.SubmitSweep(ctx, spec, prewarm)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/jobspec"
+	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -158,9 +159,9 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 		plan[i] = plannedTrial{name: fmt.Sprintf("t%02d", i), seed: uint64(1 + i%seeds),
 			at: time.Duration(int64(o.Arrival) * int64(i) / int64(trials))}
 	}
-	var planner broker.Planner = broker.MinReplicasPlanner{}
+	var prewarm broker.Planner = planner.MinReplicas{}
 	if r.Policy == "sluice" {
-		planner = broker.RatePlanner{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
+		prewarm = planner.ByRate{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
 	}
 	minReplicas, maxReplicas := 0, o.JobMaxReplicas
 	if r.Policy == "static" {
@@ -180,7 +181,7 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 			seed := p.seed
 			spec.Trials = append(spec.Trials, wire.Trial{Name: p.name, Seed: &seed})
 		}
-		sw, err := b.SubmitSweep(ctx, spec, planner)
+		sw, err := b.SubmitSweep(ctx, spec, prewarm)
 		if err != nil {
 			return RunResult{}, err
 		}
@@ -269,7 +270,7 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 				js := wire.JobSpec{ID: t.job, Dataset: spec.Dataset, Pipeline: spec.Pipeline, BatchSize: spec.BatchSize,
 					Epochs: spec.Epochs, Seed: p.seed, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas,
 					OutputBufferBytes: spec.OutputBufferBytes, ChunkMaxBytes: spec.ChunkMaxBytes}
-				n, err := planner.Replicas(ctx, js, spec.TrainerRate)
+				n, err := prewarm.Replicas(ctx, js, spec.TrainerRate)
 				if err == nil {
 					js.InitialReplicas = n
 					_, err = b.Submit(ctx, js)
