@@ -42,8 +42,7 @@ const retryPause = time.Second
 // backlog, waits for its readers, finishes it and cleans up.
 type jobRun struct {
 	id       string
-	ctx      context.Context
-	cancel   context.CancelFunc
+	cancel   context.CancelFunc // ends the run's context (runJob's)
 	done     chan struct{}
 	log      *slog.Logger
 	watchdog *time.Timer
@@ -111,7 +110,7 @@ func (c *Controller) startJob(id string, l wire.Lease) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	jr := &jobRun{id: id, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+	jr := &jobRun{id: id, cancel: cancel, done: make(chan struct{}),
 		log: c.log.With("job", id), margin: stopMargin(c.opts.LeaseTTL), job: c.known[id]}
 	jr.watchdog = time.AfterFunc(time.Until(l.Expires.Add(-jr.margin)), func() {
 		jr.log.Warn("lease not renewed in time; stopping the job", "expires", l.Expires)
@@ -120,7 +119,7 @@ func (c *Controller) startJob(id string, l wire.Lease) {
 	})
 	c.owned[id] = jr
 	c.m.owned.Set(float64(len(c.owned)))
-	go c.runJob(jr)
+	go c.runJob(ctx, jr)
 }
 
 // ending is how a run's work ended.
@@ -132,16 +131,16 @@ const (
 	endFinished               // this run finished it (job holds the terminal record)
 )
 
-func (c *Controller) runJob(jr *jobRun) {
+func (c *Controller) runJob(ctx context.Context, jr *jobRun) {
 	defer close(jr.done)
-	end, final := c.work(jr)
+	end, final := c.work(ctx, jr)
 	c.cleanup(jr, end, final)
 }
 
 // work takes the job from queued (or running, after a takeover) to its
 // terminal state; final is the terminal record when it finished it.
-func (c *Controller) work(jr *jobRun) (ending, wire.Job) {
-	ctx, id := jr.ctx, jr.id
+func (c *Controller) work(ctx context.Context, jr *jobRun) (ending, wire.Job) {
+	id := jr.id
 	var job wire.Job
 	for {
 		var err error
