@@ -13,8 +13,8 @@ import (
 
 	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // TestSubmitWaitsForAFormingCluster: `job submit` on a 3-node JetStream

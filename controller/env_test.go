@@ -22,8 +22,8 @@ import (
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -1,5 +1,5 @@
 // Command genimages writes the ImageNet-like JPEGs that bench/compare.sh
-// feeds to both torchvision and `sluice bench ops`: internal/synth's seeded
+// feeds to both torchvision and `sluice bench ops`: synth's seeded
 // images (300-800 px sides, quality 90), as plain files (NNNNNNNN.jpg with
 // its NNNNNNNN.cls label) and as one WebDataset tar shard of the same bytes.
 package main
@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 func main() {

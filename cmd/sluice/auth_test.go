@@ -18,8 +18,8 @@ import (
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

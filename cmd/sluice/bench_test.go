@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/functions/image"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 func benchCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -25,8 +25,8 @@ import (
 	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/supervise"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-project/sluice/format/lines"
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/lines"
 )
 
 // acceptedInputs says what --input takes, for its flag and its errors.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 func applyCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/internal/natsperm"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // TestCommandsRunAsTheirLeastPrivilegeUsers runs the commands against a

@@ -22,9 +22,9 @@ import (
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/planner"
+	"github.com/sluice-project/sluice/synth"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // benchJPEG is the shared 400x300 quality-90 benchmark JPEG.

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // These tests run in both builds; region_turbo_test.go adds the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"

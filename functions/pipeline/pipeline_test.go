@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // samples reads a small synthetic shard; corrupt says which keys are broken.

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/functions/shardcache"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/logbuf"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // TestCacheTooSmallSaysSoWithTheJob: a replica whose shard cache has no

@@ -12,8 +12,8 @@ import (
 
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

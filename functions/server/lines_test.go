@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/functions/tabular"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -25,8 +25,8 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/sluice-project/sluice/format/lines"
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/lines"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/wire"
 )

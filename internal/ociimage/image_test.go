@@ -23,7 +23,7 @@ import (
 
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/testenv"
-	"github.com/sluice-project/sluice/internal/testenv/imagejob"
+	"github.com/sluice-project/sluice/test/imagejob"
 	"github.com/sluice-project/sluice/wire"
 )
 

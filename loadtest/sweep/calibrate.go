@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // Pipeline is the sweep's preprocessing: the images decoded and cut to

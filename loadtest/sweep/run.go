@@ -19,9 +19,9 @@ import (
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/objstore"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/planner"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

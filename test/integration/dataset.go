@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // Dataset is a synthetic dataset uploaded to the cluster's S3 server, with

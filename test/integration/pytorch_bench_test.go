@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
 )
 

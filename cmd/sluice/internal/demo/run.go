@@ -27,8 +27,8 @@ import (
 	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/slowlink"
-	"github.com/sluice-project/sluice/internal/synth"
 	"github.com/sluice-project/sluice/jobspec"
+	"github.com/sluice-project/sluice/synth"
 	traineragent "github.com/sluice-project/sluice/trainer-agent"
 	"github.com/sluice-project/sluice/wire"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/format/wds"
-	"github.com/sluice-project/sluice/internal/synth"
+	"github.com/sluice-project/sluice/synth"
 )
 
 // inputs are JPEGs of every kind the fork must handle like the standard

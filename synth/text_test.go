@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/lines"
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/text"
-	"github.com/sluice-project/sluice/internal/lines"
 )
 
 // textSample is one generated text sample, whichever the format.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/format/lines"
 	"github.com/sluice-project/sluice/functions/tabular"
-	"github.com/sluice-project/sluice/internal/lines"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
