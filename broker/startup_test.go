@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -24,18 +21,8 @@ import (
 // line each time, and submits once the cluster has formed.
 func TestSubmitWaitsForAFormingCluster(t *testing.T) {
 	cluster := testenv.NewNATSCluster(t, 3)
-	first := cluster.Start(0)
-	nc, err := nats.Connect(first.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	// Short requests keep the test short; the cluster's state, not the
-	// timeout, is what makes them fail.
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cluster.Start(0)
+	js := cluster.JetStream(0)
 	s3c, _ := testenv.S3(t, "")
 	imgs, err := synth.Images(synth.ImageOptions{Samples: 2, Shards: 2, Seed: 1, MinSide: 8, MaxSide: 8, Quality: 50, Classes: 2})
 	if err != nil {
@@ -44,8 +31,8 @@ func TestSubmitWaitsForAFormingCluster(t *testing.T) {
 	if err := synth.Upload(context.Background(), s3c, "data", "ds/", imgs); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logbuf.Buffer{}
-	b := New(js, s3c, streams.Options{Replicas: 3}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	logger, logs := logbuf.Logger(slog.LevelWarn)
+	b := New(js, s3c, streams.Options{Replicas: 3}, logger)
 
 	done := make(chan error, 1)
 	go func() {

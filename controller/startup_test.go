@@ -27,8 +27,7 @@ import (
 func TestTwoControllersWaitForAFormingCluster(t *testing.T) {
 	cluster := testenv.NewNATSCluster(t, 3)
 	first := cluster.Start(0)
-	logs := &logbuf.Buffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger, logs := logbuf.Logger(slog.LevelWarn)
 	o := Options{Streams: streams.Options{Replicas: 3}, Actuator: newPool("http://127.0.0.1:1"),
 		LeaseTTL: 2 * time.Second, Tick: 100 * time.Millisecond}
 	type run struct {

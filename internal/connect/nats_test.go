@@ -195,8 +195,7 @@ func newPKI(t *testing.T) pki {
 func TestConnectNATSWaitsForJetStreamOfAFormingCluster(t *testing.T) {
 	cluster := testenv.NewNATSCluster(t, 3)
 	first := cluster.Start(0)
-	logs := &logbuf.Buffer{}
-	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger, logs := logbuf.Logger(slog.LevelWarn)
 	done := make(chan error, 1)
 	go func() {
 		nc, _, err := natsConfig(first.ClientURL(), nil).ConnectNATS(context.Background(), "test", logger)

@@ -4,6 +4,7 @@ package logbuf
 
 import (
 	"bytes"
+	"log/slog"
 	"sync"
 )
 
@@ -24,4 +25,10 @@ func (l *Buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Logger is a text logger of level and above writing into a new Buffer.
+func Logger(level slog.Level) (*slog.Logger, *Buffer) {
+	b := &Buffer{}
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level})), b
 }

@@ -49,20 +49,12 @@ func TestTransient(t *testing.T) {
 // gives the cluster a leader; then it succeeds.
 func TestJetStreamWaitsForAFormingCluster(t *testing.T) {
 	cluster := testenv.NewNATSCluster(t, 3)
-	first := cluster.Start(0)
-	nc, err := nats.Connect(first.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cluster.Start(0)
+	js := cluster.JetStream(0)
 	logger, logs := newLog()
 	done := make(chan error, 1)
 	go func() {
-		done <- JetStream(context.Background(), logger, nc, "creating streams and buckets", func(ctx context.Context) error {
+		done <- JetStream(context.Background(), logger, js.Conn(), "creating streams and buckets", func(ctx context.Context) error {
 			return streams.Ensure(ctx, js, streams.Options{})
 		})
 	}()

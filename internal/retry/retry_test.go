@@ -14,10 +14,7 @@ import (
 // quick keeps the tests' waits short; the policy is Delay's, tested apart.
 var quick = Backoff{Base: time.Millisecond, Cap: 2 * time.Millisecond}
 
-func newLog() (*slog.Logger, *logbuf.Buffer) {
-	b := &logbuf.Buffer{}
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelWarn})), b
-}
+func newLog() (*slog.Logger, *logbuf.Buffer) { return logbuf.Logger(slog.LevelWarn) }
 
 var errFlaky = errors.New("not yet")
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATSCluster is a JetStream cluster of in-process nats-servers on
@@ -77,4 +79,21 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// JetStream connects to node i (started) with a one-second request
+// timeout: a forming cluster fails requests by its state, not by the
+// wait; the connection closes with the test.
+func (c *NATSCluster) JetStream(i int) jetstream.JetStream {
+	c.t.Helper()
+	nc, err := nats.Connect(c.servers[i].ClientURL())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(time.Second))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return js
 }
