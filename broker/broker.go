@@ -214,10 +214,16 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 }
 
 // createConsumer creates job id's task consumer, with the default ack
-// wait (the owning controller sets its own).
+// wait (the owning controller sets its own). The job record is already
+// visible: a controller may have taken the job and created the consumer
+// with its own ack wait first, which Create (not CreateOrUpdate) keeps.
 func (b *Broker) createConsumer(ctx context.Context, id string) error {
 	cfg := streams.Dispatch(id, 0)
-	if _, err := b.js.CreateOrUpdateConsumer(ctx, wire.TaskStream, cfg); err != nil {
+	_, err := b.js.CreateConsumer(ctx, wire.TaskStream, cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("job %s: creating task consumer %s: %w", id, cfg.Durable, err)
 	}
 	return nil

@@ -222,6 +222,28 @@ func TestQueueTasksInWindows(t *testing.T) {
 	}
 }
 
+// TestSubmitKeepsTheControllersAckWait: a controller that takes the job
+// between its record and its consumer creates the consumer with its own
+// ack wait; Submit then keeps it rather than resetting the default.
+func TestSubmitKeepsTheControllersAckWait(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	if err := streams.Ensure(ctx, e.js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateConsumer(ctx, wire.TaskStream, streams.Dispatch("early", 3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e.submit(t, testSpec("early", 1))
+	cons, err := e.js.Consumer(ctx, wire.TaskStream, wire.DispatchConsumer("early"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := cons.CachedInfo(); info.Config.AckWait != 3*time.Second || info.NumPending != 2 {
+		t.Errorf("task consumer ack wait %v with %d pending, want the controller's 3s and 2 tasks", info.Config.AckWait, info.NumPending)
+	}
+}
+
 func TestEnsureStreamsIsIdempotent(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := context.Background()
