@@ -116,9 +116,8 @@ type Dispatcher struct {
 	loops   int // pull loop rounds, for tests
 }
 
-// New binds to the job's task consumer (wire.DispatchConsumer(job), on wire.TaskStream; create it with
-// js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch(job, opts.AckWait)) if it does not exist,
-// so that the first agent works even before the broker is changed) and to the KV bucket wire.DispatchBucket.
+// New binds to the job's task consumer (wire.DispatchConsumer(job), on wire.TaskStream, created with
+// streams.Dispatch(job, opts.AckWait) if it does not exist yet) and to the KV bucket wire.DispatchBucket.
 // logger nil discards; reg nil leaves the metrics unregistered.
 func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Job, sink Sink, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Dispatcher, error) {
 	id := job.Spec.ID
@@ -168,7 +167,12 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 	name := wire.DispatchConsumer(id)
 	cons, err := js.Consumer(ctx, wire.TaskStream, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		cons, err = js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch(id, opts.AckWait))
+		// Create, not CreateOrUpdate: one the broker or the controller
+		// made meanwhile keeps its ack wait.
+		cons, err = js.CreateConsumer(ctx, wire.TaskStream, streams.Dispatch(id, opts.AckWait))
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			cons, err = js.Consumer(ctx, wire.TaskStream, name)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("job %s: binding to task consumer %s: %w", id, name, err)
