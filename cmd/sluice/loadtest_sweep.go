@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-project/sluice/internal/bytesize"
+	"github.com/sluice-project/sluice/loadtest/chart"
 	"github.com/sluice-project/sluice/loadtest/sweep"
 )
 
@@ -144,7 +145,7 @@ func writeSweepReport(dir string, rep sweep.Report) error {
 	replicas, stalled := rep.Charts()
 	for _, c := range []struct {
 		file, title, y string
-		series         []sweep.Series
+		series         []chart.Series
 	}{
 		{"replicas.svg", "Function replicas over time, per run", "live replicas", replicas},
 		{"stall.svg", "Trainer stall so far, added over the trainers, per run", "stall (trainer-seconds)", stalled},
@@ -153,7 +154,7 @@ func writeSweepReport(dir string, rep sweep.Report) error {
 		if err != nil {
 			return fmt.Errorf("writing %s: %w", c.file, err)
 		}
-		err = sweep.WriteChart(f, c.title, "seconds since the sweep's first trial", c.y, c.series)
+		err = chart.WriteSteps(f, c.title, "seconds since the sweep's first trial", c.y, c.series)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

@@ -45,6 +45,8 @@ type Model struct {
 	QueueGPUs int
 	// Seed draws the tasks' demand.
 	Seed uint64
+	// SampleEvery, above 0, samples the cluster into Result.Timeline.
+	SampleEvery time.Duration
 }
 
 // DefaultModel is the model the README's figures use.

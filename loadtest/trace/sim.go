@@ -35,9 +35,26 @@ type JobResult struct {
 	JCT, Stall float64
 	// Wait is the part of JCT spent queued for GPUs (Model.QueueGPUs).
 	Wait float64
+	// Readers are the trainers fed (Task.Readers, at least 1); Stall sums
+	// their waits.
+	Readers int
 	// GPUs held, and the core-seconds its preprocessing used.
 	GPUs, CoreSeconds float64
-	Censored          bool
+	// FirstBatch is from its start (its GPUs given) to its first sample
+	// trained (s): a cold start counts.
+	FirstBatch float64
+	Censored   bool
+}
+
+// Sample is the cluster at one time of a run (Model.SampleEvery).
+type Sample struct {
+	T float64 // s
+	// Replicas are serving or starting (pooled policies); ReservedCores
+	// the preprocessing cores reserved (replicas' cores, or the running
+	// tasks' data loader cores under Static); Stalled the trainers
+	// waiting for data (fractions count: half a trainer's time is 0.5).
+	Replicas               int
+	ReservedCores, Stalled float64
 }
 
 // Result is a policy's run over a trace.
@@ -47,6 +64,8 @@ type Result struct {
 	// Ticks are the control rounds run (Sluice policies); Decides the
 	// autoscale.Decide calls.
 	Ticks, Decides int
+	// Timeline samples the cluster every Model.SampleEvery (none if 0).
+	Timeline []Sample
 	// Wall is how long the simulation took.
 	Wall time.Duration
 }
@@ -74,8 +93,11 @@ func (r Result) Summarize() Summary {
 		s.MeanJCT += j.JCT
 		s.StallS += j.Stall
 		s.CoreHours += j.CoreSeconds / 3600
-		held += j.GPUs * (j.JCT - j.Wait)
-		busy += j.GPUs * (j.JCT - j.Wait - j.Stall)
+		// Stall sums the readers' waits, each reader holding its share
+		// of GPUs.
+		h := j.GPUs * (j.JCT - j.Wait)
+		held += h
+		busy += h - j.GPUs/float64(max(j.Readers, 1))*j.Stall
 	}
 	if s.Jobs > 0 {
 		s.MeanJCT /= float64(s.Jobs)
@@ -143,7 +165,7 @@ func simulateStatic(tasks []Task) Result {
 		jct := t.Samples / rate
 		readers := float64(max(t.Readers, 1))
 		r.Jobs = append(r.Jobs, JobResult{Name: t.Name, JCT: jct, Stall: readers * (jct - t.Samples/t.TrainerRate),
-			GPUs: readers * t.GPUs, CoreSeconds: (t.Cores - t.HostCores) * jct, Censored: t.Censored})
+			GPUs: readers * t.GPUs, CoreSeconds: (t.Cores - t.HostCores) * jct, Censored: t.Censored, Readers: int(readers)})
 	}
 	sort.SliceStable(r.Jobs, func(a, b int) bool { return r.Jobs[a].Name < r.Jobs[b].Name })
 	return r
@@ -171,7 +193,8 @@ type job struct {
 	// itself until its ready count or its grant changes.
 	settled, same int
 	lastKey       [7]float64
-	phase         int // bufferPhase, to notice it change
+	phase         int  // bufferPhase, to notice it change
+	fed           bool // its trainer got its first sample
 	res           JobResult
 }
 
@@ -219,6 +242,8 @@ type sim struct {
 	share          float64
 	nextTick       float64
 	ticks, decides int
+	nextSample     float64
+	timeline       []Sample
 }
 
 func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
@@ -287,7 +312,7 @@ func (s *sim) run(ctx context.Context) error {
 			if j.t.Samples-j.eaten <= j.eps() {
 				j.res.JCT = s.now - s.arrival(j.t)
 				s.done = append(s.done, j.res)
-				s.freeGPUs += j.t.GPUs
+				s.freeGPUs += j.res.GPUs
 				s.usedCores -= j.t.Cores
 				s.dataCores -= j.t.Cores - j.t.HostCores
 				s.hostCores -= j.t.HostCores
@@ -317,17 +342,17 @@ func (s *sim) run(ctx context.Context) error {
 			t := &s.tasks[s.next]
 			s.next++
 			s.queue = append(s.queue, &job{t: t, cfg: s.config(t), perRep: s.m.ReplicaCores / t.CPUPerSample, zero: -1,
-				res: JobResult{Name: t.Name, GPUs: float64(t.Readers) * t.GPUs, Censored: t.Censored}})
+				res: JobResult{Name: t.Name, GPUs: float64(t.Readers) * t.GPUs, Censored: t.Censored, Readers: max(t.Readers, 1)}})
 		}
 		// First come, first served: the head waits for its GPUs (a task
 		// wanting more than the cluster has runs once it is empty).
 		for len(s.queue) > 0 {
 			j := s.queue[0]
-			if s.m.QueueGPUs > 0 && j.t.GPUs > s.freeGPUs+1e-9 && (len(s.jobs) > 0 || s.freeGPUs < s.cl.GPUs) {
+			if s.m.QueueGPUs > 0 && j.res.GPUs > s.freeGPUs+1e-9 && (len(s.jobs) > 0 || s.freeGPUs < s.cl.GPUs) {
 				break
 			}
 			s.queue = s.queue[1:]
-			s.freeGPUs -= j.t.GPUs
+			s.freeGPUs -= j.res.GPUs
 			j.res.Wait = s.now - s.arrival(j.t)
 			s.jobs = append(s.jobs, j)
 			s.usedCores += j.t.Cores
@@ -463,9 +488,13 @@ func (s *sim) shareCores() {
 // advance moves the clock to t, training every job at its rate.
 func (s *sim) advance(t float64) {
 	dt := t - s.now
+	s.sample(t)
 	if dt > 0 {
 		for _, j := range s.jobs {
 			made, eaten := s.rates(j)
+			if eaten > 0 && !j.fed {
+				j.fed, j.res.FirstBatch = true, s.now-s.arrival(j.t)-j.res.Wait
+			}
 			j.made = min(j.made+made*dt, j.t.Samples)
 			j.eaten = min(j.eaten+eaten*dt, j.made)
 			j.res.Stall += float64(j.t.Readers) * (1 - eaten/j.t.TrainerRate) * dt
@@ -625,5 +654,28 @@ func (s *sim) result() Result {
 		jobs = append(jobs, j.res)
 	}
 	sort.SliceStable(jobs, func(a, b int) bool { return jobs[a].Name < jobs[b].Name })
-	return Result{Jobs: jobs, Ticks: s.ticks, Decides: s.decides}
+	return Result{Jobs: jobs, Ticks: s.ticks, Decides: s.decides, Timeline: s.timeline}
+}
+
+// sample records the cluster at each Model.SampleEvery mark before t: it
+// holds from the clock to t.
+func (s *sim) sample(t float64) {
+	every := s.m.SampleEvery.Seconds()
+	if every <= 0 {
+		return
+	}
+	for ; s.nextSample < t; s.nextSample += every {
+		p := Sample{T: s.nextSample}
+		for _, j := range s.jobs {
+			_, eaten := s.rates(j)
+			p.Stalled += float64(max(j.t.Readers, 1)) * (1 - eaten/j.t.TrainerRate)
+			if s.policy == Static {
+				p.ReservedCores += j.t.Cores - j.t.HostCores
+				continue
+			}
+			p.Replicas += j.ready + len(j.starts)
+			p.ReservedCores += float64(j.ready+len(j.starts)) * s.m.ReplicaCores
+		}
+		s.timeline = append(s.timeline, p)
+	}
 }

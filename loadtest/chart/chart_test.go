@@ -1,4 +1,4 @@
-package sweep
+package chart
 
 import (
 	"encoding/xml"
@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-func TestWriteChartIsWellFormedSVG(t *testing.T) {
+func TestWriteStepsIsWellFormedSVG(t *testing.T) {
 	var b strings.Builder
-	err := WriteChart(&b, "replicas <over> time", "s", "replicas", []Series{
+	err := WriteSteps(&b, "replicas <over> time", "s", "replicas", []Series{
 		{Name: "sluice", Points: [][2]float64{{0, 0}, {1, 3}, {2.5, 2}}},
 		{Name: "keda & co", Points: [][2]float64{{0, 0}, {30, 4}}},
 	})
@@ -34,5 +34,26 @@ func TestWriteChartIsWellFormedSVG(t *testing.T) {
 	}
 	if niceCeil(31) != 50 || niceCeil(4) != 5 || niceCeil(10) != 10 {
 		t.Errorf("niceCeil: 31 -> %v, 4 -> %v, 10 -> %v", niceCeil(31), niceCeil(4), niceCeil(10))
+	}
+}
+
+func TestWritePointsMarksEveryPointAndJoinsCurves(t *testing.T) {
+	var b strings.Builder
+	err := WritePoints(&b, "stall against cost", "core-h", "GPU-h", []Series{
+		{Name: "static", Points: [][2]float64{{1, 9}, {2, 4}, {4, 1}}},
+		{Name: "sluice", Points: [][2]float64{{1.5, 0.5}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	if n := strings.Count(svg, "<circle"); n != 4 {
+		t.Errorf("%d markers, want 4:\n%s", n, svg)
+	}
+	if n := strings.Count(svg, "<path"); n != 1 {
+		t.Errorf("%d lines, want 1 (the curve of three points):\n%s", n, svg)
+	}
+	if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil {
+		t.Errorf("not well-formed: %v", err)
 	}
 }

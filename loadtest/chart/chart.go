@@ -1,4 +1,5 @@
-package sweep
+// Package chart draws the load tests' charts as standalone SVG documents.
+package chart
 
 import (
 	"fmt"
@@ -17,11 +18,45 @@ type Series struct {
 // palette tells up to eight lines apart, colour-blind safe (Okabe-Ito).
 var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"}
 
-// WriteChart draws series as step lines (a count holds until the next
-// sample) on shared axes, with a legend, as a standalone SVG document.
-func WriteChart(w io.Writer, title, xLabel, yLabel string, series []Series) error {
+// WriteSteps draws series as step lines (a count holds until the next
+// sample) on shared axes, with a legend.
+func WriteSteps(w io.Writer, title, xLabel, yLabel string, series []Series) error {
+	return write(w, title, xLabel, yLabel, series, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
+		var d strings.Builder
+		for j, p := range s.Points {
+			if j == 0 {
+				fmt.Fprintf(&d, "M%.1f %.1f", x(p[0]), y(p[1]))
+				continue
+			}
+			fmt.Fprintf(&d, " H%.1f V%.1f", x(p[0]), y(p[1]))
+		}
+		fmt.Fprintf(b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.8"/>`+"\n", d.String(), c)
+	})
+}
+
+// WritePoints draws each series as markers joined by straight lines (a
+// series of one point is a marker: one run; of several, a curve over a
+// knob), with a legend.
+func WritePoints(w io.Writer, title, xLabel, yLabel string, series []Series) error {
+	return write(w, title, xLabel, yLabel, series, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
+		if len(s.Points) > 1 {
+			var d strings.Builder
+			for j, p := range s.Points {
+				fmt.Fprintf(&d, "%s%.1f %.1f ", map[bool]string{true: "M", false: "L"}[j == 0], x(p[0]), y(p[1]))
+			}
+			fmt.Fprintf(b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.TrimSpace(d.String()), c)
+		}
+		for _, p := range s.Points {
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`+"\n", x(p[0]), y(p[1]), c)
+		}
+	})
+}
+
+// write draws the frame, the axes and the legend, and each series with draw.
+func write(w io.Writer, title, xLabel, yLabel string, series []Series,
+	draw func(b *strings.Builder, s Series, colour string, x, y func(float64) float64)) error {
 	const width, height = 800, 360
-	const left, right, top, bottom = 60, 170, 36, 44
+	const left, right, top, bottom = 60, 230, 36, 44
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
 	var xMax, yMax float64
 	for _, s := range series {
@@ -48,15 +83,7 @@ func WriteChart(w io.Writer, title, xLabel, yLabel string, series []Series) erro
 	fmt.Fprintf(&b, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", float64(top)+ph/2, html.EscapeString(yLabel))
 	for i, s := range series {
 		c := palette[i%len(palette)]
-		var d strings.Builder
-		for j, p := range s.Points {
-			if j == 0 {
-				fmt.Fprintf(&d, "M%.1f %.1f", x(p[0]), y(p[1]))
-				continue
-			}
-			fmt.Fprintf(&d, " H%.1f V%.1f", x(p[0]), y(p[1]))
-		}
-		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.8"/>`+"\n", d.String(), c)
+		draw(&b, s, c, x, y)
 		ly := top + 10 + 18*i
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", width-right+12, width-right+32, ly, ly, c)
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", width-right+38, ly+4, html.EscapeString(s.Name))
@@ -82,23 +109,4 @@ func tick(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%.1f", v)
-}
-
-// Charts are the report's two charts, a line per run: live replicas, and
-// trainer stall added up over the trainers and over time (trainer-seconds
-// spent waiting for a batch, from the sampled count of waiting trainers),
-// which lines of many runs can be told apart by where they level off.
-func (rep Report) Charts() (replicas, stall []Series) {
-	for _, r := range rep.Runs {
-		rs, ss := Series{Name: r.Name}, Series{Name: r.Name}
-		var sum, last float64
-		for _, p := range r.Timeline {
-			sum += float64(p.Stalled) * (p.T - last)
-			last = p.T
-			rs.Points = append(rs.Points, [2]float64{p.T, float64(p.Replicas)})
-			ss.Points = append(ss.Points, [2]float64{p.T, sum})
-		}
-		replicas, stall = append(replicas, rs), append(stall, ss)
-	}
-	return replicas, stall
 }
