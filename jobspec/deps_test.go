@@ -24,7 +24,7 @@ func TestNoPipelineCodeBelowTheCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkgs := []string{"broker", "controller", "dispatch", "trainer-agent"}
+	pkgs := []string{"broker", "controller", "dispatch", "traineragent"}
 	args := []string{"list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`}
 	for _, p := range pkgs {
 		args = append(args, "./"+p)

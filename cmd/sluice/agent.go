@@ -22,7 +22,7 @@ import (
 	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/ready"
-	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/traineragent"
 	"github.com/sluice-project/sluice/wire"
 )
 

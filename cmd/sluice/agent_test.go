@@ -22,7 +22,7 @@ import (
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
-	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/traineragent"
 	"github.com/sluice-project/sluice/wire"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/planner"
 	"github.com/sluice-project/sluice/synth"
-	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/traineragent"
 	"github.com/sluice-project/sluice/wire"
 )
 

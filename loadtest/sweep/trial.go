@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/internal/supervise"
-	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/traineragent"
 )
 
 // TrialResult is what one simulated trainer saw. Times are seconds from

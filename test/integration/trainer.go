@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/traineragent"
 	"github.com/sluice-project/sluice/wire"
 )
 

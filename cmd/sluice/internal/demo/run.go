@@ -29,7 +29,7 @@ import (
 	"github.com/sluice-project/sluice/internal/slowlink"
 	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/synth"
-	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/traineragent"
 	"github.com/sluice-project/sluice/wire"
 )
 
