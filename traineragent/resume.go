@@ -84,77 +84,102 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	if err := fresh.restore(p); err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
-
-	unlock := func() {
-		a.mu.Unlock()
-		a.pos.mu.Unlock()
+	if err := a.lockForResume(ctx); err != nil {
+		return ResumeResult{}, err
 	}
+	if result, answered, err := a.answerResume(st, world); answered {
+		a.unlockResume()
+		return result, err
+	}
+	result, replay, err := a.rewind(st, world, fresh)
+	a.unlockResume()
+	if err != nil || replay == nil {
+		return result, err
+	}
+	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
+		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
+	return a.recordResume(ctx, st, world, p, replay, result)
+}
+
+// lockForResume waits for the recorded position, and for a concurrent
+// resume (every rank sends one) to finish, and returns with a.pos.mu and
+// a.mu held: no write (and no ack after it) while the position is
+// compared and rewound, so what was acked is what the recorded position
+// holds.
+func (a *Reader) lockForResume(ctx context.Context) error {
 	for {
-		// Wait for the recorded position, and for a concurrent resume
-		// (every rank sends one) to finish.
 		if err := a.waitFor(ctx, func() bool { return a.runEnded || a.loaded && !a.resuming }); err != nil {
-			return ResumeResult{}, err
+			return err
 		}
-		// No write (and no ack after it) while the position is compared
-		// and rewound: what was acked is what the recorded position holds.
 		a.pos.mu.Lock()
 		a.mu.Lock()
 		if !a.resuming {
-			break
+			return nil
 		}
-		unlock()
+		a.unlockResume()
 	}
+}
+
+func (a *Reader) unlockResume() {
+	a.mu.Unlock()
+	a.pos.mu.Unlock()
+}
+
+// answerResume answers a resume that rewinds nothing: the reader stopped,
+// or the ranks of this generation resumed already (the same state is a
+// repeat; another, before any of them took a batch, a genuine conflict).
+// The resume locks must be held.
+func (a *Reader) answerResume(st State, world int) (ResumeResult, bool, error) {
 	switch {
 	case a.runEnded:
-		err := a.runErr
-		unlock()
-		if err != nil {
-			return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
+		if a.runErr != nil {
+			return ResumeResult{}, true, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
 		}
-		return ResumeResult{}, ErrStopped
+		return ResumeResult{}, true, ErrStopped
 	case a.resumed != nil && !a.ranks.formed:
-		// The ranks of one generation resume together: the same state
-		// is a repeat; another, before any of them took a batch, a
-		// genuine conflict.
 		r := a.resumed
-		unlock()
 		if sameState(r.state, st) && r.world == world {
-			return r.result, nil
+			return r.result, true, nil
 		}
-		return ResumeResult{}, fmt.Errorf("%w: this agent's ranks resumed from another state (epoch %d step %d, world size %d) and took no batch since",
+		return ResumeResult{}, true, fmt.Errorf("%w: this agent's ranks resumed from another state (epoch %d step %d, world size %d) and took no batch since",
 			ErrResumeConflict, r.state.Epoch, r.state.Step, r.world)
 	}
+	return ResumeResult{}, false, nil
+}
+
+// rewind makes the state's position (fresh) the reader's, for a new
+// generation of world ranks: what the ranks held and the steps they were
+// in are forgotten. It returns the shards to produce again, nil if the
+// memory was already there (the resume is then done). The resume locks
+// must be held.
+func (a *Reader) rewind(st State, world int, fresh *assembler) (ResumeResult, map[int][]int, error) {
 	// A new generation of ranks (a trainer restarted from its checkpoint
-	// by torchrun, the agent still running): what the ranks held and the
-	// steps they were in are forgotten, and the rewind below owes them
-	// every sample past the checkpoint.
+	// by torchrun, the agent still running): the rewind owes them every
+	// sample past the checkpoint.
 	if a.ranks.formed || a.resumed != nil {
 		a.log.Info("a new generation of ranks resumes", "epoch", st.Epoch, "step", st.Step, "world_size", world)
 	}
 	dropLast, dropFixed := a.ranks.dropLast, a.ranks.dropFixed
 	a.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
 	h := position{Version: positionVersion}
+	var err error
 	if a.pos.recorded != nil {
 		if h, err = decodePosition(a.pos.recorded); err != nil {
-			unlock()
-			return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
+			return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 		}
 	}
 	replay, err := replaySet(a.asm.snapshot(), fresh.snapshot(), a.job.Spec.Epochs, len(a.job.Shards))
 	if err != nil {
-		unlock()
-		return ResumeResult{}, err
+		return ResumeResult{}, nil, err
 	}
 	// Resumed: the recorded position was past the state's. The memory is
 	// rewound whenever it differs (shard ends may have arrived since).
 	recorded := newAssembler(a.job)
 	if err := recorded.restore(h); err != nil {
-		unlock()
-		return ResumeResult{}, fmt.Errorf("the recorded position: %w", err)
+		return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 	}
 	want := mustEncode(fresh.snapshot())
 	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(recorded.snapshot()), want)}
-	rewind := !bytes.Equal(mustEncode(a.asm.snapshot()), want)
 	a.ranks.setWorld(world)
 	a.ranks.epoch, a.ranks.step = 0, 0
 	if st.Epoch == fresh.finished {
@@ -162,17 +187,24 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 		// world size, steps hold a different number of samples).
 		a.ranks.epoch, a.ranks.step = st.Epoch, st.Step
 	}
-	if !rewind {
+	if bytes.Equal(mustEncode(a.asm.snapshot()), want) {
 		a.resumed = &resumeRecord{state: st, world: world, result: result}
 		a.notify()
-		unlock()
-		return result, nil
+		return result, nil, nil
 	}
-	// Rewind: the memory becomes the state's position, with what it
-	// still holds carried over (chunks held, shard ends: their tasks are
-	// unsettled, nothing sends them again) and the shards whose handed-out
-	// chunks are gone replayed; the ready batches are re-formed, and no
-	// step is formed until the replay is asked for.
+	a.rewindMemory(fresh, replay)
+	if replay == nil {
+		replay = map[int][]int{} // rewound: the caller records it
+	}
+	return result, replay, nil
+}
+
+// rewindMemory makes fresh the memory, with what it still holds carried
+// over (chunks held, shard ends: their tasks are unsettled, nothing sends
+// them again) and the shards whose handed-out chunks are gone replayed;
+// the ready batches are re-formed, and no step is formed until the replay
+// is asked for. a.mu must be held.
+func (a *Reader) rewindMemory(fresh *assembler, replay map[int][]int) {
 	fresh.version = a.asm.version + 1
 	fresh.schema = a.asm.schema
 	carried := carry(a.asm, fresh)
@@ -187,38 +219,26 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	a.epochsFinished(a.asm.start(), time.Now())
 	a.resuming = true
 	a.notify()
-	unlock()
-	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
-		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
+}
 
-	// The memory is rewound: finish even if the client goes away.
+// recordResume writes the rewound position (p, with the shards being
+// replayed: an agent that crashes now leaves a position that sends them
+// again), then asks for the replay. It finishes even if the client goes
+// away: the memory is rewound already.
+func (a *Reader) recordResume(ctx context.Context, st State, world int, p position, replay map[int][]int, result ResumeResult) (ResumeResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionWriteTimeout)
 	defer cancel()
-	// The rewound position, with the shards being replayed, first: an
-	// agent that crashes now leaves a position that sends them again.
 	base := newAssembler(a.job)
 	if err := base.restore(p); err == nil {
 		a.recorded.reset(base)
 	} else {
 		a.recorded.reset(nil) // cannot be: fresh was restored from p
 	}
-	err = a.sync(ctx, false)
-	if err != nil {
-		err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
-	} else {
-		var tasks []wire.ShardTask
-		for e, ss := range replay {
-			for _, s := range ss {
-				tasks = append(tasks, a.job.Task(e, s))
-			}
-		}
-		result.ReplayedShards = len(tasks)
-		a.replay(tasks)
-	}
-	if err != nil {
+	if err := a.sync(ctx, false); err != nil {
 		// The memory says the replay is queued: the agent cannot go on.
 		// (A position written on the way out notes the shards as
 		// replayed, so the next resume asks for them again.)
+		err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
 		a.stop(err)
 		a.mu.Lock()
 		a.resuming = false
@@ -226,6 +246,14 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 		a.mu.Unlock()
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
 	}
+	var tasks []wire.ShardTask
+	for e, ss := range replay {
+		for _, s := range ss {
+			tasks = append(tasks, a.job.Task(e, s))
+		}
+	}
+	result.ReplayedShards = len(tasks)
+	a.replay(tasks)
 	a.mu.Lock()
 	a.resuming = false
 	a.resumed = &resumeRecord{state: st, world: world, result: result}
