@@ -203,28 +203,10 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) run(ctx context.Context) error {
-	id := a.job.Spec.ID
-	jobs, err := a.js.KeyValue(ctx, wire.JobsBucket)
+	jobs, d, err := a.open(ctx)
 	if err != nil {
-		return fmt.Errorf("opening the job store (bucket %s): %w", wire.JobsBucket, err)
+		return err
 	}
-	for _, r := range a.readers {
-		if err := r.loadPosition(ctx, a.js); err != nil {
-			return err
-		}
-	}
-	dopts := a.opts.Dispatch
-	dopts.Agent = a.name
-	d, err := dispatch.New(ctx, a.nc, a.js, a.job, (*sink)(a), dopts, a.log.With("component", "dispatcher"), a.reg)
-	if err != nil {
-		return fmt.Errorf("job %s: %w", id, err)
-	}
-	a.disp.Store(d)
-	// Shards a resume had asked for again before this agent (re)started.
-	for _, r := range a.readers {
-		a.replay(r.replaysOwed())
-	}
-
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
 	defer func() {
@@ -241,13 +223,60 @@ func (a *Agent) run(ctx context.Context) error {
 	demandCtx, stopDemand := context.WithCancel(bgCtx)
 	var demandDone sync.WaitGroup
 	demandDone.Go(func() { a.publishDemands(demandCtx) })
-	defer func() {
+	stopDemands := func() {
 		stopDemand()
 		demandDone.Wait()
-	}()
+	}
+	defer stopDemands()
 
-	// The end is every rank of every reader told so (a 410, io.EOF from
-	// Next); a resume from a checkpoint may rewind a reader meanwhile.
+	if err := a.waitDelivered(ctx, jobs, dispatched); err != nil {
+		return err
+	}
+	for _, r := range a.readers {
+		if err := r.sync(ctx, false); err != nil {
+			return err
+		}
+	}
+	for _, r := range a.readers {
+		if err := r.writeDone(ctx); err != nil {
+			return err
+		}
+	}
+	stopDemands()
+	return a.publishFinal(ctx)
+}
+
+// open loads the readers' positions and binds the job's dispatcher,
+// asking again for the shards a resume had asked for before this agent
+// (re)started.
+func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatcher, error) {
+	jobs, err := a.js.KeyValue(ctx, wire.JobsBucket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the job store (bucket %s): %w", wire.JobsBucket, err)
+	}
+	for _, r := range a.readers {
+		if err := r.loadPosition(ctx, a.js); err != nil {
+			return nil, nil, err
+		}
+	}
+	dopts := a.opts.Dispatch
+	dopts.Agent = a.name
+	d, err := dispatch.New(ctx, a.nc, a.js, a.job, (*sink)(a), dopts, a.log.With("component", "dispatcher"), a.reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("job %s: %w", a.job.Spec.ID, err)
+	}
+	a.disp.Store(d)
+	for _, r := range a.readers {
+		a.replay(r.replaysOwed())
+	}
+	return jobs, d, nil
+}
+
+// waitDelivered returns once every rank of every reader was told the job
+// is delivered (a 410, io.EOF from Next; a resume from a checkpoint may
+// rewind a reader meanwhile), or with why the dispatcher ended first.
+func (a *Agent) waitDelivered(ctx context.Context, jobs jetstream.KeyValue, dispatched <-chan error) error {
+	id := a.job.Spec.ID
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for !a.allDone() {
@@ -271,27 +300,19 @@ func (a *Agent) run(ctx context.Context) error {
 			r.askOwed()
 		}
 	}
-	for _, r := range a.readers {
-		if err := r.sync(ctx, false); err != nil {
-			return err
-		}
-	}
-	for _, r := range a.readers {
-		if err := r.writeDone(ctx); err != nil {
-			return err
-		}
-	}
-	stopDemand()
-	demandDone.Wait()
+	return nil
+}
+
+// publishFinal sends the last demand signal, which tells the autoscaler
+// to scale the job to zero, and makes sure it left.
+func (a *Agent) publishFinal(ctx context.Context) error {
 	if err := a.publishDemand(time.Now(), true); err != nil {
 		return err
 	}
-	// The final signal tells the autoscaler to scale the job to zero: make
-	// sure it left before returning.
 	flushCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := a.nc.FlushWithContext(flushCtx); err != nil {
-		return fmt.Errorf("flushing the final demand of job %s: %w", id, err)
+		return fmt.Errorf("flushing the final demand of job %s: %w", a.job.Spec.ID, err)
 	}
 	a.log.Info("job delivered", "samples", a.readers[0].Stats().SamplesDelivered)
 	return nil
