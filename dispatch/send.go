@@ -110,16 +110,6 @@ var errStalled = errors.New("replica stalled")
 // when ctx ended, else a sendError. stall > 0 fails the send when no byte
 // came for that long.
 func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
-	ev := event.New()
-	ev.SetID(task.ID())
-	ev.SetType(wire.EventTypeShardTask)
-	ev.SetSource(wire.EventSource)
-	ev.SetSubject(task.Key)
-	ev.SetTime(time.Now())
-	if err := ev.SetData(event.ApplicationJSON, task); err != nil {
-		return wire.ShardEnd{}, failed(failPermanent, "encoding task event: %w", err)
-	}
-
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var timer *time.Timer
@@ -138,22 +128,53 @@ func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint 
 		return err
 	}
 
-	req, err := http.NewRequestWithContext(sctx, http.MethodPost, endpoint, nil)
+	req, err := taskRequest(sctx, tok, endpoint, task)
 	if err != nil {
-		return wire.ShardEnd{}, failed(failTransient, "endpoint %q: %w", endpoint, err)
+		return wire.ShardEnd{}, err
 	}
-	if err := cehttp.WriteRequest(binding.WithForceBinary(sctx), binding.ToMessage(&ev), req); err != nil {
-		return wire.ShardEnd{}, failed(failPermanent, "writing task event: %w", err)
-	}
-	// On the request, not in a transport: net/http drops it on a redirect
-	// to another host.
-	tok.Authorize(req)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return wire.ShardEnd{}, cause(failed(failTransient, "posting to %s: %w", endpoint, err))
 	}
 	defer resp.Body.Close()
+	if err := replyError(resp, tok, endpoint); err != nil {
+		return wire.ShardEnd{}, err
+	}
+	var body io.Reader = resp.Body
+	if timer != nil {
+		body = &progressReader{r: resp.Body, timer: timer, stall: stall}
+	}
+	return readShard(body, endpoint, task, chunk, cause)
+}
 
+// taskRequest is the POST of task to endpoint as a binary-mode
+// CloudEvent, with tok as its bearer token when set.
+func taskRequest(ctx context.Context, tok bearer.Token, endpoint string, task wire.ShardTask) (*http.Request, error) {
+	ev := event.New()
+	ev.SetID(task.ID())
+	ev.SetType(wire.EventTypeShardTask)
+	ev.SetSource(wire.EventSource)
+	ev.SetSubject(task.Key)
+	ev.SetTime(time.Now())
+	if err := ev.SetData(event.ApplicationJSON, task); err != nil {
+		return nil, failed(failPermanent, "encoding task event: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, nil)
+	if err != nil {
+		return nil, failed(failTransient, "endpoint %q: %w", endpoint, err)
+	}
+	if err := cehttp.WriteRequest(binding.WithForceBinary(ctx), binding.ToMessage(&ev), req); err != nil {
+		return nil, failed(failPermanent, "writing task event: %w", err)
+	}
+	// On the request, not in a transport: net/http drops it on a redirect
+	// to another host.
+	tok.Authorize(req)
+	return req, nil
+}
+
+// replyError is the sendError of a reply that is not a shard stream,
+// classified by its status; nil for a 200 shard stream.
+func replyError(resp *http.Response, tok bearer.Token, endpoint string) error {
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		body := strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
@@ -171,18 +192,20 @@ func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint 
 			}
 			body += fmt.Sprintf(" (this agent %s: it sends the token of %s)", sent, bearer.Function)
 		}
-		return wire.ShardEnd{}, failed(kind, "%s replied %d %s: %s", endpoint, resp.StatusCode, http.StatusText(resp.StatusCode), body)
+		return failed(kind, "%s replied %d %s: %s", endpoint, resp.StatusCode, http.StatusText(resp.StatusCode), body)
 	}
 	ct := resp.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != wire.ShardStreamMediaType {
-		return wire.ShardEnd{}, failed(failMalformed, "%s replied 200 with Content-Type %q, want %s (a function of another version?): %w",
+		return failed(failMalformed, "%s replied 200 with Content-Type %q, want %s (a function of another version?): %w",
 			endpoint, ct, wire.ShardStreamMediaType, wire.ErrFrame)
 	}
+	return nil
+}
 
-	var body io.Reader = resp.Body
-	if timer != nil {
-		body = &progressReader{r: resp.Body, timer: timer, stall: stall}
-	}
+// readShard reads task's frames from body, handing each chunk to chunk,
+// until the shard's end (returned) or an error frame; cause turns a read
+// error into the send's.
+func readShard(body io.Reader, endpoint string, task wire.ShardTask, chunk func(int, []byte), cause func(error) error) (wire.ShardEnd, error) {
 	fr := wire.NewFrameReader(body, task.ChunkMaxBytes)
 	chunks := 0
 	for {
@@ -203,30 +226,41 @@ func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint 
 			chunk(f.Chunk, f.Data)
 			chunks++
 		case wire.FrameEnd:
-			var end wire.ShardEnd
-			if err := json.Unmarshal(f.Data, &end); err != nil {
-				return wire.ShardEnd{}, failed(failMalformed, "%s: decoding the shard end: %v: %w", endpoint, err, wire.ErrFrame)
-			}
-			if end.Job != task.Job || end.Epoch != task.Epoch || end.Shard != task.Shard {
-				return wire.ShardEnd{}, failed(failMalformed, "%s: shard end of job %q epoch %d shard %d, want %s: %w",
-					endpoint, end.Job, end.Epoch, end.Shard, task.ID(), wire.ErrFrame)
-			}
-			if end.Chunks != chunks {
-				return wire.ShardEnd{}, failed(failMalformed, "%s: shard end says %d chunks after %d: %w", endpoint, end.Chunks, chunks, wire.ErrFrame)
-			}
-			return end, nil
+			return shardEnd(f.Data, endpoint, task, chunks)
 		case wire.FrameError:
-			var se wire.ShardError
-			if err := json.Unmarshal(f.Data, &se); err != nil {
-				return wire.ShardEnd{}, failed(failMalformed, "%s: decoding an error frame: %v: %w", endpoint, err, wire.ErrFrame)
-			}
-			kind := failTransient
-			if se.Permanent {
-				kind = failPermanent
-			}
-			return wire.ShardEnd{}, failed(kind, "%s: shard failed after %d chunks: %s", endpoint, chunks, strings.ToValidUTF8(se.Message, "?"))
+			return wire.ShardEnd{}, shardError(f.Data, endpoint, chunks)
 		}
 	}
+}
+
+// shardEnd decodes an end frame and checks it against task and the
+// chunks that came.
+func shardEnd(data []byte, endpoint string, task wire.ShardTask, chunks int) (wire.ShardEnd, error) {
+	var end wire.ShardEnd
+	if err := json.Unmarshal(data, &end); err != nil {
+		return wire.ShardEnd{}, failed(failMalformed, "%s: decoding the shard end: %v: %w", endpoint, err, wire.ErrFrame)
+	}
+	if end.Job != task.Job || end.Epoch != task.Epoch || end.Shard != task.Shard {
+		return wire.ShardEnd{}, failed(failMalformed, "%s: shard end of job %q epoch %d shard %d, want %s: %w",
+			endpoint, end.Job, end.Epoch, end.Shard, task.ID(), wire.ErrFrame)
+	}
+	if end.Chunks != chunks {
+		return wire.ShardEnd{}, failed(failMalformed, "%s: shard end says %d chunks after %d: %w", endpoint, end.Chunks, chunks, wire.ErrFrame)
+	}
+	return end, nil
+}
+
+// shardError is the sendError of an error frame.
+func shardError(data []byte, endpoint string, chunks int) error {
+	var se wire.ShardError
+	if err := json.Unmarshal(data, &se); err != nil {
+		return failed(failMalformed, "%s: decoding an error frame: %v: %w", endpoint, err, wire.ErrFrame)
+	}
+	kind := failTransient
+	if se.Permanent {
+		kind = failPermanent
+	}
+	return failed(kind, "%s: shard failed after %d chunks: %s", endpoint, chunks, strings.ToValidUTF8(se.Message, "?"))
 }
 
 // progressReader pushes a send's stall deadline back on every byte read.
