@@ -132,50 +132,13 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 	case opts.Agent == "":
 		return nil, fmt.Errorf("dispatch for job %s: Options.Agent is required (the agent's name in the dispatch plan)", id)
 	}
-	if opts.AckWait <= 0 {
-		opts.AckWait = streams.DispatchAckWait
-	}
-	if opts.MaxDeliver <= 0 {
-		opts.MaxDeliver = DefaultMaxDeliver
-	}
-	switch {
-	case opts.LocalityWait == 0:
-		opts.LocalityWait = DefaultLocalityWait
-	case opts.LocalityWait < 0:
-		opts.LocalityWait = 0
-	}
-	switch {
-	case opts.StallTimeout == 0:
-		opts.StallTimeout = DefaultStallTimeout
-	case opts.StallTimeout < 0:
-		opts.StallTimeout = 0
-	}
-	hc := opts.HTTPClient
-	if hc == nil {
-		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
-		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
-			tr = dt.Clone()
-		}
-		// Many sends go to few replicas at once: keep their connections.
-		tr.MaxIdleConnsPerHost = 256
-		hc = &http.Client{Transport: tr}
-	}
+	opts = opts.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-
-	name := wire.DispatchConsumer(id)
-	cons, err := js.Consumer(ctx, wire.TaskStream, name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		// Create, not CreateOrUpdate: one the broker or the controller
-		// made meanwhile keeps its ack wait.
-		cons, err = js.CreateConsumer(ctx, wire.TaskStream, streams.Dispatch(id, opts.AckWait))
-		if errors.Is(err, jetstream.ErrConsumerExists) {
-			cons, err = js.Consumer(ctx, wire.TaskStream, name)
-		}
-	}
+	cons, err := bindConsumer(ctx, js, id, opts.AckWait)
 	if err != nil {
-		return nil, fmt.Errorf("job %s: binding to task consumer %s: %w", id, name, err)
+		return nil, err
 	}
 	kv, err := js.KeyValue(ctx, wire.DispatchBucket)
 	if err != nil {
@@ -192,7 +155,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 	}
 	m := newMetrics(reg)
 	return &Dispatcher{
-		id: id, nc: nc, cons: cons, kv: kv, readers: readers, submitted: job.Submitted, sink: sink, opts: opts, hc: hc,
+		id: id, nc: nc, cons: cons, kv: kv, readers: readers, submitted: job.Submitted, sink: sink, opts: opts, hc: opts.HTTPClient,
 		ping:      pingEvery(ackWait),
 		log:       logger.With("job", id, "agent", opts.Agent),
 		m:         m,
@@ -203,6 +166,57 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 		st:        newState(),
 		planCh:    make(chan struct{}),
 	}, nil
+}
+
+// withDefaults fills in the options left zero (and turns the negative
+// LocalityWait and StallTimeout into none).
+func (o Options) withDefaults() Options {
+	if o.AckWait <= 0 {
+		o.AckWait = streams.DispatchAckWait
+	}
+	if o.MaxDeliver <= 0 {
+		o.MaxDeliver = DefaultMaxDeliver
+	}
+	switch {
+	case o.LocalityWait == 0:
+		o.LocalityWait = DefaultLocalityWait
+	case o.LocalityWait < 0:
+		o.LocalityWait = 0
+	}
+	switch {
+	case o.StallTimeout == 0:
+		o.StallTimeout = DefaultStallTimeout
+	case o.StallTimeout < 0:
+		o.StallTimeout = 0
+	}
+	if o.HTTPClient == nil {
+		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+			tr = dt.Clone()
+		}
+		// Many sends go to few replicas at once: keep their connections.
+		tr.MaxIdleConnsPerHost = 256
+		o.HTTPClient = &http.Client{Transport: tr}
+	}
+	return o
+}
+
+// bindConsumer opens job id's task consumer, creating it with ackWait if
+// it does not exist yet. Create, not CreateOrUpdate: one the broker or
+// the controller made meanwhile keeps its ack wait.
+func bindConsumer(ctx context.Context, js jetstream.JetStream, id string, ackWait time.Duration) (jetstream.Consumer, error) {
+	name := wire.DispatchConsumer(id)
+	cons, err := js.Consumer(ctx, wire.TaskStream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = js.CreateConsumer(ctx, wire.TaskStream, streams.Dispatch(id, ackWait))
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			cons, err = js.Consumer(ctx, wire.TaskStream, name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s: binding to task consumer %s: %w", id, name, err)
+	}
+	return cons, nil
 }
 
 // pingEvery is the progress ping interval for a consumer's ackWait.
