@@ -60,7 +60,7 @@ func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writ
 		trace.PrintSensitivity(stdout, rows)
 	}
 	if len(shares) > 0 {
-		fmt.Fprintln(stdout, "\ninput-bound share (the trace's tasks reshared so that this share is input-bound, seed", o.model.Seed, "):")
+		fmt.Fprintf(stdout, "\ninput-bound share (the tasks reshared so that this share is input-bound, seed %d):\n", o.model.Seed)
 		fmt.Fprintln(stdout)
 		trace.PrintShares(stdout, shares)
 	}
@@ -160,8 +160,11 @@ func printTrace(w io.Writer, o traceOptions, tr trace.Trace, source string, c tr
 	} else {
 		fmt.Fprintln(w, "schedule: the trace's start times")
 	}
-	fmt.Fprintf(w, "input-bound under static (data loader cores slower than the trainer): %.1f%% of the tasks, static trains them a median %.2fx slower than their trainers could\n\n",
-		100*c.InputBound, c.BoundSlowdown)
+	fmt.Fprintf(w, "input-bound under static (data loader cores slower than the trainer): %.1f%% of the tasks", 100*c.InputBound)
+	if c.BoundSlowdown > 0 {
+		fmt.Fprintf(w, "; static trains them a median %.2fx slower than their trainers could", c.BoundSlowdown)
+	}
+	fmt.Fprint(w, "\n\n")
 	trace.PrintComparison(w, c)
 	fmt.Fprintln(w)
 	trace.PrintClasses(w, c)
