@@ -41,6 +41,31 @@
 // a trainer on any node (the network is not modelled), and a replica
 // serves at its full per-core rate.
 //
+// A task is input-bound (InputBound) when the cores its request leaves
+// its data loader, less its trainer's own, preprocess fewer samples/s
+// than its trainer eats at full speed (Cores - HostCores < TrainerRate x
+// CPUPerSample): under static allocation its GPUs wait for data, which is
+// the class of jobs GoldMiner (SIGMOD'23) and the seeds are about. How
+// far static slows it (TrainerRate over its static rate) is its static
+// slowdown; taking the stall away can gain it at most that. Every run
+// reports JCT and GPU utilisation ratios for the input-bound tasks and
+// for all (Comparison.Bound, Comparison.Summaries).
+//
+// The share table (Shares) asks what the ratios would be if a given
+// share of the trace's tasks were input-bound. Reshare keeps every task's
+// schedule, duration, GPUs, cores and CPU cost per sample, chooses the
+// share of tasks to be input-bound at random (seeded by Model.Seed), and
+// where a task's drawn class differs from the one chosen, sets its
+// trainer rate so that its demand ratio (cores its trainer's rate needs
+// over its data loader cores) is one drawn from the tasks of the chosen
+// class under the same model: a reshared input-bound task is exactly as
+// input-bound as the model makes the trace's own, so the table varies
+// the share, not the degree (the demand model's rows of the sensitivity
+// table vary that). Its work then follows from its recorded duration as
+// for any trace task, so static still reproduces the trace. GoldMiner's
+// 2.5x JCT and 2.1x GPU utilisation are read against the table's ratios
+// over all tasks (Reached).
+//
 // Decide runs only for tasks whose inputs changed: a task whose last two
 // rounds decided the same from the same inputs, with nothing else in its
 // scale-down window, would decide the same again, so its bid is reused

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 )
@@ -11,25 +12,46 @@ import (
 // Comparison is one model's run of every policy over the same tasks.
 type Comparison struct {
 	Model Model
-	// InputBound is the share of tasks whose static data loader cores
-	// cannot keep their trainer busy.
-	InputBound           float64
+	// InputBound is the share of tasks that are input-bound (InputBound):
+	// their static data loader cores cannot keep their trainer busy.
+	InputBound float64
+	// Summaries are over all the tasks that finished within the trace;
+	// Bound the same over the input-bound ones only.
+	Summaries
+	Bound Summaries
+	// BoundSlowdown is the median, over the input-bound tasks, of how
+	// much slower than its trainer's rate static trains it (trainer rate
+	// over static rate; 0 without such tasks): how input-bound they are.
+	BoundSlowdown float64
+	Results       []Result
+	Wall          time.Duration
+}
+
+// Summaries are one class of tasks' summaries under each policy.
+type Summaries struct {
 	Static, Sluice, Fair Summary
-	Results              []Result
-	Wall                 time.Duration
 }
 
 // JCTRatio is static's average completion time over Sluice's (above 1:
 // Sluice finishes sooner); UtilRatio Sluice's GPU utilisation over
 // static's; CoreRatio Sluice's preprocessing core-hours over static's.
-func (c Comparison) JCTRatio() float64  { return c.Static.MeanJCT / c.Sluice.MeanJCT }
-func (c Comparison) UtilRatio() float64 { return c.Sluice.GPUUtil / c.Static.GPUUtil }
-func (c Comparison) CoreRatio() float64 { return c.Sluice.CoreHours / c.Static.CoreHours }
+// Over a class without tasks they are NaN.
+func (c Summaries) JCTRatio() float64  { return c.Static.MeanJCT / c.Sluice.MeanJCT }
+func (c Summaries) UtilRatio() float64 { return c.Sluice.GPUUtil / c.Static.GPUUtil }
+func (c Summaries) CoreRatio() float64 { return c.Sluice.CoreHours / c.Static.CoreHours }
 
 // FairJCTRatio and FairUtilRatio are JCTRatio and UtilRatio with the
 // fair split instead of the marginal allocator.
-func (c Comparison) FairJCTRatio() float64  { return c.Static.MeanJCT / c.Fair.MeanJCT }
-func (c Comparison) FairUtilRatio() float64 { return c.Fair.GPUUtil / c.Static.GPUUtil }
+func (c Summaries) FairJCTRatio() float64  { return c.Static.MeanJCT / c.Fair.MeanJCT }
+func (c Summaries) FairUtilRatio() float64 { return c.Fair.GPUUtil / c.Static.GPUUtil }
+
+// InputBound tells whether t, drawn (Prepare), is input-bound: the cores
+// its request leaves its data loader, less its trainer's own, preprocess
+// fewer samples/s than its trainer eats at full speed, so under static
+// allocation its GPUs wait for data.
+func InputBound(t Task) bool {
+	return staticRate(t) < t.TrainerRate*(1-1e-9)
+}
 
 // Compare runs static, Sluice (marginal allocator) and Sluice with the
 // fair split over tr under m.
@@ -37,32 +59,55 @@ func Compare(ctx context.Context, tr Trace, m Model) (Comparison, error) {
 	start := time.Now()
 	c := Comparison{Model: m}
 	tasks := Prepare(tr, m)
-	bound := 0
+	bound := map[string]bool{}
+	var slowdowns []float64
 	for _, t := range tasks {
-		if staticRate(t) < t.TrainerRate*(1-1e-9) {
-			bound++
+		if InputBound(t) {
+			bound[t.Name] = true
+			slowdowns = append(slowdowns, t.TrainerRate/staticRate(t))
 		}
 	}
 	if len(tasks) > 0 {
-		c.InputBound = float64(bound) / float64(len(tasks))
+		c.InputBound = float64(len(bound)) / float64(len(tasks))
 	}
+	c.BoundSlowdown = median(slowdowns)
 	for _, p := range []Policy{Static, Sluice, SluiceFair} {
 		r, err := Simulate(ctx, tr, tasks, m, p)
 		if err != nil {
 			return c, fmt.Errorf("simulating %s: %w", p, err)
 		}
 		c.Results = append(c.Results, r)
+		all, b := r.Summarize(), only(r, bound).Summarize()
 		switch p {
 		case Static:
-			c.Static = r.Summarize()
+			c.Static, c.Bound.Static = all, b
 		case Sluice:
-			c.Sluice = r.Summarize()
+			c.Sluice, c.Bound.Sluice = all, b
 		default:
-			c.Fair = r.Summarize()
+			c.Fair, c.Bound.Fair = all, b
 		}
 	}
 	c.Wall = time.Since(start)
 	return c, nil
+}
+
+// only is r with the jobs named in names alone (task names are unique:
+// ParseJobs refuses a job list that repeats one, and the trace's are).
+func only(r Result, names map[string]bool) Result {
+	r.Jobs = slices.DeleteFunc(slices.Clone(r.Jobs), func(j JobResult) bool { return !names[j.Name] })
+	return r
+}
+
+// median is xs's median (0 for none); it sorts xs.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }
 
 // Variation is one row of the sensitivity table: the model with one

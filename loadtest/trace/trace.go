@@ -178,10 +178,16 @@ func ParseJobs(r io.Reader) (Trace, error) {
 	if tr.Cluster.MaxReplicas < 0 || tr.Cluster.MaxReplicas > 100000 {
 		errs = append(errs, fmt.Errorf("cluster.max_replicas %d: want 0 (one per core)..100000", tr.Cluster.MaxReplicas))
 	}
+	seen := make(map[string]int, len(tr.Tasks))
 	for i, t := range tr.Tasks {
 		if t.Name == "" {
 			tr.Tasks[i].Name = fmt.Sprintf("job-%d", i)
 		}
+		// Results are kept by name (a job's class, its row per policy).
+		if j, ok := seen[tr.Tasks[i].Name]; ok {
+			errs = append(errs, fmt.Errorf("jobs[%d].name %q: jobs[%d] has it too, want unique names", i, tr.Tasks[i].Name, j))
+		}
+		seen[tr.Tasks[i].Name] = i
 		if t.Arrival == 0 {
 			tr.Tasks[i].Arrival = t.Start
 		}
