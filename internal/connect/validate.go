@@ -32,7 +32,6 @@ func validate(c Config, where func(name string) string) []string {
 	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
 		add("%s %d: want 1..5 (1 on one server, 3 on a cluster)", where("stream-replicas"), c.StreamReplicas)
 	}
-
 	validateS3(c, where, add)
 	return ps
 }
@@ -82,7 +81,6 @@ func validateNATSAuth(c Config, where func(string) string, add func(string, ...a
 	if len(ways) > 1 {
 		add("%s: give one way to authenticate to NATS, not %d", strings.Join(ways, " and "), len(ways))
 	}
-
 }
 
 // validateNATSTLS checks the NATS TLS files.
@@ -102,7 +100,6 @@ func validateNATSTLS(c Config, where func(string) string, add func(string, ...an
 			add("%s, %s: %v", where("nats-tls-cert"), where("nats-tls-key"), err)
 		}
 	}
-
 }
 
 // validateS3 checks the S3 endpoint and CA file.
