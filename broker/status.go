@@ -118,86 +118,125 @@ func (b *Broker) Watch(ctx context.Context, id string, each func(wire.Job, wire.
 	}
 	defer func() { _ = statuses.Stop() }()
 
-	var (
-		job        wire.Job
-		recorded   bool
-		rawStatus  []byte
-		statusRev  uint64
-		jobsReady  bool // the watcher's initial values are in
-		statsReady bool
-		deadline   <-chan time.Time // set once the record is terminal
-	)
-	gone := fmt.Errorf("job %s: %w", id, ErrJobNotFound)
+	w := &jobWatch{id: id, status: kvs.status, each: each}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case e, ok := <-jobs.Updates():
-			if !ok {
-				return fmt.Errorf("watching job %s: watcher stopped", id)
-			}
-			if e == nil {
-				jobsReady = true
-				if !recorded {
-					return gone
-				}
-				break
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				return gone
-			}
-			var j wire.Job // not into job: fields left out must not keep old values
-			if err := json.Unmarshal(e.Value(), &j); err != nil {
-				return fmt.Errorf("decoding job %s record: %w", id, err)
-			}
-			job, recorded = j, true
-		case e, ok := <-statuses.Updates():
-			if !ok {
-				return fmt.Errorf("watching job %s status: watcher stopped", id)
-			}
-			if e == nil {
-				statsReady = true
-				break
-			}
-			if e.Revision() <= statusRev {
-				continue // read already, by the Get below
-			}
-			rawStatus, statusRev = nil, e.Revision()
-			if e.Operation() == jetstream.KeyValuePut {
-				rawStatus = e.Value()
-			}
-		case <-deadline:
-			return nil
-		}
-		if !jobsReady || !statsReady {
-			continue
-		}
-		if job.State.Terminal() && deadline == nil {
-			// The two watchers are not ordered with each other: a status
-			// written before the record turned terminal may not be in yet.
-			switch e, err := kvs.status.Get(ctx, id); {
-			case err == nil && e.Revision() > statusRev:
-				rawStatus, statusRev = e.Value(), e.Revision()
-			case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
-				return fmt.Errorf("looking up job %s status: %w", id, err)
-			}
-		}
-		var st wire.JobStatus
-		if rawStatus != nil {
-			if st, err = decodeStatus(job, rawStatus); err != nil {
+			if err := w.jobUpdate(e, ok); err != nil {
 				return err
 			}
+		case e, ok := <-statuses.Updates():
+			fresh, err := w.statusUpdate(e, ok)
+			if err != nil {
+				return err
+			}
+			if !fresh {
+				continue // read already, by the Get in report
+			}
+		case <-w.deadline:
+			return nil
 		}
-		if err := each(job, st); err != nil {
+		if !w.jobsReady || !w.statsReady {
+			continue
+		}
+		if done, err := w.report(ctx); done || err != nil {
 			return err
 		}
-		if job.State.Terminal() {
-			if !HasStatus(st) || st.State.Terminal() {
-				return nil
-			}
-			if deadline == nil {
-				deadline = time.After(finalStatusWait)
-			}
+	}
+}
+
+// jobWatch is what Watch has seen of a job's record and status.
+type jobWatch struct {
+	id     string
+	status jetstream.KeyValue
+	each   func(wire.Job, wire.JobStatus) error
+
+	job        wire.Job
+	recorded   bool
+	rawStatus  []byte
+	statusRev  uint64
+	jobsReady  bool // the watcher's initial values are in
+	statsReady bool
+	deadline   <-chan time.Time // set once the record is terminal
+}
+
+// jobUpdate takes an update of the job's record (e nil: the initial values
+// are in); an error ends the watch.
+func (w *jobWatch) jobUpdate(e jetstream.KeyValueEntry, ok bool) error {
+	gone := fmt.Errorf("job %s: %w", w.id, ErrJobNotFound)
+	if !ok {
+		return fmt.Errorf("watching job %s: watcher stopped", w.id)
+	}
+	if e == nil {
+		w.jobsReady = true
+		if !w.recorded {
+			return gone
+		}
+		return nil
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		return gone
+	}
+	var j wire.Job // not into job: fields left out must not keep old values
+	if err := json.Unmarshal(e.Value(), &j); err != nil {
+		return fmt.Errorf("decoding job %s record: %w", w.id, err)
+	}
+	w.job, w.recorded = j, true
+	return nil
+}
+
+// statusUpdate takes an update of the job's status (e nil: the initial
+// values are in); fresh is false for a revision read already.
+func (w *jobWatch) statusUpdate(e jetstream.KeyValueEntry, ok bool) (fresh bool, err error) {
+	if !ok {
+		return false, fmt.Errorf("watching job %s status: watcher stopped", w.id)
+	}
+	if e == nil {
+		w.statsReady = true
+		return true, nil
+	}
+	if e.Revision() <= w.statusRev {
+		return false, nil
+	}
+	w.rawStatus, w.statusRev = nil, e.Revision()
+	if e.Operation() == jetstream.KeyValuePut {
+		w.rawStatus = e.Value()
+	}
+	return true, nil
+}
+
+// report calls each with the record and status as they are now; done once
+// the call showed the job's end.
+func (w *jobWatch) report(ctx context.Context) (done bool, err error) {
+	id := w.id
+	if w.job.State.Terminal() && w.deadline == nil {
+		// The two watchers are not ordered with each other: a status
+		// written before the record turned terminal may not be in yet.
+		switch e, err := w.status.Get(ctx, id); {
+		case err == nil && e.Revision() > w.statusRev:
+			w.rawStatus, w.statusRev = e.Value(), e.Revision()
+		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+			return true, fmt.Errorf("looking up job %s status: %w", id, err)
 		}
 	}
+	var st wire.JobStatus
+	if w.rawStatus != nil {
+		if st, err = decodeStatus(w.job, w.rawStatus); err != nil {
+			return true, err
+		}
+	}
+	if err := w.each(w.job, st); err != nil {
+		return true, err
+	}
+	if w.job.State.Terminal() {
+		if !HasStatus(st) || st.State.Terminal() {
+			return true, nil
+		}
+		if w.deadline == nil {
+			w.deadline = time.After(finalStatusWait)
+		}
+	}
+	return false, nil
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
@@ -135,113 +134,6 @@ func (c *Controller) runJob(ctx context.Context, jr *jobRun) {
 	defer close(jr.done)
 	end, final := c.work(ctx, jr)
 	c.cleanup(jr, end, final)
-}
-
-// work takes the job from queued (or running, after a takeover) to its
-// terminal state; final is the terminal record when it finished it.
-func (c *Controller) work(ctx context.Context, jr *jobRun) (ending, wire.Job) {
-	id := jr.id
-	var job wire.Job
-	for {
-		var err error
-		job, err = c.toRunning(ctx, id)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, errInvalidRecord) {
-			return c.finish(ctx, jr, wire.JobFailed, cut(err.Error()))
-		}
-		if errors.Is(err, broker.ErrTransition) || errors.Is(err, broker.ErrJobNotFound) {
-			jr.log.Info("job is not to run", "reason", err)
-			return endGone, wire.Job{}
-		}
-		if !c.pause(ctx, jr, "moving job to running", err) {
-			return endStopped, wire.Job{}
-		}
-	}
-	c.setKnown(job)
-	prev, err := c.readStatus(ctx, job)
-	if err != nil {
-		jr.log.Warn("no earlier status to carry over", "err", err)
-	}
-	jr.mu.Lock()
-	jr.job, jr.prev = job, prev
-	jr.mu.Unlock()
-	if job.Tasks() == 0 {
-		return c.finish(ctx, jr, wire.JobFailed, fmt.Sprintf("no tasks: %d shards x %d epochs", len(job.Shards), job.Spec.Epochs))
-	}
-
-	var cons jetstream.Consumer
-	for {
-		var err error
-		if cons, err = c.taskConsumer(ctx, id); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return endStopped, wire.Job{}
-		}
-		// A cancel deletes the consumer: do not create it again.
-		if c.jobGone(ctx, id) {
-			return endGone, wire.Job{}
-		}
-		if !c.pause(ctx, jr, "opening the task consumer", err) {
-			return endStopped, wire.Job{}
-		}
-	}
-	backlog := &taskBacklog{agents: func() map[string]autoscale.Signal { return c.runner.Agents(id) },
-		stale: c.opts.Autoscale.DemandStale}
-	info := cons.CachedInfo()
-	backlog.set(int(info.NumPending) + info.NumAckPending)
-	jr.mu.Lock()
-	jr.results, jr.backlog = newJobResults(job), backlog
-	jr.mu.Unlock()
-	c.runner.AddJob(id, autoscale.Job{Backlog: backlog,
-		MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
-		InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight, Readers: job.Spec.Readers})
-
-	// The agents do the work; the run keeps the backlog and waits for
-	// every reader to be through.
-	polled := time.Now()
-	for {
-		if now := time.Now(); now.Sub(polled) >= backlogPoll {
-			polled = now
-			if err := c.pollBacklog(ctx, cons, backlog); err != nil {
-				if ctx.Err() != nil {
-					return endStopped, wire.Job{}
-				}
-				if c.jobGone(ctx, id) {
-					return endGone, wire.Job{}
-				}
-				jr.log.Warn("reading the task consumer", "err", err)
-			}
-		}
-		drained, err := c.readersDone(ctx, job)
-		if drained {
-			rec, err := c.shardsFailed(ctx, job)
-			if err != nil && ctx.Err() == nil {
-				jr.log.Warn("reading the tasks the agents gave up; counting their results alone", "err", err)
-			}
-			jr.mu.Lock()
-			jr.givenUp = rec
-			jr.mu.Unlock()
-			break
-		}
-		if err != nil && c.jobGone(ctx, id) {
-			return endGone, wire.Job{}
-		}
-		if err != nil {
-			jr.log.Debug("reading readers' progress", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return endStopped, wire.Job{}
-		case <-time.After(c.opts.Tick):
-		}
-	}
-	s, _ := c.status(jr, time.Now())
-	_, res, _, _ := jr.snapshot()
-	state, reason := Outcome(s, res.Done, res.FirstFailedSample)
-	return c.finish(ctx, jr, state, reason)
 }
 
 // taskConsumer opens job id's task consumer, which its Submit created,

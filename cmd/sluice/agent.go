@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/bearer"
@@ -124,28 +121,23 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		logger.Info("no GPU utilisation", "reason", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ops := newOpsServer()
+	reg := ops.Registry
 	metrics := traineragent.NewMetrics(reg)
 
 	// Serve at once: a trainer's GET /v1/batch waits for the job to appear.
 	s := &agentServer{nc: nc, opened: make(chan struct{}), gone: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("/v1/", s)
-	mux.Handle("/r/", s) // a job with several readers: /r/READER/v1/...
-	hs := httpserve.New(mux, httpserve.Options{Token: agentToken, Source: bearer.Agent, Logger: logger})
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	ops.probes(s.readyz)
+	ops.Mux.Handle("/v1/", s)
+	ops.Mux.Handle("/r/", s) // a job with several readers: /r/READER/v1/...
+	hs, served := ops.serve(ln, httpserve.Options{Token: agentToken, Source: bearer.Agent, Logger: logger})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
-	_ = ready.Announce(stdout, "http://"+ln.Addr().String())
-	logger.Info("serving", "addr", ln.Addr().String(), "job", *jobID, "world_size", *worldSize, "drop_last", *dropLast, "auth", auth,
+	ops.announce(stdout)
+	logger.Info("serving", "addr", ops.addr(), "job", *jobID, "world_size", *worldSize, "drop_last", *dropLast, "auth", auth,
 		"function_token", fnToken.IsSet())
 
 	opened := make(chan error, 1)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -86,7 +87,6 @@ func runBenchCache(ctx context.Context, args []string, stdout, stderr io.Writer)
 	defer os.RemoveAll(tmp)
 	runs := []*cacheRun{{Name: "none"}, {Name: "fits"}, {Name: "too small"}}
 	for i, r := range runs {
-		o := d
 		switch r.Name {
 		case "fits":
 			ds := runs[0].Summary.DatasetBytes
@@ -94,22 +94,8 @@ func runBenchCache(ctx context.Context, args []string, stdout, stderr io.Writer)
 		case "too small":
 			r.Cache = shardcache.Config{Dir: fmt.Sprintf("%s/%d", tmp, i), DiskBytes: int64(*small * float64(runs[0].Summary.DatasetBytes))}
 		}
-		o.Cache = r.Cache
 		fmt.Fprintf(stderr, "bench cache: run %q ...\n", r.Name)
-		sum, err := demo.Run(ctx, o, logger, prometheus.NewRegistry(), nil)
-		if err != nil {
-			return fmt.Errorf("run %q: %w", r.Name, err)
-		}
-		if p := sum.Problems(); len(p) > 0 {
-			return fmt.Errorf("run %q: %s", r.Name, strings.Join(p, "; "))
-		}
-		r.Summary = sum
-		cacheBytes := min(r.Cache.DiskBytes, 2*sum.DatasetBytes) // the disk holds what the replicas share
-		r.Model, err = shardcache.Predict(shardcache.ModelInputs{DatasetBytes: sum.DatasetBytes, Samples: int64(d.Samples),
-			Shards: d.Shards, Epochs: d.Epochs, Replicas: *replicas, CacheBytes: cacheBytes,
-			S3BytesPerS: float64(linkRate), S3TotalBytesPerS: float64(linkRate), S3Latency: *latency,
-			CacheBytesPerS: 1 << 30, DecodePerS: 1e9})
-		if err != nil {
+		if err := r.run(ctx, d, logger); err != nil {
 			return err
 		}
 	}
@@ -120,6 +106,26 @@ func runBenchCache(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	printBenchCache(stdout, d, *replicas, *latency, linkRate, runs)
 	return nil
+}
+
+// run runs the job with r.Cache, and models what it should have read.
+func (r *cacheRun) run(ctx context.Context, d demo.Options, logger *slog.Logger) error {
+	o := d
+	o.Cache = r.Cache
+	sum, err := demo.Run(ctx, o, logger, prometheus.NewRegistry(), nil)
+	if err != nil {
+		return fmt.Errorf("run %q: %w", r.Name, err)
+	}
+	if p := sum.Problems(); len(p) > 0 {
+		return fmt.Errorf("run %q: %s", r.Name, strings.Join(p, "; "))
+	}
+	r.Summary = sum
+	cacheBytes := min(r.Cache.DiskBytes, 2*sum.DatasetBytes) // the disk holds what the replicas share
+	r.Model, err = shardcache.Predict(shardcache.ModelInputs{DatasetBytes: sum.DatasetBytes, Samples: int64(d.Samples),
+		Shards: d.Shards, Epochs: d.Epochs, Replicas: d.MaxReplicas, CacheBytes: cacheBytes,
+		S3BytesPerS: float64(d.SlowS3.BytesPerS), S3TotalBytesPerS: float64(d.SlowS3.BytesPerS), S3Latency: d.SlowS3.Latency,
+		CacheBytesPerS: 1 << 30, DecodePerS: 1e9})
+	return err
 }
 
 func printBenchCache(w io.Writer, d demo.Options, replicas int, latency time.Duration, rate int64, runs []*cacheRun) {

@@ -11,10 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
@@ -112,8 +108,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer nc.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ops := newOpsServer()
+	reg := ops.Registry
 
 	var act controller.Actuator
 	var dispatch controller.ReadyReplicas
@@ -204,10 +200,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", *listen, err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ops.probes(func(w http.ResponseWriter, _ *http.Request) {
 			switch {
 			case !nc.IsConnected():
 				http.Error(w, "nats disconnected", http.StatusServiceUnavailable)
@@ -219,20 +212,10 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		})
 		// Probes and metrics only, answered at once: nothing needs a token,
 		// and a response may be bounded as a whole.
-		hs := httpserve.New(mux, httpserve.Options{WriteTimeout: httpserve.OpsWriteTimeout, Logger: logger})
-		go func() { _ = hs.Serve(ln) }()
+		hs, _ := ops.serve(ln, httpserve.Options{WriteTimeout: httpserve.OpsWriteTimeout, Logger: logger})
 		defer hs.Close()
 		// Scripts and tests wait for this line: the controller serves and runs jobs.
-		go func() {
-			for !c.Ready() {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-			_ = ready.Announce(stdout, "http://"+ln.Addr().String())
-		}()
+		go ops.announceOnce(ctx, stdout, c.Ready)
 		logger.Info("serving", "addr", ln.Addr().String())
 	}
 	return c.Run(ctx)

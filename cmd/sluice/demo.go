@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -19,76 +20,25 @@ import (
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	dataset := "image"
-	for i, a := range args { // the dataset picks the other flags' defaults
-		switch {
-		case (a == "--dataset" || a == "-dataset") && i+1 < len(args):
-			dataset = args[i+1]
-		case strings.HasPrefix(a, "--dataset="), strings.HasPrefix(a, "-dataset="):
-			dataset = a[strings.IndexByte(a, '=')+1:]
-		}
-	}
-	d := demo.DatasetDefaults(dataset)
-	fs := newFlagSet("demo", stderr)
-	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (WebDataset tar shards of JPEGs), text (JSONL shards: one passage and its label a line) or tabular (Criteo .tsv shards)")
-	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's), a YAML/JSON spec file, or an inline spec")
-	fs.IntVar(&d.Samples, "samples", d.Samples, "samples in the synthetic dataset")
-	fs.IntVar(&d.Shards, "shards", d.Shards, "shards the dataset is split into")
-	fs.IntVar(&d.Epochs, "epochs", d.Epochs, "epochs to train")
-	fs.IntVar(&d.BatchSize, "batch-size", d.BatchSize, "samples per training batch")
-	seed := fs.Uint64("seed", d.Seed, "seed of the dataset, the shard order and the augmentations")
-	fs.DurationVar(&d.StepTime, "step-time", d.StepTime, "simulated GPU time per batch")
-	fs.IntVar(&d.MaxReplicas, "max-replicas", d.MaxReplicas, "most function replicas the autoscaler may run")
-	fs.DurationVar(&d.ChaosKillEvery, "chaos-kill-every", 0, "SIGKILL a random function replica at this period (0: never)")
-	fs.IntVar(&d.ChaosKillMidShard, "chaos-kill-mid-shard", 0, "SIGKILL a random function replica this many times, each as a shard's first chunk is published")
-	fs.IntVar(&d.Corrupt, "corrupt", d.Corrupt, "samples to write with a broken JPEG (reported as failed samples)")
-	fs.StringVar(&d.DataDir, "data-dir", "", "JetStream store directory (default: a temporary one, removed at exit)")
-	fs.IntVar(&d.ChunkMaxBytes, "chunk-max-bytes", d.ChunkMaxBytes, "largest output chunk message")
-	cacheFlags := registerCacheFlags(fs, " of the replicas")
-	asJSON := fs.Bool("json", false, "print the summary as one JSON object on stdout")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9090)")
-	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice demo [flags]\n\nRuns one training job end to end on embedded NATS JetStream and S3:\n"+
-			"function replicas start from zero, scale with the trainer's demand and end at zero.\n\n")
-		fs.PrintDefaults()
-	}
-	samplesOK := intRange("samples", &d.Samples, 1, 1_000_000)
-	if err := parse(fs, args,
-		samplesOK,
-		// Checks bounded by --samples are left to its own error when it is out of range.
-		whenValid(samplesOK, func() error { return intRange("shards", &d.Shards, 1, min(10_000, d.Samples))() }),
-		intRange("epochs", &d.Epochs, 1, 1000),
-		intRange("batch-size", &d.BatchSize, 1, 65536),
-		durationRange("step-time", &d.StepTime, 0, time.Minute),
-		intRange("max-replicas", &d.MaxReplicas, 1, 64),
-		durationRange("chaos-kill-every", &d.ChaosKillEvery, 0, time.Hour),
-		intRange("chaos-kill-mid-shard", &d.ChaosKillMidShard, 0, 1000),
-		whenValid(samplesOK, func() error { return intRange("corrupt", &d.Corrupt, 0, d.Samples)() }),
-		intRange("chunk-max-bytes", &d.ChunkMaxBytes, 64<<10, 64<<20),
-		oneOf("log-level", logLevel, logLevels...),
-		oneOf("dataset", &d.Dataset, demo.Datasets...),
-		cacheFlags.resolve(&d.Cache),
-	); err != nil {
+	f := newDemoFlags(args, stderr)
+	if err := f.parse(args); err != nil {
 		return err
 	}
-	d.Seed = *seed
+	d := f.opts
 	var err error
 	if d.Pipeline, err = pipelineDocument(d.Pipeline); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding the sluice binary for replicas: %w", err)
+	if f.exeErr != nil {
+		return fmt.Errorf("finding the sluice binary for replicas: %w", f.exeErr)
 	}
-	d.ReplicaCommand = []string{exe, "fn", "serve"}
-	logger := newLogger(stderr, *logLevel)
+	logger := newLogger(stderr, *f.logLevel)
 
 	reg := prometheus.NewRegistry()
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
+	if *f.metricsAddr != "" {
+		ln, err := net.Listen("tcp", *f.metricsAddr)
 		if err != nil {
-			return fmt.Errorf("--metrics-addr %s: %w", *metricsAddr, err)
+			return fmt.Errorf("--metrics-addr %s: %w", *f.metricsAddr, err)
 		}
 		hs := httpserve.New(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), httpserve.Options{WriteTimeout: httpserve.OpsWriteTimeout, Logger: logger})
 		go hs.Serve(ln)
@@ -101,7 +51,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if *f.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(sum); err != nil {
@@ -113,6 +63,74 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return demoVerdict(sum)
 }
 
+// demoFlags are the flags of `sluice demo`: demo.Options, whose Validate
+// is their one check, and the command's own.
+type demoFlags struct {
+	fs                    *flag.FlagSet
+	opts                  demo.Options
+	seed                  *uint64
+	cacheFlags            cacheFlags
+	asJSON                *bool
+	metricsAddr, logLevel *string
+	exeErr                error
+}
+
+func newDemoFlags(args []string, stderr io.Writer) *demoFlags {
+	dataset := "image"
+	for i, a := range args { // the dataset picks the other flags' defaults
+		switch {
+		case (a == "--dataset" || a == "-dataset") && i+1 < len(args):
+			dataset = args[i+1]
+		case strings.HasPrefix(a, "--dataset="), strings.HasPrefix(a, "-dataset="):
+			dataset = a[strings.IndexByte(a, '=')+1:]
+		}
+	}
+	f := &demoFlags{opts: demo.DatasetDefaults(dataset), fs: newFlagSet("demo", stderr)}
+	d, fs := &f.opts, f.fs
+	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (WebDataset tar shards of JPEGs), text (JSONL shards: one passage and its label a line) or tabular (Criteo .tsv shards)")
+	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's), a YAML/JSON spec file, or an inline spec")
+	fs.IntVar(&d.Samples, "samples", d.Samples, "samples in the synthetic dataset")
+	fs.IntVar(&d.Shards, "shards", d.Shards, "shards the dataset is split into")
+	fs.IntVar(&d.Epochs, "epochs", d.Epochs, "epochs to train")
+	fs.IntVar(&d.BatchSize, "batch-size", d.BatchSize, "samples per training batch")
+	f.seed = fs.Uint64("seed", d.Seed, "seed of the dataset, the shard order and the augmentations")
+	fs.DurationVar(&d.StepTime, "step-time", d.StepTime, "simulated GPU time per batch")
+	fs.IntVar(&d.MaxReplicas, "max-replicas", d.MaxReplicas, "most function replicas the autoscaler may run")
+	fs.DurationVar(&d.ChaosKillEvery, "chaos-kill-every", 0, "SIGKILL a random function replica at this period (0: never)")
+	fs.IntVar(&d.ChaosKillMidShard, "chaos-kill-mid-shard", 0, "SIGKILL a random function replica this many times, each as a shard's first chunk is published")
+	fs.IntVar(&d.Corrupt, "corrupt", d.Corrupt, "samples to write with a broken JPEG (reported as failed samples)")
+	fs.StringVar(&d.DataDir, "data-dir", "", "JetStream store directory (default: a temporary one, removed at exit)")
+	fs.IntVar(&d.ChunkMaxBytes, "chunk-max-bytes", d.ChunkMaxBytes, "largest output chunk message")
+	f.cacheFlags = registerCacheFlags(fs, " of the replicas")
+	f.asJSON = fs.Bool("json", false, "print the summary as one JSON object on stdout")
+	f.metricsAddr = fs.String("metrics-addr", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9090)")
+	f.logLevel = fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice demo [flags]\n\nRuns one training job end to end on embedded NATS JetStream and S3:\n"+
+			"function replicas start from zero, scale with the trainer's demand and end at zero.\n\n")
+		fs.PrintDefaults()
+	}
+	return f
+}
+
+// parse parses args into f.opts and checks them with demo.Options.Validate.
+// The replicas are this binary's `fn serve`; not finding it is reported
+// after the flags' problems.
+func (f *demoFlags) parse(args []string) error {
+	exe, err := os.Executable()
+	f.exeErr = err
+	f.opts.ReplicaCommand = []string{exe, "fn", "serve"}
+	if err := parse(f.fs, args,
+		func() error { return f.opts.Validate() }, // after Parse filled f.opts
+		oneOf("log-level", f.logLevel, logLevels...),
+		f.cacheFlags.resolve(&f.opts.Cache),
+	); err != nil {
+		return err
+	}
+	f.opts.Seed = *f.seed
+	return nil
+}
+
 // demoVerdict fails a run whose summary lists problems (nothing delivered,
 // samples lost or duplicated), so that its exit status says so.
 func demoVerdict(sum demo.Summary) error {
@@ -120,17 +138,6 @@ func demoVerdict(sum demo.Summary) error {
 		return fmt.Errorf("job %s failed: %s", sum.Job, strings.Join(p, "; "))
 	}
 	return nil
-}
-
-// whenValid runs check only when first passes: a flag whose range depends on
-// another is not reported when that other flag is itself wrong.
-func whenValid(first, check func() error) func() error {
-	return func() error {
-		if first() != nil {
-			return nil
-		}
-		return check()
-	}
 }
 
 // statusLine refreshes one line in place on a terminal and prints a line

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,20 +29,71 @@ const (
 )
 
 func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFnApplyFlags(stderr)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *f.list {
+		writeCatalog(stdout)
+		return nil
+	}
+	p, specText, err := loadPipelineFlag(*f.name, pipeline.Options{MaxPixels: *f.maxPixels, DecodeBudget: image.BudgetFor(f.memLimit),
+		VocabDir: *f.vocabDir})
+	if err != nil {
+		return err
+	}
+	st, failed, err := f.apply(ctx, p, stderr)
+	if err != nil {
+		return err
+	}
+	meta := map[string]string{
+		metaPipeline:   p.Name(),
+		metaSeed:       strconv.FormatUint(*f.seed, 10),
+		wire.MetaEpoch: strconv.Itoa(*f.epoch),
+		metaFailed:     strconv.Itoa(failed),
+	}
+	if specText != "" {
+		meta[metaPipelineSpec] = specText
+	}
+	tensors, err := st.encode(meta)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(*f.output, tensors, 0o644); err != nil {
+		return fmt.Errorf("writing output: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %d samples (%d failed) through %s to %s: %s\n", len(st.keys), failed, p.Name(), *f.output, st.describe())
+	return nil
+}
+
+// fnApplyFlags are the flags of `sluice fn apply`.
+type fnApplyFlags struct {
+	fs                                     *flag.FlagSet
+	name, input, output, vocabDir          *string
+	seed                                   *uint64
+	epoch, maxPixels, maxMember, maxSample *int
+	maxSampleMembers, limit                *int
+	memFlag                                memoryLimitFlag
+	memLimit                               int64
+	list                                   *bool
+}
+
+func newFnApplyFlags(stderr io.Writer) *fnApplyFlags {
 	fset := newFlagSet("fn apply", stderr)
-	name := fset.String("pipeline", "", "built-in pipeline ("+strings.Join(pipeline.Names(), ", ")+"), a YAML/JSON spec file, or an inline spec")
-	input := fset.String("input", "", acceptedInputs)
-	output := fset.String("output", "", "safetensors file to write")
-	seed := fset.Uint64("seed", 0, "job seed the per-sample seeds derive from")
-	epoch := fset.Int("epoch", 0, "epoch the per-sample seeds derive from")
-	maxPixels := fset.Int("max-pixels", image.DefaultMaxPixels, "largest image accepted, in pixels")
-	maxMember := fset.Int("max-member-bytes", wds.DefaultMaxMemberBytes, "largest file or tar member accepted")
-	maxSample := fset.Int("max-sample-bytes", wds.DefaultMaxSampleBytes, "largest tar sample accepted, its members together")
-	maxSampleMembers := fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
-	limit := fset.Int("limit", 0, "stop after this many samples (0: all)")
-	memFlag := registerMemoryLimitFlag(fset)
-	vocabDir := fset.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
-	list := fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
+	f := &fnApplyFlags{fs: fset}
+	f.name = fset.String("pipeline", "", "built-in pipeline ("+strings.Join(pipeline.Names(), ", ")+"), a YAML/JSON spec file, or an inline spec")
+	f.input = fset.String("input", "", acceptedInputs)
+	f.output = fset.String("output", "", "safetensors file to write")
+	f.seed = fset.Uint64("seed", 0, "job seed the per-sample seeds derive from")
+	f.epoch = fset.Int("epoch", 0, "epoch the per-sample seeds derive from")
+	f.maxPixels = fset.Int("max-pixels", image.DefaultMaxPixels, "largest image accepted, in pixels")
+	f.maxMember = fset.Int("max-member-bytes", wds.DefaultMaxMemberBytes, "largest file or tar member accepted")
+	f.maxSample = fset.Int("max-sample-bytes", wds.DefaultMaxSampleBytes, "largest tar sample accepted, its members together")
+	f.maxSampleMembers = fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
+	f.limit = fset.Int("limit", 0, "stop after this many samples (0: all)")
+	f.memFlag = registerMemoryLimitFlag(fset)
+	f.vocabDir = fset.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
+	f.list = fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+
 			"Runs a pipeline locally, as a function replica would, and writes every sample's\n"+
@@ -52,37 +104,33 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"image's label is its folder's index among all subfolders sorted by name.\n\n")
 		fset.PrintDefaults()
 	}
+	return f
+}
+
+func (f *fnApplyFlags) parse(args []string) error {
 	required := func(flag string, v *string) func() error {
 		return func() error {
-			if *v == "" && !*list {
+			if *v == "" && !*f.list {
 				return fmt.Errorf("--%s is required", flag)
 			}
 			return nil
 		}
 	}
-	var memLimit int64
-	if err := parse(fset, args,
-		required("pipeline", name), required("input", input), required("output", output),
-		intRange("epoch", epoch, 0, 1<<30),
-		intRange("max-pixels", maxPixels, 1, 1<<31-1),
-		intRange("max-member-bytes", maxMember, 1, 1<<30),
-		intRange("max-sample-bytes", maxSample, 1, 1<<31-1),
-		intRange("max-sample-members", maxSampleMembers, 1, 1<<20),
-		intRange("limit", limit, 0, 1<<31-1),
-		memFlag.resolve(&memLimit, new(string)),
-	); err != nil {
-		return err
-	}
-	if *list {
-		writeCatalog(stdout)
-		return nil
-	}
+	return parse(f.fs, args,
+		required("pipeline", f.name), required("input", f.input), required("output", f.output),
+		intRange("epoch", f.epoch, 0, 1<<30),
+		intRange("max-pixels", f.maxPixels, 1, 1<<31-1),
+		intRange("max-member-bytes", f.maxMember, 1, 1<<30),
+		intRange("max-sample-bytes", f.maxSample, 1, 1<<31-1),
+		intRange("max-sample-members", f.maxSampleMembers, 1, 1<<20),
+		intRange("limit", f.limit, 0, 1<<31-1),
+		f.memFlag.resolve(&f.memLimit, new(string)),
+	)
+}
 
-	p, specText, err := loadPipelineFlag(*name, pipeline.Options{MaxPixels: *maxPixels, DecodeBudget: image.BudgetFor(memLimit),
-		VocabDir: *vocabDir})
-	if err != nil {
-		return err
-	}
+// apply runs p over every sample of --input (up to --limit), reporting
+// each failed sample on stderr, and stacks the outputs.
+func (f *fnApplyFlags) apply(ctx context.Context, p pipeline.Pipeline, stderr io.Writer) (*stacker, int, error) {
 	st := newStacker()
 	failed := 0
 	fail := func(key, reason string) {
@@ -90,17 +138,17 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "failed %s: %s\n", key, reason)
 	}
 	errLimit := errors.New("limit reached")
-	walker := inputWalker{maxMember: int64(*maxMember), fail: fail,
-		tarLimits: wds.Limits{MaxMemberBytes: int64(*maxMember), MaxSampleBytes: int64(*maxSample), MaxSampleMembers: *maxSampleMembers},
+	walker := inputWalker{maxMember: int64(*f.maxMember), fail: fail,
+		tarLimits: wds.Limits{MaxMemberBytes: int64(*f.maxMember), MaxSampleBytes: int64(*f.maxSample), MaxSampleMembers: *f.maxSampleMembers},
 		note:      func(msg string) { fmt.Fprintf(stderr, "note: %s\n", msg) }}
 	walker.fn = func(s wds.Sample) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if *limit > 0 && len(st.keys)+failed >= *limit {
+		if *f.limit > 0 && len(st.keys)+failed >= *f.limit {
 			return errLimit
 		}
-		out, err := p.Process(s, pipeline.SampleSeed(*seed, *epoch, s.Key))
+		out, err := p.Process(s, pipeline.SampleSeed(*f.seed, *f.epoch, s.Key))
 		if err != nil {
 			fail(s.Key, err.Error())
 			return nil
@@ -110,36 +158,19 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return nil
 	}
-	if err := walker.walk(*input); err != nil && !errors.Is(err, errLimit) {
-		return err
+	if err := walker.walk(*f.input); err != nil && !errors.Is(err, errLimit) {
+		return nil, 0, err
 	}
 	if failed+len(st.keys) == 0 {
-		return fmt.Errorf("--input %s holds no samples: want %s", *input, acceptedInputs)
+		return nil, 0, fmt.Errorf("--input %s holds no samples: want %s", *f.input, acceptedInputs)
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "%d of %d samples failed\n", failed, failed+len(st.keys))
 	}
 	if len(st.keys) == 0 {
-		return fmt.Errorf("no sample of %s succeeded (%d failed); nothing written", *input, failed)
+		return nil, 0, fmt.Errorf("no sample of %s succeeded (%d failed); nothing written", *f.input, failed)
 	}
-	meta := map[string]string{
-		metaPipeline:   p.Name(),
-		metaSeed:       strconv.FormatUint(*seed, 10),
-		wire.MetaEpoch: strconv.Itoa(*epoch),
-		metaFailed:     strconv.Itoa(failed),
-	}
-	if specText != "" {
-		meta[metaPipelineSpec] = specText
-	}
-	tensors, err := st.encode(meta)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(*output, tensors, 0o644); err != nil {
-		return fmt.Errorf("writing output: %w", err)
-	}
-	fmt.Fprintf(stdout, "wrote %d samples (%d failed) through %s to %s: %s\n", len(st.keys), failed, p.Name(), *output, st.describe())
-	return nil
+	return st, failed, nil
 }
 
 // stacker stacks sample outputs into one tensor per field, as a chunk

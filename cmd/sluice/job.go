@@ -193,7 +193,30 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 		}
 		f.OutputBufferBytes = n
 	}
-	override := func(s *wire.JobSpec) { // the flags given, over the file
+	override := flagsOver(set, f)
+	var spec wire.JobSpec
+	var err error
+	if file != "" {
+		data, rerr := os.ReadFile(file)
+		if rerr != nil {
+			return spec, fmt.Errorf("reading job spec: %w", rerr)
+		}
+		spec, err = jobspec.ParseWith(data, override)
+	} else {
+		override(&spec)
+		// Checked as a file would be, before connecting.
+		err = jobspec.Check(spec.WithDefaults())
+	}
+	if err == nil && len(flagProbs) == 0 {
+		return spec, nil
+	}
+	return spec, flagProblems(file, set, failed, spec.ID, flagProbs, err)
+}
+
+// flagsOver sets on a spec the fields whose flags were given (set, by flag
+// name), to their values in f: the flags given, over the file.
+func flagsOver(set map[string]bool, f wire.JobSpec) func(*wire.JobSpec) {
+	return func(s *wire.JobSpec) {
 		if set["id"] {
 			s.ID = f.ID
 		}
@@ -228,23 +251,13 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 			s.Readers = f.Readers
 		}
 	}
-	var spec wire.JobSpec
-	var err error
-	if file != "" {
-		data, rerr := os.ReadFile(file)
-		if rerr != nil {
-			return spec, fmt.Errorf("reading job spec: %w", rerr)
-		}
-		spec, err = jobspec.ParseWith(data, override)
-	} else {
-		override(&spec)
-		// Checked as a file would be, before connecting.
-		err = jobspec.Check(spec.WithDefaults())
-	}
-	if err == nil && len(flagProbs) == 0 {
-		return spec, nil
-	}
-	se := &jobspec.Error{Job: spec.ID, Problems: flagProbs}
+}
+
+// flagProblems is the error of a spec from file (or from the flags alone)
+// that failed: the flags' own problems, then the spec's (err), each named
+// by the flag it came from; fields whose flag failed are said once.
+func flagProblems(file string, set, failed map[string]bool, id string, flagProbs []jobspec.Problem, err error) error {
+	se := &jobspec.Error{Job: id, Problems: flagProbs}
 	var specErr *jobspec.Error
 	if errors.As(err, &specErr) {
 		for _, p := range specErr.Problems {
@@ -258,9 +271,9 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 		}
 	}
 	if file != "" {
-		return spec, fmt.Errorf("%s: %w", file, se)
+		return fmt.Errorf("%s: %w", file, se)
 	}
-	return spec, se
+	return se
 }
 
 // specFlags are the submit flags that set a job spec's fields, by field.

@@ -61,6 +61,17 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		fmt.Fprintf(w, "  step      %s over %d %s of %d %s\n", stepSplit(st.Step),
 			st.Step.Steps, plural(int(st.Step.Steps), "step", "steps"), st.Step.Ranks, plural(st.Step.Ranks, "rank", "ranks"))
 	}
+	printReaders(w, st)
+	fmt.Fprintf(w, "  replicas  %d (%d ready)", st.Replicas, st.ReadyReplicas)
+	if st.ScaleReason != "" {
+		fmt.Fprintf(w, ": %s", st.ScaleReason)
+	}
+	fmt.Fprintln(w)
+	printFailedShards(w, st)
+}
+
+// printReaders prints a line for each reader of the job, by name.
+func printReaders(w io.Writer, st wire.JobStatus) {
 	readers := make([]string, 0, len(st.Readers))
 	for r := range st.Readers {
 		readers = append(readers, r)
@@ -82,12 +93,12 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		}
 		fmt.Fprintf(w, "  reader    %s: %d delivered, stall %.0f%%, %.0f samples/s%s%s%s\n", r, rs.SamplesDelivered, 100*rs.StallFraction, rs.ConsumedPerS, gpu, step, done)
 	}
-	fmt.Fprintf(w, "  replicas  %d (%d ready)", st.Replicas, st.ReadyReplicas)
-	if st.ScaleReason != "" {
-		fmt.Fprintf(w, ": %s", st.ScaleReason)
-	}
-	fmt.Fprintln(w)
+}
+
+// printFailedShards prints the shards given up on, the first few by name.
+func printFailedShards(w io.Writer, st wire.JobStatus) {
 	// The status lists the first failures only; Tasks.Failed counts all.
+	t := st.Tasks
 	if n := max(t.Failed, len(st.FailedShards)); n > 0 {
 		fmt.Fprintf(w, "  failed    %d %s given up on\n", n, plural(n, "shard", "shards"))
 		shown := st.FailedShards[:min(len(st.FailedShards), failedShown)]

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-project/sluice/format/lines"
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
+	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -83,17 +84,18 @@ func (s *Server) ProcessShard(ctx context.Context, task wire.ShardTask, sink Fra
 // processShard returns the end so far (its Chunks are the chunks sent)
 // with any error.
 func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink FrameSink, log *slog.Logger) (wire.ShardEnd, error) {
-	end := wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard}
+	r := &shardRun{s: s, task: task, sink: sink, log: log,
+		end: wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard}}
 	if err := task.Validate(); err != nil {
-		return end, fmt.Errorf("%w: %w", ErrInvalidTask, err)
+		return r.end, fmt.Errorf("%w: %w", ErrInvalidTask, err)
 	}
 	p, err := s.pipelines.get(task.Pipeline)
 	if err != nil {
-		return end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
+		return r.end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
 	}
 	format, err := shardFormat(task.Key)
 	if err != nil {
-		return end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
+		return r.end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
 	}
 
 	// The shard cache reads from S3 unless it holds the object's current
@@ -101,9 +103,9 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 	obj, err := s.cache.Open(ctx, task.Job, task.Bucket, task.Key)
 	if err != nil {
 		if isNotFound(err) {
-			return end, fmt.Errorf("%w: fetching shard s3://%s/%s: %w", ErrShardNotFound, task.Bucket, task.Key, objstore.Explain(err))
+			return r.end, fmt.Errorf("%w: fetching shard s3://%s/%s: %w", ErrShardNotFound, task.Bucket, task.Key, objstore.Explain(err))
 		}
-		return end, fmt.Errorf("fetching shard s3://%s/%s: %w", task.Bucket, task.Key, objstore.Explain(err))
+		return r.end, fmt.Errorf("fetching shard s3://%s/%s: %w", task.Bucket, task.Key, objstore.Explain(err))
 	}
 	defer obj.Close()
 	body := &readErr{r: obj}
@@ -112,86 +114,111 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 	if format != "tar" {
 		rd = lines.NewReader(body, task.Key, format, int(min(s.cfg.MaxMemberBytes, math.MaxInt32)))
 	}
+	if err := r.process(ctx, p, rd, body); err != nil {
+		return r.end, err
+	}
+	err = r.finish(obj) // sets the end's cache outcome and bytes
+	return r.end, err
+}
+
+// shardRun is one shard being processed: where its frames go and its end
+// so far.
+type shardRun struct {
+	s    *Server
+	task wire.ShardTask
+	sink FrameSink
+	log  *slog.Logger
+	end  wire.ShardEnd
+}
+
+// process runs every sample of rd through p and sends the chunks, each as
+// soon as it is full, then the last.
+func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, rd sampleReader, body *readErr) error {
+	task := r.task
 	ch := newChunker(task)
-
-	send := func(c *chunk) error {
-		if err := sink.WriteFrame(wire.FrameChunk, c.ref.Chunk, c.data); err != nil {
-			return &sinkError{fmt.Errorf("sending chunk %s: %w", c.ref, err)}
-		}
-		end.Chunks++
-		end.Samples += len(c.keys)
-		end.Bytes += int64(len(c.data))
-		s.m.chunks.Inc()
-		s.m.bytes.Add(float64(len(c.data)))
-		return nil
-	}
-	fail := func(key, reason string) {
-		end.AddFailed(key, reason)
-		log.Debug("sample failed", "key", key, "reason", reason)
-	}
-
 	for {
 		if err := ctx.Err(); err != nil {
-			return end, fmt.Errorf("processing shard %s: %w", task.ID(), err)
+			return fmt.Errorf("processing shard %s: %w", task.ID(), err)
 		}
 		sample, err := rd.Next()
 		// The tar reader reports a broken stream as a failed sample; when
 		// the break came from S3 rather than the object's bytes, it is
 		// transient, and the rest of the shard must not be given up.
 		if body.err != nil {
-			return end, fmt.Errorf("reading shard s3://%s/%s: %w", task.Bucket, task.Key, body.err)
+			return fmt.Errorf("reading shard s3://%s/%s: %w", task.Bucket, task.Key, body.err)
 		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		var se *wds.SampleError
 		if errors.As(err, &se) {
-			fail(se.Key, se.Reason)
+			r.fail(se.Key, se.Reason)
 			continue
 		}
 		if err != nil {
-			return end, fmt.Errorf("reading shard s3://%s/%s: %w", task.Bucket, task.Key, err)
+			return fmt.Errorf("reading shard s3://%s/%s: %w", task.Bucket, task.Key, err)
 		}
 		out, err := p.ProcessContext(ctx, sample, pipeline.SampleSeed(task.Seed, task.Epoch, sample.Key))
 		if err != nil {
-			fail(sample.Key, err.Error())
+			r.fail(sample.Key, err.Error())
 			continue
 		}
 		out.Key = sample.Key
 		full, err := ch.add(out)
 		if err != nil {
-			fail(sample.Key, err.Error())
+			r.fail(sample.Key, err.Error())
 			continue
 		}
 		if full != nil {
-			if err := send(full); err != nil {
-				return end, err
+			if err := r.send(full); err != nil {
+				return err
 			}
 		}
 	}
 	last, err := ch.close()
 	if err != nil {
-		return end, err
+		return err
 	}
 	if last != nil {
-		if err := send(last); err != nil {
-			return end, err
-		}
+		return r.send(last)
 	}
+	return nil
+}
+
+func (r *shardRun) send(c *chunk) error {
+	if err := r.sink.WriteFrame(wire.FrameChunk, c.ref.Chunk, c.data); err != nil {
+		return &sinkError{fmt.Errorf("sending chunk %s: %w", c.ref, err)}
+	}
+	r.end.Chunks++
+	r.end.Samples += len(c.keys)
+	r.end.Bytes += int64(len(c.data))
+	r.s.m.chunks.Inc()
+	r.s.m.bytes.Add(float64(len(c.data)))
+	return nil
+}
+
+func (r *shardRun) fail(key, reason string) {
+	r.end.AddFailed(key, reason)
+	r.log.Debug("sample failed", "key", key, "reason", reason)
+}
+
+// finish closes the shard's object and sends the end frame.
+func (r *shardRun) finish(obj *shardcache.Reader) error {
 	// Closing completes the cache entry a miss was writing; only then are
 	// the bytes read from S3 all counted.
 	obj.Close()
+	end := &r.end
 	end.Cache, end.S3Bytes, end.CacheBytes = string(obj.Outcome()), obj.S3Bytes(), obj.CacheBytes()
-	payload, err := encodeEnd(&end)
+	payload, err := encodeEnd(end)
 	if err != nil {
-		return end, err
+		return err
 	}
-	if err := sink.WriteFrame(wire.FrameEnd, 0, payload); err != nil {
-		return end, &sinkError{fmt.Errorf("sending the end of shard %s: %w", task.ID(), err)}
+	if err := r.sink.WriteFrame(wire.FrameEnd, 0, payload); err != nil {
+		return &sinkError{fmt.Errorf("sending the end of shard %s: %w", r.task.ID(), err)}
 	}
-	s.m.samples.Add(float64(end.Samples))
-	s.m.failed.Add(float64(end.FailedCount()))
-	return end, nil
+	r.s.m.samples.Add(float64(end.Samples))
+	r.s.m.failed.Add(float64(end.FailedCount()))
+	return nil
 }
 
 // encodeEnd encodes end within wire.MaxEndFrameBytes. Reasons are capped

@@ -225,15 +225,27 @@ func (c *Cache) openCached(ctx context.Context, bucket, key, name string) (*Read
 		return nil, nil
 	}
 	now := c.now()
-	fromCache := &counter{}
 	if inMem {
-		c.mem.touch(name, now)
-		c.m.reads.WithLabelValues(string(OutcomeHitMemory)).Inc()
-		r := &Reader{outcome: OutcomeHitMemory, size: int64(len(data)), fromS3: &counter{}, fromCache: fromCache}
-		r.Reader = &countingReader{r: bytes.NewReader(data), n: fromCache, m: c.m.bytes.WithLabelValues("memory")}
-		r.closeFn = func() error { return nil }
-		return r, nil
+		return c.memoryHit(name, data, now), nil
 	}
+	return c.diskHit(key, name, etag, f, info, lastUse, now), nil
+}
+
+// memoryHit reads the cached shard data from memory.
+func (c *Cache) memoryHit(name string, data []byte, now time.Time) *Reader {
+	fromCache := &counter{}
+	c.mem.touch(name, now)
+	c.m.reads.WithLabelValues(string(OutcomeHitMemory)).Inc()
+	r := &Reader{outcome: OutcomeHitMemory, size: int64(len(data)), fromS3: &counter{}, fromCache: fromCache}
+	r.Reader = &countingReader{r: bytes.NewReader(data), n: fromCache, m: c.m.bytes.WithLabelValues("memory")}
+	r.closeFn = func() error { return nil }
+	return r
+}
+
+// diskHit reads the cached shard from its disk entry f, checking its
+// checksum, and promotes it to memory as it is read when memory admits it.
+func (c *Cache) diskHit(key, name, etag string, f *os.File, info entryInfo, lastUse, now time.Time) *Reader {
+	fromCache := &counter{}
 	c.disk.touch(name, lastUse, now)
 	unpin := c.disk.pin(name)
 	c.m.reads.WithLabelValues(string(OutcomeHitDisk)).Inc()
@@ -265,7 +277,7 @@ func (c *Cache) openCached(ctx context.Context, bucket, key, name string) (*Read
 		}
 		return f.Close()
 	}
-	return r, nil
+	return r
 }
 
 // openS3 streams the object from S3, copying it into the tiers that admit

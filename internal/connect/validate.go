@@ -27,7 +27,17 @@ func validate(c Config, where func(name string) string) []string {
 		}
 	}
 
-	// NATS authentication: at most one way.
+	validateNATSAuth(c, where, add)
+	validateNATSTLS(c, where, add)
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		add("%s %d: want 1..5 (1 on one server, 3 on a cluster)", where("stream-replicas"), c.StreamReplicas)
+	}
+	validateS3(c, where, add)
+	return ps
+}
+
+// validateNATSAuth checks the NATS authentication: at most one way, its files readable.
+func validateNATSAuth(c Config, where func(string) string, add func(string, ...any)) {
 	var ways []string
 	if c.NATS.CredsFile != "" {
 		ways = append(ways, where("nats-creds"))
@@ -71,8 +81,10 @@ func validate(c Config, where func(name string) string) []string {
 	if len(ways) > 1 {
 		add("%s: give one way to authenticate to NATS, not %d", strings.Join(ways, " and "), len(ways))
 	}
+}
 
-	// NATS TLS.
+// validateNATSTLS checks the NATS TLS files.
+func validateNATSTLS(c Config, where func(string) string, add func(string, ...any)) {
 	if c.NATS.TLSCA != "" {
 		if err := pemCAs(c.NATS.TLSCA); err != nil {
 			add("%s: %v", where("nats-tls-ca"), err)
@@ -88,12 +100,10 @@ func validate(c Config, where func(name string) string) []string {
 			add("%s, %s: %v", where("nats-tls-cert"), where("nats-tls-key"), err)
 		}
 	}
+}
 
-	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
-		add("%s %d: want 1..5 (1 on one server, 3 on a cluster)", where("stream-replicas"), c.StreamReplicas)
-	}
-
-	// S3.
+// validateS3 checks the S3 endpoint and CA file.
+func validateS3(c Config, where func(string) string, add func(string, ...any)) {
 	if c.S3.Endpoint != "" {
 		u, err := url.Parse(c.S3.Endpoint)
 		switch {
@@ -109,7 +119,6 @@ func validate(c Config, where func(name string) string) []string {
 			add("%s: %v", where("s3-ca"), err)
 		}
 	}
-	return ps
 }
 
 func validNATSURL(raw string) bool {

@@ -59,17 +59,7 @@ type Env struct {
 func Start(t testing.TB) *Env {
 	t.Helper()
 	bins := BinDir()
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(bins, b)); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatal(ErrNoBinaries)
-			}
-			t.Skip(ErrNoBinaries)
-		}
-	}
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("k8senv: kubectl not on PATH")
-	}
+	requireTools(t, bins)
 	dir := t.TempDir()
 	p, err := writePKI(dir)
 	if err != nil {
@@ -80,21 +70,7 @@ func Start(t testing.TB) *Env {
 		t.Fatal(err)
 	}
 	ports := freePorts(t, 3)
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	startProcess(t, dir, "etcd", filepath.Join(bins, "etcd"),
-		"--name", "default", "--data-dir", filepath.Join(dir, "etcd-data"),
-		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "default="+peerURL, "--unsafe-no-fsync", "--log-level", "warn")
-	waitFor(t, 20*time.Second, func() error {
-		resp, err := http.Get(etcdURL + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	})
+	etcdURL := startEtcd(t, dir, bins, ports[0], ports[1])
 
 	e := &Env{Host: fmt.Sprintf("https://127.0.0.1:%d", ports[2]), CAFile: p.caCert, dir: dir,
 		Kubeconfig: filepath.Join(dir, "admin.kubeconfig")}
@@ -113,6 +89,59 @@ func Start(t testing.TB) *Env {
 	if err := e.writeKubeconfig(e.Kubeconfig, adminToken); err != nil {
 		t.Fatal(err)
 	}
+	e.waitReady(t)
+
+	crds, err := KnativeCRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Kubectl(t, "apply", "--server-side", "-f", crds)
+	e.Kubectl(t, "wait", "--for", "condition=established", "--timeout=60s", "crd", "--all")
+	return e
+}
+
+// requireTools skips t (fails it in CI) without the binaries in bins, and
+// skips it without kubectl.
+func requireTools(t testing.TB, bins string) {
+	t.Helper()
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(bins, b)); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatal(ErrNoBinaries)
+			}
+			t.Skip(ErrNoBinaries)
+		}
+	}
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("k8senv: kubectl not on PATH")
+	}
+}
+
+// startEtcd starts etcd on loopback and waits for it to be healthy; it
+// returns its client URL.
+func startEtcd(t testing.TB, dir, bins string, clientPort, peerPort int) string {
+	t.Helper()
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	startProcess(t, dir, "etcd", filepath.Join(bins, "etcd"),
+		"--name", "default", "--data-dir", filepath.Join(dir, "etcd-data"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "default="+peerURL, "--unsafe-no-fsync", "--log-level", "warn")
+	waitFor(t, 20*time.Second, func() error {
+		resp, err := http.Get(etcdURL + "/health")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+	return etcdURL
+}
+
+// waitReady waits for the apiserver's /readyz, as the admin.
+func (e *Env) waitReady(t testing.TB) {
+	t.Helper()
 	hc, err := e.httpClient()
 	if err != nil {
 		t.Fatal(err)
@@ -130,14 +159,6 @@ func Start(t testing.TB) *Env {
 		}
 		return nil
 	})
-
-	crds, err := KnativeCRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Kubectl(t, "apply", "--server-side", "-f", crds)
-	e.Kubectl(t, "wait", "--for", "condition=established", "--timeout=60s", "crd", "--all")
-	return e
 }
 
 // KnativeCRDDir is Knative Serving's CRD directory in the module cache.

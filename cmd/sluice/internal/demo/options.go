@@ -1,7 +1,10 @@
 package demo
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-project/sluice/functions/shardcache"
@@ -79,20 +82,49 @@ func DatasetDefaults(dataset string) Options {
 	return o
 }
 
-// Validate names the first option out of range (the CLI checks flags
-// itself, with flag names; this guards library callers).
+// Validate names every option out of range, by the `sluice demo` flag
+// that sets it: the command reports these as its usage errors, and Run
+// refuses the same options from any other caller. The bounds of --shards
+// and --corrupt depend on --samples and are left unchecked while it is
+// itself out of range, so that only the real problem is reported.
 func (o Options) Validate() error {
-	switch {
-	case o.Dataset != "image" && o.Dataset != "text" && o.Dataset != "tabular":
-		return fmt.Errorf("dataset %q: want image, text or tabular", o.Dataset)
-	case o.Epochs < 1:
-		return fmt.Errorf("epochs %d: want >= 1", o.Epochs)
-	case o.BatchSize < 1:
-		return fmt.Errorf("batch size %d: want >= 1", o.BatchSize)
-	case o.MaxReplicas < 1:
-		return fmt.Errorf("max replicas %d: want >= 1", o.MaxReplicas)
-	case len(o.ReplicaCommand) == 0:
-		return fmt.Errorf("replica command is empty")
+	var errs []error
+	intIn := func(name string, v, lo, hi int) {
+		if v < lo || v > hi {
+			errs = append(errs, fmt.Errorf("--%s %d: want %d..%d", name, v, lo, hi))
+		}
 	}
-	return nil
+	durationIn := func(name string, v, lo, hi time.Duration) {
+		if v < lo || v > hi {
+			errs = append(errs, fmt.Errorf("--%s %v: want %v..%v", name, v, lo, hi))
+		}
+	}
+	samplesOK := o.Samples >= 1 && o.Samples <= MaxSamples
+	intIn("samples", o.Samples, 1, MaxSamples)
+	if samplesOK {
+		intIn("shards", o.Shards, 1, min(MaxShards, o.Samples))
+	}
+	intIn("epochs", o.Epochs, 1, 1000)
+	intIn("batch-size", o.BatchSize, 1, 65536)
+	durationIn("step-time", o.StepTime, 0, time.Minute)
+	intIn("max-replicas", o.MaxReplicas, 1, 64)
+	durationIn("chaos-kill-every", o.ChaosKillEvery, 0, time.Hour)
+	intIn("chaos-kill-mid-shard", o.ChaosKillMidShard, 0, 1000)
+	if samplesOK {
+		intIn("corrupt", o.Corrupt, 0, o.Samples)
+	}
+	intIn("chunk-max-bytes", o.ChunkMaxBytes, 64<<10, 64<<20)
+	if !slices.Contains(Datasets, o.Dataset) {
+		errs = append(errs, fmt.Errorf("--dataset %q: want one of %s", o.Dataset, strings.Join(Datasets, ", ")))
+	}
+	if len(o.ReplicaCommand) == 0 {
+		errs = append(errs, errors.New("replica command is empty"))
+	}
+	return errors.Join(errs...)
 }
+
+// The largest synthetic dataset: samples, and shards (at most one a sample).
+const (
+	MaxSamples = 1_000_000
+	MaxShards  = 10_000
+)

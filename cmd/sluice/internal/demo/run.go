@@ -1,23 +1,22 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/controller"
@@ -55,135 +54,210 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if err := o.Validate(); err != nil {
 		return Summary{}, err
 	}
-	start := time.Now()
-
-	// 1. The embedded defaults: NATS JetStream and S3 on loopback.
-	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: o.DataDir})
-	if err != nil {
-		return Summary{}, err
+	p := &parts{o: o, logger: logger, reg: reg, start: time.Now()}
+	defer p.close()
+	for _, step := range []func(context.Context) error{
+		p.startStores,  // 1. the embedded defaults
+		p.writeDataset, // 2. the dataset
+		p.startSlowLink,
+		p.submitJob,       // 3. the job
+		p.startController, // 4. the controller
+		p.openAgent,       // 5. the trainer agent
+	} {
+		if err := step(ctx); err != nil {
+			return Summary{}, err
+		}
 	}
-	defer nsrv.Shutdown()
+	return p.run(ctx, progress) // 6. the simulated trainer; 7. the drain
+}
+
+// parts are the processes of one demo run, as Run starts them; close stops
+// them in the reverse order.
+type parts struct {
+	o       Options
+	logger  *slog.Logger
+	reg     prometheus.Registerer
+	start   time.Time
+	closers []func()
+
+	conn, replicaConn   connect.Config
+	s3c                 *s3.Client
+	link                *slowlink.Proxy
+	datasetBytes        int64
+	nc                  *nats.Conn
+	js                  jetstream.JetStream
+	b                   *broker.Broker
+	submitted           time.Time
+	fnToken, agentToken bearer.Token
+	act                 *local.Actuator
+	ctl                 *controller.Controller
+	agent               *traineragent.Agent
+	agentAddr           string
+	chaosCtx            context.Context
+	stopChaos           context.CancelFunc
+}
+
+// onClose runs f when the run ends, before what was started earlier stops.
+func (p *parts) onClose(f func()) { p.closers = append(p.closers, f) }
+
+func (p *parts) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// startStores starts the embedded defaults, NATS JetStream and S3 on
+// loopback, and this process's S3 client.
+func (p *parts) startStores(ctx context.Context) error {
+	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: p.o.DataDir})
+	if err != nil {
+		return err
+	}
+	p.onClose(nsrv.Shutdown)
 	s3srv, err := embedded.StartS3("")
 	if err != nil {
-		return Summary{}, err
+		return err
 	}
-	defer s3srv.Close()
-	conn := connect.Default()
-	conn.NATS.URLs = []string{nsrv.URL()}
-	conn.S3.Endpoint, conn.S3.PathStyle = s3srv.Endpoint(), true
+	p.onClose(func() { s3srv.Close() })
+	p.conn = connect.Default()
+	p.conn.NATS.URLs = []string{nsrv.URL()}
+	p.conn.S3.Endpoint, p.conn.S3.PathStyle = s3srv.Endpoint(), true
 	// The embedded endpoint's own keys: given to this process's client
 	// directly, and to the replicas through the environment, where the AWS
 	// SDK's default chain finds them.
-	ocfg := conn.Objstore()
+	ocfg := p.conn.Objstore()
 	ocfg.Credentials = credentials.NewStaticCredentialsProvider(demoKey, demoSecret, "")
-	s3c, err := objstore.NewClient(ctx, ocfg, reg)
-	if err != nil {
-		return Summary{}, err
-	}
+	p.s3c, err = objstore.NewClient(ctx, ocfg, p.reg)
+	return err
+}
 
-	// 2. Dataset.
+// startSlowLink puts the slow link between the replicas and S3 when one is
+// asked for.
+func (p *parts) startSlowLink(context.Context) error {
+	p.replicaConn = p.conn
+	if p.o.SlowS3 == (slowlink.Options{}) {
+		return nil
+	}
+	var err error
+	if p.link, err = slowlink.Start(p.conn.S3.Endpoint, p.o.SlowS3); err != nil {
+		return err
+	}
+	p.onClose(func() { p.link.Close() })
+	p.replicaConn.S3.Endpoint = p.link.URL()
+	return nil
+}
+
+// writeDataset generates the synthetic dataset and uploads it.
+func (p *parts) writeDataset(ctx context.Context) error {
+	o := p.o
 	shards, err := dataset(o)
 	if err != nil {
-		return Summary{}, fmt.Errorf("generating dataset: %w", err)
+		return fmt.Errorf("generating dataset: %w", err)
 	}
-	if err := synth.Upload(ctx, s3c, bucket, prefix, shards); err != nil {
-		return Summary{}, err
+	if err := synth.Upload(ctx, p.s3c, bucket, prefix, shards); err != nil {
+		return err
 	}
-	logger.Info("dataset written", "kind", o.Dataset, "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
-	var datasetBytes int64
+	p.logger.Info("dataset written", "kind", o.Dataset, "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
 	for _, sh := range shards {
-		datasetBytes += int64(len(sh.Data))
+		p.datasetBytes += int64(len(sh.Data))
 	}
-	// The replicas read S3 through the slow link when one is asked for.
-	replicaConn := conn
-	var link *slowlink.Proxy
-	if o.SlowS3 != (slowlink.Options{}) {
-		if link, err = slowlink.Start(s3srv.Endpoint(), o.SlowS3); err != nil {
-			return Summary{}, err
-		}
-		defer link.Close()
-		replicaConn.S3.Endpoint = link.URL()
-	}
+	return nil
+}
 
-	// 3. The job, as `sluice job submit` submits it.
-	nc, js, err := conn.ConnectNATS(ctx, "sluice-demo", logger)
-	if err != nil {
-		return Summary{}, err
+// submitJob submits the job as `sluice job submit` does, and draws the
+// run's tokens.
+func (p *parts) submitJob(ctx context.Context) error {
+	o := p.o
+	var err error
+	if p.nc, p.js, err = p.conn.ConnectNATS(ctx, "sluice-demo", p.logger); err != nil {
+		return err
 	}
-	defer nc.Close()
-	b := broker.New(js, s3c, conn.Streams(), logger.With("component", "broker")).WithSpecCheck(jobspec.Check)
+	p.onClose(p.nc.Close)
+	p.b = broker.New(p.js, p.s3c, p.conn.Streams(), p.logger.With("component", "broker")).WithSpecCheck(jobspec.Check)
 	// A --data-dir kept from an earlier run still holds that run's job.
-	if err := b.Delete(ctx, jobID, true); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
-		return Summary{}, fmt.Errorf("clearing the previous demo job: %w", err)
+	if err := p.b.Delete(ctx, jobID, true); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
+		return fmt.Errorf("clearing the previous demo job: %w", err)
 	}
-	submitted := time.Now()
-	if _, err := b.Submit(ctx, wire.JobSpec{
+	p.submitted = time.Now()
+	if _, err := p.b.Submit(ctx, wire.JobSpec{
 		ID: jobID, Dataset: "s3://" + bucket + "/" + prefix, Pipeline: o.Pipeline,
 		BatchSize: o.BatchSize, Epochs: o.Epochs, Seed: o.Seed, ChunkMaxBytes: o.ChunkMaxBytes,
 		MinReplicas: o.MinReplicas,
 	}); err != nil {
-		return Summary{}, err
+		return err
 	}
 
 	// The processes authenticate to each other as a deployment's would
 	// (internal/bearer): the replicas require a function token, which the
 	// agent sends, and the agent's API an agent token, which the trainer
 	// sends. Both are random, for this run.
-	fnToken, err := bearer.Random()
-	if err != nil {
-		return Summary{}, err
+	if p.fnToken, err = bearer.Random(); err != nil {
+		return err
 	}
-	agentToken, err := bearer.Random()
-	if err != nil {
-		return Summary{}, err
-	}
+	p.agentToken, err = bearer.Random()
+	return err
+}
 
-	// 4. The controller, as `sluice controller --actuator local` runs it:
-	// zero replicas to start with; its autoscaler starts them.
-	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, replicaConn).WithCache(o.Cache).WithToken(fnToken)
+// startController builds the controller as `sluice controller --actuator
+// local` runs it: zero replicas to start with; its autoscaler starts them.
+func (p *parts) startController(context.Context) error {
+	o := p.o
+	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, p.replicaConn).WithCache(o.Cache).WithToken(p.fnToken)
 	ropts.Env = append(ropts.Env, "AWS_ACCESS_KEY_ID="+demoKey, "AWS_SECRET_ACCESS_KEY="+demoSecret)
-	act := local.New(ropts, logger.With("component", "actuator"), reg)
-	defer func() {
+	p.act = local.New(ropts, p.logger.With("component", "actuator"), p.reg)
+	p.onClose(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		_ = act.Close(cctx)
-	}()
-	ctl, err := controller.New(controller.Options{
-		ID: "demo", NC: nc, JS: js, Streams: conn.Streams(), Broker: b, Actuator: act,
+		_ = p.act.Close(cctx)
+	})
+	var err error
+	p.ctl, err = controller.New(controller.Options{
+		ID: "demo", NC: p.nc, JS: p.js, Streams: p.conn.Streams(), Broker: p.b, Actuator: p.act,
 		Tick: tickEvery, MaxReplicas: o.MaxReplicas,
-	}, logger.With("component", "controller"), reg)
-	if err != nil {
-		return Summary{}, err
-	}
+	}, p.logger.With("component", "controller"), p.reg)
+	return err
+}
 
-	// 5. The trainer agent, as `sluice agent --job demo` serves it. GPU
-	// utilisation goes into the demand signals where NVML finds a GPU;
-	// elsewhere the agent reports -1 and the wait time alone measures stall.
+// openAgent opens the trainer agent as `sluice agent --job demo` serves it,
+// and serves its API on loopback. GPU utilisation goes into the demand
+// signals where NVML finds a GPU; elsewhere the agent reports -1 and the
+// wait time alone measures stall.
+func (p *parts) openAgent(ctx context.Context) error {
+	logger := p.logger
 	agentOpts := traineragent.Options{}
-	agentOpts.Dispatch.Token = fnToken
+	agentOpts.Dispatch.Token = p.fnToken
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
 		agentOpts.GPU = gpu
-		defer closeGPU()
+		p.onClose(closeGPU)
 	} else {
 		logger.Info("no GPU utilisation", "reason", err)
 	}
-	chaosCtx, stopChaos := context.WithCancel(ctx)
-	defer stopChaos()
-	if o.ChaosKillMidShard > 0 {
-		agentOpts.Dispatch.HTTPClient = &http.Client{Transport: chaosMidShard(chaosCtx, act, o.ChaosKillMidShard, o.Seed, logger)}
+	p.chaosCtx, p.stopChaos = context.WithCancel(ctx)
+	p.onClose(p.stopChaos)
+	if p.o.ChaosKillMidShard > 0 {
+		agentOpts.Dispatch.HTTPClient = &http.Client{Transport: chaosMidShard(p.chaosCtx, p.act, p.o.ChaosKillMidShard, p.o.Seed, logger)}
 	}
-	agent, err := traineragent.Open(ctx, nc, js, jobID, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(reg), reg)
+	var err error
+	p.agent, err = traineragent.Open(ctx, p.nc, p.js, jobID, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(p.reg), p.reg)
 	if err != nil {
-		return Summary{}, err
+		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return Summary{}, fmt.Errorf("listening for the trainer: %w", err)
+		return fmt.Errorf("listening for the trainer: %w", err)
 	}
-	hs := httpserve.New(agent.Handler(), httpserve.Options{Token: agentToken, Source: bearer.Agent, Logger: logger})
+	p.agentAddr = ln.Addr().String()
+	hs := httpserve.New(p.agent.Handler(), httpserve.Options{Token: p.agentToken, Source: bearer.Agent, Logger: logger})
 	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
+	p.onClose(func() { hs.Close() })
+	return nil
+}
 
+// run runs the controller and the agent, and the simulated trainer against
+// them until every batch was read; then waits for the job to end and
+// summarises it.
+func (p *parts) run(ctx context.Context, progress func(Progress)) (Summary, error) {
+	o := p.o
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -198,9 +272,9 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 			}
 		}()
 	}
-	goRun("controller", ctl.Run)
+	goRun("controller", p.ctl.Run)
 	goRun("trainer agent", func(ctx context.Context) error {
-		err := agent.Run(ctx)
+		err := p.agent.Run(ctx)
 		if errors.Is(err, traineragent.ErrJobEnded) {
 			return nil // the job failed: the summary says why
 		}
@@ -208,35 +282,25 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	})
 
 	if o.ChaosKillEvery > 0 {
-		go chaos(chaosCtx, act, o.ChaosKillEvery, o.Seed, logger)
+		go chaos(p.chaosCtx, p.act, o.ChaosKillEvery, o.Seed, p.logger)
 	}
 
 	// 6. The simulated trainer, reading batches over HTTP.
-	tr := &trainer{url: "http://" + ln.Addr().String() + "/v1/batch", token: agentToken, stepTime: o.StepTime, seen: map[string]int{}, epochEnd: map[int]time.Time{}}
+	tr := &trainer{url: "http://" + p.agentAddr + "/v1/batch", token: p.agentToken, stepTime: o.StepTime, seen: map[string]int{}, epochEnd: map[int]time.Time{}}
 	expected := int64(o.Samples) * int64(o.Epochs)
-	stopProgress := reportProgress(runCtx, progress, tr, act, expected, start)
+	stopProgress := reportProgress(runCtx, progress, tr, p.act, expected, p.start)
 	trainErr := tr.run(runCtx)
-	stopChaos()
+	p.stopChaos()
 
 	// 7. The job ends (the controller marks it and releases it) and the
 	// replicas go back to zero.
 	var final wire.Job
 	if trainErr == nil {
-		trainErr = waitFor(runCtx, drainWithin, func() bool {
-			j, err := b.Job(runCtx, jobID)
-			if err != nil || !j.State.Terminal() {
-				return false
-			}
-			final = j
-			return act.Ready(jobID) == 0 && act.Counts().Live == 0
-		})
-		if trainErr != nil {
-			trainErr = fmt.Errorf("waiting for the job to end and its replicas to stop: %w", trainErr)
-		}
+		final, trainErr = p.drain(runCtx)
 	}
 	stopProgress()
-	_, status, statusErr := b.Status(ctx, jobID)
-	events := ctl.Runner().Events()
+	_, status, statusErr := p.b.Status(ctx, jobID)
+	events := p.ctl.Runner().Events()
 	cancel()
 	wg.Wait()
 	close(errs)
@@ -252,8 +316,31 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 	if statusErr != nil {
 		return Summary{}, fmt.Errorf("reading the job's final status: %w", statusErr)
 	}
+	return p.summary(tr, expected, final, status, events), nil
+}
 
-	ast, counts := agent.Stats(), act.Counts()
+// drain waits for the job to end and its replicas to stop, and returns the
+// job as it ended.
+func (p *parts) drain(ctx context.Context) (wire.Job, error) {
+	var final wire.Job
+	err := waitFor(ctx, drainWithin, func() bool {
+		j, err := p.b.Job(ctx, jobID)
+		if err != nil || !j.State.Terminal() {
+			return false
+		}
+		final = j
+		return p.act.Ready(jobID) == 0 && p.act.Counts().Live == 0
+	})
+	if err != nil {
+		return final, fmt.Errorf("waiting for the job to end and its replicas to stop: %w", err)
+	}
+	return final, nil
+}
+
+// summary gathers what the trainer saw, the agent's and the actuator's
+// counts and the job's final status into the run's summary.
+func (p *parts) summary(tr *trainer, expected int64, final wire.Job, status wire.JobStatus, events []autoscale.ScaleEvent) Summary {
+	ast, counts := p.agent.Stats(), p.act.Counts()
 	s := Summary{
 		Job:                  jobID,
 		State:                string(final.State),
@@ -267,7 +354,7 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		Epochs:               ast.Epochs,
 		StallFraction:        ratio(tr.waited.Seconds(), tr.ran.Seconds()),
 		AgentStallFraction:   ratio(ast.StallTime.Seconds(), tr.ran.Seconds()),
-		WallS:                time.Since(start).Seconds(),
+		WallS:                time.Since(p.start).Seconds(),
 		ReplicasMax:          counts.MaxLive,
 		ReplicasFinal:        counts.Live,
 		ReplicasKilled:       counts.Killed,
@@ -276,14 +363,14 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		DuplicateChunks:      ast.DuplicateChunks,
 	}
 	s.Lost = s.SamplesExpected - s.SamplesDelivered - s.failedCount()
-	s.DatasetBytes = datasetBytes
+	s.DatasetBytes = p.datasetBytes
 	s.S3BytesPerEpoch, s.CacheHits, s.CacheMisses = status.S3BytesPerEpoch, status.CacheHits, status.CacheMisses
 	s.CacheMemoryHits = status.CacheMemoryHits
-	if link != nil {
-		s.S3LinkBytes = link.Bytes()
+	if p.link != nil {
+		s.S3LinkBytes = p.link.Bytes()
 	}
-	prev := submitted
-	for e := range o.Epochs {
+	prev := p.submitted
+	for e := range p.o.Epochs {
 		end, ok := tr.epochEnd[e]
 		if !ok {
 			break
@@ -292,15 +379,15 @@ func Run(ctx context.Context, o Options, logger *slog.Logger, reg prometheus.Reg
 		prev = end
 	}
 	if !tr.first.IsZero() {
-		s.TimeToFirstBatchS = tr.first.Sub(submitted).Seconds()
-		s.ThroughputSamplesPerS = ratio(float64(s.SamplesDelivered), tr.last.Sub(submitted).Seconds())
+		s.TimeToFirstBatchS = tr.first.Sub(p.submitted).Seconds()
+		s.ThroughputSamplesPerS = ratio(float64(s.SamplesDelivered), tr.last.Sub(p.submitted).Seconds())
 	}
 	for _, e := range events {
 		if e.Job == jobID {
-			s.ScaleEvents = append(s.ScaleEvents, ScaleEvent{TS: e.Time.Sub(start).Seconds(), Replicas: e.Replicas, Reason: e.Reason})
+			s.ScaleEvents = append(s.ScaleEvents, ScaleEvent{TS: e.Time.Sub(p.start).Seconds(), Replicas: e.Replicas, Reason: e.Reason})
 		}
 	}
-	return s, nil
+	return s
 }
 
 // dataset generates the synthetic shards o asks for.
@@ -318,226 +405,4 @@ func dataset(o Options) ([]synth.Shard, error) {
 	io := synth.DefaultImageOptions()
 	io.Samples, io.Shards, io.Seed, io.Corrupt = o.Samples, o.Shards, o.Seed, o.Corrupt
 	return synth.Images(io)
-}
-
-// trainer stands in for a training script: it reads batches from the
-// agent's GET /v1/batch until 410 Gone and "computes" for stepTime each,
-// counting what it saw by (epoch, key).
-type trainer struct {
-	url         string
-	token       bearer.Token
-	stepTime    time.Duration
-	mu          sync.Mutex
-	seen        map[string]int // epoch/key -> deliveries
-	duplicates  int64
-	delivered   atomic.Int64
-	waitedNanos atomic.Int64
-	waited, ran time.Duration
-	first, last time.Time
-	epochEnd    map[int]time.Time // each epoch's last batch
-}
-
-func (t *trainer) run(ctx context.Context) error {
-	began := time.Now()
-	defer func() { t.ran = time.Since(began); t.waited = time.Duration(t.waitedNanos.Load()) }()
-	for {
-		asked := time.Now()
-		batch, err := t.next(ctx)
-		t.waitedNanos.Add(int64(time.Since(asked)))
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("trainer: next batch: %w", err)
-		}
-		now := time.Now()
-		if t.first.IsZero() {
-			t.first = now
-		}
-		t.last = now
-		t.mu.Lock()
-		t.epochEnd[batch.Epoch] = now
-		for _, k := range batch.Keys {
-			id := strconv.Itoa(batch.Epoch) + "/" + k
-			if t.seen[id]++; t.seen[id] > 1 {
-				t.duplicates++
-			}
-		}
-		t.mu.Unlock()
-		t.delivered.Add(int64(len(batch.Keys)))
-		select { // the simulated GPU step
-		case <-time.After(t.stepTime):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// next GETs one batch; io.EOF once the agent says every batch was
-// delivered (or the job ended: the summary says how).
-func (t *trainer) next(ctx context.Context) (traineragent.Batch, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
-	if err != nil {
-		return traineragent.Batch{}, err
-	}
-	t.token.Authorize(req)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return traineragent.Batch{}, err
-	}
-	defer resp.Body.Close()
-	var body []byte
-	if resp.ContentLength > 0 && resp.ContentLength < 1<<31 {
-		body = make([]byte, resp.ContentLength) // a batch is MBs: read it once
-		_, err = io.ReadFull(resp.Body, body)
-	} else {
-		body, err = io.ReadAll(resp.Body)
-	}
-	if err != nil {
-		return traineragent.Batch{}, fmt.Errorf("reading a batch: %w", err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return traineragent.DecodeBatch(body)
-	case http.StatusGone:
-		return traineragent.Batch{}, io.EOF
-	}
-	return traineragent.Batch{}, fmt.Errorf("GET %s: %s: %s", t.url, resp.Status, bytes.TrimSpace(body))
-}
-
-// chaos SIGKILLs a random replica every period.
-func chaos(ctx context.Context, act *local.Actuator, every time.Duration, seed uint64, logger *slog.Logger) {
-	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if act.KillRandom(jobID, rng) {
-				logger.Info("chaos: killed a replica")
-			}
-		}
-	}
-}
-
-// chaosMidShard is the agent's transport to the replicas: it SIGKILLs a
-// random replica when a shard's first chunk arrives, up to kills times.
-func chaosMidShard(ctx context.Context, act *local.Actuator, kills int, seed uint64, logger *slog.Logger) http.RoundTripper {
-	return &chaosTransport{ctx: ctx, act: act, kills: kills, rng: rand.New(rand.NewPCG(seed, 0xc4a06)), log: logger,
-		next: http.DefaultTransport}
-}
-
-type chaosTransport struct {
-	ctx  context.Context
-	act  *local.Actuator
-	log  *slog.Logger
-	next http.RoundTripper
-
-	mu    sync.Mutex
-	kills int
-	rng   *rand.Rand
-}
-
-func (c *chaosTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := c.next.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return resp, err
-	}
-	resp.Body = &firstFrame{ReadCloser: resp.Body, arrived: c.kill}
-	return resp, nil
-}
-
-// kill SIGKILLs a replica, while kills are left.
-func (c *chaosTransport) kill() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.kills == 0 || c.ctx.Err() != nil {
-		return
-	}
-	if c.act.KillRandom(jobID, c.rng) {
-		c.kills--
-		c.log.Info("chaos: killed a replica mid-shard")
-	}
-}
-
-// firstFrame calls arrived once a whole frame header was read: the shard's
-// first chunk is arriving.
-type firstFrame struct {
-	io.ReadCloser
-	n       int
-	arrived func()
-}
-
-func (f *firstFrame) Read(p []byte) (int, error) {
-	n, err := f.ReadCloser.Read(p)
-	if f.n < wire.FrameHeaderLen && f.n+n >= wire.FrameHeaderLen {
-		f.arrived()
-	}
-	f.n += n
-	return n, err
-}
-
-// reportProgress calls progress every 500ms until the returned stop is called.
-func reportProgress(ctx context.Context, progress func(Progress), tr *trainer, act *local.Actuator, expected int64, start time.Time) (stop func()) {
-	if progress == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		var lastN, lastWait int64
-		last := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				n, w := tr.delivered.Load(), tr.waitedNanos.Load()
-				dt := now.Sub(last)
-				c := act.Counts()
-				progress(Progress{
-					Elapsed: now.Sub(start), Delivered: n, Expected: expected,
-					SamplesPerS:   float64(n-lastN) / dt.Seconds(),
-					StallFraction: min(1, ratio(float64(w-lastWait), float64(dt))),
-					Replicas:      act.Ready(jobID), Killed: c.Killed,
-				})
-				lastN, lastWait, last = n, w, now
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
-}
-
-func waitFor(ctx context.Context, within time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not done after %v", within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
-}
-
-func ratio(a, b float64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a / b
-}
-
-func nonNil(f []wire.FailedSample) []wire.FailedSample {
-	if f == nil {
-		return []wire.FailedSample{}
-	}
-	return f
 }
