@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/internal/bearer"
-	traineragent "github.com/sluice-project/sluice/trainer-agent"
+	"github.com/sluice-project/sluice/traineragent"
 )
 
 // trainer stands in for a training script: it reads batches from the
