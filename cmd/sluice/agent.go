@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -24,95 +26,24 @@ import (
 )
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("agent", stderr)
-	jobID := fs.String("job", "", "`ID` of the job to read (required)")
-	listen := fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on (0.0.0.0:PORT for ranks on other nodes)")
-	name := fs.String("name", "", "this agent's `NAME` in demand signals and the job's dispatch shares (default: host name and process id)")
-	prefetch := fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches per rank, at least 256)")
-	worldSize := fs.Int("world-size", 0, "number of ranks (`W`) the agent serves (0: set by the first request's world_size)")
-	dropLast := fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
-	linger := fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
-	maxLag := fs.String("max-lag-bytes", "0", "what a reader of a job with several readers may hold (a `size` such as 256MiB), its prefetch full, before it keeps no new shard while another reader wants more, and asks for those shards again when its trainer gets there; 0: half the job's output buffer; -1: never")
-	localityWait := fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
-	taskAckWait := fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
-	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
-	connFlags := connect.Register(fs, connect.PartNATS)
-	agentTokenFlag := bearer.Agent.Register(fs, "the token the trainers must send (Authorization: Bearer) to /v1/ and /r/, required when --listen is beyond loopback")
-	fnTokenFlag := bearer.Function.Register(fs, "the token sent with each task to the function replicas (their "+bearer.Function.Env+")")
-	insecure := bearer.RegisterInsecure(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice agent --job ID [flags]\n\n"+
-			"Feeds a job's batches to the ranks of the trainers on this node: it takes the job's shard\n"+
-			"tasks from the queue (shared with the job's agents on other nodes), sends each to a function\n"+
-			"replica and receives the output itself. GET /v1/batch?rank=R&world_size=W gives rank R's\n"+
-			"part of the next global step (W batches of one epoch) as a safetensors file (410 once the\n"+
-			"rank got every step, or when the job was cancelled or deleted; 409 for another world size);\n"+
-			"POST /v1/resume rewinds to a trainer's checkpoint; also GET /v1/stats, /healthz, /readyz,\n"+
-			"/metrics. A job with several readers (a sweep's trials) has each under /r/READER/v1/...\n"+
-			"With a token ("+bearer.Agent.Env+"), /v1/ and /r/ require it; /healthz, /readyz and /metrics stay open.\n"+
-			"Publishes the trainers' demand for the autoscaler. Prints %q and the URL once\n"+
-			"serving; exits 0 once every rank got every step, or on SIGTERM.\n\n",
-			ready.Prefix)
-		fs.PrintDefaults()
-	}
-	var conn connect.Config
-	var maxLagBytes int64
-	var agentToken, fnToken bearer.Token
-	if err := parse(fs, args,
-		loadToken(agentTokenFlag, &agentToken),
-		loadToken(fnTokenFlag, &fnToken),
-		func() error {
-			if *jobID == "" {
-				return errors.New("--job: required")
-			}
-			return wire.ValidateJobID(*jobID)
-		},
-		func() error {
-			if *name != "" {
-				return wire.ValidateReader(*name)
-			}
-			return nil
-		},
-		intRange("prefetch", prefetch, 0, 1<<24),
-		intRange("world-size", worldSize, 0, 1<<16),
-		durationRange("linger", linger, 0, 10*time.Minute),
-		oneOf("log-level", logLevel, logLevels...),
-		durationRange("locality-wait", localityWait, 0, time.Minute),
-		func() error {
-			if *maxLag == "-1" {
-				maxLagBytes = -1
-				return nil
-			}
-			n, err := bytesize.Parse(*maxLag)
-			if err != nil {
-				return fmt.Errorf("--max-lag-bytes %q: %v", *maxLag, err)
-			}
-			maxLagBytes = n
-			return nil
-		},
-		durationRange("task-ack-wait", taskAckWait, 0, time.Hour),
-		resolve(connFlags, &conn),
-	); err != nil {
+	f := newAgentFlags(stderr)
+	if err := f.parse(args); err != nil {
 		return err
 	}
-	logger := newLogger(stderr, *logLevel).With("component", "agent")
+	logger := newLogger(stderr, *f.logLevel).With("component", "agent")
 	// Refuse an open listener beyond loopback before anything else.
-	ln, auth, err := listenAuthed(*listen, bearer.Agent, agentToken, *insecure)
+	ln, auth, err := listenAuthed(*f.listen, bearer.Agent, f.agentToken, *f.insecure)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
 
-	nc, js, err := connectAs(ctx, conn, natsperm.Agent(), "sluice-agent", logger)
+	nc, js, err := connectAs(ctx, f.conn, natsperm.Agent(), "sluice-agent", logger)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	opts := traineragent.Options{Name: *name, PrefetchSamples: *prefetch, WorldSize: *worldSize, DropLast: *dropLast, MaxLagBytes: maxLagBytes,
-		Dispatch: dispatch.Options{LocalityWait: *localityWait, AckWait: *taskAckWait, Token: fnToken}}
-	if *localityWait == 0 {
-		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default
-	}
+	opts := f.options()
 	// GPU utilisation goes into the demand signals where NVML finds a GPU;
 	// elsewhere the wait time alone measures the trainer's stall.
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
@@ -130,19 +61,19 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ops.probes(s.readyz)
 	ops.Mux.Handle("/v1/", s)
 	ops.Mux.Handle("/r/", s) // a job with several readers: /r/READER/v1/...
-	hs, served := ops.serve(ln, httpserve.Options{Token: agentToken, Source: bearer.Agent, Logger: logger})
+	hs, served := ops.serve(ln, httpserve.Options{Token: f.agentToken, Source: bearer.Agent, Logger: logger})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
 	ops.announce(stdout)
-	logger.Info("serving", "addr", ops.addr(), "job", *jobID, "world_size", *worldSize, "drop_last", *dropLast, "auth", auth,
-		"function_token", fnToken.IsSet())
+	logger.Info("serving", "addr", ops.addr(), "job", *f.jobID, "world_size", *f.worldSize, "drop_last", *f.dropLast, "auth", auth,
+		"function_token", f.fnToken.IsSet())
 
 	opened := make(chan error, 1)
 	go func() {
-		a, err := traineragent.Open(ctx, nc, js, *jobID, opts, logger, metrics, reg)
+		a, err := traineragent.Open(ctx, nc, js, *f.jobID, opts, logger, metrics, reg)
 		if err == nil {
 			s.handler = a.Handler()
 			s.agent.Store(a)
@@ -161,10 +92,17 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	return s.run(ctx, served, *f.linger, logger)
+}
 
+// run runs the agent to the end and, after the last batch or the job's
+// end, lets the trainer learn it from a 410 (within linger) rather than a
+// refused connection.
+func (s *agentServer) run(ctx context.Context, served <-chan error, linger time.Duration, logger *slog.Logger) error {
 	a := s.agent.Load()
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(ctx) }()
+	var err error
 	select {
 	case err := <-served:
 		return fmt.Errorf("serving: %w", err)
@@ -181,13 +119,113 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case !errors.Is(err, traineragent.ErrJobEnded):
 		return err
 	}
-	// Let the trainer learn the end from a 410 rather than a refused connection.
 	select {
 	case <-s.gone:
-	case <-time.After(*linger):
+	case <-time.After(linger):
 	case <-ctx.Done():
 	}
 	return err
+}
+
+// agentFlags are the flags of `sluice agent`, and what parse resolved
+// from them.
+type agentFlags struct {
+	fs                                *flag.FlagSet
+	jobID, listen, name, maxLag       *string
+	logLevel                          *string
+	prefetch, worldSize               *int
+	dropLast, insecure                *bool
+	linger, localityWait, taskAckWait *time.Duration
+	connFlags                         *connect.Flags
+	agentTokenFlag, fnTokenFlag       *bearer.Flag
+	conn                              connect.Config
+	maxLagBytes                       int64
+	agentToken, fnToken               bearer.Token
+}
+
+func newAgentFlags(stderr io.Writer) *agentFlags {
+	fs := newFlagSet("agent", stderr)
+	f := &agentFlags{fs: fs}
+	f.jobID = fs.String("job", "", "`ID` of the job to read (required)")
+	f.listen = fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on (0.0.0.0:PORT for ranks on other nodes)")
+	f.name = fs.String("name", "", "this agent's `NAME` in demand signals and the job's dispatch shares (default: host name and process id)")
+	f.prefetch = fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches per rank, at least 256)")
+	f.worldSize = fs.Int("world-size", 0, "number of ranks (`W`) the agent serves (0: set by the first request's world_size)")
+	f.dropLast = fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
+	f.linger = fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
+	f.maxLag = fs.String("max-lag-bytes", "0", "what a reader of a job with several readers may hold (a `size` such as 256MiB), its prefetch full, before it keeps no new shard while another reader wants more, and asks for those shards again when its trainer gets there; 0: half the job's output buffer; -1: never")
+	f.localityWait = fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
+	f.taskAckWait = fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
+	f.logLevel = fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	f.connFlags = connect.Register(fs, connect.PartNATS)
+	f.agentTokenFlag = bearer.Agent.Register(fs, "the token the trainers must send (Authorization: Bearer) to /v1/ and /r/, required when --listen is beyond loopback")
+	f.fnTokenFlag = bearer.Function.Register(fs, "the token sent with each task to the function replicas (their "+bearer.Function.Env+")")
+	f.insecure = bearer.RegisterInsecure(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: sluice agent --job ID [flags]\n\n"+
+			"Feeds a job's batches to the ranks of the trainers on this node: it takes the job's shard\n"+
+			"tasks from the queue (shared with the job's agents on other nodes), sends each to a function\n"+
+			"replica and receives the output itself. GET /v1/batch?rank=R&world_size=W gives rank R's\n"+
+			"part of the next global step (W batches of one epoch) as a safetensors file (410 once the\n"+
+			"rank got every step, or when the job was cancelled or deleted; 409 for another world size);\n"+
+			"POST /v1/resume rewinds to a trainer's checkpoint; also GET /v1/stats, /healthz, /readyz,\n"+
+			"/metrics. A job with several readers (a sweep's trials) has each under /r/READER/v1/...\n"+
+			"With a token ("+bearer.Agent.Env+"), /v1/ and /r/ require it; /healthz, /readyz and /metrics stay open.\n"+
+			"Publishes the trainers' demand for the autoscaler. Prints %q and the URL once\n"+
+			"serving; exits 0 once every rank got every step, or on SIGTERM.\n\n",
+			ready.Prefix)
+		fs.PrintDefaults()
+	}
+	return f
+}
+
+// parse parses args and checks them, each problem named by its flag.
+func (f *agentFlags) parse(args []string) error {
+	return parse(f.fs, args,
+		loadToken(f.agentTokenFlag, &f.agentToken),
+		loadToken(f.fnTokenFlag, &f.fnToken),
+		func() error {
+			if *f.jobID == "" {
+				return errors.New("--job: required")
+			}
+			return wire.ValidateJobID(*f.jobID)
+		},
+		func() error {
+			if *f.name != "" {
+				return wire.ValidateReader(*f.name)
+			}
+			return nil
+		},
+		intRange("prefetch", f.prefetch, 0, 1<<24),
+		intRange("world-size", f.worldSize, 0, 1<<16),
+		durationRange("linger", f.linger, 0, 10*time.Minute),
+		oneOf("log-level", f.logLevel, logLevels...),
+		durationRange("locality-wait", f.localityWait, 0, time.Minute),
+		func() error {
+			if *f.maxLag == "-1" {
+				f.maxLagBytes = -1
+				return nil
+			}
+			n, err := bytesize.Parse(*f.maxLag)
+			if err != nil {
+				return fmt.Errorf("--max-lag-bytes %q: %v", *f.maxLag, err)
+			}
+			f.maxLagBytes = n
+			return nil
+		},
+		durationRange("task-ack-wait", f.taskAckWait, 0, time.Hour),
+		resolve(f.connFlags, &f.conn),
+	)
+}
+
+// options are the agent's options from the flags.
+func (f *agentFlags) options() traineragent.Options {
+	opts := traineragent.Options{Name: *f.name, PrefetchSamples: *f.prefetch, WorldSize: *f.worldSize, DropLast: *f.dropLast, MaxLagBytes: f.maxLagBytes,
+		Dispatch: dispatch.Options{LocalityWait: *f.localityWait, AckWait: *f.taskAckWait, Token: f.fnToken}}
+	if *f.localityWait == 0 {
+		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default
+	}
+	return opts
 }
 
 // agentServer serves the agent once the job was found.
