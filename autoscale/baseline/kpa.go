@@ -1,4 +1,4 @@
-package local
+package baseline
 
 import (
 	"errors"

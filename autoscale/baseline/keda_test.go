@@ -1,11 +1,8 @@
-package local
+package baseline
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/sluice-project/sluice/autoscale"
 )
 
 func TestDecideKEDA(t *testing.T) {
@@ -36,37 +33,4 @@ func TestDecideKEDA(t *testing.T) {
 	step(0, 690, 0)  // 300s without lag: deactivate
 	step(50, 705, 0) // between polls
 	step(50, 720, 5) // activate and sync at once
-}
-
-func TestKEDAModeFollowsLag(t *testing.T) {
-	backlog := map[string][2]int{"j": {35, 5}}
-	lag := BacklogLag{Backlog: func(job string) (int, int, bool) { b, ok := backlog[job]; return b[0], b[1], ok }}
-	if got := lag.Lag("j"); got != 40 {
-		t.Fatalf("lag of 35 pending and 5 in flight = %v", got)
-	}
-	cfg := DefaultKEDAConfig()
-	now := time.Unix(1000, 0)
-	cfg.Phase, cfg.PollingInterval, cfg.HPASyncPeriod = now, 2*time.Second, time.Second
-	f := &fakeRunner{n: map[string]int{}}
-	k, err := NewKEDAMode(f, cfg, lag, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.Now = func() time.Time { return now }
-	ctx := context.Background()
-	if err := k.StartJob(ctx, "j", autoscale.JobBounds{MaxReplicas: 3}); err != nil {
-		t.Fatal(err)
-	}
-	for range 6 {
-		now = now.Add(time.Second)
-		if err := k.Scale(ctx, "j", 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if f.n["j"] != 3 {
-		t.Errorf("lag 40, threshold 10, max 3: %d replicas (Sluice asked 1), want 3", f.n["j"])
-	}
-	if err := k.EndJob(ctx, "j"); err != nil || f.n["j"] != 0 {
-		t.Errorf("after EndJob: %d, %v", f.n["j"], err)
-	}
 }
