@@ -1,163 +1,174 @@
 package baseline
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"math"
+	"strconv"
 	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/types"
+	"knative.dev/serving/pkg/apis/autoscaling"
+	"knative.dev/serving/pkg/autoscaler/aggregation"
+	asconfig "knative.dev/serving/pkg/autoscaler/config"
+	"knative.dev/serving/pkg/autoscaler/config/autoscalerconfig"
+	"knative.dev/serving/pkg/autoscaler/metrics"
+	"knative.dev/serving/pkg/autoscaler/scaling"
 )
 
-// KPAConfig is Knative's KPA for one revision as its config-autoscaler
-// and the revision's annotations set it; see DecideKPA.
+// KPAConfig is what a revision sets for Knative's KPA beyond the cluster's
+// config-autoscaler, which is Knative's defaults (target utilisation 70%,
+// panic window 10% of the stable window, panic threshold 200%, scale up
+// at most 1000x and down at most 2x per decision, scale-to-zero grace
+// 30 s).
 type KPAConfig struct {
-	// Target is the concurrency one replica is sized for: the target
-	// annotation (or containerConcurrency) x target-utilization / 100.
-	Target float64
-	// StableWindow is the window annotation (default 60s); the panic
-	// window is PanicWindowPercentage of it (default 10: 6s).
-	StableWindow          time.Duration
-	PanicWindowPercentage float64
-	// PanicThresholdPercentage: the KPA panics when the panic window asks
-	// for this share of the ready replicas or more (default 200).
-	PanicThresholdPercentage float64
-	// MaxScaleUpRate and MaxScaleDownRate bound one decision to ready x
-	// up-rate and ready / down-rate (defaults 1000 and 2).
-	MaxScaleUpRate, MaxScaleDownRate float64
-	// ScaleToZeroGrace is how long the last replica stays after the
-	// stable window saw no request (default 30s).
-	ScaleToZeroGrace time.Duration
-	// MinScale and MaxScale bound the count (0 max: no limit).
+	// ContainerConcurrency is the revision's (0: Knative's default target
+	// of 100).
+	ContainerConcurrency int
+	// StableWindow is the window annotation (0: Knative's default, 60 s).
+	StableWindow time.Duration
+	// MinScale and MaxScale bound the count (0 max: none).
 	MinScale, MaxScale int
 }
 
-// DefaultKPAConfig is Knative's default for a revision with
-// containerConcurrency c: target c (100 when c is 0) at 70% utilization.
-func DefaultKPAConfig(c int) KPAConfig {
-	target := 100.0
-	if c > 0 {
-		target = float64(c)
-	}
-	return KPAConfig{
-		Target:                   target * 0.7,
-		StableWindow:             60 * time.Second,
-		PanicWindowPercentage:    10,
-		PanicThresholdPercentage: 200,
-		MaxScaleUpRate:           1000,
-		MaxScaleDownRate:         2,
-		ScaleToZeroGrace:         30 * time.Second,
-	}
-}
+// DefaultKPAConfig is a revision with containerConcurrency c and
+// Knative's defaults.
+func DefaultKPAConfig(c int) KPAConfig { return KPAConfig{ContainerConcurrency: c} }
 
 // Validate names the first setting out of Knative's own range.
 func (c KPAConfig) Validate() error {
 	switch {
-	case !(c.Target >= 0.01):
-		return fmt.Errorf("kpa: target %v: want >= 0.01", c.Target)
-	case c.StableWindow < 6*time.Second || c.StableWindow > time.Hour:
-		return fmt.Errorf("kpa: stable window %v: want 6s..1h", c.StableWindow)
-	case !(c.PanicWindowPercentage >= 1 && c.PanicWindowPercentage <= 100):
-		return fmt.Errorf("kpa: panic window percentage %v: want 1..100", c.PanicWindowPercentage)
-	case !(c.PanicThresholdPercentage >= 110 && c.PanicThresholdPercentage <= 1000):
-		return fmt.Errorf("kpa: panic threshold percentage %v: want 110..1000", c.PanicThresholdPercentage)
-	case !(c.MaxScaleUpRate > 1):
-		return fmt.Errorf("kpa: max scale up rate %v: want > 1", c.MaxScaleUpRate)
-	case !(c.MaxScaleDownRate > 1):
-		return fmt.Errorf("kpa: max scale down rate %v: want > 1", c.MaxScaleDownRate)
-	case c.ScaleToZeroGrace < 0 || c.ScaleToZeroGrace > time.Hour:
-		return fmt.Errorf("kpa: scale-to-zero grace %v: want 0..1h", c.ScaleToZeroGrace)
+	case c.ContainerConcurrency < 0 || c.ContainerConcurrency > 1000:
+		return fmt.Errorf("kpa: container concurrency %d: want 0..1000", c.ContainerConcurrency)
+	case c.StableWindow != 0 && (c.StableWindow < autoscaling.WindowMin || c.StableWindow > autoscaling.WindowMax):
+		return fmt.Errorf("kpa: stable window %v: want %v..%v", c.StableWindow, autoscaling.WindowMin, autoscaling.WindowMax)
 	case c.MinScale < 0 || (c.MaxScale > 0 && c.MinScale > c.MaxScale):
-		return errors.New("kpa: min scale: want 0..max scale")
+		return fmt.Errorf("kpa: min scale %d: want 0..max scale", c.MinScale)
 	}
 	return nil
 }
 
-// KPASample is the concurrency the KPA observed at one time.
-type KPASample struct {
-	At          time.Time
-	Concurrency float64
+// kpaRevision is one job as Knative's KPA sees it: its decider, made by
+// Knative's own MakeDecider from a PodAutoscaler and the default
+// config-autoscaler, and run by Knative's own scaling.New; the metrics it
+// reads (kpaMetrics) and the ready pods (podCount) are this package's.
+type kpaRevision struct {
+	cfg     KPAConfig
+	as      *autoscalerconfig.Config
+	scaler  scaling.UniScaler
+	metrics *kpaMetrics
+	pods    *podCount
+	// zeroSince is when the decider began to want no pod (zero: it wants
+	// some): the KPA's reconciler removes the last one only after the
+	// scale-to-zero grace.
+	zeroSince time.Time
+	last      int
 }
 
-// KPAState is what the KPA remembers between decisions.
-type KPAState struct {
-	Replicas int
-	// Samples are the observations within the stable window, oldest first.
-	Samples []KPASample
-	// PanicSince is when the panic mode was last (re)entered; zero when
-	// not panicking. MaxPanic is the highest count wanted while panicking.
-	PanicSince time.Time
-	MaxPanic   int
-	// LastActive is the last time a request was seen.
-	LastActive time.Time
+var nopLogger = zap.NewNop().Sugar()
+
+func newKPARevision(name string, cfg KPAConfig) (*kpaRevision, error) {
+	as, err := asconfig.NewConfigFromMap(map[string]string{})
+	if err != nil {
+		return nil, fmt.Errorf("kpa: knative's default config-autoscaler: %w", err)
+	}
+	d := deciderSpec(cfg, as)
+	panicWindow := time.Duration(float64(d.StableWindow) * as.PanicWindowPercentage / 100)
+	r := &kpaRevision{cfg: cfg, as: as, pods: &podCount{},
+		metrics: &kpaMetrics{stable: aggregation.NewTimedFloat64Buckets(d.StableWindow, asconfig.BucketSize),
+			panic: aggregation.NewTimedFloat64Buckets(panicWindow, asconfig.BucketSize)}}
+	// Created with no pod ready, as a new revision's is: a decider made
+	// with more starts in panic mode on the wall clock.
+	r.scaler = scaling.New(context.Background(), "sluice", name, r.metrics, r.pods, &d)
+	return r, nil
 }
 
-// KPADecision is a replica count and why.
-type KPADecision struct {
-	Replicas int
-	Panic    bool
-	Reason   string
+// deciderSpec is what Knative's MakeDecider (pkg/reconciler/autoscaling/
+// kpa/resources) makes of a concurrency-scaled, reachable revision with
+// cfg's containerConcurrency and window under config-autoscaler as: the
+// target is containerConcurrency (or the default 100) x the target
+// utilisation.
+func deciderSpec(cfg KPAConfig, as *autoscalerconfig.Config) scaling.DeciderSpec {
+	total := float64(cfg.ContainerConcurrency)
+	if total == 0 {
+		total = as.ContainerConcurrencyTargetDefault
+	}
+	window := as.StableWindow
+	if cfg.StableWindow > 0 {
+		window = cfg.StableWindow
+	}
+	return scaling.DeciderSpec{
+		MaxScaleUpRate: as.MaxScaleUpRate, MaxScaleDownRate: as.MaxScaleDownRate, ScalingMetric: autoscaling.Concurrency,
+		TargetValue: max(total*as.ContainerConcurrencyTargetFraction, autoscaling.TargetMin), TotalValue: total,
+		TargetBurstCapacity: as.TargetBurstCapacity, ActivatorCapacity: as.ActivatorCapacity,
+		PanicThreshold: as.PanicThresholdPercentage / 100, StableWindow: window, ScaleDownDelay: as.ScaleDownDelay,
+		InitialScale: as.InitialScale, Reachable: true,
+	}
 }
 
-// DecideKPA is Knative's KPA, after knative.dev/serving's
-// pkg/autoscaler/scaling: it sizes the revision by the average concurrency
-// of the stable window, or of the shorter panic window while that asks for
-// PanicThresholdPercentage of the ready replicas or more; in panic it
-// never scales down until a whole stable window passed below the
-// threshold. A decision moves at most MaxScaleUpRate x ready up and to
-// ready / MaxScaleDownRate down, within MinScale..MaxScale; the last
-// replica goes only ScaleToZeroGrace after the stable window emptied.
-// It is a pure function of (cfg, st, the concurrency observed now, the
-// ready replicas, now); it does not modify st.
-func DecideKPA(cfg KPAConfig, st KPAState, concurrency float64, ready int, now time.Time) (KPADecision, KPAState) {
-	next := st
-	next.Samples = append(append([]KPASample(nil), st.Samples...), KPASample{now, max(concurrency, 0)})
-	for len(next.Samples) > 0 && now.Sub(next.Samples[0].At) >= cfg.StableWindow {
-		next.Samples = next.Samples[1:]
+// decide records the concurrency observed now, runs Knative's decider,
+// then the reconciler's scale-to-zero grace and min/max scale.
+func (r *kpaRevision) decide(conc float64, ready int, now time.Time) (int, string) {
+	r.metrics.record(now, conc)
+	r.pods.ready = ready
+	res := r.scaler.Scale(nopLogger, now)
+	if !res.ScaleValid {
+		return r.last, "kpa: no metrics yet: hold"
 	}
-	if concurrency > 0 {
-		next.LastActive = now
-	}
-	panicWindow := time.Duration(float64(cfg.StableWindow) * cfg.PanicWindowPercentage / 100)
-	var stableSum, panicSum float64
-	var panicN int
-	for _, s := range next.Samples {
-		stableSum += s.Concurrency
-		if now.Sub(s.At) < panicWindow {
-			panicSum += s.Concurrency
-			panicN++
-		}
-	}
-	stableAvg := stableSum / float64(len(next.Samples))
-	panicAvg := panicSum / float64(max(panicN, 1))
-
-	readyPods := float64(max(ready, 1))
-	maxUp := int(math.Ceil(cfg.MaxScaleUpRate * readyPods))
-	maxDown := int(math.Floor(readyPods / cfg.MaxScaleDownRate))
-	clamp := func(n int) int { return min(max(n, maxDown), maxUp) }
-	stable := clamp(int(math.Ceil(stableAvg / cfg.Target)))
-	panicking := clamp(int(math.Ceil(panicAvg / cfg.Target)))
-	over := float64(panicking)/readyPods >= cfg.PanicThresholdPercentage/100
-
+	n := int(res.DesiredPodCount)
+	reason := fmt.Sprintf("kpa: %.1f in flight (stable), %.1f (panic)", r.metrics.stable.WindowAverage(now), r.metrics.panic.WindowAverage(now))
 	switch {
-	case over:
-		next.PanicSince = now
-	case !next.PanicSince.IsZero() && now.Sub(next.PanicSince) > cfg.StableWindow:
-		next.PanicSince, next.MaxPanic = time.Time{}, 0
+	case n > 0:
+		r.zeroSince = time.Time{}
+	case r.zeroSince.IsZero():
+		r.zeroSince = now
 	}
-	want, reason := stable, fmt.Sprintf("stable: %.1f in flight over %v / target %.3g", stableAvg, cfg.StableWindow, cfg.Target)
-	if !next.PanicSince.IsZero() {
-		next.MaxPanic = max(next.MaxPanic, panicking)
-		want = next.MaxPanic
-		reason = fmt.Sprintf("panic: %.1f in flight over %v / target %.3g, %d ready", panicAvg, panicWindow, cfg.Target, ready)
+	if n == 0 && r.last > 0 && now.Sub(r.zeroSince) < r.as.ScaleToZeroGracePeriod {
+		n, reason = 1, reason+"; keeping the last pod for the scale-to-zero grace"
 	}
-	if want == 0 && st.Replicas > 0 && now.Sub(next.LastActive) < cfg.StableWindow+cfg.ScaleToZeroGrace {
-		want, reason = 1, "no requests in the stable window: keeping the last replica for the scale-to-zero grace"
+	n = max(n, r.cfg.MinScale)
+	if r.cfg.MaxScale > 0 {
+		n = min(n, r.cfg.MaxScale)
 	}
-	if want < cfg.MinScale {
-		want, reason = cfg.MinScale, reason+fmt.Sprintf("; min-scale %d", cfg.MinScale)
-	}
-	if cfg.MaxScale > 0 && want > cfg.MaxScale {
-		want, reason = cfg.MaxScale, reason+fmt.Sprintf("; max-scale %d", cfg.MaxScale)
-	}
-	next.Replicas = want
-	return KPADecision{Replicas: want, Panic: !next.PanicSince.IsZero(), Reason: reason}, next
+	r.last = n
+	return n, reason
 }
+
+// kpaMetrics is the decider's metrics.MetricClient: the concurrency the
+// revision's activator and queue-proxies would report, averaged over the
+// stable and the panic windows as Knative's collector does (its own
+// bucketed averages, one-second buckets).
+type kpaMetrics struct {
+	stable, panic *aggregation.TimedFloat64Buckets
+}
+
+var _ metrics.MetricClient = (*kpaMetrics)(nil)
+
+func (m *kpaMetrics) record(now time.Time, conc float64) {
+	m.stable.Record(now, max(conc, 0))
+	m.panic.Record(now, max(conc, 0))
+}
+
+// StableAndPanicConcurrency implements metrics.MetricClient.
+func (m *kpaMetrics) StableAndPanicConcurrency(_ types.NamespacedName, now time.Time) (float64, float64, error) {
+	if m.stable.IsEmpty(now) {
+		return 0, 0, metrics.ErrNoData
+	}
+	return m.stable.WindowAverage(now), m.panic.WindowAverage(now), nil
+}
+
+// StableAndPanicRPS implements metrics.MetricClient; the revision scales
+// on concurrency.
+func (m *kpaMetrics) StableAndPanicRPS(types.NamespacedName, time.Time) (float64, float64, error) {
+	return 0, 0, metrics.ErrNoData
+}
+
+// podCount is the revision's ready pods, as its endpoints would count them.
+type podCount struct{ ready int }
+
+func (p *podCount) ReadyCount() (int, error)    { return p.ready, nil }
+func (p *podCount) NotReadyCount() (int, error) { return 0, nil }
+
+// kpaName keeps a job's name a valid revision name for the decider's
+// metric key; the key only has to be stable.
+func kpaName(job string) string { return "job-" + strconv.Quote(job) }

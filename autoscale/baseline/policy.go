@@ -81,8 +81,9 @@ func (p *policy) Forget(job string) {
 	delete(p.jobs, job)
 }
 
-// NewKPA is Knative's KPA (DecideKPA) sizing every job from the
-// concurrency conc observes of it. A job's min/max replicas are its
+// NewKPA is Knative's KPA (its own decider, knative.dev/serving's
+// pkg/autoscaler/scaling, with Knative's defaults) sizing every job from
+// the concurrency conc observes of it. A job's min/max replicas are its
 // min-scale and max-scale.
 func NewKPA(cfg KPAConfig, conc Metric) (autoscale.Policy, error) {
 	if err := cfg.Validate(); err != nil {
@@ -91,17 +92,22 @@ func NewKPA(cfg KPAConfig, conc Metric) (autoscale.Policy, error) {
 	return newPolicy(conc, func() scaler { return &kpaJob{cfg: cfg} }), nil
 }
 
-// kpaJob is one job's revision as the KPA sees it.
+// kpaJob is one job's revision, made on its first round.
 type kpaJob struct {
 	cfg KPAConfig
-	st  KPAState
+	rev *kpaRevision
 }
 
 func (k *kpaJob) decide(conc float64, j autoscale.RoundJob, now time.Time) (int, string) {
-	k.cfg.MinScale, k.cfg.MaxScale = j.Config.MinReplicas, j.Config.MaxReplicas
-	var d KPADecision
-	d, k.st = DecideKPA(k.cfg, k.st, conc, j.Inputs.Ready, now)
-	return d.Replicas, d.Reason
+	if k.rev == nil {
+		rev, err := newKPARevision(kpaName(j.Name), k.cfg)
+		if err != nil {
+			return j.State.Replicas, err.Error()
+		}
+		k.rev = rev
+	}
+	k.rev.cfg.MinScale, k.rev.cfg.MaxScale = j.Config.MinReplicas, j.Config.MaxReplicas
+	return k.rev.decide(conc, j.Inputs.Ready, now)
 }
 
 // NewKEDA is a KEDA ScaledObject on each job's queue lag (DecideKEDA),

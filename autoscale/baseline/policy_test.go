@@ -34,14 +34,16 @@ func baselineRunner(t *testing.T, p autoscale.Policy, b *backlog, maxReplicas in
 	return r, f
 }
 
-func TestKPAPolicyIgnoresSluiceAndFollowsConcurrency(t *testing.T) {
+// TestKPAPolicyFollowsConcurrency runs Knative's own decider through
+// the runner on scripted time.
+func TestKPAPolicyFollowsConcurrency(t *testing.T) {
 	b := &backlog{pending: 40}
 	conc := BacklogConcurrency(16)
 	if got := conc(autoscale.RoundJob{Inputs: autoscale.Inputs{Pending: 40}}); got != 16 {
 		t.Fatalf("concurrency of 40 pending at parallelism 16 = %v", got)
 	}
 	cfg := DefaultKPAConfig(4)
-	cfg.Target, cfg.StableWindow, cfg.ScaleToZeroGrace = 4, 6*time.Second, 2*time.Second
+	cfg.StableWindow = 6 * time.Second
 	p, err := NewKPA(cfg, conc)
 	if err != nil {
 		t.Fatal(err)
@@ -57,14 +59,22 @@ func TestKPAPolicyIgnoresSluiceAndFollowsConcurrency(t *testing.T) {
 	}
 	tick(10)
 	if f.n["j"] != 3 {
-		t.Errorf("16 in flight, target 4, max 3: %d replicas, want 3", f.n["j"])
+		t.Errorf("16 in flight, target 4 x 70%%, max 3: %d replicas, want 3", f.n["j"])
 	}
 	b.pending = 0
-	tick(7)
-	if f.n["j"] != 1 {
-		t.Errorf("idle for 7s: %d replicas, want 1 (grace)", f.n["j"])
+	tick(5)
+	if f.n["j"] != 3 {
+		t.Errorf("idle for 5s after a panic: %d replicas, want 3 (no scale-down in panic mode for a stable window)", f.n["j"])
 	}
 	tick(2)
+	if f.n["j"] != 1 {
+		t.Errorf("idle for 7s: %d replicas, want 1 (down at most 2x a decision)", f.n["j"])
+	}
+	tick(28)
+	if f.n["j"] != 1 {
+		t.Errorf("idle for 35s: %d replicas, want 1 (the scale-to-zero grace, 30s)", f.n["j"])
+	}
+	tick(3)
 	if f.n["j"] != 0 {
 		t.Errorf("idle for window + grace: %d replicas, want 0", f.n["j"])
 	}
