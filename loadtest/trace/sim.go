@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/autoscale/baseline"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -24,6 +25,14 @@ const (
 	// ticked every second on virtual time.
 	Sluice     Policy = "sluice"
 	SluiceFair Policy = "sluice-fair"
+	// KPA and KEDA: the same pool's replicas sized per task, alone, by
+	// the baselines platform teams run (package autoscale/baseline):
+	// Knative's own KPA decider fed the requests a push dispatcher keeps
+	// outstanding (the task's shard tasks left, at most its max replicas),
+	// and KEDA's queue-lag scaler with its HPA (lag: the shard tasks
+	// left). The pool's capacity still bounds what is granted.
+	KPA  Policy = "kpa"
+	KEDA Policy = "keda"
 )
 
 // JobResult is one task's outcome under a policy.
@@ -35,7 +44,9 @@ type JobResult struct {
 	JCT, Stall float64
 	// Wait is the part of JCT spent queued for GPUs (Model.QueueGPUs).
 	Wait float64
-	// GPUs held, and the core-seconds its preprocessing used.
+	// GPUs held, and the core-seconds reserved for its preprocessing:
+	// its replicas, starting ones included, x ReplicaCores x time (static:
+	// its data loader cores x time).
 	GPUs, CoreSeconds float64
 	Censored          bool
 }
@@ -57,8 +68,8 @@ type Summary struct {
 	Jobs int
 	// MeanJCT is the average completion time (s); GPUUtil the share of
 	// GPU-seconds held that trained (1 - stall share, GPU-weighted);
-	// StallS the trainers' total wait (s); CoreHours the CPU used for
-	// preprocessing.
+	// StallS the trainers' total wait (s); CoreHours the cores reserved
+	// for preprocessing (JobResult.CoreSeconds).
 	MeanJCT, GPUUtil, StallS, CoreHours float64
 }
 
@@ -124,12 +135,19 @@ func Simulate(ctx context.Context, tr Trace, tasks []Task, m Model, policy Polic
 			break
 		}
 		fallthrough
-	case Sluice, SluiceFair:
-		s := newSim(tr.Cluster, tasks, m, policy)
+	case Sluice, SluiceFair, KPA, KEDA:
+		s, err := newSim(tr.Cluster, tasks, m, policy)
+		if err != nil {
+			return Result{}, err
+		}
 		err = s.run(ctx)
 		res = s.result()
+		if err != nil {
+			res.Policy, res.Wall = policy, time.Since(start)
+			return res, err
+		}
 	default:
-		return Result{}, fmt.Errorf("policy %q: want static, sluice or sluice-fair", policy)
+		return Result{}, fmt.Errorf("policy %q: want static, sluice, sluice-fair, kpa or keda", policy)
 	}
 	res.Policy, res.Wall = policy, time.Since(start)
 	return res, err
@@ -222,7 +240,7 @@ type sim struct {
 	pol            autoscale.Policy // sizes the jobs each round (Sluice policies)
 }
 
-func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
+func newSim(cl Cluster, tasks []Task, m Model, policy Policy) (*sim, error) {
 	other := append([]Task(nil), cl.Other...)
 	sort.SliceStable(other, func(i, j int) bool { return other[i].Start < other[j].Start })
 	if m.QueueGPUs > 0 {
@@ -230,12 +248,33 @@ func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
 		cl.GPUs, other = float64(m.QueueGPUs), nil
 	}
 	s := &sim{cl: cl, m: m, policy: policy, tasks: tasks, other: other, nextTick: math.Inf(1), freeGPUs: cl.GPUs, share: 1}
-	s.pol = autoscale.SluicePolicy{Allocator: autoscale.AllocatorMarginal}
-	if policy == SluiceFair {
+	var err error
+	switch policy {
+	case SluiceFair:
 		s.pol = autoscale.SluicePolicy{Allocator: autoscale.AllocatorFair}
+	case KPA:
+		s.pol, err = baseline.NewKPA(baseline.DefaultKPAConfig(1), tasksInFlight)
+	case KEDA:
+		cfg := baseline.DefaultKEDAConfig()
+		cfg.Phase = simTime(0)
+		s.pol, err = baseline.NewKEDA(cfg, baseline.BacklogLag)
+	default:
+		s.pol = autoscale.SluicePolicy{Allocator: autoscale.AllocatorMarginal}
 	}
-	return s
+	return s, err
 }
+
+// tasksInFlight is the KPA's concurrency of a task: the requests a push
+// dispatcher keeps outstanding, one per shard task left, at most one per
+// replica it may have (containerConcurrency 1).
+func tasksInFlight(j autoscale.RoundJob) float64 {
+	return float64(min(j.Inputs.Pending+j.Inputs.InFlight, j.Config.MaxReplicas))
+}
+
+// baselinePolicy is whether the policy is a baseline's: it decides every
+// round (no settled jobs) and is not bounded by the pool it does not know
+// of, beyond what the pool grants.
+func (s *sim) baselinePolicy() bool { return s.policy == KPA || s.policy == KEDA }
 
 func (s *sim) config(t *Task) autoscale.Config {
 	cfg := autoscale.DefaultConfig()
@@ -564,14 +603,17 @@ func (s *sim) round() {
 	in := make([]autoscale.RoundJob, len(s.jobs))
 	for i, j := range s.jobs {
 		in[i] = autoscale.RoundJob{Name: j.t.Name, Config: j.cfg, State: j.st, Weight: 1, Appetite: j.bid.Appetite,
-			ZeroSince: j.zeroSince, Current: j.granted, Settled: j.settled >= 2, Bid: j.bid}
+			ZeroSince: j.zeroSince, Current: j.granted, Settled: j.settled >= 2 && !s.baselinePolicy(), Bid: j.bid}
 		if !in[i].Settled {
 			d := s.demand(j)
 			in[i].Inputs = autoscale.Inputs{Demand: &d, DemandAt: now, Pending: max(j.tasksLeft(), 0), Ready: j.ready}
 		}
 	}
 	res := s.pol.Round(in, s.capacity(), now)
-	unsettled := false
+	if s.baselinePolicy() {
+		s.grantPool(res)
+	}
+	unsettled := s.baselinePolicy() && len(s.jobs) > 0
 	for i, j := range s.jobs {
 		r := res[i]
 		if r.Decided {
@@ -590,6 +632,20 @@ func (s *sim) round() {
 	s.nextTick = math.Inf(1)
 	if unsettled {
 		s.nextTick = s.now + tick
+	}
+}
+
+// grantPool cuts a baseline's counts, which know of no pool, to the
+// pool's capacity: fairly (autoscale.Allocate) when they exceed it, as
+// pods the cluster cannot place stay pending.
+func (s *sim) grantPool(res []autoscale.RoundResult) {
+	claims := make(map[string]autoscale.Claim, len(res))
+	for _, r := range res {
+		claims[r.Name] = autoscale.Claim{Want: r.Decision.Replicas}
+	}
+	g := autoscale.Allocate(claims, s.capacity())
+	for i := range res {
+		res[i].Granted = g[res[i].Name]
 	}
 }
 
