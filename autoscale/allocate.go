@@ -58,28 +58,7 @@ func Allocate(claims map[string]Claim, capacity int) map[string]int {
 			open = append(open, name)
 		}
 	}
-	byNeed := append([]string(nil), open...)
-	sort.SliceStable(byNeed, func(i, j int) bool {
-		a, b := claims[byNeed[i]], claims[byNeed[j]]
-		return float64(a.Want)/a.weight() < float64(b.Want)/b.weight()
-	})
-	rest, weights := float64(left), 0.0
-	for _, name := range byNeed {
-		weights += claims[name].weight()
-	}
-	level := 0.0
-	for i, name := range byNeed {
-		c := claims[name]
-		level = rest / weights
-		if float64(c.Want)/c.weight() > level {
-			break
-		}
-		rest -= float64(c.Want)
-		weights -= c.weight()
-		if i == len(byNeed)-1 {
-			level = math.Inf(1)
-		}
-	}
+	level := fairLevel(claims, open, left)
 	var still []string
 	for _, name := range open {
 		c := claims[name]
@@ -110,4 +89,33 @@ func Allocate(claims map[string]Claim, capacity int) map[string]int {
 		}
 	}
 	return out
+}
+
+// fairLevel is the level at which the open claims share left: jobs are
+// satisfied in order of want per weight while the level that the rest
+// would share stays above their want (+Inf when every want fits).
+func fairLevel(claims map[string]Claim, open []string, left int) float64 {
+	byNeed := append([]string(nil), open...)
+	sort.SliceStable(byNeed, func(i, j int) bool {
+		a, b := claims[byNeed[i]], claims[byNeed[j]]
+		return float64(a.Want)/a.weight() < float64(b.Want)/b.weight()
+	})
+	rest, weights := float64(left), 0.0
+	for _, name := range byNeed {
+		weights += claims[name].weight()
+	}
+	level := 0.0
+	for i, name := range byNeed {
+		c := claims[name]
+		level = rest / weights
+		if float64(c.Want)/c.weight() > level {
+			break
+		}
+		rest -= float64(c.Want)
+		weights -= c.weight()
+		if i == len(byNeed)-1 {
+			level = math.Inf(1)
+		}
+	}
+	return level
 }

@@ -65,6 +65,18 @@
 // and the rounding's remainder one unit at a time to the job lowest per
 // weight (ties in name order).
 //
+// Round is one decision round over all jobs, as a pure function of the
+// jobs' configs, states and inputs, the capacity and the time: Decide per
+// job, the bids, the allocator's grants, each decision cut to its grant,
+// and the zero-since state the starvation rule reads. Runner.Tick and the
+// trace simulator (loadtest/trace) both run it, so the simulator predicts
+// what the controller decides; the caller chooses what the allocator
+// counts as a job's current replicas (the runner its ready ones, the
+// simulator its grant) and may reuse a settled job's bid (RoundJob.Settled).
+// Round is Sluice's Policy (SluicePolicy); a baseline (package
+// autoscale/baseline: Knative's KPA, KEDA's queue-lag scaler) is another,
+// given to the runner with UsePolicy to compare them on the same work.
+//
 // Runner is the thin loop around all three: it keeps the latest demand per
 // job and reader, and per job and agent (Observe, fed by a NATS
 // subscription in Run; Agents; a signal of a reader the job does not

@@ -95,7 +95,8 @@ type Runner struct {
 	events  *prometheus.CounterVec
 	refused *prometheus.CounterVec
 
-	tick sync.Mutex // serialises Tick
+	tick   sync.Mutex // serialises Tick
+	policy Policy     // sizes the jobs; r.tick guards it
 
 	mu      sync.Mutex
 	jobs    map[string]*managed
@@ -133,7 +134,7 @@ func NewRunner(nc *nats.Conn, act Actuator, cfg Config, logger *slog.Logger, reg
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Runner{
-		nc: nc, act: act, cfg: cfg, log: logger,
+		nc: nc, act: act, cfg: cfg, log: logger, policy: SluicePolicy{Allocator: cfg.Allocator},
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_autoscale_desired_replicas", Help: "Replicas the autoscaler decided for a job.",
 		}, []string{"job"}),
@@ -324,8 +325,7 @@ func (r *Runner) Decision(job string) (replicas int, reason string) {
 
 // Backlog is job's tasks pending and in flight as the last tick read them
 // (before its Scale calls); ok is false for a job the runner does not
-// manage. An actuator that sizes replicas by itself (local.KPAMode) reads
-// it.
+// manage.
 func (r *Runner) Backlog(job string) (pending, inflight int, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -343,80 +343,83 @@ func (r *Runner) Events() []ScaleEvent {
 	return append([]ScaleEvent(nil), r.history...)
 }
 
-// Tick runs one decision round: Decide per job, Allocate the cluster
-// capacity, Scale every job (changed or not) and record the changes.
+// Tick runs one decision round: the runner's policy (Round: Decide per
+// job, then the allocator's grants of the cluster capacity; or a
+// baseline's), then Scale every job (changed or not) and record the
+// changes.
 func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	r.tick.Lock()
 	defer r.tick.Unlock()
-
-	type round struct {
-		name  string
-		m     *managed
-		job   Job
-		cfg   Config
-		state State
-		in    Inputs
-		dec   Decision
-		next  State
-		// appetite is the job's kept appetite (NextAppetite).
-		appetite float64
+	jobs, removed := r.snapshot(now)
+	// Outside the lock: the backlog and the actuator may take their own.
+	in := make([]RoundJob, len(jobs))
+	for i, tj := range jobs {
+		if tj.m.job.Backlog != nil {
+			tj.Inputs.Pending, tj.Inputs.InFlight, tj.Inputs.Done = tj.m.job.Backlog.Backlog()
+		}
+		tj.Inputs.Ready = r.act.Ready(tj.Name)
+		tj.Current = tj.Inputs.Ready
+		in[i] = tj.RoundJob
 	}
+	res := r.policy.Round(in, r.cfg.Capacity(), now)
+	events := r.record(jobs, res, removed, now)
+	for _, e := range events {
+		r.log.Info("scaling", "job", e.Job, "replicas", e.Replicas, "reason", e.Reason)
+	}
+	r.scaleRemoved(ctx, removed)
+	r.scaleJobs(ctx, jobs, res)
+}
+
+// tickJob is a managed job as one Tick reads it.
+type tickJob struct {
+	RoundJob
+	m *managed
+}
+
+// snapshot reads every managed job's round inputs (its demand aggregated
+// at now), in name order, and the jobs removed since the last tick.
+func (r *Runner) snapshot(now time.Time) ([]*tickJob, []string) {
 	r.mu.Lock()
-	rounds := make([]*round, 0, len(r.jobs))
+	defer r.mu.Unlock()
+	jobs := make([]*tickJob, 0, len(r.jobs))
 	for name, m := range r.jobs {
-		rd := &round{name: name, m: m, job: m.job, cfg: m.cfg, state: m.state, appetite: m.appetite}
-		rd.in.Demand, rd.in.DemandAt = Aggregate(r.demand[name], m.job.Readers, now, m.cfg.DemandStale)
-		rounds = append(rounds, rd)
+		tj := &tickJob{m: m, RoundJob: RoundJob{Name: name, Config: m.cfg, State: m.state, Weight: m.job.Weight,
+			Appetite: m.appetite, ZeroSince: m.zeroSince}}
+		tj.Inputs.Demand, tj.Inputs.DemandAt = Aggregate(r.demand[name], m.job.Readers, now, m.cfg.DemandStale)
+		jobs = append(jobs, tj)
 	}
 	var removed []string
 	for name := range r.removed {
 		removed = append(removed, name)
 	}
-	r.mu.Unlock()
-	sort.Slice(rounds, func(i, j int) bool { return rounds[i].name < rounds[j].name })
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].Name < jobs[j].Name })
 	sort.Strings(removed)
+	return jobs, removed
+}
 
-	// Outside the lock: the backlog and the actuator may take their own.
-	bids := make(map[string]Bid, len(rounds))
-	for _, rd := range rounds {
-		if rd.job.Backlog != nil {
-			rd.in.Pending, rd.in.InFlight, rd.in.Done = rd.job.Backlog.Backlog()
-		}
-		rd.in.Ready = r.act.Ready(rd.name)
-		rd.dec, rd.next = Decide(rd.cfg, rd.state, rd.in, now)
-		bids[rd.name] = bidFor(rd.cfg, rd.dec, rd.next, rd.in, rd.job.Weight, rd.appetite, rd.m.zeroSince, now)
-	}
-	capacity := r.cfg.Capacity()
-	granted := r.allocate(bids, capacity)
-
+// record keeps each job's round result (unless it was removed or re-added
+// meanwhile), counts and returns the changes, removed jobs' included.
+func (r *Runner) record(jobs []*tickJob, res []RoundResult, removed []string, now time.Time) []ScaleEvent {
 	var events []ScaleEvent
 	r.mu.Lock()
-	for _, rd := range rounds {
-		if g := granted[rd.name]; g < rd.dec.Replicas {
-			rd.dec.Reason += fmt.Sprintf("; %d granted of cluster capacity %d", g, capacity)
-			rd.dec.Replicas = g
-			rd.next.Replicas = g
-		}
-		if r.jobs[rd.name] != rd.m {
+	defer r.mu.Unlock()
+	for i, tj := range jobs {
+		rs := res[i]
+		if r.jobs[tj.Name] != tj.m {
 			continue // removed (or re-added) during the round
 		}
-		switch {
-		case bids[rd.name].Want == 0 || rd.dec.Replicas > 0:
-			rd.m.zeroSince = time.Time{}
-		case rd.m.zeroSince.IsZero():
-			rd.m.zeroSince = now
-		}
-		rd.m.state, rd.m.reason = rd.next, rd.dec.Reason
-		rd.m.appetite = bids[rd.name].Appetite
-		rd.m.pending, rd.m.inflight = rd.in.Pending, rd.in.InFlight
-		r.desired.WithLabelValues(rd.name).Set(float64(rd.dec.Replicas))
-		if rd.dec.Replicas != rd.state.Replicas {
-			events = append(events, ScaleEvent{now, rd.name, rd.dec.Replicas, rd.dec.Reason})
+		tj.m.zeroSince = rs.ZeroSince
+		tj.m.state, tj.m.reason = rs.Next, rs.Decision.Reason
+		tj.m.appetite = rs.Bid.Appetite
+		tj.m.pending, tj.m.inflight = tj.Inputs.Pending, tj.Inputs.InFlight
+		r.desired.WithLabelValues(tj.Name).Set(float64(rs.Decision.Replicas))
+		if rs.Decision.Replicas != tj.State.Replicas {
+			events = append(events, ScaleEvent{now, tj.Name, rs.Decision.Replicas, rs.Decision.Reason})
 			dir := "up"
-			if rd.dec.Replicas < rd.state.Replicas {
+			if rs.Decision.Replicas < tj.State.Replicas {
 				dir = "down"
 			}
-			r.events.WithLabelValues(rd.name, dir).Inc()
+			r.events.WithLabelValues(tj.Name, dir).Inc()
 		}
 	}
 	for _, name := range removed {
@@ -427,16 +430,16 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 	if over := len(r.history) - maxEvents; over > 0 {
 		r.history = append([]ScaleEvent(nil), r.history[over:]...)
 	}
-	r.mu.Unlock()
+	return events
+}
 
-	for _, e := range events {
-		r.log.Info("scaling", "job", e.Job, "replicas", e.Replicas, "reason", e.Reason)
-	}
+// scaleRemoved scales the removed jobs to zero, ends them in a
+// JobLifecycle actuator and in the policy, and deletes their series.
+// They go first, so that the replicas over all jobs never exceed the
+// capacity between two Scale calls: a replica moves from one job to
+// another by a stop, then a start.
+func (r *Runner) scaleRemoved(ctx context.Context, removed []string) {
 	lc, _ := r.act.(JobLifecycle)
-	// Removed jobs, then the jobs that shrink, before the others, so
-	// that the replicas over all jobs never exceed the capacity between
-	// two Scale calls: a replica moves from one job to another by a stop,
-	// then a start.
 	for _, name := range removed {
 		if err := r.act.Scale(ctx, name, 0); err != nil {
 			r.log.Warn("scaling a removed job to zero", "job", name, "err", err)
@@ -448,27 +451,38 @@ func (r *Runner) Tick(ctx context.Context, now time.Time) {
 		}
 		r.mu.Lock()
 		if _, back := r.jobs[name]; !back {
+			r.policy.Forget(name)
 			r.desired.DeleteLabelValues(name)
 			r.events.DeletePartialMatch(prometheus.Labels{"job": name})
 		}
 		r.mu.Unlock()
 	}
-	slices.SortStableFunc(rounds, func(a, b *round) int {
-		return cmp.Compare(b2i(a.dec.Replicas >= a.state.Replicas), b2i(b.dec.Replicas >= b.state.Replicas))
-	})
-	for _, rd := range rounds {
-		if lc != nil && !rd.m.started {
-			b := JobBounds{MinReplicas: rd.cfg.MinReplicas, MaxReplicas: rd.cfg.MaxReplicas}
-			if err := lc.StartJob(ctx, rd.name, b); err != nil {
-				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", rd.name, "err", err)
+}
+
+// scaleJobs calls Scale for every job, those that shrink first (see
+// scaleRemoved), starting a job in a JobLifecycle actuator first.
+func (r *Runner) scaleJobs(ctx context.Context, jobs []*tickJob, res []RoundResult) {
+	lc, _ := r.act.(JobLifecycle)
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	grows := func(i int) int { return b2i(res[i].Decision.Replicas >= jobs[i].State.Replicas) }
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(grows(a), grows(b)) })
+	for _, i := range order {
+		tj, n := jobs[i], res[i].Decision.Replicas
+		if lc != nil && !tj.m.started {
+			b := JobBounds{MinReplicas: tj.Config.MinReplicas, MaxReplicas: tj.Config.MaxReplicas}
+			if err := lc.StartJob(ctx, tj.Name, b); err != nil {
+				r.log.Warn("starting a job in the actuator failed; retrying on the next tick", "job", tj.Name, "err", err)
 			} else {
 				r.mu.Lock()
-				rd.m.started = true
+				tj.m.started = true
 				r.mu.Unlock()
 			}
 		}
-		if err := r.act.Scale(ctx, rd.name, rd.dec.Replicas); err != nil {
-			r.log.Warn("scaling failed; retrying on the next tick", "job", rd.name, "replicas", rd.dec.Replicas, "err", err)
+		if err := r.act.Scale(ctx, tj.Name, n); err != nil {
+			r.log.Warn("scaling failed; retrying on the next tick", "job", tj.Name, "replicas", n, "err", err)
 		}
 	}
 }
@@ -480,30 +494,13 @@ func b2i(b bool) int {
 	return 0
 }
 
-// allocate shares capacity with the configured allocator.
-func (r *Runner) allocate(bids map[string]Bid, capacity int) map[string]int {
-	if r.cfg.Allocator == AllocatorFair {
-		claims := make(map[string]Claim, len(bids))
-		for name, b := range bids {
-			claims[name] = b.Claim
-		}
-		return Allocate(claims, capacity)
-	}
-	return AllocateMarginal(bids, capacity, DefaultMarginalOptions())
-}
-
-// bidFor is what a job's decision brings to the allocator: its want, the
-// rate its policy learned and its trainer's appetite (NextAppetite: from a
-// fresh signal, else the one kept).
-func bidFor(cfg Config, dec Decision, next State, in Inputs, weight, appetite float64, zeroSince, now time.Time) Bid {
-	b := Bid{Claim: Claim{Want: dec.Replicas, Weight: weight}, PerReplica: next.PerReplica, Current: in.Ready, Appetite: appetite}
-	if d := in.Demand; d != nil && !in.DemandAt.IsZero() && now.Sub(in.DemandAt) <= cfg.DemandStale {
-		b.Appetite = NextAppetite(appetite, *d)
-	}
-	if !zeroSince.IsZero() {
-		b.Starved = now.Sub(zeroSince)
-	}
-	return b
+// UsePolicy makes p size the jobs from the next Tick on, in place of
+// Sluice's (SluicePolicy with the config's allocator): a baseline to
+// compare it with (package autoscale/baseline).
+func (r *Runner) UsePolicy(p Policy) {
+	r.tick.Lock()
+	defer r.tick.Unlock()
+	r.policy = p
 }
 
 // Listen subscribes to every job's demand signals (wire.DemandSubjects)

@@ -24,11 +24,7 @@
 // serving and starts or stops (newest first) the difference, so calling it
 // again with the same count replaces replicas that died or were killed.
 //
-// KPAMode and KEDAMode are the other ways to size replicas here: Knative's
-// KPA emulated (DecideKPA, a pure function of the concurrency it observes
-// and scripted time: stable and panic windows, rate limits, scale-to-zero
-// grace) and KEDA's queue-lag scaler with its HPA (DecideKEDA), so that
-// one machine can compare "Sluice decides" with "Knative decides alone" or
-// "KEDA decides" on the same work. One runner (emulated.go) drives both;
-// each mode adds only its policy's step.
+// The baselines that size replicas in place of Sluice's policy (Knative's
+// KPA, KEDA) are policies of the runner (package autoscale/baseline), not
+// actuators: the replicas they decide run here as Sluice's do.
 package local

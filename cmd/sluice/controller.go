@@ -3,14 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
 	"github.com/sluice-project/sluice/broker"
@@ -39,71 +41,25 @@ func autoscaleConfig(allocator string) autoscale.Config {
 const replicaStopTimeout = 30 * time.Second
 
 func runController(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("controller", stderr)
-	host, _ := os.Hostname()
-	id := fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this controller's name in job leases; unique among controllers")
-	actuator := fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine) or knative (pods of a Knative Service, see deploy/knative)")
-	maxReplicas := fs.Int("max-replicas", controller.DefaultMaxReplicas, "replicas over all jobs (the capacity jobs share), and a job's cap when its spec sets none")
-	replicaCPUs := fs.Int("replica-cpus", 1, "cores (GOMAXPROCS) of one replica")
-	concurrency := fs.Int("replica-concurrency", 1, "shards one replica processes at once")
-	leaseTTL := fs.Duration("lease-ttl", controller.DefaultLeaseTTL, "how long a job's lease lives unrenewed: a standby takes a dead controller's jobs after at most this")
-	tick := fs.Duration("tick", controller.DefaultTick, "how often the autoscaler decides and job dispatch plans (where changed) and statuses are written")
-	ackWait := fs.Duration("task-ack-wait", streams.DispatchAckWait, "how long a task a dead agent held waits before it is redelivered to another agent of the job (the job's task consumer's ack wait)")
-	listen := fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)")
-	logLevel := fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
-	kn := registerKnativeFlags(fs)
-	localScaling := fs.String("local-scaling", "sluice", "with --actuator local: who sizes replicas: sluice (its demand-driven policy), kpa (Knative's KPA emulated alone, from the requests a push dispatcher with a fixed parallelism would keep outstanding) or keda (a KEDA ScaledObject on the job's queue lag and its HPA, emulated): the baselines to compare with")
-	kpaWindow := fs.Duration("kpa-window", 60*time.Second, "with --local-scaling kpa: the KPA's stable window (Knative's window annotation)")
-	kedaCfg := local.DefaultKEDAConfig()
-	fs.DurationVar(&kedaCfg.PollingInterval, "keda-polling-interval", kedaCfg.PollingInterval, "with --local-scaling keda: KEDA's pollingInterval (activation and deactivation)")
-	fs.DurationVar(&kedaCfg.HPASyncPeriod, "keda-hpa-sync", kedaCfg.HPASyncPeriod, "with --local-scaling keda: how often the HPA resizes an active job")
-	fs.Float64Var(&kedaCfg.LagThreshold, "keda-lag-threshold", kedaCfg.LagThreshold, "with --local-scaling keda: the queue lag (tasks pending and in flight) one replica is sized for")
-	fs.DurationVar(&kedaCfg.CooldownPeriod, "keda-cooldown", kedaCfg.CooldownPeriod, "with --local-scaling keda: KEDA's cooldownPeriod before a job without lag goes to its min replicas")
-	fs.DurationVar(&kedaCfg.ScaleDownStabilization, "keda-scale-down-window", kedaCfg.ScaleDownStabilization, "with --local-scaling keda: the HPA's scale-down stabilization window")
-	connFlags := connect.Register(fs, connect.PartAll)
-	cacheFlags := registerCacheFlags(fs, " of the replicas this controller starts")
-	fnTokenFlag := bearer.Function.Register(fs, "with --actuator local: the token the replicas require of every task (given them through their environment); the agents must send it")
-	vocabDir := fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab files from (fn serve --vocab-dir); empty: builtin only")
-	allocator := fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice controller [flags]\n\nRuns every active job of the job store: its replicas (autoscaled), its dispatch plan\n"+
-			"(the replicas its agents send tasks to, and how many at once) and its status. Several\n"+
-			"controllers may run: each job is owned by one (a lease), and a standby takes the jobs of one\n"+
-			"that died. SIGTERM hands the jobs over at once. With --listen it prints\n"+
-			"%q on stdout once it has read the job store.\n\n", ready.Prefix+"http://ADDR")
-		fs.PrintDefaults()
-	}
+	return runControllerWith(ctx, "controller", args, stdout, stderr, nil)
+}
+
+// runControllerWith is `sluice controller`; baselines, when not nil, adds
+// the load test's flags that let a baseline size the replicas in place
+// of Sluice's policy (`sluice loadtest controller`).
+func runControllerWith(ctx context.Context, name string, args []string, stdout, stderr io.Writer, baselines *baselineFlags) error {
+	fs := newFlagSet(name, stderr)
+	f := registerControllerFlags(fs)
+	baselines.register(fs)
+	fs.Usage = controllerUsage(fs, name, stderr)
 	var conn connect.Config
 	var cache shardcache.Config
 	var fnToken bearer.Token
-	if err := parse(fs, args,
-		loadToken(fnTokenFlag, &fnToken),
-		oneOf("actuator", actuator, actuators...),
-		oneOf("local-scaling", localScaling, "sluice", "kpa", "keda"),
-		kedaCfg.Validate,
-		oneOf("allocator", allocator, autoscale.AllocatorMarginal, autoscale.AllocatorFair),
-		durationRange("kpa-window", kpaWindow, 6*time.Second, time.Hour),
-		intRange("max-replicas", maxReplicas, 1, 10000),
-		intRange("replica-cpus", replicaCPUs, 1, 1024),
-		intRange("replica-concurrency", concurrency, 1, 256),
-		durationRange("lease-ttl", leaseTTL, 100*time.Millisecond, time.Hour),
-		durationRange("tick", tick, 10*time.Millisecond, time.Minute),
-		durationRange("task-ack-wait", ackWait, 100*time.Millisecond, time.Hour),
-		oneOf("log-level", logLevel, logLevels...),
-		func() error {
-			if *id == "" {
-				return errors.New("--id: want a name")
-			}
-			return nil
-		},
-		cacheFlags.resolve(&cache),
-		resolve(connFlags, &conn),
-	); err != nil {
+	if err := parse(fs, args, append(f.checks(&conn, &cache, &fnToken), baselines.checks()...)...); err != nil {
 		return err
 	}
-	logger := newLogger(stderr, *logLevel).With("component", "controller")
-
-	nc, js, err := connectAs(ctx, conn, natsperm.Controller(), "sluice-controller "+*id, logger)
+	logger, listen := newLogger(stderr, *f.logLevel).With("component", "controller"), f.listen
+	nc, js, err := connectAs(ctx, conn, natsperm.Controller(), "sluice-controller "+*f.id, logger)
 	if err != nil {
 		return err
 	}
@@ -111,89 +67,26 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	ops := newOpsServer()
 	reg := ops.Registry
 
-	var act controller.Actuator
-	var dispatch controller.ReadyReplicas
-	// The KPA emulation reads each job's backlog from the controller's
-	// autoscaler, which exists only once the controller does.
-	var runner atomic.Pointer[autoscale.Runner]
-	switch *actuator {
-	case "knative":
-		ka, err := kn.actuator(ctx, *concurrency, *maxReplicas, logger.With("component", "actuator"), reg)
-		if err != nil {
-			return err
-		}
-		kctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); ka.Run(kctx) }()
-		defer func() { stop(); <-done }()
-		// The jobs' in-flight budgets are the replicas requested: requests
-		// wait in the activator through a cold start, and make the KPA
-		// scale. The Service's one URL stands for all its pods
-		// (SharedEndpoint).
-		act, dispatch = ka, ka.Requested()
-	default:
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("finding this binary to run replicas: %w", err)
-		}
-		// Replicas are this binary's `fn serve`, with this controller's
-		// connection settings (secrets through the environment).
-		ropts := local.FnServe([]string{exe, "fn", "serve"}, *replicaCPUs, *concurrency, conn).WithCache(cache).WithToken(fnToken).WithVocabDir(*vocabDir)
-		ropts.StopTimeout = replicaStopTimeout
-		la := local.New(ropts, logger.With("component", "actuator"), reg)
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
-			defer cancel()
-			if err := la.Close(cctx); err != nil {
-				logger.Warn("stopping replicas", "err", err)
-			}
-		}()
-		act = la
-		if *localScaling == "kpa" {
-			cfg := local.DefaultKPAConfig(*concurrency)
-			cfg.StableWindow, cfg.MaxScale = *kpaWindow, *maxReplicas
-			kpa, err := local.NewKPAMode(la, cfg, local.BacklogConcurrency{
-				Parallelism: *maxReplicas * *concurrency,
-				Backlog: func(job string) (int, int, bool) {
-					if r := runner.Load(); r != nil {
-						return r.Backlog(job)
-					}
-					return 0, 0, false
-				},
-			}, logger.With("component", "kpa"))
-			if err != nil {
-				return err
-			}
-			act = kpa
-		}
-		if *localScaling == "keda" {
-			kedaCfg.MaxReplicaCount = *maxReplicas
-			keda, err := local.NewKEDAMode(la, kedaCfg, local.BacklogLag{
-				Backlog: func(job string) (int, int, bool) {
-					if r := runner.Load(); r != nil {
-						return r.Backlog(job)
-					}
-					return 0, 0, false
-				},
-			}, logger.With("component", "keda"))
-			if err != nil {
-				return err
-			}
-			act = keda
-		}
+	act, dispatch, stopAct, err := f.actuatorFor(ctx, conn, cache, fnToken, logger, reg)
+	if err != nil {
+		return err
 	}
-
+	defer stopAct()
 	c, err := controller.New(controller.Options{
-		ID: *id, NC: nc, JS: js, Streams: conn.Streams(),
+		ID: *f.id, NC: nc, JS: js, Streams: conn.Streams(),
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
-		Actuator: act, Dispatch: dispatch, LeaseTTL: *leaseTTL, Tick: *tick, TaskAckWait: *ackWait,
-		MaxReplicas: *maxReplicas, ReplicaConcurrency: *concurrency,
-		Autoscale: autoscaleConfig(*allocator),
+		Actuator: act, Dispatch: dispatch, LeaseTTL: *f.leaseTTL, Tick: *f.tick, TaskAckWait: *f.ackWait,
+		MaxReplicas: *f.maxReplicas, ReplicaConcurrency: *f.concurrency,
+		Autoscale: autoscaleConfig(*f.allocator),
 	}, logger, reg)
 	if err != nil {
 		return err
 	}
-	runner.Store(c.Runner())
+	if *f.actuator == "local" {
+		if err := baselines.use(c.Runner(), *f.concurrency, *f.maxReplicas); err != nil {
+			return err
+		}
+	}
 
 	if *listen != "" {
 		ln, err := net.Listen("tcp", *listen)
@@ -219,4 +112,111 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 		logger.Info("serving", "addr", ln.Addr().String())
 	}
 	return c.Run(ctx)
+}
+
+// controllerFlags are `sluice controller`'s settings.
+type controllerFlags struct {
+	id, actuator, listen, logLevel, vocabDir, allocator *string
+	maxReplicas, replicaCPUs, concurrency               *int
+	leaseTTL, tick, ackWait                             *time.Duration
+	kn                                                  knativeFlags
+	conn                                                *connect.Flags
+	cache                                               cacheFlags
+	fnToken                                             *bearer.Flag
+}
+
+func registerControllerFlags(fs *flag.FlagSet) *controllerFlags {
+	host, _ := os.Hostname()
+	return &controllerFlags{
+		id:          fs.String("id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this controller's name in job leases; unique among controllers"),
+		actuator:    fs.String("actuator", "local", "how replicas run: local (sluice fn serve processes on this machine) or knative (pods of a Knative Service, see deploy/knative)"),
+		maxReplicas: fs.Int("max-replicas", controller.DefaultMaxReplicas, "replicas over all jobs (the capacity jobs share), and a job's cap when its spec sets none"),
+		replicaCPUs: fs.Int("replica-cpus", 1, "cores (GOMAXPROCS) of one replica"),
+		concurrency: fs.Int("replica-concurrency", 1, "shards one replica processes at once"),
+		leaseTTL:    fs.Duration("lease-ttl", controller.DefaultLeaseTTL, "how long a job's lease lives unrenewed: a standby takes a dead controller's jobs after at most this"),
+		tick:        fs.Duration("tick", controller.DefaultTick, "how often the autoscaler decides and job dispatch plans (where changed) and statuses are written"),
+		ackWait:     fs.Duration("task-ack-wait", streams.DispatchAckWait, "how long a task a dead agent held waits before it is redelivered to another agent of the job (the job's task consumer's ack wait)"),
+		listen:      fs.String("listen", "", "address for /metrics, /healthz and /readyz (empty: none)"),
+		logLevel:    fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels)),
+		kn:          registerKnativeFlags(fs),
+		conn:        connect.Register(fs, connect.PartAll),
+		cache:       registerCacheFlags(fs, " of the replicas this controller starts"),
+		fnToken:     bearer.Function.Register(fs, "with --actuator local: the token the replicas require of every task (given them through their environment); the agents must send it"),
+		vocabDir:    fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab files from (fn serve --vocab-dir); empty: builtin only"),
+		allocator:   fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)"),
+	}
+}
+
+// checks are the flags' checks; they resolve the connection, cache and
+// token settings into conn, cache and fnToken.
+func (f *controllerFlags) checks(conn *connect.Config, cache *shardcache.Config, fnToken *bearer.Token) []func() error {
+	return []func() error{
+		loadToken(f.fnToken, fnToken),
+		oneOf("actuator", f.actuator, actuators...),
+		oneOf("allocator", f.allocator, autoscale.AllocatorMarginal, autoscale.AllocatorFair),
+		intRange("max-replicas", f.maxReplicas, 1, 10000),
+		intRange("replica-cpus", f.replicaCPUs, 1, 1024),
+		intRange("replica-concurrency", f.concurrency, 1, 256),
+		durationRange("lease-ttl", f.leaseTTL, 100*time.Millisecond, time.Hour),
+		durationRange("tick", f.tick, 10*time.Millisecond, time.Minute),
+		durationRange("task-ack-wait", f.ackWait, 100*time.Millisecond, time.Hour),
+		oneOf("log-level", f.logLevel, logLevels...),
+		func() error {
+			if *f.id == "" {
+				return errors.New("--id: want a name")
+			}
+			return nil
+		},
+		f.cache.resolve(cache),
+		resolve(f.conn, conn),
+	}
+}
+
+// actuatorFor starts the actuator --actuator names and the replicas'
+// ready count the jobs' dispatch reads (nil: the actuator's); stop ends
+// it.
+func (f *controllerFlags) actuatorFor(ctx context.Context, conn connect.Config, cache shardcache.Config, fnToken bearer.Token,
+	logger *slog.Logger, reg prometheus.Registerer) (controller.Actuator, controller.ReadyReplicas, func(), error) {
+	if *f.actuator == "knative" {
+		ka, err := f.kn.actuator(ctx, *f.concurrency, *f.maxReplicas, logger.With("component", "actuator"), reg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		kctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); ka.Run(kctx) }()
+		// The jobs' in-flight budgets are the replicas requested: requests
+		// wait in the activator through a cold start, and make the KPA
+		// scale. The Service's one URL stands for all its pods
+		// (SharedEndpoint).
+		return ka, ka.Requested(), func() { stop(); <-done }, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("finding this binary to run replicas: %w", err)
+	}
+	// Replicas are this binary's `fn serve`, with this controller's
+	// connection settings (secrets through the environment).
+	ropts := local.FnServe([]string{exe, "fn", "serve"}, *f.replicaCPUs, *f.concurrency, conn).WithCache(cache).WithToken(fnToken).WithVocabDir(*f.vocabDir)
+	ropts.StopTimeout = replicaStopTimeout
+	la := local.New(ropts, logger.With("component", "actuator"), reg)
+	return la, nil, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), replicaStopTimeout+5*time.Second)
+		defer cancel()
+		if err := la.Close(cctx); err != nil {
+			logger.Warn("stopping replicas", "err", err)
+		}
+	}, nil
+}
+
+// controllerUsage prints the command's usage and flags.
+func controllerUsage(fs *flag.FlagSet, name string, stderr io.Writer) func() {
+	return func() {
+		fmt.Fprintf(stderr, "Usage: sluice %s [flags]\n\nRuns every active job of the job store: its replicas (autoscaled), its dispatch plan\n"+
+			"(the replicas its agents send tasks to, and how many at once) and its status. Several\n"+
+			"controllers may run: each job is owned by one (a lease), and a standby takes the jobs of one\n"+
+			"that died. SIGTERM hands the jobs over at once. With --listen it prints\n"+
+			"%q on stdout once it has read the job store.\n\n", name, ready.Prefix+"http://ADDR")
+		fs.PrintDefaults()
+	}
 }

@@ -95,15 +95,15 @@ func TestIntegrationControllerWithKnativeActuator(t *testing.T) {
 	t.Logf("peak ready pods %d, revisions %d", peak, fk.Revisions())
 }
 
-// TestControllerRunsAJobWithTheKPAEmulation: with --local-scaling kpa the
-// emulated KPA alone sizes the local replicas; the job still succeeds and
+// TestControllerRunsAJobWithTheKPAEmulation: with `sluice loadtest
+// controller --local-scaling kpa` the KPA alone sizes the local replicas; the job still succeeds and
 // its replicas go away when it ends.
 func TestControllerRunsAJobWithTheKPAEmulation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
 	e := newControllerEnv(t, 24, 6)
-	startControllerProcess(t, e, "kpa", "--local-scaling", "kpa", "--kpa-window", "6s")
+	startControllerCommand(t, e, []string{"loadtest", "controller"}, "kpa", "--local-scaling", "kpa", "--kpa-window", "6s")
 	if _, err := e.b.Submit(context.Background(), wire.JobSpec{ID: "kpa", Dataset: "s3://data/ds/",
 		Pipeline: "imagenet-eval", BatchSize: 4, Epochs: 2, Seed: 3}); err != nil {
 		t.Fatal(err)

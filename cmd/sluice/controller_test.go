@@ -64,9 +64,16 @@ func newControllerEnv(t *testing.T, samples, shards int) controllerEnv {
 // mark is set in its environment, which its replicas inherit.
 func startControllerProcess(t *testing.T, e controllerEnv, mark string, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
-	args := append([]string{"controller", "--id", "ctl-" + mark, "--nats", e.natsURL, "--s3-endpoint", e.s3Endpoint,
+	return startControllerCommand(t, e, []string{"controller"}, mark, extra...)
+}
+
+// startControllerCommand is startControllerProcess running the
+// subcommand named by command (`loadtest controller`).
+func startControllerCommand(t *testing.T, e controllerEnv, command []string, mark string, extra ...string) (*exec.Cmd, string) {
+	t.Helper()
+	args := append(append(append([]string{}, command...), "--id", "ctl-"+mark, "--nats", e.natsURL, "--s3-endpoint", e.s3Endpoint,
 		"--listen", "127.0.0.1:0", "--lease-ttl", "2s", "--tick", "200ms", "--task-ack-wait", "2s",
-		"--max-replicas", "2", "--log-level", "warn"}, extra...)
+		"--max-replicas", "2", "--log-level", "warn"), extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), replicaEnv+"=1", "SLUICE_TEST_MARK="+mark), testenv.S3Env()...)
 	cmd.Stderr = os.Stderr
@@ -383,7 +390,21 @@ func (r *agentReader) wait() (map[string]int, error) {
 }
 
 func TestControllerFlagErrorsNameTheFlag(t *testing.T) {
-	code, _, stderr := runCLI(t, "controller", "--actuator", "nomad", "--lease-ttl", "1ms", "--max-replicas", "0", "--local-scaling", "hpa")
+	code, _, stderr := runCLI(t, "controller", "--actuator", "nomad", "--lease-ttl", "1ms", "--max-replicas", "0")
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	for _, w := range []string{`--actuator "nomad": want one of local, knative`, "--lease-ttl 1ms: want 100ms..1h0m0s", "--max-replicas 0: want 1..10000"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr %q lacks %q", stderr, w)
+		}
+	}
+}
+
+// TestLoadtestControllerFlagErrorsNameTheFlag: the baselines' flags are
+// the load test's controller's; the production controller has none.
+func TestLoadtestControllerFlagErrorsNameTheFlag(t *testing.T) {
+	code, _, stderr := runCLI(t, "loadtest", "controller", "--actuator", "nomad", "--lease-ttl", "1ms", "--max-replicas", "0", "--local-scaling", "hpa")
 	if code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
@@ -391,5 +412,14 @@ func TestControllerFlagErrorsNameTheFlag(t *testing.T) {
 		if !strings.Contains(stderr, w) {
 			t.Errorf("stderr %q lacks %q", stderr, w)
 		}
+	}
+	for _, flag := range []string{"--local-scaling", "--kpa-window", "--keda-polling-interval"} {
+		code, _, stderr := runCLI(t, "controller", flag, "1s")
+		if code != 2 || !strings.Contains(stderr, "flag provided but not defined") {
+			t.Errorf("controller %s: exit %d, %q; want it undefined", flag, code, stderr)
+		}
+	}
+	if _, stdout, _ := runCLI(t, "--help"); strings.Contains(stdout, "loadtest controller") {
+		t.Errorf("the usage lists the hidden loadtest controller: %q", stdout)
 	}
 }

@@ -78,31 +78,9 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	}); err != nil {
 		return err
 	}
-	var rep sweep.Report
-	if *from != "" {
-		data, err := os.ReadFile(*from)
-		if err != nil {
-			return fmt.Errorf("reading the report: %w", err)
-		}
-		if err := json.Unmarshal(data, &rep); err != nil {
-			return fmt.Errorf("decoding %s: %w", *from, err)
-		}
-	} else {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("finding this binary to run the processes: %w", err)
-		}
-		o.Command = []string{exe}
-		if err := o.Validate(); err != nil {
-			return err
-		}
-		logger := newLogger(stderr, *logLevel).With("component", "loadtest")
-		began := time.Now()
-		if rep, err = sweep.Run(ctx, o, logger, func(line string) {
-			fmt.Fprintf(stderr, "%5.0fs %s\n", time.Since(began).Seconds(), line)
-		}); err != nil {
-			return err
-		}
+	rep, err := sweepReport(ctx, *from, o, *logLevel, stderr)
+	if err != nil {
+		return err
 	}
 	if *out != "" {
 		if err := writeSweepReport(*out, rep); err != nil {
@@ -114,6 +92,35 @@ func runLoadtestSweep(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	rep.Print(stdout)
 	return nil
+}
+
+// sweepReport reads the report from the file from, or makes the runs of o
+// (when from is empty) with this binary's processes.
+func sweepReport(ctx context.Context, from string, o sweep.Options, logLevel string, stderr io.Writer) (sweep.Report, error) {
+	if from != "" {
+		var rep sweep.Report
+		data, err := os.ReadFile(from)
+		if err != nil {
+			return rep, fmt.Errorf("reading the report: %w", err)
+		}
+		if err := json.Unmarshal(data, &rep); err != nil {
+			return rep, fmt.Errorf("decoding %s: %w", from, err)
+		}
+		return rep, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return sweep.Report{}, fmt.Errorf("finding this binary to run the processes: %w", err)
+	}
+	o.Command = []string{exe}
+	if err := o.Validate(); err != nil {
+		return sweep.Report{}, err
+	}
+	logger := newLogger(stderr, logLevel).With("component", "loadtest")
+	began := time.Now()
+	return sweep.Run(ctx, o, logger, func(line string) {
+		fmt.Fprintf(stderr, "%5.0fs %s\n", time.Since(began).Seconds(), line)
+	})
 }
 
 // writeSweepReport writes report.json and the two charts into dir.

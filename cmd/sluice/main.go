@@ -45,6 +45,16 @@ func commands() map[string]command {
 	}
 }
 
+// hiddenCommands are run like commands but left out of the usage: a
+// tool's own helper processes.
+func hiddenCommands() map[string]command {
+	return map[string]command{
+		// The controller `loadtest sweep` starts, with a baseline sizing
+		// its replicas (flags the production controller does not have).
+		"loadtest controller": {"run the load test's controller", runLoadtestController},
+	}
+}
+
 var version = "dev" // set with -ldflags "-X main.version=..."
 
 func main() {
@@ -63,10 +73,14 @@ func signalContext() (context.Context, context.CancelFunc) {
 // run resolves the longest matching subcommand ("fn serve" before "fn").
 // A first word that only starts commands ("fn", "bench") lists them.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmds := commands()
+	cmds, hidden := commands(), hiddenCommands()
 	for n := min(2, len(args)); n >= 1; n-- {
 		name := strings.Join(args[:n], " ")
-		if c, ok := cmds[name]; ok {
+		c, ok := cmds[name]
+		if !ok {
+			c, ok = hidden[name]
+		}
+		if ok {
 			err := c.run(ctx, args[n:], stdout, stderr)
 			switch {
 			case err == nil:

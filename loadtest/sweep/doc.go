@@ -3,8 +3,9 @@
 // same work, and measured the way a platform team would judge it.
 //
 // Each run starts its own embedded NATS JetStream (the dataset sits in one
-// embedded S3 for all runs), a `sluice controller` process with the local
-// actuator (its replicas are `sluice fn serve` processes), one `sluice
+// embedded S3 for all runs), a `sluice loadtest controller` process (the
+// production controller, with flags that let a baseline of package
+// autoscale/baseline size the replicas) with the local actuator (its replicas are `sluice fn serve` processes), one `sluice
 // agent` process per job, started when the job's first trial arrives (it
 // pulls the job's tasks, sends them to the replicas and receives their
 // output), and for every trial, at its arrival time, a simulated trainer
@@ -26,8 +27,8 @@
 //
 // and one of the policies: sluice (its demand-driven policy, the jobs
 // pre-warmed from the planner's estimate with a per-replica rate measured
-// here first), keda (a KEDA ScaledObject on queue lag, emulated by the
-// controller: --local-scaling keda), kpa (Knative's KPA emulated:
+// here first), keda (a KEDA ScaledObject on queue lag:
+// loadtest controller --local-scaling keda), kpa (Knative's KPA:
 // --local-scaling kpa) and static N (N replicas per job from the start).
 //
 // Measured per run: each trainer's stall (time blocked waiting for a

@@ -48,7 +48,13 @@ type RunResult struct {
 	Seeds       int     `json:"seeds"`
 	Jobs        int     `json:"jobs"`
 	WallS       float64 `json:"wall_s"`
-	ReplicaCPUS float64 `json:"replica_cpu_s"`
+	// ReplicaCPUS is the CPU the replicas used; ReservedCoreS the cores
+	// they reserved: live replica processes (starting ones included) x
+	// their cores (one each) x time, from the timeline. On one machine the
+	// used CPU is the same fixed work under every policy; what a cluster
+	// pays is the reserved cores.
+	ReplicaCPUS   float64 `json:"replica_cpu_s"`
+	ReservedCoreS float64 `json:"reserved_core_s"`
 	// OtherCPUS is what every other process of the run used: NATS, S3,
 	// the trainers (this process), the controller and the agents (which
 	// send the tasks and receive the output).
@@ -101,8 +107,11 @@ func (r *RunResult) summarize() {
 		}
 	}
 	r.MeanDoneKeepingUp /= float64(max(keeping, 1))
-	for _, p := range r.Timeline {
+	for i, p := range r.Timeline {
 		r.PeakReplicas = max(r.PeakReplicas, p.Replicas)
+		if i > 0 {
+			r.ReservedCoreS += float64(r.Timeline[i-1].Replicas) * (p.T - r.Timeline[i-1].T)
+		}
 	}
 }
 
@@ -113,9 +122,9 @@ func (rep Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "sweep: %d trials over %.0f s (%d seeds), %d samples x %d epochs each, batch %d, step %.0f ms (%.0f samples/s per trainer); one replica %.0f samples/s; cap %d replicas, %d per job\n\n",
 		rep.Trials, rep.ArrivalS, rep.Seeds, rep.Samples, rep.Epochs, rep.BatchSize, rep.StepS*1000, rep.TrainerRate, rep.PerReplicaRate, rep.MaxReplicas, rep.JobMaxReplicas)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tjobs\tstall s\treplica cpu s\tpeak replicas\tfirst batch s (mean/max)\tcompletion s (mean/max)\tkeeping up s\tshard tasks\tdup/missing\twall s\t")
+	fmt.Fprintln(tw, "run\tjobs\tstall s\treplica cpu s\treserved core s\tpeak replicas\tfirst batch s (mean/max)\tcompletion s (mean/max)\tkeeping up s\tshard tasks\tdup/missing\twall s\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%d\t%.1f / %.1f\t%.1f / %.1f\t%.1f\t%d/%d\t%d/%d\t%.0f\t\n", r.Name, r.Jobs, r.StallS, r.ReplicaCPUS, r.PeakReplicas,
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t%.1f / %.1f\t%.1f / %.1f\t%.1f\t%d/%d\t%d/%d\t%.0f\t\n", r.Name, r.Jobs, r.StallS, r.ReplicaCPUS, r.ReservedCoreS, r.PeakReplicas,
 			r.MeanFirstBatch, r.MaxFirstBatch, r.MeanDone, r.MaxDone, r.MeanDoneKeepingUp, r.ShardTasks, r.ShardTasksNeeded, r.Duplicates, r.Missing, r.WallS)
 	}
 	_ = tw.Flush()

@@ -152,144 +152,24 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 			stopCtl(0)
 		}
 	}()
-
-	trials, seeds := o.shape(r)
-	plan := make([]plannedTrial, trials)
-	for i := range plan {
-		plan[i] = plannedTrial{name: fmt.Sprintf("t%02d", i), seed: uint64(1 + i%seeds),
-			at: time.Duration(int64(o.Arrival) * int64(i) / int64(trials))}
-	}
-	var prewarm broker.Planner = planner.MinReplicas{}
-	if r.Policy == "sluice" {
-		prewarm = planner.ByRate{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
-	}
-	minReplicas, maxReplicas := 0, o.JobMaxReplicas
-	if r.Policy == "static" {
-		minReplicas, maxReplicas = r.Static, r.Static
-	}
-	spec := wire.SweepSpec{ID: "sw", Dataset: "s3://" + bucket + "/" + prefix, Pipeline: Pipeline, BatchSize: o.BatchSize,
-		Epochs: o.Epochs, MinReplicas: minReplicas, MaxReplicas: maxReplicas, TrainerRate: trainerRate(o),
-		OutputBufferBytes: o.OutputBufferBytes}
-	if o.OutputBufferBytes > 0 {
-		// A small buffer needs small chunks: a job's buffer holds at least four.
-		spec.ChunkMaxBytes = int(max(64<<10, o.OutputBufferBytes/8))
-	}
-	var jobs []string
+	plan, trials, seeds := o.planTrials(r)
+	spec, prewarm := o.sweepSpec(r, rate)
 	start := time.Now()
+	var jobs []string
 	if !r.Independent {
-		for _, p := range plan {
-			seed := p.seed
-			spec.Trials = append(spec.Trials, wire.Trial{Name: p.name, Seed: &seed})
-		}
-		sw, err := b.SubmitSweep(ctx, spec, prewarm)
-		if err != nil {
+		if jobs, err = submitShared(ctx, b, spec, prewarm, plan); err != nil {
 			return RunResult{}, err
 		}
-		for _, j := range sw.Jobs {
-			jobs = append(jobs, j.ID)
-			for _, name := range j.Trials {
-				for i := range plan {
-					if plan[i].name == name {
-						plan[i].job = j.ID
-					}
-				}
-			}
-		}
 	}
-
 	res := RunResult{Name: r.Name(), Policy: r.Policy, Independent: r.Independent, TrialsN: trials, Seeds: seeds}
-	trainers := make([]*trainer, len(plan))
-	for i, p := range plan {
-		trainers[i] = &trainer{name: p.name, job: p.job, stepTime: o.StepTime, expected: int64(o.Samples * o.Epochs)}
-		if i >= len(plan)-o.Lagging {
-			trainers[i].lagging = true
-			trainers[i].stepTime = time.Duration(float64(o.StepTime) * o.LagFactor)
-		}
-		if r.Independent {
-			trainers[i].name, trainers[i].job = wire.DefaultReader, "tr-"+p.name
-			jobs = append(jobs, trainers[i].job)
-		}
-	}
-	// One agent per job, serving every trial of it.
-	agents := map[string]*jobAgent{}
-	for _, t := range trainers {
-		if agents[t.job] == nil {
-			n := 0
-			for _, u := range trainers {
-				if u.job == t.job {
-					n++
-				}
-			}
-			agents[t.job] = newJobAgent(t.job, n, r.NoShed)
-		}
-		t.agent = agents[t.job]
-	}
+	trainers, independent := newTrainers(o, r, plan)
+	jobs = append(jobs, independent...)
 	cpu := newChildCPU(ctl.Process.Pid)
 	cpuBefore := processCPU()
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	var sampled sync.WaitGroup
-	sampled.Add(1)
-	go func() {
-		defer sampled.Done()
-		tick := time.NewTicker(o.SampleEvery)
-		defer tick.Stop()
-		for {
-			pt := Point{T: time.Since(start).Seconds(), Replicas: cpu.sample()}
-			for _, t := range trainers {
-				if t.started.Load() && !t.done.Load() {
-					pt.Active++
-					if t.waiting.Load() {
-						pt.Stalled++
-					}
-				}
-			}
-			res.Timeline = append(res.Timeline, pt)
-			select {
-			case <-sampleCtx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-
-	var wg sync.WaitGroup
-	var submitErr error
-	var submitMu sync.Mutex
-	for i, p := range plan {
-		t := trainers[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case <-time.After(time.Until(start.Add(p.at))):
-			case <-ctx.Done():
-				return
-			}
-			if r.Independent {
-				js := wire.JobSpec{ID: t.job, Dataset: spec.Dataset, Pipeline: spec.Pipeline, BatchSize: spec.BatchSize,
-					Epochs: spec.Epochs, Seed: p.seed, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas,
-					OutputBufferBytes: spec.OutputBufferBytes, ChunkMaxBytes: spec.ChunkMaxBytes}
-				n, err := prewarm.Replicas(ctx, js, spec.TrainerRate)
-				if err == nil {
-					js.InitialReplicas = n
-					_, err = b.Submit(ctx, js)
-				}
-				if err != nil {
-					submitMu.Lock()
-					submitErr = errors.Join(submitErr, fmt.Errorf("submitting %s: %w", t.job, err))
-					submitMu.Unlock()
-					return
-				}
-			}
-			t.run(ctx, o, nsrv.URL(), start)
-		}()
-	}
-	wg.Wait()
-	if submitErr != nil {
+	stopSampling := sample(ctx, o.SampleEvery, cpu, trainers, start, &res)
+	if err := runTrials(ctx, o, r, b, spec, prewarm, plan, trainers, nsrv.URL(), start); err != nil {
 		stopSampling()
-		sampled.Wait()
-		return RunResult{}, submitErr
+		return RunResult{}, err
 	}
 	// The jobs end once every reader is done, and their replicas stop.
 	drained := waitFor(ctx, drainWithin, func() bool {
@@ -303,18 +183,8 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 	})
 	res.WallS = time.Since(start).Seconds()
 	stopSampling()
-	sampled.Wait()
-	for _, id := range jobs {
-		j, st, err := b.Status(ctx, id)
-		if err != nil {
-			return RunResult{}, err
-		}
-		res.Jobs++
-		res.ShardTasks += st.Tasks.Done + st.Tasks.Failed + st.Tasks.Redeliveries
-		res.ShardTasksNeeded += j.Tasks()
-		if j.State != wire.JobSucceeded {
-			res.Errors = append(res.Errors, fmt.Sprintf("job %s %s %s", id, j.State, j.Reason))
-		}
+	if err := collect(ctx, b, jobs, &res); err != nil {
+		return RunResult{}, err
 	}
 	if !drained {
 		res.Errors = append(res.Errors, "jobs or replicas still there "+strconv.Itoa(int(drainWithin.Seconds()))+"s after the last trainer")
@@ -331,9 +201,195 @@ func runOne(ctx context.Context, o Options, r Case, s3Endpoint string, s3c *s3.C
 	return res, nil
 }
 
-// startController runs `sluice controller` for run r.
+// planTrials names run r's trials, their seeds (round-robin) and their
+// arrivals, spread evenly over Options.Arrival.
+func (o Options) planTrials(r Case) (plan []plannedTrial, trials, seeds int) {
+	trials, seeds = o.shape(r)
+	plan = make([]plannedTrial, trials)
+	for i := range plan {
+		plan[i] = plannedTrial{name: fmt.Sprintf("t%02d", i), seed: uint64(1 + i%seeds),
+			at: time.Duration(int64(o.Arrival) * int64(i) / int64(trials))}
+	}
+	return plan, trials, seeds
+}
+
+// sweepSpec is run r's sweep and the planner that pre-warms its jobs
+// (Sluice's from rate, a replica's samples/s; the others' at their min).
+func (o Options) sweepSpec(r Case, rate float64) (wire.SweepSpec, broker.Planner) {
+	var prewarm broker.Planner = planner.MinReplicas{}
+	if r.Policy == "sluice" {
+		prewarm = planner.ByRate{PerReplica: func(context.Context, wire.JobSpec) (float64, error) { return rate, nil }}
+	}
+	minReplicas, maxReplicas := 0, o.JobMaxReplicas
+	if r.Policy == "static" {
+		minReplicas, maxReplicas = r.Static, r.Static
+	}
+	spec := wire.SweepSpec{ID: "sw", Dataset: "s3://" + bucket + "/" + prefix, Pipeline: Pipeline, BatchSize: o.BatchSize,
+		Epochs: o.Epochs, MinReplicas: minReplicas, MaxReplicas: maxReplicas, TrainerRate: trainerRate(o),
+		OutputBufferBytes: o.OutputBufferBytes}
+	if o.OutputBufferBytes > 0 {
+		// A small buffer needs small chunks: a job's buffer holds at least four.
+		spec.ChunkMaxBytes = int(max(64<<10, o.OutputBufferBytes/8))
+	}
+	return spec, prewarm
+}
+
+// submitShared submits the plan's trials as one sweep at once and notes
+// each trial's job; it returns the jobs.
+func submitShared(ctx context.Context, b *broker.Broker, spec wire.SweepSpec, prewarm broker.Planner, plan []plannedTrial) ([]string, error) {
+	for _, p := range plan {
+		seed := p.seed
+		spec.Trials = append(spec.Trials, wire.Trial{Name: p.name, Seed: &seed})
+	}
+	sw, err := b.SubmitSweep(ctx, spec, prewarm)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []string
+	for _, j := range sw.Jobs {
+		jobs = append(jobs, j.ID)
+		for _, name := range j.Trials {
+			for i := range plan {
+				if plan[i].name == name {
+					plan[i].job = j.ID
+				}
+			}
+		}
+	}
+	return jobs, nil
+}
+
+// newTrainers makes the plan's trainers, the last Options.Lagging of them
+// lagging, and one agent per job serving every trial of it; it returns
+// the independent jobs (one per trial) too.
+func newTrainers(o Options, r Case, plan []plannedTrial) (trainers []*trainer, jobs []string) {
+	trainers = make([]*trainer, len(plan))
+	for i, p := range plan {
+		trainers[i] = &trainer{name: p.name, job: p.job, stepTime: o.StepTime, expected: int64(o.Samples * o.Epochs)}
+		if i >= len(plan)-o.Lagging {
+			trainers[i].lagging = true
+			trainers[i].stepTime = time.Duration(float64(o.StepTime) * o.LagFactor)
+		}
+		if r.Independent {
+			trainers[i].name, trainers[i].job = wire.DefaultReader, "tr-"+p.name
+			jobs = append(jobs, trainers[i].job)
+		}
+	}
+	agents := map[string]*jobAgent{}
+	for _, t := range trainers {
+		if agents[t.job] == nil {
+			n := 0
+			for _, u := range trainers {
+				if u.job == t.job {
+					n++
+				}
+			}
+			agents[t.job] = newJobAgent(t.job, n, r.NoShed)
+		}
+		t.agent = agents[t.job]
+	}
+	return trainers, jobs
+}
+
+// sample adds a point to res's timeline every interval (the live
+// replicas, the active and stalled trainers) until stop is called.
+func sample(ctx context.Context, every time.Duration, cpu *childCPU, trainers []*trainer, start time.Time, res *RunResult) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var sampled sync.WaitGroup
+	sampled.Add(1)
+	go func() {
+		defer sampled.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			pt := Point{T: time.Since(start).Seconds(), Replicas: cpu.sample()}
+			for _, t := range trainers {
+				if t.started.Load() && !t.done.Load() {
+					pt.Active++
+					if t.waiting.Load() {
+						pt.Stalled++
+					}
+				}
+			}
+			res.Timeline = append(res.Timeline, pt)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); sampled.Wait() }
+}
+
+// runTrials runs every trainer from its arrival (submitting its own job
+// first when independent) to its end.
+func runTrials(ctx context.Context, o Options, r Case, b *broker.Broker, spec wire.SweepSpec, prewarm broker.Planner,
+	plan []plannedTrial, trainers []*trainer, natsURL string, start time.Time) error {
+	var wg sync.WaitGroup
+	var submitErr error
+	var submitMu sync.Mutex
+	for i, p := range plan {
+		t := trainers[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-time.After(time.Until(start.Add(p.at))):
+			case <-ctx.Done():
+				return
+			}
+			if r.Independent {
+				if err := submitIndependent(ctx, b, spec, prewarm, t.job, p.seed); err != nil {
+					submitMu.Lock()
+					submitErr = errors.Join(submitErr, fmt.Errorf("submitting %s: %w", t.job, err))
+					submitMu.Unlock()
+					return
+				}
+			}
+			t.run(ctx, o, natsURL, start)
+		}()
+	}
+	wg.Wait()
+	return submitErr
+}
+
+// submitIndependent submits one trial's own job, pre-warmed.
+func submitIndependent(ctx context.Context, b *broker.Broker, spec wire.SweepSpec, prewarm broker.Planner, job string, seed uint64) error {
+	js := wire.JobSpec{ID: job, Dataset: spec.Dataset, Pipeline: spec.Pipeline, BatchSize: spec.BatchSize,
+		Epochs: spec.Epochs, Seed: seed, MinReplicas: spec.MinReplicas, MaxReplicas: spec.MaxReplicas,
+		OutputBufferBytes: spec.OutputBufferBytes, ChunkMaxBytes: spec.ChunkMaxBytes}
+	n, err := prewarm.Replicas(ctx, js, spec.TrainerRate)
+	if err != nil {
+		return err
+	}
+	js.InitialReplicas = n
+	_, err = b.Submit(ctx, js)
+	return err
+}
+
+// collect counts the jobs' shard tasks into res and notes those that did
+// not succeed.
+func collect(ctx context.Context, b *broker.Broker, jobs []string, res *RunResult) error {
+	for _, id := range jobs {
+		j, st, err := b.Status(ctx, id)
+		if err != nil {
+			return err
+		}
+		res.Jobs++
+		res.ShardTasks += st.Tasks.Done + st.Tasks.Failed + st.Tasks.Redeliveries
+		res.ShardTasksNeeded += j.Tasks()
+		if j.State != wire.JobSucceeded {
+			res.Errors = append(res.Errors, fmt.Sprintf("job %s %s %s", id, j.State, j.Reason))
+		}
+	}
+	return nil
+}
+
+// startController runs the controller for run r: `sluice loadtest
+// controller`, the production controller with the baselines' flags.
 func startController(ctx context.Context, o Options, r Case, natsURL, s3Endpoint string) (*exec.Cmd, func(time.Duration), error) {
-	args := append(append([]string{}, o.Command[1:]...), "controller", "--id", "loadtest",
+	args := append(append([]string{}, o.Command[1:]...), "loadtest", "controller", "--id", "loadtest",
 		"--nats", natsURL, "--s3-endpoint", s3Endpoint, "--listen", "127.0.0.1:0",
 		"--max-replicas", strconv.Itoa(o.MaxReplicas), "--tick", "500ms", "--log-level", "warn")
 	switch r.Policy {

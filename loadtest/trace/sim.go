@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/autoscale/baseline"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -24,6 +25,14 @@ const (
 	// ticked every second on virtual time.
 	Sluice     Policy = "sluice"
 	SluiceFair Policy = "sluice-fair"
+	// KPA and KEDA: the same pool's replicas sized per task, alone, by
+	// the baselines platform teams run (package autoscale/baseline):
+	// Knative's own KPA decider fed the requests a push dispatcher keeps
+	// outstanding (the task's shard tasks left, at most its max replicas),
+	// and KEDA's queue-lag scaler with its HPA (lag: the shard tasks
+	// left). The pool's capacity still bounds what is granted.
+	KPA  Policy = "kpa"
+	KEDA Policy = "keda"
 )
 
 // JobResult is one task's outcome under a policy.
@@ -38,7 +47,9 @@ type JobResult struct {
 	// Readers are the trainers fed (Task.Readers, at least 1); Stall sums
 	// their waits.
 	Readers int
-	// GPUs held, and the core-seconds its preprocessing used.
+	// GPUs held, and the core-seconds reserved for its preprocessing:
+	// its replicas, starting ones included, x ReplicaCores x time (static:
+	// its data loader cores x time).
 	GPUs, CoreSeconds float64
 	// FirstBatch is from its start (its GPUs given) to its first sample
 	// trained (s): a cold start counts.
@@ -76,8 +87,8 @@ type Summary struct {
 	Jobs int
 	// MeanJCT is the average completion time (s); GPUUtil the share of
 	// GPU-seconds held that trained (1 - stall share, GPU-weighted);
-	// StallS the trainers' total wait (s); CoreHours the CPU used for
-	// preprocessing.
+	// StallS the trainers' total wait (s); CoreHours the cores reserved
+	// for preprocessing (JobResult.CoreSeconds).
 	MeanJCT, GPUUtil, StallS, CoreHours float64
 }
 
@@ -146,12 +157,19 @@ func Simulate(ctx context.Context, tr Trace, tasks []Task, m Model, policy Polic
 			break
 		}
 		fallthrough
-	case Sluice, SluiceFair:
-		s := newSim(tr.Cluster, tasks, m, policy)
+	case Sluice, SluiceFair, KPA, KEDA:
+		s, err := newSim(tr.Cluster, tasks, m, policy)
+		if err != nil {
+			return Result{}, err
+		}
 		err = s.run(ctx)
 		res = s.result()
+		if err != nil {
+			res.Policy, res.Wall = policy, time.Since(start)
+			return res, err
+		}
 	default:
-		return Result{}, fmt.Errorf("policy %q: want static, sluice or sluice-fair", policy)
+		return Result{}, fmt.Errorf("policy %q: want static, sluice, sluice-fair, kpa or keda", policy)
 	}
 	res.Policy, res.Wall = policy, time.Since(start)
 	return res, err
@@ -187,7 +205,7 @@ type job struct {
 	ready       int // replicas serving
 	granted     int // replicas asked of the actuator
 	bid         autoscale.Bid
-	zero        float64 // since when granted none while wanting some; -1: not
+	zeroSince   time.Time // since when granted none while wanting some (autoscale.RoundJob.ZeroSince)
 	// settled: the last two rounds decided the same with the same inputs,
 	// and the scale-down window holds nothing else, so Decide would repeat
 	// itself until its ready count or its grant changes.
@@ -244,9 +262,10 @@ type sim struct {
 	ticks, decides int
 	nextSample     float64
 	timeline       []Sample
+	pol            autoscale.Policy // sizes the jobs each round (Sluice policies)
 }
 
-func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
+func newSim(cl Cluster, tasks []Task, m Model, policy Policy) (*sim, error) {
 	other := append([]Task(nil), cl.Other...)
 	sort.SliceStable(other, func(i, j int) bool { return other[i].Start < other[j].Start })
 	if m.QueueGPUs > 0 {
@@ -254,8 +273,33 @@ func newSim(cl Cluster, tasks []Task, m Model, policy Policy) *sim {
 		cl.GPUs, other = float64(m.QueueGPUs), nil
 	}
 	s := &sim{cl: cl, m: m, policy: policy, tasks: tasks, other: other, nextTick: math.Inf(1), freeGPUs: cl.GPUs, share: 1}
-	return s
+	var err error
+	switch policy {
+	case SluiceFair:
+		s.pol = autoscale.SluicePolicy{Allocator: autoscale.AllocatorFair}
+	case KPA:
+		s.pol, err = baseline.NewKPA(baseline.DefaultKPAConfig(1), tasksInFlight)
+	case KEDA:
+		cfg := baseline.DefaultKEDAConfig()
+		cfg.Phase = simTime(0)
+		s.pol, err = baseline.NewKEDA(cfg, baseline.BacklogLag)
+	default:
+		s.pol = autoscale.SluicePolicy{Allocator: autoscale.AllocatorMarginal}
+	}
+	return s, err
 }
+
+// tasksInFlight is the KPA's concurrency of a task: the requests a push
+// dispatcher keeps outstanding, one per shard task left, at most one per
+// replica it may have (containerConcurrency 1).
+func tasksInFlight(j autoscale.RoundJob) float64 {
+	return float64(min(j.Inputs.Pending+j.Inputs.InFlight, j.Config.MaxReplicas))
+}
+
+// baselinePolicy is whether the policy is a baseline's: it decides every
+// round (no settled jobs) and is not bounded by the pool it does not know
+// of, beyond what the pool grants.
+func (s *sim) baselinePolicy() bool { return s.policy == KPA || s.policy == KEDA }
 
 func (s *sim) config(t *Task) autoscale.Config {
 	cfg := autoscale.DefaultConfig()
@@ -277,101 +321,18 @@ func (s *sim) run(ctx context.Context) error {
 			return err
 		}
 		s.shareCores()
-		// The next event: a task or CPU-only task starting, a CPU-only
-		// task ending, a replica ready, a task done, a control tick.
-		t := math.Inf(1)
-		if s.next < len(s.tasks) {
-			t = s.arrival(&s.tasks[s.next])
-		}
-		if s.nextO < len(s.other) {
-			t = min(t, s.other[s.nextO].Start)
-		}
-		if len(ends) > 0 {
-			t = min(t, ends[0].end)
-		}
-		for _, j := range s.jobs {
-			if len(j.starts) > 0 {
-				t = min(t, j.starts[0])
-			}
-			t = min(t, s.now+s.untilChange(j))
-		}
-		t = min(t, s.nextTick)
+		t := s.nextEvent(ends)
 		if math.IsInf(t, 1) {
 			return nil
 		}
 		// At least a microsecond: late in a long trace an event a
 		// fraction of a nanosecond away would not move the clock at all.
 		s.advance(max(t, s.now+1e-6))
-		changed := false
 		// Ends first: a task done frees its cores for the round.
-		kept := s.jobs[:0]
-		for _, j := range s.jobs {
-			if p := j.bufferPhase(); p != j.phase {
-				j.phase, j.settled, changed = p, 0, true
-			}
-			if j.t.Samples-j.eaten <= j.eps() {
-				j.res.JCT = s.now - s.arrival(j.t)
-				s.done = append(s.done, j.res)
-				s.freeGPUs += j.res.GPUs
-				s.usedCores -= j.t.Cores
-				s.dataCores -= j.t.Cores - j.t.HostCores
-				s.hostCores -= j.t.HostCores
-				changed = true
-				continue
-			}
-			kept = append(kept, j)
-		}
-		s.jobs = kept
-		for len(ends) > 0 && ends[0].end <= s.now {
-			s.usedCores -= ends[0].cores
-			ends = ends[1:]
-			changed = true
-		}
-		for s.nextO < len(s.other) && s.other[s.nextO].Start <= s.now {
-			o := s.other[s.nextO]
-			s.nextO++
-			s.usedCores += o.Cores
-			e := otherEnd{o.Start + o.Duration, o.Cores}
-			i := sort.Search(len(ends), func(i int) bool { return ends[i].end > e.end })
-			ends = append(ends, otherEnd{})
-			copy(ends[i+1:], ends[i:])
-			ends[i] = e
-			changed = true
-		}
-		for s.next < len(s.tasks) && s.arrival(&s.tasks[s.next]) <= s.now {
-			t := &s.tasks[s.next]
-			s.next++
-			s.queue = append(s.queue, &job{t: t, cfg: s.config(t), perRep: s.m.ReplicaCores / t.CPUPerSample, zero: -1,
-				res: JobResult{Name: t.Name, GPUs: float64(t.Readers) * t.GPUs, Censored: t.Censored, Readers: max(t.Readers, 1)}})
-		}
-		// First come, first served: the head waits for its GPUs (a task
-		// wanting more than the cluster has runs once it is empty).
-		for len(s.queue) > 0 {
-			j := s.queue[0]
-			if s.m.QueueGPUs > 0 && j.res.GPUs > s.freeGPUs+1e-9 && (len(s.jobs) > 0 || s.freeGPUs < s.cl.GPUs) {
-				break
-			}
-			s.queue = s.queue[1:]
-			s.freeGPUs -= j.res.GPUs
-			j.res.Wait = s.now - s.arrival(j.t)
-			s.jobs = append(s.jobs, j)
-			s.usedCores += j.t.Cores
-			s.dataCores += j.t.Cores - j.t.HostCores
-			s.hostCores += j.t.HostCores
-			changed = true
-		}
-		for _, j := range s.jobs {
-			n := 0
-			for n < len(j.starts) && j.starts[n] <= s.now {
-				n++
-			}
-			if n > 0 {
-				j.starts = j.starts[n:]
-				j.ready += n
-				j.settled = 0
-				changed = true
-			}
-		}
+		changed := s.finishJobs()
+		changed = s.runOthers(&ends) || changed
+		changed = s.admit() || changed
+		changed = s.readyReplicas() || changed
 		if s.policy == Static {
 			continue // no control rounds
 		}
@@ -383,6 +344,119 @@ func (s *sim) run(ctx context.Context) error {
 			s.nextTick = math.Floor(s.now/tick)*tick + tick
 		}
 	}
+}
+
+// nextEvent is when the next thing happens: a task or CPU-only task
+// starting, a CPU-only task ending, a replica ready, a job's rates
+// changing, a control tick (+Inf: nothing will).
+func (s *sim) nextEvent(ends []otherEnd) float64 {
+	t := math.Inf(1)
+	if s.next < len(s.tasks) {
+		t = s.arrival(&s.tasks[s.next])
+	}
+	if s.nextO < len(s.other) {
+		t = min(t, s.other[s.nextO].Start)
+	}
+	if len(ends) > 0 {
+		t = min(t, ends[0].end)
+	}
+	for _, j := range s.jobs {
+		if len(j.starts) > 0 {
+			t = min(t, j.starts[0])
+		}
+		t = min(t, s.now+s.untilChange(j))
+	}
+	return min(t, s.nextTick)
+}
+
+// finishJobs notes the jobs whose buffer phase changed and ends those
+// that trained all their samples, freeing their GPUs and cores.
+func (s *sim) finishJobs() (changed bool) {
+	kept := s.jobs[:0]
+	for _, j := range s.jobs {
+		if p := j.bufferPhase(); p != j.phase {
+			j.phase, j.settled, changed = p, 0, true
+		}
+		if j.t.Samples-j.eaten <= j.eps() {
+			j.res.JCT = s.now - s.arrival(j.t)
+			s.done = append(s.done, j.res)
+			s.freeGPUs += j.res.GPUs
+			s.usedCores -= j.t.Cores
+			s.dataCores -= j.t.Cores - j.t.HostCores
+			s.hostCores -= j.t.HostCores
+			changed = true
+			continue
+		}
+		kept = append(kept, j)
+	}
+	s.jobs = kept
+	return changed
+}
+
+// runOthers ends and starts the CPU-only tasks due now; ends is kept
+// sorted by end.
+func (s *sim) runOthers(ends *[]otherEnd) (changed bool) {
+	for len(*ends) > 0 && (*ends)[0].end <= s.now {
+		s.usedCores -= (*ends)[0].cores
+		*ends = (*ends)[1:]
+		changed = true
+	}
+	for s.nextO < len(s.other) && s.other[s.nextO].Start <= s.now {
+		o := s.other[s.nextO]
+		s.nextO++
+		s.usedCores += o.Cores
+		e := otherEnd{o.Start + o.Duration, o.Cores}
+		i := sort.Search(len(*ends), func(i int) bool { return (*ends)[i].end > e.end })
+		*ends = append(*ends, otherEnd{})
+		copy((*ends)[i+1:], (*ends)[i:])
+		(*ends)[i] = e
+		changed = true
+	}
+	return changed
+}
+
+// admit queues the tasks arrived by now and starts the queue's head while
+// its GPUs are free, first come, first served (a task wanting more than
+// the cluster has runs once it is empty).
+func (s *sim) admit() (changed bool) {
+	for s.next < len(s.tasks) && s.arrival(&s.tasks[s.next]) <= s.now {
+		t := &s.tasks[s.next]
+		s.next++
+		s.queue = append(s.queue, &job{t: t, cfg: s.config(t), perRep: s.m.ReplicaCores / t.CPUPerSample,
+			res: JobResult{Name: t.Name, GPUs: float64(t.Readers) * t.GPUs, Censored: t.Censored, Readers: max(t.Readers, 1)}})
+	}
+	for len(s.queue) > 0 {
+		j := s.queue[0]
+		if s.m.QueueGPUs > 0 && j.res.GPUs > s.freeGPUs+1e-9 && (len(s.jobs) > 0 || s.freeGPUs < s.cl.GPUs) {
+			break
+		}
+		s.queue = s.queue[1:]
+		s.freeGPUs -= j.res.GPUs
+		j.res.Wait = s.now - s.arrival(j.t)
+		s.jobs = append(s.jobs, j)
+		s.usedCores += j.t.Cores
+		s.dataCores += j.t.Cores - j.t.HostCores
+		s.hostCores += j.t.HostCores
+		changed = true
+	}
+	return changed
+}
+
+// readyReplicas makes the replicas whose cold start is over serve.
+func (s *sim) readyReplicas() (changed bool) {
+	for _, j := range s.jobs {
+		n := 0
+		for n < len(j.starts) && j.starts[n] <= s.now {
+			n++
+		}
+		if n > 0 {
+			j.starts = j.starts[n:]
+			j.ready += n
+			j.settled = 0
+			changed = true
+		}
+	}
+	return changed
 }
 
 // arrival is when t may start: its submission under a scheduler
@@ -548,79 +622,39 @@ func (j *job) tasksLeft() int {
 	return int(math.Ceil((j.t.Samples - j.made - j.eps()) / j.t.ShardSamples))
 }
 
-// round is one control round, as autoscale.Runner.Tick does it: Decide
-// per job, then share the capacity, then scale.
+// round is one control round, autoscale.Round as autoscale.Runner.Tick
+// runs it: Decide per job (settled jobs reuse their bid), share the
+// capacity, then scale. The allocator counts a job's grant as its
+// current replicas (the runner counts its ready ones).
 func (s *sim) round() {
 	s.ticks++
-	now := time.Unix(0, 0).Add(time.Duration(s.now * float64(time.Second)))
-	bids := make(map[string]autoscale.Bid, len(s.jobs))
-	unsettled := false
-	for _, j := range s.jobs {
-		if j.settled < 2 {
+	now := simTime(s.now)
+	in := make([]autoscale.RoundJob, len(s.jobs))
+	for i, j := range s.jobs {
+		in[i] = autoscale.RoundJob{Name: j.t.Name, Config: j.cfg, State: j.st, Weight: 1, Appetite: j.bid.Appetite,
+			ZeroSince: j.zeroSince, Current: j.granted, Settled: j.settled >= 2 && !s.baselinePolicy(), Bid: j.bid}
+		if !in[i].Settled {
 			d := s.demand(j)
-			in := autoscale.Inputs{Demand: &d, DemandAt: now, Pending: max(j.tasksLeft(), 0), Ready: j.ready}
-			prev := j.st.PerReplica
-			dec, next := autoscale.Decide(j.cfg, j.st, in, now)
+			in[i].Inputs = autoscale.Inputs{Demand: &d, DemandAt: now, Pending: max(j.tasksLeft(), 0), Ready: j.ready}
+		}
+	}
+	res := s.pol.Round(in, s.capacity(), now)
+	if s.baselinePolicy() {
+		s.grantPool(res)
+	}
+	unsettled := s.baselinePolicy() && len(s.jobs) > 0
+	for i, j := range s.jobs {
+		r := res[i]
+		if r.Decided {
 			s.decides++
-			raw := -1
-			if n := len(next.Wants); n > 0 {
-				raw = next.Wants[n-1].Replicas
-				for _, w := range next.Wants {
-					if w.Replicas != raw {
-						raw = -1
-					}
-				}
-			}
-			// Decide reads the tasks left only as a ceiling, which matters
-			// only near the end.
-			key := [7]float64{float64(dec.Replicas), float64(raw), float64(j.ready), float64(j.granted), float64(j.phase), s.share,
-				float64(min(in.Pending, 64))}
-			if raw >= 0 && key == j.lastKey && math.Abs(next.PerReplica-prev) <= 1e-9*max(prev, 1) {
-				j.settled++
-			} else {
-				j.settled = 0
-			}
-			j.lastKey = key
-			j.st = next
-			b := autoscale.Bid{Claim: autoscale.Claim{Want: dec.Replicas, Weight: 1}, PerReplica: next.PerReplica}
-			b.Appetite = autoscale.NextAppetite(j.bid.Appetite, d)
-			j.bid = b
+			j.settle(in[i], r, s.share)
 		}
-		j.bid.Current = j.granted
-		if j.zero >= 0 {
-			j.bid.Starved = time.Duration((s.now - j.zero) * float64(time.Second))
-		} else {
-			j.bid.Starved = 0
-		}
-		bids[j.t.Name] = j.bid
-	}
-	capacity := s.capacity()
-	var granted map[string]int
-	if s.policy == SluiceFair {
-		claims := make(map[string]autoscale.Claim, len(bids))
-		for n, b := range bids {
-			claims[n] = b.Claim
-		}
-		granted = autoscale.Allocate(claims, capacity)
-	} else {
-		granted = autoscale.AllocateMarginal(bids, capacity, autoscale.DefaultMarginalOptions())
-	}
-	for _, j := range s.jobs {
-		g := granted[j.t.Name]
-		if g < j.st.Replicas {
-			j.st.Replicas = g
-		}
-		switch {
-		case j.bid.Want == 0 || g > 0:
-			j.zero = -1
-		case j.zero < 0:
-			j.zero = s.now
-		}
-		if g != j.granted {
-			s.scale(j, g)
+		j.st, j.bid, j.zeroSince = r.Next, r.Bid, r.ZeroSince
+		if r.Granted != j.granted {
+			s.scale(j, r.Granted)
 			j.settled = 0
 		}
-		if j.settled < 2 || j.zero >= 0 {
+		if j.settled < 2 || !j.zeroSince.IsZero() {
 			unsettled = true
 		}
 	}
@@ -628,6 +662,50 @@ func (s *sim) round() {
 	if unsettled {
 		s.nextTick = s.now + tick
 	}
+}
+
+// grantPool cuts a baseline's counts, which know of no pool, to the
+// pool's capacity: fairly (autoscale.Allocate) when they exceed it, as
+// pods the cluster cannot place stay pending.
+func (s *sim) grantPool(res []autoscale.RoundResult) {
+	claims := make(map[string]autoscale.Claim, len(res))
+	for _, r := range res {
+		claims[r.Name] = autoscale.Claim{Want: r.Decision.Replicas}
+	}
+	g := autoscale.Allocate(claims, s.capacity())
+	for i := range res {
+		res[i].Granted = g[res[i].Name]
+	}
+}
+
+// simTime is the virtual clock at t seconds.
+func simTime(t float64) time.Time {
+	return time.Unix(0, 0).Add(time.Duration(t * float64(time.Second)))
+}
+
+// settle counts the rounds in a row in which j decided the same from the
+// same inputs (in) with nothing else in its scale-down window (r.Next);
+// two make it settled. Decide reads the tasks left only as a ceiling,
+// which matters only near the end.
+func (j *job) settle(in autoscale.RoundJob, r autoscale.RoundResult, share float64) {
+	raw := -1
+	if n := len(r.Next.Wants); n > 0 {
+		raw = r.Next.Wants[n-1].Replicas
+		for _, w := range r.Next.Wants {
+			if w.Replicas != raw {
+				raw = -1
+			}
+		}
+	}
+	prev := in.State.PerReplica
+	key := [7]float64{float64(r.Bid.Want), float64(raw), float64(j.ready), float64(j.granted), float64(j.phase), share,
+		float64(min(in.Inputs.Pending, 64))}
+	if raw >= 0 && key == j.lastKey && math.Abs(r.Next.PerReplica-prev) <= 1e-9*max(prev, 1) {
+		j.settled++
+	} else {
+		j.settled = 0
+	}
+	j.lastKey = key
 }
 
 // scale is the actuator: new replicas serve after the cold start; those

@@ -216,3 +216,41 @@ jobs:
 		t.Errorf("the last job finished at %.1fs, want 20-30 s: the replicas share one core", last)
 	}
 }
+
+// TestBaselinesRunOnTheSameTasks: Knative's KPA and KEDA size the same
+// pool's replicas on the same tasks; every task finishes, each policy
+// reserves core-seconds, and the run is deterministic. Both scale on
+// shard tasks left, blind to the trainers' stall, so the KPA (which sizes
+// for 0.7 requests in flight per replica) reserves the pool for a task
+// that Sluice feeds with fewer.
+func TestBaselinesRunOnTheSameTasks(t *testing.T) {
+	m := DefaultModel()
+	tr := small()
+	for i := range tr.Tasks {
+		tr.Tasks[i].ShardSamples = 1000
+	}
+	tasks := Prepare(tr, m)
+	got := map[Policy]Summary{}
+	for _, p := range []Policy{Sluice, KPA, KEDA} {
+		r, err := Simulate(context.Background(), tr, tasks, m, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := r.Summarize()
+		if s.Jobs != len(tasks) || !(s.CoreHours > 0) {
+			t.Errorf("%s: %d of %d tasks done, %v core-hours reserved", p, s.Jobs, len(tasks), s.CoreHours)
+		}
+		again, _ := Simulate(context.Background(), tr, tasks, m, p)
+		if again.Summarize() != s {
+			t.Errorf("%s: two runs differ: %+v / %+v", p, s, again.Summarize())
+		}
+		got[p] = s
+		t.Logf("%-6s mean JCT %6.0f s, stall %7.0f s, reserved %6.2f core-h, GPU util %.1f%%", p, s.MeanJCT, s.StallS, s.CoreHours, 100*s.GPUUtil)
+	}
+	if !(got[KPA].CoreHours > got[Sluice].CoreHours) {
+		t.Errorf("the KPA reserved %.2f core-h, Sluice %.2f: want the KPA more", got[KPA].CoreHours, got[Sluice].CoreHours)
+	}
+	if _, err := Simulate(context.Background(), tr, tasks, m, "hpa"); err == nil || !strings.Contains(err.Error(), "kpa or keda") {
+		t.Errorf("an unknown policy: %v", err)
+	}
+}

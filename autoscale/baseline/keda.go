@@ -1,4 +1,4 @@
-package local
+package baseline
 
 import (
 	"fmt"
@@ -29,6 +29,10 @@ type KEDAConfig struct {
 	// count it wanted within this window (default 300s); it scales up at
 	// once, by at most max(100%, 4 pods) per sync.
 	ScaleDownStabilization time.Duration
+	// Tolerance is the HPA's: it holds while lag / (LagThreshold x
+	// replicas) is within 1 +- Tolerance (the controller manager's
+	// --horizontal-pod-autoscaler-tolerance, default 0.1).
+	Tolerance float64
 	// MinReplicaCount and MaxReplicaCount bound the count (0 max: none).
 	MinReplicaCount, MaxReplicaCount int
 	// Phase is the time KEDA's polls and the HPA's syncs are aligned to:
@@ -45,6 +49,7 @@ func DefaultKEDAConfig() KEDAConfig {
 		LagThreshold:           10,
 		CooldownPeriod:         300 * time.Second,
 		ScaleDownStabilization: 300 * time.Second,
+		Tolerance:              0.1,
 	}
 }
 
@@ -63,6 +68,8 @@ func (c KEDAConfig) Validate() error {
 		return fmt.Errorf("keda: cooldown period %v: want 0..24h", c.CooldownPeriod)
 	case c.ScaleDownStabilization < 0 || c.ScaleDownStabilization > time.Hour:
 		return fmt.Errorf("keda: scale-down stabilization %v: want 0..1h", c.ScaleDownStabilization)
+	case !(c.Tolerance >= 0 && c.Tolerance < 1):
+		return fmt.Errorf("keda: hpa tolerance %v: want 0 <= tolerance < 1", c.Tolerance)
 	case c.MinReplicaCount < 0 || (c.MaxReplicaCount > 0 && c.MinReplicaCount > c.MaxReplicaCount):
 		return fmt.Errorf("keda: min replica count %d: want 0..max replica count", c.MinReplicaCount)
 	}
@@ -141,24 +148,50 @@ func DecideKEDA(cfg KEDAConfig, st KEDAState, lag float64, now time.Time) (KEDAD
 	}
 	if next.Active && sync > st.Sync {
 		next.Sync = sync
-		want := clampMax(max(int(math.Ceil(lag/cfg.LagThreshold)), cfg.MinReplicaCount, 1))
-		cur := next.Replicas
-		if want > cur {
-			want = min(want, max(2*cur, cur+4))
-		}
-		next.Recommendation = append(next.Recommendation, KEDARecommendation{now, want})
-		for len(next.Recommendation) > 0 && now.Sub(next.Recommendation[0].At) > cfg.ScaleDownStabilization {
-			next.Recommendation = next.Recommendation[1:]
-		}
-		stable := want
-		for _, r := range next.Recommendation {
-			stable = max(stable, r.Replicas)
-		}
-		if want < cur {
-			want = min(cur, stable)
-		}
-		next.Replicas = want
-		reason = fmt.Sprintf("hpa: lag %.0f / threshold %.3g wants %d", lag, cfg.LagThreshold, want)
+		reason = hpaSync(cfg, &next, lag, now)
 	}
 	return KEDADecision{next.Replicas, reason}, next
+}
+
+// hpaSync is one HPA sync of an active deployment: HPADesired within
+// the bounds, up at once by at most max(2x, +4) (the default scale-up
+// policies, 100% or 4 pods a period), down only to the highest count
+// recommended within ScaleDownStabilization.
+func hpaSync(cfg KEDAConfig, next *KEDAState, lag float64, now time.Time) string {
+	cur := next.Replicas
+	want := max(HPADesired(cur, lag, cfg.LagThreshold, cfg.Tolerance), cfg.MinReplicaCount, 1)
+	if cfg.MaxReplicaCount > 0 {
+		want = min(want, cfg.MaxReplicaCount)
+	}
+	if want > cur {
+		want = min(want, max(2*cur, cur+4))
+	}
+	next.Recommendation = append(next.Recommendation, KEDARecommendation{now, want})
+	for len(next.Recommendation) > 0 && now.Sub(next.Recommendation[0].At) > cfg.ScaleDownStabilization {
+		next.Recommendation = next.Recommendation[1:]
+	}
+	stable := want
+	for _, r := range next.Recommendation {
+		stable = max(stable, r.Replicas)
+	}
+	if want < cur {
+		want = min(cur, stable)
+	}
+	next.Replicas = want
+	return fmt.Sprintf("hpa: lag %.0f / threshold %.3g wants %d", lag, cfg.LagThreshold, want)
+}
+
+// HPADesired is the HPA's replica count for an external metric with an
+// AverageValue target (KEDA's scalers' kind): with usage = metric /
+// (target x current), the current count while usage is within 1 +-
+// tolerance, else ceil(metric / target). At zero replicas (KEDA
+// activates a deployment, not the HPA) it is ceil(metric / target).
+func HPADesired(current int, metric, target, tolerance float64) int {
+	if current > 0 {
+		usage := metric / (target * float64(current))
+		if math.Abs(1-usage) <= tolerance {
+			return current
+		}
+	}
+	return int(math.Ceil(metric / target))
 }
