@@ -33,6 +33,7 @@ func runLoadtestCluster(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs.Uint64Var(&s.Seed, "seed", s.Seed, "seed of the arrivals and rates")
 	coldStart := fs.Duration("cold-start", trace.DefaultModel().ColdStart, "time a new replica takes to serve")
 	static := fs.String("static-cores", "1,2,3,4,6", "comma-separated data loader `cores` per trial of the static allocation runs")
+	capsFlag := fs.String("baseline-caps", "2,4,8", "comma-separated replica caps per job (`N`: the requests in flight a job's dispatcher keeps, or a ScaledObject's maxReplicaCount) at which the KPA and KEDA baselines run again, beside uncapped")
 	out := fs.String("out", "", "`directory` to write cost.svg (stall against reserved core-hours) and reserved.svg (reserved cores over the arrival window) into")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice loadtest cluster [flags]\n\nSimulates bursty hyperparameter sweeps on a GPU cluster on virtual time under every\n"+
@@ -41,14 +42,28 @@ func runLoadtestCluster(ctx context.Context, args []string, stdout, stderr io.Wr
 		fs.PrintDefaults()
 	}
 	var staticCores []float64
-	parseStatic := func() (err error) {
-		staticCores, err = floatList(*static)
+	var caps []int
+	parseLists := func() error {
+		var err error
+		if staticCores, err = floatList(*static); err != nil {
+			return fmt.Errorf("--static-cores %w", err)
+		}
+		var cs []float64
+		if cs, err = floatList(*capsFlag); err != nil {
+			return fmt.Errorf("--baseline-caps %w", err)
+		}
+		for _, c := range cs {
+			if c != float64(int(c)) {
+				return fmt.Errorf("--baseline-caps %q: want whole numbers", *capsFlag)
+			}
+			caps = append(caps, int(c))
+		}
+		return nil
+	}
+	if err := parse(fs, args, func() error { return s.Validate() }, parseLists); err != nil {
 		return err
 	}
-	if err := parse(fs, args, func() error { return s.Validate() }, parseStatic); err != nil {
-		return err
-	}
-	c, err := cluster.Compare(ctx, s, s.Model(*coldStart), cluster.DefaultRuns(staticCores))
+	c, err := cluster.Compare(ctx, s, s.Model(*coldStart), cluster.DefaultRuns(staticCores, caps))
 	if err != nil {
 		return err
 	}

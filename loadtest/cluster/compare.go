@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"math"
-	"sort"
 	"time"
 
 	"github.com/sluice-project/sluice/loadtest/trace"
@@ -12,16 +10,23 @@ import (
 
 // Run is one simulation of the scenario: a policy, how sweeps are
 // submitted and, under static allocation, each trial's data loader cores.
+// MaxReplicas caps each job's replicas (0: none but the pool): the
+// baselines' knob, the requests in flight a job's dispatcher keeps (the
+// KPA scales to them) or a ScaledObject's maxReplicaCount.
 type Run struct {
 	Policy      trace.Policy
 	Sharing     Sharing
 	StaticCores float64
+	MaxReplicas int
 }
 
 // Name labels the run in tables and plots.
 func (r Run) Name() string {
-	if r.Policy == trace.Static {
+	switch {
+	case r.Policy == trace.Static:
 		return fmt.Sprintf("static %g cores/trial", r.StaticCores)
+	case r.MaxReplicas > 0:
+		return fmt.Sprintf("%s, %s, <=%d/job", r.Policy, r.Sharing, r.MaxReplicas)
 	}
 	return fmt.Sprintf("%s, %s", r.Policy, r.Sharing)
 }
@@ -30,13 +35,20 @@ func (r Run) Name() string {
 func (r Run) Baseline() bool { return r.Policy != trace.Sluice && r.Policy != trace.SluiceFair }
 
 // DefaultRuns are every policy on the same arrivals: Sluice's allocators
-// with shared and independent sweeps, and static allocation at each of
-// staticCores per trial (a static data loader cannot share).
-func DefaultRuns(staticCores []float64) []Run {
+// and the KPA and KEDA baselines with shared and independent sweeps (the
+// baselines also at each of caps replicas per job), and static allocation
+// at each of staticCores per trial (a static data loader cannot share).
+func DefaultRuns(staticCores []float64, caps []int) []Run {
 	var runs []Run
-	for _, p := range []trace.Policy{trace.Sluice, trace.SluiceFair} {
+	for _, p := range []trace.Policy{trace.Sluice, trace.SluiceFair, trace.KPA, trace.KEDA} {
 		for _, sh := range []Sharing{Shared, Independent} {
 			runs = append(runs, Run{Policy: p, Sharing: sh})
+			if p != trace.KPA && p != trace.KEDA {
+				continue
+			}
+			for _, n := range caps {
+				runs = append(runs, Run{Policy: p, Sharing: sh, MaxReplicas: n})
+			}
 		}
 	}
 	for _, n := range staticCores {
@@ -95,7 +107,7 @@ func Compare(ctx context.Context, s Scenario, m trace.Model, runs []Run) (Compar
 	start := time.Now()
 	c := Comparison{Scenario: s, Model: m, Sweeps: s.Draw()}
 	for _, run := range runs {
-		tr := s.Trace(c.Sweeps, run.Sharing, run.StaticCores)
+		tr := s.Trace(c.Sweeps, run)
 		res, err := trace.Simulate(ctx, tr, trace.Prepare(tr, m), m, run.Policy)
 		if err != nil {
 			return c, fmt.Errorf("simulating %s: %w", run.Name(), err)
@@ -126,76 +138,4 @@ func summarize(run Run, res trace.Result) RunResult {
 	r.StallShare = 1 - r.GPUUtil
 	r.ReservedCoreH = r.CoreHours
 	return r
-}
-
-// Verdict sets one Sluice run beside the best baseline at its cost.
-type Verdict struct {
-	Sluice RunResult
-	// Baseline names the best baseline at equal or fewer reserved
-	// core-hours (static allocation interpolated between its points), and
-	// StallGPUh its stall; Found is false when no baseline reserved as
-	// little.
-	Baseline  string
-	StallGPUh float64
-	Found     bool
-}
-
-// StallRatio is Sluice's stall over the baseline's (target: at most 0.5).
-func (v Verdict) StallRatio() float64 {
-	if v.StallGPUh == 0 {
-		if v.Sluice.StallGPUh == 0 {
-			return 1
-		}
-		return math.Inf(1)
-	}
-	return v.Sluice.StallGPUh / v.StallGPUh
-}
-
-// Verdicts set each Sluice run beside the best baseline that reserved at
-// most its core-hours.
-func (c Comparison) Verdicts() []Verdict {
-	var out []Verdict
-	for _, r := range c.Results {
-		if r.Baseline() {
-			continue
-		}
-		v := Verdict{Sluice: r}
-		v.Baseline, v.StallGPUh, v.Found = c.bestBaselineAt(r.ReservedCoreH)
-		out = append(out, v)
-	}
-	return out
-}
-
-// bestBaselineAt is the baseline with the least stall among those that
-// reserved at most coreH: each baseline run as a point, and static
-// allocation as the line between its points (a mix of two core counts).
-func (c Comparison) bestBaselineAt(coreH float64) (name string, stall float64, found bool) {
-	limit := coreH * (1 + 1e-9)
-	consider := func(n string, s float64) {
-		if !found || s < stall {
-			name, stall, found = n, s, true
-		}
-	}
-	var static []RunResult
-	for _, r := range c.Results {
-		if !r.Baseline() {
-			continue
-		}
-		if r.Policy == trace.Static {
-			static = append(static, r)
-		}
-		if r.ReservedCoreH <= limit {
-			consider(r.Name(), r.StallGPUh)
-		}
-	}
-	sort.Slice(static, func(i, j int) bool { return static[i].ReservedCoreH < static[j].ReservedCoreH })
-	for i := 1; i < len(static); i++ {
-		a, b := static[i-1], static[i]
-		if a.ReservedCoreH < coreH && coreH < b.ReservedCoreH {
-			f := (coreH - a.ReservedCoreH) / (b.ReservedCoreH - a.ReservedCoreH)
-			consider(fmt.Sprintf("static, %g-%g cores/trial interpolated", a.StaticCores, b.StaticCores),
-				a.StallGPUh+f*(b.StallGPUh-a.StallGPUh))
-		}
-	}
-	return name, stall, found
 }

@@ -15,28 +15,47 @@ func result(p trace.Policy, sh Sharing, cores, coreH, stall float64) RunResult {
 }
 
 // TestVerdictTakesTheBestBaselineAtSluicesCost: baselines that reserved
-// more are out; static allocation is interpolated between its points.
+// more are out; a baseline is interpolated between the points of its
+// knob; shared baselines are compared only with a shared Sluice run.
 func TestVerdictTakesTheBestBaselineAtSluicesCost(t *testing.T) {
+	kpa := func(sh Sharing, n int, coreH, stall float64) RunResult {
+		r := result(trace.KPA, sh, 0, coreH, stall)
+		r.MaxReplicas = n
+		return r
+	}
 	c := Comparison{Results: []RunResult{
 		result(trace.Sluice, Independent, 0, 30, 1),
 		result(trace.Sluice, Shared, 0, 5, 1),
 		result(trace.Static, Independent, 2, 20, 10),
 		result(trace.Static, Independent, 4, 40, 2),
 		result(trace.Static, Independent, 8, 80, 0.5),
+		kpa(Shared, 2, 4, 3),
+		kpa(Shared, 4, 8, 0.5),
 	}}
 	v := c.Verdicts()
 	if len(v) != 2 {
 		t.Fatalf("%d verdicts, want one per Sluice run", len(v))
 	}
-	// At 30 core-h: static 2 (10) and the 2-4 line halfway (6).
-	if !v[0].Found || math.Abs(v[0].StallGPUh-6) > 1e-9 || !strings.Contains(v[0].Baseline, "interpolated") {
+	// Independent at 30 core-h: static 2 (10) and the 2-4 line halfway
+	// (6); the shared KPA does not count.
+	if !v[0].AtCostFound || math.Abs(v[0].AtCostStall-6) > 1e-9 || !strings.Contains(v[0].AtCost, "between") {
 		t.Errorf("at 30 core-h: %+v, want the interpolated static stall 6", v[0])
 	}
 	if math.Abs(v[0].StallRatio()-1.0/6) > 1e-9 {
 		t.Errorf("stall ratio %v, want 1/6", v[0].StallRatio())
 	}
-	if v[1].Found {
-		t.Errorf("at 5 core-h no baseline reserved as little, got %+v", v[1])
+	// Stall 1: static between 4 (40, 2) and 8 (80, 0.5): 40 + 40*(1/1.5).
+	if !v[0].AtStallFound || math.Abs(v[0].AtStallCoreH-(40+40.0/1.5)) > 1e-9 {
+		t.Errorf("at stall 1: %+v, want static interpolated at %.2f core-h", v[0], 40+40.0/1.5)
+	}
+	// Shared at 5 core-h: the shared KPA between 4 and 8 core-h, a
+	// quarter of the way: 3 - 2.5/4 = 2.375.
+	if !v[1].AtCostFound || math.Abs(v[1].AtCostStall-2.375) > 1e-9 {
+		t.Errorf("at 5 core-h, shared: %+v, want the shared KPA's 2.375", v[1])
+	}
+	c.Results = c.Results[:5]
+	if v := c.Verdicts(); v[1].AtCostFound {
+		t.Errorf("at 5 core-h without the shared KPA no baseline reserved as little, got %+v", v[1])
 	}
 }
 
@@ -46,12 +65,12 @@ func TestCompareRunsEveryPolicyOnTheSameArrivals(t *testing.T) {
 	s := DefaultScenario()
 	s.Nodes, s.Sweeps, s.Window = 4, 6, 10*time.Minute
 	s.TrialMin, s.TrialMax = time.Minute, 3*time.Minute
-	c, err := Compare(context.Background(), s, s.Model(2*time.Second), DefaultRuns([]float64{1, 4}))
+	c, err := Compare(context.Background(), s, s.Model(2*time.Second), DefaultRuns([]float64{1, 4}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Results) != 6 {
-		t.Fatalf("%d results, want 6", len(c.Results))
+	if len(c.Results) != 10 {
+		t.Fatalf("%d results, want 10", len(c.Results))
 	}
 	trials := Trials(c.Sweeps)
 	for _, r := range c.Results {
@@ -65,7 +84,7 @@ func TestCompareRunsEveryPolicyOnTheSameArrivals(t *testing.T) {
 			t.Errorf("%s: no timeline", r.Name())
 		}
 	}
-	one, four := c.Results[4], c.Results[5]
+	one, four := c.Results[8], c.Results[9]
 	if !(four.ReservedCoreH > one.ReservedCoreH && four.StallGPUh < one.StallGPUh) {
 		t.Errorf("static 1 core: %.2f core-h, %.2f stall; 4 cores: %.2f, %.2f; want more cores to cost more and stall less",
 			one.ReservedCoreH, one.StallGPUh, four.ReservedCoreH, four.StallGPUh)
@@ -79,7 +98,32 @@ func TestCompareRunsEveryPolicyOnTheSameArrivals(t *testing.T) {
 		t.Errorf("table (%v):\n%s", err, b.String())
 	}
 	cost, reserved := c.Charts(4)
-	if len(cost) != 5 || len(reserved) != 5 {
-		t.Errorf("%d cost and %d reserved series, want 4 points and the static curve, and 5 lines", len(cost), len(reserved))
+	if len(cost) != 9 || len(reserved) != 9 {
+		t.Errorf("%d cost and %d reserved series, want 8 points and the static curve, and 9 lines", len(cost), len(reserved))
+	}
+}
+
+func TestBaselinesRunOverTheirKnob(t *testing.T) {
+	runs := DefaultRuns([]float64{2}, []int{2, 8})
+	var names []string
+	for _, r := range runs {
+		if r.MaxReplicas > 0 {
+			names = append(names, r.Name())
+			if !r.Baseline() {
+				t.Errorf("%s: only baselines run over a replica cap", r.Name())
+			}
+		}
+	}
+	want := []string{"kpa, shared, <=2/job", "kpa, shared, <=8/job", "kpa, independent, <=2/job", "kpa, independent, <=8/job",
+		"keda, shared, <=2/job", "keda, shared, <=8/job", "keda, independent, <=2/job", "keda, independent, <=8/job"}
+	if strings.Join(names, "|") != strings.Join(want, "|") {
+		t.Errorf("capped runs %q, want %q", names, want)
+	}
+	s := DefaultScenario()
+	s.Sweeps = 2
+	for _, j := range s.Trace(s.Draw(), Run{Policy: trace.KPA, Sharing: Independent, MaxReplicas: 3}).Tasks {
+		if j.MaxReplicas != 3 {
+			t.Errorf("%s: max replicas %d, want the run's 3", j.Name, j.MaxReplicas)
+		}
 	}
 }

@@ -20,11 +20,13 @@ const (
 	Independent Sharing = "independent"
 )
 
-// Trace is the scenario's sweeps as the trace simulator's job list:
-// under static allocation each trial asks for staticCores data loader
-// cores beside its trainer's (0 for the pooled policies, whose replicas
-// come from the cluster's idle cores).
-func (s Scenario) Trace(sweeps []Sweep, sharing Sharing, staticCores float64) trace.Trace {
+// Trace is the scenario's sweeps as the trace simulator's job list for
+// run: under static allocation each trial asks for run.StaticCores data
+// loader cores beside its trainer's (none under the pooled policies,
+// whose replicas come from the cluster's idle cores); run.MaxReplicas
+// caps each job's replicas.
+func (s Scenario) Trace(sweeps []Sweep, run Run) trace.Trace {
+	sharing, staticCores := run.Sharing, run.StaticCores
 	tr := trace.Trace{Cluster: trace.Cluster{
 		Cores: float64(s.Nodes) * s.CoresPerNode,
 		GPUs:  float64(s.Nodes * s.GPUsPerNode),
@@ -34,7 +36,8 @@ func (s Scenario) Trace(sweeps []Sweep, sharing Sharing, staticCores float64) tr
 	host := s.HostCoresPerGPU * gpus
 	for _, sw := range sweeps {
 		samples := sw.TrainS * sw.TrainerRate
-		task := trace.Task{GPUs: gpus, TrainerRate: sw.TrainerRate, CPUPerSample: sw.CPUPerSample, Samples: samples}
+		task := trace.Task{GPUs: gpus, TrainerRate: sw.TrainerRate, CPUPerSample: sw.CPUPerSample, Samples: samples,
+			MaxReplicas: run.MaxReplicas}
 		if sharing == Shared {
 			n := float64(len(sw.Arrivals))
 			task.Name, task.Readers = sw.Name, len(sw.Arrivals)

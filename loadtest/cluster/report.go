@@ -27,33 +27,46 @@ func (c Comparison) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	for _, v := range c.Verdicts() {
-		if !v.Found {
-			fmt.Fprintf(w, "%s: %.2f stall GPU-h at %.1f core-h; no baseline reserved as little\n",
-				v.Sluice.Name(), v.Sluice.StallGPUh, v.Sluice.ReservedCoreH)
-			continue
+		fmt.Fprintf(w, "%s: %.2f stall GPU-h at %.1f reserved core-h\n", v.Sluice.Name(), v.Sluice.StallGPUh, v.Sluice.ReservedCoreH)
+		if v.AtCostFound {
+			fmt.Fprintf(w, "  stall %.3fx the best baseline at that cost (%s: %.2f)\n", v.StallRatio(), v.AtCost, v.AtCostStall)
+		} else {
+			fmt.Fprintln(w, "  no baseline reserved as little")
 		}
-		fmt.Fprintf(w, "%s: %.2f stall GPU-h at %.1f core-h = %.2fx the best baseline at that cost (%s: %.2f)\n",
-			v.Sluice.Name(), v.Sluice.StallGPUh, v.Sluice.ReservedCoreH, v.StallRatio(), v.Baseline, v.StallGPUh)
+		if v.AtStallFound {
+			fmt.Fprintf(w, "  cost %.2fx the cheapest baseline that stalls no more (%s: %.1f core-h)\n", v.CostRatio(), v.AtStall, v.AtStallCoreH)
+		} else {
+			fmt.Fprintln(w, "  no baseline stalls as little")
+		}
 	}
 	return nil
 }
 
 // Charts are the comparison's two charts: stall against reserved
-// core-hours (a point per run, static allocation a curve over its cores
-// per trial), and the reserved cores over the hour the sweeps arrive, a
-// line per run (static allocation at staticCores only).
+// core-hours (a point per Sluice run, a curve over its knob per baseline:
+// static allocation's cores per trial, the KPA's and KEDA's replica caps),
+// and the reserved cores over the hour the sweeps arrive, a line per
+// uncapped run and static allocation at staticCores.
 func (c Comparison) Charts(staticCores float64) (cost, reserved []chart.Series) {
-	static := chart.Series{Name: "static, cores/trial"}
+	curves := map[string]int{} // series name -> index in cost
 	window := c.Scenario.Window.Seconds()
 	for _, r := range c.Results {
-		p := [2]float64{r.ReservedCoreH, r.StallGPUh}
-		if r.Policy == trace.Static {
-			static.Points = append(static.Points, p)
-			if r.StaticCores != staticCores {
-				continue
+		name := r.Name()
+		if r.Baseline() {
+			name = fmt.Sprintf("%s, %s, over its knob", r.Policy, r.Sharing)
+			if r.Policy == trace.Static {
+				name = "static, over cores/trial"
 			}
-		} else {
-			cost = append(cost, chart.Series{Name: r.Name(), Points: [][2]float64{p}})
+		}
+		i, ok := curves[name]
+		if !ok {
+			i = len(cost)
+			curves[name] = i
+			cost = append(cost, chart.Series{Name: name})
+		}
+		cost[i].Points = append(cost[i].Points, [2]float64{r.ReservedCoreH, r.StallGPUh})
+		if r.MaxReplicas > 0 || r.Policy == trace.Static && r.StaticCores != staticCores {
+			continue
 		}
 		line := chart.Series{Name: r.Name()}
 		for _, s := range r.Result.Timeline {
@@ -63,9 +76,8 @@ func (c Comparison) Charts(staticCores float64) (cost, reserved []chart.Series) 
 		}
 		reserved = append(reserved, line)
 	}
-	sort.Slice(static.Points, func(i, j int) bool { return static.Points[i][0] < static.Points[j][0] })
-	if len(static.Points) > 0 {
-		cost = append(cost, static)
+	for _, s := range cost {
+		sort.Slice(s.Points, func(i, j int) bool { return s.Points[i][0] < s.Points[j][0] })
 	}
 	return cost, reserved
 }

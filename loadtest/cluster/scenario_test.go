@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-project/sluice/loadtest/trace"
 )
 
 func TestDrawIsDeterministicAndWithinTheScenario(t *testing.T) {
@@ -79,7 +81,7 @@ func TestSharedAndIndependentTraceTheSameTrials(t *testing.T) {
 	s := DefaultScenario()
 	s.Sweeps = 5
 	sweeps := s.Draw()
-	shared, indep := s.Trace(sweeps, Shared, 0), s.Trace(sweeps, Independent, 3)
+	shared, indep := s.Trace(sweeps, Run{Sharing: Shared}), s.Trace(sweeps, Run{Policy: trace.Static, Sharing: Independent, StaticCores: 3})
 	if len(shared.Tasks) != 5 || len(indep.Tasks) != Trials(sweeps) {
 		t.Fatalf("%d shared and %d independent jobs, want 5 and %d", len(shared.Tasks), len(indep.Tasks), Trials(sweeps))
 	}
