@@ -6,6 +6,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -21,7 +22,7 @@ var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#
 // WriteSteps draws series as step lines (a count holds until the next
 // sample) on shared axes, with a legend.
 func WriteSteps(w io.Writer, title, xLabel, yLabel string, series []Series) error {
-	return write(w, title, xLabel, yLabel, series, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
+	return write(w, title, xLabel, yLabel, series, false, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
 		var d strings.Builder
 		for j, p := range s.Points {
 			if j == 0 {
@@ -36,9 +37,10 @@ func WriteSteps(w io.Writer, title, xLabel, yLabel string, series []Series) erro
 
 // WritePoints draws each series as markers joined by straight lines (a
 // series of one point is a marker: one run; of several, a curve over a
-// knob), with a legend.
+// knob), with a legend, on log-log axes: costs and stalls of policies
+// span decades.
 func WritePoints(w io.Writer, title, xLabel, yLabel string, series []Series) error {
-	return write(w, title, xLabel, yLabel, series, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
+	return write(w, title, xLabel, yLabel, series, true, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
 		if len(s.Points) > 1 {
 			var d strings.Builder
 			for j, p := range s.Points {
@@ -52,30 +54,26 @@ func WritePoints(w io.Writer, title, xLabel, yLabel string, series []Series) err
 	})
 }
 
-// write draws the frame, the axes and the legend, and each series with draw.
-func write(w io.Writer, title, xLabel, yLabel string, series []Series,
+// write draws the frame, the axes (logarithmic with logAxes) and the
+// legend, and each series with draw.
+func write(w io.Writer, title, xLabel, yLabel string, series []Series, logAxes bool,
 	draw func(b *strings.Builder, s Series, colour string, x, y func(float64) float64)) error {
 	const width, height = 800, 360
 	const left, right, top, bottom = 60, 230, 36, 44
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
-	var xMax, yMax float64
-	for _, s := range series {
-		for _, p := range s.Points {
-			xMax, yMax = max(xMax, p[0]), max(yMax, p[1])
-		}
-	}
-	xMax, yMax = niceCeil(max(xMax, 1)), niceCeil(max(yMax, 1))
-	x := func(v float64) float64 { return float64(left) + v/xMax*pw }
-	y := func(v float64) float64 { return float64(top) + ph - v/yMax*ph }
+	xa, ya := newAxis(series, 0, logAxes), newAxis(series, 1, logAxes)
+	x := func(v float64) float64 { return float64(left) + xa.at(v)*pw }
+	y := func(v float64) float64 { return float64(top) + ph - ya.at(v)*ph }
 
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
-	for i := 0; i <= 5; i++ { // grid and ticks
-		yv, xv := yMax*float64(i)/5, xMax*float64(i)/5
+	for _, yv := range ya.ticks() { // grid and ticks
 		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, float64(left)+pw, y(yv), y(yv))
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y(yv)+4, tick(yv))
+	}
+	for _, xv := range xa.ticks() {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x(xv), float64(top)+ph+16, tick(xv))
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#444"/>`+"\n", left, top, pw, ph)
@@ -93,6 +91,61 @@ func write(w io.Writer, title, xLabel, yLabel string, series []Series,
 	return err
 }
 
+// axis maps a value to its place along an axis, 0..1: linear from 0 to
+// a round maximum, or logarithmic between the powers of ten around the
+// values (one at or below zero sits at the bottom).
+type axis struct {
+	lo, hi float64
+	log    bool
+}
+
+func newAxis(series []Series, dim int, log bool) axis {
+	lo, hi := math.Inf(1), 0.0
+	for _, s := range series {
+		for _, p := range s.Points {
+			hi = max(hi, p[dim])
+			if p[dim] > 0 {
+				lo = min(lo, p[dim])
+			}
+		}
+	}
+	if !log {
+		return axis{hi: niceCeil(max(hi, 1))}
+	}
+	if math.IsInf(lo, 1) {
+		lo, hi = 1, 10
+	}
+	lo, hi = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
+	if hi <= lo {
+		hi = lo * 10
+	}
+	return axis{lo: lo, hi: hi, log: true}
+}
+
+func (a axis) at(v float64) float64 {
+	if !a.log {
+		return v / a.hi
+	}
+	if v <= a.lo {
+		return 0
+	}
+	return math.Log10(v/a.lo) / math.Log10(a.hi/a.lo)
+}
+
+func (a axis) ticks() []float64 {
+	var out []float64
+	if !a.log {
+		for i := 0; i <= 5; i++ {
+			out = append(out, a.hi*float64(i)/5)
+		}
+		return out
+	}
+	for v := a.lo; v <= a.hi*(1+1e-9); v *= 10 {
+		out = append(out, v)
+	}
+	return out
+}
+
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
 func niceCeil(v float64) float64 {
 	p := math.Pow(10, math.Floor(math.Log10(v)))
@@ -108,5 +161,5 @@ func tick(v float64) string {
 	if v == math.Trunc(v) {
 		return fmt.Sprintf("%.0f", v)
 	}
-	return fmt.Sprintf("%.1f", v)
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/xml"
+	"math"
 	"strings"
 	"testing"
 )
@@ -55,5 +56,18 @@ func TestWritePointsMarksEveryPointAndJoinsCurves(t *testing.T) {
 	}
 	if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil {
 		t.Errorf("not well-formed: %v", err)
+	}
+}
+
+func TestLogAxisSpansThePowersOfTenAroundTheValues(t *testing.T) {
+	a := newAxis([]Series{{Points: [][2]float64{{0.63, 0}, {7558, 0}}}}, 0, true)
+	if a.lo != 0.1 || a.hi != 10000 {
+		t.Fatalf("axis %+v, want 0.1..10000", a)
+	}
+	if got := len(a.ticks()); got != 6 {
+		t.Errorf("%d ticks, want 6 (0.1 to 10000)", got)
+	}
+	if a.at(0.1) != 0 || a.at(10000) != 1 || math.Abs(a.at(10)-0.4) > 1e-9 || a.at(0) != 0 {
+		t.Errorf("at: 0.1 -> %v, 10000 -> %v, 10 -> %v, 0 -> %v", a.at(0.1), a.at(10000), a.at(10), a.at(0))
 	}
 }
