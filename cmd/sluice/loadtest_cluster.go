@@ -87,8 +87,8 @@ func writeClusterCharts(c cluster.Comparison, dir string, staticCores []float64,
 		series            []chart.Series
 		write             func(io.Writer, string, string, string, []chart.Series) error
 	}{
-		{"cost.svg", "Trainer stall against preprocessing cores reserved", "reserved core-hours", "stall GPU-hours", cost, chart.WritePoints},
-		{"reserved.svg", "Preprocessing cores reserved while the sweeps arrive", "minutes", "cores", reserved, chart.WriteSteps},
+		{"cost.svg", "Trainer stall against preprocessing cores reserved", "reserved core-hours (log)", "stall GPU-hours (log)", cost, chart.WritePoints},
+		{"reserved.svg", "Preprocessing cores reserved while the sweeps arrive", "minutes", "cores (log)", reserved, chart.WriteStepsLogY},
 	} {
 		path := filepath.Join(dir, ch.file)
 		f, err := os.Create(path)

@@ -16,13 +16,24 @@ type Series struct {
 	Points [][2]float64 // (x, y)
 }
 
-// palette tells up to eight lines apart, colour-blind safe (Okabe-Ito).
-var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"}
+// palette tells up to ten lines apart, colour-blind safe (Okabe-Ito, then
+// Tol's wine and a grey).
+var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442", "#882255", "#999999"}
 
 // WriteSteps draws series as step lines (a count holds until the next
 // sample) on shared axes, with a legend.
 func WriteSteps(w io.Writer, title, xLabel, yLabel string, series []Series) error {
-	return write(w, title, xLabel, yLabel, series, false, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
+	return writeSteps(w, title, xLabel, yLabel, series, false)
+}
+
+// WriteStepsLogY is WriteSteps on a logarithmic y axis, for lines that
+// differ by decades.
+func WriteStepsLogY(w io.Writer, title, xLabel, yLabel string, series []Series) error {
+	return writeSteps(w, title, xLabel, yLabel, series, true)
+}
+
+func writeSteps(w io.Writer, title, xLabel, yLabel string, series []Series, logY bool) error {
+	return write(w, title, xLabel, yLabel, series, false, logY, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
 		var d strings.Builder
 		for j, p := range s.Points {
 			if j == 0 {
@@ -40,7 +51,12 @@ func WriteSteps(w io.Writer, title, xLabel, yLabel string, series []Series) erro
 // knob), with a legend, on log-log axes: costs and stalls of policies
 // span decades.
 func WritePoints(w io.Writer, title, xLabel, yLabel string, series []Series) error {
-	return write(w, title, xLabel, yLabel, series, true, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
+	i := 0
+	return write(w, title, xLabel, yLabel, series, true, true, func(b *strings.Builder, s Series, c string, x, y func(float64) float64) {
+		// Later series' markers are smaller, so that one drawn on an
+		// earlier one's point leaves a ring of it.
+		r := max(6-0.5*float64(i), 3)
+		i++
 		if len(s.Points) > 1 {
 			var d strings.Builder
 			for j, p := range s.Points {
@@ -49,19 +65,19 @@ func WritePoints(w io.Writer, title, xLabel, yLabel string, series []Series) err
 			fmt.Fprintf(b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.TrimSpace(d.String()), c)
 		}
 		for _, p := range s.Points {
-			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`+"\n", x(p[0]), y(p[1]), c)
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s"/>`+"\n", x(p[0]), y(p[1]), r, c)
 		}
 	})
 }
 
-// write draws the frame, the axes (logarithmic with logAxes) and the
+// write draws the frame, the axes (each linear or logarithmic) and the
 // legend, and each series with draw.
-func write(w io.Writer, title, xLabel, yLabel string, series []Series, logAxes bool,
+func write(w io.Writer, title, xLabel, yLabel string, series []Series, logX, logY bool,
 	draw func(b *strings.Builder, s Series, colour string, x, y func(float64) float64)) error {
-	const width, height = 800, 360
-	const left, right, top, bottom = 60, 230, 36, 44
+	const width, height = 880, 360
+	const left, right, top, bottom = 60, 290, 36, 44
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
-	xa, ya := newAxis(series, 0, logAxes), newAxis(series, 1, logAxes)
+	xa, ya := newAxis(series, 0, logX), newAxis(series, 1, logY)
 	x := func(v float64) float64 { return float64(left) + xa.at(v)*pw }
 	y := func(v float64) float64 { return float64(top) + ph - ya.at(v)*ph }
 

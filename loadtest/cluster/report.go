@@ -3,7 +3,9 @@ package cluster
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/sluice-project/sluice/loadtest/chart"
@@ -79,5 +81,32 @@ func (c Comparison) Charts(staticCores float64) (cost, reserved []chart.Series) 
 	for _, s := range cost {
 		sort.Slice(s.Points, func(i, j int) bool { return s.Points[i][0] < s.Points[j][0] })
 	}
-	return cost, reserved
+	return merged(cost), merged(reserved)
+}
+
+// merged draws identical series once, named after all of them (the fair
+// split's runs are the marginal allocator's whenever the pool is never
+// short), so that no line hides another.
+func merged(series []chart.Series) []chart.Series {
+	var out []chart.Series
+	for _, s := range series {
+		same := slices.IndexFunc(out, func(o chart.Series) bool { return slices.Equal(o.Points, s.Points) })
+		if same < 0 {
+			out = append(out, s)
+			continue
+		}
+		out[same].Name = joinNames(out[same].Name, s.Name)
+	}
+	return out
+}
+
+// joinNames names two runs drawn as one: "sluice, shared" and
+// "sluice-fair, shared" are "sluice = sluice-fair, shared".
+func joinNames(a, b string) string {
+	pa, sa, _ := strings.Cut(a, ", ")
+	pb, sb, _ := strings.Cut(b, ", ")
+	if sa != "" && sa == sb {
+		return pa + " = " + pb + ", " + sa
+	}
+	return a + " = " + b
 }
