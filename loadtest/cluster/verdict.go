@@ -102,53 +102,42 @@ func (c Comparison) curves(sharing Sharing) []curve {
 	return out
 }
 
-// stallAt is the least stall the curve reaches at coreH or fewer: its
-// points, and the line between two points around coreH.
-func (cv curve) stallAt(coreH float64) (name string, stall float64, found bool) {
-	consider := func(n string, s float64) {
-		if !found || s < stall {
-			name, stall, found = n, s, true
-		}
-	}
-	for i, p := range cv.points {
-		if p.ReservedCoreH <= coreH*(1+1e-9) {
-			consider(p.Name(), p.StallGPUh)
-		}
-		if i == 0 {
-			continue
-		}
-		a := cv.points[i-1]
-		if a.ReservedCoreH < coreH && coreH < p.ReservedCoreH {
-			f := (coreH - a.ReservedCoreH) / (p.ReservedCoreH - a.ReservedCoreH)
-			consider(fmt.Sprintf("%s, between %s and %s", cv.name, a.knob(), p.knob()), a.StallGPUh+f*(p.StallGPUh-a.StallGPUh))
-		}
-	}
-	return name, stall, found
+func reserved(r RunResult) float64 { return r.ReservedCoreH }
+func stalled(r RunResult) float64  { return r.StallGPUh }
+
+// stallAt is the least stall the curve reaches at coreH or fewer.
+func (cv curve) stallAt(coreH float64) (string, float64, bool) {
+	return cv.least(coreH, reserved, stalled)
 }
 
-// costAt is the fewest core-hours at which the curve stalls at most
-// stall: its points, and the line between two points around it.
-func (cv curve) costAt(stall float64) (name string, coreH float64, found bool) {
-	consider := func(n string, c float64) {
-		if !found || c < coreH {
-			name, coreH, found = n, c, true
+// costAt is the fewest core-hours at which the curve stalls at most stall.
+func (cv curve) costAt(stall float64) (string, float64, bool) {
+	return cv.least(stall, stalled, reserved)
+}
+
+// least is the least val the curve reaches where key is at most at: at
+// its points, and on the line between two points whose keys lie either
+// side of at (the baseline run as a mix of the two settings).
+func (cv curve) least(at float64, key, val func(RunResult) float64) (name string, v float64, found bool) {
+	consider := func(n string, x float64) {
+		if !found || x < v {
+			name, v, found = n, x, true
 		}
 	}
 	for i, p := range cv.points {
-		if p.StallGPUh <= stall*(1+1e-9) {
-			consider(p.Name(), p.ReservedCoreH)
+		if key(p) <= at*(1+1e-9) {
+			consider(p.Name(), val(p))
 		}
 		if i == 0 {
 			continue
 		}
 		a := cv.points[i-1]
-		lo, hi := min(a.StallGPUh, p.StallGPUh), max(a.StallGPUh, p.StallGPUh)
-		if lo < stall && stall < hi {
-			f := (stall - a.StallGPUh) / (p.StallGPUh - a.StallGPUh)
-			consider(fmt.Sprintf("%s, between %s and %s", cv.name, a.knob(), p.knob()), a.ReservedCoreH+f*(p.ReservedCoreH-a.ReservedCoreH))
+		if min(key(a), key(p)) < at && at < max(key(a), key(p)) {
+			f := (at - key(a)) / (key(p) - key(a))
+			consider(fmt.Sprintf("%s, between %s and %s", cv.name, a.knob(), p.knob()), val(a)+f*(val(p)-val(a)))
 		}
 	}
-	return name, coreH, found
+	return name, v, found
 }
 
 // knob is where a baseline run sits on its curve.
