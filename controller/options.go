@@ -96,6 +96,16 @@ type Options struct {
 	Abandon bool
 }
 
+// The options' ranges: validate holds them, and a command's flags check
+// them by these names, so that each bound has one owner.
+const (
+	MinLeaseTTL, MaxLeaseTTL       = 100 * time.Millisecond, time.Hour
+	MinTick, MaxTick               = 10 * time.Millisecond, time.Minute
+	MinTaskAckWait, MaxTaskAckWait = 100 * time.Millisecond, time.Hour
+	MaxMaxReplicas                 = 10000
+	MaxReplicaConcurrency          = 256
+)
+
 func (o Options) withDefaults() Options {
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = DefaultLeaseTTL
@@ -140,23 +150,23 @@ func (o Options) validate() error {
 	if o.Actuator == nil {
 		bad("an actuator is required")
 	}
-	if o.LeaseTTL < 100*time.Millisecond || o.LeaseTTL > time.Hour {
-		bad("lease ttl %v: want 100ms..1h", o.LeaseTTL)
+	if o.LeaseTTL < MinLeaseTTL || o.LeaseTTL > MaxLeaseTTL {
+		bad("lease ttl %v: want %v..%v", o.LeaseTTL, MinLeaseTTL, MaxLeaseTTL)
 	}
-	if o.Tick < 10*time.Millisecond || o.Tick > time.Minute {
-		bad("tick %v: want 10ms..1m", o.Tick)
+	if o.Tick < MinTick || o.Tick > MaxTick {
+		bad("tick %v: want %v..%v", o.Tick, MinTick, MaxTick)
 	}
 	if o.LearnEvery < 10*time.Millisecond || o.LearnEvery > time.Hour {
 		bad("learn every %v: want 10ms..1h", o.LearnEvery)
 	}
-	if o.TaskAckWait < 100*time.Millisecond || o.TaskAckWait > time.Hour {
-		bad("task ack wait %v: want 100ms..1h", o.TaskAckWait)
+	if o.TaskAckWait < MinTaskAckWait || o.TaskAckWait > MaxTaskAckWait {
+		bad("task ack wait %v: want %v..%v", o.TaskAckWait, MinTaskAckWait, MaxTaskAckWait)
 	}
-	if o.MaxReplicas < 1 || o.MaxReplicas > 10000 {
-		bad("max replicas %d: want 1..10000", o.MaxReplicas)
+	if o.MaxReplicas < 1 || o.MaxReplicas > MaxMaxReplicas {
+		bad("max replicas %d: want 1..%d", o.MaxReplicas, MaxMaxReplicas)
 	}
-	if o.ReplicaConcurrency < 1 || o.ReplicaConcurrency > 256 {
-		bad("replica concurrency %d: want 1..256", o.ReplicaConcurrency)
+	if o.ReplicaConcurrency < 1 || o.ReplicaConcurrency > MaxReplicaConcurrency {
+		bad("replica concurrency %d: want 1..%d", o.ReplicaConcurrency, MaxReplicaConcurrency)
 	}
 	if err := o.Streams.Validate(); err != nil {
 		errs = append(errs, err)
