@@ -188,7 +188,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer fail(nil)
 	for _, r := range a.readers {
 		r.mu.Lock()
-		r.fail, r.runCtx = fail, ctx
+		r.fail = fail
 		r.mu.Unlock()
 	}
 	err := a.run(ctx)
@@ -297,7 +297,7 @@ func (a *Agent) waitDelivered(ctx context.Context, jobs jetstream.KeyValue, disp
 		case <-t.C:
 		}
 		for _, r := range a.readers {
-			r.askOwed()
+			r.askOwed(ctx)
 		}
 	}
 	return nil

@@ -1,6 +1,8 @@
 package traineragent
 
 import (
+	"context"
+
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -88,7 +90,7 @@ func (a *assembler) owes(e, s int) bool {
 // askOwed asks for the owed shards of the ranks' epoch once no step of it
 // is ready: they are noted replayed (and so never shed), the position is
 // written, and the agent produces them again.
-func (r *Reader) askOwed() {
+func (r *Reader) askOwed(ctx context.Context) {
 	r.mu.Lock()
 	e := r.ranks.epoch
 	var due []int
@@ -104,7 +106,6 @@ func (r *Reader) askOwed() {
 		ep.replayed.add(s)
 	}
 	r.asm.version++
-	ctx := r.runCtx
 	r.mu.Unlock()
 	if err := r.sync(ctx, false); err != nil {
 		r.stop(err)

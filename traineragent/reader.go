@@ -206,7 +206,6 @@ type Reader struct {
 	fail         func(error) // stops the agent
 	// shedding is set by the agent while the reader lags (lag.go).
 	shedding atomic.Bool
-	runCtx   context.Context
 	closing  bool // the agent is stopping: no more batches
 	runEnded bool
 	runErr   error

@@ -116,14 +116,14 @@ func (a *Reader) join(req rankRequest) error {
 // The part counts as delivered once nextPart returns it: the reader's
 // position, covering the part's whole step, is written first.
 func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
-	p, runCtx, err := a.takePart(ctx, req)
+	p, err := a.takePart(ctx, req)
 	if err != nil {
 		return rankPart{}, err
 	}
 	// Not cancelled with Run: a step taken is recorded and returned even
 	// while the agent stops (else a later write could record it unreturned).
 	// Every rank's call writes or waits for the write covering its step.
-	if err := a.sync(context.WithoutCancel(runCtx), true); err != nil {
+	if err := a.sync(context.WithoutCancel(ctx), true); err != nil {
 		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
 		a.stop(err)
 		return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, err)
@@ -133,11 +133,11 @@ func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error
 
 // takePart pops rank req.rank's next part, forming the next step if the
 // rank has none queued.
-func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, context.Context, error) {
+func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := a.join(req); err != nil {
-		return rankPart{}, nil, err
+		return rankPart{}, err
 	}
 	s := &a.ranks
 	world := s.world
@@ -152,12 +152,12 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, conte
 		case s.world != world:
 			// A resume changed the world size while the rank waited.
 			stopWaiting()
-			return rankPart{}, nil, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
+			return rankPart{}, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
 		case a.resuming:
 			// Wait: the position is being rewound.
 		case len(s.queues[req.rank]) > 0:
 			stopWaiting()
-			return a.pop(req.rank, time.Now()), a.runCtx, nil
+			return a.pop(req.rank, time.Now()), nil
 		case s.epoch >= a.job.Spec.Epochs:
 			stopWaiting()
 			if c := &s.counts[req.rank]; !c.ended {
@@ -165,13 +165,13 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, conte
 				s.nEnded++
 				a.notify()
 			}
-			return rankPart{}, nil, io.EOF
+			return rankPart{}, io.EOF
 		case a.runEnded || a.closing:
 			stopWaiting()
 			if a.runErr != nil {
-				return rankPart{}, nil, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
+				return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
 			}
-			return rankPart{}, nil, ErrStopped
+			return rankPart{}, ErrStopped
 		case a.formStep(time.Now()):
 			continue
 		}
@@ -185,7 +185,7 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, conte
 		case <-ctx.Done():
 			a.mu.Lock()
 			stopWaiting()
-			return rankPart{}, nil, ctx.Err()
+			return rankPart{}, ctx.Err()
 		case <-wake:
 		}
 		a.mu.Lock()
