@@ -109,7 +109,6 @@ type Dispatcher struct {
 	plan    wire.DispatchPlan
 	planSet bool
 	planCh  chan struct{} // closed and replaced when the plan changes
-	sendCtx context.Context
 	ran     bool
 	stopped bool
 	queued  int

@@ -47,7 +47,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.ran = true
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	d.sendCtx = runCtx
 	d.mu.Unlock()
 	d.log.Info("dispatcher running")
 
@@ -102,7 +101,7 @@ func (d *Dispatcher) pull(ctx context.Context) error {
 		d.loops++
 		share := d.share()
 		for e := d.st.nextReplay(share); e != nil; e = d.st.nextReplay(share) {
-			d.startSend(e)
+			d.startSend(ctx, e)
 		}
 		take := d.st.canTake(share)
 		d.gauges()
@@ -170,7 +169,7 @@ func (d *Dispatcher) receive(ctx context.Context, msg jetstream.Msg) {
 	defer d.mu.Unlock()
 	e, start := d.st.receive(task, msg)
 	if start {
-		d.startSend(e)
+		d.startSend(ctx, e)
 	} else {
 		d.log.Debug("task delivered again while held; keeping the newer delivery", "task", task.ID(), "phase", e.phase)
 	}

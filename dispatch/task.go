@@ -11,9 +11,10 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// startSend runs e's sends in a goroutine of its own; d.mu held, in Run.
-func (d *Dispatcher) startSend(e *entry) {
-	ctx, cancel := context.WithCancel(d.sendCtx)
+// startSend runs e's sends in a goroutine of its own, under Run's ctx;
+// d.mu held.
+func (d *Dispatcher) startSend(ctx context.Context, e *entry) {
+	ctx, cancel := context.WithCancel(ctx)
 	e.cancel = cancel
 	d.sends.Add(1)
 	go func() {
