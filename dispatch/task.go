@@ -77,37 +77,48 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			}
 			return
 		}
-		kind := kindOf(err)
-		d.m.sends.WithLabelValues(d.id, kind.outcome()).Inc()
-		var delay time.Duration
-		switch kind {
-		case failPermanent:
-			d.giveUp(ctx, e, fmt.Sprintf("sending task %s: %v", task.ID(), err))
+		delay, retry := d.afterFailure(ctx, e, err, &busy)
+		if !retry {
 			return
-		case failBusy:
-			// The replica is busy or draining: not the task's fault.
-			d.mu.Lock()
-			d.st.refused(e)
-			d.mu.Unlock()
-			busy++
-			delay = RetryDelay(busy, rand.Float64())
-			d.log.Debug("replica busy, sending the task again", "task", task.ID(), "err", err, "delay", delay)
-		default:
-			d.mu.Lock()
-			n, giveUp := d.st.failure(e, d.opts.MaxDeliver)
-			d.mu.Unlock()
-			if giveUp {
-				d.giveUp(ctx, e, fmt.Sprintf("sending task %s: gave up after %d failed sends, last: %v", task.ID(), n, err))
-				return
-			}
-			delay = RetryDelay(n, rand.Float64())
-			d.log.Info("send failed, sending the task again", "task", task.ID(), "failures", n, "err", err, "delay", delay)
 		}
 		avoid = ep
 		if !sleep(ctx, delay) {
 			return
 		}
 	}
+}
+
+// afterFailure counts a failed send of e and says how long to wait
+// before the next, or that the task was given up (retry false): a
+// permanent failure, or MaxDeliver failed sends. A busy replica is not
+// the task's fault and counts in busy, not against MaxDeliver.
+func (d *Dispatcher) afterFailure(ctx context.Context, e *entry, err error, busy *int) (delay time.Duration, retry bool) {
+	task := e.task
+	kind := kindOf(err)
+	d.m.sends.WithLabelValues(d.id, kind.outcome()).Inc()
+	switch kind {
+	case failPermanent:
+		d.giveUp(ctx, e, fmt.Sprintf("sending task %s: %v", task.ID(), err))
+		return 0, false
+	case failBusy:
+		d.mu.Lock()
+		d.st.refused(e)
+		d.mu.Unlock()
+		*busy++
+		delay = RetryDelay(*busy, rand.Float64())
+		d.log.Debug("replica busy, sending the task again", "task", task.ID(), "err", err, "delay", delay)
+		return delay, true
+	}
+	d.mu.Lock()
+	n, giveUp := d.st.failure(e, d.opts.MaxDeliver)
+	d.mu.Unlock()
+	if giveUp {
+		d.giveUp(ctx, e, fmt.Sprintf("sending task %s: gave up after %d failed sends, last: %v", task.ID(), n, err))
+		return 0, false
+	}
+	delay = RetryDelay(n, rand.Float64())
+	d.log.Info("send failed, sending the task again", "task", task.ID(), "failures", n, "err", err, "delay", delay)
+	return delay, true
 }
 
 // giveUp fails e's task for good, records it (recordFailed) and tells the
