@@ -57,8 +57,9 @@ type stepPlan struct {
 // batchSize samples each.
 //
 // A full step needs world full batches. Until the epoch is cut, it is
-// formed only if more of the epoch is known to follow (another ready batch
-// or pending samples), so that a step is marked Last exactly when it is:
+// formed only if another step is known to follow (another ready batch or
+// pending samples; with dropLast, a full step's worth of them), so that a
+// step is marked Last exactly when it is:
 // the epoch's last chunk may arrive before its shard end. Once the epoch is
 // cut and fewer than world full batches remain (n samples), those form the
 // last step, split so that sizes differ by at most one (some ranks may get
@@ -71,12 +72,24 @@ func planStep(s epochSupply, world, batchSize int, dropLast bool) stepPlan {
 		}
 		full++
 	}
-	if full >= world && (len(s.Ready) > world || s.Pending > 0 || s.Cut) {
-		// After this step, is there another one for the ranks?
+	if full >= world {
+		// After this step, is there another one for the ranks? Any sample
+		// left makes one (the tail); with drop_last only a full step's
+		// worth does.
 		rest := s.Ready[world:]
 		restFull := full - world
-		last := s.Cut && (len(rest) == 0 || restFull < world && dropLast)
-		return stepPlan{Action: stepFull, Batches: world, Last: last}
+		more := len(rest) > 0 || s.Pending > 0
+		if dropLast {
+			n := s.Pending
+			for _, k := range rest {
+				n += k
+			}
+			more = n >= world*batchSize
+		}
+		if more || s.Cut {
+			last := s.Cut && (len(rest) == 0 || restFull < world && dropLast)
+			return stepPlan{Action: stepFull, Batches: world, Last: last}
+		}
 	}
 	switch {
 	case !s.Cut:
