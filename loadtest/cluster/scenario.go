@@ -88,10 +88,8 @@ func (s Scenario) Validate() error {
 	if s.TrialSpread < 0 || s.BurstSpread < 0 {
 		errs = append(errs, fmt.Errorf("spreads %v, %v: want >= 0", s.TrialSpread, s.BurstSpread))
 	}
-	for name, v := range map[string]float64{"burst share": s.BurstShare} {
-		if !(v >= 0 && v <= 1) {
-			errs = append(errs, fmt.Errorf("%s %v: want 0..1", name, v))
-		}
+	if !(s.BurstShare >= 0 && s.BurstShare <= 1) {
+		errs = append(errs, fmt.Errorf("burst share %v: want 0..1", s.BurstShare))
 	}
 	if s.BurstShare > 0 && s.Bursts == 0 {
 		errs = append(errs, errors.New("burst share above 0 needs at least one burst"))
