@@ -71,6 +71,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	case opts.KeepAliveInterval < 0:
 		return nil, fmt.Errorf("trainer agent: keep-alive interval %v: want >= 0 (0 for the default)", opts.KeepAliveInterval)
 	}
+	if err := checkRanks(job, opts, declared); err != nil {
+		return nil, err
+	}
 	for _, r := range names {
 		if !slices.Contains(declared, r) {
 			return nil, fmt.Errorf("trainer agent: job %s has no reader %q: its spec declares %s",
@@ -105,9 +108,43 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r := newReader(job, name, opts, logger, m)
 		r.completed = a.shardsRecorded
 		r.replay = a.replay
+		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
+			r.ranks.dropFixed = true // the team's agents share it
+			if slices.Contains(opts.Ranks, 0) {
+				r.team = newTeam(opts.WorldSize, opts.Ranks)
+			} else {
+				r.member = newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
+			}
+		}
 		a.readers = append(a.readers, r)
 	}
 	return a, nil
+}
+
+// checkRanks checks Options.Ranks: ranks of WorldSize, each once, on a
+// job with one reader.
+func checkRanks(job wire.Job, opts Options, declared []string) error {
+	if len(opts.Ranks) == 0 {
+		return nil
+	}
+	if opts.WorldSize == 0 {
+		return fmt.Errorf("trainer agent: ranks %v need the world size they are of", opts.Ranks)
+	}
+	seen := map[int]bool{}
+	for _, r := range opts.Ranks {
+		switch {
+		case r < 0 || r >= opts.WorldSize:
+			return fmt.Errorf("trainer agent: rank %d: want 0..%d (the world size is %d)", r, opts.WorldSize-1, opts.WorldSize)
+		case seen[r]:
+			return fmt.Errorf("trainer agent: rank %d given twice", r)
+		}
+		seen[r] = true
+	}
+	if len(opts.Ranks) < opts.WorldSize && len(declared) != 1 {
+		return fmt.Errorf("trainer agent: job %s declares readers %s: agents serving some ranks each (a team) serve a job with one reader",
+			job.Spec.ID, strings.Join(declared, ", "))
+	}
+	return nil
 }
 
 // defaultKeepAlive is how often a reader's position is written when it
@@ -217,7 +254,19 @@ func (a *Agent) run(ctx context.Context) error {
 	bg.Go(func() { dispatched <- d.Run(bgCtx) })
 	bg.Go(func() { a.watchJob(bgCtx, jobs) })
 	for _, r := range a.readers {
-		bg.Go(func() { r.keepAlive(bgCtx) })
+		switch {
+		case r.member != nil:
+			bg.Go(func() { r.member.keepStatus(bgCtx) })
+		default:
+			bg.Go(func() { r.keepAlive(bgCtx) })
+		}
+		if r.team != nil {
+			sub, err := r.serveTeam(bgCtx, a.nc)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+		}
 		bg.Go(func() { r.gpu.run(bgCtx) })
 	}
 	demandCtx, stopDemand := context.WithCancel(bgCtx)
@@ -233,11 +282,12 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	for _, r := range a.readers {
+		if r.member != nil {
+			continue // the planner records the reader
+		}
 		if err := r.sync(ctx, false); err != nil {
 			return err
 		}
-	}
-	for _, r := range a.readers {
 		if err := r.writeDone(ctx); err != nil {
 			return err
 		}
@@ -255,6 +305,12 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 		return nil, nil, fmt.Errorf("opening the job store (bucket %s): %w", wire.JobsBucket, err)
 	}
 	for _, r := range a.readers {
+		if r.member != nil {
+			r.mu.Lock()
+			r.loaded = true // the planner keeps the position
+			r.mu.Unlock()
+			continue
+		}
 		if err := r.loadPosition(ctx, a.js); err != nil {
 			return nil, nil, err
 		}
@@ -264,6 +320,14 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	d, err := dispatch.New(ctx, a.nc, a.js, a.job, (*sink)(a), dopts, a.log.With("component", "dispatcher"), a.reg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("job %s: %w", a.job.Spec.ID, err)
+	}
+	for _, r := range a.readers {
+		r.mu.Lock()
+		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}}
+		r.mu.Unlock()
+		if m := r.member; m != nil {
+			m.settle, m.run = d.Settle, ctx
+		}
 	}
 	a.disp.Store(d)
 	for _, r := range a.readers {
@@ -423,7 +487,7 @@ func (a *Agent) succeededWithoutMe(e jetstream.KeyValueEntry) bool {
 	}
 	for _, r := range a.readers {
 		r.mu.Lock()
-		finished := r.asm.allFinished()
+		finished := r.handedOut()
 		r.mu.Unlock()
 		if !finished {
 			return true
@@ -479,6 +543,9 @@ var _ dispatch.Sink = (*sink)(nil)
 // output buffer, not counting those of readers that lag (they keep no
 // new shard: lag.go).
 func (s *sink) Room() bool {
+	if m := s.readers[0].member; m != nil {
+		return m.room(s.job.Spec.OutputBufferBytes) // a team serves one reader
+	}
 	held := make([]int64, len(s.readers))
 	wants := make([]bool, len(s.readers))
 	for i, r := range s.readers {
@@ -505,11 +572,19 @@ func (s *sink) Room() bool {
 func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) {
 	// The readers keep rows of it, shared read-only.
 	for _, r := range s.readers {
+		if r.member != nil {
+			r.member.chunk(task, index, data)
+			continue
+		}
 		r.addChunk(task, index, data)
 	}
 }
 
 func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {
+	if m := s.readers[0].member; m != nil {
+		m.end(task, &end, "")
+		return // settled once the planner's position has it
+	}
 	for _, r := range s.readers {
 		r.addEnd(task, end)
 	}
@@ -519,6 +594,10 @@ func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {
 }
 
 func (s *sink) Failed(task wire.ShardTask, reason string) {
+	if m := s.readers[0].member; m != nil {
+		m.end(task, nil, reason)
+		return
+	}
 	for _, r := range s.readers {
 		r.addFailed(task, reason)
 	}

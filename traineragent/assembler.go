@@ -1,7 +1,10 @@
 package traineragent
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/sluice-project/sluice/wire"
 )
@@ -15,6 +18,10 @@ type heldChunk struct {
 	handed int    // leading rows handed out
 	bytes  int    // size of the chunk
 	data   []byte // the chunk, which its rows not handed out point into
+	// holder is the agent of the reader that holds the chunk's bytes
+	// ("" this one; see team.go): the reader knows only its rows' keys.
+	holder string
+	keys   []string // a remote chunk's keys, every row's
 }
 
 // shardRef names one shard of one epoch: the unit a task is settled in.
@@ -58,8 +65,8 @@ type epochState struct {
 	owed      bitset              // shards a lagging reader did not keep (see lag.go)
 	shards    map[int]*shardState // shards with anything recorded, not complete
 	arrived   int                 // shards complete or arrivedAll
-	pending   []sample            // not yet a full batch
-	cut       bool                // every shard arrived; the last batch is cut
+	pending   map[string][]sample // not yet a full batch, per holder
+	cut       bool                // every shard arrived; the last batches are cut
 }
 
 // assembler turns a reader's chunks into batches and keeps its position:
@@ -156,10 +163,19 @@ func (a *assembler) start() []int {
 func (a *assembler) epoch(e int) *epochState {
 	ep := a.open[e]
 	if ep == nil {
-		ep = &epochState{shards: map[int]*shardState{}}
+		ep = &epochState{shards: map[int]*shardState{}, pending: map[string][]sample{}}
 		a.open[e] = ep
 	}
 	return ep
+}
+
+// pendingRows counts the samples waiting in the epoch's partial batches.
+func (ep *epochState) pendingRows() int {
+	n := 0
+	for _, p := range ep.pending {
+		n += len(p)
+	}
+	return n
 }
 
 func (ep *epochState) shard(s int) *shardState {
@@ -171,13 +187,35 @@ func (ep *epochState) shard(s int) *shardState {
 	return sh
 }
 
-// add applies one chunk, or a shard end (ref.Chunk -1, data its JSON). An
-// error means it was rejected and left unrecorded (it names the problem); a
-// corrupt chunk is recorded as delivered and its loss reported as a failed
-// sample instead, so that its shard can still complete. data is not kept
-// beyond the call unless the chunk's rows are (splitChunk copies nothing:
-// pass a buffer the caller does not reuse).
+// add applies one chunk. An error means it was rejected and left
+// unrecorded (it names the problem); a corrupt chunk is recorded as
+// delivered and its loss reported as a failed sample instead, so that its
+// shard can still complete. data is not kept beyond the call unless the
+// chunk's rows are (splitChunk copies nothing: pass a buffer the caller
+// does not reuse).
 func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
+	return a.addChunk(ref, "", data, func() ([]sample, *schema, error) { return splitChunk(data) })
+}
+
+// addRemote applies a chunk that agent holder of the reader holds (see
+// team.go): its samples' keys and schema, or why it is corrupt.
+func (a *assembler) addRemote(ref wire.ChunkRef, holder string, keys []string, sc *schema, corrupt string) (outcome, error) {
+	if holder == "" {
+		return outcome{}, fmt.Errorf("output %s: a remote chunk needs its holder", ref)
+	}
+	return a.addChunk(ref, holder, nil, func() ([]sample, *schema, error) {
+		if corrupt != "" {
+			return nil, nil, errors.New(corrupt)
+		}
+		samples := make([]sample, len(keys))
+		for i, k := range keys {
+			samples[i] = sample{key: k, idx: i}
+		}
+		return samples, sc, nil
+	})
+}
+
+func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, split func() ([]sample, *schema, error)) (outcome, error) {
 	var out outcome
 	if ref.Epoch < 0 || ref.Epoch >= a.epochs {
 		return out, fmt.Errorf("output %s: epoch %d: want 0..%d", ref, ref.Epoch, a.epochs-1)
@@ -202,9 +240,9 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
 			out.duplicate = true // a copy of a chunk held or handed out
 			return out, nil
 		}
-		h := &heldChunk{ref: ref, handed: sh.skip[ref.Chunk]}
+		h := &heldChunk{ref: ref, handed: sh.skip[ref.Chunk], holder: holder}
 		delete(sh.skip, ref.Chunk)
-		samples, sc, err := splitChunk(data)
+		samples, sc, err := split()
 		switch {
 		case err != nil:
 			out.failed = append(out.failed, wire.FailedSample{Key: ref.String(), Reason: "corrupt chunk: " + err.Error(), Epoch: ref.Epoch})
@@ -219,27 +257,35 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
 				a.schema = sc
 			}
 			h.rows = len(samples)
+			if holder != "" {
+				for _, s := range samples {
+					h.keys = append(h.keys, s.key)
+				}
+			}
 			samples = samples[min(h.handed, len(samples)):]
 			for i := range samples {
 				samples[i].src = h
 			}
 			out.arrived = len(samples)
-			ep.pending = append(ep.pending, samples...)
+			pending := append(ep.pending[holder], samples...)
 			a.pending += len(samples)
-			for len(ep.pending) >= a.batchSize {
-				out.batches = append(out.batches, stack(ref.Epoch, a.schema, ep.pending[:a.batchSize]))
+			for len(pending) >= a.batchSize {
+				out.batches = append(out.batches, stack(ref.Epoch, a.schema, pending[:a.batchSize]))
 				// Copy the rest so the batched samples' payloads can be collected.
-				ep.pending = append([]sample(nil), ep.pending[a.batchSize:]...)
+				pending = append([]sample(nil), pending[a.batchSize:]...)
 				a.pending -= a.batchSize
 			}
+			ep.pending[holder] = pending
 		}
 		if h.handed >= h.rows {
 			// Nothing (more) to hand out: delivered as it arrives.
 			sh.delivered.add(ref.Chunk)
 			a.version++
 		} else {
-			h.bytes, h.data = len(data), data
-			a.heldBytes += int64(h.bytes)
+			if holder == "" {
+				h.bytes, h.data = len(data), data
+				a.heldBytes += int64(h.bytes)
+			}
 			sh.held[ref.Chunk] = h
 		}
 	}
@@ -335,11 +381,14 @@ func (a *assembler) arrived(e, s int, ep *epochState, sh *shardState, out *outco
 		sh.arrivedAll = true
 		ep.arrived++
 		if ep.arrived == a.shards {
-			if len(ep.pending) > 0 {
-				out.batches = append(out.batches, stack(e, a.schema, ep.pending))
-				a.pending -= len(ep.pending)
-				ep.pending = nil
+			// Each holder's partial batch, this agent's first.
+			for _, h := range slices.Sorted(maps.Keys(ep.pending)) {
+				if p := ep.pending[h]; len(p) > 0 {
+					out.batches = append(out.batches, stack(e, a.schema, p))
+					a.pending -= len(p)
+				}
 			}
+			clear(ep.pending)
 			ep.cut = true
 			out.cut = append(out.cut, e)
 		}

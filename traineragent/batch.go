@@ -19,10 +19,13 @@ type Batch struct {
 	Tensors []safetensors.Tensor
 }
 
-// sample is one row of a chunk: its key and its bytes in each tensor of the
-// job's schema (aliasing the chunk's payload), and the chunk it came from.
+// sample is one row of a chunk: its key, its index in the chunk and its
+// bytes in each tensor of the job's schema (aliasing the chunk's payload;
+// nil for a chunk another agent of the reader holds), and the chunk it
+// came from.
 type sample struct {
 	key  string
+	idx  int
 	rows [][]byte
 	src  *heldChunk
 }
@@ -72,7 +75,7 @@ func splitChunk(data []byte) ([]sample, *schema, error) {
 	n := len(keys)
 	samples := make([]sample, n)
 	for i := range samples {
-		samples[i] = sample{key: keys[i], rows: make([][]byte, len(sc.names))}
+		samples[i] = sample{key: keys[i], idx: i, rows: make([][]byte, len(sc.names))}
 	}
 	for j, name := range sc.names {
 		t := f.Tensors[name]
@@ -93,28 +96,43 @@ func splitChunk(data []byte) ([]sample, *schema, error) {
 }
 
 // readyBatch is a batch waiting for the trainer, with the chunks its rows
-// came from, in order.
+// came from, in order. The rows of one batch are all held by one agent of
+// the reader (holder); a batch another agent holds has keys but no
+// tensors.
 type readyBatch struct {
 	Batch
 	from []chunkRows
 }
 
-// chunkRows says that n consecutive rows of a batch came from chunk c.
-type chunkRows struct {
-	c *heldChunk
-	n int
+// holder is the agent holding the batch's rows ("" this one).
+func (b readyBatch) holder() string {
+	if len(b.from) == 0 {
+		return ""
+	}
+	return b.from[0].c.holder
 }
 
-// stack copies samples into one batch.
+// chunkRows says that n consecutive rows of a batch came from chunk c,
+// starting at its row lo.
+type chunkRows struct {
+	c     *heldChunk
+	lo, n int
+}
+
+// stack copies samples (all of one holder) into one batch; samples of a
+// chunk held elsewhere give keys and sources only.
 func stack(epoch int, sc *schema, samples []sample) readyBatch {
 	b := readyBatch{Batch: Batch{Epoch: epoch, Keys: make([]string, len(samples))}}
 	for i, s := range samples {
 		b.Keys[i] = s.key
-		if k := len(b.from) - 1; k >= 0 && b.from[k].c == s.src {
+		if k := len(b.from) - 1; k >= 0 && b.from[k].c == s.src && b.from[k].lo+b.from[k].n == s.idx {
 			b.from[k].n++
 		} else {
-			b.from = append(b.from, chunkRows{s.src, 1})
+			b.from = append(b.from, chunkRows{s.src, s.idx, 1})
 		}
+	}
+	if len(samples) > 0 && samples[0].rows == nil {
+		return b
 	}
 	for j, name := range sc.names {
 		size := 0

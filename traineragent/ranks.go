@@ -23,10 +23,13 @@ const (
 	// stepEpochDone: every batch of the epoch went into a step; the ranks
 	// go on to the next epoch.
 	stepEpochDone
+	// stepRest: the epoch is cut and its ranks are served by several
+	// agents: what is left of it is planned at once (planRest).
+	stepRest
 )
 
 func (a stepAction) String() string {
-	return [...]string{"wait", "full", "tail", "drop", "epoch done"}[a]
+	return [...]string{"wait", "full", "tail", "drop", "epoch done", "rest"}[a]
 }
 
 // epochSupply is what the rank layer knows of the epoch its ranks are in.

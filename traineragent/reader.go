@@ -36,9 +36,14 @@ type Options struct {
 	// ranks are in has no step ready. Default: 4 global steps (4 batches
 	// per rank), at least 256 samples.
 	PrefetchSamples int
-	// WorldSize fixes the number of ranks the agent serves; 0 takes it
+	// WorldSize fixes the number of ranks the reader has; 0 takes it
 	// from the first request (Next is rank 0 of world 1).
 	WorldSize int
+	// Ranks are the ranks of WorldSize this agent serves, those of its
+	// node (nil: all). The agents serving the other ranks form the
+	// reader's team with it (team.go): the one serving rank 0 plans. A
+	// team serves a job with one reader; its agents share DropLast.
+	Ranks []int
 	// DropLast drops each epoch's last step when it would be partial
 	// (reported in Stats.DroppedSamples) rather than split it over the
 	// ranks; false lets the first request decide.
@@ -204,6 +209,13 @@ type Reader struct {
 	firstBatch   time.Time
 	finished     time.Time
 	fail         func(error) // stops the agent
+	// team is set on the planner of a reader whose ranks several agents
+	// serve (team.go); member on the other agents (member.go).
+	team   *team
+	member *member
+	// producer has shards produced again for parts whose rows this agent
+	// does not hold (set once the agent dispatches).
+	producer *producer
 	// shedding is set by the agent while the reader lags (lag.go).
 	shedding atomic.Bool
 	closing  bool // the agent is stopping: no more batches
@@ -271,11 +283,23 @@ func (a *Reader) end(err error) {
 }
 
 // done reports whether every sample of every epoch was handed out and
-// every rank was told so.
+// every rank was told so (on a member, every rank of this agent).
 func (a *Reader) done() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.member != nil {
+		return a.memberDone()
+	}
 	return a.asm.allFinished() && a.ranks.allEnded()
+}
+
+// handedOut reports whether every sample of every epoch was handed out
+// (on a member, to every rank of this agent); a.mu must be held.
+func (a *Reader) handedOut() bool {
+	if a.member != nil {
+		return a.memberDone()
+	}
+	return a.asm.allFinished()
 }
 
 // addChunk applies chunk index of task's shard (data is kept: the caller
@@ -347,6 +371,9 @@ func (a *Reader) heldBytes() int64 {
 func (a *Reader) wantsMore() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.team != nil {
+		return a.teamWants("")
+	}
 	return !a.asm.allCut() && a.hasRoom()
 }
 

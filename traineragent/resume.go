@@ -70,6 +70,9 @@ type resumeRecord struct {
 // before the resumed ranks took any batch is refused with
 // ErrResumeConflict.
 func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	if a.member != nil {
+		return a.memberResume(ctx, st, world)
+	}
 	p, err := a.checkState(st)
 	if err != nil {
 		return ResumeResult{}, err
@@ -79,6 +82,10 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	}
 	if world < 1 || world > MaxWorldSize {
 		return ResumeResult{}, fmt.Errorf("%w: world size %d: want 1..%d", ErrBadState, world, MaxWorldSize)
+	}
+	if a.team != nil && world != a.ranks.world {
+		return ResumeResult{}, fmt.Errorf("%w: world size %d, but the reader's team serves %d ranks: start its agents with --world-size %d and their --ranks",
+			ErrBadState, world, a.ranks.world, world)
 	}
 	fresh := newAssembler(a.job)
 	if err := fresh.restore(p); err != nil {
@@ -210,6 +217,9 @@ func (a *Reader) rewindMemory(fresh *assembler, replay map[int][]int) {
 	carried := carry(a.asm, fresh)
 	fresh.markReplayed(replay)
 	a.asm = fresh
+	if a.team != nil {
+		a.team.rest = nil
+	}
 	clear(a.ready)
 	a.readySamples = 0
 	for _, b := range carried {
@@ -349,7 +359,11 @@ func carry(from, fresh *assembler) []readyBatch {
 			sh := ep.shards[s]
 			for _, c := range slices.Sorted(maps.Keys(sh.held)) {
 				h := sh.held[c]
-				if o, err := fresh.add(h.ref, h.data); err == nil {
+				add := func() (outcome, error) { return fresh.add(h.ref, h.data) }
+				if h.holder != "" {
+					add = func() (outcome, error) { return fresh.addRemote(h.ref, h.holder, h.keys, from.schema, "") }
+				}
+				if o, err := add(); err == nil {
 					out = append(out, o.batches...)
 				}
 			}

@@ -25,6 +25,10 @@ type rankPart struct {
 	// was handed out: what a trainer's checkpoint taken after this step
 	// resumes from.
 	Position []byte
+	// Spans, when set, are the part's rows as chunk rows (Batch has its
+	// keys, no tensors yet): rows another agent of the reader holds, or
+	// rows of this agent for a rank another agent serves (team.go).
+	Spans []rowSpan
 }
 
 // rankCount is what one rank took.
@@ -75,6 +79,9 @@ const MaxWorldSize = 1 << 16
 type rankRequest struct {
 	rank, world int
 	dropLast    *bool
+	// agent is the member agent asking for its rank (team.go); "" for a
+	// rank of this agent.
+	agent string
 }
 
 // join checks req against the ranks' world, fixing what is not fixed yet;
@@ -96,6 +103,9 @@ func (a *Reader) join(req rankRequest) error {
 	if req.rank < 0 || req.rank >= w {
 		return fmt.Errorf("%w: rank %d: want 0..%d", ErrWorldMismatch, req.rank, w-1)
 	}
+	if a.team != nil && a.team.holders[req.rank] != req.agent {
+		return fmt.Errorf("%w: rank %d is served by %s", ErrWorldMismatch, req.rank, agentName(a.team.holders[req.rank]))
+	}
 	switch {
 	case req.dropLast == nil:
 	case !s.dropFixed:
@@ -116,6 +126,19 @@ func (a *Reader) join(req rankRequest) error {
 // The part counts as delivered once nextPart returns it: the reader's
 // position, covering the part's whole step, is written first.
 func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+	if a.member != nil {
+		return a.memberPart(ctx, req)
+	}
+	p, err := a.takeAndRecord(ctx, req)
+	if err != nil || p.Spans == nil {
+		return p, err
+	}
+	return a.cutPart(ctx, p)
+}
+
+// takeAndRecord pops rank req.rank's next part once the position that
+// covers its step is written.
+func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, error) {
 	p, err := a.takePart(ctx, req)
 	if err != nil {
 		return rankPart{}, err
@@ -147,6 +170,8 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error
 			a.unblock(time.Now())
 		}
 	}
+	// A member's rank waits at its own agent, which counts that wait.
+	remote := req.agent != ""
 	for {
 		switch {
 		case s.world != world:
@@ -175,7 +200,7 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error
 		case a.formStep(time.Now()):
 			continue
 		}
-		if !waiting {
+		if !waiting && !remote {
 			waiting = true
 			a.block(time.Now())
 		}
@@ -201,7 +226,7 @@ func (a *Reader) supply(e int) epochSupply {
 	if e < a.asm.finished {
 		sup.Cut = true
 	} else if ep := a.asm.open[e]; ep != nil {
-		sup.Pending, sup.Cut = len(ep.pending), ep.cut
+		sup.Pending, sup.Cut = ep.pendingRows(), ep.cut
 	}
 	return sup
 }
@@ -221,6 +246,9 @@ func (a *Reader) stepReady() bool {
 // through finished epochs and dropped tails; it reports whether anything
 // changed. a.mu must be held and the world fixed.
 func (a *Reader) formStep(now time.Time) bool {
+	if a.team != nil {
+		return a.formTeamStep(now)
+	}
 	s := &a.ranks
 	changed := false
 	for s.epoch < a.job.Spec.Epochs {
@@ -247,32 +275,45 @@ func (a *Reader) formStep(now time.Time) bool {
 		} else {
 			parts = splitRows(e, batches, plan.Sizes)
 		}
-		idx := s.step
-		if plan.Last {
+		if plan.Last && len(a.ready[e]) > 0 {
 			// The rest of a cut epoch after its last step is a dropped tail.
-			if len(a.ready[e]) > 0 {
-				a.dropTail(e, now)
-			}
-			s.epoch, s.step = e+1, 0
-		} else {
-			s.step++
+			a.dropTail(e, now)
 		}
-		pos := a.asm.snapshot()
-		pos.Submitted = a.submitted()
-		data, err := encodePosition(pos)
-		if err != nil {
-			data = nil // cannot happen: the position is plain data
-		}
+		rp := make([]rankPart, len(parts))
 		for r, b := range parts {
-			s.queues[r] = append(s.queues[r], rankPart{Batch: b, Step: idx, Last: plan.Last, World: s.world, Position: data})
-			s.queued += len(b.Keys)
+			rp[r].Batch = b
 		}
-		s.formed = true
-		a.m.bufferedSamples.Set(float64(a.buffered()))
-		a.notify()
+		a.queueStep(rp, plan.Last)
 		return true
 	}
 	return changed
+}
+
+// queueStep queues the parts of the ranks' next step, one per rank (each
+// carrying the position once the whole step is handed out), and moves the
+// ranks on; a.mu must be held.
+func (a *Reader) queueStep(parts []rankPart, last bool) {
+	s := &a.ranks
+	idx := s.step
+	if last {
+		s.epoch, s.step = s.epoch+1, 0
+	} else {
+		s.step++
+	}
+	pos := a.asm.snapshot()
+	pos.Submitted = a.submitted()
+	data, err := encodePosition(pos)
+	if err != nil {
+		data = nil // cannot happen: the position is plain data
+	}
+	for r, p := range parts {
+		p.Step, p.Last, p.World, p.Position = idx, last, s.world, data
+		s.queues[r] = append(s.queues[r], p)
+		s.queued += len(p.Keys)
+	}
+	s.formed = true
+	a.m.bufferedSamples.Set(float64(a.buffered()))
+	a.notify()
 }
 
 // takeReady removes the first n ready batches of epoch e and records them
@@ -352,8 +393,15 @@ func (a *Reader) pop(r int, now time.Time) rankPart {
 	p := s.queues[r][0]
 	s.queues[r][0] = rankPart{}
 	s.queues[r] = s.queues[r][1:]
+	s.queued -= len(p.Keys)
+	a.delivered(r, p, now)
+	return p
+}
+
+// delivered counts part p as handed to rank r; a.mu must be held.
+func (a *Reader) delivered(r int, p rankPart, now time.Time) {
+	s := &a.ranks
 	n := len(p.Keys)
-	s.queued -= n
 	c := &s.counts[r]
 	c.batches++
 	c.samples += int64(n)
@@ -369,5 +417,4 @@ func (a *Reader) pop(r int, now time.Time) rankPart {
 		a.firstBatch = now
 	}
 	a.notify()
-	return p
 }

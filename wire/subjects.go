@@ -33,7 +33,19 @@ const (
 	taskSubjectPrefix   = "sluice.tasks."
 	demandSubjectPrefix = "sluice.demand."
 	resultSubjectPrefix = "sluice.results."
+	teamSubjectPrefix   = "sluice.team."
 )
+
+// TeamSubjects matches every request between the agents of a reader's
+// team (core NATS; no preprocessed byte).
+const TeamSubjects = teamSubjectPrefix + ">"
+
+// TeamSubject is where the agents of reader's team ask its planner (the
+// agent serving rank 0) for op: join, chunk, end, failed, part, resume or
+// status (the trainer agent owns the messages).
+func TeamSubject(job, reader, op string) string {
+	return teamSubjectPrefix + job + "." + reader + "." + op
+}
 
 // TaskSubjects is the subject filter of TaskStream.
 const TaskSubjects = taskSubjectPrefix + ">"

@@ -1,0 +1,178 @@
+package traineragent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// Cutting a part given as spans (team.go): each span's rows are cut from
+// its chunk, which the agent holds or has produced again.
+
+// agentName names holder h of a team in messages.
+func agentName(h string) string {
+	switch h {
+	case "":
+		return "this agent"
+	case unjoined:
+		return "an agent that has not joined yet"
+	}
+	return "agent " + h
+}
+
+// cutRows is the batch of epoch e made of spans' rows, whose keys must be
+// keys (functions are deterministic: a chunk produced again has the same
+// rows); chunk gives each span's chunk. A part of no rows has sc's tensors
+// with no rows.
+func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *schema, chunk func(context.Context, rowSpan) ([]byte, error)) (Batch, error) {
+	var samples []sample
+	for _, sp := range spans {
+		data, err := chunk(ctx, sp)
+		if err != nil {
+			return Batch{}, err
+		}
+		rows, csc, err := splitChunk(data)
+		switch {
+		case err != nil:
+			return Batch{}, fmt.Errorf("chunk %s: %w", sp.ref, err)
+		case sp.lo < 0 || sp.n < 0 || sp.lo+sp.n > len(rows):
+			return Batch{}, fmt.Errorf("chunk %s has %d rows, the part wants rows %d..%d", sp.ref, len(rows), sp.lo, sp.lo+sp.n-1)
+		case sc == nil:
+			sc = csc
+		case !sc.equal(csc):
+			return Batch{}, fmt.Errorf("chunk %s has tensors %s, the job's %s: cannot stack", sp.ref, csc, sc)
+		}
+		samples = append(samples, rows[sp.lo:sp.lo+sp.n]...)
+	}
+	got := make([]string, len(samples))
+	for i, s := range samples {
+		got[i] = s.key
+	}
+	if !slices.Equal(got, keys) {
+		return Batch{}, fmt.Errorf("the chunks' rows are not the part's samples (produced again differently?)")
+	}
+	if sc == nil {
+		return Batch{Epoch: e, Keys: keys}, nil
+	}
+	b := stack(e, sc, samples).Batch
+	if len(samples) == 0 {
+		for j, name := range sc.names {
+			b.Tensors = append(b.Tensors, safetensors.Tensor{Name: name, DType: sc.dtypes[j], Shape: append([]int{0}, sc.shapes[j]...)})
+		}
+	}
+	return b, nil
+}
+
+// cutPart cuts a part of this (planner) agent's rank given as spans:
+// from the chunks it holds, or produced again. A part that cannot be cut
+// is lost to the trainer (it counts as handed out): its samples are
+// reported failed.
+func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
+	a.mu.Lock()
+	sc, prod := a.asm.schema, a.producer
+	a.mu.Unlock()
+	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
+		if sp.data != nil {
+			return sp.data, nil
+		}
+		return prod.chunk(ctx, sp.ref)
+	})
+	if err != nil {
+		a.lost(p.Keys, err)
+		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, p.Step, err)
+	}
+	p.Batch, p.Spans = b, nil
+	return p, nil
+}
+
+// lost reports the samples of a part the trainer will not get.
+func (a *Reader) lost(keys []string, err error) {
+	a.log.Warn("a part could not be cut; its samples are reported failed", "samples", len(keys), "err", err)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, k := range keys {
+		a.recordFailed(wire.FailedSample{Key: k, Reason: "cutting its part: " + err.Error()})
+	}
+}
+
+// producer has shards produced again for the chunks an agent needs and
+// does not hold, one send per shard however many parts wait for it, and
+// keeps the last few shards produced (the ranks of one step often need
+// the same one).
+type producer struct {
+	job     wire.Job
+	produce func(ctx context.Context, task wire.ShardTask, chunk func(int, []byte)) (wire.ShardEnd, error)
+	ctx     context.Context // the agent's run: a production outlives the part that asked for it
+
+	mu     sync.Mutex
+	shards map[shardRef]*production
+	order  []shardRef
+}
+
+type production struct {
+	done   chan struct{}
+	chunks map[int][]byte
+	err    error
+}
+
+// keepProduced is how many shards produced again a producer keeps.
+const keepProduced = 8
+
+// chunk is chunk ref, produced again.
+func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error) {
+	if p == nil {
+		return nil, errors.New("no dispatcher to produce a chunk again")
+	}
+	k := shardRef{ref.Epoch, ref.Shard}
+	p.mu.Lock()
+	pr := p.shards[k]
+	if pr == nil || isDone(pr) && pr.err != nil {
+		pr = &production{done: make(chan struct{}), chunks: map[int][]byte{}}
+		p.shards[k] = pr
+		p.order = append(p.order, k)
+		for len(p.order) > keepProduced {
+			delete(p.shards, p.order[0])
+			p.order = p.order[1:]
+		}
+		go p.run(k, pr)
+	}
+	p.mu.Unlock()
+	select {
+	case <-pr.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if pr.err != nil {
+		return nil, pr.err
+	}
+	data, ok := pr.chunks[ref.Chunk]
+	if !ok {
+		return nil, fmt.Errorf("shard %d of epoch %d produced again has no chunk %d", ref.Shard, ref.Epoch, ref.Chunk)
+	}
+	return data, nil
+}
+
+func isDone(pr *production) bool {
+	select {
+	case <-pr.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *producer) run(k shardRef, pr *production) {
+	defer close(pr.done)
+	var mu sync.Mutex
+	_, err := p.produce(p.ctx, p.job.Task(k.epoch, k.shard), func(i int, data []byte) {
+		mu.Lock()
+		pr.chunks[i] = data
+		mu.Unlock()
+	})
+	pr.err = err
+}

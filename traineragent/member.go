@@ -1,0 +1,421 @@
+package traineragent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// member is a reader's side on an agent of its team that does not plan
+// (team.go): it tells the planner each chunk it receives and keeps the
+// bytes, asks it for its ranks' parts and cuts them, and settles the
+// tasks it holds once the planner's position has their shards complete.
+type member struct {
+	nc       *nats.Conn
+	job      wire.Job
+	reader   string
+	name     string
+	ranks    []int
+	world    int
+	dropLast bool
+	log      *slog.Logger
+	settle   func(epoch, shard int)
+	// run is the agent's run: the dispatcher's sink calls carry no
+	// context, and what they tell the planner must outlive none of it.
+	run context.Context
+
+	mu      sync.Mutex
+	planner string // the planner's run that last answered ("" none)
+	joined  bool
+	want    bool
+	store   map[wire.ChunkRef]*storedChunk
+	bytes   int64
+	ends    map[shardRef]chunkNote // shard ends and failures told, to tell a new planner run again
+	held    map[shardRef]bool      // shards it received output of, not settled
+}
+
+// storedChunk is a chunk a member holds: what it told the planner, the
+// bytes, and how many of its rows it has cut into parts.
+type storedChunk struct {
+	note chunkNote
+	data []byte
+	cut  int
+}
+
+func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *member {
+	return &member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
+		log: log.With("team", "member"), settle: func(int, int) {}, run: context.Background(),
+		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{}}
+}
+
+// ask sends a request to the planner and reads its reply; a reply from
+// another run of the planner than the last makes the member join again.
+func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duration) (teamReply, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return teamReply{}, fmt.Errorf("encoding a %s request: %w", op, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := m.nc.RequestWithContext(ctx, wire.TeamSubject(m.job.Spec.ID, m.reader, op), data)
+	if err != nil {
+		return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
+	}
+	var r teamReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return teamReply{}, fmt.Errorf("reading the planner's %s reply: %w", op, err)
+	}
+	m.mu.Lock()
+	if r.Planner != m.planner || r.Status == statusMismatch && strings.Contains(r.Error, "has not joined") {
+		m.joined = false
+	}
+	m.mu.Unlock()
+	return r, nil
+}
+
+// askUntil repeats a request until the planner answers it (with a
+// retry between tries) or ctx ends, joining first when needed.
+func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Duration) (teamReply, error) {
+	warned := false
+	for {
+		err := m.join(ctx)
+		var r teamReply
+		if err == nil {
+			r, err = m.ask(ctx, op, v, timeout)
+		}
+		if err == nil && !(r.Status == statusMismatch && strings.Contains(r.Error, "has not joined")) {
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			return teamReply{}, ctx.Err()
+		}
+		if !warned {
+			m.log.Warn("the reader's planner does not answer yet; retrying", "op", op, "err", err)
+			warned = true
+		}
+		if err := sleepCtx(ctx, teamRetry); err != nil {
+			return teamReply{}, err
+		}
+	}
+}
+
+// join joins the planner's team if this member has not (or the planner
+// restarted), and then tells it again every chunk, end and failure it
+// holds.
+func (m *member) join(ctx context.Context) error {
+	m.mu.Lock()
+	joined := m.joined
+	m.mu.Unlock()
+	if joined {
+		return nil
+	}
+	r, err := m.ask(ctx, opJoin, joinRequest{Agent: m.name, Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	if r.Status != statusOK {
+		return fmt.Errorf("joining reader %s's team: %s", m.reader, r.Error)
+	}
+	m.mu.Lock()
+	fresh := m.planner != r.Planner
+	m.planner, m.joined = r.Planner, true
+	var notes []chunkNote
+	var refs []wire.ChunkRef
+	if fresh {
+		for ref, c := range m.store {
+			notes, refs = append(notes, c.note), append(refs, ref)
+		}
+		for _, n := range m.ends {
+			notes, refs = append(notes, n), append(refs, wire.ChunkRef{})
+		}
+	}
+	m.mu.Unlock()
+	if fresh {
+		m.log.Info("joined the reader's team", "planner", r.Planner, "ranks", m.ranks, "chunks_held", len(m.store))
+	}
+	for i, n := range notes {
+		op := opChunk
+		switch {
+		case n.End != nil:
+			op = opEnd
+		case n.Reason != "":
+			op = opFailed
+		}
+		r, err := m.ask(ctx, op, n, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		if r.Duplicate && op == opChunk {
+			m.drop(refs[i])
+		}
+	}
+	return nil
+}
+
+// chunk stores chunk index of task's shard and tells the planner.
+func (m *member) chunk(task wire.ShardTask, index int, data []byte) {
+	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
+	n := chunkNote{Agent: m.name, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
+	samples, sc, err := splitChunk(data)
+	if err != nil {
+		n.Corrupt = err.Error()
+	} else {
+		for _, s := range samples {
+			n.Keys = append(n.Keys, s.key)
+		}
+		n.Schema = noteOf(sc)
+	}
+	m.mu.Lock()
+	m.held[shardRef{task.Epoch, task.Shard}] = true
+	if m.store[ref] != nil {
+		m.mu.Unlock()
+		return // a copy: the planner was told
+	}
+	m.store[ref] = &storedChunk{note: n, data: data}
+	m.bytes += int64(len(data))
+	m.mu.Unlock()
+	r, err := m.askUntil(m.run, opChunk, n, 5*time.Second)
+	if err != nil {
+		return // the agent stops
+	}
+	m.mu.Lock()
+	m.want = r.Want
+	m.mu.Unlock()
+	if r.Status != statusOK {
+		m.log.Warn("the planner refused a chunk", "chunk", ref.String(), "err", r.Error)
+		m.drop(ref)
+	} else if r.Duplicate {
+		m.drop(ref)
+	}
+}
+
+// end tells the planner task's shard end, or (reason set) that it failed for good.
+func (m *member) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
+	n := chunkNote{Agent: m.name, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1, End: end, Reason: reason, Key: task.Key}
+	op := opEnd
+	if end == nil {
+		op = opFailed
+	}
+	k := shardRef{task.Epoch, task.Shard}
+	m.mu.Lock()
+	m.held[k] = true
+	m.ends[k] = n
+	m.mu.Unlock()
+	if r, err := m.askUntil(m.run, op, n, 5*time.Second); err == nil && r.Status != statusOK {
+		m.log.Warn("the planner refused a shard's "+op, "epoch", task.Epoch, "shard", task.Shard, "err", r.Error)
+	}
+}
+
+func (m *member) drop(ref wire.ChunkRef) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.store[ref]; c != nil {
+		m.bytes -= int64(len(c.data))
+		delete(m.store, ref)
+	}
+}
+
+// statusEvery is how often a member asks the planner which of its shards
+// are settled and whether to take more tasks.
+const statusEvery = 100 * time.Millisecond
+
+// keepStatus asks the planner for its status every statusEvery until ctx
+// ends: it settles the tasks of shards the planner's position has
+// complete and drops their chunks.
+func (m *member) keepStatus(ctx context.Context) {
+	t := time.NewTicker(statusEvery)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		held := make([][2]int, 0, len(m.held))
+		for k := range m.held {
+			held = append(held, [2]int{k.epoch, k.shard})
+		}
+		m.mu.Unlock()
+		slices.SortFunc(held, func(x, y [2]int) int { return x[0]*1<<20 + x[1] - y[0]*1<<20 - y[1] })
+		if err := m.join(ctx); err == nil {
+			if r, err := m.ask(ctx, opStatus, statusRequest{Agent: m.name, Held: held}, 5*time.Second); err == nil && r.Status == statusOK {
+				m.settled(r)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *member) settled(r teamReply) {
+	m.mu.Lock()
+	m.want = r.Want
+	for _, c := range r.Complete {
+		k := shardRef{c[0], c[1]}
+		delete(m.held, k)
+		delete(m.ends, k)
+		for ref, sc := range m.store {
+			if ref.Epoch == k.epoch && ref.Shard == k.shard {
+				m.bytes -= int64(len(sc.data))
+				delete(m.store, ref)
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range r.Complete {
+		m.settle(c[0], c[1])
+	}
+}
+
+// settleAll settles every task the member holds output of: every step
+// of every epoch was recorded.
+func (m *member) settleAll() {
+	m.mu.Lock()
+	var done [][2]int
+	for k := range m.held {
+		done = append(done, [2]int{k.epoch, k.shard})
+	}
+	m.mu.Unlock()
+	m.settled(teamReply{Complete: done})
+}
+
+// room says whether the agent should take another task: the planner wants
+// this member's rows and its chunks fit the job's output buffer.
+func (m *member) room(buffer int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.want && (buffer <= 0 || m.bytes < buffer)
+}
+
+// part asks the planner for rank req.rank's next part until it has one,
+// and cuts it.
+func (m *member) part(ctx context.Context, req rankRequest, prod func() *producer) (rankPart, error) {
+	for {
+		r, err := m.askUntil(ctx, opPart, partRequest{Agent: m.name, Rank: req.rank, World: req.world, DropLast: req.dropLast}, partWait+5*time.Second)
+		if err != nil {
+			return rankPart{}, err
+		}
+		switch {
+		case r.Status == statusWait:
+			continue
+		case r.Status != statusOK:
+			return rankPart{}, errOf(r.Status, r.Error)
+		case r.Part == nil:
+			return rankPart{}, fmt.Errorf("%w: the planner's part has no rows", ErrStopped)
+		}
+		return m.cut(ctx, *r.Part, prod)
+	}
+}
+
+// cut makes the batch of a part the planner gave.
+func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (rankPart, error) {
+	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: n.Keys}, Step: n.Step, Last: n.Last, World: n.World, Position: n.Position}
+	for _, s := range n.Spans {
+		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N})
+	}
+	var sc *schema
+	if n.Schema != nil {
+		sc, _ = n.Schema.schema()
+	}
+	b, err := cutRows(ctx, n.Epoch, n.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
+		m.mu.Lock()
+		c := m.store[sp.ref]
+		m.mu.Unlock()
+		if c != nil {
+			return c.data, nil
+		}
+		return prod().chunk(ctx, sp.ref)
+	})
+	if err != nil {
+		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, n.Step, err)
+	}
+	m.mu.Lock()
+	for _, sp := range p.Spans {
+		if c := m.store[sp.ref]; c != nil {
+			if c.cut += sp.n; c.cut >= len(c.note.Keys) {
+				m.bytes -= int64(len(c.data))
+				delete(m.store, sp.ref)
+			}
+		}
+	}
+	m.mu.Unlock()
+	p.Batch, p.Spans = b, nil
+	return p, nil
+}
+
+// memberPart is nextPart on a member: the planner's part for the rank,
+// cut here; the wait counts as the trainer's.
+func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, error) {
+	m := a.member
+	if req.world == 0 {
+		req.world = m.world
+	}
+	switch {
+	case req.world != m.world:
+		return rankPart{}, fmt.Errorf("%w: world size %d, but this agent serves ranks of a world of %d", ErrWorldMismatch, req.world, m.world)
+	case !slices.Contains(m.ranks, req.rank):
+		return rankPart{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", ErrWorldMismatch, req.rank, m.ranks)
+	}
+	a.mu.Lock()
+	a.block(time.Now())
+	a.mu.Unlock()
+	p, err := m.part(ctx, req, func() *producer {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.producer
+	})
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.unblock(now)
+	if errors.Is(err, io.EOF) {
+		if c := &a.ranks.counts[req.rank]; !c.ended {
+			c.ended = true
+			a.ranks.nEnded++
+			a.notify()
+		}
+		if a.memberDone() {
+			// The planner recorded every step before it told a rank the
+			// end: every shard is complete.
+			go m.settleAll()
+		}
+		return rankPart{}, err
+	}
+	if err != nil {
+		return rankPart{}, err
+	}
+	a.delivered(req.rank, p, now)
+	return p, nil
+}
+
+// memberDone reports whether every rank of the member got its end.
+func (a *Reader) memberDone() bool {
+	for _, r := range a.member.ranks {
+		if !a.ranks.counts[r].ended {
+			return false
+		}
+	}
+	return true
+}
+
+// memberResume forwards a rank's resume to the planner.
+func (a *Reader) memberResume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	r, err := a.member.askUntil(ctx, opResume, resumeRequest{Agent: a.member.name, State: st, World: world}, positionWriteTimeout+10*time.Second)
+	if err != nil {
+		return ResumeResult{}, err
+	}
+	if r.Status != statusOK || r.Resume == nil {
+		return ResumeResult{}, errOf(r.Status, r.Error)
+	}
+	return *r.Resume, nil
+}

@@ -1,0 +1,439 @@
+package traineragent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// A reader's team: the agents that serve its ranks, one per node (`sluice
+// agent --ranks`). They share the job's task queue, and each keeps the
+// bytes of the shards it took. One of them, the planner (the agent serving
+// rank 0), runs the reader: it is told each chunk the others (members)
+// receive (its keys, not its bytes), forms every global step with the
+// team policy (teamplan.go), writes the position and answers each member
+// rank's request with its part as chunk rows (spans), which the member
+// cuts from the chunks it holds. Rows an agent does not hold (an epoch's
+// tail the policy moved to its ranks, or chunks lost with a restarted
+// member) are produced again there from a function (they are
+// deterministic). The protocol runs over core NATS requests
+// (teamserve.go, member.go); no preprocessed byte crosses it.
+
+// unjoined marks a rank whose agent has not joined the team yet.
+const unjoined = "\x00"
+
+// team is the planner's view of its reader's team.
+type team struct {
+	// id names this planner's run: members that see another id re-join
+	// and announce again the chunks they hold.
+	id string
+	// holders is, per rank, the agent serving it: "" for this one, a
+	// member's name, or unjoined.
+	holders []string
+	members map[string]*teamMember
+	// rest is the plan of the rest of a cut epoch (stepRest).
+	rest *restPlan
+}
+
+// teamMember is a member agent as the planner knows it.
+type teamMember struct {
+	ranks []int
+	seen  time.Time // its last request
+}
+
+func newTeam(world int, own []int) *team {
+	t := &team{id: newTeamID(), holders: make([]string, world), members: map[string]*teamMember{}}
+	for r := range t.holders {
+		t.holders[r] = unjoined
+	}
+	for _, r := range own {
+		t.holders[r] = ""
+	}
+	return t
+}
+
+func newTeamID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// complete reports whether every rank's agent joined.
+func (t *team) complete() bool { return !slices.Contains(t.holders, unjoined) }
+
+// ranksOf counts the ranks agent h serves.
+func (t *team) ranksOf(h string) int {
+	n := 0
+	for _, x := range t.holders {
+		if x == h {
+			n++
+		}
+	}
+	return n
+}
+
+// memberStale is how long a member may go without a request before
+// another agent may take over its ranks.
+const memberStale = 10 * time.Second
+
+// join records member name serving ranks; a.mu must be held.
+func (a *Reader) joinMember(name string, ranks []int, world int, dropLast bool, now time.Time) error {
+	t, s := a.team, &a.ranks
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: a member needs a name", ErrWorldMismatch)
+	case world != s.world:
+		return fmt.Errorf("%w: world size %d, but the reader's planner serves a world of %d", ErrWorldMismatch, world, s.world)
+	case dropLast != s.dropLast:
+		return fmt.Errorf("%w: drop_last %t, but the reader's planner has %t", ErrWorldMismatch, dropLast, s.dropLast)
+	case len(ranks) == 0:
+		return fmt.Errorf("%w: agent %s serves no rank", ErrWorldMismatch, name)
+	}
+	for _, r := range ranks {
+		if r < 0 || r >= world {
+			return fmt.Errorf("%w: rank %d: want 0..%d", ErrWorldMismatch, r, world-1)
+		}
+		switch h := t.holders[r]; {
+		case h == "":
+			return fmt.Errorf("%w: rank %d is served by the planner", ErrWorldMismatch, r)
+		case h != unjoined && h != name:
+			if m := t.members[h]; m != nil && now.Sub(m.seen) < memberStale {
+				return fmt.Errorf("%w: rank %d is served by agent %s", ErrWorldMismatch, r, h)
+			}
+		}
+	}
+	for r, h := range t.holders {
+		if h == name && !slices.Contains(ranks, r) {
+			t.holders[r] = unjoined
+		}
+	}
+	for _, r := range ranks {
+		if h := t.holders[r]; h != unjoined && h != name {
+			a.log.Warn("a member takes over ranks of a member gone quiet", "rank", r, "from", h, "to", name)
+			if m := t.members[h]; m != nil {
+				m.ranks = slices.DeleteFunc(m.ranks, func(x int) bool { return x == r })
+			}
+		}
+		t.holders[r] = name
+	}
+	t.members[name] = &teamMember{ranks: slices.Clone(ranks), seen: now}
+	a.log.Info("a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
+	a.notify()
+	return nil
+}
+
+// teamSupply is what the team policy sees of epoch e; a.mu must be held.
+func (a *Reader) teamSupply(e int) teamSupply {
+	var sup teamSupply
+	for _, b := range a.ready[e] {
+		sup.Ready = append(sup.Ready, teamBatch{Holder: b.holder(), Rows: len(b.Keys)})
+	}
+	if e < a.asm.finished {
+		sup.Cut = true
+	} else if ep := a.asm.open[e]; ep != nil {
+		sup.Pending, sup.Cut = ep.pendingRows(), ep.cut
+	}
+	return sup
+}
+
+// formTeamStep is formStep for a reader with a team; a.mu must be held.
+func (a *Reader) formTeamStep(now time.Time) bool {
+	s, t := &a.ranks, a.team
+	changed := false
+	for s.epoch < a.job.Spec.Epochs {
+		e := s.epoch
+		if t.rest != nil && t.rest.epoch == e {
+			a.formRestStep(now)
+			return true
+		}
+		if !t.complete() {
+			return changed
+		}
+		plan := planTeamStep(a.teamSupply(e), t.holders, a.job.Spec.BatchSize, s.dropLast)
+		switch plan.Action {
+		case stepWait:
+			return changed
+		case stepEpochDone:
+			s.epoch, s.step = e+1, 0
+			changed = true
+			continue
+		case stepRest:
+			t.rest = a.planRestOf(e)
+			changed = true
+			continue
+		}
+		batches := a.takeReadyAt(e, plan.Take, now)
+		parts := make([]rankPart, len(batches))
+		for r, b := range batches {
+			if t.holders[r] == "" {
+				parts[r].Batch = b.Batch
+			} else {
+				parts[r] = rankPart{Batch: Batch{Epoch: e, Keys: b.Keys}, Spans: spansOf(b.from, false)}
+			}
+		}
+		a.queueStep(parts, false)
+		return true
+	}
+	return changed
+}
+
+// takeReadyAt removes the ready batches of epoch e at idx (per rank) and
+// records them as handed out, in rank order (each holder's in the order
+// they were cut); a.mu must be held.
+func (a *Reader) takeReadyAt(e int, idx []int, now time.Time) []readyBatch {
+	out := make([]readyBatch, len(idx))
+	taken := map[int]bool{}
+	for r, i := range idx {
+		out[r] = a.ready[e][i]
+		taken[i] = true
+	}
+	var keep []readyBatch
+	for i, b := range a.ready[e] {
+		if !taken[i] {
+			keep = append(keep, b)
+		}
+	}
+	if len(keep) == 0 {
+		delete(a.ready, e)
+	} else {
+		a.ready[e] = keep
+	}
+	for _, b := range out {
+		a.readySamples -= len(b.Keys)
+		a.epochsFinished(a.asm.handOut(b), now)
+	}
+	return out
+}
+
+// rowItem is one row of a ready batch.
+type rowItem struct {
+	b   *readyBatch
+	i   int // its row in b
+	c   *heldChunk
+	idx int // its row in c
+}
+
+// restPlan is what is left of a cut epoch, planned by planRest.
+type restPlan struct {
+	epoch   int
+	steps   [][][]rowItem // per step, per rank
+	dropped []rowItem
+}
+
+// planRestOf plans the rest of cut epoch e; a.mu must be held. Its rows
+// stay counted as ready until their step is formed.
+func (a *Reader) planRestOf(e int) *restPlan {
+	batches := a.ready[e]
+	delete(a.ready, e)
+	rows := map[string][]rowItem{}
+	for bi := range batches {
+		b := &batches[bi]
+		h, i := b.holder(), 0
+		for _, f := range b.from {
+			for k := range f.n {
+				rows[h] = append(rows[h], rowItem{b: b, i: i, c: f.c, idx: f.lo + k})
+				i++
+			}
+		}
+	}
+	counts := map[string]int{}
+	for h, l := range rows {
+		counts[h] = len(l)
+	}
+	steps, dropped := planRest(counts, a.team.holders, a.job.Spec.BatchSize, a.ranks.dropLast)
+	next := map[string]int{}
+	takeRows := func(h string, n int) []rowItem {
+		l := rows[h][next[h] : next[h]+n]
+		next[h] += n
+		return l
+	}
+	p := &restPlan{epoch: e}
+	for _, step := range steps {
+		ps := make([][]rowItem, len(step))
+		for r, ds := range step {
+			for _, d := range ds {
+				ps[r] = append(ps[r], takeRows(d.Holder, d.N)...)
+			}
+		}
+		p.steps = append(p.steps, ps)
+	}
+	for _, h := range slices.Sorted(maps.Keys(dropped)) {
+		p.dropped = append(p.dropped, takeRows(h, dropped[h])...)
+	}
+	moved := 0
+	for _, step := range p.steps {
+		for r, items := range step {
+			for _, it := range items {
+				if it.c.holder != a.team.holders[r] {
+					moved++
+				}
+			}
+		}
+	}
+	a.log.Info("every chunk of the epoch arrived: its last steps planned over the team",
+		"epoch", e, "steps", len(p.steps), "rows", len(rows[""])+sumOthers(counts), "moved_rows", moved, "dropped", len(p.dropped))
+	return p
+}
+
+func sumOthers(counts map[string]int) int {
+	n := 0
+	for h, c := range counts {
+		if h != "" {
+			n += c
+		}
+	}
+	return n
+}
+
+// formRestStep forms the next planned step of the cut epoch the ranks
+// are in (with its drop_last rows after the last); a.mu must be held.
+func (a *Reader) formRestStep(now time.Time) {
+	s, t := &a.ranks, a.team
+	p := t.rest
+	if len(p.steps) == 0 {
+		a.dropRows(p.epoch, p.dropped, now)
+		t.rest = nil
+		s.epoch, s.step = p.epoch+1, 0
+		a.notify()
+		return
+	}
+	step := p.steps[0]
+	p.steps = p.steps[1:]
+	last := len(p.steps) == 0
+	parts := make([]rankPart, len(step))
+	for r, items := range step {
+		a.readySamples -= len(items)
+		a.epochsFinished(a.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
+		parts[r] = partOf(p.epoch, items, t.holders[r] == "")
+	}
+	if last {
+		a.dropRows(p.epoch, p.dropped, now)
+		t.rest = nil
+	}
+	a.queueStep(parts, last)
+}
+
+// dropRows hands out rows of epoch e to no rank (drop_last); a.mu must be held.
+func (a *Reader) dropRows(e int, items []rowItem, now time.Time) {
+	if len(items) == 0 {
+		return
+	}
+	a.readySamples -= len(items)
+	a.epochsFinished(a.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
+	a.stats.DroppedSamples += int64(len(items))
+	a.m.droppedSamples.Add(float64(len(items)))
+	a.log.Info("dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", len(items))
+}
+
+// rowsFrom is items as chunk rows, consecutive rows of a chunk merged.
+func rowsFrom(items []rowItem) []chunkRows {
+	var out []chunkRows
+	for _, it := range items {
+		if k := len(out) - 1; k >= 0 && out[k].c == it.c && out[k].lo+out[k].n == it.idx {
+			out[k].n++
+			continue
+		}
+		out = append(out, chunkRows{c: it.c, lo: it.idx, n: 1})
+	}
+	return out
+}
+
+// partOf makes a rank's part of rows: stacked from their batches when this
+// agent serves the rank and holds them all, else as spans (with the
+// chunks' bytes where this agent holds them and serves the rank).
+func partOf(e int, items []rowItem, local bool) rankPart {
+	p := rankPart{Batch: Batch{Epoch: e, Keys: make([]string, len(items))}}
+	allHeld := true
+	for i, it := range items {
+		p.Keys[i] = it.b.Keys[it.i]
+		allHeld = allHeld && it.c.holder == ""
+	}
+	if !local || !allHeld {
+		p.Spans = spansOf(rowsFrom(items), local)
+		return p
+	}
+	if len(items) == 0 {
+		return p
+	}
+	for j, t := range items[0].b.Tensors {
+		var data []byte
+		for _, it := range items {
+			src := it.b.Tensors[j]
+			row := len(src.Data) / len(it.b.Keys)
+			data = append(data, src.Data[it.i*row:(it.i+1)*row]...)
+		}
+		p.Tensors = append(p.Tensors, safetensors.Tensor{Name: t.Name, DType: t.DType,
+			Shape: append([]int{len(items)}, t.Shape[1:]...), Data: data})
+	}
+	return p
+}
+
+// rowSpan is n rows of a chunk from its row lo: a part's rows as the agent
+// that serves the rank cuts them. data is the chunk when this agent holds
+// it (nil: the agent looks it up, or has it produced again).
+type rowSpan struct {
+	ref   wire.ChunkRef
+	lo, n int
+	data  []byte
+}
+
+// spansOf is chunk rows as spans, with the bytes this agent holds when
+// withData.
+func spansOf(from []chunkRows, withData bool) []rowSpan {
+	out := make([]rowSpan, len(from))
+	for i, f := range from {
+		out[i] = rowSpan{ref: f.c.ref, lo: f.lo, n: f.n}
+		if withData && f.c.holder == "" {
+			out[i].data = f.c.data
+		}
+	}
+	return out
+}
+
+// teamWants says whether agent h should take more tasks: the rows it
+// holds are below its share of the prefetch, or the ranks' step waits
+// for its rows (or for more rows of any agent, to know it is not the
+// epoch's last); a.mu must be held.
+func (a *Reader) teamWants(h string) bool {
+	t := a.team
+	n := t.ranksOf(h)
+	if n == 0 || a.asm.allCut() {
+		return false
+	}
+	held := 0
+	for _, bs := range a.ready {
+		for _, b := range bs {
+			if b.holder() == h {
+				held += len(b.Keys)
+			}
+		}
+	}
+	for _, ep := range a.asm.open {
+		held += len(ep.pending[h])
+	}
+	if held < a.prefetch()*n/max(a.ranks.world, 1) {
+		return true
+	}
+	e := a.ranks.epoch
+	if t.rest != nil || e >= a.job.Spec.Epochs {
+		return false
+	}
+	sup := a.teamSupply(e)
+	if planTeamStep(sup, t.holders, a.job.Spec.BatchSize, a.ranks.dropLast).Action != stepWait {
+		return false
+	}
+	full := map[string]int{}
+	for _, b := range sup.Ready {
+		if b.Rows == a.job.Spec.BatchSize {
+			full[b.Holder]++
+		}
+	}
+	short := func(x string) bool { return full[x] < t.ranksOf(x) }
+	return short(h) || !slices.ContainsFunc(t.holders, short)
+}
