@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/internal/httpserve"
 )
 
 func main() {
@@ -66,5 +67,9 @@ func main() {
 		}
 	})
 	log.Printf("serving %d-sample batches (%d bytes) on http://%s", *n, size, *listen)
-	log.Fatal(http.ListenAndServe(*listen, nil))
+	// The timeouts every Sluice server has (a slow or idle client holds no
+	// connection for ever), no token: it serves a fixed batch on loopback.
+	srv := httpserve.New(http.DefaultServeMux, httpserve.Options{})
+	srv.Addr = *listen
+	log.Fatal(srv.ListenAndServe())
 }
