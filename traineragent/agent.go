@@ -324,6 +324,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	for _, r := range a.readers {
 		r.mu.Lock()
 		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}}
+		r.notify()
 		r.mu.Unlock()
 		if m := r.member; m != nil {
 			m.settle, m.run = d.Settle, ctx

@@ -126,3 +126,117 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestTeamResumesOnAnotherLayout: a checkpoint taken with 2 agents x 2
+// ranks resumes with 3 agents x 1 rank: every sample the checkpointed
+// model had not trained on comes once, to the new world.
+func TestTeamResumesOnAnotherLayout(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("teamresume", 2, 2, teamLayout)
+	job.Submitted = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	f := newFunction(t, job, teamLayout)
+	e.submit(t, job, f, 2)
+
+	ranks := [][]int{{0, 1}, {2, 3}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var runs sync.WaitGroup
+	var first []*Agent
+	for i, rs := range ranks {
+		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("old%d", i), WorldSize: 4, Ranks: rs, PrefetchSamples: 8}, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, a)
+		runs.Go(func() { _ = a.Run(ctx) })
+	}
+	kept := takeTeam(t, first, ranks, 4, 3)
+	checkSteps(t, kept, 2, [2]int{0, 0})
+	last := kept[0][2]
+	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
+	takeTeam(t, first, ranks, 4, 2) // past the checkpoint: lost with the crash
+	cancel()
+	runs.Wait()
+
+	ranks = [][]int{{0}, {1}, {2}}
+	agents, waits := startTeam(t, e, job, 3, ranks, 0, false)
+	var wg sync.WaitGroup
+	results := make([]ResumeResult, 3)
+	errs := make([]error, 3)
+	for i := range agents {
+		wg.Go(func() { results[i], errs[i] = agents[i].readers[0].Resume(context.Background(), state, 3) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if !results[0].Resumed || results[1] != results[0] || results[2] != results[0] {
+		t.Errorf("resumes %+v, want one rewind told to every rank", results)
+	}
+	rest := takeTeam(t, agents, ranks, 3, -1)
+	checkSteps(t, rest, 2, [2]int{last.Epoch, last.Step + 1})
+	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	for i, w := range waits {
+		if err := w(); err != nil {
+			t.Fatalf("agent %d: %v", i, err)
+		}
+	}
+}
+
+// TestTeamAgentRestarts: an agent of a team stops mid-epoch and starts
+// again (a member: the chunks it held are produced again where its ranks
+// need them; the planner: it loads the position and the members tell it
+// again what they hold). Every sample still reaches one rank once.
+func TestTeamAgentRestarts(t *testing.T) {
+	for _, restart := range []int{1, 0} {
+		t.Run(fmt.Sprintf("agent %d", restart), func(t *testing.T) {
+			e := newEnv(t)
+			job := testJob("teamrestart", 2, 2, teamLayout)
+			job.Submitted = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+			f := newFunction(t, job, teamLayout)
+			e.submit(t, job, f, 2)
+			ranks := [][]int{{0, 1}, {2, 3}}
+			start := func(i int) (*Agent, context.CancelFunc, <-chan error) {
+				a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: 4, Ranks: ranks[i], PrefetchSamples: 8}, nil, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				errc := make(chan error, 1)
+				go func() { errc <- a.Run(ctx) }()
+				t.Cleanup(cancel)
+				return a, cancel, errc
+			}
+			var agents []*Agent
+			var stops []context.CancelFunc
+			var errcs []<-chan error
+			for i := range ranks {
+				a, stop, errc := start(i)
+				agents, stops, errcs = append(agents, a), append(stops, stop), append(errcs, errc)
+			}
+			before := takeTeam(t, agents, ranks, 4, 3)
+			stops[restart]()
+			if err := <-errcs[restart]; !errors.Is(err, context.Canceled) {
+				t.Fatalf("agent %d stopped with %v", restart, err)
+			}
+			agents[restart], stops[restart], errcs[restart] = start(restart)
+			after := takeTeam(t, agents, ranks, 4, -1)
+			for r := range after {
+				if len(after[r]) != len(after[0]) {
+					t.Errorf("rank %d took %d parts after the restart, rank 0 %d", r, len(after[r]), len(after[0]))
+				}
+			}
+			checkEveryOnce(t, job, teamLayout, seen(seen(nil, before), after), 0)
+			for i, errc := range errcs {
+				select {
+				case err := <-errc:
+					if err != nil {
+						t.Errorf("agent %d: %v", i, err)
+					}
+				case <-time.After(30 * time.Second):
+					t.Errorf("agent %d did not end", i)
+				}
+			}
+		})
+	}
+}
