@@ -13,7 +13,9 @@
 // settling of tasks, demand), reader.go (a Reader: intake, batches,
 // stats), stepper.go and ranks.go (steps per rank), store.go, posstore.go
 // and recorded.go (the position: loading, writing, what it has
-// complete), resume.go and replayset.go (resume), lag.go (shedding).
+// complete), resume.go and replayset.go (resume), lag.go (shedding),
+// team.go, teamplan.go, teamserve.go, member.go and cut.go (a reader's
+// team of agents, one per node).
 //
 // Readers: a job declares its readers (wire.JobSpec.Readers; one per
 // trainer or sweep trial), and an agent serves all of them, each a Reader
@@ -29,25 +31,47 @@
 // started and notes them owed; when its ranks reach them it asks for them
 // again, produced for it alone (the other readers drop the copies).
 //
-// Ranks: one agent serves every rank of each reader (a DDP trainer is one
-// reader; ranks on other nodes reach it over TCP). Of two agents of one
-// job, one stops at a position write (ErrReaderTaken): agents on
-// several nodes, each serving its own ranks, are not built yet (they need
-// the epoch's sample count agreed before its last step and the tail's
-// samples moved between them). The job's batch size is
-// per rank. The assembler cuts batches of that size per epoch; the rank
-// layer (planStep, a pure policy) groups world-size consecutive batches of
-// one epoch into a global step and gives rank r the r-th. Epochs go to the
-// ranks strictly in order. When an epoch is cut and fewer than a full step
-// of samples (n) remain, they form its last step, split so that sizes
-// differ by at most one (ranks below n mod W get one more; a rank may get
-// a batch of zero rows); with drop_last they are not served and are
-// counted in Stats.DroppedSamples. Every rank thus takes the same number of
-// steps per epoch. A full step that could be the epoch's last is held back
-// until more of the epoch arrives or the epoch is cut, so that last_step is
-// exact. The world size is fixed by Options.WorldSize, else by the first
-// request; another world size gets 409 until a resume changes it. Next is
-// rank 0 of a world of 1.
+// Ranks: by default one agent serves every rank of each reader (ranks on
+// other nodes reach it over TCP). The job's batch size is per rank. The
+// assembler cuts batches of that size per epoch; the rank layer
+// (planStep, a pure policy) groups world-size consecutive batches of one
+// epoch into a global step and gives rank r the r-th. Epochs go to the
+// ranks strictly in order. When an epoch is cut and fewer than a full
+// step of samples (n) remain, they form its last step, split so that
+// sizes differ by at most one (ranks below n mod W get one more; a rank
+// may get a batch of zero rows); with drop_last they are not served and
+// are counted in Stats.DroppedSamples. Every rank thus takes the same
+// number of steps per epoch. A full step that could be the epoch's last
+// is held back until more of the epoch arrives or the epoch is cut, so
+// that last_step is exact. The world size is fixed by Options.WorldSize,
+// else by the first request; another world size gets 409 until a resume
+// changes it. Next is rank 0 of a world of 1.
+//
+// Teams (team.go, teamplan.go, teamserve.go, member.go, cut.go): with
+// Options.Ranks an agent serves only its node's ranks, and the agents of
+// one reader form its team, sharing the job's queue (a fast node takes
+// more shards) and each keeping the bytes of what it took. The agent
+// serving rank 0 plans: the others (members) tell it each chunk's keys
+// over core NATS requests (wire.TeamSubject), and it runs the reader as
+// above (positions, resume, settling, the done key) with every batch
+// labelled by the agent holding it. The team policy (planTeamStep) gives
+// each rank its own agent's next full batch; once an epoch is cut its
+// rest is planned at once (planRest): full steps, then the tail split
+// evenly over all ranks, each rank taking its own agent's rows while its
+// agent has rows its ranks need, and the surplus of others otherwise.
+// Rows are drawn from each agent's front, step by step, so every chunk's
+// rows are handed out in order and the position's format is unchanged: a
+// checkpoint of any team resumes on any other (or on one agent). A member
+// asks the planner for its ranks' parts, given as chunk row spans, and
+// cuts them from its chunks; rows it does not hold (moved to its ranks at
+// an epoch's end, or lost with its restart) it has produced again by a
+// function (dispatch.Dispatcher.Produce): bytes never cross agents or
+// NATS. A member settles its tasks when the planner's recorded position
+// has their shards complete. A restarted planner loads the position and
+// the members tell it again what they hold; a restarted member's rows
+// are produced again where needed. A team serves a job with one reader,
+// its agents share the world size and drop_last, and a resume keeps the
+// world size (start the agents anew with another --world-size).
 //
 // Delivery is exactly once per (epoch, sample), across restarts of the
 // agent too. A shard may be sent again (a cut response, a redelivered
@@ -62,7 +86,8 @@
 // Position: when the first rank takes a part of a global step, the whole
 // step is handed out: the reader records its position in
 // wire.ReadersBucket under wire.ReaderKey(job, reader) (compare-and-set,
-// so two agents of one reader stop rather than interleave; a reader with
+// so two agents that both think they plan one reader stop rather than
+// interleave; a reader with
 // nothing to write checks on each keep-alive tick whether another wrote)
 // before returning the part. A shard's task is settled (acked to the queue)
 // only once every reader's recorded position has the shard complete; until
