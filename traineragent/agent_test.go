@@ -497,12 +497,18 @@ func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := runAgent(t, a)
-	batches := drain(t, a.Next)
+	parts := takeRanks(t, a, 1, -1)[0]
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
+	// The epoch's last step tells the trainer what the epoch lacks: the
+	// failed sample each shard end lists, and the shard that failed.
+	if last := parts[len(parts)-1]; !last.Last || last.EpochFailed != 3 {
+		t.Errorf("the epoch's last part: last %t, epoch_failed %d, want 3", last.Last, last.EpochFailed)
+	}
 	got := 0
-	for _, b := range batches {
+	for _, p := range parts {
+		b := p.Batch
 		got += len(b.Keys)
 		for _, k := range b.Keys {
 			if strings.HasPrefix(k, "s1-") {
@@ -519,8 +525,8 @@ func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
 			reasons = append(reasons, fs.Reason)
 		}
 	}
-	if len(reasons) != 1 || !strings.Contains(reasons[0], "404") {
-		t.Errorf("failures of shard %s: %q, want one naming the 404", job.Shards[1], reasons)
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "404") || !strings.Contains(reasons[0], "0 samples of it came") {
+		t.Errorf("failures of shard %s: %q, want one naming the 404 and the samples that came", job.Shards[1], reasons)
 	}
 	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
 		t.Errorf("%d tasks left unsettled, want 0", n)

@@ -34,6 +34,7 @@ type shardState struct {
 	held       map[int]*heldChunk
 	skip       map[int]int // leading rows of a chunk handed out before a restart, until it comes again
 	arrivedAll bool        // every chunk is delivered or held
+	samples    int         // rows of its chunks that arrived in this agent's run
 }
 
 func newShardState() *shardState {
@@ -110,6 +111,7 @@ type outcome struct {
 	duplicate bool
 	arrived   int
 	failed    []wire.FailedSample
+	omitted   int // failed samples of the epoch beyond those listed (one entry in failed stands for them)
 	batches   []readyBatch
 	cut       []int // epochs whose last batch is in batches
 	finished  []int // epochs whose every row was handed out
@@ -257,6 +259,7 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, spli
 				a.schema = sc
 			}
 			h.rows = len(samples)
+			sh.samples += len(samples)
 			if holder != "" {
 				for _, s := range samples {
 					h.keys = append(h.keys, s.key)
@@ -318,6 +321,7 @@ func (a *assembler) end(ref wire.ChunkRef, end wire.ShardEnd) (outcome, error) {
 	if end.FailedOmitted > 0 {
 		out.failed = append(out.failed, wire.FailedSample{Key: ref.String(), Epoch: ref.Epoch,
 			Reason: fmt.Sprintf("%d more failed samples, not listed", end.FailedOmitted)})
+		out.omitted = end.FailedOmitted
 	}
 	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
 	return out, nil
@@ -339,8 +343,10 @@ func (a *assembler) fail(ref wire.ChunkRef, key, reason string) (outcome, error)
 	}
 	sh.end = n
 	a.version++
+	// How many samples the shard had is not known (its object may be
+	// gone): say how many came.
 	out.failed = append(out.failed, wire.FailedSample{Key: key, Epoch: ref.Epoch,
-		Reason: fmt.Sprintf("shard failed after %d chunks: %s", n, reason)})
+		Reason: fmt.Sprintf("shard failed for good after %d chunks (%d samples of it came, how many more it had is not known): %s", n, sh.samples, reason)})
 	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
 	return out, nil
 }

@@ -79,6 +79,10 @@ const (
 	// whole step was handed out: a trainer keeps the last one its loop
 	// took in its checkpoint (State.Position) and resumes from it.
 	MetaBatchPosition = "position"
+	// MetaBatchEpochFailed, on an epoch's last step, counts the epoch's
+	// samples that are not in it (failed preprocessing, or a shard that
+	// failed for good; GET /v1/stats lists them): "0" when none.
+	MetaBatchEpochFailed = "epoch_failed"
 
 	HeaderEpoch = "Sluice-Epoch"
 	HeaderStep  = "Sluice-Step"
@@ -93,7 +97,8 @@ const (
 //	GET /v1/batch?rank=R&world_size=W&drop_last=0|1&steps=N&wait_s=X&compute_s=Y
 //	               200: rank R's part of the next global step as a
 //	               safetensors file (metadata: job, reader, epoch, step, keys,
-//	               rank, world_size, last_step, position; headers Sluice-Epoch,
+//	               rank, world_size, last_step, position, and on an epoch's
+//	               last step epoch_failed; headers Sluice-Epoch,
 //	               Sluice-Step); blocks until one is ready. rank defaults
 //	               to 0, world_size to the agent's (1 if not fixed yet);
 //	               the first request fixes what is not. steps, wait_s and
@@ -225,6 +230,9 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 		meta[MetaBatchWorldSize] = strconv.Itoa(p.World)
 		meta[MetaBatchLastStep] = strconv.FormatBool(p.Last)
 		meta[MetaBatchPosition] = string(p.Position)
+		if p.Last {
+			meta[MetaBatchEpochFailed] = strconv.FormatInt(p.EpochFailed, 10)
+		}
 		head, size, err = safetensors.Header(b.Tensors, meta)
 	}
 	if err != nil {

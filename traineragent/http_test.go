@@ -57,6 +57,10 @@ func (h httpRank) part(hdr http.Header, body []byte) rankPart {
 	p.Step, _ = strconv.Atoi(m[MetaBatchStep])
 	p.World, _ = strconv.Atoi(m[MetaBatchWorldSize])
 	p.Last = m[MetaBatchLastStep] == "true"
+	if v, ok := m[MetaBatchEpochFailed]; ok != p.Last {
+		h.t.Fatalf("rank %d: epoch_failed %q on a part with last_step %t", h.rank, v, p.Last)
+	}
+	p.EpochFailed, _ = strconv.ParseInt(m[MetaBatchEpochFailed], 10, 64)
 	if m[MetaBatchRank] != strconv.Itoa(h.rank) || m[MetaBatchJob] == "" || m[MetaBatchReader] != wire.DefaultReader ||
 		hdr.Get(HeaderEpoch) != m[MetaBatchEpoch] || hdr.Get(HeaderStep) != m[MetaBatchStep] {
 		h.t.Fatalf("rank %d: metadata %v, headers %v", h.rank, m, hdr)
@@ -135,6 +139,10 @@ func TestRanksOverHTTP(t *testing.T) {
 	}
 	checkSteps(t, parts, 4, [2]int{0, 0})
 	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	// Each shard end lists one failed sample: the last step says so.
+	if last := parts[1][len(parts[1])-1]; last.EpochFailed != int64(len(rankLayout)) {
+		t.Errorf("the last step's epoch_failed %d, want %d", last.EpochFailed, len(rankLayout))
+	}
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +231,10 @@ func TestResumeOverHTTP(t *testing.T) {
 	}
 	checkSteps(t, parts, 4, [2]int{0, 0})
 	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	// Each shard end lists one failed sample: the last step says so.
+	if last := parts[1][len(parts[1])-1]; last.EpochFailed != int64(len(rankLayout)) {
+		t.Errorf("the last step's epoch_failed %d, want %d", last.EpochFailed, len(rankLayout))
+	}
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}

@@ -319,7 +319,7 @@ func (m *member) part(ctx context.Context, req rankRequest, prod func() *produce
 
 // cut makes the batch of a part the planner gave.
 func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (rankPart, error) {
-	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: n.Keys}, Step: n.Step, Last: n.Last, World: n.World, Position: n.Position}
+	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: n.Keys}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
 	for _, s := range n.Spans {
 		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N})
 	}

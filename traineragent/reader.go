@@ -206,9 +206,13 @@ type Reader struct {
 	steps        stepBook  // the ranks' step reports
 	gpu          *gpuMeter // readings of the GPU for the demand window
 	stats        Stats
-	firstBatch   time.Time
-	finished     time.Time
-	fail         func(error) // stops the agent
+	// failedIn counts, per epoch, the samples functions could not
+	// preprocess or that were lost with their shard: an epoch's last
+	// step tells the trainer (rankPart.EpochFailed).
+	failedIn   map[int]int64
+	firstBatch time.Time
+	finished   time.Time
+	fail       func(error) // stops the agent
 	// team is set on the planner of a reader whose ranks several agents
 	// serve (team.go); member on the other agents (member.go).
 	team   *team
@@ -241,6 +245,7 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 		wake:         make(chan struct{}),
 		asm:          newAssembler(job),
 		ready:        map[int][]readyBatch{},
+		failedIn:     map[int]int64{},
 		prefetchAuto: auto,
 		window:       stallWindow{Start: now, Capacity: opts.PrefetchSamples},
 		gpu:          newGPUMeter(opts.GPU, opts.DemandInterval, log),
@@ -390,6 +395,12 @@ func (a *Reader) apply(out outcome, now time.Time) {
 	}
 	if len(out.failed) > 0 {
 		a.recordFailed(out.failed...)
+		for _, f := range out.failed {
+			a.failedIn[f.Epoch]++
+		}
+		if out.omitted > 0 {
+			a.failedIn[out.failed[0].Epoch] += int64(out.omitted) - 1
+		}
 	}
 	for _, b := range out.batches {
 		a.ready[b.Epoch] = append(a.ready[b.Epoch], b)

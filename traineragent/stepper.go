@@ -25,6 +25,10 @@ type rankPart struct {
 	// was handed out: what a trainer's checkpoint taken after this step
 	// resumes from.
 	Position []byte
+	// EpochFailed, on an epoch's last step, counts the samples of the
+	// epoch that are not in it: functions could not preprocess them, or
+	// their shard failed for good (Stats.FailedSamples lists them).
+	EpochFailed int64
 	// Spans, when set, are the part's rows as chunk rows (Batch has its
 	// keys, no tensors yet): rows another agent of the reader holds, or
 	// rows of this agent for a rank another agent serves (team.go).
@@ -294,7 +298,7 @@ func (a *Reader) formStep(now time.Time) bool {
 // ranks on; a.mu must be held.
 func (a *Reader) queueStep(parts []rankPart, last bool) {
 	s := &a.ranks
-	idx := s.step
+	idx, e := s.step, s.epoch
 	if last {
 		s.epoch, s.step = s.epoch+1, 0
 	} else {
@@ -308,6 +312,9 @@ func (a *Reader) queueStep(parts []rankPart, last bool) {
 	}
 	for r, p := range parts {
 		p.Step, p.Last, p.World, p.Position = idx, last, s.world, data
+		if last {
+			p.EpochFailed = a.failedIn[e]
+		}
 		s.queues[r] = append(s.queues[r], p)
 		s.queued += len(p.Keys)
 	}

@@ -123,6 +123,7 @@ type partNote struct {
 	Epoch    int             `json:"epoch"`
 	Step     int             `json:"step"`
 	Last     bool            `json:"last"`
+	Failed   int64           `json:"failed,omitempty"` // EpochFailed
 	World    int             `json:"world"`
 	Position json.RawMessage `json:"position"`
 	Keys     []string        `json:"keys"`
@@ -303,7 +304,7 @@ func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply
 	a.mu.Lock()
 	sc := noteOf(a.asm.schema)
 	a.mu.Unlock()
-	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, World: p.World, Position: p.Position, Keys: p.Keys, Schema: sc}
+	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Keys: p.Keys, Schema: sc}
 	for _, s := range p.Spans {
 		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n})
 	}

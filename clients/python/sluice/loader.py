@@ -5,7 +5,10 @@ Protocol (the agent's HTTP API, see the repository README):
     GET  /v1/batch?rank=R&world_size=W&steps=N&wait_s=X&compute_s=Y
          200: a safetensors body; metadata job, epoch, step, keys (JSON),
               rank, world_size, last_step ("true" on an epoch's last step),
-              position (JSON, opaque to the client)
+              position (JSON, opaque to the client), epoch_failed (on an
+              epoch's last step: its samples that could not be
+              preprocessed or whose shard failed; the agent's /v1/stats
+              lists them)
          410: no more batches for this rank (Sluice-End: delivered) or the
               job ended (Sluice-End: ended; the body says why)
          409: another world size, or a conflicting resume
@@ -24,6 +27,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import warnings
 
 from .errors import AgentError, CorruptBatch, JobEnded
 from .safetensors import parse
@@ -106,11 +110,11 @@ class _Item:
     """A batch as the prefetch thread hands it over, with what the state
     needs once the training loop takes it."""
 
-    __slots__ = ("batch", "epoch", "step", "last_step", "position", "job", "reader")
+    __slots__ = ("batch", "epoch", "step", "last_step", "position", "job", "reader", "failed")
 
-    def __init__(self, batch, epoch, step, last_step, position, job, reader):
+    def __init__(self, batch, epoch, step, last_step, position, job, reader, failed=0):
         self.batch, self.epoch, self.step, self.last_step = batch, epoch, step, last_step
-        self.position, self.job, self.reader = position, job, reader
+        self.position, self.job, self.reader, self.failed = position, job, reader, failed
 
 
 class Loader:
@@ -190,6 +194,9 @@ class Loader:
         self.epoch, self.step = 0, 0
         self.done = False
         self.resume_info = None  # the agent's answer to /v1/resume
+        # epoch -> samples not in it (failed preprocessing or a shard that
+        # failed), from the epoch's last step; a warning says so too.
+        self.failed_samples = {}
         self._position = None
         self._job, self._reader = None, reader
         self._resume = None
@@ -323,6 +330,10 @@ class Loader:
             self._reader = item.reader
         if item.last_step:
             self.epoch, self.step = item.epoch + 1, 0
+            if item.failed:
+                self.failed_samples[item.epoch] = item.failed
+                warnings.warn(f"sluice: epoch {item.epoch} of job {item.job} lacks {item.failed} samples that could not "
+                              "be preprocessed or whose shard failed (the agent's /v1/stats lists them)", stacklevel=3)
         else:
             self.epoch, self.step = item.epoch, item.step + 1
 
@@ -516,9 +527,15 @@ class Loader:
                 raise CorruptBatch(f"{what}: metadata position is not JSON: {e}") from None
             except RecursionError:
                 raise CorruptBatch(f"{what}: metadata position is not JSON: nested deeper than the recursion limit") from None
+        failed = 0
+        if "epoch_failed" in meta:
+            v = meta["epoch_failed"]
+            if not v.isdigit() or len(v) > 18:
+                raise CorruptBatch(f"{what}: metadata epoch_failed {_text(v.encode(), 40)!r} is not a count")
+            failed = int(v)
         batch = dict(tensors)
         batch[KEY], batch[EPOCH], batch[STEP] = keys, epoch, step
-        item = _Item(batch, epoch, step, meta.get("last_step") == "true", position, job, meta.get("reader"))
+        item = _Item(batch, epoch, step, meta.get("last_step") == "true", position, job, meta.get("reader"), failed)
         if self._convert is not None:
             item.batch = self._convert(batch)
         return item

@@ -14,7 +14,7 @@ import numpy as np
 from sluice.safetensors import encode
 
 
-def make_batch(epoch, step, keys, rank=0, world_size=1, last=False, position=None, job="j", legacy=False, side=4):
+def make_batch(epoch, step, keys, rank=0, world_size=1, last=False, position=None, job="j", legacy=False, side=4, epoch_failed=None):
     n = len(keys)
     image = np.full((n, side, side, 3), 0, dtype=np.uint8)
     for i, k in enumerate(keys):
@@ -25,6 +25,8 @@ def make_batch(epoch, step, keys, rank=0, world_size=1, last=False, position=Non
         meta.update({"step": str(step), "rank": str(rank), "world_size": str(world_size),
                      "last_step": "true" if last else "false",
                      "position": json.dumps(position if position is not None else {"e": epoch, "s": step})})
+        if last and epoch_failed is not None:
+            meta["epoch_failed"] = str(epoch_failed)
     return encode({"image": image, "label": label}, meta)
 
 
@@ -45,6 +47,7 @@ class FakeAgent:
         self.requests = []  # (method, path, query dict, body), those let in
         self.next_step = {}  # rank -> (epoch, step)
         self.fail = None  # a function(handler) -> True when it answered instead
+        self.epoch_failed = {}  # epoch -> what its last step's epoch_failed says
         self.lock = threading.Lock()
         agent = self
 
@@ -122,7 +125,8 @@ class FakeAgent:
         steps = self.steps(epoch)
         group = steps[step]
         keys = group[rank] if rank < len(group) else []
-        data = make_batch(epoch, step, keys, rank, ws, last=step == len(steps) - 1, job=self.job, legacy=self.legacy)
+        data = make_batch(epoch, step, keys, rank, ws, last=step == len(steps) - 1, job=self.job, legacy=self.legacy,
+                          epoch_failed=self.epoch_failed.get(epoch, 0))
         self._send(h, 200, data)
 
     def _send(self, h, status, body, ctype="text/plain", headers=None):

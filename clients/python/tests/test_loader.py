@@ -45,6 +45,23 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual([s[:2] for s in seen], [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)])
         self.assertEqual(list(ld), [])  # nothing more
 
+    def test_an_epoch_that_lacks_samples_says_so(self):
+        ag = self.agent([batches(3, 2), batches(2, 2, 100)])
+        ag.epoch_failed = {0: 7}
+        ld = self.loader(ag.url)
+        with self.assertWarnsRegex(UserWarning, "epoch 0 of job j lacks 7 samples"):
+            for epoch in ld.epochs():
+                for _ in epoch:
+                    pass
+        self.assertEqual(ld.failed_samples, {0: 7})
+
+    def test_a_malformed_epoch_failed_is_a_corrupt_batch(self):
+        ag = self.agent([batches(1, 2)])
+        ag.epoch_failed = {0: "-1"}
+        ld = self.loader(ag.url)
+        with self.assertRaisesRegex(sluice.CorruptBatch, "epoch_failed"):
+            list(ld)
+
     def test_buffers_are_reused_only_when_free(self):
         ag = self.agent([batches(20, 3)])
         ld = self.loader(ag.url, prefetch=1)
