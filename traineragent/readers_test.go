@@ -266,13 +266,40 @@ func TestALaggingReaderDoesNotHoldBackTheOther(t *testing.T) {
 	t.Logf("the slow reader shed %d of %d shards", shed, len(l))
 }
 
+// recordable makes job a record the agent takes when it opens a job by
+// its id (broker.CheckRecord): a running job whose shards lie under its
+// dataset.
+func recordable(job wire.Job) wire.Job {
+	job.Spec.Weight = 1
+	job.Spec.OutputBufferBytes = 4 * int64(job.Spec.ChunkMaxBytes)
+	for i := range job.Shards {
+		job.Shards[i] = "p/" + job.Shards[i]
+	}
+	job.Submitted = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	job.State = wire.JobRunning
+	return job
+}
+
+// TestOpenRefusesARecordThatDoesNotCheck: a record written straight into
+// the job store (here: a shard outside its dataset) is refused as the
+// controller refuses it, naming what is wrong.
+func TestOpenRefusesARecordThatDoesNotCheck(t *testing.T) {
+	e := newEnv(t)
+	job := recordable(testJob("outside", 1, 2, layout{{2}}))
+	job.Shards[0] = "other/secrets.tar"
+	e.record(t, job)
+	_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "other/secrets.tar") {
+		t.Errorf("Open of a record with a shard outside its dataset: %v", err)
+	}
+}
+
 func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 	for _, end := range []string{"cancelled", "deleted"} {
 		t.Run(end, func(t *testing.T) {
 			e := newEnv(t)
 			l := layout{{2}, {2}}
-			job := testJob("gone", 1, 2, l)
-			job.State = wire.JobRunning
+			job := recordable(testJob("gone", 1, 2, l))
 			f := newFunction(t, job, l)
 			// Open waits for the record.
 			opened := make(chan *Agent, 1)
@@ -328,7 +355,7 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 	}
 	t.Run("succeeded through another agent", func(t *testing.T) {
 		e := newEnv(t)
-		job := testJob("done", 1, 2, layout{{2}})
+		job := recordable(testJob("done", 1, 2, layout{{2}}))
 		job.State = wire.JobSucceeded
 		e.record(t, job)
 		a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
@@ -341,7 +368,7 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 	})
 	t.Run("refused at open", func(t *testing.T) {
 		e := newEnv(t)
-		job := testJob("over", 1, 2, layout{{2}})
+		job := recordable(testJob("over", 1, 2, layout{{2}}))
 		job.State, job.Reason = wire.JobFailed, "no sample could be processed"
 		e.record(t, job)
 		_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)

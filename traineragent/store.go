@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -75,6 +76,12 @@ func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string,
 		}
 		if err := jobEnded(id, e); err != nil {
 			return nil, err
+		}
+		// As the controller does: a record written straight into the job
+		// store must not point the agent's sends at objects outside its
+		// dataset, nor size its readers and epochs.
+		if err := broker.CheckRecord(id, job); err != nil {
+			return nil, fmt.Errorf("trainer agent: %w", err)
 		}
 		return New(nc, js, job, opts, logger, m, reg)
 	}
