@@ -21,7 +21,6 @@ type heldChunk struct {
 	// holder is the agent of the reader that holds the chunk's bytes
 	// ("" this one; see team.go): the reader knows only its rows' keys.
 	holder string
-	keys   []string // a remote chunk's keys, every row's
 }
 
 // shardRef names one shard of one epoch: the unit a task is settled in.
@@ -200,22 +199,30 @@ func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
 }
 
 // addRemote applies a chunk that agent holder of the reader holds (see
-// team.go): its samples' keys and schema, or why it is corrupt.
-func (a *assembler) addRemote(ref wire.ChunkRef, holder string, keys []string, sc *schema, corrupt string) (outcome, error) {
-	if holder == "" {
+// team.go): how many samples it has and their schema, or why it is
+// corrupt. Its samples' keys stay with the holder ("" here).
+func (a *assembler) addRemote(ref wire.ChunkRef, holder string, rows int, sc *schema, corrupt string) (outcome, error) {
+	switch {
+	case holder == "":
 		return outcome{}, fmt.Errorf("output %s: a remote chunk needs its holder", ref)
+	case rows < 0 || rows > maxRowsPerChunk:
+		return outcome{}, fmt.Errorf("output %s: %d rows: want 0..%d", ref, rows, maxRowsPerChunk)
 	}
 	return a.addChunk(ref, holder, nil, func() ([]sample, *schema, error) {
 		if corrupt != "" {
 			return nil, nil, errors.New(corrupt)
 		}
-		samples := make([]sample, len(keys))
-		for i, k := range keys {
-			samples[i] = sample{key: k, idx: i}
+		samples := make([]sample, rows)
+		for i := range samples {
+			samples[i].idx = i
 		}
 		return samples, sc, nil
 	})
 }
+
+// maxRowsPerChunk bounds the rows a member may say a chunk has: a chunk
+// is at most a few MiB of at least a byte a sample.
+const maxRowsPerChunk = 1 << 24
 
 func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, split func() ([]sample, *schema, error)) (outcome, error) {
 	var out outcome
@@ -252,7 +259,11 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, spli
 		case a.schema != nil && !a.schema.equal(sc):
 			reason := fmt.Sprintf("chunk %s has tensors %s, the job's first chunk %s: cannot stack", ref, sc, a.schema)
 			for _, s := range samples[min(h.handed, len(samples)):] {
-				out.failed = append(out.failed, wire.FailedSample{Key: s.key, Reason: reason, Epoch: ref.Epoch})
+				key := s.key
+				if key == "" { // a member holds it: name the row
+					key = fmt.Sprintf("%s row %d", ref, s.idx)
+				}
+				out.failed = append(out.failed, wire.FailedSample{Key: key, Reason: reason, Epoch: ref.Epoch})
 			}
 		default:
 			if a.schema == nil {
@@ -260,11 +271,6 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, spli
 			}
 			h.rows = len(samples)
 			sh.samples += len(samples)
-			if holder != "" {
-				for _, s := range samples {
-					h.keys = append(h.keys, s.key)
-				}
-			}
 			samples = samples[min(h.handed, len(samples)):]
 			for i := range samples {
 				samples[i].src = h

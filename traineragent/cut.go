@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/sluice-project/sluice/format/safetensors"
@@ -26,9 +25,10 @@ func agentName(h string) string {
 }
 
 // cutRows is the batch of epoch e made of spans' rows, whose keys must be
-// keys (functions are deterministic: a chunk produced again has the same
-// rows); chunk gives each span's chunk. A part of no rows has sc's tensors
-// with no rows.
+// keys where those are known ("" where a member holds the row: functions
+// are deterministic, so a chunk produced again has the same rows); chunk
+// gives each span's chunk. A part of no rows has sc's tensors with no
+// rows.
 func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *schema, chunk func(context.Context, rowSpan) ([]byte, error)) (Batch, error) {
 	var samples []sample
 	for _, sp := range spans {
@@ -49,12 +49,13 @@ func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *sch
 		}
 		samples = append(samples, rows[sp.lo:sp.lo+sp.n]...)
 	}
-	got := make([]string, len(samples))
-	for i, s := range samples {
-		got[i] = s.key
+	if len(samples) != len(keys) {
+		return Batch{}, fmt.Errorf("the chunks give %d rows, the part has %d", len(samples), len(keys))
 	}
-	if !slices.Equal(got, keys) {
-		return Batch{}, fmt.Errorf("the chunks' rows are not the part's samples (produced again differently?)")
+	for i, s := range samples {
+		if keys[i] != "" && keys[i] != s.key {
+			return Batch{}, fmt.Errorf("row %d of the part is sample %q, its chunk's %q (produced again differently?)", i, keys[i], s.key)
+		}
 	}
 	if sc == nil {
 		return Batch{Epoch: e, Keys: keys}, nil

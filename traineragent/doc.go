@@ -51,7 +51,7 @@
 // Options.Ranks an agent serves only its node's ranks, and the agents of
 // one reader form its team, sharing the job's queue (a fast node takes
 // more shards) and each keeping the bytes of what it took. The agent
-// serving rank 0 plans: the others (members) tell it each chunk's keys
+// serving rank 0 plans: the others (members) tell it each chunk's row count
 // over core NATS requests (wire.TeamSubject), and it runs the reader as
 // above (positions, resume, settling, the done key) with every batch
 // labelled by the agent holding it. The team policy (planTeamStep) gives

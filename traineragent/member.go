@@ -171,10 +171,7 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) {
 	if err != nil {
 		n.Corrupt = err.Error()
 	} else {
-		for _, s := range samples {
-			n.Keys = append(n.Keys, s.key)
-		}
-		n.Schema = noteOf(sc)
+		n.Rows, n.Schema = len(samples), noteOf(sc)
 	}
 	m.mu.Lock()
 	m.held[shardRef{task.Epoch, task.Shard}] = true
@@ -319,7 +316,7 @@ func (m *member) part(ctx context.Context, req rankRequest, prod func() *produce
 
 // cut makes the batch of a part the planner gave.
 func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (rankPart, error) {
-	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: n.Keys}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
+	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
 	for _, s := range n.Spans {
 		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N})
 	}
@@ -327,7 +324,7 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 	if n.Schema != nil {
 		sc, _ = n.Schema.schema()
 	}
-	b, err := cutRows(ctx, n.Epoch, n.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
+	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
 		m.mu.Lock()
 		c := m.store[sp.ref]
 		m.mu.Unlock()
@@ -342,7 +339,7 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 	m.mu.Lock()
 	for _, sp := range p.Spans {
 		if c := m.store[sp.ref]; c != nil {
-			if c.cut += sp.n; c.cut >= len(c.note.Keys) {
+			if c.cut += sp.n; c.cut >= c.note.Rows {
 				m.bytes -= int64(len(c.data))
 				delete(m.store, sp.ref)
 			}

@@ -361,7 +361,7 @@ func carry(from, fresh *assembler) []readyBatch {
 				h := sh.held[c]
 				add := func() (outcome, error) { return fresh.add(h.ref, h.data) }
 				if h.holder != "" {
-					add = func() (outcome, error) { return fresh.addRemote(h.ref, h.holder, h.keys, from.schema, "") }
+					add = func() (outcome, error) { return fresh.addRemote(h.ref, h.holder, h.rows, from.schema, "") }
 				}
 				if o, err := add(); err == nil {
 					out = append(out, o.batches...)

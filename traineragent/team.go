@@ -16,7 +16,7 @@ import (
 // agent --ranks`). They share the job's task queue, and each keeps the
 // bytes of the shards it took. One of them, the planner (the agent serving
 // rank 0), runs the reader: it is told each chunk the others (members)
-// receive (its keys, not its bytes), forms every global step with the
+// receive (its row count and tensor layout, not its bytes), forms every global step with the
 // team policy (teamplan.go), writes the position and answers each member
 // rank's request with its part as chunk rows (spans), which the member
 // cuts from the chunks it holds. Rows an agent does not hold (an epoch's

@@ -54,7 +54,7 @@ type chunkNote struct {
 	Epoch   int            `json:"epoch"`
 	Shard   int            `json:"shard"`
 	Chunk   int            `json:"chunk"`
-	Keys    []string       `json:"keys,omitempty"`
+	Rows    int            `json:"rows,omitempty"` // its samples (their keys stay with the member)
 	Schema  *schemaNote    `json:"schema,omitempty"`
 	Corrupt string         `json:"corrupt,omitempty"`
 	End     *wire.ShardEnd `json:"end,omitempty"`    // opEnd
@@ -118,7 +118,8 @@ type teamReply struct {
 	Resume *ResumeResult `json:"resume,omitempty"`
 }
 
-// partNote is a member rank's part: its rows as spans of chunks.
+// partNote is a member rank's part: its rows as spans of chunks (the
+// member reads their keys from the chunks).
 type partNote struct {
 	Epoch    int             `json:"epoch"`
 	Step     int             `json:"step"`
@@ -126,7 +127,7 @@ type partNote struct {
 	Failed   int64           `json:"failed,omitempty"` // EpochFailed
 	World    int             `json:"world"`
 	Position json.RawMessage `json:"position"`
-	Keys     []string        `json:"keys"`
+	Rows     int             `json:"rows"`
 	Spans    []spanNote      `json:"spans"`
 	Schema   *schemaNote     `json:"schema,omitempty"`
 }
@@ -241,7 +242,7 @@ func (a *Reader) addNote(op string, n chunkNote) (duplicate bool, err error) {
 	switch op {
 	case opChunk:
 		var sc *schema
-		if n.Corrupt == "" && len(n.Keys) > 0 {
+		if n.Corrupt == "" && n.Rows > 0 {
 			if sc, err = n.Schema.schema(); err != nil {
 				return false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
@@ -250,7 +251,7 @@ func (a *Reader) addNote(op string, n chunkNote) (duplicate bool, err error) {
 			return false, fmt.Errorf("chunk %s: index out of range", ref)
 		}
 		a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.addRemote(ref, n.Agent, n.Keys, sc, n.Corrupt)
+			out, err = a.asm.addRemote(ref, n.Agent, n.Rows, sc, n.Corrupt)
 			return out, err
 		})
 	case opEnd:
@@ -304,12 +305,9 @@ func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply
 	a.mu.Lock()
 	sc := noteOf(a.asm.schema)
 	a.mu.Unlock()
-	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Keys: p.Keys, Schema: sc}
+	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc}
 	for _, s := range p.Spans {
 		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n})
-	}
-	if p.Keys == nil {
-		n.Keys = []string{}
 	}
 	return teamReply{Status: statusOK, Part: n}
 }
