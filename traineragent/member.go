@@ -46,11 +46,14 @@ type member struct {
 }
 
 // storedChunk is a chunk a member holds: what it told the planner, the
-// bytes, and how many of its rows it has cut into parts.
+// bytes, how many of its rows it has cut into parts, and whether its
+// shard is settled (every row handed out: the rest went to other agents'
+// ranks, or to parts of this agent's ranks it has not cut yet).
 type storedChunk struct {
-	note chunkNote
-	data []byte
-	cut  int
+	note    chunkNote
+	data    []byte
+	cut     int
+	settled bool
 }
 
 func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *member {
@@ -263,14 +266,26 @@ func (m *member) settled(r teamReply) {
 		delete(m.ends, k)
 		for ref, sc := range m.store {
 			if ref.Epoch == k.epoch && ref.Shard == k.shard {
-				m.bytes -= int64(len(sc.data))
-				delete(m.store, ref)
+				sc.settled = true
 			}
 		}
 	}
 	m.mu.Unlock()
 	for _, c := range r.Complete {
 		m.settle(c[0], c[1])
+	}
+}
+
+// dropSettled drops the chunks of settled shards of epochs before e:
+// every rank of this member is past them, so no part will need them.
+func (m *member) dropSettled(e int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for ref, c := range m.store {
+		if c.settled && ref.Epoch < e {
+			m.bytes -= int64(len(c.data))
+			delete(m.store, ref)
+		}
 	}
 }
 
@@ -394,6 +409,11 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 		return rankPart{}, err
 	}
 	a.delivered(req.rank, p, now)
+	past := a.job.Spec.Epochs
+	for _, r := range m.ranks {
+		past = min(past, a.ranks.counts[r].epoch)
+	}
+	go m.dropSettled(past)
 	return p, nil
 }
 
