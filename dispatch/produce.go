@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -26,16 +25,7 @@ func (d *Dispatcher) Produce(ctx context.Context, task wire.ShardTask, chunk fun
 	avoid := ""
 	failures := 0
 	for {
-		planCh := d.planChanged()
-		ep, release, err := d.load.acquire(ctx, d.endpoints, key, avoid, d.opts.LocalityWait)
-		if errors.Is(err, errNoReplica) {
-			select {
-			case <-planCh:
-				continue
-			case <-ctx.Done():
-				return wire.ShardEnd{}, fmt.Errorf("producing %s: %w", task.ID(), ctx.Err())
-			}
-		}
+		ep, release, err := d.replica(ctx, key, avoid)
 		if err != nil {
 			return wire.ShardEnd{}, fmt.Errorf("producing %s: %w", task.ID(), err)
 		}

@@ -33,17 +33,7 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 	avoid := ""
 	busy := 0
 	for {
-		planCh := d.planChanged()
-		ep, release, err := d.load.acquire(ctx, d.endpoints, key, avoid, d.opts.LocalityWait)
-		if errors.Is(err, errNoReplica) {
-			// Not the task's fault: wait for a plan with a replica.
-			select {
-			case <-planCh:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
+		ep, release, err := d.replica(ctx, key, avoid)
 		if err != nil {
 			return // ctx ended
 		}
@@ -84,6 +74,25 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 		avoid = ep
 		if !sleep(ctx, delay) {
 			return
+		}
+	}
+}
+
+// replica takes a send slot on the replica for the shard key (its home,
+// or the next free one in its order, not avoid if another will do),
+// waiting for a plan with a replica (no replica is not a task's fault);
+// the error is ctx's.
+func (d *Dispatcher) replica(ctx context.Context, key, avoid string) (string, func(), error) {
+	for {
+		planCh := d.planChanged()
+		ep, release, err := d.load.acquire(ctx, d.endpoints, key, avoid, d.opts.LocalityWait)
+		if !errors.Is(err, errNoReplica) {
+			return ep, release, err
+		}
+		select {
+		case <-planCh:
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
 		}
 	}
 }

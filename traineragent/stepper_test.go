@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -20,43 +19,15 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// takeRanks runs world ranks against a at once, each taking n parts (n <
+// takeRanks runs world ranks against ag at once, each taking n parts (n <
 // 0: until io.EOF), and returns each rank's parts, checked.
 func takeRanks(t *testing.T, ag *Agent, world, n int) [][]rankPart {
 	t.Helper()
-	a := ag.readers[0]
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out := make([][]rankPart, world)
-	errs := make([]error, world)
-	var wg sync.WaitGroup
-	for r := range world {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n < 0 || len(out[r]) < n {
-				p, err := a.nextPart(ctx, rankRequest{rank: r, world: world})
-				if errors.Is(err, io.EOF) && n < 0 {
-					return
-				}
-				if err != nil {
-					errs[r] = fmt.Errorf("rank %d after %d parts: %w", r, len(out[r]), err)
-					return
-				}
-				out[r] = append(out[r], p)
-			}
-		}()
+	all := make([]int, world)
+	for r := range all {
+		all[r] = r
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	for _, parts := range out {
-		for _, p := range parts {
-			checkBatch(t, p.Batch)
-		}
-	}
-	return out
+	return takeTeam(t, []*Agent{ag}, [][]int{all}, world, n)
 }
 
 // checkSteps asserts that the ranks took the same steps, in order from
