@@ -461,18 +461,26 @@ func TestAgentHTTP(t *testing.T) {
 
 func TestNewRejectsBadJobs(t *testing.T) {
 	e := newEnv(t)
+	twoReaders := testJob("j", 1, 1, layout{{1}})
+	twoReaders.Spec.Readers = []string{"a", "b"}
 	for _, tc := range []struct {
 		name string
 		job  wire.Job
 		opts Options
+		want string
 	}{
-		{"bad id", testJob("a b", 1, 1, layout{{1}}), Options{}},
-		{"no batch size", testJob("j", 1, 0, layout{{1}}), Options{}},
-		{"no epochs", testJob("j", 0, 1, layout{{1}}), Options{}},
-		{"negative prefetch", testJob("j", 1, 1, layout{{1}}), Options{PrefetchSamples: -1}},
+		{"bad id", testJob("a b", 1, 1, layout{{1}}), Options{}, ""},
+		{"no batch size", testJob("j", 1, 0, layout{{1}}), Options{}, ""},
+		{"no epochs", testJob("j", 0, 1, layout{{1}}), Options{}, ""},
+		{"negative prefetch", testJob("j", 1, 1, layout{{1}}), Options{PrefetchSamples: -1}, ""},
+		{"ranks without a world size", testJob("j", 1, 1, layout{{1}}), Options{Ranks: []int{0}}, "world size"},
+		{"a rank beyond the world", testJob("j", 1, 1, layout{{1}}), Options{WorldSize: 2, Ranks: []int{2}}, "rank 2"},
+		{"a rank twice", testJob("j", 1, 1, layout{{1}}), Options{WorldSize: 4, Ranks: []int{1, 1}}, "twice"},
+		{"a team of a job with two readers", twoReaders, Options{WorldSize: 4, Ranks: []int{0, 1}}, "one reader"},
 	} {
-		if _, err := New(e.nc, e.js, tc.job, tc.opts, nil, nil, nil); err == nil {
-			t.Errorf("%s: New succeeded", tc.name)
+		_, err := New(e.nc, e.js, tc.job, tc.opts, nil, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New: %v, want an error naming %q", tc.name, err, tc.want)
 		}
 	}
 }
