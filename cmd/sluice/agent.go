@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,7 +70,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
 	ops.announce(stdout)
-	logger.Info("serving", "addr", ops.addr(), "job", *f.jobID, "world_size", *f.worldSize, "drop_last", *f.dropLast, "auth", auth,
+	logger.Info("serving", "addr", ops.addr(), "job", *f.jobID, "world_size", *f.worldSize, "ranks", f.ranks, "drop_last", *f.dropLast, "auth", auth,
 		"function_token", f.fnToken.IsSet())
 
 	opened := make(chan error, 1)
@@ -132,7 +134,7 @@ func (s *agentServer) run(ctx context.Context, served <-chan error, linger time.
 type agentFlags struct {
 	fs                                *flag.FlagSet
 	jobID, listen, name, maxLag       *string
-	logLevel                          *string
+	logLevel, ranksFlag               *string
 	prefetch, worldSize               *int
 	dropLast, insecure                *bool
 	linger, localityWait, taskAckWait *time.Duration
@@ -140,6 +142,7 @@ type agentFlags struct {
 	agentTokenFlag, fnTokenFlag       *bearer.Flag
 	conn                              connect.Config
 	maxLagBytes                       int64
+	ranks                             []int
 	agentToken, fnToken               bearer.Token
 }
 
@@ -150,7 +153,9 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f.listen = fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on (0.0.0.0:PORT for ranks on other nodes)")
 	f.name = fs.String("name", "", "this agent's `NAME` in demand signals and the job's dispatch shares (default: host name and process id)")
 	f.prefetch = fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches per rank, at least 256)")
-	f.worldSize = fs.Int("world-size", 0, "number of ranks (`W`) the agent serves (0: set by the first request's world_size)")
+	f.worldSize = fs.Int("world-size", 0, "number of ranks (`W`) of the trainer: the agent serves them all, or those --ranks names (0: set by the first request's world_size)")
+	f.ranksFlag = fs.String("ranks", "", "comma-separated ranks of --world-size this agent serves (`LIST`, e.g. 2,3: those on its node; default: all). "+
+		"The agent serving rank 0 plans every step; the others join it over NATS (give each its own --name, kept across restarts). All agents of one reader need the same --world-size and --drop-last")
 	f.dropLast = fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
 	f.linger = fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
 	f.maxLag = fs.String("max-lag-bytes", "0", "what a reader of a job with several readers may hold (a `size` such as 256MiB), its prefetch full, before it keeps no new shard while another reader wants more, and asks for those shards again when its trainer gets there; 0: half the job's output buffer; -1: never")
@@ -170,6 +175,10 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 			"rank got every step, or when the job was cancelled or deleted; 409 for another world size);\n"+
 			"POST /v1/resume rewinds to a trainer's checkpoint; also GET /v1/stats, /healthz, /readyz,\n"+
 			"/metrics. A job with several readers (a sweep's trials) has each under /r/READER/v1/...\n"+
+			"A trainer on several nodes runs one agent per node, each serving its node's --ranks (a job\n"+
+			"with one reader): the agent serving rank 0 plans every step, the others join it over NATS\n"+
+			"and hand out their ranks' parts of the chunks they hold. All agents of one reader need the\n"+
+			"same --world-size and --drop-last.\n"+
 			"With a token ("+bearer.Agent.Env+"), /v1/ and /r/ require it; /healthz, /readyz and /metrics stay open.\n"+
 			"Publishes the trainers' demand for the autoscaler. Prints %q and the URL once\n"+
 			"serving; exits 0 once every rank got every step, or on SIGTERM.\n\n",
@@ -198,6 +207,7 @@ func (f *agentFlags) parse(args []string) error {
 		},
 		intRange("prefetch", f.prefetch, 0, 1<<24),
 		intRange("world-size", f.worldSize, 0, 1<<16),
+		f.parseRanks,
 		durationRange("linger", f.linger, 0, 10*time.Minute),
 		oneOf("log-level", f.logLevel, logLevels...),
 		durationRange("locality-wait", f.localityWait, 0, time.Minute),
@@ -218,9 +228,34 @@ func (f *agentFlags) parse(args []string) error {
 	)
 }
 
+// parseRanks reads --ranks: distinct ranks of --world-size.
+func (f *agentFlags) parseRanks() error {
+	if *f.ranksFlag == "" {
+		return nil
+	}
+	if *f.worldSize < 1 {
+		return fmt.Errorf("--ranks %q: needs --world-size, the number of ranks they are of", *f.ranksFlag)
+	}
+	seen := map[int]bool{}
+	for _, s := range strings.Split(*f.ranksFlag, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(s))
+		switch {
+		case err != nil:
+			return fmt.Errorf("--ranks %q: %q is not a rank number", *f.ranksFlag, s)
+		case r < 0 || r >= *f.worldSize:
+			return fmt.Errorf("--ranks %q: rank %d: want 0..%d (--world-size %d)", *f.ranksFlag, r, *f.worldSize-1, *f.worldSize)
+		case seen[r]:
+			return fmt.Errorf("--ranks %q: rank %d given twice", *f.ranksFlag, r)
+		}
+		seen[r] = true
+		f.ranks = append(f.ranks, r)
+	}
+	return nil
+}
+
 // options are the agent's options from the flags.
 func (f *agentFlags) options() traineragent.Options {
-	opts := traineragent.Options{Name: *f.name, PrefetchSamples: *f.prefetch, WorldSize: *f.worldSize, DropLast: *f.dropLast, MaxLagBytes: f.maxLagBytes,
+	opts := traineragent.Options{Name: *f.name, PrefetchSamples: *f.prefetch, WorldSize: *f.worldSize, Ranks: f.ranks, DropLast: *f.dropLast, MaxLagBytes: f.maxLagBytes,
 		Dispatch: dispatch.Options{LocalityWait: *f.localityWait, AckWait: *f.taskAckWait, Token: f.fnToken}}
 	if *f.localityWait == 0 {
 		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default

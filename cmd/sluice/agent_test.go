@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -372,6 +373,12 @@ func TestAgentCommandUsageErrors(t *testing.T) {
 		{[]string{"agent"}, []string{"--job: required"}},
 		{[]string{"agent", "--job", "a b", "--name", "x.y", "--prefetch", "-1", "--world-size", "-2", "--locality-wait", "-1s"},
 			[]string{`job id "a b"`, `"x.y"`, "--prefetch -1: want 0..16777216", "--world-size -2: want 0..65536", "--locality-wait"}},
+		{[]string{"agent", "--job", "j", "--ranks", "2,3"}, []string{`--ranks "2,3": needs --world-size`}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "2,4"}, []string{`--ranks "2,4": rank 4: want 0..3 (--world-size 4)`}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "-1"}, []string{`--ranks "-1": rank -1: want 0..3`}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "1,3,1"}, []string{`--ranks "1,3,1": rank 1 given twice`}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "1,x"}, []string{`--ranks "1,x": "x" is not a rank number`}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "1,,2"}, []string{`--ranks "1,,2": "" is not a rank number`}},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		if code != 2 {
@@ -381,6 +388,26 @@ func TestAgentCommandUsageErrors(t *testing.T) {
 			if !strings.Contains(stderr, w) {
 				t.Errorf("%v: stderr %q lacks %q", tc.args, stderr, w)
 			}
+		}
+	}
+}
+
+// TestAgentFlagsRanks: --ranks reaches the agent's options as the ranks
+// of its team; without it the agent serves every rank.
+func TestAgentFlagsRanks(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []int
+	}{
+		{[]string{"--job", "j", "--world-size", "4", "--ranks", "2, 3"}, []int{2, 3}},
+		{[]string{"--job", "j", "--world-size", "4"}, nil},
+	} {
+		f := newAgentFlags(io.Discard)
+		if err := f.parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if o := f.options(); !slices.Equal(o.Ranks, tc.want) || o.WorldSize != 4 {
+			t.Errorf("%v: ranks %v of world %d, want %v of 4", tc.args, o.Ranks, o.WorldSize, tc.want)
 		}
 	}
 }

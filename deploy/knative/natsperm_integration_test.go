@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -160,6 +161,16 @@ func TestIntegrationNATSLeastPrivilege(t *testing.T) {
 		}
 		return nil
 	})
+	// A reader's team: two agents, one rank of two each, each its own
+	// sluice-agent connection: the member asks the planner on the team
+	// subjects and is answered in its inbox.
+	team := wire.JobSpec{ID: "team", Dataset: spec.Dataset, Pipeline: spec.Pipeline, BatchSize: 2, Epochs: 1, Seed: 1}
+	if _, err := b.Submit(ctx, team); err != nil {
+		t.Fatalf("submit as the cli: %v", err)
+	}
+	if samples := readAsTeam(t, []member{agent, connectAs(natsperm.Agent())}, team.ID); samples != 8 {
+		t.Errorf("a team of two agents read %d samples, want 8", samples)
+	}
 	// A second job, cancelled by the cli.
 	if _, err := b.Submit(ctx, wire.JobSpec{ID: "second", Dataset: spec.Dataset, Pipeline: spec.Pipeline, BatchSize: 4, Epochs: 1}); err != nil {
 		t.Fatalf("second submit: %v", err)
@@ -247,6 +258,7 @@ func TestIntegrationNATSLeastPrivilege(t *testing.T) {
 	refused(cli, "write a job status", "$KV."+wire.StatusBucket+".least", put(cli, wire.StatusBucket, "least"))
 	refused(cli, "write a learned plan", "$KV."+wire.PlansBucket+".x", put(cli, wire.PlansBucket, "x"))
 	refused(cli, "publish a shard result", wire.ResultSubject("least"), publish(cli, wire.ResultSubject("least")))
+	refused(cli, "ask a reader's planner", wire.TeamSubject("least", "trainer", "join"), publish(cli, wire.TeamSubject("least", "trainer", "join")))
 	pull := "$JS.API.CONSUMER.MSG.NEXT." + wire.TaskStream + "." + wire.DispatchConsumer("least")
 	refused(cli, "take a task", pull, func(ctx context.Context) error {
 		_, err := cli.nc.RequestWithContext(ctx, pull, []byte(`{"batch":1,"no_wait":true}`))
@@ -297,6 +309,67 @@ func readToEnd(t *testing.T, m member, id string) int {
 		t.Errorf("agent: %v", err)
 	}
 	return n
+}
+
+// readAsTeam reads job id as a trainer of len(ms) ranks would, each rank
+// through its own agent connected as its member, and returns how many
+// samples the ranks got together.
+func readAsTeam(t *testing.T, ms []member, id string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	counts := make([]int, len(ms))
+	for i, m := range ms {
+		opts := traineragent.Options{Name: fmt.Sprintf("team-%d", i), WorldSize: len(ms), Ranks: []int{i}}
+		a, err := traineragent.Open(ctx, m.nc, m.js, id, opts, nil, nil, nil)
+		if err != nil {
+			t.Fatalf("agent %d: %v", i, err)
+		}
+		srv := httptest.NewServer(a.Handler())
+		defer srv.Close()
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := a.Run(ctx); err != nil {
+				t.Errorf("agent %d: %v", i, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			counts[i] = readRank(ctx, t, srv.URL, i, len(ms))
+		}()
+	}
+	wg.Wait()
+	return counts[0] + counts[1]
+}
+
+// readRank GETs rank's batches until 410 and returns how many samples it got.
+func readRank(ctx context.Context, t *testing.T, url string, rank, world int) int {
+	n := 0
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/batch?rank=%d&world_size=%d", url, rank, world), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return n
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusGone:
+			return n
+		case err != nil || resp.StatusCode != http.StatusOK:
+			t.Errorf("rank %d: %s %s %v", rank, resp.Status, body, err)
+			return n
+		}
+		b, err := traineragent.DecodeBatch(body)
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return n
+		}
+		n += len(b.Keys)
+	}
 }
 
 // oneReplica is an actuator whose every job's replicas are one function

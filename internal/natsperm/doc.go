@@ -14,7 +14,9 @@
 //     signals and shard results.
 //   - agent (beside the trainers): reads job records and dispatch plans,
 //     pulls and acks its jobs' tasks, writes reader positions, publishes
-//     demand signals and shard results. It cannot write a job record, a
+//     demand signals and shard results; the agents of a reader's team
+//     (`sluice agent --ranks`) ask their planner on the team subjects and
+//     are answered in the agent inbox. It cannot write a job record, a
 //     status, a lease or a dispatch plan, create or delete a stream or a
 //     consumer, or read another component's replies.
 //   - cli (`sluice job submit|list|status|cancel`, `sluice sweep ...`,

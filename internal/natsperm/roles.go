@@ -147,19 +147,22 @@ func Controller() Role {
 // Agent is `sluice agent`'s role (the trainer agent and its dispatcher):
 // it watches its job's record and dispatch plan, pulls and acks the job's
 // tasks, reads and writes reader positions, and publishes demand signals
-// and shard results.
+// and shard results. The agents of a reader's team ask its planner on
+// the team subjects, and the planner answers in the asking agent's
+// inbox: agents publish to agents' inboxes, which no other role reads.
 func Agent() Role {
 	return Role{
 		Name:        "agent",
 		InboxPrefix: agentInbox,
 		Publish: join(
 			[]string{apiInfo, wire.ResultSubjects, wire.DemandSubjects, taskConsumerInfo, taskPull, taskAck},
+			[]string{wire.TeamSubjects, inbox(agentInbox)},
 			openKV(wire.JobsBucket, wire.DispatchBucket, wire.ReadersBucket),
 			getKV(wire.JobsBucket, wire.ReadersBucket),
 			watchKV(wire.JobsBucket, wire.DispatchBucket),
 			writeKV(wire.ReadersBucket),
 		),
-		Subscribe: []string{inbox(agentInbox)},
+		Subscribe: []string{inbox(agentInbox), wire.TeamSubjects},
 	}
 }
 
