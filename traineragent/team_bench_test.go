@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -77,13 +78,13 @@ func benchTeam(b *testing.B, agents int) {
 		id := fmt.Sprintf("team%d-%d", agents, e.next())
 		job := testJob(id, tbEpochs, tbBatch, tbLayout())
 		e.submit(b, job, agents)
-		counter := e.countTeam(b, id)
 		runs := e.newAgents(b, job, agents)
 		fn0, nats0, self0, varz0 := e.fn.cpu(b), e.nats.cpu(b), selfCPUTime(b), e.varz(b)
 		start := time.Now()
 		b.StartTimer()
 
-		got := runTeam(ctx, b, runs)
+		counter := &teamCounter{}
+		got := runTeam(ctx, b, runs, func() { counter = e.countTeam(b, id) })
 
 		b.StopTimer()
 		wall += time.Since(start)
@@ -144,8 +145,11 @@ type agentRun struct {
 }
 
 // runTeam runs every agent and its ranks until each rank got every step
-// and every agent's Run returned.
-func runTeam(ctx context.Context, b *testing.B, runs []agentRun) delivered {
+// and every agent's Run returned. With a team, the planner runs first and
+// planning is called once it answers the team's requests: a subscriber
+// counting them must not be there before, or the members' first requests
+// find it rather than no responders, and wait for their timeout.
+func runTeam(ctx context.Context, b *testing.B, runs []agentRun, planning func()) delivered {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var samples, bytes atomic.Int64
@@ -161,6 +165,10 @@ func runTeam(ctx context.Context, b *testing.B, runs []agentRun) delivered {
 				}
 			})
 			r := ar.a.readers[0]
+			if i == 0 && len(runs) > 1 {
+				waitPlanner(ctx, b, ar.a.nc, ar.a.job.Spec.ID)
+				planning()
+			}
 			for _, rank := range ar.ranks {
 				wg.Go(func() {
 					for {
@@ -193,6 +201,20 @@ func runTeam(ctx context.Context, b *testing.B, runs []agentRun) delivered {
 		b.Fatal(err)
 	}
 	return delivered{samples.Load(), bytes.Load()}
+}
+
+// waitPlanner returns once job's planner answers a request.
+func waitPlanner(ctx context.Context, b *testing.B, nc *nats.Conn, job string) {
+	for {
+		_, err := nc.RequestWithContext(ctx, wire.TeamSubject(job, wire.DefaultReader, "probe"), nil)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, nats.ErrNoResponders) {
+			b.Fatalf("probing the planner: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // teamBenchEnv is the benchmark's NATS server and function replica, each
@@ -288,7 +310,11 @@ func (e *teamBenchEnv) newAgents(b *testing.B, job wire.Job, agents int) []agent
 			nc, js = benchConnect(b, e.natsURL)
 		})
 		b.Cleanup(nc.Close)
-		a, err := New(nc, js, job, opts, nil, nil, nil)
+		var log *slog.Logger
+		if os.Getenv("SLUICE_TEAMBENCH_LOG") != "" {
+			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		a, err := New(nc, js, job, opts, log, nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -306,7 +332,6 @@ type teamCounter struct {
 }
 
 func (e *teamBenchEnv) countTeam(b *testing.B, job string) *teamCounter {
-	b.Helper()
 	c := &teamCounter{ops: map[string]int64{}}
 	sub, err := e.nc.Subscribe(wire.TeamSubject(job, wire.DefaultReader, "*"), func(m *nats.Msg) {
 		op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
@@ -326,7 +351,11 @@ func (e *teamBenchEnv) countTeam(b *testing.B, job string) *teamCounter {
 	return c
 }
 
-func (c *teamCounter) close() { _ = c.sub.Drain() }
+func (c *teamCounter) close() {
+	if c.sub != nil {
+		_ = c.sub.Drain()
+	}
+}
 
 func (c *teamCounter) counts() map[string]int64 {
 	c.mu.Lock()
