@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
@@ -64,11 +65,12 @@ func BenchmarkTeam(b *testing.B) {
 func benchTeam(b *testing.B, agents int) {
 	e := newTeamBenchEnv(b)
 	var (
-		bytes, samples  int64
-		wall, selfCPU   time.Duration
-		fnCPU, natsCPU  time.Duration
-		natsBytes       int64
-		resends, chunks int64
+		bytes, samples int64
+		wall, selfCPU  time.Duration
+		fnCPU, natsCPU time.Duration
+		natsBytes      int64
+		resends, lost  int64
+		chunks         int64
 	)
 	reqs := map[string]int64{}
 	ctx := context.Background()
@@ -102,6 +104,7 @@ func benchTeam(b *testing.B, agents int) {
 		chunks += tbEpochs * tbShards * tbChunks
 		s := e.sends(b, id)
 		resends += int64(s.Sends - s.Shards)
+		lost += int64(s.Again)
 		for op, n := range counter.counts() {
 			reqs[op] += n
 		}
@@ -116,6 +119,7 @@ func benchTeam(b *testing.B, agents int) {
 	b.ReportMetric(natsCPU.Seconds()/gb, "nats-cpu-s/GB")
 	b.ReportMetric(float64(natsBytes)/float64(bytes), "nats-B/B")
 	b.ReportMetric(float64(resends)/float64(b.N), "resends/op")
+	b.ReportMetric(float64(lost)/float64(b.N), "resends-own/op")
 	if agents > 1 {
 		for _, op := range []string{opChunk, opPart, opStatus, opEnd} {
 			b.ReportMetric(float64(reqs[op])/float64(chunks), op+"-reqs/chunk")
@@ -298,7 +302,10 @@ func (e *teamBenchEnv) newAgents(b *testing.B, job wire.Job, agents int) []agent
 	var runs []agentRun
 	for i := range agents {
 		name := tbAgentName(agents, i)
-		opts := Options{Name: name, WorldSize: tbWorld}
+		// Each agent has its own connections, as on its own node; its
+		// sends name it, for the function's log.
+		opts := Options{Name: name, WorldSize: tbWorld, Dispatch: dispatch.Options{
+			HTTPClient: &http.Client{Transport: namedTransport{name, http.DefaultTransport.(*http.Transport).Clone()}}}}
 		ranks := []int{0, 1, 2, 3}
 		if agents > 1 {
 			ranks = ranks[i*tbWorld/agents : (i+1)*tbWorld/agents]
@@ -321,6 +328,18 @@ func (e *teamBenchEnv) newAgents(b *testing.B, job wire.Job, agents int) []agent
 		runs = append(runs, agentRun{name: name, a: a, ranks: ranks})
 	}
 	return runs
+}
+
+// namedTransport names the agent in each request's X-Bench-Agent header.
+type namedTransport struct {
+	name string
+	rt   http.RoundTripper
+}
+
+func (t namedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Bench-Agent", t.name)
+	return t.rt.RoundTrip(r)
 }
 
 // teamCounter counts the team's requests of a job by kind, and their bytes.
@@ -380,6 +399,10 @@ func (e *teamBenchEnv) varz(b *testing.B) natsVarz {
 type fnSends struct {
 	Sends  int `json:"sends"`  // requests
 	Shards int `json:"shards"` // distinct (epoch, shard)
+	// Again counts sends by the agent that was sent the shard first: it
+	// lost rows it held (rows moved to another agent's ranks are produced
+	// again by that agent).
+	Again int `json:"again"`
 }
 
 func (e *teamBenchEnv) sends(b *testing.B, job string) fnSends {
@@ -521,10 +544,12 @@ type readyFunction struct {
 	chunks [][][]byte // per shard, per chunk
 	mu     sync.Mutex
 	sends  map[string]map[shardRef]int
+	first  map[string]map[shardRef]string // the agent sent it first
+	again  map[string]int
 }
 
 func newReadyFunction(t *testing.T) *readyFunction {
-	f := &readyFunction{sends: map[string]map[shardRef]int{}}
+	f := &readyFunction{sends: map[string]map[shardRef]int{}, first: map[string]map[shardRef]string{}, again: map[string]int{}}
 	img := make([]byte, tbPerChunk*224*224*3)
 	lab := make([]byte, tbPerChunk*8)
 	for s := range tbShards {
@@ -553,7 +578,7 @@ func (f *readyFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/sends" {
 		f.mu.Lock()
 		m := f.sends[r.URL.Query().Get("job")]
-		s := fnSends{Shards: len(m)}
+		s := fnSends{Shards: len(m), Again: f.again[r.URL.Query().Get("job")]}
 		for _, n := range m {
 			s.Sends += n
 		}
@@ -567,22 +592,33 @@ func (f *readyFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
+	k, agent := shardRef{task.Epoch, task.Shard}, r.Header.Get("X-Bench-Agent")
 	if f.sends[task.Job] == nil {
-		f.sends[task.Job] = map[shardRef]int{}
+		f.sends[task.Job], f.first[task.Job] = map[shardRef]int{}, map[shardRef]string{}
 	}
-	f.sends[task.Job][shardRef{task.Epoch, task.Shard}]++
+	f.sends[task.Job][k]++
+	n := f.sends[task.Job][k]
+	if first, ok := f.first[task.Job][k]; !ok {
+		f.first[task.Job][k] = agent
+	} else if first == agent {
+		f.again[task.Job]++
+	}
 	f.mu.Unlock()
+	if os.Getenv("SLUICE_TEAMBENCH_LOG") != "" {
+		fmt.Fprintf(os.Stderr, "%s function: %s epoch %d shard %d (send %d) from %s\n",
+			time.Now().Format("15:04:05.000"), task.Job, task.Epoch, task.Shard, n, r.Header.Get("X-Bench-Agent"))
+	}
 	w.Header().Set("Content-Type", wire.ShardStreamMediaType)
 	w.WriteHeader(http.StatusOK)
-	var n int64
+	var size int64
 	for c, data := range f.chunks[task.Shard] {
 		if err := wire.WriteFrame(w, wire.FrameChunk, c, data); err != nil {
 			return
 		}
-		n += int64(len(data))
+		size += int64(len(data))
 		w.(http.Flusher).Flush()
 	}
 	end, _ := json.Marshal(wire.ShardEnd{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard,
-		Chunks: tbChunks, Samples: tbChunks * tbPerChunk, Bytes: n})
+		Chunks: tbChunks, Samples: tbChunks * tbPerChunk, Bytes: size})
 	_ = wire.WriteFrame(w, wire.FrameEnd, 0, end)
 }
