@@ -622,3 +622,34 @@ func (f *readyFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Chunks: tbChunks, Samples: tbChunks * tbPerChunk, Bytes: size})
 	_ = wire.WriteFrame(w, wire.FrameEnd, 0, end)
 }
+
+// BenchmarkPlanTeamStep is the planner's per-request policy work at scale:
+// planTeamStep over the ready batches of N agents of 8 ranks each, 4
+// global steps ready (the default prefetch), as teamWants runs it (under
+// the reader's lock) for every chunk note, shard end and status a member
+// sends, and formTeamStep for every step.
+func BenchmarkPlanTeamStep(b *testing.B) {
+	for _, nodes := range []int{2, 8, 32, 64} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			const perNode, steps, batch = 8, 4, 32
+			holders := make([]string, nodes*perNode)
+			for r := range holders {
+				holders[r] = fmt.Sprintf("node%d", r/perNode)
+			}
+			var sup teamSupply
+			for range steps * perNode {
+				for n := range nodes {
+					sup.Ready = append(sup.Ready, teamBatch{Holder: fmt.Sprintf("node%d", n), Rows: batch})
+				}
+			}
+			// The last agent is one batch short: the step waits, as it
+			// does whenever teamWants asks whether that agent should take more.
+			sup.Ready = sup.Ready[:len(sup.Ready)-1]
+			for b.Loop() {
+				if p := planTeamStep(sup, holders, batch, false); p.Action != stepFull && p.Action != stepWait {
+					b.Fatalf("action %v", p.Action)
+				}
+			}
+		})
+	}
+}
