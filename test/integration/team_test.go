@@ -91,9 +91,6 @@ func TestIntegrationTeam(t *testing.T) {
 // part being written when its agent dies is lost or repeated, as in
 // TestIntegrationAgentRestart).
 func TestIntegrationTeamMemberRestart(t *testing.T) {
-	t.Skip("lead: a restarted member answers its ranks' first requests before its dispatcher is bound: " +
-		"the planner records the part as handed out, the cut fails (503 \"cutting a part of step 2: no dispatcher " +
-		"to produce a chunk again\") and the part's samples are lost for good (16 of 300 here)")
 	teamMemberRestart(t, "team-restart", false)
 }
 
