@@ -328,6 +328,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 		r.mu.Unlock()
 		if m := r.member; m != nil {
 			m.settle, m.run = d.Settle, ctx
+			m.arrived = r.arrived
 		}
 	}
 	a.disp.Store(d)

@@ -275,7 +275,9 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, spli
 			for i := range samples {
 				samples[i].src = h
 			}
-			out.arrived = len(samples)
+			if holder == "" { // a member counts its own
+				out.arrived = len(samples)
+			}
 			pending := append(ep.pending[holder], samples...)
 			a.pending += len(samples)
 			for len(pending) >= a.batchSize {

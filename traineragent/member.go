@@ -31,6 +31,7 @@ type member struct {
 	dropLast bool
 	log      *slog.Logger
 	settle   func(epoch, shard int)
+	arrived  func(samples int) // counts the samples of a chunk it keeps
 	// run is the agent's run: the dispatcher's sink calls carry no
 	// context, and what they tell the planner must outlive none of it.
 	run context.Context
@@ -58,7 +59,7 @@ type storedChunk struct {
 
 func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *member {
 	return &member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
-		log: log.With("team", "member"), settle: func(int, int) {}, run: context.Background(),
+		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {}, run: context.Background(),
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{}}
 }
 
@@ -123,7 +124,9 @@ func (m *member) join(ctx context.Context) error {
 	if joined {
 		return nil
 	}
-	r, err := m.ask(ctx, opJoin, joinRequest{Agent: m.name, Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, 5*time.Second)
+	// A short wait: before the planner runs, another subscriber (a `nats
+	// sub`) would hold the request until its timeout.
+	r, err := m.ask(ctx, opJoin, joinRequest{Agent: m.name, Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, time.Second)
 	if err != nil {
 		return err
 	}
@@ -192,11 +195,14 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) {
 	m.mu.Lock()
 	m.want = r.Want
 	m.mu.Unlock()
-	if r.Status != statusOK {
+	switch {
+	case r.Status != statusOK:
 		m.log.Warn("the planner refused a chunk", "chunk", ref.String(), "err", r.Error)
 		m.drop(ref)
-	} else if r.Duplicate {
+	case r.Duplicate:
 		m.drop(ref)
+	default:
+		m.arrived(n.Rows)
 	}
 }
 
@@ -349,7 +355,8 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 		return prod().chunk(ctx, sp.ref)
 	})
 	if err != nil {
-		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, n.Step, err)
+		err = fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, n.Step, err)
+		return rankPart{Batch: Batch{Keys: spanKeys(p.Spans)}}, err
 	}
 	m.mu.Lock()
 	for _, sp := range p.Spans {
@@ -406,6 +413,13 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 		return rankPart{}, err
 	}
 	if err != nil {
+		if len(p.Keys) > 0 && ctx.Err() == nil {
+			// The planner counts the part as handed out: its rows are lost.
+			a.log.Warn("a part could not be cut; its samples are reported failed", "samples", len(p.Keys), "err", err)
+			for _, k := range p.Keys {
+				a.recordFailed(wire.FailedSample{Key: k, Reason: "cutting its part: " + err.Error()})
+			}
+		}
 		return rankPart{}, err
 	}
 	a.delivered(req.rank, p, now)
@@ -415,6 +429,17 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 	}
 	go m.dropSettled(past)
 	return p, nil
+}
+
+// spanKeys names the rows of spans whose keys are not known here.
+func spanKeys(spans []rowSpan) []string {
+	var keys []string
+	for _, sp := range spans {
+		for i := range sp.n {
+			keys = append(keys, fmt.Sprintf("%s row %d", sp.ref, sp.lo+i))
+		}
+	}
+	return keys
 }
 
 // memberDone reports whether every rank of the member got its end.

@@ -382,6 +382,16 @@ func (a *Reader) wantsMore() bool {
 	return !a.asm.allCut() && a.hasRoom()
 }
 
+// arrived counts samples received (a member's chunks: the planner
+// batches them).
+func (a *Reader) arrived(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.SamplesArrived += int64(n)
+	a.window.Arrived += int64(n)
+	a.m.samplesArrived.Add(float64(n))
+}
+
 // apply records an outcome; a.mu must be held.
 func (a *Reader) apply(out outcome, now time.Time) {
 	if out.duplicate {

@@ -362,10 +362,10 @@ func partOf(e int, items []rowItem, local bool) rankPart {
 		return p
 	}
 	for j, t := range items[0].b.Tensors {
-		var data []byte
+		row := len(t.Data) / len(items[0].b.Keys)
+		data := make([]byte, 0, len(items)*row)
 		for _, it := range items {
 			src := it.b.Tensors[j]
-			row := len(src.Data) / len(it.b.Keys)
 			data = append(data, src.Data[it.i*row:(it.i+1)*row]...)
 		}
 		p.Tensors = append(p.Tensors, safetensors.Tensor{Name: t.Name, DType: t.DType,
