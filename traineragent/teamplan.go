@@ -55,21 +55,20 @@ func planTeamStep(s teamSupply, holders []string, batchSize int, dropLast bool) 
 		}
 		return teamPlan{Action: stepRest}
 	}
-	next := map[string]int{} // per holder, where to look for its next full batch
-	take := make([]int, world)
+	full := map[string][]int{} // per holder, its full batches in order
 	rows := s.Pending
-	for _, b := range s.Ready {
+	for i, b := range s.Ready {
 		rows += b.Rows
-	}
-	for r, h := range holders {
-		i := next[h]
-		for i < len(s.Ready) && (s.Ready[i].Holder != h || s.Ready[i].Rows != batchSize) {
-			i++
+		if b.Rows == batchSize {
+			full[b.Holder] = append(full[b.Holder], i)
 		}
-		if i == len(s.Ready) {
+	}
+	take := make([]int, world)
+	for r, h := range holders {
+		if len(full[h]) == 0 {
 			return teamPlan{Action: stepWait}
 		}
-		take[r], next[h] = i, i+1
+		take[r], full[h] = full[h][0], full[h][1:]
 		rows -= batchSize
 	}
 	more := rows > 0
