@@ -257,6 +257,7 @@ func (a *Agent) run(ctx context.Context) error {
 		switch {
 		case r.member != nil:
 			bg.Go(func() { r.member.keepStatus(bgCtx) })
+			bg.Go(func() { r.member.keepNotes(bgCtx) })
 		default:
 			bg.Go(func() { r.keepAlive(bgCtx) })
 		}
@@ -327,8 +328,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 		r.notify()
 		r.mu.Unlock()
 		if m := r.member; m != nil {
-			m.settle, m.run = d.Settle, ctx
-			m.arrived = r.arrived
+			m.settle, m.arrived = d.Settle, r.arrived
 		}
 	}
 	a.disp.Store(d)

@@ -108,6 +108,7 @@ func newAssembler(job wire.Job) *assembler {
 // outcome is what one chunk or shard end changed.
 type outcome struct {
 	duplicate bool
+	heldThere bool // a copy of a chunk its holder told of before: it keeps it
 	arrived   int
 	failed    []wire.FailedSample
 	omitted   int // failed samples of the epoch beyond those listed (one entry in failed stands for them)
@@ -247,6 +248,7 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, spli
 	} else {
 		if h := sh.held[ref.Chunk]; h != nil || sh.delivered.has(ref.Chunk) {
 			out.duplicate = true // a copy of a chunk held or handed out
+			out.heldThere = h != nil && h.holder == holder
 			return out, nil
 		}
 		h := &heldChunk{ref: ref, handed: sh.skip[ref.Chunk], holder: holder}

@@ -32,12 +32,12 @@ type member struct {
 	log      *slog.Logger
 	settle   func(epoch, shard int)
 	arrived  func(samples int) // counts the samples of a chunk it keeps
-	// run is the agent's run: the dispatcher's sink calls carry no
-	// context, and what they tell the planner must outlive none of it.
-	run context.Context
 
 	mu      sync.Mutex
-	planner string // the planner's run that last answered ("" none)
+	queue   []chunkNote   // notes not yet told, in order (keepNotes takes from its head)
+	again   bool          // tell the planner everything again (it restarted)
+	kick    chan struct{} // wakes keepNotes
+	planner string        // the planner's run that last answered ("" none)
 	joined  bool
 	want    bool
 	store   map[wire.ChunkRef]*storedChunk
@@ -59,8 +59,9 @@ type storedChunk struct {
 
 func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *member {
 	return &member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
-		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {}, run: context.Background(),
-		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{}}
+		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
+		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{},
+		kick: make(chan struct{}, 1)}
 }
 
 // ask sends a request to the planner and reads its reply; a reply from
@@ -136,43 +137,22 @@ func (m *member) join(ctx context.Context) error {
 	m.mu.Lock()
 	fresh := m.planner != r.Planner
 	m.planner, m.joined = r.Planner, true
-	var notes []chunkNote
-	var refs []wire.ChunkRef
 	if fresh {
-		for ref, c := range m.store {
-			notes, refs = append(notes, c.note), append(refs, ref)
-		}
-		for _, n := range m.ends {
-			notes, refs = append(notes, n), append(refs, wire.ChunkRef{})
-		}
+		// A new planner run knows nothing of what this member holds:
+		// keepNotes tells it all again.
+		m.again = true
+		m.log.Info("joined the reader's team", "planner", r.Planner, "ranks", m.ranks, "chunks_held", len(m.store))
+		m.kickNotes()
 	}
 	m.mu.Unlock()
-	if fresh {
-		m.log.Info("joined the reader's team", "planner", r.Planner, "ranks", m.ranks, "chunks_held", len(m.store))
-	}
-	for i, n := range notes {
-		op := opChunk
-		switch {
-		case n.End != nil:
-			op = opEnd
-		case n.Reason != "":
-			op = opFailed
-		}
-		r, err := m.ask(ctx, op, n, 5*time.Second)
-		if err != nil {
-			return err
-		}
-		if r.Duplicate && op == opChunk {
-			m.drop(refs[i])
-		}
-	}
 	return nil
 }
 
-// chunk stores chunk index of task's shard and tells the planner.
+// chunk stores chunk index of task's shard and queues its note for the
+// planner (the dispatcher's sink does not wait for it).
 func (m *member) chunk(task wire.ShardTask, index int, data []byte) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	n := chunkNote{Agent: m.name, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
+	n := chunkNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
 	samples, sc, err := splitChunk(data)
 	if err != nil {
 		n.Corrupt = err.Error()
@@ -180,47 +160,106 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) {
 		n.Rows, n.Schema = len(samples), noteOf(sc)
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.held[shardRef{task.Epoch, task.Shard}] = true
 	if m.store[ref] != nil {
-		m.mu.Unlock()
-		return // a copy: the planner was told
+		return // a copy: the planner is told of the first
 	}
 	m.store[ref] = &storedChunk{note: n, data: data}
 	m.bytes += int64(len(data))
-	m.mu.Unlock()
-	r, err := m.askUntil(m.run, opChunk, n, 5*time.Second)
-	if err != nil {
-		return // the agent stops
-	}
+	m.queue = append(m.queue, n)
+	m.kickNotes()
+}
+
+// end queues task's shard end, or (end nil) that it failed for good.
+func (m *member) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
+	n := chunkNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: -1, End: end, Reason: reason, Key: task.Key}
+	k := shardRef{task.Epoch, task.Shard}
 	m.mu.Lock()
-	m.want = r.Want
-	m.mu.Unlock()
-	switch {
-	case r.Status != statusOK:
-		m.log.Warn("the planner refused a chunk", "chunk", ref.String(), "err", r.Error)
-		m.drop(ref)
-	case r.Duplicate:
-		m.drop(ref)
+	defer m.mu.Unlock()
+	m.held[k] = true
+	m.ends[k] = n
+	m.queue = append(m.queue, n)
+	m.kickNotes()
+}
+
+// kickNotes wakes keepNotes; m.mu must be held.
+func (m *member) kickNotes() {
+	select {
+	case m.kick <- struct{}{}:
 	default:
-		m.arrived(n.Rows)
 	}
 }
 
-// end tells the planner task's shard end, or (reason set) that it failed for good.
-func (m *member) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
-	n := chunkNote{Agent: m.name, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1, End: end, Reason: reason, Key: task.Key}
-	op := opEnd
-	if end == nil {
-		op = opFailed
+// maxNotes bounds the notes of one request (a chunk's note is about 200
+// bytes: well within a NATS message).
+const maxNotes = 512
+
+// keepNotes tells the planner the queued notes until ctx ends: all that
+// queued while the last request was on its way go in the next, so a busy
+// member asks about once per round trip, not once per chunk.
+func (m *member) keepNotes(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		}
+		for {
+			m.mu.Lock()
+			if m.again {
+				// Every queued note is of a chunk stored or an end kept:
+				// the queue becomes all of them.
+				m.queue, m.again = m.queue[:0:0], false
+				for _, c := range m.store {
+					m.queue = append(m.queue, c.note)
+				}
+				for _, n := range m.ends {
+					m.queue = append(m.queue, n)
+				}
+			}
+			batch := m.queue[:min(len(m.queue), maxNotes)]
+			m.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			r, err := m.askUntil(ctx, opNotes, notesRequest{Agent: m.name, Notes: batch}, 5*time.Second)
+			if err != nil {
+				return // the agent stops
+			}
+			m.told(batch, r)
+		}
 	}
-	k := shardRef{task.Epoch, task.Shard}
+}
+
+// told applies the planner's answer to a batch of notes, the queue's
+// head: copies and refused chunks are dropped, the rest counted.
+func (m *member) told(batch []chunkNote, r teamReply) {
 	m.mu.Lock()
-	m.held[k] = true
-	m.ends[k] = n
+	m.queue = m.queue[len(batch):]
+	m.want = r.Want
 	m.mu.Unlock()
-	if r, err := m.askUntil(m.run, op, n, 5*time.Second); err == nil && r.Status != statusOK {
-		m.log.Warn("the planner refused a shard's "+op, "epoch", task.Epoch, "shard", task.Shard, "err", r.Error)
+	if r.Status != statusOK {
+		m.log.Warn("the planner refused notes", "notes", len(batch), "err", r.Error)
 	}
+	for i, reason := range r.Refused {
+		if i >= 0 && i < len(batch) {
+			m.log.Warn("the planner refused a note", "epoch", batch[i].Epoch, "shard", batch[i].Shard, "chunk", batch[i].Chunk, "err", reason)
+		}
+	}
+	rows := 0
+	for i, n := range batch {
+		ref := wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
+		_, refused := r.Refused[i]
+		switch {
+		case n.Chunk < 0:
+		case r.Status != statusOK || refused || slices.Contains(r.Duplicates, i):
+			m.drop(ref)
+		default:
+			rows += n.Rows
+		}
+	}
+	m.arrived(rows)
 }
 
 func (m *member) drop(ref wire.ChunkRef) {
@@ -403,12 +442,13 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 		if c := &a.ranks.counts[req.rank]; !c.ended {
 			c.ended = true
 			a.ranks.nEnded++
+			if a.memberDone() {
+				// The planner recorded every step before it told a rank
+				// the end: every shard is complete. (Settled before the
+				// agent sees it is done and returns what it holds.)
+				m.settleAll()
+			}
 			a.notify()
-		}
-		if a.memberDone() {
-			// The planner recorded every step before it told a rank the
-			// end: every shard is complete.
-			go m.settleAll()
 		}
 		return rankPart{}, err
 	}

@@ -20,9 +20,7 @@ import (
 // teamReply (its Planner says which run of the planner answered).
 const (
 	opJoin    = "join"   // joinRequest: the member serves Ranks
-	opChunk   = "chunk"  // chunkNote: it received a chunk (keys, not bytes)
-	opEnd     = "end"    // endNote: a shard's end
-	opFailed  = "failed" // failedNote: a shard failed for good
+	opNotes   = "notes"  // notesRequest: chunks it received (row counts, not bytes), shard ends, shards failed for good
 	opPart    = "part"   // partRequest: a rank's next part (waits up to partWait)
 	opResume  = "resume" // resumeRequest: a rank resumes from a checkpoint
 	opStatus  = "status" // statusRequest: which of its shards are settled, and whether to take more
@@ -49,17 +47,23 @@ type joinRequest struct {
 	DropLast bool   `json:"drop_last"`
 }
 
+type notesRequest struct {
+	Agent string      `json:"agent"`
+	Notes []chunkNote `json:"notes"`
+}
+
+// chunkNote is a chunk a member received, or (Chunk -1) a shard's end or
+// (Reason set) its failure.
 type chunkNote struct {
-	Agent   string         `json:"agent"`
 	Epoch   int            `json:"epoch"`
 	Shard   int            `json:"shard"`
 	Chunk   int            `json:"chunk"`
 	Rows    int            `json:"rows,omitempty"` // its samples (their keys stay with the member)
 	Schema  *schemaNote    `json:"schema,omitempty"`
 	Corrupt string         `json:"corrupt,omitempty"`
-	End     *wire.ShardEnd `json:"end,omitempty"`    // opEnd
-	Reason  string         `json:"reason,omitempty"` // opFailed
-	Key     string         `json:"key,omitempty"`    // opFailed: the shard's key
+	End     *wire.ShardEnd `json:"end,omitempty"`    // a shard's end
+	Reason  string         `json:"reason,omitempty"` // why the shard failed for good
+	Key     string         `json:"key,omitempty"`    // the failed shard's key
 }
 
 // schemaNote is a chunk's tensor layout.
@@ -106,9 +110,10 @@ type teamReply struct {
 	Planner string `json:"planner"`
 	Status  string `json:"status"`
 	Error   string `json:"error,omitempty"`
-	// chunk:
-	Duplicate bool `json:"duplicate,omitempty"`
-	// chunk, end, failed and status: whether the member should take more tasks
+	// notes: those that were copies, and those refused (index: why)
+	Duplicates []int          `json:"duplicates,omitempty"`
+	Refused    map[int]string `json:"refused,omitempty"`
+	// notes and status: whether the member should take more tasks
 	Want bool `json:"want,omitempty"`
 	// status:
 	Complete [][2]int `json:"complete,omitempty"`
@@ -177,21 +182,31 @@ func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamRe
 			return bad(err)
 		}
 		return teamReply{Status: statusOK}
-	case opChunk, opEnd, opFailed:
-		var n chunkNote
-		if err := json.Unmarshal(data, &n); err != nil {
-			return bad(fmt.Errorf("%s: %w", op, err))
+	case opNotes:
+		var req notesRequest
+		if err := json.Unmarshal(data, &req); err != nil {
+			return bad(fmt.Errorf("notes: %w", err))
 		}
-		if !a.seeMember(n.Agent) {
-			return bad(fmt.Errorf("agent %q has not joined", n.Agent))
+		if !a.seeMember(req.Agent) {
+			return bad(fmt.Errorf("agent %q has not joined", req.Agent))
 		}
-		dup, err := a.addNote(op, n)
-		if err != nil {
-			return bad(err)
+		r := teamReply{Status: statusOK}
+		for i, n := range req.Notes {
+			dup, err := a.addNote(req.Agent, n)
+			switch {
+			case err != nil:
+				if r.Refused == nil {
+					r.Refused = map[int]string{}
+				}
+				r.Refused[i] = err.Error()
+			case dup:
+				r.Duplicates = append(r.Duplicates, i)
+			}
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return teamReply{Status: statusOK, Duplicate: dup, Want: a.teamWants(n.Agent)}
+		r.Want = a.teamWants(req.Agent)
+		return r
 	case opStatus:
 		var req statusRequest
 		if err := json.Unmarshal(data, &req); err != nil {
@@ -235,43 +250,37 @@ func (a *Reader) seeMember(name string) bool {
 	return m != nil
 }
 
-// addNote applies a member's chunk, shard end or failed shard.
-func (a *Reader) addNote(op string, n chunkNote) (duplicate bool, err error) {
+// addNote applies member's note of a chunk, a shard end or a failed shard.
+func (a *Reader) addNote(member string, n chunkNote) (duplicate bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
+	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard {
+		return false, fmt.Errorf("note of %s: out of range", ref)
+	}
 	var out outcome
-	switch op {
-	case opChunk:
+	switch {
+	case n.Chunk >= 0:
 		var sc *schema
 		if n.Corrupt == "" && n.Rows > 0 {
 			if sc, err = n.Schema.schema(); err != nil {
 				return false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
 		}
-		if ref.Chunk < 0 || ref.Chunk >= maxChunksPerShard {
-			return false, fmt.Errorf("chunk %s: index out of range", ref)
-		}
 		a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.addRemote(ref, n.Agent, n.Rows, sc, n.Corrupt)
+			out, err = a.asm.addRemote(ref, member, n.Rows, sc, n.Corrupt)
 			return out, err
 		})
-	case opEnd:
-		if n.End == nil {
-			return false, fmt.Errorf("shard end %s: no end", ref)
-		}
+	case n.End != nil:
 		ref.Chunk = -1
 		a.intake(ref, func() (outcome, error) {
 			out, err = a.asm.end(ref, *n.End)
 			return out, err
 		})
-	case opFailed:
-		task := a.job.Task(n.Epoch, n.Shard)
-		if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) {
-			return false, fmt.Errorf("failed shard %s: out of range", ref)
-		}
-		a.addFailed(task, n.Reason)
-		return false, nil
+	case n.Reason != "":
+		a.addFailed(a.job.Task(n.Epoch, n.Shard), n.Reason)
+	default:
+		return false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
 	}
-	return out.duplicate, err
+	return out.duplicate && !out.heldThere, err
 }
 
 // memberStatus says which of a member's shards every rank's position has

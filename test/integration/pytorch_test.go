@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,10 +39,11 @@ const ddpPipeline = "{\"name\": \"ddp\", \"label\": {\"member\": \"cls\"}, \"ops
 // ranks resumes from the checkpoint through a restarted agent and trains
 // to the end. The samples the model saw, by (epoch, key) — those of the
 // first run up to the checkpoint, and all of the second's — must be every
-// sample of every epoch exactly once. Two scenarios (each about 30 s on
+// sample of every epoch exactly once. Three scenarios (each about 30 s on
 // two cores, most of it torch starting up): 2 ranks resumed by 3 from a
-// checkpoint in epoch 0, and 2 by 2 after a crash between checkpoints in
-// epoch 1.
+// checkpoint in epoch 0; 2 by 2 after a crash between checkpoints in
+// epoch 1; and 2 nodes of 2 ranks, each node's ranks reading from their
+// own agent (a team), resumed by 3 nodes of 1 rank with new agents.
 func TestIntegrationPyTorchResume(t *testing.T) {
 	py := pythonWithTorch(t)
 	c := StartCluster(t, binaries(t), ClusterOptions{})
@@ -53,14 +55,22 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 		name              string
 		first, second     int // world sizes
 		stopAfter, ckptAt int // steps of the first run; it checkpoints every ckptAt
+		// nodes, when set, are the ranks of each agent of the first and
+		// the second run (one agent per node: a team); else one agent
+		// serves every rank and is restarted between the runs.
+		nodes [2][][]int
 	}{
 		// 2 ranks checkpoint at step 5 of epoch 0 and are killed; 3 resume.
-		{"2-then-3-ranks", 2, 3, 5, 5},
+		{name: "2-then-3-ranks", first: 2, second: 3, stopAfter: 5, ckptAt: 5},
 		// The same world size, killed in epoch 1 three steps after its last
 		// checkpoint (steps 16-18; 12 steps an epoch, checkpoints every 5
 		// and at the epoch's end): those steps' samples are seen again by
 		// the resumed run, once.
-		{"same-world-size-crash-between-checkpoints", 2, 2, 18, 5},
+		{name: "same-world-size-crash-between-checkpoints", first: 2, second: 2, stopAfter: 18, ckptAt: 5},
+		// 2 nodes of 2 ranks (6 steps an epoch) checkpoint at step 4 and
+		// are killed with their agents; 3 nodes of 1 rank resume.
+		{name: "2-nodes-x-2-then-3-x-1", first: 4, second: 3, stopAfter: 4, ckptAt: 4,
+			nodes: [2][][]int{{{0, 1}, {2, 3}}, {{0}, {1}, {2}}}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			c := c.For(t)
@@ -69,14 +79,14 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 			spec := imageJob(job, d, ddpPipeline)
 			spec["batch_size"], spec["epochs"] = ddpBatch, ddpEpochs
 			c.Submit(spec)
-			agent := c.StartAgent("agent-"+job, job)
+			urls, agents := startNodes(c, job, "run1", sc.first, sc.nodes[0])
 			dir := filepath.Join(c.Dir, job)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			ckpt := filepath.Join(dir, "ckpt.pt")
 
-			first := startTrainers(c, py, agent.URL, dir, "run1", sc.first, ckpt,
+			first := startTrainers(c, py, urls, dir, "run1", sc.first, ckpt,
 				"--ckpt-every", strconv.Itoa(sc.ckptAt), "--stop-after", strconv.Itoa(sc.stopAfter))
 			waitStopped(t, first, sc.stopAfter)
 			for _, p := range first {
@@ -84,11 +94,18 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 			}
 			state := readLoaderState(t, ckpt)
 			t.Logf("run 1 (%d ranks) stopped after %d steps; checkpoint at epoch %d step %d", sc.first, sc.stopAfter, state.Epoch, state.Step)
-			if _, err := agent.Restart(); err != nil {
-				t.Fatal(err)
+			if sc.nodes[1] == nil {
+				if _, err := agents[0].Restart(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				for _, a := range agents {
+					_ = a.Kill()
+				}
+				urls, _ = startNodes(c, job, "run2", sc.second, sc.nodes[1])
 			}
 
-			second := startTrainers(c, py, agent.URL, dir, "run2", sc.second, ckpt, "--resume")
+			second := startTrainers(c, py, urls, dir, "run2", sc.second, ckpt, "--resume")
 			for _, p := range second {
 				if err := p.Wait(jobTimeout); err != nil {
 					t.Fatalf("%s: %v\n%s", p.Name, err, p.Tail(30))
@@ -144,9 +161,36 @@ func pythonWithTorch(t *testing.T) string {
 	return py
 }
 
-// startTrainers starts world ranks of train.py, named run-rankR, each
-// appending the keys it trained on to dir/run-rankR.keys.
-func startTrainers(c *Cluster, py, agentURL, dir, run string, world int, ckpt string, extra ...string) []*Process {
+// startNodes starts the agents of a run of world ranks: one for every
+// rank (nodes nil), or one per entry of nodes serving its ranks; it
+// returns each rank's agent URL and the agents.
+func startNodes(c *Cluster, job, run string, world int, nodes [][]int) ([]string, []*Agent) {
+	c.T.Helper()
+	if nodes == nil {
+		a := c.StartAgent("agent-"+job, job)
+		return slices.Repeat([]string{a.URL}, world), []*Agent{a}
+	}
+	urls := make([]string, world)
+	var agents []*Agent
+	for i, ranks := range nodes {
+		list := make([]string, len(ranks))
+		for j, r := range ranks {
+			list[j] = strconv.Itoa(r)
+		}
+		a := c.StartAgent(fmt.Sprintf("%s-%s-node%d", job, run, i), job,
+			"--world-size", strconv.Itoa(world), "--ranks", strings.Join(list, ","))
+		for _, r := range ranks {
+			urls[r] = a.URL
+		}
+		agents = append(agents, a)
+	}
+	return urls, agents
+}
+
+// startTrainers starts world ranks of train.py, named run-rankR, rank r
+// reading from urls[r], each appending the keys it trained on to
+// dir/run-rankR.keys.
+func startTrainers(c *Cluster, py string, urls []string, dir, run string, world int, ckpt string, extra ...string) []*Process {
 	c.T.Helper()
 	root, err := testenv.ModuleRoot()
 	if err != nil {
@@ -157,7 +201,7 @@ func startTrainers(c *Cluster, py, agentURL, dir, run string, world int, ckpt st
 	var procs []*Process
 	for r := range world {
 		name := fmt.Sprintf("%s-rank%d", run, r)
-		args := append([]string{script, "--url", agentURL, "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(world),
+		args := append([]string{script, "--url", urls[r], "--rank", strconv.Itoa(r), "--world-size", strconv.Itoa(world),
 			"--master-port", port, "--ckpt", ckpt, "--keys-file", filepath.Join(dir, name+".keys")}, extra...)
 		p := StartProcess(c.T, dir, name, py, args, []string{"PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1"})
 		*c.procs = append(*c.procs, p)
