@@ -118,7 +118,7 @@ func submitAgentTestJobWith(t *testing.T, nc *nats.Conn, js jetstream.JetStream,
 	spec := wire.JobSpec{ID: id, Dataset: "s3://b/p/", Pipeline: "test", BatchSize: batch, Epochs: epochs}.WithDefaults()
 	job := wire.Job{Spec: spec, Bucket: "b", State: wire.JobRunning, Submitted: time.Now().UTC()}
 	for s := range shards {
-		job.Shards = append(job.Shards, fmt.Sprintf("s%d.tar", s))
+		job.Shards = append(job.Shards, fmt.Sprintf("p/s%d.tar", s)) // under the dataset, as the agent checks
 	}
 	record, _ := json.Marshal(job)
 	jobs, err := js.KeyValue(ctx, wire.JobsBucket)
