@@ -13,17 +13,6 @@ import (
 // Cutting a part given as spans (team.go): each span's rows are cut from
 // its chunk, which the agent holds or has produced again.
 
-// agentName names holder h of a team in messages.
-func agentName(h string) string {
-	switch h {
-	case "":
-		return "this agent"
-	case unjoined:
-		return "an agent that has not joined yet"
-	}
-	return "agent " + h
-}
-
 // cutRows is the batch of epoch e made of spans' rows, whose keys must be
 // keys where those are known ("" where a member holds the row: functions
 // are deterministic, so a chunk produced again has the same rows); chunk

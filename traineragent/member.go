@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -82,7 +81,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 		return teamReply{}, fmt.Errorf("reading the planner's %s reply: %w", op, err)
 	}
 	m.mu.Lock()
-	if r.Planner != m.planner || r.Status == statusMismatch && strings.Contains(r.Error, "has not joined") {
+	if r.Planner != m.planner || r.Status == statusNotMember {
 		m.joined = false
 	}
 	m.mu.Unlock()
@@ -99,7 +98,7 @@ func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Du
 		if err == nil {
 			r, err = m.ask(ctx, op, v, timeout)
 		}
-		if err == nil && !(r.Status == statusMismatch && strings.Contains(r.Error, "has not joined")) {
+		if err == nil && r.Status != statusNotMember {
 			return r, nil
 		}
 		if ctx.Err() != nil {

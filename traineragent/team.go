@@ -64,6 +64,17 @@ func newTeamID() string {
 	return hex.EncodeToString(b)
 }
 
+// agentName names holder h of a team in messages.
+func agentName(h string) string {
+	switch h {
+	case "":
+		return "this agent"
+	case unjoined:
+		return "an agent that has not joined yet"
+	}
+	return "agent " + h
+}
+
 // complete reports whether every rank's agent joined.
 func (t *team) complete() bool { return !slices.Contains(t.holders, unjoined) }
 

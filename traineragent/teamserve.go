@@ -30,14 +30,15 @@ const (
 
 // Outcomes of a team request (teamReply.Status).
 const (
-	statusOK       = "ok"
-	statusWait     = "wait"     // no part yet: ask again
-	statusEOF      = "eof"      // the rank got every step
-	statusMismatch = "mismatch" // ErrWorldMismatch
-	statusBadState = "bad_state"
-	statusConflict = "conflict"
-	statusEnded    = "ended" // ErrJobEnded
-	statusStopped  = "stopped"
+	statusOK        = "ok"
+	statusWait      = "wait"       // no part yet: ask again
+	statusEOF       = "eof"        // the rank got every step
+	statusMismatch  = "mismatch"   // ErrWorldMismatch
+	statusNotMember = "not_member" // the asking agent has not joined this planner run
+	statusBadState  = "bad_state"
+	statusConflict  = "conflict"
+	statusEnded     = "ended" // ErrJobEnded
+	statusStopped   = "stopped"
 )
 
 type joinRequest struct {
@@ -188,7 +189,7 @@ func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamRe
 			return bad(fmt.Errorf("notes: %w", err))
 		}
 		if !a.seeMember(req.Agent) {
-			return bad(fmt.Errorf("agent %q has not joined", req.Agent))
+			return notMember(req.Agent)
 		}
 		r := teamReply{Status: statusOK}
 		for i, n := range req.Notes {
@@ -213,7 +214,7 @@ func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamRe
 			return bad(fmt.Errorf("status: %w", err))
 		}
 		if !a.seeMember(req.Agent) {
-			return bad(fmt.Errorf("agent %q has not joined", req.Agent))
+			return notMember(req.Agent)
 		}
 		return a.memberStatus(req)
 	case opPart:
@@ -222,7 +223,7 @@ func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamRe
 			return bad(fmt.Errorf("part: %w", err))
 		}
 		if !a.seeMember(req.Agent) {
-			return bad(fmt.Errorf("agent %q has not joined", req.Agent))
+			return notMember(req.Agent)
 		}
 		return a.memberPartReply(ctx, req)
 	case opResume:
@@ -237,6 +238,10 @@ func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamRe
 		return teamReply{Status: statusOK, Resume: &res}
 	}
 	return bad(fmt.Errorf("unknown request %q", op))
+}
+
+func notMember(name string) teamReply {
+	return teamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %q has not joined", name)}
 }
 
 // seeMember notes a request of member name; false if it has not joined.
