@@ -95,9 +95,11 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 			state := readLoaderState(t, ckpt)
 			t.Logf("run 1 (%d ranks) stopped after %d steps; checkpoint at epoch %d step %d", sc.first, sc.stopAfter, state.Epoch, state.Step)
 			if sc.nodes[1] == nil {
-				if _, err := agents[0].Restart(); err != nil {
+				url, err := agents[0].Restart()
+				if err != nil {
 					t.Fatal(err)
 				}
+				urls = slices.Repeat([]string{url}, sc.second)
 			} else {
 				for _, a := range agents {
 					_ = a.Kill()
