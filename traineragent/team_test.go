@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,5 +240,44 @@ func TestTeamAgentRestarts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTeamEndsAnEpochWithoutAShardThatFailed: a shard whose every send is
+// refused for good (its object gone), whichever agent of the team takes
+// it, is reported failed by the planner and the epoch ends without it for
+// every rank, each taking the same steps.
+func TestTeamEndsAnEpochWithoutAShardThatFailed(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("teamgone", 2, 2, teamLayout)
+	f := newFunction(t, job, teamLayout)
+	f.status = map[shardRef]int{{0, 3}: http.StatusNotFound, {1, 5}: http.StatusNotFound}
+	e.submit(t, job, f, 2)
+	ranks := [][]int{{0, 1}, {2, 3}}
+	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
+	parts := takeTeam(t, agents, ranks, 4, -1)
+	checkSteps(t, parts, 2, [2]int{0, 0})
+	got := seen(nil, parts)
+	for k := range got {
+		if strings.HasPrefix(k, "0/s3-") || strings.HasPrefix(k, "1/s5-") {
+			t.Errorf("sample %s of a failed shard delivered", k)
+		}
+	}
+	if want := 2*46 - 6 - 2; len(got) != want {
+		t.Errorf("%d samples delivered, want %d", len(got), want)
+	}
+	for i, w := range waits {
+		if err := w(); err != nil {
+			t.Fatalf("agent %d: %v", i, err)
+		}
+	}
+	var reasons []string
+	for _, fs := range agents[0].Stats().FailedSamples {
+		if fs.Key == job.Shards[3] || fs.Key == job.Shards[5] {
+			reasons = append(reasons, fs.Reason)
+		}
+	}
+	if len(reasons) != 2 {
+		t.Errorf("the planner reports %q for the failed shards, want one entry each", reasons)
 	}
 }
