@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -17,7 +16,7 @@ import (
 // keys where those are known ("" where a member holds the row: functions
 // are deterministic, so a chunk produced again has the same rows); chunk
 // gives each span's chunk. A part of no rows has sc's tensors with no
-// rows.
+// rows (stack makes them).
 func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *schema, chunk func(context.Context, rowSpan) ([]byte, error)) (Batch, error) {
 	var samples []sample
 	for _, sp := range spans {
@@ -49,13 +48,7 @@ func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *sch
 	if sc == nil {
 		return Batch{Epoch: e, Keys: keys}, nil
 	}
-	b := stack(e, sc, samples).Batch
-	if len(samples) == 0 {
-		for j, name := range sc.names {
-			b.Tensors = append(b.Tensors, safetensors.Tensor{Name: name, DType: sc.dtypes[j], Shape: append([]int{0}, sc.shapes[j]...)})
-		}
-	}
-	return b, nil
+	return stack(e, sc, samples).Batch, nil
 }
 
 // cutPart cuts a part of this (planner) agent's rank given as spans:

@@ -321,7 +321,7 @@ func (a *Reader) formRestStep(now time.Time) {
 	for r, items := range step {
 		a.readySamples -= len(items)
 		a.epochsFinished(a.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
-		parts[r] = partOf(p.epoch, items, t.holders[r] == "")
+		parts[r] = partOf(p.epoch, items, t.holders[r] == "", a.asm.schema)
 	}
 	if last {
 		a.dropRows(p.epoch, p.dropped, now)
@@ -356,9 +356,10 @@ func rowsFrom(items []rowItem) []chunkRows {
 }
 
 // partOf makes a rank's part of rows: stacked from their batches when this
-// agent serves the rank and holds them all, else as spans (with the
-// chunks' bytes where this agent holds them and serves the rank).
-func partOf(e int, items []rowItem, local bool) rankPart {
+// agent serves the rank and holds them all (a part of no rows has sc's
+// tensors with no rows), else as spans (with the chunks' bytes where this
+// agent holds them and serves the rank).
+func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 	p := rankPart{Batch: Batch{Epoch: e, Keys: make([]string, len(items))}}
 	allHeld := true
 	for i, it := range items {
@@ -370,6 +371,9 @@ func partOf(e int, items []rowItem, local bool) rankPart {
 		return p
 	}
 	if len(items) == 0 {
+		if sc != nil {
+			p.Batch = stack(e, sc, nil).Batch
+		}
 		return p
 	}
 	for j, t := range items[0].b.Tensors {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -279,5 +280,56 @@ func TestTeamEndsAnEpochWithoutAShardThatFailed(t *testing.T) {
 	}
 	if len(reasons) != 2 {
 		t.Errorf("the planner reports %q for the failed shards, want one entry each", reasons)
+	}
+}
+
+// TestTeamRandomLayouts: teams of 2 or 3 agents over random datasets,
+// world sizes, batch sizes and drop_last: every rank takes the same steps,
+// full but each epoch's last, and every sample that is not dropped
+// reaches one rank once.
+func TestTeamRandomLayouts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for i := range 12 {
+		var l layout
+		total := 0
+		for range 3 + rng.IntN(8) {
+			var chunks []int
+			for range 1 + rng.IntN(3) {
+				n := 1 + rng.IntN(7)
+				chunks = append(chunks, n)
+				total += n
+			}
+			l = append(l, chunks)
+		}
+		agents := 2 + rng.IntN(2)
+		world := agents + rng.IntN(3)
+		batch := 1 + rng.IntN(4)
+		dropLast := rng.IntN(3) == 0
+		ranks := make([][]int, agents)
+		for r := range world {
+			a := r % agents // every agent serves a rank; rank 0 is the planner's
+			if r >= agents {
+				a = rng.IntN(agents)
+			}
+			ranks[a] = append(ranks[a], r)
+		}
+		t.Run(fmt.Sprintf("%d: %d samples, %d agents %v, batch %d, drop_last %t", i, total, agents, ranks, batch, dropLast), func(t *testing.T) {
+			e := newEnv(t)
+			job := testJob(fmt.Sprintf("teamrand%d", i), 2, batch, l)
+			e.submit(t, job, newFunction(t, job, l), 2)
+			team, waits := startTeam(t, e, job, world, ranks, 0, dropLast)
+			parts := takeTeam(t, team, ranks, world, -1)
+			checkSteps(t, parts, batch, [2]int{0, 0})
+			dropped := 0
+			if dropLast {
+				dropped = 2 * (total % (world * batch))
+			}
+			checkEveryOnce(t, job, l, seen(nil, parts), dropped)
+			for j, w := range waits {
+				if err := w(); err != nil {
+					t.Fatalf("agent %d: %v", j, err)
+				}
+			}
+		})
 	}
 }
