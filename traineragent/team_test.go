@@ -333,3 +333,73 @@ func TestTeamRandomLayouts(t *testing.T) {
 		})
 	}
 }
+
+// TestTeamResumesRandomLayouts: a checkpoint taken by a random layout
+// (one agent for every rank, or a team) resumes on another random one:
+// every sample the checkpointed model had not trained on comes once.
+func TestTeamResumesRandomLayouts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 17))
+	layoutOf := func() (int, [][]int) {
+		agents := 1 + rng.IntN(3)
+		world := agents + rng.IntN(3)
+		ranks := make([][]int, agents)
+		for r := range world {
+			a := r % agents
+			if r >= agents {
+				a = rng.IntN(agents)
+			}
+			ranks[a] = append(ranks[a], r)
+		}
+		return world, ranks
+	}
+	for i := range 8 {
+		w1, r1 := layoutOf()
+		w2, r2 := layoutOf()
+		took := 1 + rng.IntN(4)
+		t.Run(fmt.Sprintf("%d: %v then %v after %d steps", i, r1, r2, took), func(t *testing.T) {
+			e := newEnv(t)
+			job := testJob(fmt.Sprintf("teamresume%d", i), 2, 2, teamLayout)
+			e.submit(t, job, newFunction(t, job, teamLayout), 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			var runs sync.WaitGroup
+			var first []*Agent
+			for j, rs := range r1 {
+				o := Options{Name: fmt.Sprintf("a%d", j), WorldSize: w1, Ranks: rs, PrefetchSamples: 8}
+				a, err := New(e.nc, e.js, job, o, nil, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				first = append(first, a)
+				runs.Go(func() { _ = a.Run(ctx) })
+			}
+			kept := takeTeam(t, first, r1, w1, took)
+			last := kept[0][took-1]
+			state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+				Epoch: last.Epoch, Step: last.Step + 1, WorldSize: w1, Position: last.Position}
+			if last.Last {
+				state.Epoch, state.Step = last.Epoch+1, 0
+			}
+			takeTeam(t, first, r1, w1, 1) // past the checkpoint: lost with the crash
+			cancel()
+			runs.Wait()
+
+			second, waits := startTeam(t, e, job, w2, r2, 0, false)
+			var wg sync.WaitGroup
+			errs := make([]error, len(second))
+			for j := range second {
+				wg.Go(func() { _, errs[j] = second[j].readers[0].Resume(context.Background(), state, w2) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			rest := takeTeam(t, second, r2, w2, -1)
+			checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+			for j, w := range waits {
+				if err := w(); err != nil {
+					t.Fatalf("agent %d: %v", j, err)
+				}
+			}
+		})
+	}
+}
