@@ -125,7 +125,8 @@
 // An in-process trainer (Next) has no checkpoint and keeps that gap. After
 // a restart without a resume, step indices start again at 0. Parts formed
 // for a rank that lags are held in memory without bound (DDP ranks step
-// together).
+// together). In a team, a part on its way from the planner to a member
+// that dies counts as delivered too.
 //
 // End: once every rank of a reader got its 410 (Next: io.EOF) after the
 // last epoch, the agent writes wire.ReaderDoneKey(job, reader) in
