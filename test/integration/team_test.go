@@ -305,15 +305,7 @@ func (rs *teamRanks) next(ctx context.Context, rank int) error {
 	if err != nil {
 		return fmt.Errorf("rank %d: step header %q: %w", rank, resp.Header.Get(traineragent.HeaderStep), err)
 	}
-	tr := rs.tr
-	tr.mu.Lock()
-	for _, k := range b.Keys {
-		tr.seen[epochKey(b.Epoch, k)]++
-	}
-	tr.batches++
-	tr.samples += len(b.Keys)
-	tr.bytes += int64(len(body))
-	tr.mu.Unlock()
+	rs.tr.record(b, len(body))
 	rs.mu.Lock()
 	rs.steps[rank][b.Epoch] = append(rs.steps[rank][b.Epoch], step)
 	rs.mu.Unlock()

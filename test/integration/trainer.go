@@ -123,15 +123,7 @@ func (tr *Trainer) next(ctx context.Context, base string) error {
 	if err != nil {
 		return fmt.Errorf("trainer: decoding batch: %w", err)
 	}
-	tr.mu.Lock()
-	for _, k := range b.Keys {
-		tr.seen[epochKey(b.Epoch, k)]++
-	}
-	tr.batches++
-	tr.samples += len(b.Keys)
-	tr.bytes += int64(len(body))
-	n := tr.batches
-	tr.mu.Unlock()
+	n := tr.record(b, len(body))
 	if tr.afterBatch != nil {
 		tr.afterBatch(n)
 	}
@@ -257,4 +249,18 @@ func first(s []string, n int) string {
 		s = s[:n]
 	}
 	return strings.Join(s, ", ")
+}
+
+// record counts batch b, of size bytes on the wire, and returns the
+// batches counted so far.
+func (tr *Trainer) record(b traineragent.Batch, size int) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, k := range b.Keys {
+		tr.seen[epochKey(b.Epoch, k)]++
+	}
+	tr.batches++
+	tr.samples += len(b.Keys)
+	tr.bytes += int64(size)
+	return tr.batches
 }
