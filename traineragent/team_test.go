@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -401,5 +402,53 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestJoinMember: a member joins with its ranks; another agent claiming
+// them is refused while the first is heard from, and takes them over once
+// it has gone quiet; a join that does not fit the reader is refused,
+// naming what is wrong.
+func TestJoinMember(t *testing.T) {
+	job := testJob("join", 1, 2, layout{{2}})
+	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
+	r.team = newTeam(4, []int{0, 1})
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tc := range []struct {
+		name, agent string
+		ranks       []int
+		world       int
+		drop        bool
+		want        string
+	}{
+		{"a world of another size", "b", []int{2, 3}, 5, false, "world size 5"},
+		{"another drop_last", "b", []int{2, 3}, 4, true, "drop_last"},
+		{"the planner's rank", "b", []int{1, 2}, 4, false, "rank 1 is served by the planner"},
+		{"a rank beyond the world", "b", []int{4}, 4, false, "rank 4"},
+		{"no rank", "b", nil, 4, false, "serves no rank"},
+	} {
+		if err := r.joinMember(tc.agent, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+	if err := r.joinMember("a", []int{2, 3}, 4, false, now); err != nil {
+		t.Fatal(err)
+	}
+	if !r.team.complete() {
+		t.Errorf("holders %q: want every rank served", r.team.holders)
+	}
+	if err := r.joinMember("b", []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
+		t.Errorf("another agent claiming a live member's rank: %v", err)
+	}
+	if err := r.joinMember("b", []int{3}, 4, false, now.Add(memberStale+time.Second)); err != nil {
+		t.Fatalf("taking over a quiet member's rank: %v", err)
+	}
+	if got := r.team.holders; got[2] != "a" || got[3] != "b" {
+		t.Errorf("holders %q, want rank 2 still a's and rank 3 b's", got)
+	}
+	if err := r.joinMember("a", []int{2}, 4, false, now.Add(memberStale+2*time.Second)); err != nil {
+		t.Errorf("a joining again with fewer ranks: %v", err)
 	}
 }
