@@ -126,7 +126,10 @@ func TestShutdownHandsJobsOverAtOnce(t *testing.T) {
 	a := e.startController(t, "a", Options{LeaseTTL: ttl})
 	job := e.submit(t, spec("handover", "img", 1))
 	e.startAgent(t, job, "node-a")
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	// Generous: with every package's tests at once on two cores, the
+	// first replica once took over 10 s (taking the job, as in
+	// TestTaskConsumerTakesTheControllersAckWait).
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if e.pool.replicas("handover") == 0 {
 			return errors.New("no replica yet")
 		}
@@ -177,7 +180,7 @@ func TestDeletedJobStopsAndReleases(t *testing.T) {
 	e.gate.hold(0)
 	c := e.startController(t, "c1", Options{})
 	e.submit(t, spec("gone", "img", 1))
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error { // generous: see TestShutdownHandsJobsOverAtOnce
 		if e.pool.replicas("gone") == 0 {
 			return errors.New("no replica yet")
 		}
@@ -277,7 +280,7 @@ func TestOwnerStopsAJobWhoseLeaseWasTaken(t *testing.T) {
 	e.gate.hold(0)
 	c := e.startController(t, "a", Options{})
 	e.submit(t, spec("taken", "img", 1))
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error { // generous: see TestShutdownHandsJobsOverAtOnce
 		if e.pool.replicas("taken") == 0 {
 			return errors.New("no replica yet")
 		}
@@ -314,7 +317,7 @@ func TestOwnerThatCannotRenewStopsBeforeExpiry(t *testing.T) {
 	e.gate.hold(0)
 	c := e.startController(t, "a", Options{LeaseTTL: 2 * time.Second})
 	e.submit(t, spec("cutoff", "img", 1))
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error { // generous: see TestShutdownHandsJobsOverAtOnce
 		if e.pool.replicas("cutoff") == 0 {
 			return errors.New("no replica yet")
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/synth"
@@ -488,14 +490,20 @@ func (e *env) startControllerB(t testing.TB, id string, o Options) *running {
 	if o.MaxReplicas == 0 {
 		o.MaxReplicas = 4
 	}
-	c, err := New(o, nil, e.reg)
+	logger, logs := logbuf.Logger(slog.LevelInfo)
+	c, err := New(o, logger, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
+	t.Cleanup(func() {
+		r.stop(t)
+		if t.Failed() { // what the controller did, for a failure seen once in a while
+			t.Logf("controller %s's log:\n%s", id, logs)
+		}
+	})
 	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if !c.Ready() {
 			return errors.New("controller not ready")
