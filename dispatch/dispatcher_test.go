@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -463,7 +464,10 @@ func TestRedeliveryWhileHeldIsNotSentAgain(t *testing.T) {
 	d.ping = time.Hour // lose the pings
 	run(t, d)
 	sink.waitEnds(t, 1)
-	checkFor(t, func() error {
+	// The server redelivers after the ack wait, to the dispatcher's next
+	// fetch: generous, as both once took over 10 s with every package's
+	// tests on two cores.
+	testenv.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		e := d.st.entries[taskKey{0, 0}]
