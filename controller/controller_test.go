@@ -126,10 +126,7 @@ func TestShutdownHandsJobsOverAtOnce(t *testing.T) {
 	a := e.startController(t, "a", Options{LeaseTTL: ttl})
 	job := e.submit(t, spec("handover", "img", 1))
 	e.startAgent(t, job, "node-a")
-	// Generous: with every package's tests at once on two cores, the
-	// first replica once took over 10 s (taking the job, as in
-	// TestTaskConsumerTakesTheControllersAckWait).
-	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if e.pool.replicas("handover") == 0 {
 			return errors.New("no replica yet")
 		}
@@ -180,7 +177,7 @@ func TestDeletedJobStopsAndReleases(t *testing.T) {
 	e.gate.hold(0)
 	c := e.startController(t, "c1", Options{})
 	e.submit(t, spec("gone", "img", 1))
-	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error { // generous: see TestShutdownHandsJobsOverAtOnce
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if e.pool.replicas("gone") == 0 {
 			return errors.New("no replica yet")
 		}
@@ -280,7 +277,7 @@ func TestOwnerStopsAJobWhoseLeaseWasTaken(t *testing.T) {
 	e.gate.hold(0)
 	c := e.startController(t, "a", Options{})
 	e.submit(t, spec("taken", "img", 1))
-	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error { // generous: see TestShutdownHandsJobsOverAtOnce
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if e.pool.replicas("taken") == 0 {
 			return errors.New("no replica yet")
 		}
@@ -317,7 +314,7 @@ func TestOwnerThatCannotRenewStopsBeforeExpiry(t *testing.T) {
 	e.gate.hold(0)
 	c := e.startController(t, "a", Options{LeaseTTL: 2 * time.Second})
 	e.submit(t, spec("cutoff", "img", 1))
-	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error { // generous: see TestShutdownHandsJobsOverAtOnce
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if e.pool.replicas("cutoff") == 0 {
 			return errors.New("no replica yet")
 		}

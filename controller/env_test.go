@@ -318,7 +318,7 @@ func (a *agent) run(ctx context.Context, t *testing.T, wg *sync.WaitGroup) {
 		if time.Since(signalled) >= 50*time.Millisecond {
 			signalled = time.Now()
 			a.signal()
-			a.finishIfDone(ctx, cons)
+			a.finishIfDone(ctx)
 		}
 		for {
 			ep, ok := a.room(plan)
@@ -422,16 +422,24 @@ func (a *agent) process(ctx context.Context, msg jetstream.Msg, ep string) {
 }
 
 // finishIfDone writes the done keys of the readers in finishes once the
-// job's task consumer holds no task.
-func (a *agent) finishIfDone(ctx context.Context, cons jetstream.Consumer) {
+// job's tasks are all acked.
+func (a *agent) finishIfDone(ctx context.Context) {
 	a.mu.Lock()
 	finished := a.finished
 	a.mu.Unlock()
 	if finished {
 		return
 	}
-	info, err := cons.Info(ctx)
-	if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+	// The stream, not the consumer's NumPending, which once read 0 right
+	// after Submit queued the tasks: a work queue keeps a task until it is
+	// acked.
+	stream, err := a.e.js.Stream(ctx, wire.TaskStream)
+	if err != nil {
+		return
+	}
+	subject := wire.TaskSubject(a.job.Spec.ID)
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil || info.State.Subjects[subject] > 0 {
 		return
 	}
 	a.mu.Lock()
