@@ -68,6 +68,10 @@ type Stats struct {
 	Queued int
 	// Replays is the replays waiting for a send slot.
 	Replays int
+	// Producing is the shards being produced again for the agent itself
+	// (Produce), a replica found or not: work the job's replicas owe it
+	// although its queue may be empty.
+	Producing int
 	// Share is this agent's share of the plan's InFlight (0 without a plan).
 	Share int
 	// Sends counts sends begun, Retries those beyond a task's first,
@@ -112,7 +116,9 @@ type Dispatcher struct {
 	ran     bool
 	stopped bool
 	queued  int
-	loops   int // pull loop rounds, for tests
+	// producing counts Produce calls under way.
+	producing int
+	loops     int // pull loop rounds, for tests
 }
 
 // New binds to the job's task consumer (wire.DispatchConsumer(job), on wire.TaskStream, created with
@@ -228,7 +234,7 @@ func (d *Dispatcher) Stats() Stats {
 	defer d.mu.Unlock()
 	s := d.st
 	return Stats{
-		InFlight: s.sending, Held: s.held(), Queued: d.queued, Replays: len(s.replays), Share: d.share(),
+		InFlight: s.sending, Held: s.held(), Queued: d.queued, Replays: len(s.replays), Producing: d.producing, Share: d.share(),
 		Sends: s.sends, Retries: s.retries, Failed: s.failed, Settled: s.settled, Malformed: s.malformed,
 	}
 }

@@ -16,11 +16,21 @@ import (
 // as the dispatcher's own sends do, is retried with backoff until the
 // shard ends, and fails on a permanent refusal, after MaxDeliver failed
 // sends, or when ctx ends. Nothing is acked or published: the shard's
-// task is settled as its queue delivery is.
+// task is settled as its queue delivery is. Stats counts it (Producing),
+// so that the agent's demand keeps or brings back a replica for it after
+// the job's queue has drained.
 func (d *Dispatcher) Produce(ctx context.Context, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
 	if err := d.checkTask(task); err != nil {
 		return wire.ShardEnd{}, fmt.Errorf("producing %s: %w", task.ID(), err)
 	}
+	d.mu.Lock()
+	d.producing++
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.producing--
+		d.mu.Unlock()
+	}()
 	key := shardKey(task.Bucket, task.Key)
 	avoid := ""
 	failures := 0

@@ -523,7 +523,10 @@ func (a *Agent) publishDemand(now time.Time, done bool) error {
 	for _, r := range a.readers {
 		d := r.demand(now, done)
 		d.Agent = a.name
-		d.InFlight = st.InFlight
+		// Shards produced again for this agent are work in flight too:
+		// after the queue drained they alone keep a replica (the last
+		// epoch's rows moved between a team's agents).
+		d.InFlight = st.InFlight + st.Producing
 		d.PendingTasks = st.Queued
 		data, err := json.Marshal(d)
 		if err != nil {
