@@ -523,11 +523,7 @@ func (a *Agent) publishDemand(now time.Time, done bool) error {
 	for _, r := range a.readers {
 		d := r.demand(now, done)
 		d.Agent = a.name
-		// Shards produced again for this agent are work in flight too:
-		// after the queue drained they alone keep a replica (the last
-		// epoch's rows moved between a team's agents).
-		d.InFlight = st.InFlight + st.Producing
-		d.PendingTasks = st.Queued
+		d.InFlight, d.PendingTasks = dispatchLoad(st)
 		data, err := json.Marshal(d)
 		if err != nil {
 			return fmt.Errorf("encoding demand: %w", err)
@@ -537,6 +533,17 @@ func (a *Agent) publishDemand(now time.Time, done bool) error {
 		}
 	}
 	return nil
+}
+
+// dispatchLoad is the work a demand signal reports from the dispatcher's
+// stats: in flight, the sends under way and the shards produced again for
+// this agent (after the queue drained they alone keep a replica: the last
+// epoch's rows moved between a team's agents); pending, the queue's tasks
+// and the replays waiting for a send slot, tasks it would send were its
+// share larger (a resume late in the last epoch replays after the queue
+// drained).
+func dispatchLoad(st dispatch.Stats) (inFlight, pending int) {
+	return st.InFlight + st.Producing, st.Queued + st.Replays
 }
 
 // sink is the Agent as the dispatcher's dispatch.Sink.

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -161,5 +162,18 @@ func TestDemandCarriesStepTimes(t *testing.T) {
 	d := demandOf(stallWindow{Start: at(0)}, clientWindow{Reporting: true, Reported: true, Times: times}, 0.7, at(1000))
 	if d.Step != times {
 		t.Errorf("step times %+v, want %+v", d.Step, times)
+	}
+}
+
+// TestDispatchLoad: the work an agent's demand reports counts what its
+// queue no longer shows: shards produced again and replays not started,
+// so that the autoscaler keeps or brings back a replica for them.
+func TestDispatchLoad(t *testing.T) {
+	inFlight, pending := dispatchLoad(dispatch.Stats{InFlight: 2, Producing: 1, Queued: 5, Replays: 3, Held: 9, Share: 4})
+	if inFlight != 3 || pending != 8 {
+		t.Errorf("in flight %d, pending %d; want 3 and 8", inFlight, pending)
+	}
+	if inFlight, pending := dispatchLoad(dispatch.Stats{Producing: 1}); inFlight != 1 || pending != 0 {
+		t.Errorf("a production alone: in flight %d, pending %d; want 1 and 0", inFlight, pending)
 	}
 }
