@@ -86,6 +86,12 @@
 // output goes through the same Sink, it has nothing to ack, and its result
 // is published with Replay set when it is settled.
 //
+// Produce sends a task once more for the caller's own use, outside the
+// queue, the share and the Sink: an agent of a reader's team cuts rows
+// from its chunks that another agent took (traineragent's team). It is
+// retried as a send is, and counted in Stats.Producing until it ends, so
+// that the agent's demand keeps a replica for it.
+//
 // # Locality
 //
 // With a plan of replicas seen one by one (PerEndpoint > 0), each shard
