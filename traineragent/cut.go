@@ -66,21 +66,38 @@ func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 		return prod.chunk(ctx, sp.ref)
 	})
 	if err != nil {
-		a.lost(p.Keys, err)
+		a.mu.Lock()
+		a.lost(p, err)
+		a.mu.Unlock()
 		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, p.Step, err)
 	}
 	p.Batch, p.Spans = b, nil
 	return p, nil
 }
 
-// lost reports the samples of a part the trainer will not get.
-func (a *Reader) lost(keys []string, err error) {
-	a.log.Warn("a part could not be cut; its samples are reported failed", "samples", len(keys), "err", err)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, k := range keys {
+// lost reports the samples of a part the trainer will not get (a row
+// whose key another agent holds is named by its chunk and row); a.mu must
+// be held.
+func (a *Reader) lost(p rankPart, err error) {
+	a.log.Warn("a part could not be cut; its samples are reported failed", "samples", len(p.Keys), "err", err)
+	names := spanKeys(p.Spans)
+	for i, k := range p.Keys {
+		if k == "" && i < len(names) {
+			k = names[i]
+		}
 		a.recordFailed(wire.FailedSample{Key: k, Reason: "cutting its part: " + err.Error()})
 	}
+}
+
+// spanKeys names the rows of spans whose keys are not known here.
+func spanKeys(spans []rowSpan) []string {
+	var keys []string
+	for _, sp := range spans {
+		for i := range sp.n {
+			keys = append(keys, fmt.Sprintf("%s row %d", sp.ref, sp.lo+i))
+		}
+	}
+	return keys
 }
 
 // producer has shards produced again for the chunks an agent needs and

@@ -394,7 +394,7 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 	})
 	if err != nil {
 		err = fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, n.Step, err)
-		return rankPart{Batch: Batch{Keys: spanKeys(p.Spans)}}, err
+		return rankPart{Batch: Batch{Keys: p.Keys}, Spans: p.Spans}, err
 	}
 	m.mu.Lock()
 	for _, sp := range p.Spans {
@@ -453,11 +453,7 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 	}
 	if err != nil {
 		if len(p.Keys) > 0 && ctx.Err() == nil {
-			// The planner counts the part as handed out: its rows are lost.
-			a.log.Warn("a part could not be cut; its samples are reported failed", "samples", len(p.Keys), "err", err)
-			for _, k := range p.Keys {
-				a.recordFailed(wire.FailedSample{Key: k, Reason: "cutting its part: " + err.Error()})
-			}
+			a.lost(p, err) // the planner counts the part as handed out
 		}
 		return rankPart{}, err
 	}
@@ -468,17 +464,6 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 	}
 	go m.dropSettled(past)
 	return p, nil
-}
-
-// spanKeys names the rows of spans whose keys are not known here.
-func spanKeys(spans []rowSpan) []string {
-	var keys []string
-	for _, sp := range spans {
-		for i := range sp.n {
-			keys = append(keys, fmt.Sprintf("%s row %d", sp.ref, sp.lo+i))
-		}
-	}
-	return keys
 }
 
 // memberDone reports whether every rank of the member got its end.

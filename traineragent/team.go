@@ -41,10 +41,10 @@ type team struct {
 	rest *restPlan
 }
 
-// teamMember is a member agent as the planner knows it.
+// teamMember is a member agent as the planner knows it (its ranks are
+// those holders names it for).
 type teamMember struct {
-	ranks []int
-	seen  time.Time // its last request
+	seen time.Time // its last request
 }
 
 func newTeam(world int, own []int) *team {
@@ -127,13 +127,10 @@ func (a *Reader) joinMember(name string, ranks []int, world int, dropLast bool, 
 	for _, r := range ranks {
 		if h := t.holders[r]; h != unjoined && h != name {
 			a.log.Warn("a member takes over ranks of a member gone quiet", "rank", r, "from", h, "to", name)
-			if m := t.members[h]; m != nil {
-				m.ranks = slices.DeleteFunc(m.ranks, func(x int) bool { return x == r })
-			}
 		}
 		t.holders[r] = name
 	}
-	t.members[name] = &teamMember{ranks: slices.Clone(ranks), seen: now}
+	t.members[name] = &teamMember{seen: now}
 	a.log.Info("a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
 	a.notify()
 	return nil
