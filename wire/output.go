@@ -111,7 +111,7 @@ type ShardResult struct {
 // them. A ShardResult is a core NATS message, lost if no controller owns
 // the job when it is published (a takeover); this record is not, and the
 // owner that finishes the job counts what it holds.
-func ShardsFailedKey(job string) string { return "failed." + job }
+func ShardsFailedKey(job string) string { return shardsFailedToken + "." + job }
 
 // ShardsFailed is the value under ShardsFailedKey.
 type ShardsFailed struct {
