@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluice-project/sluice/internal/sat"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -108,8 +109,8 @@ func MergeSteps(times ...wire.StepTimes) wire.StepTimes {
 			continue
 		}
 		n := float64(t.Steps)
-		out.Steps += t.Steps
-		out.Ranks += t.Ranks
+		out.Steps = sat.Add64(out.Steps, t.Steps)
+		out.Ranks = sat.Sum(out.Ranks, t.Ranks)
 		wait += t.WaitS * n
 		compute += t.ComputeS * n
 		other += t.OtherS * n

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/internal/sat"
 )
 
 // backlogPoll is how often a job's task consumer is asked for its counts:
@@ -44,8 +45,8 @@ func agentLoad(signals map[string]autoscale.Signal, now time.Time, stale time.Du
 			continue
 		}
 		names = append(names, name)
-		inFlight += max(s.Demand.InFlight, 0)
-		wanted += max(s.Demand.PendingTasks, 0)
+		inFlight = sat.Sum(inFlight, s.Demand.InFlight)
+		wanted = sat.Sum(wanted, s.Demand.PendingTasks)
 	}
 	slices.Sort(names)
 	return names, inFlight, wanted

@@ -303,7 +303,8 @@ func (c *Controller) countResult(jr *jobRun, r wire.ShardResult, kind resultKind
 		c.m.results.WithLabelValues("ignored").Inc()
 	case resultMalformed:
 		c.m.results.WithLabelValues("malformed").Inc()
-		jr.log.Warn("ignoring a shard result naming no task of the job", "epoch", r.End.Epoch, "shard", r.End.Shard, "agent", r.Agent)
+		jr.log.Warn("ignoring a shard result naming no task of the job or with a count out of bounds",
+			"epoch", r.End.Epoch, "shard", r.End.Shard, "agent", r.Agent, "err", r.CheckCounts())
 	default:
 		c.m.results.WithLabelValues("counted").Inc()
 	}
