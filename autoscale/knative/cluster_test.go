@@ -114,7 +114,7 @@ func (a *agents) run(ctx context.Context) error {
 
 // send posts task as an agent does and reads the shard's frames to its end.
 func (a *agents) send(ctx context.Context, url string, task wire.ShardTask) error {
-	_, err := dispatch.Send(ctx, a.hc, url, task, nil)
+	_, err := dispatch.Sender{Client: a.hc}.Send(ctx, url, task, nil)
 	return err
 }
 
