@@ -14,14 +14,6 @@ type Signal struct {
 	At     time.Time
 }
 
-// readerOf names the reader a signal speaks for.
-func readerOf(d wire.Demand) string {
-	if d.Reader == "" {
-		return wire.DefaultReader
-	}
-	return d.Reader
-}
-
 // bufferFill is how full a signal's buffer is (buffered / capacity).
 func bufferFill(d wire.Demand) float64 {
 	if d.BufferCapacity <= 0 {

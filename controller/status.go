@@ -89,7 +89,7 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 	if len(prev.Readers) > 0 || len(in.signals) > 0 {
 		s.Readers = map[string]wire.ReaderStatus{}
 	}
-	// Declared readers only: the runner refuses others' signals, and a
+	// Declared readers only: the demand book refuses others' signals, and a
 	// stored status may have been written by anyone.
 	for name, rs := range prev.Readers {
 		if slices.Contains(in.job.Spec.Readers, name) {

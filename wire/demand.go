@@ -11,8 +11,11 @@ type Demand struct {
 	// has a signal from each (empty means DefaultReader).
 	Reader string `json:"reader,omitempty"`
 	// Agent names the agent speaking (several agents of one job serve the
-	// ranks of their nodes); the controller shares the job's in-flight
-	// budget among the agents it hears (DispatchPlan.Shares).
+	// ranks of their nodes, a reader's team each signalling for its own
+	// ranks under the reader's name): the controller keeps each agent's
+	// latest signal apart and merges a reader's team into one, and shares
+	// the job's in-flight budget among the agents it hears
+	// (DispatchPlan.Shares). Empty: one agent with no name.
 	Agent string    `json:"agent,omitempty"`
 	Time  time.Time `json:"time"`
 	// InFlight is the tasks the agent is sending now; PendingTasks how many
@@ -51,6 +54,14 @@ type Demand struct {
 	SamplesTotal int64 `json:"samples_total"`
 	// Done is set on the last signal of a job, once every epoch is delivered.
 	Done bool `json:"done"`
+}
+
+// ReaderName is the reader d speaks for: Reader, DefaultReader if empty.
+func (d Demand) ReaderName() string {
+	if d.Reader == "" {
+		return DefaultReader
+	}
+	return d.Reader
 }
 
 // Where a demand signal's wait was measured (Demand.WaitSource).
