@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		})),
 		refused: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_autoscale_demand_refused_total",
-			Help: "Demand signals refused: of a reader the job does not declare, or naming an agent over the bounds.",
+			Help: "Demand signals refused: of a reader the job does not declare, naming an agent over the bounds, or with a count out of bounds.",
 		}, []string{"reason"})),
 	}
 }

@@ -34,6 +34,7 @@ const (
 	refusedTooManyReaders   = "too_many_readers"
 	refusedAgentName        = "agent_name"
 	refusedTooManyAgents    = "too_many_agents"
+	refusedOutOfBounds      = "out_of_bounds"
 )
 
 // signalKey names one agent's signals for one reader: the agents of a
@@ -77,7 +78,8 @@ func (b *demandBook) addJob(id string, readers []string) {
 func (b *demandBook) removeJob(id string) { delete(b.jobs, id) }
 
 // observe keeps d, received at at, as its agent's latest for its reader,
-// and says why not where it refuses it: a reader the job does not declare
+// and says why not where it refuses it: a count out of its bounds
+// (wire.Demand.CheckCounts), a reader the job does not declare
 // (one of more than wire.MaxReaders where it declares none), an agent
 // name over MaxAgentNameBytes, an agent beyond MaxAgentsPerJob (one more
 // takes the place of an agent silent for longer than stale). A signal of
@@ -87,6 +89,9 @@ func (b *demandBook) observe(d wire.Demand, at time.Time, stale time.Duration) (
 	j, ok := b.jobs[d.Job]
 	if !ok {
 		return ""
+	}
+	if d.CheckCounts() != nil {
+		return refusedOutOfBounds
 	}
 	k := signalKey{d.ReaderName(), d.Agent}
 	if why := j.refuse(k, at, stale); why != "" {
@@ -301,7 +306,7 @@ func (c *Controller) observeDemand(d wire.Demand, at time.Time) {
 	c.demandMu.Unlock()
 	if why != "" {
 		c.m.refused.WithLabelValues(why).Inc()
-		c.log.Debug("refusing a demand signal", "job", d.Job, "reader", d.ReaderName(), "agent", d.Agent, "why", why)
+		c.log.Debug("refusing a demand signal", "job", d.Job, "reader", d.ReaderName(), "agent", d.Agent, "why", why, "err", d.CheckCounts())
 	}
 }
 

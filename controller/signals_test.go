@@ -254,3 +254,35 @@ func TestTeamDemandDoesNotFlip(t *testing.T) {
 		t.Errorf("both done: reader delivered %d, done %v; want 600, done", rs.SamplesDelivered, rs.Done)
 	}
 }
+
+// TestDemandBookRefusesCountsOutOfBounds: a signal with a count past its
+// bound (in flight 2^62, a negative progress, a stall over 1) is refused,
+// and the sums of the agents kept stay in range.
+func TestDemandBookRefusesCountsOutOfBounds(t *testing.T) {
+	const stale = 5 * time.Second
+	b := newDemandBook()
+	b.addJob("j", nil)
+	for _, d := range []wire.Demand{
+		{Job: "j", Agent: "x", InFlight: 1 << 62},
+		{Job: "j", Agent: "x", SamplesDone: -5},
+		{Job: "j", Agent: "x", StallFraction: 1.5},
+		{Job: "j", Agent: "x", GPUUtilization: -0.5},
+	} {
+		if why := b.observe(d, at(1), stale); why != refusedOutOfBounds {
+			t.Errorf("%+v: refused %q, want %s", d, why, refusedOutOfBounds)
+		}
+	}
+	for i := range MaxAgentsPerJob {
+		d := wire.Demand{Job: "j", Agent: fmt.Sprintf("a%d", i), InFlight: wire.MaxDemandTasks, SamplesDone: wire.MaxDemandSamples}
+		if why := b.observe(d, at(1), stale); why != "" {
+			t.Fatalf("agent %d: refused %s", i, why)
+		}
+	}
+	r := b.readers("j", at(1), stale)[wire.DefaultReader].Demand
+	if r.InFlight != MaxAgentsPerJob*wire.MaxDemandTasks || r.SamplesDone != MaxAgentsPerJob*wire.MaxDemandSamples {
+		t.Errorf("sums in flight %d, samples done %d: want every agent's", r.InFlight, r.SamplesDone)
+	}
+	if _, inFlight, _ := agentLoad(b.agents("j"), at(1), stale); inFlight != MaxAgentsPerJob*wire.MaxDemandTasks {
+		t.Errorf("agents' load %d, want every agent's", inFlight)
+	}
+}
