@@ -400,18 +400,28 @@ func (s *recSink) End(task wire.ShardTask, end wire.ShardEnd) {
 			s.t.Errorf("task %s ended without chunk %d", task.ID(), i)
 		}
 	}
+	onEnd := s.onEnd
 	s.mu.Unlock()
-	if s.onEnd != nil {
-		s.onEnd(task, end)
+	if onEnd != nil {
+		onEnd(task, end)
 	}
+}
+
+// setOnEnd sets onEnd once the dispatcher runs (under the sink's lock: its
+// sends may be ending).
+func (s *recSink) setOnEnd(f func(wire.ShardTask, wire.ShardEnd)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onEnd = f
 }
 
 func (s *recSink) Failed(task wire.ShardTask, reason string) {
 	s.mu.Lock()
 	s.failed[task.ID()] = append(s.failed[task.ID()], reason)
+	onFailed := s.onFailed
 	s.mu.Unlock()
-	if s.onFailed != nil {
-		s.onFailed(task, reason)
+	if onFailed != nil {
+		onFailed(task, reason)
 	}
 }
 

@@ -307,8 +307,3 @@ func (s Sender) Send(ctx context.Context, endpoint string, task wire.ShardTask, 
 	}
 	return sendShard(ctx, hc, s.Token, endpoint, task, 0, chunk)
 }
-
-// Send is Sender{Client: hc}.Send: a send without a token.
-func Send(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
-	return Sender{Client: hc}.Send(ctx, endpoint, task, chunk)
-}
