@@ -271,18 +271,19 @@ func (e *env) s3Client(t *testing.T) *s3.Client {
 	return c
 }
 
-// fnPods lists the function's pods (of every Revision), and how many are
-// ready.
+// fnPods counts the function's pods (of every Revision, terminating ones
+// too) and the ready ones among them.
 func (e *env) fnPods(ctx context.Context, service string) (all, ready int, err error) {
 	pods, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service=" + service})
 	if err != nil {
 		return 0, 0, err
 	}
 	for _, p := range pods.Items {
+		// A pod being deleted is still a pod (scale to zero means none).
+		all++
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		all++
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 				ready++
