@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -57,7 +58,21 @@ func TestColdStartThroughTheActivator(t *testing.T) {
 		t.Fatal(err)
 	}
 	lc := integration.StartCluster(t, integration.Binaries{Sluice: e.sluice, NATSServer: ns, VersityGW: vgw}, integration.ClusterOptions{})
-	lc.StartController("ctl-local", integration.ControllerOptions{MaxReplicas: 2})
+	ctl := lc.StartController("ctl-local", integration.ControllerOptions{MaxReplicas: 2})
+	// noLocalReplicas waits until the local controller runs no replica:
+	// a cold start on both sides.
+	noLocalReplicas := func() {
+		waitFor(t, 2*time.Minute, 200*time.Millisecond, func() error {
+			n, _, err := integration.ScrapeSum(context.Background(), ctl.URL+"/metrics", "sluice_local_replicas")
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("%v local replicas", n)
+			}
+			return nil
+		})
+	}
 	ld := lc.UploadImages("cold", "local/", integration.SmallImages(samples, shards, 11))
 	kd := e.dataset(t, "cold-"+e.suffix+"/", samples, shards)
 	js := e.jetStream(t)
@@ -65,6 +80,7 @@ func TestColdStartThroughTheActivator(t *testing.T) {
 	var local, knative []time.Duration
 	for round := range 3 {
 		id := "cold-local-" + string(rune('a'+round))
+		noLocalReplicas()
 		start := time.Now()
 		lc.Submit(integration.Spec{"id": id, "dataset": ld.URL(), "pipeline": "imagenet-eval",
 			"batch_size": 16, "epochs": epochs, "seed": 7, "max_replicas": 2})

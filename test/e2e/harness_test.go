@@ -44,6 +44,7 @@ type env struct {
 	sluice                 string // the sluice binary built for the node's processes
 	dir                    string // logs and files of this run
 	suffix                 string // this run's suffix of job ids and dataset prefixes
+	artifacts              string // where charts go (SLUICE_E2E_ARTIFACTS, else dir)
 	secrets                map[string]string
 }
 
@@ -95,6 +96,11 @@ func setUp(state string) (*env, error) {
 		return nil, err
 	}
 	if e.dir, err = os.MkdirTemp(state, "tests-"); err != nil {
+		return nil, err
+	}
+	if e.artifacts = os.Getenv("SLUICE_E2E_ARTIFACTS"); e.artifacts == "" {
+		e.artifacts = e.dir
+	} else if err := os.MkdirAll(e.artifacts, 0o755); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -271,26 +277,27 @@ func (e *env) s3Client(t *testing.T) *s3.Client {
 	return c
 }
 
-// fnPods counts the function's pods (of every Revision, terminating ones
-// too) and the ready ones among them.
-func (e *env) fnPods(ctx context.Context, service string) (all, ready int, err error) {
-	pods, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service=" + service})
+// fnPods counts the function's pods (of every Revision) that are not
+// being deleted, and the ready ones among them; terminating counts those
+// being deleted (queue-proxy drains each for 30 s before it goes).
+func (e *env) fnPods(ctx context.Context, service string) (all, ready, terminating int, err error) {
+	pods, err := e.kube.CoreV1().Pods(namespace).List(ctx, metav1ListFor(service))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for _, p := range pods.Items {
-		// A pod being deleted is still a pod (scale to zero means none).
-		all++
 		if p.DeletionTimestamp != nil {
+			terminating++
 			continue
 		}
+		all++
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 				ready++
 			}
 		}
 	}
-	return all, ready, nil
+	return all, ready, terminating, nil
 }
 
 // waitFor polls f every interval until it returns nil or within passes.

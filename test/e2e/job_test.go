@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -139,7 +140,7 @@ func (e *env) sample(t *testing.T, service string) *sampler {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond)
 			smp := sample{At: time.Since(s.start).Round(time.Second)}
-			smp.Pods, smp.PodsReady, _ = e.fnPods(ctx, service)
+			smp.Pods, smp.PodsReady, _, _ = e.fnPods(ctx, service)
 			if n, ok := e.requested(ctx); ok {
 				smp.Requested, smp.ControllerScrape = n, true
 			}
@@ -208,20 +209,24 @@ type runningJob struct {
 	first   chan time.Duration // when the first batch came, since start
 }
 
-// startJob submits an image job over d and starts its agent and trainer.
-// The job's id is name and this run's suffix: a cluster kept up between
-// runs keeps its jobs.
-func (e *env) startJob(t *testing.T, name string, d integration.Dataset, epochs, maxReplicas int) *runningJob {
+// startJob submits an image job over d and starts its agent and trainer;
+// more sets other fields of the spec. The job's id is name and this run's
+// suffix: a cluster kept up between runs keeps its jobs.
+func (e *env) startJob(t *testing.T, name string, d integration.Dataset, epochs, maxReplicas int, more ...map[string]any) *runningJob {
 	t.Helper()
 	id := name + "-" + e.suffix
 	j := &runningJob{id: id, d: d, epochs: epochs, start: time.Now(), trainer: integration.NewTrainer(),
 		done: make(chan error, 1), first: make(chan time.Duration, 1)}
 	var once sync.Once
 	j.trainer.AfterBatch(func(int) { once.Do(func() { j.first <- time.Since(j.start) }) })
-	e.submit(t, map[string]any{
+	spec := map[string]any{
 		"id": id, "dataset": d.URL(), "pipeline": "imagenet-eval",
 		"batch_size": 16, "epochs": epochs, "seed": 7, "max_replicas": maxReplicas,
-	})
+	}
+	for _, m := range more {
+		maps.Copy(spec, m)
+	}
+	e.submit(t, spec)
 	var url string
 	j.agent, url = e.agent(t, "agent-"+id, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -17,22 +17,38 @@ import (
 // how long after its last request the function may keep a pod.
 const scaleToZeroGrace = 30*time.Second + 30*time.Second
 
-// waitZeroPods waits until the function has no pod, the scale-to-zero
-// grace plus 30 s at most, and returns how long that took.
-func (e *env) waitZeroPods(t *testing.T, service string) time.Duration {
+// waitZeroPods waits until the function has no pod but those being
+// deleted, within the scale-to-zero grace plus 30 s, and then until those
+// are gone too; it returns both times.
+func (e *env) waitZeroPods(t *testing.T, service string) (scaled, gone time.Duration) {
 	t.Helper()
 	start := time.Now()
+	terminating := 0
 	waitFor(t, scaleToZeroGrace+30*time.Second, time.Second, func() error {
-		all, _, err := e.fnPods(context.Background(), service)
+		all, _, term, err := e.fnPods(context.Background(), service)
 		if err != nil {
 			return err
 		}
 		if all > 0 {
 			return fmt.Errorf("%d pods of %s", all, service)
 		}
+		terminating = term
 		return nil
 	})
-	return time.Since(start)
+	scaled = time.Since(start)
+	if terminating > 0 {
+		waitFor(t, 2*time.Minute, time.Second, func() error {
+			_, _, term, err := e.fnPods(context.Background(), service)
+			if err != nil {
+				return err
+			}
+			if term > 0 {
+				return fmt.Errorf("%d pods of %s still terminating", term, service)
+			}
+			return nil
+		})
+	}
+	return scaled, time.Since(start)
 }
 
 // TestImageJobFromZeroToNAndBack runs a 3-epoch image job on the real
@@ -50,17 +66,17 @@ func TestImageJobFromZeroToNAndBack(t *testing.T) {
 	const epochs = 3
 	j := e.startJob(t, "zero-to-n", d, epochs, 3)
 	r := j.finish(t, e, js)
-	toZero := e.waitZeroPods(t, fnService)
+	toZero, gone := e.waitZeroPods(t, fnService)
 	samples := s.Stop()
 	maxPods := 0
 	for _, smp := range samples {
 		maxPods = max(maxPods, smp.PodsReady)
 	}
-	t.Logf("figures: samples=%d epochs=%d seconds=%.1f max_ready_pods=%d zero_pods_after_job_s=%.0f",
-		r.Delivered, epochs, r.Seconds, maxPods, toZero.Seconds())
+	t.Logf("figures: samples=%d epochs=%d seconds=%.1f max_ready_pods=%d zero_pods_after_job_s=%.0f last_pod_gone_s=%.0f",
+		r.Delivered, epochs, r.Seconds, maxPods, toZero.Seconds(), gone.Seconds())
 	t.Logf("series (s: requested/ready/pods): %s", series(samples))
 	t.Logf("figures: decision_to_ready_lag_s=%s", lags(samples))
-	writeChart(t, filepath.Join(e.dir, "kpa-follows-sluice.svg"), samples)
+	writeChart(t, filepath.Join(e.artifacts, "kpa-follows-sluice.svg"), samples)
 	if maxPods < 2 {
 		t.Errorf("the function never ran more than %d ready pods: the KPA did not follow the controller", maxPods)
 	}
@@ -115,6 +131,16 @@ func series(samples []sample) string {
 		fmt.Fprintf(&b, "%d:%d/%d/%d ", int(s.At.Seconds()), s.Requested, s.PodsReady, s.Pods)
 	}
 	return b.String()
+}
+
+// revisions counts service's Revisions.
+func (e *env) revisions(t *testing.T, service string) int {
+	t.Helper()
+	revs, err := e.serving.ServingV1().Revisions(namespace).List(context.Background(), metav1ListFor(service))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(revs.Items)
 }
 
 // checkNoRevisionHoldsPods fails t if any Revision of service still has

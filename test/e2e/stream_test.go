@@ -61,19 +61,10 @@ func (e *env) podIP(t *testing.T, service string) string {
 	return ""
 }
 
-// TestStreamThroughKnative deploys the function with kn (one pod kept),
-// then streams one large shard's output from that pod through the Service
-// URL (Traefik, Knative's revision Service, queue-proxy) and addressed
-// directly (the pod's port 8080), three times each, and compares MB/s.
-func TestStreamThroughKnative(t *testing.T) {
-	e := need(t)
-	e.knCreate(t, knService, "--scale-min", "1", "--scale-max", "1")
-	t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(e.bin, "kn"), "service", "delete", knService, "--namespace", namespace)
-		cmd.Env = append(cmd.Environ(), "KUBECONFIG="+e.kubeconfig)
-		_ = cmd.Run()
-	})
-	// One shard of 300 images: about 45 MB of 224x224 uint8 crops.
+// streamShard uploads one shard of 300 images (about 45 MB of 224x224 uint8
+// crops through imagenet-eval) and returns its task.
+func (e *env) streamShard(t *testing.T, prefix string) (wire.ShardTask, int) {
+	t.Helper()
 	o := synth.DefaultImageOptions()
 	o.Samples, o.Shards, o.Seed, o.MinSide, o.MaxSide = 300, 1, 5, 64, 128
 	sh, err := synth.Images(o)
@@ -82,16 +73,76 @@ func TestStreamThroughKnative(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := synth.Upload(ctx, e.s3Client(t), "e2e", "stream/", sh); err != nil {
+	if err := synth.Upload(ctx, e.s3Client(t), "e2e", prefix, sh); err != nil {
 		t.Fatal(err)
 	}
-	task := wire.ShardTask{Job: "stream", Bucket: "e2e", Key: "stream/" + sh[0].Name,
-		Pipeline: "imagenet-eval", Seed: 1, ChunkMaxBytes: 4 << 20}
+	return wire.ShardTask{Job: "stream", Bucket: "e2e", Key: prefix + sh[0].Name,
+		Pipeline: "imagenet-eval", Seed: 1, ChunkMaxBytes: 4 << 20}, o.Samples
+}
+
+// sender sends tasks with the function token.
+func (e *env) sender(t *testing.T) dispatch.Sender {
+	t.Helper()
 	tok, err := bearer.Parse(e.secrets["fn-token"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := dispatch.Sender{Client: &http.Client{Timeout: 5 * time.Minute}, Token: tok}
+	return dispatch.Sender{Client: &http.Client{Timeout: 5 * time.Minute}, Token: tok}
+}
+
+// knDelete removes a Service kn created.
+func (e *env) knDelete(name string) {
+	cmd := exec.Command(filepath.Join(e.bin, "kn"), "service", "delete", name, "--namespace", namespace)
+	cmd.Env = append(cmd.Environ(), "KUBECONFIG="+e.kubeconfig)
+	_ = cmd.Run()
+}
+
+// TestResponseLongerThanTheRevisionTimeout reads a shard's output slowly
+// (a trainer that falls behind holds its agent's reads back, and so the
+// function's response), about 5 s in all: a Revision whose timeoutSeconds
+// is 2 cuts it, and the agent sees the shard incomplete; the manifests'
+// 600 s (deploy/knative/base/function.yaml) lets it finish. A user must
+// set timeoutSeconds above the slowest shard's whole response.
+func TestResponseLongerThanTheRevisionTimeout(t *testing.T) {
+	e := need(t)
+	const short = "sluice-fn-timeout"
+	e.knCreate(t, short, "--scale-min", "1", "--scale-max", "1", "--timeout", "2")
+	t.Cleanup(func() { e.knDelete(short) })
+	task, samples := e.streamShard(t, "timeout-"+e.suffix+"/")
+	s := e.sender(t)
+	slowly := func(_ int, b []byte) { time.Sleep(time.Duration(len(b)) * time.Second / (10 << 20)) } // 10 MiB/s
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	_, err := s.Send(ctx, "http://"+short+"."+namespace+".svc.cluster.local", task, slowly)
+	t.Logf("figures: timeout_2s_slow_read_s=%.1f err=%v", time.Since(start).Seconds(), err)
+	if err == nil {
+		t.Fatal("a response of about 5 s passed a Revision timeout of 2 s")
+	}
+	start = time.Now()
+	end, err := s.Send(ctx, "http://"+fnService+"."+namespace+".svc.cluster.local", task, slowly)
+	if err != nil {
+		t.Fatalf("the same slow read through %s (timeoutSeconds 600): %v", fnService, err)
+	}
+	if end.Samples != samples {
+		t.Fatalf("%d samples, want %d", end.Samples, samples)
+	}
+	t.Logf("figures: timeout_600s_slow_read_s=%.1f samples=%d", time.Since(start).Seconds(), end.Samples)
+}
+
+// TestStreamThroughKnative deploys the function with kn (one pod kept),
+// then streams one large shard's output from that pod through the Service
+// URL (Traefik, Knative's revision Service, queue-proxy) and addressed
+// directly (the pod's port 8080), three times each, and compares MB/s.
+func TestStreamThroughKnative(t *testing.T) {
+	e := need(t)
+	e.knCreate(t, knService, "--scale-min", "1", "--scale-max", "1")
+	t.Cleanup(func() { e.knDelete(knService) })
+	task, samples := e.streamShard(t, "stream-"+e.suffix+"/")
+	s := e.sender(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	measure := func(endpoint string) (float64, error) {
 		var n int64
 		start := time.Now()
@@ -99,8 +150,8 @@ func TestStreamThroughKnative(t *testing.T) {
 		if err != nil {
 			return 0, err
 		}
-		if end.Samples != o.Samples {
-			return 0, fmt.Errorf("%s: %d samples, want %d", endpoint, end.Samples, o.Samples)
+		if end.Samples != samples {
+			return 0, fmt.Errorf("%s: %d samples, want %d", endpoint, end.Samples, samples)
 		}
 		return float64(n) / 1e6 / time.Since(start).Seconds(), nil
 	}

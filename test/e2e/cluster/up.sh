@@ -48,7 +48,8 @@ fi
 # start NAME CMD...: runs CMD inside the namespace in its own session, logging to logs/NAME.log.
 start() {
   local name=$1; shift
-  in_ns setsid "$@" >"logs/$name.log" 2>&1 </dev/null &
+  # nsenter and setsid exec what follows: $! is the process itself.
+  nsenter --net=/run/netns/$netns setsid "$@" >"logs/$name.log" 2>&1 </dev/null &
   echo $! >"pids/$name"
 }
 # wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
