@@ -45,9 +45,11 @@
 //     then passes it on: a job's first batch came 1.1-3.4 s after submit,
 //     against 1.1-1.9 s with local replicas on the same machine.
 //   - A shard's output streams through Traefik, the revision's Service
-//     and queue-proxy chunk by chunk; the whole response is bounded by the
-//     revision's timeoutSeconds (default 300 s, at most
-//     max-revision-timeout-seconds, 600 s by default).
+//     and queue-proxy chunk by chunk. The Revision's timeoutSeconds
+//     bounds the time to the response's first byte, not its length: a
+//     response read slowly for 4.5 s passed a timeoutSeconds of 2
+//     (queue-proxy's timeout handler gives up only while nothing was
+//     written; idleTimeoutSeconds, 0 by default, would bound the gaps).
 //   - After the last request, the pods stay about the stable window
 //     (window, 30 s here) and the last one the scale-to-zero grace
 //     (30 s): zero pods about 60 s after a job's end.
