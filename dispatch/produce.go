@@ -39,7 +39,10 @@ func (d *Dispatcher) Produce(ctx context.Context, task wire.ShardTask, chunk fun
 		if err != nil {
 			return wire.ShardEnd{}, fmt.Errorf("producing %s: %w", task.ID(), err)
 		}
-		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, chunk)
+		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) error {
+			chunk(i, data)
+			return nil
+		})
 		release()
 		switch {
 		case err == nil:

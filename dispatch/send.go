@@ -105,11 +105,13 @@ var errStalled = errors.New("replica stalled")
 
 // sendShard POSTs task to endpoint as a binary-mode CloudEvent, with tok
 // as its bearer token when set, and reads the shard's frames from the
-// reply, handing each chunk to chunk (its data the callee's to keep). It
-// returns the shard's end once the end frame came, or an error: ctx's
-// when ctx ended, else a sendError. stall > 0 fails the send when no byte
-// came for that long.
-func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+// reply, handing each chunk to chunk (its data the callee's to keep; an
+// error refuses it and fails the send). It returns the shard's end once
+// the end frame came, or an error: ctx's when ctx ended, else a
+// sendError. stall > 0 fails the send when no byte came for that long,
+// not counting the time chunk takes (it may wait for room: the reply is
+// then not read, and the replica waits).
+func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte) error) (wire.ShardEnd, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var timer *time.Timer
@@ -143,6 +145,12 @@ func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint 
 	var body io.Reader = resp.Body
 	if timer != nil {
 		body = &progressReader{r: resp.Body, timer: timer, stall: stall}
+		take := chunk
+		chunk = func(i int, data []byte) error {
+			timer.Stop()
+			defer timer.Reset(stall)
+			return take(i, data)
+		}
 	}
 	return readShard(body, endpoint, task, chunk, cause)
 }
@@ -205,7 +213,7 @@ func replyError(resp *http.Response, tok bearer.Token, endpoint string) error {
 // readShard reads task's frames from body, handing each chunk to chunk,
 // until the shard's end (returned) or an error frame; cause turns a read
 // error into the send's.
-func readShard(body io.Reader, endpoint string, task wire.ShardTask, chunk func(int, []byte), cause func(error) error) (wire.ShardEnd, error) {
+func readShard(body io.Reader, endpoint string, task wire.ShardTask, chunk func(int, []byte) error, cause func(error) error) (wire.ShardEnd, error) {
 	fr := wire.NewFrameReader(body, task.ChunkMaxBytes)
 	chunks := 0
 	for {
@@ -223,7 +231,9 @@ func readShard(body io.Reader, endpoint string, task wire.ShardTask, chunk func(
 			if f.Chunk != chunks {
 				return wire.ShardEnd{}, failed(failMalformed, "%s sent chunk %d, want chunk %d: %w", endpoint, f.Chunk, chunks, wire.ErrFrame)
 			}
-			chunk(f.Chunk, f.Data)
+			if err := chunk(f.Chunk, f.Data); err != nil {
+				return wire.ShardEnd{}, cause(failed(failMalformed, "%s: chunk %d refused: %w", endpoint, f.Chunk, err))
+			}
 			chunks++
 		case wire.FrameEnd:
 			return shardEnd(f.Data, endpoint, task, chunks)
@@ -302,10 +312,14 @@ func (s Sender) Send(ctx context.Context, endpoint string, task wire.ShardTask, 
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	if chunk == nil {
-		chunk = func(int, []byte) {}
+	take := func(int, []byte) error { return nil }
+	if chunk != nil {
+		take = func(i int, data []byte) error {
+			chunk(i, data)
+			return nil
+		}
 	}
-	return sendShard(ctx, hc, s.Token, endpoint, task, 0, chunk)
+	return sendShard(ctx, hc, s.Token, endpoint, task, 0, take)
 }
 
 // Send is Sender{Client: hc}.Send: a send without a token.

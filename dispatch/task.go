@@ -49,7 +49,7 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			d.m.retries.WithLabelValues(d.id).Inc()
 		}
 		start := time.Now()
-		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) { d.sink.Chunk(task, i, data) })
+		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) error { return d.sink.Chunk(ctx, task, i, data) })
 		release()
 		if ctx.Err() != nil {
 			d.m.sends.WithLabelValues(d.id, "canceled").Inc()

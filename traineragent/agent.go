@@ -581,15 +581,18 @@ func (s *sink) Room() bool {
 	return want && (buffer <= 0 || kept < buffer)
 }
 
-func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) {
-	// The readers keep rows of it, shared read-only.
+func (s *sink) Chunk(ctx context.Context, task wire.ShardTask, index int, data []byte) error {
+	// The readers keep rows of it, shared read-only. One that refuses it
+	// fails the send: the others drop the copies of the retry.
+	var errs []error
 	for _, r := range s.readers {
 		if r.member != nil {
-			r.member.chunk(task, index, data)
+			errs = append(errs, r.member.chunk(task, index, data))
 			continue
 		}
-		r.addChunk(task, index, data)
+		errs = append(errs, r.addChunk(task, index, data))
 	}
+	return errors.Join(errs...)
 }
 
 func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
@@ -56,10 +57,28 @@ func (s *schema) String() string {
 
 // splitChunk decodes a chunk into samples. The payload must outlive them.
 func splitChunk(data []byte) ([]sample, *schema, error) {
+	samples, sc, _, err := splitChunkAt(data)
+	return samples, sc, err
+}
+
+// splitChunkAt is splitChunk that also returns the shard row of the
+// chunk's first row (wire.MetaFirst; -1 when the chunk does not say).
+func splitChunkAt(data []byte) ([]sample, *schema, int, error) {
 	f, err := safetensors.Decode(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, -1, err
 	}
+	first := -1
+	if v, ok := f.Metadata[wire.MetaFirst]; ok {
+		if first, err = strconv.Atoi(v); err != nil || first < 0 || first > maxRowsPerShard {
+			return nil, nil, -1, fmt.Errorf("metadata %q: %q: want 0..%d", wire.MetaFirst, v, maxRowsPerShard)
+		}
+	}
+	samples, sc, err := splitDecoded(f)
+	return samples, sc, first, err
+}
+
+func splitDecoded(f safetensors.File) ([]sample, *schema, error) {
 	var keys []string
 	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys); err != nil {
 		return nil, nil, fmt.Errorf("metadata %q: %w", wire.MetaKeys, err)

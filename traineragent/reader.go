@@ -308,26 +308,26 @@ func (a *Reader) handedOut() bool {
 }
 
 // addChunk applies chunk index of task's shard (data is kept: the caller
-// must not reuse it).
-func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) {
+// must not reuse it); an error refuses it (see assembler.add).
+func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	a.intake(ref, func() (outcome, error) { return a.asm.add(ref, data) })
+	return a.intake(ref, func() (outcome, error) { return a.asm.add(ref, data) })
 }
 
 // addEnd applies task's shard end.
 func (a *Reader) addEnd(task wire.ShardTask, end wire.ShardEnd) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
-	a.intake(ref, func() (outcome, error) { return a.asm.end(ref, end) })
+	_ = a.intake(ref, func() (outcome, error) { return a.asm.end(ref, end, true) }) // logged
 }
 
 // addFailed ends task's shard, which failed for good.
 func (a *Reader) addFailed(task wire.ShardTask, reason string) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
 	a.log.Warn("shard failed for good; its samples are reported failed", "epoch", task.Epoch, "shard", task.Shard, "key", task.Key, "reason", reason)
-	a.intake(ref, func() (outcome, error) { return a.asm.fail(ref, task.Key, reason) })
+	_ = a.intake(ref, func() (outcome, error) { return a.asm.fail(ref, task.Key, reason) }) // logged
 }
 
-func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
+func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) error {
 	now := time.Now()
 	a.mu.Lock()
 	if a.shedding.Load() {
@@ -338,7 +338,7 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
 				a.log.Debug("lagging: not keeping a shard, owed", "epoch", ref.Epoch, "shard", ref.Shard)
 			}
 			a.mu.Unlock()
-			return
+			return nil
 		}
 	}
 	out, err := apply()
@@ -347,12 +347,13 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
 	}
 	a.mu.Unlock()
 	if err != nil {
-		a.log.Warn("dropping output", "chunk", ref.String(), "err", err)
-		return
+		a.log.Warn("refusing output", "chunk", ref.String(), "err", err)
+		return err
 	}
 	if out.duplicate {
 		a.log.Debug("dropping a copy", "chunk", ref.String())
 	}
+	return nil
 }
 
 // shardComplete reports whether every row of shard s of epoch e was handed

@@ -1,0 +1,213 @@
+package traineragent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// rowKey names row r of shard s, whatever chunk it comes in.
+func rowKey(s, r int) string { return fmt.Sprintf("s%d-r%02d", s, r) }
+
+// chunked is shard s of epoch e, of sum(sizes) rows, cut into chunks of
+// sizes, then its end: a send of it (withFirst: by a function that says
+// each chunk's first row).
+func chunked(t testing.TB, job wire.Job, e, s int, sizes []int, withFirst bool) []outputMsg {
+	t.Helper()
+	var out []outputMsg
+	row := 0
+	for c, n := range sizes {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = rowKey(s, row+i)
+		}
+		first := -1
+		if withFirst {
+			first = row
+		}
+		ref := wire.ChunkRef{Job: job.Spec.ID, Epoch: e, Shard: s, Chunk: c}
+		out = append(out, outputMsg{ref, chunkBytesAt(t, job.Spec.ID, e, s, c, first, keys)})
+		row += n
+	}
+	end, err := json.Marshal(wire.ShardEnd{Job: job.Spec.ID, Epoch: e, Shard: s, Chunks: len(sizes), Samples: row})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, outputMsg{wire.ChunkRef{Job: job.Spec.ID, Epoch: e, Shard: s, Chunk: -1}, end})
+}
+
+// feedSafely applies the messages of sends in order, as the agent's
+// intake does, handing every batch out at once; a panic fails the test.
+func feedSafely(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, failed []wire.FailedSample, ok bool) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("panic: %v", r)
+			ok = false
+		}
+	}()
+	for _, m := range msgs {
+		out, err := applySent(a, m, true)
+		if err != nil {
+			t.Fatalf("add %s: %v", m.ref, err)
+		}
+		for _, b := range out.batches {
+			checkBatch(t, b.Batch)
+			a.handOut(b)
+			batches = append(batches, b.Batch)
+		}
+		failed = append(failed, out.failed...)
+	}
+	return batches, failed, true
+}
+
+// TestAssemblerTakesARetryChunkedDifferentlyExactlyOnce is reproduction 2
+// of issue 24: a shard's send cut after some chunks, its retry chunked
+// differently (another function version): every row once, none lost, no
+// panic, whether rows were handed out before the retry or not, and
+// whether the function says each chunk's first row or not.
+func TestAssemblerTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
+	for _, tc := range []struct{ first, retry []int }{
+		{[]int{4, 4, 4}, []int{6, 6}},
+		{[]int{6, 6}, []int{4, 4, 4}},
+		{[]int{4, 4, 4}, []int{12}},
+		{[]int{5, 7}, []int{3, 3, 3, 3}},
+		{[]int{4, 4, 4}, []int{4, 4, 4}},
+	} {
+		for cut := 0; cut <= len(tc.first); cut++ {
+			for _, batch := range []int{4, 5, 100} {
+				for _, withFirst := range []bool{true, false} {
+					name := fmt.Sprintf("%v cut after %d then %v, batch %d, first said %t", tc.first, cut, tc.retry, batch, withFirst)
+					t.Run(name, func(t *testing.T) {
+						l := layout{{12}, {2}}
+						job := testJob("j", 1, batch, l)
+						a := newAssembler(job)
+						msgs := chunked(t, job, 0, 0, tc.first, withFirst)[:cut]
+						msgs = append(msgs, chunked(t, job, 0, 0, tc.retry, withFirst)...)
+						msgs = append(msgs, chunked(t, job, 0, 1, []int{2}, withFirst)...)
+						batches, failed, ok := feedSafely(t, a, msgs)
+						if !ok {
+							return
+						}
+						if len(failed) != 0 {
+							t.Errorf("failed samples %v, want none", failed)
+						}
+						seen := map[string]int{}
+						for _, b := range batches {
+							for _, k := range b.Keys {
+								seen[k]++
+							}
+						}
+						for r := range 12 {
+							if n := seen[rowKey(0, r)]; n != 1 {
+								t.Errorf("row %d handed out %d times, want once", r, n)
+							}
+						}
+						if !a.allFinished() {
+							t.Errorf("epoch not finished after every row came")
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestAssemblerReportsAShardEndThatContradictsItsRows: an end whose
+// sample count is not the rows that came is reported, loses nothing
+// silently and still completes the shard.
+func TestAssemblerReportsAShardEndThatContradictsItsRows(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		samples int
+		want    string
+	}{
+		{"fewer", 10, "12 rows came"},
+		{"more", 14, "2 of them never came"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := testJob("j", 1, 5, layout{{12}})
+			a := newAssembler(job)
+			msgs := chunked(t, job, 0, 0, []int{4, 4, 4}, true)
+			var end wire.ShardEnd
+			if err := json.Unmarshal(msgs[3].data, &end); err != nil {
+				t.Fatal(err)
+			}
+			end.Samples = tc.samples
+			msgs[3].data, _ = json.Marshal(end)
+			batches, failed, ok := feedSafely(t, a, msgs)
+			if !ok {
+				return
+			}
+			n := 0
+			for _, b := range batches {
+				n += len(b.Keys)
+			}
+			if n != 12 || !a.allFinished() {
+				t.Errorf("handed out %d rows, finished %t: want the 12 that came, the shard complete", n, a.allFinished())
+			}
+			if len(failed) != 1 || !strings.Contains(failed[0].Reason, tc.want) {
+				t.Errorf("failed = %v, want one report saying %q", failed, tc.want)
+			}
+		})
+	}
+}
+
+// TestAgentTakesARetryChunkedDifferentlyExactlyOnce is reproduction 2 of
+// issue 24 through the agent: a replica cut after some chunks, the retry
+// answered by a function that cuts the same 12 rows into other chunks.
+func TestAgentTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
+	e := newEnv(t)
+	for i, tc := range []struct {
+		first, retry []int
+		cut          int
+	}{
+		{[]int{4, 4, 4}, []int{6, 6}, 2},
+		{[]int{4, 4, 4}, []int{6, 6}, 3},
+		{[]int{6, 6}, []int{4, 4, 4}, 1},
+	} {
+		t.Run(fmt.Sprintf("%v cut after %d then %v", tc.first, tc.cut, tc.retry), func(t *testing.T) {
+			job := testJob(fmt.Sprintf("rechunk-%d", i), 1, 5, layout{{12}, {2}})
+			msgs := append(chunked(t, job, 0, 0, tc.first, true), chunked(t, job, 0, 1, []int{2}, true)...)
+			f := newFunctionOf(t, job, msgs)
+			f.setRetry(0, 0, chunked(t, job, 0, 0, tc.retry, true))
+			f.cut(0, 0, tc.cut)
+			a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait := runAgent(t, a)
+			e.submit(t, job, f, 1)
+			batches := drain(t, a.Next)
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			seen := map[string]int{}
+			for _, b := range batches {
+				checkBatch(t, b)
+				for _, k := range b.Keys {
+					seen[k]++
+				}
+			}
+			want := map[string]int{rowKey(1, 0): 1, rowKey(1, 1): 1}
+			for r := range 12 {
+				want[rowKey(0, r)] = 1
+			}
+			if diff := cmp.Diff(want, seen); diff != "" {
+				t.Errorf("rows handed out (-want +got):\n%s", diff)
+			}
+			if n := f.sendsOf(0, 0); n != 2 {
+				t.Errorf("shard 0 sent %d times, want 2", n)
+			}
+			if st := a.Stats(); len(st.FailedSamples) != 0 || st.SamplesArrived != 14 {
+				t.Errorf("failed %v, %d samples arrived; want none failed, 14", st.FailedSamples, st.SamplesArrived)
+			}
+		})
+	}
+}
