@@ -49,7 +49,12 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			d.m.retries.WithLabelValues(d.id).Inc()
 		}
 		start := time.Now()
-		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) error { return d.sink.Chunk(ctx, task, i, data) })
+		var held time.Duration // in the sink: waiting for room, the reply not read
+		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) error {
+			t := time.Now()
+			defer func() { held += time.Since(t) }()
+			return d.sink.Chunk(ctx, task, i, data)
+		})
 		release()
 		if ctx.Err() != nil {
 			d.m.sends.WithLabelValues(d.id, "canceled").Inc()
@@ -67,6 +72,11 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			}
 			return
 		}
+		if held >= heldForgiven && kindOf(err) == failTransient {
+			// The replica may have given the reply up while the agent
+			// held it back (its frame write timeout): not the task's fault.
+			err = failed(failBusy, "cut after the agent held the reply back for %v: %w", held.Round(time.Millisecond), err)
+		}
 		delay, retry := d.afterFailure(ctx, e, err, &busy)
 		if !retry {
 			return
@@ -77,6 +87,10 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 		}
 	}
 }
+
+// heldForgiven is how long the sink must have held a send back for a
+// transient failure of it not to count against the task (a var for tests).
+var heldForgiven = time.Second
 
 // replica takes a send slot on the replica for the shard key (its home,
 // or the next free one in its order, not avoid if another will do),

@@ -54,8 +54,10 @@ type shardState struct {
 	samples    int  // rows that arrived in this agent's run
 }
 
-// sendCursor is the next chunk of a send and its first shard row.
-type sendCursor struct{ next, row int }
+// sendCursor is the next chunk of a send and its first shard row, and the
+// first chunk of the send this assembler saw (a rewind replaces the
+// assembler while sends go on).
+type sendCursor struct{ from, next, row int }
 
 // legacyAll marks a format 1 chunk handed out in full.
 const legacyAll = maxRowsPerShard
@@ -305,7 +307,11 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, first int, data [
 	if first > maxRowsPerShard-n {
 		return out, fmt.Errorf("output %s: rows %d..%d: want below %d", ref, first, first+n-1, maxRowsPerShard)
 	}
-	sh.cursor[holder] = sendCursor{next: ref.Chunk + 1, row: first + n}
+	from := ref.Chunk
+	if c, ok := sh.cursor[holder]; ok && c.next == ref.Chunk && ref.Chunk > 0 {
+		from = c.from
+	}
+	sh.cursor[holder] = sendCursor{from: from, next: ref.Chunk + 1, row: first + n}
 	if l, ok := sh.legacy[ref.Chunk]; ok {
 		// A format 1 position's rows of this chunk, handed out before.
 		for i := range min(l, n) {
@@ -387,10 +393,10 @@ func rowName(ref wire.ChunkRef, s sample) string {
 }
 
 // end applies a shard's end: how many rows it has, and its failed
-// samples. sent says the end closes a send of this agent whose every
-// chunk was applied before it (Sink.End): rows it announced that did not
-// come then never will, and are reported lost. A member's end (its
-// chunks may be told later) and a rewind's are not.
+// samples. sent says the end closes a send of this agent (Sink.End): if
+// this assembler saw every chunk of that send, rows it announced that did
+// not come never will, and are reported lost. A member's end (its chunks
+// may be told later) and a rewind's are not sent.
 func (a *assembler) end(ref wire.ChunkRef, end wire.ShardEnd, sent bool) (outcome, error) {
 	var out outcome
 	if end.Chunks < 0 || end.Samples < 0 || end.Samples > maxRowsPerShard {
@@ -422,7 +428,9 @@ func (a *assembler) end(ref wire.ChunkRef, end wire.ShardEnd, sent bool) (outcom
 			Reason: fmt.Sprintf("the shard end says %d samples, but %d rows came (its object changed, or its function is not deterministic): the rows that came are kept", end.Samples, last)})
 		sh.total = last
 	}
-	if missing := sh.total - sh.got.countBelow(sh.total); sent && missing > 0 {
+	c, ok := sh.cursor[""]
+	whole := sent && ok && c.from == 0 && c.next == end.Chunks
+	if missing := sh.total - sh.got.countBelow(sh.total); whole && missing > 0 {
 		for r := range sh.total {
 			if !sh.got.has(r) {
 				sh.got.add(r)

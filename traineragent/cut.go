@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sluice-project/sluice/wire"
@@ -109,6 +110,10 @@ type producer struct {
 	produce func(ctx context.Context, task wire.ShardTask, chunk func(int, []byte)) (wire.ShardEnd, error)
 	ctx     context.Context // the agent's run: a production outlives the part that asked for it
 
+	// maxBytes bounds the bytes of the shards kept beyond the one being
+	// produced last (0: none): they count in the job's output buffer.
+	maxBytes int64
+
 	mu     sync.Mutex
 	shards map[shardRef]*production
 	order  []shardRef
@@ -118,10 +123,39 @@ type production struct {
 	done   chan struct{}
 	chunks map[int][]byte
 	err    error
+	bytes  int64 // of its chunks so far (producer.mu)
 }
 
 // keepProduced is how many shards produced again a producer keeps.
 const keepProduced = 8
+
+// heldBytes is the size of the shards the producer keeps (nil: none).
+func (p *producer) heldBytes() int64 {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, pr := range p.shards {
+		n += pr.bytes
+	}
+	return n
+}
+
+// evict drops the oldest shards kept beyond keepProduced or maxBytes,
+// never the newest; p.mu must be held.
+func (p *producer) evict() {
+	total := int64(0)
+	for _, pr := range p.shards {
+		total += pr.bytes
+	}
+	for len(p.order) > 1 && (len(p.order) > keepProduced || p.maxBytes > 0 && total > p.maxBytes) {
+		total -= p.shards[p.order[0]].bytes
+		delete(p.shards, p.order[0])
+		p.order = p.order[1:]
+	}
+}
 
 // chunk is chunk ref, produced again.
 func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error) {
@@ -133,12 +167,12 @@ func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error)
 	pr := p.shards[k]
 	if pr == nil || isDone(pr) && pr.err != nil {
 		pr = &production{done: make(chan struct{}), chunks: map[int][]byte{}}
+		if i := slices.Index(p.order, k); i >= 0 { // a failed one, produced again
+			p.order = slices.Delete(p.order, i, i+1)
+		}
 		p.shards[k] = pr
 		p.order = append(p.order, k)
-		for len(p.order) > keepProduced {
-			delete(p.shards, p.order[0])
-			p.order = p.order[1:]
-		}
+		p.evict()
 		go p.run(k, pr)
 	}
 	p.mu.Unlock()
@@ -173,6 +207,9 @@ func (p *producer) run(k shardRef, pr *production) {
 		mu.Lock()
 		pr.chunks[i] = data
 		mu.Unlock()
+		p.mu.Lock()
+		pr.bytes += int64(len(data))
+		p.mu.Unlock()
 	})
 	pr.err = err
 }

@@ -137,8 +137,12 @@
 // stops at PrefetchSamples ready, unless the epoch its ranks are in has no
 // step ready) or the chunks it holds reach the job's OutputBufferBytes,
 // and it has at most its share of the job's in-flight budget outstanding
-// (wire.DispatchPlan). A slow trainer thus leaves tasks in the queue
-// rather than output in the agent's memory. Samples waiting in a partial
+// (wire.DispatchPlan). A send under way stops reading its replica's reply
+// while the chunks held (and the shards a team's producer keeps) fill the
+// buffer, unless the ranks wait for a step that what is held cannot make
+// (buffer.go): what the agent holds stays within the buffer plus about one
+// chunk per send. A slow trainer thus leaves tasks in the queue, and
+// output in the replicas' sockets, rather than in the agent's memory. Samples waiting in a partial
 // batch do not count against the prefetch, so an epoch can always
 // complete.
 //

@@ -388,6 +388,14 @@ func (m *member) settleAll() {
 
 // room says whether the agent should take another task: the planner wants
 // this member's rows and its chunks fit the job's output buffer.
+// intakeRoom says whether a chunk may be taken in (buffer.go): the chunks
+// stored are below buffer, or the planner wants this member's rows.
+func (m *member) intakeRoom(buffer int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return buffer <= 0 || m.bytes < buffer || m.want
+}
+
 func (m *member) room(buffer int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

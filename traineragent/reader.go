@@ -183,6 +183,9 @@ type Reader struct {
 	completed func([]shardRef)
 	// replay asks the agent to produce shards again for this reader.
 	replay func([]wire.ShardTask)
+	// changed is told every change notify signals (the agent's sends
+	// waiting for room look again); called with mu held.
+	changed func()
 
 	// pos keeps the position (its mutex serialises writes); recorded
 	// says which shards the written position has complete.
@@ -241,6 +244,7 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 		created:      now,
 		completed:    func([]shardRef) {},
 		replay:       func([]wire.ShardTask) {},
+		changed:      func() {},
 		fail:         func(error) {},
 		wake:         make(chan struct{}),
 		asm:          newAssembler(job),
@@ -273,6 +277,7 @@ func (a *Reader) Ready() bool {
 func (a *Reader) notify() {
 	close(a.wake)
 	a.wake = make(chan struct{})
+	a.changed()
 }
 
 // stop ends the agent's run with err.
@@ -362,6 +367,14 @@ func (a *Reader) shardComplete(e, s int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.asm.shardComplete(e, s)
+}
+
+// producerBytes is the size of the shards its producer keeps.
+func (a *Reader) producerBytes() int64 {
+	a.mu.Lock()
+	p := a.producer
+	a.mu.Unlock()
+	return p.heldBytes()
 }
 
 // heldBytes is the size of the chunks the reader holds.

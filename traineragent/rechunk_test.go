@@ -211,3 +211,50 @@ func TestAgentTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestAssemblerReadsAFormat1Position: a position written by an agent
+// that recorded rows by chunk index still skips what it handed out, once
+// those chunks come again, and keeps what is not applied yet.
+func TestAssemblerReadsAFormat1Position(t *testing.T) {
+	l := layout{{3, 2, 4}, {2}}
+	job := testJob("j", 1, 2, l)
+	p, err := decodePosition([]byte(`{"v":1,"epochs":{"0":{"shards":{"0":{"end":3,"chunks":"0","rows":{"1":1}}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAssembler(job)
+	if err := a.restore(p); err != nil {
+		t.Fatal(err)
+	}
+	msgs := outputs(t, job, l)
+	// Chunk 2 first: chunk 1's rows are still skipped when it comes.
+	out, err := applySent(a, msgs[2], false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, b := range out.batches {
+		a.handOut(b)
+		keys = append(keys, b.Keys...)
+	}
+	if got := a.snapshot().Epochs[0].Shards[0]; got.Chunks != "0" || fmt.Sprint(got.Rows) != "map[1:1]" {
+		t.Errorf("position before chunks 0 and 1 came = %+v, want their format 1 entries kept", got)
+	}
+	for _, m := range []outputMsg{msgs[0], msgs[1], msgs[3], msgs[4], msgs[5]} {
+		out, err := applySent(a, m, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range out.batches {
+			a.handOut(b)
+			keys = append(keys, b.Keys...)
+		}
+	}
+	want := []string{sampleKey(0, 2, 0), sampleKey(0, 2, 1), sampleKey(0, 2, 2), sampleKey(0, 2, 3), sampleKey(0, 1, 1), sampleKey(1, 0, 0), sampleKey(1, 0, 1)}
+	if diff := cmp.Diff(want, keys); diff != "" {
+		t.Errorf("rows handed out after the restore (-want +got):\n%s", diff)
+	}
+	if !a.allFinished() {
+		t.Errorf("not finished")
+	}
+}
