@@ -277,6 +277,7 @@ func (a *Reader) Ready() bool {
 func (a *Reader) notify() {
 	close(a.wake)
 	a.wake = make(chan struct{})
+	a.m.heldBytes.Set(float64(a.asm.heldBytes))
 	a.changed()
 }
 
