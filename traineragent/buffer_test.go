@@ -1,6 +1,7 @@
 package traineragent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,5 +159,50 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 	}
 	if h := held(); h != 0 {
 		t.Errorf("after the job: %d bytes held, want 0", h)
+	}
+}
+
+// TestBatchWrittenFromRunsIsItsFile: a batch of rows of several chunks,
+// written from the chunks' bytes, is the file Encode makes of its copy.
+func TestBatchWrittenFromRunsIsItsFile(t *testing.T) {
+	var samples []sample
+	for c, n := range []int{3, 4} {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = sampleKey(0, c, i)
+		}
+		rows, _, err := splitChunk(chunkBytes(t, "j", 0, 0, c, keys))
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples = append(samples, rows[1:]...) // runs not at a chunk's start
+	}
+	rows, sc, err := splitChunk(chunkBytes(t, "j", 0, 0, 0, []string{sampleKey(0, 0, 0), sampleKey(0, 0, 1), sampleKey(0, 0, 2)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples = append(samples, rows[0]) // a run of another decode of a chunk
+	b := stack(0, sc, samples).Batch
+	if len(b.runs) != 2 || len(b.runs[0]) != 3 {
+		t.Fatalf("runs %d, of image %d: want 2 tensors of 3 runs", len(b.runs), len(b.runs[0]))
+	}
+	meta := map[string]string{MetaBatchJob: "j"}
+	head, size, err := b.header(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := b.write(&got, head); err != nil {
+		t.Fatal(err)
+	}
+	whole := b
+	whole.materialize()
+	checkBatch(t, whole)
+	want, err := safetensors.Encode(whole.Tensors, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != size || !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("written from runs: %d bytes (said %d), want the %d of Encode, equal", got.Len(), size, len(want))
 	}
 }

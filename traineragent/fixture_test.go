@@ -133,6 +133,7 @@ func outputs(t testing.TB, job wire.Job, l layout) []outputMsg {
 // checkBatch verifies a batch's tensors against its keys and epoch.
 func checkBatch(t testing.TB, b Batch) {
 	t.Helper()
+	b.materialize()
 	if len(b.Tensors) != 2 || b.Tensors[0].Name != "image" || b.Tensors[1].Name != "label" {
 		t.Fatalf("batch tensors %v: want image and label", b.Tensors)
 	}

@@ -494,6 +494,7 @@ func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 // samples again.
 func (a *Reader) Next(ctx context.Context) (Batch, error) {
 	p, err := a.nextPart(ctx, rankRequest{rank: 0, world: 1})
+	p.Batch.materialize()
 	return p.Batch, err
 }
 

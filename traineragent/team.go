@@ -373,6 +373,9 @@ func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 		}
 		return p
 	}
+	for _, it := range items {
+		it.b.materialize()
+	}
 	for j, t := range items[0].b.Tensors {
 		row := len(t.Data) / len(items[0].b.Keys)
 		data := make([]byte, 0, len(items)*row)
