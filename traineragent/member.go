@@ -426,20 +426,24 @@ func (m *member) part(ctx context.Context, req rankRequest, prod func() *produce
 func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (rankPart, error) {
 	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
 	for _, s := range n.Spans {
-		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N})
+		row := -1
+		if s.Row != nil && *s.Row >= 0 {
+			row = *s.Row
+		}
+		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N, row: row})
 	}
 	var sc *schema
 	if n.Schema != nil {
 		sc, _ = n.Schema.schema()
 	}
-	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
+	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
 		m.mu.Lock()
 		c := m.store[sp.ref]
 		m.mu.Unlock()
 		if c != nil {
-			return c.data, nil
+			return spanRows(sp, c.data)
 		}
-		return prod().chunk(ctx, sp.ref)
+		return prod().rows(ctx, sp)
 	})
 	if err != nil {
 		err = fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, n.Step, err)

@@ -258,3 +258,64 @@ func TestAssemblerReadsAFormat1Position(t *testing.T) {
 		t.Errorf("not finished")
 	}
 }
+
+// TestTeamTakesShardsProducedAgainChunkedDifferently: a team whose second
+// agent is late (rows move between the agents at each epoch's end, and
+// are produced again where they go) while every shard's sends after the
+// first come chunked differently: every row reaches one rank once, with
+// its own bytes.
+func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
+	first := [][]int{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
+	again := [][]int{{9}, {2, 3}, {6}, {3, 3}, {1, 7}, {1, 1}, {4, 3}, {1, 2}}
+	e := newEnv(t)
+	job := testJob("team-rechunk", 2, 2, make(layout, len(first)))
+	job.Submitted = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	var msgs []outputMsg
+	for ep := range job.Spec.Epochs {
+		for s, sizes := range first {
+			msgs = append(msgs, chunked(t, job, ep, s, sizes, true)...)
+		}
+	}
+	f := newFunctionOf(t, job, msgs)
+	for ep := range job.Spec.Epochs {
+		for s, sizes := range again {
+			f.setRetry(ep, s, chunked(t, job, ep, s, sizes, true))
+		}
+	}
+	e.submit(t, job, f, 2)
+	ranks := [][]int{{0, 1}, {2, 3}}
+	agents, waits := startTeam(t, e, job, 4, ranks, 300*time.Millisecond, false)
+	parts := takeTeam(t, agents, ranks, 4, -1)
+	for i, w := range waits {
+		if err := w(); err != nil {
+			t.Fatalf("agent %d: %v", i, err)
+		}
+	}
+	want := map[string]int{}
+	for ep := range job.Spec.Epochs {
+		for s, sizes := range first {
+			n := 0
+			for _, c := range sizes {
+				n += c
+			}
+			for r := range n {
+				want[fmt.Sprintf("%d/%s", ep, rowKey(s, r))] = 1
+			}
+		}
+	}
+	if diff := cmp.Diff(want, seen(nil, parts)); diff != "" {
+		t.Errorf("rows handed out (-want +got):\n%s", diff)
+	}
+	for i, a := range agents {
+		if st := a.Stats(); len(st.FailedSamples) != 0 {
+			t.Errorf("agent %d: failed samples %v, want none", i, st.FailedSamples)
+		}
+	}
+	again2 := 0
+	for ep := range job.Spec.Epochs {
+		for s := range first {
+			again2 += f.sendsOf(ep, s) - 1
+		}
+	}
+	t.Logf("shards sent again (chunked differently): %d", again2)
+}

@@ -148,10 +148,11 @@ type partNote struct {
 }
 
 type spanNote struct {
-	Shard int `json:"shard"`
-	Chunk int `json:"chunk"`
-	Lo    int `json:"lo"`
-	N     int `json:"n"`
+	Shard int  `json:"shard"`
+	Chunk int  `json:"chunk"`
+	Lo    int  `json:"lo"`
+	N     int  `json:"n"`
+	Row   *int `json:"row,omitempty"` // the shard row of Lo (absent from older planners)
 }
 
 // serveTeam answers the team's requests for this reader (its planner)
@@ -330,7 +331,8 @@ func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply
 	a.mu.Unlock()
 	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc}
 	for _, s := range p.Spans {
-		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n})
+		row := s.row
+		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})
 	}
 	return teamReply{Status: statusOK, Part: n}
 }
