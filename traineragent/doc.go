@@ -75,13 +75,16 @@
 //
 // Delivery is exactly once per (epoch, sample), across restarts of the
 // agent too. A shard may be sent again (a cut response, a redelivered
-// task, a replay); functions are deterministic, so the chunks come again
-// with the same index and bytes, and each reader drops copies by ChunkRef.
+// task, a replay); functions are deterministic, so the same rows come
+// again, though perhaps cut into other chunks (another function version):
+// each reader places a chunk's rows by their shard row (wire.MetaFirst,
+// or the rows of the send's earlier chunks) and drops the rows it has.
 // An epoch's last, partial batch is cut once every shard's end arrived
-// with all the chunks it announced. A shard that fails for good (package
-// dispatch gives up on it) ends with the chunks it had, and its other
-// samples are reported failed under the shard's key: an epoch never waits
-// for a shard that will not come.
+// with all the rows it announced; an end that contradicts the rows that
+// came is reported, never applied silently. A shard that fails for good
+// (package dispatch gives up on it) ends with the rows it had, and its
+// other samples are reported failed under the shard's key: an epoch never
+// waits for a shard that will not come.
 //
 // Position: when the first rank takes a part of a global step, the whole
 // step is handed out: the reader records its position in
