@@ -46,10 +46,12 @@ type shardState struct {
 	// cursor is, per holder, where its current send's next chunk starts,
 	// for chunks that do not say (older functions).
 	cursor map[string]sendCursor
-	// legacy are the rows a position of format 1 recorded as handed out,
-	// per chunk index (legacyAll: every row), applied when that chunk
-	// comes (format 1 counted by chunk index: it assumed the same chunks).
-	legacy     map[int]int
+	// legacyFull and legacyRows are what a position of format 1 recorded
+	// as handed out by chunk index: chunks in full, and leading rows of
+	// others; applied when that chunk comes (format 1 assumed the same
+	// chunks every time).
+	legacyFull bitset
+	legacyRows map[int]int
 	arrivedAll bool // every row is received
 	samples    int  // rows that arrived in this agent's run
 }
@@ -58,9 +60,6 @@ type shardState struct {
 // first chunk of the send this assembler saw (a rewind replaces the
 // assembler while sends go on).
 type sendCursor struct{ from, next, row int }
-
-// legacyAll marks a format 1 chunk handed out in full.
-const legacyAll = maxRowsPerShard
 
 func newShardState() *shardState {
 	return &shardState{total: -1, cursor: map[string]sendCursor{}}
@@ -88,7 +87,7 @@ func (s *shardState) lastGot() int {
 
 // empty reports whether nothing of the shard was received, handed out or announced.
 func (s *shardState) empty() bool {
-	return s.total < 0 && len(s.held) == 0 && s.lastGot() == 0 && len(s.legacy) == 0
+	return s.total < 0 && len(s.held) == 0 && s.lastGot() == 0 && len(s.legacyRows) == 0 && s.legacyFull.countBelow(len(s.legacyFull)*64) == 0
 }
 
 // epochState is an epoch not finished yet (or finished out of order).
@@ -312,13 +311,17 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, first int, data [
 		from = c.from
 	}
 	sh.cursor[holder] = sendCursor{from: from, next: ref.Chunk + 1, row: first + n}
-	if l, ok := sh.legacy[ref.Chunk]; ok {
+	if l, ok := sh.legacyRows[ref.Chunk]; ok || sh.legacyFull.has(ref.Chunk) {
 		// A format 1 position's rows of this chunk, handed out before.
+		if !ok {
+			l = n
+		}
 		for i := range min(l, n) {
 			sh.got.add(first + i)
 			sh.handed.add(first + i)
 		}
-		delete(sh.legacy, ref.Chunk)
+		delete(sh.legacyRows, ref.Chunk)
+		sh.legacyFull.remove(ref.Chunk)
 		a.version++
 	}
 

@@ -14,6 +14,11 @@ const positionVersion = 2
 // maxChunksPerShard bounds chunk indices read from a position record.
 const maxChunksPerShard = 1 << 24
 
+// maxPositionRows bounds the rows (and format 1 chunks) a position
+// records as handed out over its shards in progress, counted as the
+// bitmaps they take (32 MiB): a resume's state comes from the trainer.
+const maxPositionRows = 1 << 28
+
 // position is a reader's place in a job's output, stored as JSON in
 // wire.ReadersBucket under wire.ReaderKey(job, reader): what was handed out
 // to the trainer, nothing about what merely arrived. Example:
@@ -84,15 +89,10 @@ func (a *assembler) snapshot() position {
 				sp.Samples = &total
 			}
 			sp.Handed = encodeSet(sh.handed)
-			var full bitset
-			for c, n := range sh.legacy {
-				if n == legacyAll {
-					full.add(c)
-				} else {
-					sp.rows(c, n)
-				}
+			for c, n := range sh.legacyRows {
+				sp.rows(c, n)
 			}
-			sp.Chunks = encodeSet(full)
+			sp.Chunks = encodeSet(sh.legacyFull)
 			if sp.Samples != nil || sp.Handed != "" || sp.Chunks != "" || sp.Rows != nil {
 				if out.Shards == nil {
 					out.Shards = map[int]shardPosition{}
@@ -127,6 +127,7 @@ func (a *assembler) restore(p position) error {
 	}
 	a.finished = p.Finished
 	clear(a.open)
+	rowWords := maxPositionRows / 64 // a position from a trainer's state is input
 	for _, e := range slices.Sorted(maps.Keys(p.Epochs)) {
 		ep := p.Epochs[e]
 		if e < p.Finished || e >= a.epochs {
@@ -166,18 +167,20 @@ func (a *assembler) restore(p position) error {
 			if sh.handed, err = decodeSet(sp.Handed, limit); err != nil {
 				return fmt.Errorf("position: epoch %d: shard %d: rows handed out: %w", e, s, err)
 			}
+			if rowWords -= len(sh.handed); rowWords < 0 {
+				return fmt.Errorf("position: epoch %d: shard %d: more rows handed out than a position may record (%d in all)", e, s, maxPositionRows)
+			}
 			sh.got = slices.Clone(sh.handed)
 			full, err := decodeSet(sp.Chunks, maxChunksPerShard)
 			if err != nil {
 				return fmt.Errorf("position: epoch %d: shard %d: chunks: %w", e, s, err)
 			}
-			if len(full) > 0 || len(sp.Rows) > 0 {
-				sh.legacy = map[int]int{}
+			if rowWords -= len(full); rowWords < 0 {
+				return fmt.Errorf("position: epoch %d: shard %d: more chunks handed out than a position may record", e, s)
 			}
-			for c := range len(full) * 64 {
-				if full.has(c) {
-					sh.legacy[c] = legacyAll
-				}
+			sh.legacyFull = full
+			if len(sp.Rows) > 0 {
+				sh.legacyRows = map[int]int{}
 			}
 			chunks := maxChunksPerShard
 			if sp.End != nil && *sp.End >= 0 {
@@ -190,7 +193,7 @@ func (a *assembler) restore(p position) error {
 				if c < 0 || c >= chunks || n <= 0 || n > maxRowsPerChunk || full.has(c) {
 					return fmt.Errorf("position: epoch %d: shard %d: rows of chunk %d: %d: out of range", e, s, c, n)
 				}
-				sh.legacy[c] = n
+				sh.legacyRows[c] = n
 			}
 			st.shards[s] = sh
 			if sh.arrivedEvery() {

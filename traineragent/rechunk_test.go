@@ -319,3 +319,18 @@ func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
 	}
 	t.Logf("shards sent again (chunked differently): %d", again2)
 }
+
+// TestRestoreBoundsTheRowsAPositionRecords: a position (a trainer's state
+// is input) may not make the agent hold row bitmaps without bound.
+func TestRestoreBoundsTheRowsAPositionRecords(t *testing.T) {
+	job := testJob("j", 1, 4, make(layout, 8))
+	shards := map[int]shardPosition{}
+	for s := range 8 {
+		shards[s] = shardPosition{Handed: fmt.Sprint(maxRowsPerShard - 1)} // one row, an 8 MiB bitmap
+	}
+	p := position{Version: positionVersion, Epochs: map[int]epochPosition{0: {Shards: shards}}}
+	err := newAssembler(job).restore(p)
+	if err == nil || !strings.Contains(err.Error(), "more rows handed out than a position may record") {
+		t.Errorf("restore of 8 shards of 8 MiB bitmaps: err = %v", err)
+	}
+}
