@@ -3,6 +3,7 @@ package traineragent
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -262,8 +263,8 @@ func TestAssemblerReadsAFormat1Position(t *testing.T) {
 // TestTeamTakesShardsProducedAgainChunkedDifferently: a team whose second
 // agent is late (rows move between the agents at each epoch's end, and
 // are produced again where they go) while every shard's sends after the
-// first come chunked differently: every row reaches one rank once, with
-// its own bytes.
+// first come chunked differently, some after a send cut short: every row
+// reaches one rank once, with its own bytes.
 func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
 	first := [][]int{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
 	again := [][]int{{9}, {2, 3}, {6}, {3, 3}, {1, 7}, {1, 1}, {4, 3}, {1, 2}}
@@ -280,6 +281,14 @@ func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
 	for ep := range job.Spec.Epochs {
 		for s, sizes := range again {
 			f.setRetry(ep, s, chunked(t, job, ep, s, sizes, true))
+		}
+	}
+	// Some sends cut after their first chunk: sent again, chunked
+	// differently, to whichever agent took the task.
+	for s := range first {
+		if s%2 == 0 && len(first[s]) > 1 {
+			f.cut(0, s, 1)
+			f.cut(1, s, 1)
 		}
 	}
 	e.submit(t, job, f, 2)
@@ -332,5 +341,37 @@ func TestRestoreBoundsTheRowsAPositionRecords(t *testing.T) {
 	err := newAssembler(job).restore(p)
 	if err == nil || !strings.Contains(err.Error(), "more rows handed out than a position may record") {
 		t.Errorf("restore of 8 shards of 8 MiB bitmaps: err = %v", err)
+	}
+}
+
+// TestMemberTellsARetryChunkedDifferently: a member whose send was cut
+// stores the retry's chunks that carry other rows under indices of their
+// own and tells the planner where their rows fall; copies it holds are
+// not told again.
+func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
+	job := testJob("j", 1, 4, layout{{12}})
+	m := newMember(nil, job, wire.DefaultReader, "node1", []int{1}, 2, false, slog.New(slog.DiscardHandler))
+	task := job.Task(0, 0)
+	feed := func(msgs []outputMsg) {
+		for _, msg := range msgs {
+			if msg.ref.Chunk < 0 {
+				continue
+			}
+			if err := m.chunk(task, msg.ref.Chunk, msg.data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	feed(chunked(t, job, 0, 0, []int{4, 4, 4}, false)[:2]) // cut after 2 chunks
+	feed(chunked(t, job, 0, 0, []int{6, 6}, false))
+	feed(chunked(t, job, 0, 0, []int{6, 6}, true)) // the same again: copies
+	var got []string
+	for _, n := range m.queue {
+		got = append(got, fmt.Sprintf("chunk %d first %d rows %d", n.Chunk, n.firstRow(), n.Rows))
+	}
+	want := []string{"chunk 0 first 0 rows 4", "chunk 1 first 4 rows 4",
+		fmt.Sprintf("chunk %d first 0 rows 6", altChunks), fmt.Sprintf("chunk %d first 6 rows 6", altChunks+1)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("notes (-want +got):\n%s", diff)
 	}
 }
