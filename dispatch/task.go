@@ -49,10 +49,10 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			d.m.retries.WithLabelValues(d.id).Inc()
 		}
 		start := time.Now()
-		var held time.Duration // in the sink: waiting for room, the reply not read
+		var held time.Duration // the longest the sink held a chunk (waiting for room), the reply not read
 		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) error {
 			t := time.Now()
-			defer func() { held += time.Since(t) }()
+			defer func() { held = max(held, time.Since(t)) }()
 			return d.sink.Chunk(ctx, task, i, data)
 		})
 		release()
@@ -88,9 +88,11 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 	}
 }
 
-// heldForgiven is how long the sink must have held a send back for a
-// transient failure of it not to count against the task (a var for tests).
-var heldForgiven = time.Second
+// heldForgiven is how long the sink must have held one chunk of a send
+// (a pause far longer than taking a chunk in) for a transient failure of
+// the send not to count against the task: the replica's frame write
+// timeout may have cut it (a var for tests).
+var heldForgiven = 5 * time.Second
 
 // replica takes a send slot on the replica for the shard key (its home,
 // or the next free one in its order, not avoid if another will do),
