@@ -374,7 +374,9 @@ func (s *recSink) setFull(full bool) {
 	s.full = full
 }
 
-func (s *recSink) Chunk(_ context.Context, task wire.ShardTask, index int, data []byte) error {
+func (s *recSink) WaitRoom(context.Context, wire.ShardTask) error { return nil }
+
+func (s *recSink) Chunk(task wire.ShardTask, index int, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := task.ID()

@@ -10,8 +10,9 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// holdingSink holds each send's first chunk back until its reply was cut:
-// an agent whose output buffer is full while the replica gives up.
+// holdingSink has no room for the first frame of each task's first send
+// until its reply was cut: an agent whose output buffer is full while the
+// replica gives up.
 type holdingSink struct {
 	*recSink
 	cut func(wire.ShardTask) <-chan struct{}
@@ -19,7 +20,7 @@ type holdingSink struct {
 	hit map[string]bool
 }
 
-func (s *holdingSink) Chunk(ctx context.Context, task wire.ShardTask, index int, data []byte) error {
+func (s *holdingSink) WaitRoom(ctx context.Context, task wire.ShardTask) error {
 	s.mu.Lock()
 	first := !s.hit[task.ID()]
 	s.hit[task.ID()] = true
@@ -31,7 +32,7 @@ func (s *holdingSink) Chunk(ctx context.Context, task wire.ShardTask, index int,
 			return ctx.Err()
 		}
 	}
-	return s.recSink.Chunk(ctx, task, index, data)
+	return nil
 }
 
 // TestCutWhileTheSinkHeldTheReplyDoesNotCount: a reply the replica cut

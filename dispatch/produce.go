@@ -42,7 +42,7 @@ func (d *Dispatcher) Produce(ctx context.Context, task wire.ShardTask, chunk fun
 		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) error {
 			chunk(i, data)
 			return nil
-		})
+		}, nil)
 		release()
 		switch {
 		case err == nil:

@@ -37,7 +37,7 @@ func FuzzReadShard(f *testing.F) {
 			next++
 			return nil
 		}
-		end, err := readShard(bytes.NewReader(data), "fuzz", task, chunk, func(err error) error { return err })
+		end, err := readShard(bytes.NewReader(data), "fuzz", task, chunk, func() error { return nil }, func(err error) error { return err })
 		if err != nil {
 			var se *sendError
 			if !errors.As(err, &se) {

@@ -49,11 +49,13 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 			d.m.retries.WithLabelValues(d.id).Inc()
 		}
 		start := time.Now()
-		var held time.Duration // the longest the sink held a chunk (waiting for room), the reply not read
+		var held time.Duration // the longest the sink had no room, the reply not read
 		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) error {
+			return d.sink.Chunk(task, i, data)
+		}, func() error {
 			t := time.Now()
 			defer func() { held = max(held, time.Since(t)) }()
-			return d.sink.Chunk(ctx, task, i, data)
+			return d.sink.WaitRoom(ctx, task)
 		})
 		release()
 		if ctx.Err() != nil {
@@ -88,10 +90,10 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 	}
 }
 
-// heldForgiven is how long the sink must have held one chunk of a send
-// (a pause far longer than taking a chunk in) for a transient failure of
-// the send not to count against the task: the replica's frame write
-// timeout may have cut it (a var for tests).
+// heldForgiven is how long the sink must have had no room, once, during a
+// send for a transient failure of the send not to count against the
+// task: the replica's frame write timeout may have cut it (a var for
+// tests).
 var heldForgiven = 5 * time.Second
 
 // replica takes a send slot on the replica for the shard key (its home,

@@ -591,10 +591,9 @@ func (s *sink) Room() bool {
 	return want && (buffer <= 0 || kept < buffer)
 }
 
-func (s *sink) Chunk(ctx context.Context, task wire.ShardTask, index int, data []byte) error {
-	if err := s.waitRoom(ctx); err != nil {
-		return err
-	}
+func (s *sink) WaitRoom(ctx context.Context, _ wire.ShardTask) error { return s.waitRoom(ctx) }
+
+func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) error {
 	// The readers keep rows of it, shared read-only. One that refuses it
 	// fails the send: the others drop the copies of the retry.
 	var errs []error

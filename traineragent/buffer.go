@@ -9,14 +9,15 @@ import (
 // holds of the job's output: the chunks its readers hold (received, not
 // handed out in full to every rank) and the shards a team's producer
 // keeps. Two gates keep it: Room stops the dispatcher taking tasks, and
-// a send's chunks wait for room before they are taken in (sink.Chunk):
-// the send then stops reading the replica's reply, whose writes wait in
-// turn (its FrameWriteTimeout may cut the reply; the send is then retried
-// without counting against the task). What the agent holds thus stays
-// within the buffer plus about one chunk per send under way (each may have
-// read one before it waits). A reader whose ranks wait for a step that
-// what it holds cannot make (an epoch's tail, a batch larger than the
-// buffer) lets chunks in whatever it holds: holding back would deadlock.
+// a send waits for room before it reads each frame of its reply
+// (sink.WaitRoom): the reply then stays in the socket, and the replica
+// waits on its write (its FrameWriteTimeout may cut the reply; the send is
+// then retried without counting against the task). What the agent holds
+// thus stays within the buffer plus one chunk per send under way (each
+// may read one once there is room). A reader whose ranks wait for a step
+// that what it holds cannot make (an epoch's tail, a batch larger than
+// the buffer) lets chunks in whatever it holds: holding back would
+// deadlock.
 
 // intakeRoom reports whether a chunk may be taken in: the bytes held by
 // the readers that keep new output (not lagging) are below buffer (<= 0:
