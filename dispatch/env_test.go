@@ -374,7 +374,9 @@ func (s *recSink) setFull(full bool) {
 	s.full = full
 }
 
-func (s *recSink) Chunk(task wire.ShardTask, index int, data []byte) {
+func (s *recSink) WaitRoom(context.Context, wire.ShardTask) error { return nil }
+
+func (s *recSink) Chunk(task wire.ShardTask, index int, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := task.ID()
@@ -386,9 +388,10 @@ func (s *recSink) Chunk(task wire.ShardTask, index int, data []byte) {
 		if string(prev) != string(data) {
 			s.t.Errorf("task %s chunk %d came again with other bytes", id, index)
 		}
-		return
+		return nil
 	}
 	s.chunks[id][index] = slices.Clone(data)
+	return nil
 }
 
 func (s *recSink) End(task wire.ShardTask, end wire.ShardEnd) {

@@ -30,7 +30,7 @@ func (d *Dispatcher) Produce(ctx context.Context, task wire.ShardTask, chunk fun
 		d.producing--
 		d.mu.Unlock()
 	}()
-	end, err := d.sendUntilDone(ctx, task, chunk, sendHooks{})
+	end, err := d.sendUntilDone(ctx, task, func(i int, data []byte) error { chunk(i, data); return nil }, sendHooks{})
 	if err != nil {
 		return wire.ShardEnd{}, fmt.Errorf("producing %s: %w", task.ID(), err)
 	}

@@ -48,6 +48,8 @@ type sendHooks struct {
 	begin func() bool
 	// refused runs after a busy replica refused a send.
 	refused func()
+	// wait runs before each frame of a reply is read (the sink's room).
+	wait func() error
 }
 
 // errNotHeld ends a send loop whose task the dispatcher no longer holds.
@@ -62,7 +64,7 @@ var errNotHeld = errors.New("task no longer held")
 // fault. Each retry avoids the replica that failed if another will do.
 // It is the one send loop of the dispatcher: its queue's tasks (send)
 // and Produce both use it.
-func (d *Dispatcher) sendUntilDone(ctx context.Context, task wire.ShardTask, chunk func(int, []byte), h sendHooks) (wire.ShardEnd, error) {
+func (d *Dispatcher) sendUntilDone(ctx context.Context, task wire.ShardTask, chunk func(int, []byte) error, h sendHooks) (wire.ShardEnd, error) {
 	key := shardKey(task.Bucket, task.Key)
 	avoid := ""
 	var r retries
@@ -76,7 +78,16 @@ func (d *Dispatcher) sendUntilDone(ctx context.Context, task wire.ShardTask, chu
 			return wire.ShardEnd{}, errNotHeld
 		}
 		start := time.Now()
-		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, chunk)
+		var wait func() error
+		var held time.Duration // the longest the reply was not read for want of room
+		if h.wait != nil {
+			wait = func() error {
+				t := time.Now()
+				defer func() { held = max(held, time.Since(t)) }()
+				return h.wait()
+			}
+		}
+		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, chunk, wait)
 		release()
 		if ctx.Err() != nil {
 			d.m.sends.WithLabelValues(d.id, "canceled").Inc()
@@ -86,6 +97,11 @@ func (d *Dispatcher) sendUntilDone(ctx context.Context, task wire.ShardTask, chu
 		if err == nil {
 			d.m.sends.WithLabelValues(d.id, "ok").Inc()
 			return end, nil
+		}
+		if held >= heldForgiven && kindOf(err) == failTransient {
+			// The replica may have given the reply up while the agent
+			// held it back (its frame write timeout): not the task's fault.
+			err = failed(failBusy, "cut after the agent held the reply back for %v: %w", held.Round(time.Millisecond), err)
 		}
 		kind := kindOf(err)
 		d.m.sends.WithLabelValues(d.id, kind.outcome()).Inc()

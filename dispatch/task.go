@@ -27,7 +27,10 @@ func (d *Dispatcher) startSend(ctx context.Context, e *entry) {
 func (d *Dispatcher) send(ctx context.Context, e *entry) {
 	defer d.poke() // its slot is free
 	task := e.task
-	end, err := d.sendUntilDone(ctx, task, func(i int, data []byte) { d.sink.Chunk(task, i, data) }, sendHooks{
+	end, err := d.sendUntilDone(ctx, task, func(i int, data []byte) error { return d.sink.Chunk(task, i, data) }, sendHooks{
+		// The reply is not read while the sink has no room: the output
+		// buffer bounds what the agent holds.
+		wait: func() error { return d.sink.WaitRoom(ctx, task) },
 		begin: func() bool {
 			d.mu.Lock()
 			ok := d.st.sent(e)
@@ -58,6 +61,12 @@ func (d *Dispatcher) send(ctx context.Context, e *entry) {
 		d.giveUp(ctx, e, err.Error())
 	}
 }
+
+// heldForgiven is how long the sink must have had no room, once, during a
+// send for a transient failure of the send not to count against the
+// task: the replica's frame write timeout may have cut it (a var for
+// tests).
+var heldForgiven = 5 * time.Second
 
 // replica takes a send slot on the replica for the shard key (its home,
 // or the next free one in its order, not avoid if another will do),

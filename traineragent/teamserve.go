@@ -59,12 +59,21 @@ type chunkNote struct {
 	Epoch   int            `json:"epoch"`
 	Shard   int            `json:"shard"`
 	Chunk   int            `json:"chunk"`
-	Rows    int            `json:"rows,omitempty"` // its samples (their keys stay with the member)
+	First   *int           `json:"first,omitempty"` // its first shard row (absent from older members: after their last chunk)
+	Rows    int            `json:"rows,omitempty"`  // its samples (their keys stay with the member)
 	Schema  *schemaNote    `json:"schema,omitempty"`
 	Corrupt string         `json:"corrupt,omitempty"`
 	End     *wire.ShardEnd `json:"end,omitempty"`    // a shard's end
 	Reason  string         `json:"reason,omitempty"` // why the shard failed for good
 	Key     string         `json:"key,omitempty"`    // the failed shard's key
+}
+
+// firstRow is the note's first shard row, -1 when it does not say.
+func (n chunkNote) firstRow() int {
+	if n.First == nil || *n.First < 0 {
+		return -1
+	}
+	return *n.First
 }
 
 // schemaNote is a chunk's tensor layout.
@@ -139,10 +148,11 @@ type partNote struct {
 }
 
 type spanNote struct {
-	Shard int `json:"shard"`
-	Chunk int `json:"chunk"`
-	Lo    int `json:"lo"`
-	N     int `json:"n"`
+	Shard int  `json:"shard"`
+	Chunk int  `json:"chunk"`
+	Lo    int  `json:"lo"`
+	N     int  `json:"n"`
+	Row   *int `json:"row,omitempty"` // the shard row of Lo (absent from older planners)
 }
 
 // serveTeam answers the team's requests for this reader (its planner)
@@ -270,14 +280,14 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate bool, err error)
 				return false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
 		}
-		a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.addRemote(ref, member, n.Rows, sc, n.Corrupt)
+		_ = a.intake(ref, func() (outcome, error) {
+			out, err = a.asm.addRemote(ref, member, n.firstRow(), n.Rows, sc, n.Corrupt)
 			return out, err
 		})
 	case n.End != nil:
 		ref.Chunk = -1
-		a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.end(ref, *n.End)
+		_ = a.intake(ref, func() (outcome, error) {
+			out, err = a.asm.end(ref, *n.End, false)
 			return out, err
 		})
 	case n.Reason != "":
@@ -321,7 +331,8 @@ func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply
 	a.mu.Unlock()
 	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc}
 	for _, s := range p.Spans {
-		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n})
+		row := s.row
+		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})
 	}
 	return teamReply{Status: statusOK, Part: n}
 }

@@ -12,6 +12,13 @@ const (
 	MetaShard = "shard"
 	MetaChunk = "chunk"
 	MetaKeys  = "keys" // JSON array of sample keys, in tensor row order
+	// MetaFirst is the shard row of the chunk's first row: the rows the
+	// shard's earlier chunks hold. A receiver places a chunk's rows by it,
+	// not by the chunk index, so that a retry chunked differently (another
+	// function version, a changed chunk cap) is still taken exactly once.
+	// Absent from chunks of older functions: the receiver then counts the
+	// rows of the send's earlier chunks.
+	MetaFirst = "first"
 )
 
 // Bounds on what one shard reports about its failed samples, so that a
