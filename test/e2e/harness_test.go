@@ -261,7 +261,9 @@ func (e *env) nodeEnv(t *testing.T, user string) []string {
 	}
 	return append(integration.S3Env(e.secrets["s3-access"], e.secrets["s3-secret"]),
 		"SLUICE_NATS_URL="+natsURL, "SLUICE_NATS_USER=sluice-"+user, "SLUICE_NATS_PASSWORD_FILE="+pw,
-		"SLUICE_S3_ENDPOINT="+s3URL, "SLUICE_S3_PATH_STYLE=true", "SLUICE_FN_TOKEN_FILE="+tok)
+		"SLUICE_S3_ENDPOINT="+s3URL, "SLUICE_S3_PATH_STYLE=true", "SLUICE_FN_TOKEN_FILE="+tok,
+		// job submit writes each job's team key there, not in ~/.config.
+		"SLUICE_TEAM_KEY_DIR="+filepath.Join(e.dir, "teamkeys"))
 }
 
 // s3Client reaches the cluster's S3 server as the test's own client.
