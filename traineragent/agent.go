@@ -110,10 +110,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
 			r.ranks.dropFixed = true // the team's agents share it
+			auth := &teamAuth{key: opts.TeamKey, job: job.Spec.ID, reader: name}
 			if slices.Contains(opts.Ranks, 0) {
-				r.team = newTeam(opts.WorldSize, opts.Ranks)
+				r.team = newTeam(opts.WorldSize, opts.Ranks, auth)
 			} else {
 				r.member = newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
+				r.member.auth, r.member.m = auth, r.m
 			}
 		}
 		a.readers = append(a.readers, r)
@@ -249,6 +251,11 @@ func (a *Agent) run(ctx context.Context) error {
 	defer func() {
 		stopBG()
 		bg.Wait()
+		for _, r := range a.readers {
+			if r.member != nil {
+				r.member.stopRun()
+			}
+		}
 	}()
 	dispatched := make(chan error, 1)
 	bg.Go(func() { dispatched <- d.Run(bgCtx) })

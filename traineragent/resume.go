@@ -168,6 +168,9 @@ func (a *Reader) rewind(st State, world int, fresh *assembler) (ResumeResult, ma
 	}
 	dropLast, dropFixed := a.ranks.dropLast, a.ranks.dropFixed
 	a.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
+	if a.team != nil {
+		a.team.gen++
+	}
 	h := position{Version: positionVersion}
 	var err error
 	if a.pos.recorded != nil {

@@ -33,6 +33,8 @@ type rankPart struct {
 	// keys, no tensors yet): rows another agent of the reader holds, or
 	// rows of this agent for a rank another agent serves (team.go).
 	Spans []rowSpan
+	// gen is the team's generation of ranks it was formed for (team.go).
+	gen uint64
 }
 
 // rankCount is what one rank took.
@@ -401,6 +403,9 @@ func (a *Reader) pop(r int, now time.Time) rankPart {
 	s.queues[r][0] = rankPart{}
 	s.queues[r] = s.queues[r][1:]
 	s.queued -= len(p.Keys)
+	if a.team != nil {
+		p.gen = a.team.gen
+	}
 	a.delivered(r, p, now)
 	return p
 }

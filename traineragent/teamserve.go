@@ -17,7 +17,8 @@ import (
 
 // The team protocol: JSON requests from a member agent to its reader's
 // planner on wire.TeamSubject(job, reader, op), each answered with a
-// teamReply (its Planner says which run of the planner answered).
+// teamReply, both in the envelope of teamauth.go (who sent it, the
+// session, a sequence number, a MAC under the job's team key).
 const (
 	opJoin    = "join"   // joinRequest: the member serves Ranks
 	opNotes   = "notes"  // notesRequest: chunks it received (row counts, not bytes), shard ends, shards failed for good
@@ -34,22 +35,34 @@ const (
 	statusWait      = "wait"       // no part yet: ask again
 	statusEOF       = "eof"        // the rank got every step
 	statusMismatch  = "mismatch"   // ErrWorldMismatch
-	statusNotMember = "not_member" // the asking agent has not joined this planner run
+	statusNotMember = "not_member" // the asking agent has not joined this planner run (or its session is not the member's)
+	statusTaken     = "name_taken" // a join under the name of a member that is still heard from
+	statusBusy      = "busy"       // the member has too many requests in progress: ask again
 	statusBadState  = "bad_state"
 	statusConflict  = "conflict"
 	statusEnded     = "ended" // ErrJobEnded
 	statusStopped   = "stopped"
 )
 
+// Bounds on what a member may ask of the planner: requests in progress per
+// member (a rank's long poll each, plus notes, status and resumes), joins
+// in progress, and chunks and rows a member may hold at the planner before
+// its further notes are deferred (it tells them again later).
+const (
+	maxMemberRequests = 16
+	maxJoins          = 4
+	maxMemberChunks   = 1 << 16
+	maxMemberRows     = 1 << 21
+	maxTeamRequest    = 1 << 20 // bytes of a request body
+)
+
 type joinRequest struct {
-	Agent    string `json:"agent"`
-	Ranks    []int  `json:"ranks"`
-	World    int    `json:"world"`
-	DropLast bool   `json:"drop_last"`
+	Ranks    []int `json:"ranks"`
+	World    int   `json:"world"`
+	DropLast bool  `json:"drop_last"`
 }
 
 type notesRequest struct {
-	Agent string      `json:"agent"`
 	Notes []chunkNote `json:"notes"`
 }
 
@@ -81,29 +94,54 @@ func noteOf(sc *schema) *schemaNote {
 	return &schemaNote{Names: sc.names, DTypes: sc.dtypes, Shapes: sc.shapes}
 }
 
+// maxNoteTensors and maxNoteDims bound a schema note.
+const (
+	maxNoteTensors = 64
+	maxNoteDims    = 8
+)
+
 func (n *schemaNote) schema() (*schema, error) {
 	if n == nil || len(n.Names) == 0 || len(n.DTypes) != len(n.Names) || len(n.Shapes) != len(n.Names) {
 		return nil, errors.New("a chunk's schema needs a dtype and a shape per tensor")
 	}
+	if len(n.Names) > maxNoteTensors {
+		return nil, fmt.Errorf("a chunk's schema has %d tensors: want at most %d", len(n.Names), maxNoteTensors)
+	}
+	for i, sh := range n.Shapes { // a row's shape
+		if len(sh) > maxNoteDims {
+			return nil, fmt.Errorf("tensor %.64q has %d dimensions a row: want at most %d", n.Names[i], len(sh), maxNoteDims)
+		}
+		if n.DTypes[i].Bytes(sh) < 0 {
+			return nil, fmt.Errorf("tensor %.64q: dtype %.16q, shape %v: not a tensor this agent can stack", n.Names[i], n.DTypes[i], sh)
+		}
+	}
 	return &schema{names: n.Names, dtypes: n.DTypes, shapes: n.Shapes}, nil
 }
 
+// rowBound is how many rows a chunk of schema sc can have within the
+// job's chunk size limit: each row takes its tensors' bytes and at least 3
+// bytes of its key in the chunk's metadata.
+func rowBound(sc *schema, chunkMax int) int {
+	row := 3
+	for i, d := range sc.dtypes {
+		row += max(d.Bytes(sc.shapes[i]), 0)
+	}
+	return min(chunkMax/row, maxRowsPerChunk)
+}
+
 type partRequest struct {
-	Agent    string `json:"agent"`
-	Rank     int    `json:"rank"`
-	World    int    `json:"world"`
-	DropLast *bool  `json:"drop_last,omitempty"`
+	Rank     int   `json:"rank"`
+	World    int   `json:"world"`
+	DropLast *bool `json:"drop_last,omitempty"`
 }
 
 type resumeRequest struct {
-	Agent string `json:"agent"`
-	State State  `json:"state"`
-	World int    `json:"world"`
+	State State `json:"state"`
+	World int   `json:"world"`
 }
 
 type statusRequest struct {
-	Agent string   `json:"agent"`
-	Held  [][2]int `json:"held,omitempty"` // (epoch, shard) of the tasks it holds output of
+	Held [][2]int `json:"held,omitempty"` // (epoch, shard) of the tasks it holds output of
 }
 
 // teamReply answers every team request.
@@ -111,9 +149,14 @@ type teamReply struct {
 	Planner string `json:"planner"`
 	Status  string `json:"status"`
 	Error   string `json:"error,omitempty"`
-	// notes: those that were copies, and those refused (index: why)
+	// join: the session the member's further requests carry
+	Session string `json:"session,omitempty"`
+	// notes: those that were copies, those refused (index: why), and
+	// those deferred (the member holds too much at the planner: it tells
+	// them again)
 	Duplicates []int          `json:"duplicates,omitempty"`
 	Refused    map[int]string `json:"refused,omitempty"`
+	Deferred   []int          `json:"deferred,omitempty"`
 	// notes and status: whether the member should take more tasks
 	Want bool `json:"want,omitempty"`
 	// status:
@@ -122,6 +165,8 @@ type teamReply struct {
 	Part *partNote `json:"part,omitempty"`
 	// resume:
 	Resume *ResumeResult `json:"resume,omitempty"`
+	// resume: the generation of ranks it started (see partNote.Gen)
+	Gen uint64 `json:"gen,omitempty"`
 }
 
 // partNote is a member rank's part: its rows as spans of chunks (the
@@ -136,6 +181,11 @@ type partNote struct {
 	Rows     int             `json:"rows"`
 	Spans    []spanNote      `json:"spans"`
 	Schema   *schemaNote     `json:"schema,omitempty"`
+	// Gen is the generation of ranks (resumes on the planner) the part
+	// was formed for: a member drops a part of a generation before the
+	// last resume it forwarded (its requester went away with the old
+	// trainer; the resume rewound it).
+	Gen uint64 `json:"gen"`
 }
 
 type spanNote struct {
@@ -146,86 +196,184 @@ type spanNote struct {
 }
 
 // serveTeam answers the team's requests for this reader (its planner)
-// until ctx ends.
+// until ctx ends. Each request's envelope is checked in the subscription's
+// callback, before its body is read; a request that passes runs in its
+// own goroutine, within the bounds of its member's requests in progress
+// (joins: maxJoins), so the goroutines are bounded by the members. What
+// waits beyond is NATS's pending limit (a slow consumer drops it).
 func (a *Reader) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	subj := wire.TeamSubject(a.job.Spec.ID, a.reader, "*")
-	sub, err := nc.Subscribe(subj, func(m *nats.Msg) { go a.answerTeam(ctx, m) })
+	sub, err := nc.Subscribe(subj, func(m *nats.Msg) { a.admitTeam(ctx, m) })
 	if err != nil {
 		return nil, fmt.Errorf("serving reader %s's team on %s: %w", a.reader, subj, err)
+	}
+	if err := sub.SetPendingLimits(1<<14, 64<<20); err != nil {
+		return nil, fmt.Errorf("serving reader %s's team: %w", a.reader, err)
 	}
 	return sub, nil
 }
 
-func (a *Reader) answerTeam(ctx context.Context, m *nats.Msg) {
+// admitTeam checks a team request's envelope and its sender's session,
+// and answers it within the sender's bounds.
+func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
+	t := a.team
 	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	reply := a.teamRequest(ctx, op, m.Data)
-	reply.Planner = a.team.id
-	data, err := json.Marshal(reply)
+	h, err := t.auth.open(m, kindRequest, op)
+	if err != nil {
+		a.refuseTeam(m, op, h.member, "auth", err)
+		return
+	}
+	if len(m.Data) > maxTeamRequest {
+		a.refuseTeam(m, op, h.member, "size", fmt.Errorf("%w: %d bytes: want at most %d", errTeamAuth, len(m.Data), maxTeamRequest))
+		return
+	}
+	if op == opJoin {
+		select {
+		case t.joins <- struct{}{}:
+		default:
+			a.respondTeam(m, h, teamReply{Status: statusBusy, Error: "too many joins in progress"})
+			return
+		}
+		go func() {
+			defer func() { <-t.joins }()
+			a.respondTeam(m, h, a.teamJoin(h, m.Data))
+		}()
+		return
+	}
+	a.mu.Lock()
+	mem := t.members[h.member]
+	var refusal *teamReply
+	switch {
+	case mem == nil || mem.session != h.session:
+		r := notMember(h.member)
+		refusal = &r
+	case !mem.seqs.accept(h.seq):
+		refusal = &teamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
+	case mem.busy >= maxMemberRequests:
+		refusal = &teamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
+	default:
+		mem.busy++
+		mem.seen = time.Now()
+	}
+	a.mu.Unlock()
+	if refusal != nil {
+		if refusal.Status == statusNotMember {
+			t.refused.Add(1)
+			a.m.teamRefused.Inc()
+		}
+		a.respondTeam(m, h, *refusal)
+		return
+	}
+	go func() {
+		r := a.teamRequest(ctx, op, h.member, m.Data)
+		a.mu.Lock()
+		mem.busy--
+		a.mu.Unlock()
+		a.respondTeam(m, h, r)
+	}()
+}
+
+// refuseTeam answers a request whose envelope failed, unsigned (its sender
+// may not hold the key), counts it and logs it (at most once a second:
+// a flood must not flood the log).
+func (a *Reader) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
+	t := a.team
+	n := t.refused.Add(1)
+	a.m.teamRefused.Inc()
+	now := time.Now().UnixNano()
+	if last := t.refusedLog.Load(); now-last > int64(time.Second) && t.refusedLog.CompareAndSwap(last, now) {
+		a.log.Warn("refused a team message", "op", cutText(op), "member", cutText(member), "reason", reason, "refused_total", n, "err", err)
+	}
+	if m.Reply == "" {
+		return
+	}
+	out := nats.NewMsg(m.Reply)
+	out.Header.Set(hdrRefused, err.Error())
+	_ = m.RespondMsg(out)
+}
+
+// respondTeam answers request h with r, sealed.
+func (a *Reader) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
+	r.Planner = a.team.id
+	data, err := json.Marshal(r)
 	if err == nil {
-		err = m.Respond(data)
+		out := nats.NewMsg(m.Reply)
+		out.Data = data
+		h.planner = a.team.id
+		a.team.auth.seal(out, kindReply, h)
+		err = m.RespondMsg(out)
 	}
 	if err != nil {
-		a.log.Warn("answering a member", "op", op, "err", err)
+		a.log.Warn("answering a member", "op", h.op, "err", err)
 	}
 }
 
-func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamReply {
+// teamJoin answers a join of member h.member, whose h.session is its nonce.
+func (a *Reader) teamJoin(h teamHead, data []byte) teamReply {
+	var req joinRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return teamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	session, err := a.joinMember(h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
+	switch {
+	case errors.Is(err, ErrNameTaken):
+		a.team.refused.Add(1)
+		a.m.teamRefused.Inc()
+		a.log.Warn("refused a join under a live member's name", "agent", cutText(h.member), "err", err)
+		return teamReply{Status: statusTaken, Error: err.Error()}
+	case err != nil:
+		return teamReply{Status: statusMismatch, Error: err.Error()}
+	}
+	return teamReply{Status: statusOK, Session: session}
+}
+
+func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte) teamReply {
 	bad := func(err error) teamReply { return teamReply{Status: statusMismatch, Error: err.Error()} }
 	switch op {
-	case opJoin:
-		var req joinRequest
-		if err := json.Unmarshal(data, &req); err != nil {
-			return bad(fmt.Errorf("join: %w", err))
-		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if err := a.joinMember(req.Agent, req.Ranks, req.World, req.DropLast, time.Now()); err != nil {
-			return bad(err)
-		}
-		return teamReply{Status: statusOK}
 	case opNotes:
 		var req notesRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("notes: %w", err))
 		}
-		if !a.seeMember(req.Agent) {
-			return notMember(req.Agent)
+		if len(req.Notes) > maxNotes {
+			return bad(fmt.Errorf("notes: %d in one request: want at most %d", len(req.Notes), maxNotes))
 		}
 		r := teamReply{Status: statusOK}
 		for i, n := range req.Notes {
-			dup, err := a.addNote(req.Agent, n)
+			dup, deferred, err := a.addNote(member, n)
 			switch {
 			case err != nil:
 				if r.Refused == nil {
 					r.Refused = map[int]string{}
 				}
 				r.Refused[i] = err.Error()
+			case deferred:
+				r.Deferred = append(r.Deferred, i)
 			case dup:
 				r.Duplicates = append(r.Duplicates, i)
 			}
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		r.Want = a.teamWants(req.Agent)
+		r.Want = a.teamWants(member)
 		return r
 	case opStatus:
 		var req statusRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("status: %w", err))
 		}
-		if !a.seeMember(req.Agent) {
-			return notMember(req.Agent)
+		if len(req.Held) > a.job.Spec.Epochs*len(a.job.Shards) {
+			return bad(fmt.Errorf("status: %d shards held: the job has %d", len(req.Held), a.job.Spec.Epochs*len(a.job.Shards)))
 		}
-		return a.memberStatus(req)
+		return a.memberStatus(member, req)
 	case opPart:
 		var req partRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("part: %w", err))
 		}
-		if !a.seeMember(req.Agent) {
-			return notMember(req.Agent)
-		}
-		return a.memberPartReply(ctx, req)
+		return a.memberPartReply(ctx, member, req)
 	case opResume:
 		var req resumeRequest
 		if err := json.Unmarshal(data, &req); err != nil {
@@ -235,66 +383,141 @@ func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamRe
 		if err != nil {
 			return teamReply{Status: statusOf(err), Error: err.Error()}
 		}
-		return teamReply{Status: statusOK, Resume: &res}
+		a.mu.Lock()
+		gen := a.team.gen
+		a.mu.Unlock()
+		return teamReply{Status: statusOK, Resume: &res, Gen: gen}
 	}
-	return bad(fmt.Errorf("unknown request %q", op))
+	return bad(fmt.Errorf("unknown request %.32q", op))
 }
 
 func notMember(name string) teamReply {
-	return teamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %q has not joined", name)}
+	return teamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
 }
 
-// seeMember notes a request of member name; false if it has not joined.
-func (a *Reader) seeMember(name string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	m := a.team.members[name]
-	if m != nil {
-		m.seen = time.Now()
-	}
-	return m != nil
-}
-
-// addNote applies member's note of a chunk, a shard end or a failed shard.
-func (a *Reader) addNote(member string, n chunkNote) (duplicate bool, err error) {
+// addNote applies member's note of a chunk, a shard end or a failed
+// shard: deferred (not applied) when the member holds too much at the
+// planner already.
+func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
-	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard {
-		return false, fmt.Errorf("note of %s: out of range", ref)
+	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard || n.Chunk < -1 {
+		return false, false, fmt.Errorf("note of %s: out of range", ref)
 	}
 	var out outcome
 	switch {
 	case n.Chunk >= 0:
 		var sc *schema
-		if n.Corrupt == "" && n.Rows > 0 {
+		if n.Corrupt == "" && n.Rows != 0 {
 			if sc, err = n.Schema.schema(); err != nil {
-				return false, fmt.Errorf("chunk %s: %w", ref, err)
+				return false, false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
 		}
+		if n.Rows < 0 || sc != nil && n.Rows > rowBound(sc, a.chunkMax()) {
+			return false, false, fmt.Errorf("chunk %s: %d rows: a chunk of this schema within %d bytes has at most %d", ref, n.Rows, a.chunkMax(), rowBound(sc, a.chunkMax()))
+		}
+		corrupt := cutText(n.Corrupt)
+		a.mu.Lock()
+		deferred = !a.memberRoom(member, n.Rows)
+		a.mu.Unlock()
+		if deferred {
+			return false, true, nil
+		}
 		a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.addRemote(ref, member, n.Rows, sc, n.Corrupt)
+			out, err = a.asm.addRemote(ref, member, n.Rows, sc, corrupt)
+			if err == nil && !out.duplicate {
+				m := a.team.members[member]
+				m.chunks++
+				m.rows += n.Rows
+			}
 			return out, err
 		})
 	case n.End != nil:
 		ref.Chunk = -1
+		end := *n.End
+		if end.Job != "" && end.Job != a.job.Spec.ID || end.Epoch != n.Epoch || end.Shard != n.Shard {
+			return false, false, fmt.Errorf("end of %s names job %.64q epoch %d shard %d", ref, end.Job, end.Epoch, end.Shard)
+		}
 		a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.end(ref, *n.End)
+			if err := a.endContradicts(n.Epoch, n.Shard, end.Chunks); err != nil {
+				return outcome{}, fmt.Errorf("end of %s: %w", ref, err)
+			}
+			out, err = a.asm.end(ref, end)
 			return out, err
 		})
 	case n.Reason != "":
-		a.addFailed(a.job.Task(n.Epoch, n.Shard), n.Reason)
+		a.addFailed(a.job.Task(n.Epoch, n.Shard), cutText(n.Reason))
 	default:
-		return false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
+		return false, false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
 	}
-	return out.duplicate && !out.heldThere, err
+	return out.duplicate && !out.heldThere, false, err
+}
+
+// chunkMax is the job's chunk size limit.
+func (a *Reader) chunkMax() int {
+	if n := a.job.Spec.ChunkMaxBytes; n > 0 {
+		return int(n)
+	}
+	return wire.DefaultChunkMaxBytes
+}
+
+// memberRoom says whether member may hold another chunk of rows at the
+// planner; a.mu must be held. The counts only grow between recounts, which
+// are made when they reach a bound (rows handed out or rewound leave them).
+func (a *Reader) memberRoom(member string, rows int) bool {
+	m := a.team.members[member]
+	if m == nil {
+		return false
+	}
+	if m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows {
+		return true
+	}
+	m.chunks, m.rows = 0, 0
+	for _, ep := range a.asm.open {
+		for _, sh := range ep.shards {
+			for _, h := range sh.held {
+				if h.holder == member {
+					m.chunks++
+					m.rows += h.rows - h.handed
+				}
+			}
+		}
+	}
+	return m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows
+}
+
+// endContradicts says why a shard end of chunks contradicts what the
+// reader has of the shard (a chunk at or past it held or handed out);
+// a.mu must be held.
+func (a *Reader) endContradicts(e, s, chunks int) error {
+	if chunks < 0 || chunks > maxChunksPerShard {
+		return fmt.Errorf("%d chunks: want 0..%d", chunks, maxChunksPerShard)
+	}
+	ep := a.asm.open[e]
+	if ep == nil {
+		return nil
+	}
+	sh := ep.shards[s]
+	if sh == nil {
+		return nil
+	}
+	for c := range sh.held {
+		if c >= chunks {
+			return fmt.Errorf("it announces %d chunks, but chunk %d of it is held", chunks, c)
+		}
+	}
+	if all := sh.delivered.countBelow(len(sh.delivered) * 64); all > sh.delivered.countBelow(chunks) {
+		return fmt.Errorf("it announces %d chunks, but a chunk past them was handed out", chunks)
+	}
+	return nil
 }
 
 // memberStatus says which of a member's shards every rank's position has
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
-func (a *Reader) memberStatus(req statusRequest) teamReply {
+func (a *Reader) memberStatus(member string, req statusRequest) teamReply {
 	r := teamReply{Status: statusOK}
 	a.mu.Lock()
-	r.Want = a.teamWants(req.Agent)
+	r.Want = a.teamWants(member)
 	a.mu.Unlock()
 	for _, h := range req.Held {
 		if a.recorded.has(shardRef{h[0], h[1]}) {
@@ -306,10 +529,10 @@ func (a *Reader) memberStatus(req statusRequest) teamReply {
 
 // memberPartReply takes a member rank's next part, waiting up to
 // partWait, and records it as handed out before answering.
-func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply {
+func (a *Reader) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
 	ctx, cancel := context.WithTimeout(ctx, partWait)
 	defer cancel()
-	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: req.Agent})
+	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return teamReply{Status: statusWait}
@@ -319,7 +542,7 @@ func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply
 	a.mu.Lock()
 	sc := noteOf(a.asm.schema)
 	a.mu.Unlock()
-	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc}
+	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
 	for _, s := range p.Spans {
 		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n})
 	}
