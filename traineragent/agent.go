@@ -74,6 +74,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	if err := checkRanks(job, opts, declared); err != nil {
 		return nil, err
 	}
+	if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize && len(opts.TeamKey) < wire.TeamKeyBytes {
+		return nil, fmt.Errorf("trainer agent: job %s: a team (ranks %v of %d) needs the job's team key (%d bytes; `sluice job submit` writes it): its messages are signed with it",
+			job.Spec.ID, opts.Ranks, opts.WorldSize, wire.TeamKeyBytes)
+	}
 	for _, r := range names {
 		if !slices.Contains(declared, r) {
 			return nil, fmt.Errorf("trainer agent: job %s has no reader %q: its spec declares %s",

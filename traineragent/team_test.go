@@ -18,6 +18,9 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
+// testTeamKey is the team key of the tests' jobs.
+var testTeamKey = []byte("a test team key of 32 bytes, ok!")
+
 // teamLayout has 46 samples per epoch in 8 shards of uneven sizes.
 var teamLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
 
@@ -31,7 +34,7 @@ func startTeam(t *testing.T, e env, job wire.Job, world int, ranks [][]int, dela
 		if i > 0 {
 			time.Sleep(delay)
 		}
-		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: world, Ranks: rs, PrefetchSamples: 8, DropLast: dropLast}, nil, nil, nil)
+		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: world, Ranks: rs, PrefetchSamples: 8, DropLast: dropLast, TeamKey: testTeamKey}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +149,7 @@ func TestTeamResumesOnAnotherLayout(t *testing.T) {
 	var runs sync.WaitGroup
 	var first []*Agent
 	for i, rs := range ranks {
-		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("old%d", i), WorldSize: 4, Ranks: rs, PrefetchSamples: 8}, nil, nil, nil)
+		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("old%d", i), WorldSize: 4, Ranks: rs, PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +204,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 			e.submit(t, job, f, 2)
 			ranks := [][]int{{0, 1}, {2, 3}}
 			start := func(i int) (*Agent, context.CancelFunc, <-chan error) {
-				a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: 4, Ranks: ranks[i], PrefetchSamples: 8}, nil, nil, nil)
+				a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: 4, Ranks: ranks[i], PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -365,7 +368,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 			var runs sync.WaitGroup
 			var first []*Agent
 			for j, rs := range r1 {
-				o := Options{Name: fmt.Sprintf("a%d", j), WorldSize: w1, Ranks: rs, PrefetchSamples: 8}
+				o := Options{Name: fmt.Sprintf("a%d", j), WorldSize: w1, Ranks: rs, PrefetchSamples: 8, TeamKey: testTeamKey}
 				a, err := New(e.nc, e.js, job, o, nil, nil, nil)
 				if err != nil {
 					t.Fatal(err)

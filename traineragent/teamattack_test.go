@@ -48,7 +48,7 @@ func applied(m *nats.Msg) bool {
 // attackTeam runs a team of two agents (ranks 0,1 and 2,3) over 2 epochs,
 // lets the ranks take `before` steps, runs attack, and takes the rest:
 // every sample must come once and every rank take the same steps.
-func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire.Job)) {
+func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire.Job, agents []*Agent)) {
 	t.Helper()
 	e := newEnv(t)
 	job := testJob(id, 2, 2, teamLayout)
@@ -59,7 +59,7 @@ func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire
 	if before > 0 {
 		kept = takeTeam(t, agents, ranks, 4, before)
 	}
-	attack(e, job)
+	attack(e, job, agents)
 	rest := takeTeam(t, agents, ranks, 4, -1)
 	all := make([][]rankPart, 4)
 	for r := range all {
@@ -80,7 +80,7 @@ func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire
 // TestTeamRefusesForgedResume (reproduction 8): a forged resume rewound a
 // running team (1,096 samples for 600, ranks on different steps).
 func TestTeamRefusesForgedResume(t *testing.T) {
-	attackTeam(t, "forgedresume", 2, func(e env, job wire.Job) {
+	attackTeam(t, "forgedresume", 2, func(e env, job wire.Job, _ []*Agent) {
 		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		if m := forge(t, e.nc, job.Spec.ID, "resume", map[string]any{"agent": "node1", "state": st, "world": 4}); applied(m) {
 			t.Errorf("a forged resume was applied: %s", m.Data)
@@ -91,7 +91,7 @@ func TestTeamRefusesForgedResume(t *testing.T) {
 // TestTeamRefusesForgedNotes (reproduction 9): forged notes announcing
 // shard ends with fewer chunks than there are lost samples silently.
 func TestTeamRefusesForgedNotes(t *testing.T) {
-	attackTeam(t, "forgednotes", 1, func(e env, job wire.Job) {
+	attackTeam(t, "forgednotes", 1, func(e env, job wire.Job, _ []*Agent) {
 		var notes []map[string]any
 		for s := range teamLayout {
 			notes = append(notes, map[string]any{"epoch": 1, "shard": s, "chunk": -1,
@@ -107,7 +107,7 @@ func TestTeamRefusesForgedNotes(t *testing.T) {
 // took the planner from 107 MB to 3.5 GB. (Here 1<<20 rows, far beyond
 // what a chunk of 4 MiB can hold.)
 func TestTeamRefusesHugeNote(t *testing.T) {
-	attackTeam(t, "hugenote", 1, func(e env, job wire.Job) {
+	attackTeam(t, "hugenote", 1, func(e env, job wire.Job, _ []*Agent) {
 		note := map[string]any{"epoch": 1, "shard": 0, "chunk": 7, "rows": 1 << 20,
 			"schema": map[string]any{"names": []string{"image", "label"}, "dtypes": []string{"U8", "I64"}, "shapes": [][]int{{2, 2, 3}, {}}}}
 		if m := forge(t, e.nc, job.Spec.ID, "notes", map[string]any{"agent": "node1", "notes": []any{note}}); applied(m) {
@@ -119,7 +119,7 @@ func TestTeamRefusesHugeNote(t *testing.T) {
 // TestTeamRefusesForgedJoin (reproduction 11): a forged join under a
 // member's name with fewer ranks wedged the team for ever.
 func TestTeamRefusesForgedJoin(t *testing.T) {
-	attackTeam(t, "forgedjoin", 1, func(e env, job wire.Job) {
+	attackTeam(t, "forgedjoin", 1, func(e env, job wire.Job, _ []*Agent) {
 		if m := forge(t, e.nc, job.Spec.ID, "join", map[string]any{"agent": "node1", "ranks": []int{2}, "world": 4}); applied(m) {
 			t.Errorf("a forged join under a member's name was applied: %s", m.Data)
 		}
@@ -129,7 +129,7 @@ func TestTeamRefusesForgedJoin(t *testing.T) {
 // TestTeamRefusesForgedPart (reproduction 12): forged part requests under
 // a member's name took that member's parts (rank 2 skipped steps).
 func TestTeamRefusesForgedPart(t *testing.T) {
-	attackTeam(t, "forgedpart", 1, func(e env, job wire.Job) {
+	attackTeam(t, "forgedpart", 1, func(e env, job wire.Job, _ []*Agent) {
 		for range 3 {
 			if m := forge(t, e.nc, job.Spec.ID, "part", map[string]any{"agent": "node1", "rank": 2, "world": 4}); applied(m) {
 				t.Errorf("a forged part request was answered with a part: %.200s", m.Data)
@@ -142,7 +142,7 @@ func TestTeamRefusesForgedPart(t *testing.T) {
 // first reply from anyone; a forged one of 10^12 rows killed it (here
 // 1<<20 rows, no spans: the member must not take it).
 func TestTeamMemberRefusesForgedReply(t *testing.T) {
-	attackTeam(t, "forgedreply", 1, func(e env, job wire.Job) {
+	attackTeam(t, "forgedreply", 1, func(e env, job wire.Job, _ []*Agent) {
 		sub, err := e.nc.Subscribe(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, "part"), func(m *nats.Msg) {
 			data, _ := json.Marshal(map[string]any{"planner": "forged", "status": "ok",
 				"part": map[string]any{"epoch": 0, "step": 0, "world": 4, "rows": 1 << 20, "spans": []any{}}})
@@ -159,7 +159,7 @@ func TestTeamMemberRefusesForgedReply(t *testing.T) {
 // 101k goroutines on the planner, one per request. Here 20,000 forged
 // requests: the goroutines must stay bounded.
 func TestTeamBoundsRequests(t *testing.T) {
-	attackTeam(t, "flood", 1, func(e env, job wire.Job) {
+	attackTeam(t, "flood", 1, func(e env, job wire.Job, _ []*Agent) {
 		base := runtime.NumGoroutine()
 		data, _ := json.Marshal(map[string]any{"agent": "node1", "rank": 2, "world": 4})
 		inbox := e.nc.NewInbox()

@@ -438,8 +438,9 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 			return false, false, fmt.Errorf("end of %s names job %.64q epoch %d shard %d", ref, end.Job, end.Epoch, end.Shard)
 		}
 		a.intake(ref, func() (outcome, error) {
-			if err := a.endContradicts(n.Epoch, n.Shard, end.Chunks); err != nil {
-				return outcome{}, fmt.Errorf("end of %s: %w", ref, err)
+			if e := a.endContradicts(n.Epoch, n.Shard, end.Chunks); e != nil {
+				err = fmt.Errorf("end of %s: %w", ref, e)
+				return outcome{}, err
 			}
 			out, err = a.asm.end(ref, end)
 			return out, err
