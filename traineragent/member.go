@@ -218,7 +218,10 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 			}
 			return r, nil
 		case <-w.other:
-			if !other {
+			// Not a part: one the planner hands to a request given up
+			// would be lost (it waits partWait at most, well within the
+			// timeout).
+			if !other && op != opPart {
 				other = true
 				timer.Reset(time.Second)
 			}

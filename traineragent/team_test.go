@@ -21,6 +21,11 @@ import (
 // testTeamKey is the team key of the tests' jobs.
 var testTeamKey = []byte("a test team key of 32 bytes, ok!")
 
+// teamOptions are the options of agent name of a team: ranks of world.
+func teamOptions(name string, world int, ranks []int) Options {
+	return Options{Name: name, WorldSize: world, Ranks: ranks, PrefetchSamples: 8, TeamKey: testTeamKey}
+}
+
 // teamLayout has 46 samples per epoch in 8 shards of uneven sizes.
 var teamLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
 
