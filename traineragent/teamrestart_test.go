@@ -142,3 +142,58 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 		}
 	}
 }
+
+// TestTeamDropsAPartOfAnEarlierGeneration: a member's rank asks and its
+// trainer goes away at once; the member's poll then gets the part, which
+// no request takes before a new generation resumes: the resume rewound
+// it, so the new generation must not get it (its first step would be
+// the old one's).
+func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("stalepart", 2, 2, teamLayout)
+	e.submit(t, job, newFunction(t, job, teamLayout), 2)
+	ranks := [][]int{{0, 1}, {2, 3}}
+	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
+	m := agents[1].readers[0].member
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := agents[1].readers[0].nextPart(gone, rankRequest{rank: 2, world: 4}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a request of a trainer gone: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m.mu.Lock()
+		pl := m.polls[2]
+		m.mu.Unlock()
+		if pl == nil {
+			t.Fatal("no poll for rank 2")
+		}
+		select {
+		case <-pl.done:
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("rank 2's poll got no part")
+		}
+		if pl.err != nil {
+			t.Fatal(pl.err)
+		}
+		break
+	}
+	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+	var wg sync.WaitGroup
+	errs := make([]error, len(agents))
+	for i := range agents {
+		wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(context.Background(), state, 4) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	parts := takeTeam(t, agents, ranks, 4, -1)
+	checkSteps(t, parts, 2, [2]int{0, 0})
+	checkEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
+	for i, w := range waits {
+		if err := w(); err != nil {
+			t.Fatalf("agent %d: %v", i, err)
+		}
+	}
+}
