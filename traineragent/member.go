@@ -61,7 +61,13 @@ type member struct {
 	inbox   string                 // where replies come (inbox.SEQ), once subscribed
 	waits   map[uint64]*teamWait   // requests waiting for a reply, by sequence number
 	polls   map[int]*rankPoll      // per rank, its poll for the next part
-	gen     uint64                 // the planner's generation of ranks as of the last resume forwarded
+	// resumes counts the resumes forwarded; resumePlanner and resumeGen
+	// are the planner run that answered the last and its generation of
+	// ranks (a part asked for before it is of an earlier generation
+	// unless that run says otherwise).
+	resumes       uint64
+	resumePlanner string
+	resumeGen     uint64
 }
 
 // storedChunk is a chunk a member holds: what it told the planner, the
@@ -92,6 +98,7 @@ type teamWait struct {
 	planner     string // the run it was sent to ("" a join: any)
 	ch          chan teamReply
 	other       chan struct{} // another planner run says the member has not joined it
+	none        chan struct{} // no planner runs
 	mu          sync.Mutex
 	refusal     string // the last refusal heard (a join's, or an unsigned one)
 	joinReply   *teamReply
@@ -112,7 +119,13 @@ func (m *member) onReply(msg *nats.Msg) {
 		return // late, or not a reply to this member
 	}
 	if msg.Header.Get("Status") == "503" {
-		return // no responders: the planner does not run yet
+		// No responders: no planner runs (yet). Said at once, so the
+		// member tries again soon.
+		select {
+		case w.none <- struct{}{}:
+		default:
+		}
+		return
 	}
 	if why := msg.Header.Get(hdrRefused); why != "" {
 		w.mu.Lock()
@@ -187,7 +200,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 		m.inbox = inbox
 	}
 	seq := m.seq.Add(1)
-	w := &teamWait{op: op, session: m.session, planner: m.planner, ch: make(chan teamReply, 1), other: make(chan struct{}, 1)}
+	w := &teamWait{op: op, session: m.session, planner: m.planner, ch: make(chan teamReply, 1), other: make(chan struct{}, 1), none: make(chan struct{}, 1)}
 	if op == opJoin {
 		w.session, w.planner = m.nonce, ""
 	}
@@ -217,6 +230,11 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 				m.mu.Unlock()
 			}
 			return r, nil
+		case <-w.none:
+			m.mu.Lock()
+			m.joined = false
+			m.mu.Unlock()
+			return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): no planner runs", m.reader, op)
 		case <-w.other:
 			// Not a part: one the planner hands to a request given up
 			// would be lost (it waits partWait at most, well within the
@@ -548,11 +566,13 @@ func (m *member) room(buffer int64) bool {
 // restarted by torchrun) leaves its part here for the rank's next
 // request rather than on a closed connection.
 type rankPoll struct {
-	done  chan struct{}
-	gen   uint64 // the generation of ranks of its part (or, failed, the member's when it started)
-	p     rankPart
-	err   error
-	taken bool
+	done    chan struct{}
+	asked   uint64 // the member's resumes when it last asked
+	planner string // the planner run that gave its part, and its generation of ranks
+	gen     uint64
+	p       rankPart
+	err     error
+	taken   bool
 }
 
 // part returns rank req.rank's next part: the part its last poll got if
@@ -563,7 +583,7 @@ func (m *member) part(ctx context.Context, req rankRequest, prod func() *produce
 		m.mu.Lock()
 		pl := m.polls[req.rank]
 		if pl == nil {
-			pl = &rankPoll{done: make(chan struct{}), gen: m.gen}
+			pl = &rankPoll{done: make(chan struct{}), asked: m.resumes}
 			m.polls[req.rank] = pl
 			go m.poll(pl, req, prod)
 		}
@@ -577,7 +597,11 @@ func (m *member) part(ctx context.Context, req rankRequest, prod func() *produce
 		if m.polls[req.rank] == pl {
 			delete(m.polls, req.rank)
 		}
-		taken, stale := pl.taken, pl.gen < m.gen
+		// Asked for before the last resume, its part is of an earlier
+		// generation (rewound by the resume; its requester went away)
+		// unless the run that answered the resume formed it since.
+		taken := pl.taken
+		stale := pl.asked < m.resumes && (pl.err != nil || pl.planner != m.resumePlanner || pl.gen < m.resumeGen)
 		pl.taken = true
 		m.mu.Unlock()
 		switch {
@@ -600,6 +624,9 @@ func (m *member) poll(pl *rankPoll, req rankRequest, prod func() *producer) {
 	defer close(pl.done)
 	ctx := m.runCtx
 	for {
+		m.mu.Lock()
+		pl.asked = m.resumes
+		m.mu.Unlock()
 		r, err := m.askUntil(ctx, opPart, partRequest{Rank: req.rank, World: req.world, DropLast: req.dropLast}, partWait+5*time.Second)
 		if err != nil {
 			pl.err = fmt.Errorf("%w: %w", ErrStopped, err)
@@ -620,7 +647,7 @@ func (m *member) poll(pl *rankPoll, req rankRequest, prod func() *producer) {
 			return
 		}
 		m.mu.Lock()
-		pl.gen = r.Part.Gen
+		pl.planner, pl.gen = r.Planner, r.Part.Gen
 		m.mu.Unlock()
 		pl.p, pl.err = m.cut(ctx, *r.Part, prod)
 		return
@@ -777,7 +804,8 @@ func (a *Reader) memberResume(ctx context.Context, st State, world int) (ResumeR
 	// Parts formed before this generation, which no request took, are
 	// dropped (part).
 	m.mu.Lock()
-	m.gen = max(m.gen, r.Gen)
+	m.resumes++
+	m.resumePlanner, m.resumeGen = r.Planner, r.Gen
 	m.mu.Unlock()
 	return *r.Resume, nil
 }

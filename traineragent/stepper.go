@@ -88,6 +88,10 @@ type rankRequest struct {
 	// agent is the member agent asking for its rank (team.go); "" for a
 	// rank of this agent.
 	agent string
+	// superseded, if set, says (a.mu held) that the request may no longer
+	// take a part: a member's request from before a resume or a re-join,
+	// whose requester may be gone (teamserve.go).
+	superseded func() bool
 }
 
 // join checks req against the ranks' world, fixing what is not fixed yet;
@@ -180,6 +184,9 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error
 	remote := req.agent != ""
 	for {
 		switch {
+		case req.superseded != nil && req.superseded():
+			stopWaiting()
+			return rankPart{}, errSuperseded
 		case s.world != world:
 			// A resume changed the world size while the rank waited.
 			stopWaiting()

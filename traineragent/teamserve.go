@@ -391,6 +391,10 @@ func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte
 	return bad(fmt.Errorf("unknown request %.32q", op))
 }
 
+// errSuperseded is a member's part request from before a resume or a
+// re-join: it may take no part.
+var errSuperseded = errors.New("a part request of an earlier generation of ranks or session")
+
 func notMember(name string) teamReply {
 	return teamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
 }
@@ -533,9 +537,21 @@ func (a *Reader) memberStatus(member string, req statusRequest) teamReply {
 func (a *Reader) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
 	ctx, cancel := context.WithTimeout(ctx, partWait)
 	defer cancel()
-	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member})
+	// A part goes only to a request of the member's current session and
+	// generation of ranks: one from before a resume or a re-join may have
+	// lost its requester (a trainer or a member agent restarted), and the
+	// part would be lost with it. Such a request is told to ask again.
+	a.mu.Lock()
+	gen, mem := a.team.gen, a.team.members[member]
+	a.mu.Unlock()
+	if mem == nil {
+		return notMember(member)
+	}
+	session := mem.session
+	superseded := func() bool { return a.team.gen != gen || a.team.members[member] != mem || mem.session != session }
+	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member, superseded: superseded})
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errSuperseded) {
 			return teamReply{Status: statusWait}
 		}
 		return teamReply{Status: statusOf(err), Error: err.Error()}
