@@ -428,8 +428,7 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 		}
 		a.intake(ref, func() (outcome, error) {
 			out, err = a.asm.addRemote(ref, member, n.Rows, sc, corrupt)
-			if err == nil && !out.duplicate {
-				m := a.team.members[member]
+			if m := a.team.members[member]; err == nil && !out.duplicate && m != nil {
 				m.chunks++
 				m.rows += n.Rows
 			}
