@@ -197,3 +197,36 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 		}
 	}
 }
+
+// TestTeamConcurrentResumes (reproduction 7, the race within the new
+// team): the ranks of a 3 x 1 team resume at once, again and again, each
+// after a step: a member's resume forwarded to the planner read the
+// ranks' world size without the lock while the planner's own rank's
+// resume rewound it ("world size 4, but the reader's team serves 0
+// ranks", seen in TestTeamRandomRestarts).
+func TestTeamConcurrentResumes(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("concresume", 20, 2, teamLayout)
+	e.submit(t, job, newFunction(t, job, teamLayout), 2)
+	ranks := [][]int{{0}, {1}, {2}}
+	agents, _ := startTeam(t, e, job, 3, ranks, 0, false)
+	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
+	for round := range 40 {
+		var wg sync.WaitGroup
+		errs := make([]error, len(agents))
+		for i := range agents {
+			wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(context.Background(), state, 3) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		parts := takeTeam(t, agents, ranks, 3, 1)
+		last := parts[0][0]
+		state = State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+			Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 3, Position: last.Position}
+		if last.Last {
+			state.Epoch, state.Step = last.Epoch+1, 0
+		}
+	}
+}
