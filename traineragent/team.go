@@ -149,6 +149,11 @@ func (a *Reader) joinMember(name, nonce string, ranks []int, world int, dropLast
 		}
 		t.holders[r] = name
 	}
+	for h := range t.members {
+		if h != name && t.ranksOf(h) == 0 {
+			delete(t.members, h) // every rank of it taken over: its session ends
+		}
+	}
 	m := t.members[name]
 	if m == nil || m.nonce != nonce {
 		m = &teamMember{nonce: nonce, session: newNonce()}
