@@ -52,6 +52,9 @@ type member struct {
 	kick    chan struct{} // wakes keepNotes
 	planner string        // the planner's run it joined ("" none)
 	session string        // the session that run gave it
+	// replanned is closed when the member joins another planner run:
+	// requests still waiting on the one before give up.
+	replanned chan struct{}
 	joined  bool
 	want    bool
 	store   map[wire.ChunkRef]*storedChunk
@@ -88,7 +91,7 @@ func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 		auth: &teamAuth{job: job.Spec.ID, reader: reader}, m: NewMetrics(nil).forJob(job.Spec.ID, reader),
 		nonce: newNonce(), runCtx: ctx, stopRun: stop,
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{},
-		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{},
+		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 }
 
@@ -205,7 +208,10 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 		w.session, w.planner = m.nonce, ""
 	}
 	m.waits[seq] = w
-	inbox := m.inbox
+	inbox, replanned := m.inbox, m.replanned
+	if op == opJoin {
+		replanned = nil
+	}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -230,6 +236,10 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 				m.mu.Unlock()
 			}
 			return r, nil
+		case <-replanned:
+			// The member joined another run of the planner (this one
+			// stopped): ask that one.
+			return teamReply{Status: statusNotMember, Error: "the member joined another run of the planner"}, nil
 		case <-w.none:
 			m.mu.Lock()
 			m.joined = false
@@ -320,6 +330,8 @@ func (m *member) join(ctx context.Context) error {
 	fresh := m.planner != r.Planner
 	m.planner, m.session, m.joined = r.Planner, r.Session, true
 	if fresh {
+		close(m.replanned)
+		m.replanned = make(chan struct{})
 		// A new planner run knows nothing of what this member holds:
 		// keepNotes tells it all again.
 		m.again = true
