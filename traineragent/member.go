@@ -55,15 +55,15 @@ type member struct {
 	// replanned is closed when the member joins another planner run:
 	// requests still waiting on the one before give up.
 	replanned chan struct{}
-	joined  bool
-	want    bool
-	store   map[wire.ChunkRef]*storedChunk
-	bytes   int64
-	ends    map[shardRef]chunkNote // shard ends and failures told, to tell a new planner run again
-	held    map[shardRef]bool      // shards it received output of, not settled
-	inbox   string                 // where replies come (inbox.SEQ), once subscribed
-	waits   map[uint64]*teamWait   // requests waiting for a reply, by sequence number
-	polls   map[int]*rankPoll      // per rank, its poll for the next part
+	joined    bool
+	want      bool
+	store     map[wire.ChunkRef]*storedChunk
+	bytes     int64
+	ends      map[shardRef]chunkNote // shard ends and failures told, to tell a new planner run again
+	held      map[shardRef]bool      // shards it received output of, not settled
+	inbox     string                 // where replies come (inbox.SEQ), once subscribed
+	waits     map[uint64]*teamWait   // requests waiting for a reply, by sequence number
+	polls     map[int]*rankPoll      // per rank, its poll for the next part
 	// resumes counts the resumes forwarded; resumePlanner and resumeGen
 	// are the planner run that answered the last and its generation of
 	// ranks (a part asked for before it is of an earlier generation
@@ -693,7 +693,7 @@ func (m *member) checkPart(n partNote) error {
 		return fmt.Errorf("its spans have %d rows, the part %d", rows, n.Rows)
 	}
 	if n.Schema != nil {
-		if _, err := n.Schema.schema(); err != nil {
+		if _, err := schemaOf(n.Schema); err != nil {
 			return err
 		}
 	}
@@ -708,7 +708,7 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 	}
 	var sc *schema
 	if n.Schema != nil {
-		sc, _ = n.Schema.schema()
+		sc, _ = schemaOf(n.Schema)
 	}
 	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
 		m.mu.Lock()
@@ -806,12 +806,20 @@ func (a *Reader) memberDone() bool {
 // memberResume forwards a rank's resume to the planner.
 func (a *Reader) memberResume(ctx context.Context, st State, world int) (ResumeResult, error) {
 	m := a.member
-	r, err := m.askUntil(ctx, opResume, resumeRequest{State: st, World: world}, positionWriteTimeout+10*time.Second)
+	state, err := json.Marshal(st)
+	if err != nil {
+		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
+	}
+	r, err := m.askUntil(ctx, opResume, resumeRequest{State: state, World: world}, positionWriteTimeout+10*time.Second)
 	if err != nil {
 		return ResumeResult{}, err
 	}
+	var res ResumeResult
 	if r.Status != statusOK || r.Resume == nil {
 		return ResumeResult{}, errOf(r.Status, r.Error)
+	}
+	if err := json.Unmarshal(r.Resume, &res); err != nil {
+		return ResumeResult{}, fmt.Errorf("%w: the planner's resume answer: %w", ErrStopped, err)
 	}
 	// Parts formed before this generation, which no request took, are
 	// dropped (part).
@@ -819,5 +827,5 @@ func (a *Reader) memberResume(ctx context.Context, st State, world int) (ResumeR
 	m.resumes++
 	m.resumePlanner, m.resumeGen = r.Planner, r.Gen
 	m.mu.Unlock()
-	return *r.Resume, nil
+	return res, nil
 }

@@ -24,13 +24,13 @@ import (
 // neither forge nor replay one, and within the job a message that claims
 // to be member M must carry M's session. See docs/design-multi-agent.md.
 const (
-	hdrVersion = "Sluice-Team"         // wire.TeamProtocol
-	hdrMember  = "Sluice-Team-Member"  // the member's name
-	hdrSession = "Sluice-Team-Session" // join: the member's nonce; else the session the planner gave it
-	hdrSeq     = "Sluice-Team-Seq"     // the member's sequence number, echoed in the reply
-	hdrPlanner = "Sluice-Team-Planner" // replies: the planner run that answers
-	hdrMAC     = "Sluice-Team-Mac"
-	hdrRefused = "Sluice-Team-Refused" // an unauthenticated refusal (no MAC: the sender may hold another key)
+	hdrVersion = wire.TeamHeaderVersion
+	hdrMember  = wire.TeamHeaderMember
+	hdrSession = wire.TeamHeaderSession
+	hdrSeq     = wire.TeamHeaderSeq
+	hdrPlanner = wire.TeamHeaderPlanner
+	hdrMAC     = wire.TeamHeaderMAC
+	hdrRefused = wire.TeamHeaderRefused
 
 	kindRequest = "request"
 	kindReply   = "reply"

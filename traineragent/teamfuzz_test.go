@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -21,7 +20,7 @@ var teamOps = []string{opJoin, opNotes, opStatus, opPart, opResume, "bogus"}
 // (but for a join), and every sample count stays within bounds.
 func FuzzTeamRequest(f *testing.F) {
 	job := testJob("fuzz", 2, 2, layout{{3, 2}, {4}})
-	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []safetensors.DType{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
+	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
 	seed := func(op int, v any) {
 		data, _ := json.Marshal(v)
 		f.Add(uint8(op), data)
@@ -33,7 +32,7 @@ func FuzzTeamRequest(f *testing.F) {
 	seed(1, notesRequest{Notes: []chunkNote{{Epoch: 0, Shard: 1, Chunk: 0, Rows: 1 << 24, Schema: sc}}})
 	seed(2, statusRequest{Held: [][2]int{{0, 0}, {1, 1}}})
 	seed(3, partRequest{Rank: 2, World: 4})
-	seed(4, resumeRequest{State: State{Version: StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}, World: 4})
+	seed(4, resumeRequest{State: mustJSONRaw(State{Version: StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))

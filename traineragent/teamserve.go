@@ -20,11 +20,11 @@ import (
 // teamReply, both in the envelope of teamauth.go (who sent it, the
 // session, a sequence number, a MAC under the job's team key).
 const (
-	opJoin    = "join"   // joinRequest: the member serves Ranks
-	opNotes   = "notes"  // notesRequest: chunks it received (row counts, not bytes), shard ends, shards failed for good
-	opPart    = "part"   // partRequest: a rank's next part (waits up to partWait)
-	opResume  = "resume" // resumeRequest: a rank resumes from a checkpoint
-	opStatus  = "status" // statusRequest: which of its shards are settled, and whether to take more
+	opJoin    = wire.TeamOpJoin
+	opNotes   = wire.TeamOpNotes
+	opPart    = wire.TeamOpPart // waits up to partWait
+	opResume  = wire.TeamOpResume
+	opStatus  = wire.TeamOpStatus
 	partWait  = 5 * time.Second
 	teamRetry = 250 * time.Millisecond
 )
@@ -56,42 +56,29 @@ const (
 	maxTeamRequest    = 1 << 20 // bytes of a request body
 )
 
-type joinRequest struct {
-	Ranks    []int `json:"ranks"`
-	World    int   `json:"world"`
-	DropLast bool  `json:"drop_last"`
-}
-
-type notesRequest struct {
-	Notes []chunkNote `json:"notes"`
-}
-
-// chunkNote is a chunk a member received, or (Chunk -1) a shard's end or
-// (Reason set) its failure.
-type chunkNote struct {
-	Epoch   int            `json:"epoch"`
-	Shard   int            `json:"shard"`
-	Chunk   int            `json:"chunk"`
-	Rows    int            `json:"rows,omitempty"` // its samples (their keys stay with the member)
-	Schema  *schemaNote    `json:"schema,omitempty"`
-	Corrupt string         `json:"corrupt,omitempty"`
-	End     *wire.ShardEnd `json:"end,omitempty"`    // a shard's end
-	Reason  string         `json:"reason,omitempty"` // why the shard failed for good
-	Key     string         `json:"key,omitempty"`    // the failed shard's key
-}
-
-// schemaNote is a chunk's tensor layout.
-type schemaNote struct {
-	Names  []string            `json:"names"`
-	DTypes []safetensors.DType `json:"dtypes"`
-	Shapes [][]int             `json:"shapes"`
-}
+// The team's messages (wire owns them).
+type (
+	joinRequest   = wire.TeamJoin
+	notesRequest  = wire.TeamNotes
+	chunkNote     = wire.TeamNote
+	schemaNote    = wire.TeamSchema
+	partRequest   = wire.TeamPartRequest
+	resumeRequest = wire.TeamResume
+	statusRequest = wire.TeamStatus
+	teamReply     = wire.TeamReply
+	partNote      = wire.TeamPart
+	spanNote      = wire.TeamSpan
+)
 
 func noteOf(sc *schema) *schemaNote {
 	if sc == nil {
 		return nil
 	}
-	return &schemaNote{Names: sc.names, DTypes: sc.dtypes, Shapes: sc.shapes}
+	n := &schemaNote{Names: sc.names, DTypes: make([]string, len(sc.dtypes)), Shapes: sc.shapes}
+	for i, d := range sc.dtypes {
+		n.DTypes[i] = string(d)
+	}
+	return n
 }
 
 // maxNoteTensors and maxNoteDims bound a schema note.
@@ -100,7 +87,8 @@ const (
 	maxNoteDims    = 8
 )
 
-func (n *schemaNote) schema() (*schema, error) {
+// schemaOf is the schema a note gives, checked.
+func schemaOf(n *schemaNote) (*schema, error) {
 	if n == nil || len(n.Names) == 0 || len(n.DTypes) != len(n.Names) || len(n.Shapes) != len(n.Names) {
 		return nil, errors.New("a chunk's schema needs a dtype and a shape per tensor")
 	}
@@ -111,11 +99,15 @@ func (n *schemaNote) schema() (*schema, error) {
 		if len(sh) > maxNoteDims {
 			return nil, fmt.Errorf("tensor %.64q has %d dimensions a row: want at most %d", n.Names[i], len(sh), maxNoteDims)
 		}
-		if n.DTypes[i].Bytes(sh) < 0 {
+		if safetensors.DType(n.DTypes[i]).Bytes(sh) < 0 {
 			return nil, fmt.Errorf("tensor %.64q: dtype %.16q, shape %v: not a tensor this agent can stack", n.Names[i], n.DTypes[i], sh)
 		}
 	}
-	return &schema{names: n.Names, dtypes: n.DTypes, shapes: n.Shapes}, nil
+	dtypes := make([]safetensors.DType, len(n.DTypes))
+	for i, d := range n.DTypes {
+		dtypes[i] = safetensors.DType(d)
+	}
+	return &schema{names: n.Names, dtypes: dtypes, shapes: n.Shapes}, nil
 }
 
 // rowBound is how many rows a chunk of schema sc can have within the
@@ -127,72 +119,6 @@ func rowBound(sc *schema, chunkMax int) int {
 		row += max(d.Bytes(sc.shapes[i]), 0)
 	}
 	return min(chunkMax/row, maxRowsPerChunk)
-}
-
-type partRequest struct {
-	Rank     int   `json:"rank"`
-	World    int   `json:"world"`
-	DropLast *bool `json:"drop_last,omitempty"`
-}
-
-type resumeRequest struct {
-	State State `json:"state"`
-	World int   `json:"world"`
-}
-
-type statusRequest struct {
-	Held [][2]int `json:"held,omitempty"` // (epoch, shard) of the tasks it holds output of
-}
-
-// teamReply answers every team request.
-type teamReply struct {
-	Planner string `json:"planner"`
-	Status  string `json:"status"`
-	Error   string `json:"error,omitempty"`
-	// join: the session the member's further requests carry
-	Session string `json:"session,omitempty"`
-	// notes: those that were copies, those refused (index: why), and
-	// those deferred (the member holds too much at the planner: it tells
-	// them again)
-	Duplicates []int          `json:"duplicates,omitempty"`
-	Refused    map[int]string `json:"refused,omitempty"`
-	Deferred   []int          `json:"deferred,omitempty"`
-	// notes and status: whether the member should take more tasks
-	Want bool `json:"want,omitempty"`
-	// status:
-	Complete [][2]int `json:"complete,omitempty"`
-	// part:
-	Part *partNote `json:"part,omitempty"`
-	// resume:
-	Resume *ResumeResult `json:"resume,omitempty"`
-	// resume: the generation of ranks it started (see partNote.Gen)
-	Gen uint64 `json:"gen,omitempty"`
-}
-
-// partNote is a member rank's part: its rows as spans of chunks (the
-// member reads their keys from the chunks).
-type partNote struct {
-	Epoch    int             `json:"epoch"`
-	Step     int             `json:"step"`
-	Last     bool            `json:"last"`
-	Failed   int64           `json:"failed,omitempty"` // EpochFailed
-	World    int             `json:"world"`
-	Position json.RawMessage `json:"position"`
-	Rows     int             `json:"rows"`
-	Spans    []spanNote      `json:"spans"`
-	Schema   *schemaNote     `json:"schema,omitempty"`
-	// Gen is the generation of ranks (resumes on the planner) the part
-	// was formed for: a member drops a part of a generation before the
-	// last resume it forwarded (its requester went away with the old
-	// trainer; the resume rewound it).
-	Gen uint64 `json:"gen"`
-}
-
-type spanNote struct {
-	Shard int `json:"shard"`
-	Chunk int `json:"chunk"`
-	Lo    int `json:"lo"`
-	N     int `json:"n"`
 }
 
 // serveTeam answers the team's requests for this reader (its planner)
@@ -376,17 +302,25 @@ func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte
 		return a.memberPartReply(ctx, member, req)
 	case opResume:
 		var req resumeRequest
+		var st State
 		if err := json.Unmarshal(data, &req); err != nil {
 			return teamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
 		}
-		res, err := a.Resume(ctx, req.State, req.World)
+		if err := json.Unmarshal(req.State, &st); err != nil {
+			return teamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
+		}
+		res, err := a.Resume(ctx, st, req.World)
 		if err != nil {
 			return teamReply{Status: statusOf(err), Error: err.Error()}
 		}
 		a.mu.Lock()
 		gen := a.team.gen
 		a.mu.Unlock()
-		return teamReply{Status: statusOK, Resume: &res, Gen: gen}
+		out, err := json.Marshal(res)
+		if err != nil {
+			return teamReply{Status: statusStopped, Error: err.Error()}
+		}
+		return teamReply{Status: statusOK, Resume: out, Gen: gen}
 	}
 	return bad(fmt.Errorf("unknown request %.32q", op))
 }
@@ -412,7 +346,7 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 	case n.Chunk >= 0:
 		var sc *schema
 		if n.Corrupt == "" && n.Rows != 0 {
-			if sc, err = n.Schema.schema(); err != nil {
+			if sc, err = schemaOf(n.Schema); err != nil {
 				return false, false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -54,7 +53,7 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 			body any
 		}{
 			{opJoin, joinRequest{Ranks: []int{2}, World: 4}},
-			{opResume, resumeRequest{State: st, World: 4}},
+			{opResume, resumeRequest{State: mustJSONRaw(st), World: 4}},
 			{opPart, partRequest{Rank: 2, World: 4}},
 			{opNotes, notesRequest{Notes: []chunkNote{{Epoch: 1, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 1}}}}},
 		} {
@@ -81,7 +80,7 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 			op   string
 			body any
 		}{
-			{opResume, resumeRequest{State: st, World: 4}},
+			{opResume, resumeRequest{State: mustJSONRaw(st), World: 4}},
 			{opPart, partRequest{Rank: 2, World: 4}},
 			{opStatus, statusRequest{}},
 		} {
@@ -135,7 +134,7 @@ func TestTeamNoteBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Unlock()
-	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []safetensors.DType{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
+	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
 	// A row is 12 + 8 bytes and at least 3 of its key: 4 MiB hold 182,361.
 	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 182362, Schema: sc}); err == nil || !strings.Contains(err.Error(), "182361") {
 		t.Errorf("a note of 182,362 rows: %v, want refused naming the bound 182,361", err)
@@ -180,4 +179,12 @@ func TestMemberChecksPartSizes(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+func mustJSONRaw(v any) json.RawMessage {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
