@@ -63,6 +63,7 @@ type teamMember struct {
 	nonce, session string
 	seqs           seqWindow
 	busy           int // requests in progress
+	ranks          int // how many it serves
 	// chunks and rows it holds at the planner, at least (memberRoom).
 	chunks, rows int
 }
@@ -159,7 +160,7 @@ func (a *Reader) joinMember(name, nonce string, ranks []int, world int, dropLast
 		m = &teamMember{nonce: nonce, session: newNonce()}
 		t.members[name] = m
 	}
-	m.seen = now
+	m.seen, m.ranks = now, len(ranks)
 	a.log.Info("a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
 	a.notify()
 	return m.session, nil

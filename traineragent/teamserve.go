@@ -45,11 +45,12 @@ const (
 )
 
 // Bounds on what a member may ask of the planner: requests in progress per
-// member (a rank's long poll each, plus notes, status and resumes), joins
-// in progress, and chunks and rows a member may hold at the planner before
-// its further notes are deferred (it tells them again later).
+// member (two per rank: its long poll and its resume, plus notes and
+// status), joins in progress, and chunks and rows a member may hold at the
+// planner before its further notes are deferred (it tells them again
+// later).
 const (
-	maxMemberRequests = 16
+	maxMemberRequests = 8 // and 2 per rank
 	maxJoins          = 4
 	maxMemberChunks   = 1 << 16
 	maxMemberRows     = 1 << 21
@@ -175,7 +176,7 @@ func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
 		refusal = &r
 	case !mem.seqs.accept(h.seq):
 		refusal = &teamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
-	case mem.busy >= maxMemberRequests:
+	case mem.busy >= maxMemberRequests+2*mem.ranks:
 		refusal = &teamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
 	default:
 		mem.busy++
