@@ -1,8 +1,10 @@
 package traineragent
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -187,4 +189,39 @@ func mustJSONRaw(v any) json.RawMessage {
 		panic(err)
 	}
 	return data
+}
+
+// TestTeamBoundsAMembersRequests: a member (its session and key: a member
+// gone wrong, or its session sniffed) that floods the planner with part
+// requests gets at most 8 and 2 per rank in progress; the rest are told
+// the planner is busy, without a goroutine each (reproduction 14 from
+// inside the job).
+func TestTeamBoundsAMembersRequests(t *testing.T) {
+	job := testJob("flood", 1, 2, layout{{3, 3}, {2}})
+	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
+	r.team = newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader})
+	r.mu.Lock()
+	session, err := r.joinMember("m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
+	r.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base := runtime.NumGoroutine()
+	for seq := range uint64(1000) {
+		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, opPart))
+		m.Data = []byte(`{"rank":2,"world":4}`)
+		r.team.auth.seal(m, kindRequest, teamHead{op: opPart, member: "m", session: session, seq: seq + 1})
+		r.admitTeam(ctx, m)
+	}
+	r.mu.Lock()
+	busy := r.team.members["m"].busy
+	r.mu.Unlock()
+	if want := maxMemberRequests + 2*2; busy != want {
+		t.Errorf("%d requests of the member in progress, want %d", busy, want)
+	}
+	if n := runtime.NumGoroutine(); n > base+2*(maxMemberRequests+4) {
+		t.Errorf("%d goroutines after 1,000 part requests of one member, %d before", n, base)
+	}
 }
