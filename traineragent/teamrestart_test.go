@@ -96,7 +96,11 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 	var oldRuns sync.WaitGroup
 	var old []*Agent
 	for i, rs := range oldRanks {
-		a, err := New(e.nc, e.js, job, teamOptions(fmt.Sprintf("old%d", i), 4, rs), nil, nil, nil)
+		o := teamOptions(fmt.Sprintf("old%d", i), 4, rs)
+		// No position written by the old planner once the new one runs (a
+		// second writer of the reader stops the other, as it should).
+		o.KeepAliveInterval = time.Hour
+		a, err := New(e.nc, e.js, job, o, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
