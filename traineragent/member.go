@@ -754,8 +754,9 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 	a.block(time.Now())
 	a.mu.Unlock()
 	p, err := m.part(ctx, req, func() *producer {
-		// A rank may ask before the agent dispatches: wait for it.
-		_ = a.waitFor(ctx, func() bool { return a.producer != nil || a.runEnded })
+		// A rank may ask before the agent dispatches: wait for it (the
+		// poll outlives the request: the member's run, not ctx).
+		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.runEnded })
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return a.producer
