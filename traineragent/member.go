@@ -45,6 +45,8 @@ type member struct {
 	stopRun context.CancelFunc
 	// refusedLog is when a refused reply was last logged (unix ns).
 	refusedLog atomic.Int64
+	// takenLogged: a join refused for its name was logged.
+	takenLogged atomic.Bool
 
 	mu      sync.Mutex
 	queue   []chunkNote   // notes not yet told, in order (keepNotes takes from its head)
@@ -321,8 +323,9 @@ func (m *member) join(ctx context.Context) error {
 		return err
 	}
 	if r.Status != statusOK {
-		if r.Status == statusTaken {
-			m.log.Warn("the reader's planner refuses this agent's name", "err", r.Error)
+		if r.Status == statusTaken && m.takenLogged.CompareAndSwap(false, true) {
+			// Once: it asks again every teamRetry until the other is quiet.
+			m.log.Warn("the reader's planner refuses this agent's name; asking again until the agent of that name is quiet", "err", r.Error)
 		}
 		return fmt.Errorf("joining reader %s's team: %s", m.reader, r.Error)
 	}
