@@ -1,7 +1,7 @@
 # The README's test command is `make test`; .ci/run runs exactly that.
 GO ?= go
 
-.PHONY: test test-python deps build build-turbo image demo vet fmt-check
+.PHONY: test test-python deps build build-turbo image demo vet fmt-check e2e-knative
 
 # Everything, then the packages whose code differs under the turbojpeg tag
 # again in that build.
@@ -44,3 +44,11 @@ image: deps
 
 demo:
 	$(GO) run ./cmd/sluice demo
+
+# The real-cluster tests: Kubernetes v1.34.2, Knative Serving v0.42.2 and
+# Traefik (its KIngress) built from the Go module proxy into
+# ~/.cache/sluice/e2e, started in the network namespace sluice-e2e, Sluice
+# deployed from deploy/knative, the scenarios of test/e2e run, all torn
+# down. Needs root. See test/e2e/run.sh for its settings.
+e2e-knative:
+	bash test/e2e/run.sh

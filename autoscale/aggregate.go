@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluice-project/sluice/internal/sat"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -11,14 +12,6 @@ import (
 type Signal struct {
 	Demand wire.Demand
 	At     time.Time
-}
-
-// readerOf names the reader a signal speaks for.
-func readerOf(d wire.Demand) string {
-	if d.Reader == "" {
-		return wire.DefaultReader
-	}
-	return d.Reader
 }
 
 // bufferFill is how full a signal's buffer is (buffered / capacity).
@@ -108,8 +101,8 @@ func MergeSteps(times ...wire.StepTimes) wire.StepTimes {
 			continue
 		}
 		n := float64(t.Steps)
-		out.Steps += t.Steps
-		out.Ranks += t.Ranks
+		out.Steps = sat.Add64(out.Steps, t.Steps)
+		out.Ranks = sat.Sum(out.Ranks, t.Ranks)
 		wait += t.WaitS * n
 		compute += t.ComputeS * n
 		other += t.OtherS * n

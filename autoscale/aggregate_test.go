@@ -39,14 +39,14 @@ func TestAggregate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := map[string]Signal{}
 			for _, s := range tc.signals {
-				m[readerOf(s.Demand)] = s
+				m[s.Demand.ReaderName()] = s
 			}
 			d, at := Aggregate(m, tc.readers, sec(tc.now), stale)
 			got := ""
 			if d != nil {
 				got = d.Reader
-				if at != m[readerOf(*d)].At {
-					t.Errorf("at %v, want the chosen signal's %v", at, m[readerOf(*d)].At)
+				if at != m[d.ReaderName()].At {
+					t.Errorf("at %v, want the chosen signal's %v", at, m[d.ReaderName()].At)
 				}
 				if d.Done != tc.done {
 					t.Errorf("done %v, want %v", d.Done, tc.done)

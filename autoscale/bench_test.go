@@ -20,22 +20,22 @@ func BenchmarkRunnerTick200Jobs(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.ClusterCapacity = 64
 	act := newFakeActuator()
-	r, err := NewRunner(nil, act, cfg, nil, prometheus.NewRegistry())
+	r, err := NewRunner(act, cfg, nil, prometheus.NewRegistry())
+	f := newFeed()
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
 	for i := range jobs {
-		r.AddJob(fmt.Sprintf("job-%03d", i), Job{Backlog: &fakeBacklog{pending: 10, inflight: 2},
-			Weight: float64(1 + i%3), Readers: []string{"trainer", "eval"}})
+		f.add(r, fmt.Sprintf("job-%03d", i), Job{Weight: float64(1 + i%3)}, &fakeBacklog{pending: 10, inflight: 2}, "trainer", "eval")
 	}
 	start := time.Now()
 	tick := 0
 	observe := func(now time.Time) {
 		for i := range jobs {
 			job := fmt.Sprintf("job-%03d", i)
-			r.Observe(wire.Demand{Job: job, Reader: "trainer", StallFraction: float64(i%10) / 10, ConsumedPerS: 100, ArrivedPerS: 90, BufferCapacity: 100}, now)
-			r.Observe(wire.Demand{Job: job, Reader: "eval", StallFraction: 0.05, ConsumedPerS: 50, ArrivedPerS: 90, BufferedSamples: 80, BufferCapacity: 100}, now)
+			f.observe(wire.Demand{Job: job, Reader: "trainer", StallFraction: float64(i%10) / 10, ConsumedPerS: 100, ArrivedPerS: 90, BufferCapacity: 100}, now)
+			f.observe(wire.Demand{Job: job, Reader: "eval", StallFraction: 0.05, ConsumedPerS: 50, ArrivedPerS: 90, BufferedSamples: 80, BufferCapacity: 100}, now)
 		}
 	}
 	observe(start)
@@ -49,7 +49,7 @@ func BenchmarkRunnerTick200Jobs(b *testing.B) {
 			act.takeCalls()
 			b.StartTimer()
 		}
-		r.Tick(ctx, now)
+		f.tick(ctx, r, now)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/jobs, "ns/job/tick")
 }

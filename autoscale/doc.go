@@ -77,11 +77,10 @@
 // autoscale/baseline: Knative's KPA, KEDA's queue-lag scaler) is another,
 // given to the runner with UsePolicy to compare them on the same work.
 //
-// Runner is the thin loop around all three: it keeps the latest demand per
-// job and reader, and per job and agent (Observe, fed by a NATS
-// subscription in Run; Agents; a signal of a reader the job does not
-// declare, or naming an agent beyond MaxAgentsPerJob, is refused and
-// counted), asks each job's Backlog, decides,
+// Runner is the thin loop around all three, as Knative's MultiScaler is
+// around its deciders: each Tick brings every job's Inputs (its demand,
+// aggregated by the caller, and its backlog: the controller owns the
+// agents' signals and the task counts), and the runner decides,
 // allocates, calls Actuator.Scale for every job on every tick (so the
 // actuator can replace replicas that died; removed and shrinking jobs
 // first, so that the replicas never exceed the capacity between two calls)

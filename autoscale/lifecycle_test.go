@@ -32,15 +32,16 @@ func (l *lifecycleActuator) EndJob(_ context.Context, job string) error {
 
 func TestRunnerStartsAndEndsJobsInTheActuatorOnce(t *testing.T) {
 	act := &lifecycleActuator{fakeActuator: newFakeActuator(), startErr: errors.New("api server down")}
-	r, err := NewRunner(nil, act, DefaultConfig(), nil, nil)
+	r, err := NewRunner(act, DefaultConfig(), nil, nil)
+	f := newFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
-	r.AddJob("j", Job{Backlog: &fakeBacklog{pending: 5}, MinReplicas: 1, MaxReplicas: 4})
+	f.add(r, "j", Job{MinReplicas: 1, MaxReplicas: 4}, &fakeBacklog{pending: 5})
 
-	r.Tick(ctx, now)
+	f.tick(ctx, r, now)
 	// A failed StartJob does not hold the scaling back, and is retried.
 	if d := cmp.Diff([]string{"start j 1..4", "j=1"}, act.takeCalls()); d != "" {
 		t.Errorf("first tick (-want,+got)\n%s", d)
@@ -48,22 +49,19 @@ func TestRunnerStartsAndEndsJobsInTheActuatorOnce(t *testing.T) {
 	act.mu.Lock()
 	act.startErr = nil
 	act.mu.Unlock()
-	r.Tick(ctx, now.Add(time.Second))
+	f.tick(ctx, r, now.Add(time.Second))
 	if d := cmp.Diff([]string{"start j 1..4", "j=1"}, act.takeCalls()); d != "" {
 		t.Errorf("second tick (-want,+got)\n%s", d)
 	}
 	for i := range 5 {
-		r.Tick(ctx, now.Add(time.Duration(2+i)*time.Second))
+		f.tick(ctx, r, now.Add(time.Duration(2+i)*time.Second))
 	}
 	if d := cmp.Diff([]string{"j=1", "j=1", "j=1", "j=1", "j=1"}, act.takeCalls()); d != "" {
 		t.Errorf("later ticks: Scale only (-want,+got)\n%s", d)
 	}
-	if p, f, ok := r.Backlog("j"); p != 5 || f != 0 || !ok {
-		t.Errorf("Backlog = %d, %d, %v; want the last tick's 5, 0", p, f, ok)
-	}
 	r.RemoveJob("j")
-	r.Tick(ctx, now.Add(10*time.Second))
-	r.Tick(ctx, now.Add(11*time.Second))
+	f.tick(ctx, r, now.Add(10*time.Second))
+	f.tick(ctx, r, now.Add(11*time.Second))
 	if d := cmp.Diff([]string{"j=0", "end j"}, act.takeCalls()); d != "" {
 		t.Errorf("after removal (-want,+got)\n%s", d)
 	}

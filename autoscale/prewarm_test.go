@@ -12,16 +12,17 @@ func TestRunnerPrewarmsAJobWithItsInitialReplicas(t *testing.T) {
 	act := newFakeActuator()
 	cfg := DefaultConfig()
 	cfg.MaxReplicas = 16
-	r, err := NewRunner(nil, act, cfg, nil, nil)
+	r, err := NewRunner(act, cfg, nil, nil)
+	f := newFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r.AddJob("warm", Job{Backlog: &fakeBacklog{pending: 100}, InitialReplicas: 5})
-	r.AddJob("cold", Job{Backlog: &fakeBacklog{pending: 100}})
-	r.AddJob("capped", Job{Backlog: &fakeBacklog{pending: 100}, InitialReplicas: 5, MaxReplicas: 3})
+	f.add(r, "warm", Job{InitialReplicas: 5}, &fakeBacklog{pending: 100})
+	f.add(r, "cold", Job{}, &fakeBacklog{pending: 100})
+	f.add(r, "capped", Job{InitialReplicas: 5, MaxReplicas: 3}, &fakeBacklog{pending: 100})
 	for i := range 3 {
-		r.Tick(ctx, sec(float64(i)))
+		f.tick(ctx, r, sec(float64(i)))
 		for job, want := range map[string]int{"warm": 5, "cold": cfg.InitialReplicas, "capped": 3} {
 			if got := act.count(job); got != want {
 				t.Errorf("tick %d: %s has %d replicas; want %d", i, job, got, want)

@@ -2,11 +2,9 @@ package autoscale
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -66,13 +63,14 @@ func (f *fakeActuator) takeCalls() []string {
 	return c
 }
 
+// fakeBacklog is a job's tasks as a test sets them.
 type fakeBacklog struct {
 	mu                sync.Mutex
 	pending, inflight int
 	done              bool
 }
 
-func (b *fakeBacklog) Backlog() (int, int, bool) {
+func (b *fakeBacklog) get() (int, int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.pending, b.inflight, b.done
@@ -82,6 +80,57 @@ func (b *fakeBacklog) set(pending, inflight int, done bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.pending, b.inflight, b.done = pending, inflight, done
+}
+
+// feed stands in for the controller, which owns the agents' signals: it
+// keeps each job's backlog and the latest signal of each of its readers,
+// and ticks the runner with them aggregated (Aggregate), as plain inputs.
+type feed struct {
+	backlogs map[string]*fakeBacklog
+	readers  map[string][]string
+	signals  map[string]map[string]Signal
+}
+
+func newFeed() *feed {
+	return &feed{backlogs: map[string]*fakeBacklog{}, readers: map[string][]string{}, signals: map[string]map[string]Signal{}}
+}
+
+// add gives job j to r, with its backlog (nil: none) and declared readers.
+func (f *feed) add(r *Runner, name string, j Job, b *fakeBacklog, readers ...string) {
+	f.backlogs[name], f.readers[name] = b, readers
+	r.AddJob(name, j)
+}
+
+// observe keeps d as its reader's latest signal, received at at; an
+// older one than kept is ignored.
+func (f *feed) observe(d wire.Demand, at time.Time) {
+	reader := d.Reader
+	if reader == "" {
+		reader = wire.DefaultReader
+	}
+	m := f.signals[d.Job]
+	if m == nil {
+		m = map[string]Signal{}
+		f.signals[d.Job] = m
+	}
+	if o, ok := m[reader]; ok && o.At.After(at) {
+		return
+	}
+	m[reader] = Signal{d, at}
+}
+
+// tick ticks r at now with every job's inputs.
+func (f *feed) tick(ctx context.Context, r *Runner, now time.Time) {
+	in := map[string]Inputs{}
+	for name, b := range f.backlogs {
+		var i Inputs
+		if b != nil {
+			i.Pending, i.InFlight, i.Done = b.get()
+		}
+		i.Demand, i.DemandAt = Aggregate(f.signals[name], f.readers[name], now, r.cfg.DemandStale)
+		in[name] = i
+	}
+	r.Tick(ctx, now, in)
 }
 
 func stalled(job string) wire.Demand {
@@ -96,25 +145,26 @@ func TestRunnerTick(t *testing.T) {
 	// allocator's are TestRunnerTickMarginal's.
 	cfg.Allocator = AllocatorFair
 	reg := prometheus.NewRegistry()
-	r, err := NewRunner(nil, act, cfg, nil, reg)
+	r, err := NewRunner(act, cfg, nil, reg)
+	f := newFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	a, b, idle := &fakeBacklog{pending: 40}, &fakeBacklog{pending: 40}, &fakeBacklog{}
-	r.AddJob("a", Job{Backlog: a})
-	r.AddJob("b", Job{Backlog: b})
-	r.AddJob("idle", Job{Backlog: idle})
+	f.add(r, "a", Job{}, a)
+	f.add(r, "b", Job{}, b)
+	f.add(r, "idle", Job{}, idle)
 
-	r.Tick(ctx, sec(0))
+	f.tick(ctx, r, sec(0))
 	if diff := cmp.Diff([]string{"a=1", "b=1", "idle=0"}, act.takeCalls()); diff != "" {
 		t.Fatalf("first tick scale calls (-want +got):\n%s", diff)
 	}
 	// Both trainers starve: each wants more; the cluster has 5.
 	for i := 1; i <= 3; i++ {
-		r.Observe(stalled("a"), sec(float64(i)))
-		r.Observe(stalled("b"), sec(float64(i)))
-		r.Tick(ctx, sec(float64(i)))
+		f.observe(stalled("a"), sec(float64(i)))
+		f.observe(stalled("b"), sec(float64(i)))
+		f.tick(ctx, r, sec(float64(i)))
 	}
 	if a, b := r.Replicas("a"), r.Replicas("b"); a+b != 5 || a != 3 || b != 2 {
 		t.Fatalf("replicas a=%d b=%d, want 3 and 2 of the cluster's 5", a, b)
@@ -124,26 +174,26 @@ func TestRunnerTick(t *testing.T) {
 	}
 	// Every tick scales every job, so an actuator can replace dead replicas.
 	act.takeCalls()
-	r.Tick(ctx, sec(3.5))
+	f.tick(ctx, r, sec(3.5))
 	if diff := cmp.Diff([]string{"a=3", "b=2", "idle=0"}, act.takeCalls()); diff != "" {
 		t.Errorf("steady tick scale calls (-want +got):\n%s", diff)
 	}
 
 	// A new job gets its fair share at once, taken from the biggest.
-	r.AddJob("c", Job{Backlog: &fakeBacklog{pending: 5}})
-	r.Observe(stalled("a"), sec(4))
-	r.Observe(stalled("b"), sec(4))
-	r.Tick(ctx, sec(4))
+	f.add(r, "c", Job{}, &fakeBacklog{pending: 5})
+	f.observe(stalled("a"), sec(4))
+	f.observe(stalled("b"), sec(4))
+	f.tick(ctx, r, sec(4))
 	if diff := cmp.Diff([]string{"a=2", "b=2", "c=1", "idle=0"}, act.takeCalls()); diff != "" {
 		t.Errorf("scale calls with a third job (-want +got):\n%s", diff)
 	}
 
 	// An older signal does not replace a newer one.
-	r.Observe(wire.Demand{Job: "a", StallFraction: 0, BufferedSamples: 50, BufferCapacity: 100}, sec(4.9))
-	r.Observe(wire.Demand{Job: "a", Done: true}, sec(0.5))
+	f.observe(wire.Demand{Job: "a", StallFraction: 0, BufferedSamples: 50, BufferCapacity: 100}, sec(4.9))
+	f.observe(wire.Demand{Job: "a", Done: true}, sec(0.5))
 	b.set(0, 0, true)
 	r.RemoveJob("idle")
-	r.Tick(ctx, sec(5))
+	f.tick(ctx, r, sec(5))
 	// The removed job and the one done first: their replicas go before
 	// the others get theirs.
 	if diff := cmp.Diff([]string{"idle=0", "b=0", "a=2", "c=1"}, act.takeCalls()); diff != "" {
@@ -195,13 +245,14 @@ func TestRunnerTick(t *testing.T) {
 func TestRunnerKeepsDecidingWhenScaleFails(t *testing.T) {
 	act := newFakeActuator()
 	act.err = errors.New("quota exceeded")
-	r, err := NewRunner(nil, act, DefaultConfig(), nil, nil)
+	r, err := NewRunner(act, DefaultConfig(), nil, nil)
+	f := newFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.AddJob("a", Job{Backlog: &fakeBacklog{pending: 3}})
-	r.Tick(context.Background(), sec(0))
-	r.Tick(context.Background(), sec(1))
+	f.add(r, "a", Job{}, &fakeBacklog{pending: 3})
+	f.tick(context.Background(), r, sec(0))
+	f.tick(context.Background(), r, sec(1))
 	if diff := cmp.Diff([]string{"a=1", "a=1"}, act.takeCalls()); diff != "" {
 		t.Errorf("scale calls (-want +got):\n%s", diff)
 	}
@@ -210,65 +261,11 @@ func TestRunnerKeepsDecidingWhenScaleFails(t *testing.T) {
 func TestNewRunnerRejectsBadConfig(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxReplicas = 0
-	if _, err := NewRunner(nil, newFakeActuator(), cfg, nil, nil); err == nil {
+	if _, err := NewRunner(newFakeActuator(), cfg, nil, nil); err == nil {
 		t.Error("NewRunner accepted max replicas 0")
 	}
-	if _, err := NewRunner(nil, nil, DefaultConfig(), nil, nil); err == nil {
+	if _, err := NewRunner(nil, DefaultConfig(), nil, nil); err == nil {
 		t.Error("NewRunner accepted no actuator")
-	}
-	r, _ := NewRunner(nil, newFakeActuator(), DefaultConfig(), nil, nil)
-	if err := r.Run(context.Background(), nil); err == nil {
-		t.Error("Run without a nats connection succeeded")
-	}
-}
-
-func TestRunnerRunReadsDemandOverNATS(t *testing.T) {
-	_, nc := testenv.NATS(t)
-	act := newFakeActuator()
-	r, err := NewRunner(nc, act, DefaultConfig(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.AddJob("job-7", Job{Backlog: &fakeBacklog{pending: 20}})
-	ctx, cancel := context.WithCancel(context.Background())
-	tick := make(chan time.Time)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, tick) }()
-
-	tick <- time.Now()
-	testenv.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
-		if n := r.Replicas("job-7"); n != 1 {
-			return fmt.Errorf("%d replicas, want 1 (activation)", n)
-		}
-		return nil
-	})
-	// The trainer starves: its signal, published like an agent does, makes
-	// the next ticks add replicas. The subject names the job, whatever the body says.
-	d := stalled("someone-else")
-	data, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if err := nc.Publish(wire.DemandSubject("job-7"), data); err != nil {
-			return err
-		}
-		if err := nc.Flush(); err != nil {
-			return err
-		}
-		tick <- time.Now()
-		if n := act.count("job-7"); n < 2 {
-			return fmt.Errorf("%d replicas, want more after a stall", n)
-		}
-		return nil
-	})
-	ev := r.Events()
-	if len(ev) < 2 || !strings.Contains(ev[1].Reason, "stalled 100%") {
-		t.Errorf("events %+v: want activation then a stall", ev)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run after cancel = %v, want nil", err)
 	}
 }
 
@@ -276,20 +273,21 @@ func TestRunnerAppliesEachJobsBoundsAndWeight(t *testing.T) {
 	act := newFakeActuator()
 	cfg := DefaultConfig()
 	cfg.ClusterCapacity = 9
-	r, err := NewRunner(nil, act, cfg, nil, nil)
+	r, err := NewRunner(act, cfg, nil, nil)
+	f := newFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r.AddJob("capped", Job{Backlog: &fakeBacklog{pending: 100}, MaxReplicas: 2})
-	r.AddJob("heavy", Job{Backlog: &fakeBacklog{pending: 100}, Weight: 2})
-	r.AddJob("light", Job{Backlog: &fakeBacklog{pending: 100}, Weight: 1})
-	r.AddJob("floor", Job{Backlog: &fakeBacklog{}, MinReplicas: 1})
+	f.add(r, "capped", Job{MaxReplicas: 2}, &fakeBacklog{pending: 100})
+	f.add(r, "heavy", Job{Weight: 2}, &fakeBacklog{pending: 100})
+	f.add(r, "light", Job{Weight: 1}, &fakeBacklog{pending: 100})
+	f.add(r, "floor", Job{MinReplicas: 1}, &fakeBacklog{})
 	for i := range 6 {
 		for _, j := range []string{"capped", "heavy", "light"} {
-			r.Observe(stalled(j), sec(float64(i)))
+			f.observe(stalled(j), sec(float64(i)))
 		}
-		r.Tick(ctx, sec(float64(i)))
+		f.tick(ctx, r, sec(float64(i)))
 	}
 	// 9 in all: the floor job keeps its 1, the capped job its max 2, and
 	// the 6 left go 2:1 by weight.
@@ -304,32 +302,30 @@ func TestRunnerAppliesEachJobsBoundsAndWeight(t *testing.T) {
 
 func TestRunnerFollowsTheMostStalledReader(t *testing.T) {
 	act := newFakeActuator()
-	r, err := NewRunner(nil, act, DefaultConfig(), nil, nil)
+	r, err := NewRunner(act, DefaultConfig(), nil, nil)
+	f := newFeed()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r.AddJob("j", Job{Backlog: &fakeBacklog{pending: 100}, Readers: []string{"fast", "slow"}})
-	r.Tick(ctx, sec(0)) // activation: 1
+	f.add(r, "j", Job{}, &fakeBacklog{pending: 100}, "fast", "slow")
+	f.tick(ctx, r, sec(0)) // activation: 1
 	for i := 1; i <= 2; i++ {
-		r.Observe(wire.Demand{Job: "j", Reader: "fast", StallFraction: 0, BufferedSamples: 90, BufferCapacity: 100}, sec(float64(i)))
-		r.Observe(wire.Demand{Job: "j", Reader: "slow", StallFraction: 1, BufferCapacity: 100}, sec(float64(i)))
-		r.Tick(ctx, sec(float64(i)))
+		f.observe(wire.Demand{Job: "j", Reader: "fast", StallFraction: 0, BufferedSamples: 90, BufferCapacity: 100}, sec(float64(i)))
+		f.observe(wire.Demand{Job: "j", Reader: "slow", StallFraction: 1, BufferCapacity: 100}, sec(float64(i)))
+		f.tick(ctx, r, sec(float64(i)))
 	}
 	if n := act.count("j"); n <= 1 {
 		t.Fatalf("%d replicas: the stalled reader should have added some", n)
 	}
-	if got := r.Signals("j"); len(got) != 2 {
-		t.Errorf("signals %v, want one per reader", got)
-	}
 	// One reader done is not the job done.
-	r.Observe(wire.Demand{Job: "j", Reader: "fast", Done: true}, sec(3))
-	r.Tick(ctx, sec(3))
+	f.observe(wire.Demand{Job: "j", Reader: "fast", Done: true}, sec(3))
+	f.tick(ctx, r, sec(3))
 	if n := act.count("j"); n == 0 {
 		t.Fatal("scaled to zero while a reader still reads")
 	}
-	r.Observe(wire.Demand{Job: "j", Reader: "slow", Done: true}, sec(3.5))
-	r.Tick(ctx, sec(4))
+	f.observe(wire.Demand{Job: "j", Reader: "slow", Done: true}, sec(3.5))
+	f.tick(ctx, r, sec(4))
 	if n, reason := r.Decision("j"); n != 0 || reason != "job done" {
 		t.Errorf("decision %d %q, want 0 \"job done\" once every reader is", n, reason)
 	}
@@ -354,13 +350,14 @@ func TestRunnerTickMarginal(t *testing.T) {
 			act := newFakeActuator()
 			cfg := DefaultConfig()
 			cfg.ClusterCapacity, cfg.Allocator = 6, tc.allocator
-			r, err := NewRunner(nil, act, cfg, nil, prometheus.NewRegistry())
+			r, err := NewRunner(act, cfg, nil, prometheus.NewRegistry())
+			f := newFeed()
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
 			for name := range appetite {
-				r.AddJob(name, Job{Backlog: &fakeBacklog{pending: 100}})
+				f.add(r, name, Job{}, &fakeBacklog{pending: 100})
 			}
 			progress := 0.0
 			for i := range 20 {
@@ -369,11 +366,11 @@ func TestRunnerTickMarginal(t *testing.T) {
 				for name, want := range appetite {
 					arrived := 100 * float64(act.count(name))
 					consumed := min(arrived, want)
-					r.Observe(wire.Demand{Job: name, ArrivedPerS: arrived, ConsumedPerS: consumed,
+					f.observe(wire.Demand{Job: name, ArrivedPerS: arrived, ConsumedPerS: consumed,
 						StallFraction: 1 - consumed/want, BufferCapacity: 100}, now)
 					progress += consumed / want
 				}
-				r.Tick(ctx, now)
+				f.tick(ctx, r, now)
 			}
 			got := map[string]int{"a": act.count("a"), "b": act.count("b")}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
@@ -383,36 +380,5 @@ func TestRunnerTickMarginal(t *testing.T) {
 				t.Errorf("trainer progress %.2f, want %.2f", progress, tc.progress)
 			}
 		})
-	}
-}
-
-// TestRunnerKeepsEachAgentsLatestSignal: several agents of one job (one per
-// node) serve the same reader; each one's latest signal is kept apart, an
-// older one does not replace it, and they go with the job.
-func TestRunnerKeepsEachAgentsLatestSignal(t *testing.T) {
-	r, err := NewRunner(nil, newFakeActuator(), DefaultConfig(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.AddJob("j", Job{})
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	r.Observe(wire.Demand{Job: "j", Agent: "node-a", InFlight: 3}, t0.Add(2*time.Second))
-	r.Observe(wire.Demand{Job: "j", Agent: "node-a", InFlight: 9}, t0) // older: ignored
-	r.Observe(wire.Demand{Job: "j", Agent: "node-b", InFlight: 2}, t0.Add(time.Second))
-	r.Observe(wire.Demand{Job: "j", InFlight: 7}, t0.Add(time.Second)) // names no agent
-	r.Observe(wire.Demand{Job: "other", Agent: "node-a", InFlight: 1}, t0)
-	got := map[string]int{}
-	for name, s := range r.Agents("j") {
-		got[name] = s.Demand.InFlight
-	}
-	if diff := cmp.Diff(map[string]int{"node-a": 3, "node-b": 2}, got); diff != "" {
-		t.Errorf("agents' in flight (-want +got):\n%s", diff)
-	}
-	if n := len(r.Signals("j")); n != 1 {
-		t.Errorf("%d readers' signals, want 1 (the default reader)", n)
-	}
-	r.RemoveJob("j")
-	if a := r.Agents("j"); len(a) != 0 {
-		t.Errorf("agents of a removed job: %v", a)
 	}
 }

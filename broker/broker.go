@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -50,6 +51,27 @@ const publishWindow = 1024
 
 // publishAckTimeout bounds the wait for one window's PubAcks.
 const publishAckTimeout = 30 * time.Second
+
+// Bounds on what one job queues in the task stream, checked by Submit
+// before anything is stored. Every task of every epoch is queued at
+// Submit and stays in the stream (file storage) until an agent acks it,
+// so without them one spec within its own bounds (10,000 epochs of any
+// number of shards) could fill the file store every job shares.
+//
+// A window of epochs queued at a time would bound the stream without
+// bounding epochs, but it needs an owner that queues each next epoch as
+// one drains, exactly once across controller takeovers and agents'
+// replays; the cap keeps Submit the one writer of a job's tasks and the
+// record the whole of its work. A job over it is split by the user
+// (fewer epochs per job, or fewer, larger shards), told so at Submit.
+const (
+	// MaxJobTasks bounds a job's tasks (shards x epochs): 10,000 epochs
+	// of 100 shards, or 100 epochs of 10,000 shards.
+	MaxJobTasks = 1_000_000
+	// MaxJobTaskBytes bounds what a job's tasks take in the stream: the
+	// tasks (their shard keys mostly), subjects and message ids.
+	MaxJobTaskBytes = 256 << 20
+)
 
 // rollbackTimeout bounds the cleanup of a Submit that failed half way.
 const rollbackTimeout = 10 * time.Second
@@ -181,6 +203,9 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 	}
 	now := time.Now().UTC()
 	job := wire.Job{Spec: spec, Bucket: bucket, Shards: shards, Submitted: now, State: wire.JobQueued, Updated: now}
+	if err := checkTaskBounds(job); err != nil {
+		return wire.Job{}, err
+	}
 
 	record, err := json.Marshal(job)
 	if err != nil {
@@ -211,6 +236,51 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 	b.log.Info("job submitted", "job", id, "dataset", spec.Dataset, "shards", len(shards),
 		"epochs", spec.Epochs, "tasks", job.Tasks(), "queue_s", time.Since(start).Seconds())
 	return job, nil
+}
+
+// checkTaskBounds refuses a job whose tasks would pass MaxJobTasks or
+// MaxJobTaskBytes, naming the bound and the job's figure.
+func checkTaskBounds(job wire.Job) error {
+	id, shards, epochs := job.Spec.ID, len(job.Shards), job.Spec.Epochs
+	if n := int64(shards) * int64(epochs); n > MaxJobTasks {
+		return fmt.Errorf("job %s: %d tasks (%d shards x %d epochs), over the limit of %d tasks a job may queue: "+
+			"submit fewer epochs per job, or fewer, larger shards",
+			id, n, shards, epochs, MaxJobTasks)
+	}
+	if b := taskBytes(job); b > MaxJobTaskBytes {
+		return fmt.Errorf("job %s: its %d tasks (%d shards x %d epochs) take about %d MiB in the task stream, over the limit of %d MiB a job may queue "+
+			"(long shard keys: %d bytes on average): submit fewer epochs per job, or fewer shards",
+			id, shards*epochs, shards, epochs, b>>20, MaxJobTaskBytes>>20, keyBytes(job.Shards)/int64(shards))
+	}
+	return nil
+}
+
+// taskBytes is at least what job's tasks take in the task stream: each
+// shard's task as encoded for the last epoch (the longest epoch number),
+// its subject and message id (queueTasks), times the epochs.
+func taskBytes(job wire.Job) int64 {
+	last := job.Spec.Epochs - 1
+	subject := int64(len(wire.TaskSubject(job.Spec.ID)))
+	nonce := int64(len(strconv.FormatInt(job.Submitted.UnixNano(), 36)))
+	var per int64
+	for shard := range job.Shards {
+		t := job.Task(last, shard)
+		data, err := json.Marshal(t)
+		if err != nil {
+			return math.MaxInt64 // a task that cannot be encoded is not queued either
+		}
+		per += int64(len(data)) + subject + int64(len(t.ID())) + 1 + nonce
+	}
+	return per * int64(job.Spec.Epochs)
+}
+
+// keyBytes is the length of keys, added up.
+func keyBytes(keys []string) int64 {
+	var n int64
+	for _, k := range keys {
+		n += int64(len(k))
+	}
+	return n
 }
 
 // createConsumer creates job id's task consumer, with the default ack

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -338,5 +340,48 @@ func TestSubmitThatFailsToQueueRollsBack(t *testing.T) {
 	e.submit(t, testSpec("jx", 1))
 	if n := taskCount(t, e.js, "jx"); n != 4 {
 		t.Errorf("retried submit queued %d tasks, want 4", n)
+	}
+}
+
+// TestSubmitRefusesAJobOverTheTaskBounds: a job whose tasks (shards x
+// epochs) or their stored bytes would pass the bounds is refused at
+// Submit, the error naming the bound and the job's figure, and nothing is
+// stored; a job just under them is queued.
+func TestSubmitRefusesAJobOverTheTaskBounds(t *testing.T) {
+	e := newEnv(t, 101)
+	ctx := context.Background()
+	// 101 shards x 10,000 epochs: 1,010,000 tasks.
+	_, err := e.b.Submit(ctx, testSpec("many", 10000))
+	if err == nil || !strings.Contains(err.Error(), "1010000 tasks (101 shards x 10000 epochs)") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("limit of %d tasks", MaxJobTasks)) {
+		t.Errorf("submitting 101 shards x 10000 epochs: %v, want refused naming 1010000 tasks and the limit", err)
+	}
+	if got := leftovers(t, e, "many"); len(got) != 0 {
+		t.Errorf("a refused submit left %v", got)
+	}
+
+	// 26 shards with keys of 1,000 bytes x 10,000 epochs: 260,000 tasks,
+	// under MaxJobTasks, but about 300 MB of them.
+	for i := range 26 {
+		key := fmt.Sprintf("long/%s-%03d.tar", strings.Repeat("k", 985), i)
+		if _, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("data"), Key: aws.String(key), Body: strings.NewReader("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := testSpec("long", 10000)
+	spec.Dataset = "s3://data/long/"
+	_, err = e.b.Submit(ctx, spec)
+	if err == nil || !strings.Contains(err.Error(), "260000 tasks (26 shards x 10000 epochs)") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("limit of %d MiB", MaxJobTaskBytes>>20)) || !strings.Contains(err.Error(), "998 bytes on average") {
+		t.Errorf("submitting 26 long keys x 10000 epochs: %v, want refused naming the bytes, the limit and the keys' length", err)
+	}
+	if got := leftovers(t, e, "long"); len(got) != 0 {
+		t.Errorf("a refused submit left %v", got)
+	}
+	// Under both: queued.
+	spec = testSpec("fits", 3)
+	spec.Dataset = "s3://data/long/"
+	if job := e.submit(t, spec); taskCount(t, e.js, "fits") != job.Tasks() {
+		t.Errorf("a job under the bounds: %d tasks stored, want %d", taskCount(t, e.js, "fits"), job.Tasks())
 	}
 }

@@ -193,7 +193,7 @@ func TestCancelReleasesEverythingWithoutAController(t *testing.T) {
 	// The record (now cancelled), status, lease and reader positions stay
 	// for status and delete; no work, consumer or plan is left.
 	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key",
-		"reader position c.rank0", "reader position c.rank1", "shards failed"}
+		"reader position " + wire.ReaderKey("c", "rank0"), "reader position " + wire.ReaderKey("c", "rank1"), "shards failed"}
 	if got := leftovers(t, e, "c"); !slices.Equal(got, want) {
 		t.Errorf("after cancel: %v, want only %v", got, want)
 	}
@@ -297,7 +297,7 @@ func TestCancelMidRunLeavesNoWorkBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = held[0].Ack() // as the agent finishing its shard would
-	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key", "reader position m." + wire.DefaultReader, "shards failed"}
+	want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key", "reader position " + wire.ReaderKey("m", wire.DefaultReader), "shards failed"}
 	if got := leftovers(t, e, "m"); !slices.Equal(got, want) {
 		t.Errorf("after cancel mid-run: %v, want only %v", got, want)
 	}
@@ -306,5 +306,50 @@ func TestCancelMidRunLeavesNoWorkBehind(t *testing.T) {
 	}
 	if got := leftovers(t, e, "m"); len(got) != 0 {
 		t.Errorf("after delete: %v left", got)
+	}
+}
+
+// TestReaderRecordsOfJobsNamedLikeKeyKindsStayApart: a job named "failed"
+// whose reader is "trainer" and a job named "trainer" both keep their
+// records in the readers bucket (the reader's position, the tasks given
+// up), and deleting one leaves the other's. With the position at
+// job.reader, the first's position was the second's failed record.
+func TestReaderRecordsOfJobsNamedLikeKeyKindsStayApart(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	for _, id := range []string{"failed", "trainer", "done", "pos"} {
+		e.submit(t, testSpec(id, 1))
+		controlled(t, e, id)
+	}
+	kvs, err := e.b.buckets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"failed", "trainer", "done", "pos"} {
+		want := []string{wire.JobsBucket + " key", wire.StatusBucket + " key", wire.LeasesBucket + " key",
+			"reader position " + wire.ReaderKey(id, wire.DefaultReader), "shards failed", "tasks",
+			"consumer " + wire.DispatchConsumer(id), "dispatch plan"}
+		if got := leftovers(t, e, id); !slices.Equal(got, want) {
+			t.Errorf("job %s: %v, want %v", id, got, want)
+		}
+		e, err := kvs.readers.Get(ctx, wire.ShardsFailedKey(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec wire.ShardsFailed
+		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Total != 1 {
+			t.Errorf("job %s: record of tasks given up %s (%v), want Total 1", id, e.Value(), err)
+		}
+	}
+	if err := e.b.Delete(ctx, "failed", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Delete(ctx, "done", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"trainer", "pos"} {
+		if got := leftovers(t, e, id); len(got) != 8 {
+			t.Errorf("job %s after deleting jobs failed and done: %v, want all it had", id, got)
+		}
 	}
 }

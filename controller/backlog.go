@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/internal/sat"
 )
 
 // backlogPoll is how often a job's task consumer is asked for its counts:
 // the autoscaler reads the backlog every tick, from what was read last.
 const backlogPoll = time.Second
 
-// backlogOf is the autoscaler's view of a job's tasks (autoscale.Backlog)
+// backlogOf is the autoscaler's view of a job's tasks
 // from its task consumer and its agents. queued is the consumer's tasks
 // not yet acked (pending + ack pending: waiting, or held by an agent);
 // known is false until the consumer was read once. inFlight is what the
@@ -44,8 +45,8 @@ func agentLoad(signals map[string]autoscale.Signal, now time.Time, stale time.Du
 			continue
 		}
 		names = append(names, name)
-		inFlight += max(s.Demand.InFlight, 0)
-		wanted += max(s.Demand.PendingTasks, 0)
+		inFlight = sat.Sum(inFlight, s.Demand.InFlight)
+		wanted = sat.Sum(wanted, s.Demand.PendingTasks)
 	}
 	slices.Sort(names)
 	return names, inFlight, wanted
@@ -55,18 +56,15 @@ func agentLoad(signals map[string]autoscale.Signal, now time.Time, stale time.Du
 type backlogCounts struct {
 	// Known is false until the task consumer was read once.
 	Known bool
-	// Queued is the tasks not yet acked (see backlogOf); Pending and
-	// InFlight what the autoscaler reads.
+	// Queued is the tasks not yet acked (see backlogOf); Pending,
+	// InFlight and Done what the autoscaler reads.
 	Queued, Pending, InFlight int
+	Done                      bool
 }
 
-// taskBacklog is a job's autoscale.Backlog: the task consumer's counts as
-// the job's run last polled them (set), and the agents' signals as the
-// autoscaler keeps them, read at each call.
+// taskBacklog is the task consumer's counts as the job's run last polled
+// them (set); the agents' load comes with each read (counts).
 type taskBacklog struct {
-	agents func() map[string]autoscale.Signal
-	stale  time.Duration
-
 	mu     sync.Mutex
 	known  bool
 	queued int
@@ -79,20 +77,12 @@ func (b *taskBacklog) set(queued int) {
 	b.known, b.queued = true, queued
 }
 
-func (b *taskBacklog) counts(now time.Time) backlogCounts {
-	_, inFlight, wanted := agentLoad(b.agents(), now, b.stale)
+// counts are the job's tasks with the agents' load: what they have in
+// flight and would send with a larger share (agentLoad).
+func (b *taskBacklog) counts(inFlight, wanted int) backlogCounts {
 	b.mu.Lock()
 	known, queued := b.known, b.queued
 	b.mu.Unlock()
-	pending, inflight, _ := backlogOf(queued, known, inFlight, wanted)
-	return backlogCounts{Known: known, Queued: queued, Pending: pending, InFlight: inflight}
-}
-
-// Backlog implements autoscale.Backlog.
-func (b *taskBacklog) Backlog() (pending, inflight int, done bool) {
-	_, inFlight, wanted := agentLoad(b.agents(), time.Now(), b.stale)
-	b.mu.Lock()
-	known, queued := b.known, b.queued
-	b.mu.Unlock()
-	return backlogOf(queued, known, inFlight, wanted)
+	pending, inflight, done := backlogOf(queued, known, inFlight, wanted)
+	return backlogCounts{Known: known, Queued: queued, Pending: pending, InFlight: inflight, Done: done}
 }

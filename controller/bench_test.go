@@ -57,7 +57,7 @@ func BenchmarkController200Jobs(b *testing.B) {
 	b.Run("autoscaler", func(b *testing.B) {
 		for b.Loop() {
 			now = now.Add(time.Second)
-			r.c.runner.Tick(ctx, now)
+			r.c.runner.Tick(ctx, now, r.c.autoscaleInputs(now))
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/jobs, "ns/job/tick")
 	})

@@ -50,6 +50,12 @@ type Controller struct {
 
 	learnMu sync.Mutex
 	meters  map[string]*rateMeter // per owned job, for plans
+
+	// demandMu guards demand, the agents' signals of the jobs run here:
+	// the controller is their one owner, and hands the autoscaler plain
+	// inputs made of them each tick.
+	demandMu sync.Mutex
+	demand   *demandBook
 }
 
 // New checks opts and builds a controller; logger and reg may be nil.
@@ -62,7 +68,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Control
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("controller", opts.ID)
-	runner, err := autoscale.NewRunner(opts.NC, opts.Actuator, opts.Autoscale, logger.With("component", "autoscaler"), reg)
+	runner, err := autoscale.NewRunner(opts.Actuator, opts.Autoscale, logger.With("component", "autoscaler"), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +78,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Control
 		known:  map[string]wire.Job{},
 		owned:  map[string]*jobRun{},
 		meters: map[string]*rateMeter{},
+		demand: newDemandBook(),
 	}, nil
 }
 
@@ -141,7 +148,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.plans = planner.NewStore(plansKV)
 	c.mu.Unlock()
-	stopListen, err := c.runner.Listen()
+	stopListen, err := c.listenDemand()
 	if err != nil {
 		return err
 	}
@@ -174,13 +181,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// Tick is one control round: the autoscaler decides and scales every job,
-// then the dispatch plan of every owned job is written where it changed,
-// its status written, and the per-replica rates due are recorded in the
-// plan store.
+// Tick is one control round: the autoscaler decides and scales every job
+// from its inputs now (autoscaleInputs), then the dispatch plan of every
+// owned job is written where it changed, its status written, and the
+// per-replica rates due are recorded in the plan store.
 func (c *Controller) Tick(ctx context.Context, now time.Time) {
 	start := time.Now()
-	c.runner.Tick(ctx, now)
+	c.runner.Tick(ctx, now, c.autoscaleInputs(now))
 	c.writePlans(ctx, now)
 	c.writeStatuses(ctx, now)
 	c.learnRates(ctx, now)
@@ -249,8 +256,8 @@ func (c *Controller) status(jr *jobRun, now time.Time) (wire.JobStatus, bool) {
 	jr.mu.Unlock()
 	replicas, reason := c.runner.Decision(jr.id)
 	return buildStatus(statusInputs{
-		job: job, owner: c.opts.ID, results: res, backlog: backlog.counts(now), prev: prev, givenUp: givenUp,
-		signals:  c.runner.Signals(jr.id),
+		job: job, owner: c.opts.ID, results: res, backlog: c.backlogCounts(jr.id, backlog, now), prev: prev, givenUp: givenUp,
+		signals:  c.readerSignals(jr.id, now),
 		replicas: replicas, ready: c.opts.Actuator.Ready(jr.id), reason: reason,
 		stale: c.opts.Autoscale.DemandStale,
 	}, now), true
@@ -303,7 +310,8 @@ func (c *Controller) countResult(jr *jobRun, r wire.ShardResult, kind resultKind
 		c.m.results.WithLabelValues("ignored").Inc()
 	case resultMalformed:
 		c.m.results.WithLabelValues("malformed").Inc()
-		jr.log.Warn("ignoring a shard result naming no task of the job", "epoch", r.End.Epoch, "shard", r.End.Shard, "agent", r.Agent)
+		jr.log.Warn("ignoring a shard result naming no task of the job or with a count out of bounds",
+			"epoch", r.End.Epoch, "shard", r.End.Shard, "agent", r.Agent, "err", r.CheckCounts())
 	default:
 		c.m.results.WithLabelValues("counted").Inc()
 	}

@@ -43,7 +43,15 @@
 // clocks agree within ttl/5. The job's agents go on with the plan they
 // have meanwhile; a standby that takes the job writes its own.
 //
-// The backlog the autoscaler reads (autoscale.Backlog) is the task
+// The controller is the one owner of the agents' demand signals
+// (demandBook): it keeps each agent's latest for each reader, refusing
+// undeclared readers and agents over MaxAgentsPerJob, merges a reader's
+// team (one agent per node, each signalling for its own ranks: mergeTeam
+// adds the rates and progress up, takes the most stalled, and calls the
+// reader done only once every agent is), aggregates the readers
+// (autoscale.Aggregate) and hands the autoscaler plain inputs each tick.
+//
+// The backlog the autoscaler reads is the task
 // consumer's tasks not yet acked (pending and ack pending), read at most
 // once a second, and the agents' tasks in flight and wanted, from their
 // latest demand signals (wire.Demand.InFlight, PendingTasks); the job
@@ -56,7 +64,8 @@
 // recorded as given up (wire.ShardsFailedKey), whose results a takeover
 // may have lost. A controller that takes a job over adds its counts to
 // the status it found. Reader progress comes from the declared readers' demand signals
-// (the runner refuses others'; a status lists declared readers only);
+// (others' are refused; a status lists declared readers only), each
+// reader's team merged;
 // completion from each declared reader's wire.ReaderDoneKey, which its
 // agent writes once every rank has the last batch. Nothing a result
 // carries sizes a status: a failure is listed under its shard's key in

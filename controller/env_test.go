@@ -453,7 +453,7 @@ func (a *agent) finishIfDone(ctx context.Context) {
 // send posts task to ep as an agent does and reads the shard's frames to
 // its end.
 func (a *agent) send(ctx context.Context, ep string, task wire.ShardTask) (wire.ShardEnd, error) {
-	return dispatch.Send(ctx, a.hc, ep, task, nil)
+	return dispatch.Sender{Client: a.hc}.Send(ctx, ep, task, nil)
 }
 
 // readerDone writes that reader of job is through, as its agent does once

@@ -329,6 +329,9 @@ func (c *Controller) cleanup(jr *jobRun, end ending, final wire.Job) {
 		}
 	}
 	c.runner.RemoveJob(jr.id)
+	c.demandMu.Lock()
+	c.demand.removeJob(jr.id)
+	c.demandMu.Unlock()
 	if err := c.opts.Actuator.Scale(ctx, jr.id, 0); err != nil {
 		jr.log.Warn("scaling replicas to zero", "err", err)
 	}

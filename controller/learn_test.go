@@ -57,7 +57,7 @@ func TestRunningJobRecordsItsPerReplicaRate(t *testing.T) {
 		// A trainer agent's signal: 100 samples/s per ready replica, the
 		// trainer half stalled, its buffer empty.
 		ready := e.pool.Ready("learn")
-		run.c.Runner().Observe(wire.Demand{Job: "learn", ArrivedPerS: 100 * float64(ready), ConsumedPerS: 100 * float64(ready),
+		run.c.observeDemand(wire.Demand{Job: "learn", ArrivedPerS: 100 * float64(ready), ConsumedPerS: 100 * float64(ready),
 			StallFraction: 0.5, BufferCapacity: 100}, time.Now())
 		plans := run.c.Plans()
 		if plans == nil {

@@ -20,6 +20,8 @@ type metrics struct {
 	results   *prometheus.CounterVec
 	// invalidRecords counts job records read that fail broker.CheckRecord.
 	invalidRecords prometheus.Counter
+	// refused counts demand signals not kept, by reason.
+	refused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_controller_invalid_job_records_total",
 			Help: "Job records read that are not valid (undecodable, or failing the submit checks): not run, marked failed where decodable.",
 		})),
+		refused: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_autoscale_demand_refused_total",
+			Help: "Demand signals refused: of a reader the job does not declare, naming an agent over the bounds, or with a count out of bounds.",
+		}, []string{"reason"})),
 	}
 }
 

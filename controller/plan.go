@@ -89,7 +89,7 @@ func (c *Controller) plan(jr *jobRun, now time.Time) (wire.DispatchPlan, bool) {
 	if s, ok := c.opts.Actuator.(SharedEndpoint); ok {
 		shared = s.SharedEndpoint()
 	}
-	agents, _, _ := agentLoad(c.runner.Agents(jr.id), now, c.opts.Autoscale.DemandStale)
+	agents, _, _ := agentLoad(c.agentSignals(jr.id), now, c.opts.Autoscale.DemandStale)
 	return planFor(planInputs{
 		job: jr.id, endpoints: c.opts.Actuator.Endpoints(jr.id),
 		capacity: capacity, concurrency: c.opts.ReplicaConcurrency,

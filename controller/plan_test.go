@@ -178,18 +178,20 @@ func TestBacklogReadsTheTaskConsumer(t *testing.T) {
 	r := e.startController(t, "c1", Options{})
 	job := e.submit(t, spec("queued", "img", 2))
 	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if p, f, ok := r.c.Runner().Backlog("queued"); !ok || p != 6 || f != 0 {
+		in, ok := r.c.autoscaleInputs(time.Now())["queued"]
+		if p, f := in.Pending, in.InFlight; !ok || p != 6 || f != 0 {
 			return fmt.Errorf("backlog %d pending, %d in flight (managed %v), want the 6 queued tasks", p, f, ok)
+		}
+		// The status is written on the next tick.
+		s, err := e.status("queued")
+		if err != nil {
+			return err
+		}
+		if s.Tasks.Pending != 6 || s.Tasks.Total != 6 {
+			return fmt.Errorf("status tasks %+v, want 6 of 6 pending", s.Tasks)
 		}
 		return nil
 	})
-	s, err := e.status("queued")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Tasks.Pending != 6 || s.Tasks.Total != 6 {
-		t.Errorf("status tasks %+v, want 6 of 6 pending", s.Tasks)
-	}
 	e.startAgent(t, job, "node-a", func(a *agent) { a.finishes = nil })
 	testenv.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		r.c.mu.Lock()
@@ -198,8 +200,8 @@ func TestBacklogReadsTheTaskConsumer(t *testing.T) {
 		if jr == nil {
 			return fmt.Errorf("job not owned")
 		}
-		if _, _, done := jr.backlog.Backlog(); !done {
-			return fmt.Errorf("backlog not done: %+v", jr.backlog.counts(time.Now()))
+		if in := r.c.autoscaleInputs(time.Now())["queued"]; !in.Done {
+			return fmt.Errorf("backlog not done: %+v", in)
 		}
 		return nil
 	})

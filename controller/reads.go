@@ -1,6 +1,9 @@
 package controller
 
-import "github.com/sluice-project/sluice/wire"
+import (
+	"github.com/sluice-project/sluice/internal/sat"
+	"github.com/sluice-project/sluice/wire"
+)
 
 // ShardReads adds up where one epoch's shard bytes came from, over the
 // functions' shard ends: S3 or the replicas' shard caches.
@@ -24,8 +27,8 @@ func (r *ShardReads) add(end wire.ShardEnd) bool {
 	if end.Cache == "" {
 		return false
 	}
-	r.S3Bytes += end.S3Bytes
-	r.CacheBytes += end.CacheBytes
+	r.S3Bytes = sat.Add64(r.S3Bytes, end.S3Bytes)
+	r.CacheBytes = sat.Add64(r.CacheBytes, end.CacheBytes)
 	switch end.Cache {
 	case cacheHitMemory:
 		r.Hits++
@@ -51,11 +54,11 @@ func addReads(s *wire.JobStatus, prev wire.JobStatus, reads map[int]ShardReads, 
 	s.CacheHits, s.CacheMisses, s.CacheMemoryHits = prev.CacheHits, prev.CacheMisses, prev.CacheMemoryHits
 	for e, r := range reads {
 		if e >= 0 && e < epochs {
-			s.S3BytesPerEpoch[e] += r.S3Bytes
-			s.CacheBytesPerEpoch[e] += r.CacheBytes
+			s.S3BytesPerEpoch[e] = sat.Add64(s.S3BytesPerEpoch[e], r.S3Bytes)
+			s.CacheBytesPerEpoch[e] = sat.Add64(s.CacheBytesPerEpoch[e], r.CacheBytes)
 		}
-		s.CacheHits += int64(r.Hits)
-		s.CacheMisses += int64(r.Misses)
-		s.CacheMemoryHits += int64(r.MemoryHits)
+		s.CacheHits = sat.Add64(s.CacheHits, int64(r.Hits))
+		s.CacheMisses = sat.Add64(s.CacheMisses, int64(r.Misses))
+		s.CacheMemoryHits = sat.Add64(s.CacheMemoryHits, int64(r.MemoryHits))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/sluice-project/sluice/internal/sat"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -84,10 +85,14 @@ const (
 	resultReplay                      // a replay, done or failed
 )
 
-// add counts r and says what it changed, and whether it read a shard.
+// add counts r and says what it changed, and whether it read a shard. A
+// result naming no task of the job, or with a count out of its bounds
+// (wire.ShardResult.CheckCounts), is dropped as malformed; the counts add
+// up without wrapping (sat), however many results come.
 func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	e := r.End
-	if (e.Job != "" && e.Job != j.job) || e.Epoch < 0 || e.Epoch >= j.epochs || e.Shard < 0 || e.Shard >= len(j.shards) {
+	if (e.Job != "" && e.Job != j.job) || e.Epoch < 0 || e.Epoch >= j.epochs || e.Shard < 0 || e.Shard >= len(j.shards) ||
+		r.CheckCounts() != nil {
 		j.counts.Malformed++
 		return resultMalformed, false
 	}
@@ -95,9 +100,9 @@ func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	if j.done[k] && !r.Replay {
 		// Done again: its agent died before its ack and another did it,
 		// so every send of this one was a redelivery.
-		j.counts.Redeliveries += max(r.Sends, 1)
+		j.counts.Redeliveries = sat.Add(j.counts.Redeliveries, max(r.Sends, 1))
 	} else {
-		j.counts.Redeliveries += max(r.Sends-1, 0)
+		j.counts.Redeliveries = sat.Add(j.counts.Redeliveries, max(r.Sends-1, 0))
 	}
 	if r.Error == "" {
 		read = j.addRead(e)
@@ -129,8 +134,8 @@ func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	delete(j.failed, k)
 	j.done[k] = true
 	j.donePer[e.Epoch]++
-	j.counts.Samples += int64(e.Samples)
-	j.counts.SampleFailures += int64(e.FailedCount())
+	j.counts.Samples = sat.Add64(j.counts.Samples, int64(e.Samples))
+	j.counts.SampleFailures = sat.Add64(j.counts.SampleFailures, int64(e.FailedCount()))
 	if j.firstFailed == nil && len(e.Failed) > 0 {
 		// It may become the job's reason: bounded, whoever sent it.
 		f := wire.FailedSample{Key: cut(e.Failed[0].Key), Reason: cut(e.Failed[0].Reason), Epoch: e.Epoch}

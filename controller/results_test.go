@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +265,45 @@ func TestTasksGivenUpCountWithTheirResultsLost(t *testing.T) {
 	if s.Tasks.Done != 2 || s.Tasks.Failed != 1 || len(s.FailedShards) != 1 || s.FailedShards[0].Key != job.Shards[2] ||
 		!strings.Contains(s.FailedShards[0].Reason, "shard not found") {
 		t.Errorf("final tasks %+v, failed shards %+v; want 2 done, 1 failed: %s", s.Tasks, s.FailedShards, job.Shards[2])
+	}
+}
+
+// TestForgedCountsNeitherWrapNorCount: results whose counts are past
+// their bounds (sends 2^62, as forged on the result subject) are dropped
+// as malformed, and the job's sums stay within range whatever an earlier
+// owner's stored status holds: job status never shows a negative count.
+func TestForgedCountsNeitherWrapNorCount(t *testing.T) {
+	job := shardJob("j", 2, 1)
+	j := newJobResults(job)
+	j.add(done("j", 0, 0, 4, "miss"))
+	forged := []wire.ShardResult{}
+	for range 3 {
+		r := done("j", 0, 0, 4, "miss")
+		r.Sends = 1 << 62
+		forged = append(forged, r)
+	}
+	huge := done("j", 0, 1, 1<<40, "miss")
+	huge.End.S3Bytes = 1 << 62
+	negative := done("j", 0, 1, -5, "miss")
+	forged = append(forged, huge, negative)
+	for _, r := range forged {
+		if kind, _ := j.add(r); kind != resultMalformed {
+			t.Errorf("result %+v: %v, want malformed", r, kind)
+		}
+	}
+	c := j.snapshot()
+	if c.Redeliveries != 0 || c.Samples != 4 || c.Malformed != len(forged) {
+		t.Errorf("after forged results: redeliveries %d samples %d malformed %d, want 0, 4, %d", c.Redeliveries, c.Samples, c.Malformed, len(forged))
+	}
+
+	// Counts in bounds, on top of a stored status near the top of the
+	// range: held there, not wrapped.
+	again := done("j", 0, 0, 4, "miss")
+	again.Sends = wire.MaxShardSends
+	j.add(again)
+	prev := wire.JobStatus{Job: "j", Tasks: wire.TaskCounts{Redeliveries: math.MaxInt - 1}, SamplesProcessed: math.MaxInt64 - 1}
+	s := buildStatus(statusInputs{job: job, results: j.snapshot(), prev: prev}, time.Now())
+	if s.Tasks.Redeliveries != math.MaxInt || s.SamplesProcessed != math.MaxInt64 {
+		t.Errorf("redeliveries %d, samples processed %d: want held at the top of the range", s.Tasks.Redeliveries, s.SamplesProcessed)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/internal/sat"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -41,8 +42,10 @@ type statusInputs struct {
 // as given up (givenUp), which a lost result does not take away. The per-epoch counts have only the results.
 func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 	r, prev, total := in.results, in.prev, in.job.Tasks()
-	failed := min(max(prev.Tasks.Failed+r.Failed, in.givenUp.Total), total)
-	done := prev.Tasks.Done + r.Done
+	// prev is a stored status and givenUp a record agents write: their
+	// counts are added without wrapping, and held within the job's tasks.
+	failed := min(max(sat.Add(prev.Tasks.Failed, r.Failed), in.givenUp.Total, 0), total)
+	done := sat.Add(prev.Tasks.Done, r.Done)
 	if in.backlog.Known {
 		done = max(done, total-in.backlog.Queued-failed)
 	}
@@ -55,12 +58,12 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 			Failed:       failed,
 			InFlight:     in.backlog.InFlight,
 			Pending:      in.backlog.Pending,
-			Redeliveries: prev.Tasks.Redeliveries + r.Redeliveries,
+			Redeliveries: max(sat.Add(prev.Tasks.Redeliveries, r.Redeliveries), 0),
 		},
-		SamplesProcessed: prev.SamplesProcessed + r.Samples,
-		SamplesFailed:    prev.SamplesFailed + r.SampleFailures,
+		SamplesProcessed: max(sat.Add64(prev.SamplesProcessed, r.Samples), 0),
+		SamplesFailed:    max(sat.Add64(prev.SamplesFailed, r.SampleFailures), 0),
 		SamplesExpected:  prev.SamplesExpected,
-		ReplaysFailed:    prev.ReplaysFailed + r.ReplayFailed,
+		ReplaysFailed:    max(sat.Add(prev.ReplaysFailed, r.ReplayFailed), 0),
 		Replicas:         in.replicas,
 		ReadyReplicas:    in.ready,
 		ScaleReason:      in.reason,
@@ -80,13 +83,13 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 		if e < len(prev.TasksDonePerEpoch) {
 			s.TasksDonePerEpoch[e] = prev.TasksDonePerEpoch[e]
 		}
-		s.TasksDonePerEpoch[e] += r.DonePerEpoch[e]
+		s.TasksDonePerEpoch[e] = sat.Add(s.TasksDonePerEpoch[e], r.DonePerEpoch[e])
 	}
 	addReads(&s, prev, r.Reads, in.job.Spec.Epochs)
 	if len(prev.Readers) > 0 || len(in.signals) > 0 {
 		s.Readers = map[string]wire.ReaderStatus{}
 	}
-	// Declared readers only: the runner refuses others' signals, and a
+	// Declared readers only: the demand book refuses others' signals, and a
 	// stored status may have been written by anyone.
 	for name, rs := range prev.Readers {
 		if slices.Contains(in.job.Spec.Readers, name) {

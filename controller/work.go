@@ -99,19 +99,22 @@ func (c *Controller) openTasks(ctx context.Context, jr *jobRun) (jetstream.Consu
 	}
 }
 
-// addToRunner gives the job, with its backlog, to the autoscaler.
+// addToRunner gives the job to the autoscaler, and starts keeping its
+// agents' signals and its backlog.
 func (c *Controller) addToRunner(jr *jobRun, job wire.Job, cons jetstream.Consumer) *taskBacklog {
 	id := jr.id
-	backlog := &taskBacklog{agents: func() map[string]autoscale.Signal { return c.runner.Agents(id) },
-		stale: c.opts.Autoscale.DemandStale}
+	c.demandMu.Lock()
+	c.demand.addJob(id, job.Spec.Readers)
+	c.demandMu.Unlock()
+	backlog := &taskBacklog{}
 	info := cons.CachedInfo()
 	backlog.set(int(info.NumPending) + info.NumAckPending)
 	jr.mu.Lock()
 	jr.results, jr.backlog = newJobResults(job), backlog
 	jr.mu.Unlock()
-	c.runner.AddJob(id, autoscale.Job{Backlog: backlog,
+	c.runner.AddJob(id, autoscale.Job{
 		MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
-		InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight, Readers: job.Spec.Readers})
+		InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight})
 	return backlog
 }
 

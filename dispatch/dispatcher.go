@@ -24,9 +24,16 @@ type Sink interface {
 	// Room reports whether the dispatcher may take another task from the queue
 	// (the agent's prefetch and output buffer bounds). Called often; cheap; non-blocking.
 	Room() bool
-	// Chunk hands over chunk `index` of task's shard as it arrives; data is the sink's to keep.
-	// After a retry the same chunks come again (same index, same bytes): the sink drops copies.
-	Chunk(task wire.ShardTask, index int, data []byte)
+	// WaitRoom is called before each frame of a send of task is read: it blocks while the sink has
+	// no room for another chunk (the send then stops reading the replica's reply, whose writes wait:
+	// back-pressure; the send's stall clock does not run), until ctx ends (the send was cancelled),
+	// whose error it returns.
+	WaitRoom(ctx context.Context, task wire.ShardTask) error
+	// Chunk hands over chunk `index` of task's shard as it arrives, in the send's order from 0; data
+	// is the sink's to keep. After a retry the same rows come again (perhaps cut into other chunks:
+	// wire.MetaFirst): the sink drops copies. An error refuses the chunk: the send fails (as a
+	// malformed reply) and the task is sent again.
+	Chunk(task wire.ShardTask, index int, data []byte) error
 	// End says the shard is complete: every chunk 0..end.Chunks-1 was passed to Chunk (in this send or an earlier one).
 	End(task wire.ShardTask, end wire.ShardEnd)
 	// Failed says the shard failed for good (a permanent error, or Options.MaxDeliver failed sends): none of its samples will come.

@@ -357,7 +357,7 @@ func TestStopReturnsHeldTasksAtOnce(t *testing.T) {
 
 	second := newRecSink(t)
 	d2, _ := e.start(t, job, second, Options{Agent: "b"})
-	second.onEnd = func(task wire.ShardTask, _ wire.ShardEnd) { d2.Settle(task.Epoch, task.Shard) }
+	second.setOnEnd(func(task wire.ShardTask, _ wire.ShardEnd) { d2.Settle(task.Epoch, task.Shard) })
 	second.waitEnds(t, len(tasks))
 	second.checkShards(t, tasks)
 	checkFor(t, func() error {
@@ -380,7 +380,7 @@ func TestLocality(t *testing.T) {
 	e.putPlan(t, wire.DispatchPlan{Job: job.Spec.ID, Endpoints: eps, PerEndpoint: 1, InFlight: 1})
 	sink := newRecSink(t)
 	d, _ := e.start(t, job, sink, Options{})
-	sink.onEnd = func(task wire.ShardTask, _ wire.ShardEnd) { d.Settle(task.Epoch, task.Shard) }
+	sink.setOnEnd(func(task wire.ShardTask, _ wire.ShardEnd) { d.Settle(task.Epoch, task.Shard) })
 	sink.waitEnds(t, len(allTasks(job)))
 	homes := map[string]bool{}
 	for i, fn := range fns {

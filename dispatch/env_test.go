@@ -374,7 +374,9 @@ func (s *recSink) setFull(full bool) {
 	s.full = full
 }
 
-func (s *recSink) Chunk(task wire.ShardTask, index int, data []byte) {
+func (s *recSink) WaitRoom(context.Context, wire.ShardTask) error { return nil }
+
+func (s *recSink) Chunk(task wire.ShardTask, index int, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := task.ID()
@@ -386,9 +388,10 @@ func (s *recSink) Chunk(task wire.ShardTask, index int, data []byte) {
 		if string(prev) != string(data) {
 			s.t.Errorf("task %s chunk %d came again with other bytes", id, index)
 		}
-		return
+		return nil
 	}
 	s.chunks[id][index] = slices.Clone(data)
+	return nil
 }
 
 func (s *recSink) End(task wire.ShardTask, end wire.ShardEnd) {
@@ -400,18 +403,28 @@ func (s *recSink) End(task wire.ShardTask, end wire.ShardEnd) {
 			s.t.Errorf("task %s ended without chunk %d", task.ID(), i)
 		}
 	}
+	onEnd := s.onEnd
 	s.mu.Unlock()
-	if s.onEnd != nil {
-		s.onEnd(task, end)
+	if onEnd != nil {
+		onEnd(task, end)
 	}
+}
+
+// setOnEnd sets onEnd once the dispatcher runs (under the sink's lock: its
+// sends may be ending).
+func (s *recSink) setOnEnd(f func(wire.ShardTask, wire.ShardEnd)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onEnd = f
 }
 
 func (s *recSink) Failed(task wire.ShardTask, reason string) {
 	s.mu.Lock()
 	s.failed[task.ID()] = append(s.failed[task.ID()], reason)
+	onFailed := s.onFailed
 	s.mu.Unlock()
-	if s.onFailed != nil {
-		s.onFailed(task, reason)
+	if onFailed != nil {
+		onFailed(task, reason)
 	}
 }
 

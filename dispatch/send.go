@@ -105,11 +105,14 @@ var errStalled = errors.New("replica stalled")
 
 // sendShard POSTs task to endpoint as a binary-mode CloudEvent, with tok
 // as its bearer token when set, and reads the shard's frames from the
-// reply, handing each chunk to chunk (its data the callee's to keep). It
+// reply, handing each chunk to chunk (its data the callee's to keep; an
+// error refuses it and fails the send). wait (nil: none) is called before
+// each frame is read, and may block while the caller has no room for it:
+// the reply is then not read, and the replica waits on its write. It
 // returns the shard's end once the end frame came, or an error: ctx's
 // when ctx ended, else a sendError. stall > 0 fails the send when no byte
-// came for that long.
-func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
+// came for that long, not counting the time in chunk and wait.
+func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint string, task wire.ShardTask, stall time.Duration, chunk func(index int, data []byte) error, wait func() error) (wire.ShardEnd, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var timer *time.Timer
@@ -140,11 +143,25 @@ func sendShard(ctx context.Context, hc *http.Client, tok bearer.Token, endpoint 
 	if err := replyError(resp, tok, endpoint); err != nil {
 		return wire.ShardEnd{}, err
 	}
+	if wait == nil {
+		wait = func() error { return nil }
+	}
 	var body io.Reader = resp.Body
 	if timer != nil {
 		body = &progressReader{r: resp.Body, timer: timer, stall: stall}
+		take, room := chunk, wait
+		chunk = func(i int, data []byte) error {
+			timer.Stop()
+			defer timer.Reset(stall)
+			return take(i, data)
+		}
+		wait = func() error {
+			timer.Stop()
+			defer timer.Reset(stall)
+			return room()
+		}
 	}
-	return readShard(body, endpoint, task, chunk, cause)
+	return readShard(body, endpoint, task, chunk, wait, cause)
 }
 
 // taskRequest is the POST of task to endpoint as a binary-mode
@@ -202,13 +219,16 @@ func replyError(resp *http.Response, tok bearer.Token, endpoint string) error {
 	return nil
 }
 
-// readShard reads task's frames from body, handing each chunk to chunk,
-// until the shard's end (returned) or an error frame; cause turns a read
-// error into the send's.
-func readShard(body io.Reader, endpoint string, task wire.ShardTask, chunk func(int, []byte), cause func(error) error) (wire.ShardEnd, error) {
+// readShard reads task's frames from body, handing each chunk to chunk
+// and calling wait before each, until the shard's end (returned) or an
+// error frame; cause turns a read error into the send's.
+func readShard(body io.Reader, endpoint string, task wire.ShardTask, chunk func(int, []byte) error, wait func() error, cause func(error) error) (wire.ShardEnd, error) {
 	fr := wire.NewFrameReader(body, task.ChunkMaxBytes)
 	chunks := 0
 	for {
+		if err := wait(); err != nil {
+			return wire.ShardEnd{}, cause(failed(failTransient, "%s after %d chunks: waiting for room: %w", endpoint, chunks, err))
+		}
 		f, err := fr.Next()
 		switch {
 		case errors.Is(err, wire.ErrFrame):
@@ -223,7 +243,9 @@ func readShard(body io.Reader, endpoint string, task wire.ShardTask, chunk func(
 			if f.Chunk != chunks {
 				return wire.ShardEnd{}, failed(failMalformed, "%s sent chunk %d, want chunk %d: %w", endpoint, f.Chunk, chunks, wire.ErrFrame)
 			}
-			chunk(f.Chunk, f.Data)
+			if err := chunk(f.Chunk, f.Data); err != nil {
+				return wire.ShardEnd{}, cause(failed(failMalformed, "%s: chunk %d refused: %w", endpoint, f.Chunk, err))
+			}
 			chunks++
 		case wire.FrameEnd:
 			return shardEnd(f.Data, endpoint, task, chunks)
@@ -302,13 +324,12 @@ func (s Sender) Send(ctx context.Context, endpoint string, task wire.ShardTask, 
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	if chunk == nil {
-		chunk = func(int, []byte) {}
+	take := func(int, []byte) error { return nil }
+	if chunk != nil {
+		take = func(i int, data []byte) error {
+			chunk(i, data)
+			return nil
+		}
 	}
-	return sendShard(ctx, hc, s.Token, endpoint, task, 0, chunk)
-}
-
-// Send is Sender{Client: hc}.Send: a send without a token.
-func Send(ctx context.Context, hc *http.Client, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
-	return Sender{Client: hc}.Send(ctx, endpoint, task, chunk)
+	return sendShard(ctx, hc, s.Token, endpoint, task, 0, take, nil)
 }

@@ -103,12 +103,13 @@ func TestSendShard(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tt.handler(w) }))
 			defer srv.Close()
 			chunks := 0
-			got, err := sendShard(context.Background(), srv.Client(), bearer.Token{}, srv.URL, task, time.Minute, func(i int, data []byte) {
+			got, err := sendShard(context.Background(), srv.Client(), bearer.Token{}, srv.URL, task, time.Minute, func(i int, data []byte) error {
 				if string(data) != string(chunkData(task, i)) {
 					t.Errorf("chunk %d: %q", i, data)
 				}
 				chunks++
-			})
+				return nil
+			}, nil)
 			if chunks != tt.wantChunks {
 				t.Errorf("%d chunks handed over, want %d", chunks, tt.wantChunks)
 			}
@@ -136,7 +137,7 @@ func TestSendShard(t *testing.T) {
 
 func TestSendShardConnectionRefused(t *testing.T) {
 	task := testJob("js", 1, 1).Task(0, 0)
-	_, err := sendShard(context.Background(), http.DefaultClient, bearer.Token{}, "http://127.0.0.1:1", task, time.Minute, func(int, []byte) {})
+	_, err := sendShard(context.Background(), http.DefaultClient, bearer.Token{}, "http://127.0.0.1:1", task, time.Minute, func(int, []byte) error { return nil }, nil)
 	if err == nil || kindOf(err) != failTransient || !strings.Contains(err.Error(), "posting to http://127.0.0.1:1") {
 		t.Fatalf("err %v, want a transient posting error", err)
 	}
@@ -158,7 +159,7 @@ func TestSendShardStalled(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(hold)
-	_, err := sendShard(context.Background(), srv.Client(), bearer.Token{}, srv.URL, task, 50*time.Millisecond, func(int, []byte) {})
+	_, err := sendShard(context.Background(), srv.Client(), bearer.Token{}, srv.URL, task, 50*time.Millisecond, func(int, []byte) error { return nil }, nil)
 	if !errors.Is(err, errStalled) || kindOf(err) != failTransient {
 		t.Errorf("stalled: %v, want a transient errStalled", err)
 	}
@@ -167,7 +168,7 @@ func TestSendShardStalled(t *testing.T) {
 		<-time.After(20 * time.Millisecond)
 		cancel()
 	}()
-	_, err = sendShard(ctx, srv.Client(), bearer.Token{}, srv.URL, task, time.Minute, func(int, []byte) {})
+	_, err = sendShard(ctx, srv.Client(), bearer.Token{}, srv.URL, task, time.Minute, func(int, []byte) error { return nil }, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("ctx ended: %v, want context.Canceled", err)
 	}

@@ -40,11 +40,11 @@ type entry struct {
 	// nil for a replay, which has nothing to ack.
 	msg   jetstream.Msg
 	phase phase
-	// sends counts the sends begun; failures the failed sends that count
-	// against MaxDeliver.
-	sends, failures int
-	end             wire.ShardEnd // phaseEnded
-	reason          string        // phaseFailed
+	// sends counts the sends begun (the failed sends that count against
+	// MaxDeliver are the send loop's: sendUntilDone).
+	sends  int
+	end    wire.ShardEnd // phaseEnded
+	reason string        // phaseFailed
 	// again asks for one more send once the current one ends: a replay
 	// asked while it was being sent (the chunks that had arrived before
 	// may have been dropped by the sink).
@@ -106,8 +106,7 @@ func (s *state) receive(task wire.ShardTask, msg jetstream.Msg) (e *entry, start
 // replay queues a send of task outside the queue. A task queued needs
 // none; one being sent is sent once more after the current send ends (the
 // sink may have dropped the chunks already sent, and a send in progress
-// does not start over); one ended or failed is sent again, its failures
-// forgotten.
+// does not start over); one ended or failed is sent again.
 func (s *state) replay(task wire.ShardTask) (queued bool) {
 	e := s.entries[keyOf(task)]
 	switch {
@@ -121,7 +120,7 @@ func (s *state) replay(task wire.ShardTask) (queued bool) {
 		return false
 	default:
 		s.setPhase(e, phaseQueued)
-		e.failures, e.reason, e.end = 0, "", wire.ShardEnd{}
+		e.reason, e.end = "", wire.ShardEnd{}
 	}
 	s.replays = append(s.replays, e)
 	return true
@@ -178,16 +177,6 @@ func (s *state) refused(e *entry) {
 	s.sends--
 }
 
-// failure counts a failed send of e against maxDeliver; at maxDeliver
-// failures the task fails for good (giveUp, and the caller calls fail).
-func (s *state) failure(e *entry, maxDeliver int) (n int, giveUp bool) {
-	if !s.current(e) {
-		return 0, false
-	}
-	e.failures++
-	return e.failures, e.failures >= maxDeliver
-}
-
 // ended records the shard's end; false if e is no longer held. A task
 // asked for again while it was sent (again) is queued as a replay.
 func (s *state) ended(e *entry, end wire.ShardEnd) bool {
@@ -196,7 +185,7 @@ func (s *state) ended(e *entry, end wire.ShardEnd) bool {
 	}
 	e.end = end
 	if e.again {
-		e.again, e.failures = false, 0
+		e.again = false
 		s.setPhase(e, phaseQueued)
 		s.replays = append(s.replays, e)
 		return true

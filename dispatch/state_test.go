@@ -36,9 +36,6 @@ func TestStateTaskLifecycle(t *testing.T) {
 		t.Errorf("canTake with 1 sending: share 2 %v, share 1 %v", s.canTake(2), s.canTake(1))
 	}
 	s.sent(e)
-	if n, giveUp := s.failure(e, 3); n != 1 || giveUp {
-		t.Errorf("first failure: %d, give up %v", n, giveUp)
-	}
 	s.sent(e)
 	// The server redelivers it while held: the newer delivery is kept, no new send.
 	d2 := &delivery{n: 2}
@@ -72,12 +69,8 @@ func TestStateTaskLifecycle(t *testing.T) {
 func TestStateFailures(t *testing.T) {
 	s := newState()
 	e, _ := s.receive(stateTask(1, 0), &delivery{})
-	for i := 1; i <= 3; i++ {
+	for range 3 {
 		s.sent(e)
-		n, giveUp := s.failure(e, 3)
-		if n != i || giveUp != (i == 3) {
-			t.Errorf("failure %d: n %d, give up %v", i, n, giveUp)
-		}
 	}
 	if !s.fail(e, "gave up") || e.phase != phaseFailed || e.reason != "gave up" {
 		t.Fatalf("fail: %+v", e)
@@ -131,17 +124,15 @@ func TestStateReplays(t *testing.T) {
 		t.Errorf("delivery of a queued replay: start %v, %d replays, %d sending", start, len(s.replays), s.sending)
 	}
 	// Its send ends: it is queued again, as the replay asked.
-	e1.failures = 2
-	if !s.ended(e1, wire.ShardEnd{Chunks: 1}) || e1.phase != phaseQueued || e1.again || e1.failures != 0 || len(s.replays) != 1 {
+	if !s.ended(e1, wire.ShardEnd{Chunks: 1}) || e1.phase != phaseQueued || e1.again || len(s.replays) != 1 {
 		t.Errorf("end of a task replayed while sent: %+v", e1)
 	}
-	// Sent again and ended: a replay sends it again, its failures forgotten.
+	// Sent again and ended: a replay sends it again.
 	if e := s.nextReplay(5); e != e1 {
 		t.Fatalf("nextReplay: %+v", e)
 	}
-	e1.failures = 2
 	s.ended(e1, wire.ShardEnd{Chunks: 1})
-	if !s.replay(r1) || e1.phase != phaseQueued || e1.failures != 0 || len(s.replays) != 1 {
+	if !s.replay(r1) || e1.phase != phaseQueued || len(s.replays) != 1 {
 		t.Errorf("replay of an ended task: %+v", e1)
 	}
 	// Settling a queued replay drops it.

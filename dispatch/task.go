@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/sluice-project/sluice/wire"
@@ -25,58 +23,50 @@ func (d *Dispatcher) startSend(ctx context.Context, e *entry) {
 }
 
 // send sends e's task until its shard ends or fails for good, or ctx ends
-// (Run stops, or the task was settled).
+// (Run stops, or the task was settled): sendUntilDone, with e's books.
 func (d *Dispatcher) send(ctx context.Context, e *entry) {
 	defer d.poke() // its slot is free
 	task := e.task
-	key := shardKey(task.Bucket, task.Key)
-	avoid := ""
-	busy := 0
-	for {
-		ep, release, err := d.replica(ctx, key, avoid)
-		if err != nil {
-			return // ctx ended
-		}
-		d.mu.Lock()
-		ok := d.st.sent(e)
-		n := e.sends
-		d.mu.Unlock()
-		if !ok {
-			release()
-			return
-		}
-		if n > 1 {
-			d.m.retries.WithLabelValues(d.id).Inc()
-		}
-		start := time.Now()
-		end, err := sendShard(ctx, d.hc, d.opts.Token, ep, task, d.opts.StallTimeout, func(i int, data []byte) { d.sink.Chunk(task, i, data) })
-		release()
-		if ctx.Err() != nil {
-			d.m.sends.WithLabelValues(d.id, "canceled").Inc()
-			return
-		}
-		d.m.sendSeconds.WithLabelValues(d.id).Observe(time.Since(start).Seconds())
-		if err == nil {
-			d.m.sends.WithLabelValues(d.id, "ok").Inc()
+	end, err := d.sendUntilDone(ctx, task, func(i int, data []byte) error { return d.sink.Chunk(task, i, data) }, sendHooks{
+		// The reply is not read while the sink has no room: the output
+		// buffer bounds what the agent holds.
+		wait: func() error { return d.sink.WaitRoom(ctx, task) },
+		begin: func() bool {
 			d.mu.Lock()
-			ok := d.st.ended(e, end)
-			d.gauges()
+			ok := d.st.sent(e)
+			n := e.sends
 			d.mu.Unlock()
-			if ok {
-				d.sink.End(task, end)
+			if ok && n > 1 {
+				d.m.retries.WithLabelValues(d.id).Inc()
 			}
-			return
+			return ok
+		},
+		refused: func() {
+			d.mu.Lock()
+			d.st.refused(e)
+			d.mu.Unlock()
+		},
+	})
+	switch {
+	case err == nil:
+		d.mu.Lock()
+		ok := d.st.ended(e, end)
+		d.gauges()
+		d.mu.Unlock()
+		if ok {
+			d.sink.End(task, end)
 		}
-		delay, retry := d.afterFailure(ctx, e, err, &busy)
-		if !retry {
-			return
-		}
-		avoid = ep
-		if !sleep(ctx, delay) {
-			return
-		}
+	case ctx.Err() != nil || errors.Is(err, errNotHeld):
+	default:
+		d.giveUp(ctx, e, err.Error())
 	}
 }
+
+// heldForgiven is how long the sink must have had no room, once, during a
+// send for a transient failure of the send not to count against the
+// task: the replica's frame write timeout may have cut it (a var for
+// tests).
+var heldForgiven = 5 * time.Second
 
 // replica takes a send slot on the replica for the shard key (its home,
 // or the next free one in its order, not avoid if another will do),
@@ -95,39 +85,6 @@ func (d *Dispatcher) replica(ctx context.Context, key, avoid string) (string, fu
 			return "", nil, ctx.Err()
 		}
 	}
-}
-
-// afterFailure counts a failed send of e and says how long to wait
-// before the next, or that the task was given up (retry false): a
-// permanent failure, or MaxDeliver failed sends. A busy replica is not
-// the task's fault and counts in busy, not against MaxDeliver.
-func (d *Dispatcher) afterFailure(ctx context.Context, e *entry, err error, busy *int) (delay time.Duration, retry bool) {
-	task := e.task
-	kind := kindOf(err)
-	d.m.sends.WithLabelValues(d.id, kind.outcome()).Inc()
-	switch kind {
-	case failPermanent:
-		d.giveUp(ctx, e, fmt.Sprintf("sending task %s: %v", task.ID(), err))
-		return 0, false
-	case failBusy:
-		d.mu.Lock()
-		d.st.refused(e)
-		d.mu.Unlock()
-		*busy++
-		delay = RetryDelay(*busy, rand.Float64())
-		d.log.Debug("replica busy, sending the task again", "task", task.ID(), "err", err, "delay", delay)
-		return delay, true
-	}
-	d.mu.Lock()
-	n, giveUp := d.st.failure(e, d.opts.MaxDeliver)
-	d.mu.Unlock()
-	if giveUp {
-		d.giveUp(ctx, e, fmt.Sprintf("sending task %s: gave up after %d failed sends, last: %v", task.ID(), n, err))
-		return 0, false
-	}
-	delay = RetryDelay(n, rand.Float64())
-	d.log.Info("send failed, sending the task again", "task", task.ID(), "failures", n, "err", err, "delay", delay)
-	return delay, true
 }
 
 // giveUp fails e's task for good, records it (recordFailed) and tells the

@@ -70,7 +70,7 @@ func TestFunctionToken(t *testing.T) {
 	if end, err := (Sender{Token: tok}).Send(ctx, fn.URL, task, nil); err != nil || end.Chunks != chunksOf(task) {
 		t.Errorf("Sender with the token: %+v, %v", end, err)
 	}
-	if _, err := Send(ctx, nil, fn.URL, task, nil); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := (Sender{}).Send(ctx, fn.URL, task, nil); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("Send without the token: %v, want 401", err)
 	}
 }

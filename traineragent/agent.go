@@ -37,6 +37,14 @@ type Agent struct {
 	readers []*Reader
 	started atomic.Bool
 	disp    atomic.Pointer[dispatch.Dispatcher]
+
+	// roomCh is closed when a reader's state changes, for the sends
+	// waiting for room in the output buffer (buffer.go). Taken after a
+	// reader's mu.
+	roomMu sync.Mutex
+	roomCh chan struct{}
+	// roomWaits counts the sends waiting for room now.
+	roomWaits atomic.Int32
 }
 
 // New prepares an agent for job serving opts.Readers (default: every
@@ -110,6 +118,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		log: logger.With("job", job.Spec.ID, "agent", opts.Name)}
 	for _, name := range names {
 		r := newReader(job, name, opts, logger, m)
+		r.changed = a.pokeRoom
 		r.completed = a.shardsRecorded
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
@@ -335,7 +344,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	}
 	for _, r := range a.readers {
 		r.mu.Lock()
-		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}}
+		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
 		r.notify()
 		r.mu.Unlock()
 		if m := r.member; m != nil {
@@ -573,6 +582,7 @@ func (s *sink) Room() bool {
 	wants := make([]bool, len(s.readers))
 	for i, r := range s.readers {
 		held[i], wants[i] = r.heldBytes(), r.wantsMore()
+		held[i] += r.producerBytes()
 	}
 	buffer := s.job.Spec.OutputBufferBytes
 	bound := s.opts.MaxLagBytes
@@ -592,15 +602,20 @@ func (s *sink) Room() bool {
 	return want && (buffer <= 0 || kept < buffer)
 }
 
-func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) {
-	// The readers keep rows of it, shared read-only.
+func (s *sink) WaitRoom(ctx context.Context, _ wire.ShardTask) error { return s.waitRoom(ctx) }
+
+func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) error {
+	// The readers keep rows of it, shared read-only. One that refuses it
+	// fails the send: the others drop the copies of the retry.
+	var errs []error
 	for _, r := range s.readers {
 		if r.member != nil {
-			r.member.chunk(task, index, data)
+			errs = append(errs, r.member.chunk(task, index, data))
 			continue
 		}
-		r.addChunk(task, index, data)
+		errs = append(errs, r.addChunk(task, index, data))
 	}
+	return errors.Join(errs...)
 }
 
 func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 
 	"github.com/sluice-project/sluice/wire"
@@ -13,11 +14,13 @@ import (
 // its shard's task stays unsettled (the dispatcher keeps it alive) until
 // the shard's last row is in a batch the trainer took.
 type heldChunk struct {
-	ref    wire.ChunkRef
-	rows   int    // rows of the chunk, those handed out before a restart included
-	handed int    // leading rows handed out
-	bytes  int    // size of the chunk
-	data   []byte // the chunk, which its rows not handed out point into
+	ref    wire.ChunkRef // as the send that brought it numbered it
+	first  int           // the shard row of its row 0
+	rows   int           // rows of the chunk
+	take   int           // rows of it this reader hands out: those it had not received before
+	handed int           // of those, handed out
+	bytes  int           // size of the chunk
+	data   []byte        // the chunk, which its rows not handed out point into
 	// holder is the agent of the reader that holds the chunk's bytes
 	// ("" this one; see team.go): the reader knows only its rows' keys.
 	holder string
@@ -26,35 +29,65 @@ type heldChunk struct {
 // shardRef names one shard of one epoch: the unit a task is settled in.
 type shardRef struct{ epoch, shard int }
 
+// A shard's rows are placed by their shard row (a chunk's first row plus
+// its row in the chunk), never by chunk index: a retry may cut the same
+// rows into other chunks (another function version), and every send
+// starts at row 0.
+
 // shardState is a shard of an unfinished epoch that is not complete yet.
 type shardState struct {
-	end        int    // chunks the shard end announced; -1 until it was seen
-	delivered  bitset // chunks whose every row was handed out (before a restart too)
-	held       map[int]*heldChunk
-	skip       map[int]int // leading rows of a chunk handed out before a restart, until it comes again
-	arrivedAll bool        // every chunk is delivered or held
-	samples    int         // rows of its chunks that arrived in this agent's run
+	// total is the rows the shard has: its end's sample count (or the rows
+	// that came, should those be more), or what a failed shard got; -1
+	// until known.
+	total  int
+	got    bitset       // rows received (held or handed out), those handed out before a restart included
+	handed bitset       // rows handed out, before a restart too
+	held   []*heldChunk // in arrival order
+	// cursor is, per holder, where its current send's next chunk starts,
+	// for chunks that do not say (older functions).
+	cursor map[string]sendCursor
+	// legacyFull and legacyRows are what a position of format 1 recorded
+	// as handed out by chunk index: chunks in full, and leading rows of
+	// others; applied when that chunk comes (format 1 assumed the same
+	// chunks every time).
+	legacyFull bitset
+	legacyRows map[int]int
+	arrivedAll bool // every row is received
+	samples    int  // rows that arrived in this agent's run
 }
+
+// sendCursor is the next chunk of a send and its first shard row, and the
+// first chunk of the send this assembler saw (a rewind replaces the
+// assembler while sends go on).
+type sendCursor struct{ from, next, row int }
 
 func newShardState() *shardState {
-	return &shardState{end: -1, held: map[int]*heldChunk{}, skip: map[int]int{}}
+	return &shardState{total: -1, cursor: map[string]sendCursor{}}
 }
 
-// hasAll reports whether every chunk below the end is delivered or, with
-// held, held.
-func (s *shardState) hasAll(held bool) bool {
-	if s.end < 0 {
-		return false
-	}
-	n := s.delivered.countBelow(s.end)
-	if held {
-		for c := range s.held {
-			if c < s.end {
-				n++
-			}
+// arrivedEvery reports whether every row of the shard was received.
+func (s *shardState) arrivedEvery() bool {
+	return s.total >= 0 && s.got.countBelow(s.total) == s.total
+}
+
+// handedEvery reports whether every row of the shard was handed out.
+func (s *shardState) handedEvery() bool {
+	return s.total >= 0 && len(s.held) == 0 && s.handed.countBelow(s.total) == s.total
+}
+
+// lastGot is one past the highest row received (0 if none).
+func (s *shardState) lastGot() int {
+	for w := len(s.got) - 1; w >= 0; w-- {
+		if s.got[w] != 0 {
+			return w*64 + 64 - bits.LeadingZeros64(s.got[w])
 		}
 	}
-	return n == s.end
+	return 0
+}
+
+// empty reports whether nothing of the shard was received, handed out or announced.
+func (s *shardState) empty() bool {
+	return s.total < 0 && len(s.held) == 0 && s.lastGot() == 0 && len(s.legacyRows) == 0 && s.legacyFull.countBelow(len(s.legacyFull)*64) == 0
 }
 
 // epochState is an epoch not finished yet (or finished out of order).
@@ -189,35 +222,47 @@ func (ep *epochState) shard(s int) *shardState {
 	return sh
 }
 
-// add applies one chunk. An error means it was rejected and left
-// unrecorded (it names the problem); a corrupt chunk is recorded as
-// delivered and its loss reported as a failed sample instead, so that its
-// shard can still complete. data is not kept beyond the call unless the
-// chunk's rows are (splitChunk copies nothing: pass a buffer the caller
-// does not reuse).
+// add applies one chunk of a send of this agent, in the send's order. An
+// error means it was rejected and left unrecorded (it names the problem:
+// a corrupt chunk, one whose place in the shard is not known); its send
+// should fail, so that the shard comes again. Rows received before are
+// copies, dropped; rows that cannot be stacked with the job's are
+// reported failed. data is not kept beyond the call unless the chunk's
+// rows are (splitChunk copies nothing: pass a buffer the caller does not
+// reuse).
 func (a *assembler) add(ref wire.ChunkRef, data []byte) (outcome, error) {
-	return a.addChunk(ref, "", data, func() ([]sample, *schema, error) { return splitChunk(data) })
+	return a.addAt(ref, -1, data)
+}
+
+// addAt is add of a chunk whose first shard row is first (< 0: as the
+// chunk says, or after the send's previous chunk).
+func (a *assembler) addAt(ref wire.ChunkRef, first int, data []byte) (outcome, error) {
+	return a.addChunk(ref, "", first, data, func() ([]sample, *schema, int, error) { return splitChunkAt(data) })
 }
 
 // addRemote applies a chunk that agent holder of the reader holds (see
-// team.go): how many samples it has and their schema, or why it is
-// corrupt. Its samples' keys stay with the holder ("" here).
-func (a *assembler) addRemote(ref wire.ChunkRef, holder string, rows int, sc *schema, corrupt string) (outcome, error) {
+// team.go): its first shard row (< 0: after the holder's previous chunk
+// of the shard), how many samples it has and their schema, or why it is
+// corrupt (refused: its rows' place is not known). Its samples' keys stay
+// with the holder ("" here).
+func (a *assembler) addRemote(ref wire.ChunkRef, holder string, first, rows int, sc *schema, corrupt string) (outcome, error) {
 	switch {
 	case holder == "":
 		return outcome{}, fmt.Errorf("output %s: a remote chunk needs its holder", ref)
 	case rows < 0 || rows > maxRowsPerChunk:
 		return outcome{}, fmt.Errorf("output %s: %d rows: want 0..%d", ref, rows, maxRowsPerChunk)
+	case first > maxRowsPerShard:
+		return outcome{}, fmt.Errorf("output %s: first row %d: want 0..%d", ref, first, maxRowsPerShard)
 	}
-	return a.addChunk(ref, holder, nil, func() ([]sample, *schema, error) {
+	return a.addChunk(ref, holder, first, nil, func() ([]sample, *schema, int, error) {
 		if corrupt != "" {
-			return nil, nil, errors.New(corrupt)
+			return nil, nil, -1, errors.New(corrupt)
 		}
 		samples := make([]sample, rows)
 		for i := range samples {
 			samples[i].idx = i
 		}
-		return samples, sc, nil
+		return samples, sc, -1, nil
 	})
 }
 
@@ -225,104 +270,151 @@ func (a *assembler) addRemote(ref wire.ChunkRef, holder string, rows int, sc *sc
 // is at most a few MiB of at least a byte a sample.
 const maxRowsPerChunk = 1 << 24
 
-func (a *assembler) addChunk(ref wire.ChunkRef, holder string, data []byte, split func() ([]sample, *schema, error)) (outcome, error) {
-	var out outcome
-	if ref.Epoch < 0 || ref.Epoch >= a.epochs {
-		return out, fmt.Errorf("output %s: epoch %d: want 0..%d", ref, ref.Epoch, a.epochs-1)
-	}
-	if ref.Shard < 0 || ref.Shard >= a.shards {
-		return out, fmt.Errorf("output %s: shard %d: want 0..%d", ref, ref.Shard, a.shards-1)
-	}
-	var ep *epochState
-	if ref.Epoch >= a.finished {
-		ep = a.epoch(ref.Epoch)
-	}
-	if ep == nil || ep.complete.has(ref.Shard) {
-		out.duplicate = true
-		return out, nil
-	}
-	sh := ep.shard(ref.Shard)
+// maxRowsPerShard bounds a shard row (a chunk's first row plus its rows).
+const maxRowsPerShard = 1 << 26
 
+func (a *assembler) addChunk(ref wire.ChunkRef, holder string, first int, data []byte, split func() ([]sample, *schema, int, error)) (outcome, error) {
+	var out outcome
 	if ref.Chunk < 0 {
 		return out, fmt.Errorf("output %s: a shard end goes through end", ref)
-	} else {
-		if h := sh.held[ref.Chunk]; h != nil || sh.delivered.has(ref.Chunk) {
-			out.duplicate = true // a copy of a chunk held or handed out
-			out.heldThere = h != nil && h.holder == holder
-			return out, nil
-		}
-		h := &heldChunk{ref: ref, handed: sh.skip[ref.Chunk], holder: holder}
-		delete(sh.skip, ref.Chunk)
-		samples, sc, err := split()
-		switch {
-		case err != nil:
-			out.failed = append(out.failed, wire.FailedSample{Key: ref.String(), Reason: "corrupt chunk: " + err.Error(), Epoch: ref.Epoch})
-		case len(samples) == 0:
-		case a.schema != nil && !a.schema.equal(sc):
-			reason := fmt.Sprintf("chunk %s has tensors %s, the job's first chunk %s: cannot stack", ref, sc, a.schema)
-			for _, s := range samples[min(h.handed, len(samples)):] {
-				key := s.key
-				if key == "" { // a member holds it: name the row
-					key = fmt.Sprintf("%s row %d", ref, s.idx)
-				}
-				out.failed = append(out.failed, wire.FailedSample{Key: key, Reason: reason, Epoch: ref.Epoch})
-			}
-		default:
-			if a.schema == nil {
-				a.schema = sc
-			}
-			h.rows = len(samples)
-			sh.samples += len(samples)
-			samples = samples[min(h.handed, len(samples)):]
-			for i := range samples {
-				samples[i].src = h
-			}
-			if holder == "" { // a member counts its own
-				out.arrived = len(samples)
-			}
-			pending := append(ep.pending[holder], samples...)
-			a.pending += len(samples)
-			for len(pending) >= a.batchSize {
-				out.batches = append(out.batches, stack(ref.Epoch, a.schema, pending[:a.batchSize]))
-				// Copy the rest so the batched samples' payloads can be collected.
-				pending = append([]sample(nil), pending[a.batchSize:]...)
-				a.pending -= a.batchSize
-			}
-			ep.pending[holder] = pending
-		}
-		if h.handed >= h.rows {
-			// Nothing (more) to hand out: delivered as it arrives.
-			sh.delivered.add(ref.Chunk)
-			a.version++
-		} else {
-			if holder == "" {
-				h.bytes, h.data = len(data), data
-				a.heldBytes += int64(h.bytes)
-			}
-			sh.held[ref.Chunk] = h
-		}
 	}
-
-	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
-	return out, nil
-}
-
-// end applies a shard's end: how many chunks it has, and its failed samples.
-func (a *assembler) end(ref wire.ChunkRef, end wire.ShardEnd) (outcome, error) {
-	var out outcome
 	ep, sh, dup, err := a.shardOf(ref)
 	if err != nil || dup {
 		out.duplicate = dup
 		return out, err
 	}
-	if sh.end >= 0 {
+	samples, sc, said, err := split()
+	if err != nil {
+		return out, fmt.Errorf("output %s: corrupt chunk: %w", ref, err)
+	}
+	n := len(samples)
+	if first < 0 {
+		first = said
+	}
+	if first < 0 {
+		c, ok := sh.cursor[holder]
+		switch {
+		case ref.Chunk == 0:
+			first = 0
+		case ok && c.next == ref.Chunk:
+			first = c.row
+		default:
+			return out, fmt.Errorf("output %s: where its rows fall in the shard is not known: it does not say (a function older than metadata %q), and chunk %d of its send did not come",
+				ref, wire.MetaFirst, ref.Chunk-1)
+		}
+	}
+	if first > maxRowsPerShard-n {
+		return out, fmt.Errorf("output %s: rows %d..%d: want below %d", ref, first, first+n-1, maxRowsPerShard)
+	}
+	from := ref.Chunk
+	if c, ok := sh.cursor[holder]; ok && c.next == ref.Chunk && ref.Chunk > 0 {
+		from = c.from
+	}
+	sh.cursor[holder] = sendCursor{from: from, next: ref.Chunk + 1, row: first + n}
+	if l, ok := sh.legacyRows[ref.Chunk]; ok || sh.legacyFull.has(ref.Chunk) {
+		// A format 1 position's rows of this chunk, handed out before.
+		if !ok {
+			l = n
+		}
+		for i := range min(l, n) {
+			sh.got.add(first + i)
+			sh.handed.add(first + i)
+		}
+		delete(sh.legacyRows, ref.Chunk)
+		sh.legacyFull.remove(ref.Chunk)
+		a.version++
+	}
+
+	// The rows not received before; rows beyond the shard's end are a
+	// contradiction, reported.
+	var fresh []sample
+	beyond := 0
+	for i := range samples {
+		switch r := first + i; {
+		case sh.total >= 0 && r >= sh.total:
+			beyond++
+			out.failed = append(out.failed, wire.FailedSample{Key: rowName(ref, samples[i]), Epoch: ref.Epoch,
+				Reason: fmt.Sprintf("row %d of the shard, beyond the %d its end announced (its object changed, or its function is not deterministic)", r, sh.total)})
+		case !sh.got.has(r):
+			fresh = append(fresh, samples[i])
+		}
+	}
+	if len(fresh) == 0 {
+		out.duplicate = beyond == 0 && n > 0
+		for _, h := range sh.held {
+			out.heldThere = out.heldThere || h.holder == holder && h.ref.Chunk == ref.Chunk && h.first == first && h.rows == n
+		}
+		a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
+		return out, nil
+	}
+	for _, smp := range fresh {
+		sh.got.add(first + smp.idx)
+	}
+	a.version++
+	if a.schema != nil && !a.schema.equal(sc) {
+		reason := fmt.Sprintf("chunk %s has tensors %s, the job's first chunk %s: cannot stack", ref, sc, a.schema)
+		for _, smp := range fresh {
+			sh.handed.add(first + smp.idx) // lost, reported: the shard can complete
+			out.failed = append(out.failed, wire.FailedSample{Key: rowName(ref, smp), Reason: reason, Epoch: ref.Epoch})
+		}
+		a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
+		return out, nil
+	}
+	if a.schema == nil {
+		a.schema = sc
+	}
+	h := &heldChunk{ref: ref, first: first, rows: n, take: len(fresh), holder: holder}
+	sh.samples += len(fresh)
+	for i := range fresh {
+		fresh[i].src = h
+	}
+	if holder == "" { // a member counts its own
+		out.arrived = len(fresh)
+		h.bytes, h.data = len(data), data
+		a.heldBytes += int64(h.bytes)
+	}
+	sh.held = append(sh.held, h)
+	pending := append(ep.pending[holder], fresh...)
+	a.pending += len(fresh)
+	for len(pending) >= a.batchSize {
+		out.batches = append(out.batches, stack(ref.Epoch, a.schema, pending[:a.batchSize]))
+		// Copy the rest so the batched samples' payloads can be collected.
+		pending = append([]sample(nil), pending[a.batchSize:]...)
+		a.pending -= a.batchSize
+	}
+	ep.pending[holder] = pending
+	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
+	return out, nil
+}
+
+// rowName is a row's key, or where a member holds it, its chunk and row.
+func rowName(ref wire.ChunkRef, s sample) string {
+	if s.key != "" {
+		return s.key
+	}
+	return fmt.Sprintf("%s row %d", ref, s.idx)
+}
+
+// end applies a shard's end: how many rows it has, and its failed
+// samples. sent says the end closes a send of this agent (Sink.End): if
+// this assembler saw every chunk of that send, rows it announced that did
+// not come never will, and are reported lost. A member's end (its chunks
+// may be told later) and a rewind's are not sent.
+func (a *assembler) end(ref wire.ChunkRef, end wire.ShardEnd, sent bool) (outcome, error) {
+	var out outcome
+	if end.Chunks < 0 || end.Samples < 0 || end.Samples > maxRowsPerShard {
+		return out, fmt.Errorf("output %s: shard end: %d chunks, %d samples: want >= 0 (samples at most %d)", ref, end.Chunks, end.Samples, maxRowsPerShard)
+	}
+	ep, sh, dup, err := a.shardOf(ref)
+	if err != nil || dup {
+		out.duplicate = dup
+		return out, err
+	}
+	if sh.total >= 0 {
 		out.duplicate = true
 		return out, nil
 	}
-	if end.Chunks < 0 {
-		return out, fmt.Errorf("output %s: shard end: chunks %d: want >= 0", ref, end.Chunks)
-	}
-	sh.end = end.Chunks
+	sh.total = end.Samples
 	a.version++
 	for _, f := range end.Failed {
 		f.Epoch = ref.Epoch
@@ -333,30 +425,50 @@ func (a *assembler) end(ref wire.ChunkRef, end wire.ShardEnd) (outcome, error) {
 			Reason: fmt.Sprintf("%d more failed samples, not listed", end.FailedOmitted)})
 		out.omitted = end.FailedOmitted
 	}
+	if last := sh.lastGot(); last > sh.total {
+		// Rows handed out cannot be taken back: the shard has what came.
+		out.failed = append(out.failed, wire.FailedSample{Key: ref.String(), Epoch: ref.Epoch,
+			Reason: fmt.Sprintf("the shard end says %d samples, but %d rows came (its object changed, or its function is not deterministic): the rows that came are kept", end.Samples, last)})
+		sh.total = last
+	}
+	c, ok := sh.cursor[""]
+	whole := sent && ok && c.from == 0 && c.next == end.Chunks
+	if missing := sh.total - sh.got.countBelow(sh.total); whole && missing > 0 {
+		for r := range sh.total {
+			if !sh.got.has(r) {
+				sh.got.add(r)
+				sh.handed.add(r)
+			}
+		}
+		out.failed = append(out.failed, wire.FailedSample{Key: ref.String(), Epoch: ref.Epoch,
+			Reason: fmt.Sprintf("the shard end says %d samples, %d of them never came (its function sent fewer rows than it counted)", end.Samples, missing)})
+	}
 	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
 	return out, nil
 }
 
-// fail ends a shard that failed for good: the chunks it has so far (a
-// prefix, as every send starts at chunk 0) are all it will have, and the
-// rest of its samples are reported failed under the shard's key.
+// fail ends a shard that failed for good: the rows it has so far are all
+// it will have, and the rest of its samples are reported failed under the
+// shard's key.
 func (a *assembler) fail(ref wire.ChunkRef, key, reason string) (outcome, error) {
 	var out outcome
 	ep, sh, dup, err := a.shardOf(ref)
-	if err != nil || dup || sh.end >= 0 {
-		out.duplicate = dup || (err == nil && sh.end >= 0)
+	if err != nil || dup || sh.total >= 0 {
+		out.duplicate = dup || (err == nil && sh.total >= 0)
 		return out, err
 	}
-	n := 0
-	for sh.delivered.has(n) || sh.held[n] != nil {
-		n++
+	sh.total = sh.lastGot()
+	for r := range sh.total {
+		if !sh.got.has(r) { // lost with the shard
+			sh.got.add(r)
+			sh.handed.add(r)
+		}
 	}
-	sh.end = n
 	a.version++
 	// How many samples the shard had is not known (its object may be
 	// gone): say how many came.
 	out.failed = append(out.failed, wire.FailedSample{Key: key, Epoch: ref.Epoch,
-		Reason: fmt.Sprintf("shard failed for good after %d chunks (%d samples of it came, how many more it had is not known): %s", n, sh.samples, reason)})
+		Reason: fmt.Sprintf("shard failed for good after %d rows (%d samples of it came in this run, how many more it had is not known): %s", sh.total, sh.samples, reason)})
 	a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
 	return out, nil
 }
@@ -393,7 +505,7 @@ func (a *assembler) shardComplete(e, s int) bool {
 // arrived notes a shard whose every chunk may now be here, cuts the epoch
 // once all are, and completes the shard if all was handed out.
 func (a *assembler) arrived(e, s int, ep *epochState, sh *shardState, out *outcome) {
-	if !sh.arrivedAll && sh.hasAll(true) {
+	if !sh.arrivedAll && sh.arrivedEvery() {
 		sh.arrivedAll = true
 		ep.arrived++
 		if ep.arrived == a.shards {
@@ -417,7 +529,7 @@ func (a *assembler) arrived(e, s int, ep *epochState, sh *shardState, out *outco
 func (a *assembler) checkShard(e, s int) []int {
 	ep := a.open[e]
 	sh := ep.shards[s]
-	if sh == nil || !sh.hasAll(false) {
+	if sh == nil || !sh.handedEvery() {
 		return nil
 	}
 	delete(ep.shards, s)
@@ -452,14 +564,21 @@ func (a *assembler) handOut(b readyBatch) []int {
 		h := f.c
 		h.handed += f.n
 		a.version++
-		if h.handed < h.rows {
+		ep := a.open[h.ref.Epoch]
+		if ep == nil || ep.shards[h.ref.Shard] == nil {
+			continue // its shard is complete: nothing of it can be handed out (a bug)
+		}
+		sh := ep.shards[h.ref.Shard]
+		for i := range f.n {
+			sh.handed.add(h.first + f.lo + i)
+		}
+		if h.handed < h.take {
 			continue
 		}
-		ep := a.open[h.ref.Epoch]
-		sh := ep.shards[h.ref.Shard]
-		delete(sh.held, h.ref.Chunk)
-		a.heldBytes -= int64(h.bytes)
-		sh.delivered.add(h.ref.Chunk)
+		if i := slices.Index(sh.held, h); i >= 0 {
+			sh.held = slices.Delete(sh.held, i, i+1)
+			a.heldBytes -= int64(h.bytes)
+		}
 		finished = append(finished, a.checkShard(h.ref.Epoch, h.ref.Shard)...)
 	}
 	return finished

@@ -118,14 +118,19 @@ func TestAssemblerReportsBadMessages(t *testing.T) {
 			t.Errorf("%s: out of range, want an error", ref)
 		}
 	}
-	if _, err := a.end(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, wire.ShardEnd{Chunks: -1}); err == nil || !strings.Contains(err.Error(), "shard end") {
+	if _, err := a.end(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, wire.ShardEnd{Chunks: -1}, true); err == nil || !strings.Contains(err.Error(), "shard end") {
 		t.Errorf("shard end of -1 chunks: err = %v", err)
 	}
 
-	// A corrupt chunk counts as seen (so the shard completes) and is reported.
+	// A corrupt chunk is refused (where its rows fall is not known): its
+	// send fails, and the shard comes again.
 	out, err := a.add(msgs[0].ref, []byte("not safetensors"))
-	if err != nil || len(out.failed) != 1 || !strings.Contains(out.failed[0].Reason, "corrupt chunk") {
+	if err == nil || !strings.Contains(err.Error(), "corrupt chunk") {
 		t.Fatalf("corrupt chunk: out=%+v err=%v", out, err)
+	}
+	// So is a chunk after a gap that does not say its first row.
+	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: 1}, chunkBytes(t, "j", 0, 0, 1, []string{"x"})); err == nil || !strings.Contains(err.Error(), "not known") {
+		t.Errorf("chunk 1 first, not saying its row: err = %v", err)
 	}
 	// A chunk whose tensors differ from the first chunk's cannot be stacked.
 	other := chunkBytes(t, "j", 0, 1, 0, []string{"a", "b"})

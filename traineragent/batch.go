@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/wire"
@@ -17,16 +18,64 @@ type Batch struct {
 	Epoch   int
 	Keys    []string
 	Tensors []safetensors.Tensor
+	// runs, when set, holds each tensor's data as runs of rows in the
+	// chunks they came from, and Tensors have no Data yet: a batch served
+	// over HTTP is written from the chunks' own bytes, never copied
+	// (materialize makes the tensors whole, for a caller in process).
+	runs [][][]byte
+}
+
+// materialize makes b's tensors whole (copying its runs into one buffer
+// each), once.
+func (b *Batch) materialize() {
+	if b.runs == nil {
+		return
+	}
+	tensors := make([]safetensors.Tensor, len(b.Tensors))
+	for j, t := range b.Tensors {
+		size := 0
+		for _, r := range b.runs[j] {
+			size += len(r)
+		}
+		data := make([]byte, 0, size)
+		for _, r := range b.runs[j] {
+			data = append(data, r...)
+		}
+		t.Data = data
+		tensors[j] = t
+	}
+	b.Tensors, b.runs = tensors, nil
+}
+
+// dataLen is the size of tensor j's data.
+func (b *Batch) dataLen(j int) int {
+	if b.runs == nil {
+		return len(b.Tensors[j].Data)
+	}
+	n := 0
+	for _, r := range b.runs[j] {
+		n += len(r)
+	}
+	return n
+}
+
+// data is tensor j's data, as one buffer or as runs.
+func (b *Batch) data(j int) [][]byte {
+	if b.runs == nil {
+		return [][]byte{b.Tensors[j].Data}
+	}
+	return b.runs[j]
 }
 
 // sample is one row of a chunk: its key, its index in the chunk and its
 // bytes in each tensor of the job's schema (aliasing the chunk's payload;
-// nil for a chunk another agent of the reader holds), and the chunk it
-// came from.
+// nil for a chunk another agent of the reader holds), each tensor's
+// data in the chunk (shared by its rows), and the chunk it came from.
 type sample struct {
 	key  string
 	idx  int
 	rows [][]byte
+	cols [][]byte
 	src  *heldChunk
 }
 
@@ -56,10 +105,28 @@ func (s *schema) String() string {
 
 // splitChunk decodes a chunk into samples. The payload must outlive them.
 func splitChunk(data []byte) ([]sample, *schema, error) {
+	samples, sc, _, err := splitChunkAt(data)
+	return samples, sc, err
+}
+
+// splitChunkAt is splitChunk that also returns the shard row of the
+// chunk's first row (wire.MetaFirst; -1 when the chunk does not say).
+func splitChunkAt(data []byte) ([]sample, *schema, int, error) {
 	f, err := safetensors.Decode(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, -1, err
 	}
+	first := -1
+	if v, ok := f.Metadata[wire.MetaFirst]; ok {
+		if first, err = strconv.Atoi(v); err != nil || first < 0 || first > maxRowsPerShard {
+			return nil, nil, -1, fmt.Errorf("metadata %q: %q: want 0..%d", wire.MetaFirst, v, maxRowsPerShard)
+		}
+	}
+	samples, sc, err := splitDecoded(f)
+	return samples, sc, first, err
+}
+
+func splitDecoded(f safetensors.File) ([]sample, *schema, error) {
 	var keys []string
 	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaKeys]), &keys); err != nil {
 		return nil, nil, fmt.Errorf("metadata %q: %w", wire.MetaKeys, err)
@@ -74,8 +141,9 @@ func splitChunk(data []byte) ([]sample, *schema, error) {
 	sort.Strings(sc.names)
 	n := len(keys)
 	samples := make([]sample, n)
+	cols := make([][]byte, len(sc.names))
 	for i := range samples {
-		samples[i] = sample{key: keys[i], idx: i, rows: make([][]byte, len(sc.names))}
+		samples[i] = sample{key: keys[i], idx: i, rows: make([][]byte, len(sc.names)), cols: cols}
 	}
 	for j, name := range sc.names {
 		t := f.Tensors[name]
@@ -84,6 +152,7 @@ func splitChunk(data []byte) ([]sample, *schema, error) {
 		}
 		sc.dtypes = append(sc.dtypes, t.DType)
 		sc.shapes = append(sc.shapes, slices.Clone(t.Shape[1:]))
+		cols[j] = t.Data
 		if n == 0 {
 			continue
 		}
@@ -119,8 +188,9 @@ type chunkRows struct {
 	lo, n int
 }
 
-// stack copies samples (all of one holder) into one batch; samples of a
-// chunk held elsewhere give keys and sources only.
+// stack makes samples (all of one holder) one batch, its tensors' data
+// the runs of consecutive rows of each chunk (no copy); samples of a chunk
+// held elsewhere give keys and sources only.
 func stack(epoch int, sc *schema, samples []sample) readyBatch {
 	b := readyBatch{Batch: Batch{Epoch: epoch, Keys: make([]string, len(samples))}}
 	for i, s := range samples {
@@ -134,17 +204,26 @@ func stack(epoch int, sc *schema, samples []sample) readyBatch {
 	if len(samples) > 0 && samples[0].rows == nil {
 		return b
 	}
+	b.runs = make([][][]byte, len(sc.names))
 	for j, name := range sc.names {
-		size := 0
-		for _, s := range samples {
-			size += len(s.rows[j])
-		}
-		data := make([]byte, 0, size)
-		for _, s := range samples {
-			data = append(data, s.rows[j]...)
-		}
 		shape := append([]int{len(samples)}, sc.shapes[j]...)
-		b.Tensors = append(b.Tensors, safetensors.Tensor{Name: name, DType: sc.dtypes[j], Shape: shape, Data: data})
+		b.Tensors = append(b.Tensors, safetensors.Tensor{Name: name, DType: sc.dtypes[j], Shape: shape})
+		for i := 0; i < len(samples); {
+			s := samples[i]
+			row := len(s.rows[j])
+			k := i + 1 // the run of s's chunk's consecutive rows
+			for k < len(samples) && samples[k].src == s.src && samples[k].idx == s.idx+(k-i) && len(samples[k].cols) > j && &samples[k].cols[j] == &s.cols[j] {
+				k++
+			}
+			if s.cols == nil || row == 0 {
+				for _, r := range samples[i:k] {
+					b.runs[j] = append(b.runs[j], r.rows[j])
+				}
+			} else {
+				b.runs[j] = append(b.runs[j], s.cols[j][s.idx*row:(s.idx+k-i)*row:(s.idx+k-i)*row])
+			}
+			i = k
+		}
 	}
 	return b
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -250,4 +252,76 @@ func imageNetOutput(b *testing.B, id string, shards, chunksPerShard, perChunk in
 		msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: -1}, end})
 	}
 	return msgs, bytes
+}
+
+// BenchmarkAssembleAndWrite is the agent's work per byte from a chunk
+// that arrived to a batch written to the trainer's connection: the chunks
+// split into rows, batches of 256 cut and each written as a safetensors
+// file, to a loopback TCP connection whose other end discards (or to
+// io.Discard: the agent's own work alone). "runs" writes a batch from the
+// chunks' own bytes, as the agent does; "copy" copies its rows into one
+// buffer per tensor first, as it did before (stack).
+func BenchmarkAssembleAndWrite(b *testing.B) {
+	const shards, chunksPerShard, perChunk, batch = 2, 8, 26, 256
+	job := testJob("aw", 1, batch, make(layout, shards))
+	msgs, size := imageNetOutput(b, "aw", shards, chunksPerShard, perChunk)
+	meta := map[string]string{MetaBatchJob: "aw"}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	for _, bc := range []struct {
+		name string
+		to   io.Writer
+	}{{"copy/tcp", conn}, {"runs/tcp", conn}, {"copy/discard", io.Discard}, {"runs/discard", io.Discard}} {
+		mode := strings.Split(bc.name, "/")[0]
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				a := newAssembler(job)
+				for _, m := range msgs {
+					out, err := applySent(a, m, true)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, rb := range out.batches {
+						a.handOut(rb)
+						bt := rb.Batch
+						if mode == "copy" {
+							bt.materialize()
+						}
+						head, _, err := bt.header(meta)
+						if err == nil {
+							err = bt.write(bc.to, head)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if !a.allFinished() {
+					b.Fatal("not every row handed out")
+				}
+			}
+		})
+	}
 }

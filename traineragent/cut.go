@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sluice-project/sluice/wire"
@@ -14,28 +15,25 @@ import (
 
 // cutRows is the batch of epoch e made of spans' rows, whose keys must be
 // keys where those are known ("" where a member holds the row: functions
-// are deterministic, so a chunk produced again has the same rows); chunk
-// gives each span's chunk. A part of no rows has sc's tensors with no
-// rows (stack makes them).
-func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *schema, chunk func(context.Context, rowSpan) ([]byte, error)) (Batch, error) {
+// are deterministic, so a shard produced again has the same rows); rows
+// gives each span's rows. A part of no rows has sc's tensors with no rows
+// (stack makes them).
+func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *schema, rows func(context.Context, rowSpan) ([]sample, *schema, error)) (Batch, error) {
 	var samples []sample
 	for _, sp := range spans {
-		data, err := chunk(ctx, sp)
-		if err != nil {
-			return Batch{}, err
-		}
-		rows, csc, err := splitChunk(data)
+		got, csc, err := rows(ctx, sp)
 		switch {
 		case err != nil:
-			return Batch{}, fmt.Errorf("chunk %s: %w", sp.ref, err)
-		case sp.lo < 0 || sp.n < 0 || sp.lo+sp.n > len(rows):
-			return Batch{}, fmt.Errorf("chunk %s has %d rows, the part wants rows %d..%d", sp.ref, len(rows), sp.lo, sp.lo+sp.n-1)
+			return Batch{}, err
+		case len(got) != sp.n:
+			return Batch{}, fmt.Errorf("chunk %s: %d rows for a span of %d", sp.ref, len(got), sp.n)
+		case sp.n == 0:
 		case sc == nil:
 			sc = csc
 		case !sc.equal(csc):
 			return Batch{}, fmt.Errorf("chunk %s has tensors %s, the job's %s: cannot stack", sp.ref, csc, sc)
 		}
-		samples = append(samples, rows[sp.lo:sp.lo+sp.n]...)
+		samples = append(samples, got...)
 	}
 	if len(samples) != len(keys) {
 		return Batch{}, fmt.Errorf("the chunks give %d rows, the part has %d", len(samples), len(keys))
@@ -51,6 +49,18 @@ func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *sch
 	return stack(e, sc, samples).Batch, nil
 }
 
+// spanRows is span sp's rows of its chunk data.
+func spanRows(sp rowSpan, data []byte) ([]sample, *schema, error) {
+	rows, sc, err := splitChunk(data)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("chunk %s: %w", sp.ref, err)
+	case sp.lo < 0 || sp.n < 0 || sp.lo+sp.n > len(rows):
+		return nil, nil, fmt.Errorf("chunk %s has %d rows, the part wants rows %d..%d", sp.ref, len(rows), sp.lo, sp.lo+sp.n-1)
+	}
+	return rows[sp.lo : sp.lo+sp.n], sc, nil
+}
+
 // cutPart cuts a part of this (planner) agent's rank given as spans:
 // from the chunks it holds, or produced again. A part that cannot be cut
 // is lost to the trainer (it counts as handed out): its samples are
@@ -59,11 +69,11 @@ func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 	a.mu.Lock()
 	sc, prod := a.asm.schema, a.producer
 	a.mu.Unlock()
-	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
+	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
 		if sp.data != nil {
-			return sp.data, nil
+			return spanRows(sp, sp.data)
 		}
-		return prod.chunk(ctx, sp.ref)
+		return prod.rows(ctx, sp)
 	})
 	if err != nil {
 		a.mu.Lock()
@@ -109,6 +119,10 @@ type producer struct {
 	produce func(ctx context.Context, task wire.ShardTask, chunk func(int, []byte)) (wire.ShardEnd, error)
 	ctx     context.Context // the agent's run: a production outlives the part that asked for it
 
+	// maxBytes bounds the bytes of the shards kept beyond the one being
+	// produced last (0: none): they count in the job's output buffer.
+	maxBytes int64
+
 	mu     sync.Mutex
 	shards map[shardRef]*production
 	order  []shardRef
@@ -117,14 +131,107 @@ type producer struct {
 type production struct {
 	done   chan struct{}
 	chunks map[int][]byte
+	// firsts has each chunk's first shard row (-1: not known), so that a
+	// span is found by its rows whatever chunks this send cut.
+	firsts map[int]int
 	err    error
+	bytes  int64 // of its chunks so far (producer.mu)
 }
 
 // keepProduced is how many shards produced again a producer keeps.
 const keepProduced = 8
 
+// heldBytes is the size of the shards the producer keeps (nil: none).
+func (p *producer) heldBytes() int64 {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, pr := range p.shards {
+		n += pr.bytes
+	}
+	return n
+}
+
+// evict drops the oldest shards kept beyond keepProduced or maxBytes,
+// never the newest; p.mu must be held.
+func (p *producer) evict() {
+	total := int64(0)
+	for _, pr := range p.shards {
+		total += pr.bytes
+	}
+	for len(p.order) > 1 && (len(p.order) > keepProduced || p.maxBytes > 0 && total > p.maxBytes) {
+		total -= p.shards[p.order[0]].bytes
+		delete(p.shards, p.order[0])
+		p.order = p.order[1:]
+	}
+}
+
+// rows is span sp's rows, produced again: found by their shard rows when
+// the span says them, else by chunk index (as chunked the first time).
+func (p *producer) rows(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
+	if sp.row < 0 {
+		data, err := p.chunk(ctx, sp.ref)
+		if err != nil {
+			return nil, nil, err
+		}
+		return spanRows(sp, data)
+	}
+	pr, err := p.produced(ctx, sp.ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	byRow := map[int]sample{}
+	var sc *schema
+	for i, data := range pr.chunks {
+		first := pr.firsts[i]
+		if first < 0 {
+			continue
+		}
+		rows, csc, err := splitChunk(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("chunk %d of shard %d of epoch %d produced again: %w", i, sp.ref.Shard, sp.ref.Epoch, err)
+		}
+		lo, hi := max(sp.row, first), min(sp.row+sp.n, first+len(rows))
+		if lo >= hi {
+			continue
+		}
+		if sc != nil && !sc.equal(csc) {
+			return nil, nil, fmt.Errorf("shard %d of epoch %d produced again: its chunks have tensors %s and %s", sp.ref.Shard, sp.ref.Epoch, sc, csc)
+		}
+		sc = csc
+		for r := lo; r < hi; r++ {
+			byRow[r] = rows[r-first]
+		}
+	}
+	out := make([]sample, 0, sp.n)
+	for r := sp.row; r < sp.row+sp.n; r++ {
+		s, ok := byRow[r]
+		if !ok {
+			return nil, nil, fmt.Errorf("shard %d of epoch %d produced again has no row %d", sp.ref.Shard, sp.ref.Epoch, r)
+		}
+		out = append(out, s)
+	}
+	return out, sc, nil
+}
+
 // chunk is chunk ref, produced again.
 func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error) {
+	pr, err := p.produced(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	data, ok := pr.chunks[ref.Chunk]
+	if !ok {
+		return nil, fmt.Errorf("shard %d of epoch %d produced again has no chunk %d", ref.Shard, ref.Epoch, ref.Chunk)
+	}
+	return data, nil
+}
+
+// produced is ref's shard produced again, once done.
+func (p *producer) produced(ctx context.Context, ref wire.ChunkRef) (*production, error) {
 	if p == nil {
 		return nil, errors.New("no dispatcher to produce a chunk again")
 	}
@@ -132,13 +239,13 @@ func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error)
 	p.mu.Lock()
 	pr := p.shards[k]
 	if pr == nil || isDone(pr) && pr.err != nil {
-		pr = &production{done: make(chan struct{}), chunks: map[int][]byte{}}
+		pr = &production{done: make(chan struct{}), chunks: map[int][]byte{}, firsts: map[int]int{}}
+		if i := slices.Index(p.order, k); i >= 0 { // a failed one, produced again
+			p.order = slices.Delete(p.order, i, i+1)
+		}
 		p.shards[k] = pr
 		p.order = append(p.order, k)
-		for len(p.order) > keepProduced {
-			delete(p.shards, p.order[0])
-			p.order = p.order[1:]
-		}
+		p.evict()
 		go p.run(k, pr)
 	}
 	p.mu.Unlock()
@@ -150,11 +257,7 @@ func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error)
 	if pr.err != nil {
 		return nil, pr.err
 	}
-	data, ok := pr.chunks[ref.Chunk]
-	if !ok {
-		return nil, fmt.Errorf("shard %d of epoch %d produced again has no chunk %d", ref.Shard, ref.Epoch, ref.Chunk)
-	}
-	return data, nil
+	return pr, nil
 }
 
 func isDone(pr *production) bool {
@@ -169,10 +272,25 @@ func isDone(pr *production) bool {
 func (p *producer) run(k shardRef, pr *production) {
 	defer close(pr.done)
 	var mu sync.Mutex
+	next := 0 // the next chunk's first row, for chunks that do not say
 	_, err := p.produce(p.ctx, p.job.Task(k.epoch, k.shard), func(i int, data []byte) {
+		rows, _, first, err := splitChunkAt(data)
+		if i == 0 {
+			next = 0
+		}
+		if first < 0 && err == nil {
+			first = next
+		}
+		if err != nil {
+			first = -1
+		}
+		next = first + len(rows)
 		mu.Lock()
-		pr.chunks[i] = data
+		pr.chunks[i], pr.firsts[i] = data, first
 		mu.Unlock()
+		p.mu.Lock()
+		pr.bytes += int64(len(data))
+		p.mu.Unlock()
 	})
 	pr.err = err
 }

@@ -75,13 +75,16 @@
 //
 // Delivery is exactly once per (epoch, sample), across restarts of the
 // agent too. A shard may be sent again (a cut response, a redelivered
-// task, a replay); functions are deterministic, so the chunks come again
-// with the same index and bytes, and each reader drops copies by ChunkRef.
+// task, a replay); functions are deterministic, so the same rows come
+// again, though perhaps cut into other chunks (another function version):
+// each reader places a chunk's rows by their shard row (wire.MetaFirst,
+// or the rows of the send's earlier chunks) and drops the rows it has.
 // An epoch's last, partial batch is cut once every shard's end arrived
-// with all the chunks it announced. A shard that fails for good (package
-// dispatch gives up on it) ends with the chunks it had, and its other
-// samples are reported failed under the shard's key: an epoch never waits
-// for a shard that will not come.
+// with all the rows it announced; an end that contradicts the rows that
+// came is reported, never applied silently. A shard that fails for good
+// (package dispatch gives up on it) ends with the rows it had, and its
+// other samples are reported failed under the shard's key: an epoch never
+// waits for a shard that will not come.
 //
 // Position: when the first rank takes a part of a global step, the whole
 // step is handed out: the reader records its position in
@@ -137,8 +140,12 @@
 // stops at PrefetchSamples ready, unless the epoch its ranks are in has no
 // step ready) or the chunks it holds reach the job's OutputBufferBytes,
 // and it has at most its share of the job's in-flight budget outstanding
-// (wire.DispatchPlan). A slow trainer thus leaves tasks in the queue
-// rather than output in the agent's memory. Samples waiting in a partial
+// (wire.DispatchPlan). A send under way stops reading its replica's reply
+// while the chunks held (and the shards a team's producer keeps) fill the
+// buffer, unless the ranks wait for a step that what is held cannot make
+// (buffer.go): what the agent holds stays within the buffer plus about one
+// chunk per send. A slow trainer thus leaves tasks in the queue, and
+// output in the replicas' sockets, rather than in the agent's memory. Samples waiting in a partial
 // batch do not count against the prefetch, so an epoch can always
 // complete.
 //

@@ -52,8 +52,16 @@ func label(key string) int64 {
 	return int64(h.Sum32() % 1000)
 }
 
-// chunkBytes encodes a chunk as a function would.
+// chunkBytes encodes a chunk as a function older than wire.MetaFirst
+// would: it does not say its first row.
 func chunkBytes(t testing.TB, job string, epoch, shard, chunk int, keys []string) []byte {
+	t.Helper()
+	return chunkBytesAt(t, job, epoch, shard, chunk, -1, keys)
+}
+
+// chunkBytesAt encodes a chunk as a function would, its first row in the
+// shard first (< 0: not said).
+func chunkBytesAt(t testing.TB, job string, epoch, shard, chunk, first int, keys []string) []byte {
 	t.Helper()
 	n := len(keys)
 	img := make([]byte, 0, n*12)
@@ -68,13 +76,17 @@ func chunkBytes(t testing.TB, job string, epoch, shard, chunk int, keys []string
 	if err != nil {
 		t.Fatal(err)
 	}
+	meta := map[string]string{
+		wire.MetaJob: job, wire.MetaEpoch: strconv.Itoa(epoch), wire.MetaShard: strconv.Itoa(shard),
+		wire.MetaChunk: strconv.Itoa(chunk), wire.MetaKeys: string(kj),
+	}
+	if first >= 0 {
+		meta[wire.MetaFirst] = strconv.Itoa(first)
+	}
 	b, err := safetensors.Encode([]safetensors.Tensor{
 		{Name: "image", DType: safetensors.U8, Shape: []int{n, 2, 2, 3}, Data: img},
 		{Name: "label", DType: safetensors.I64, Shape: []int{n}, Data: lab},
-	}, map[string]string{
-		wire.MetaJob: job, wire.MetaEpoch: strconv.Itoa(epoch), wire.MetaShard: strconv.Itoa(shard),
-		wire.MetaChunk: strconv.Itoa(chunk), wire.MetaKeys: string(kj),
-	})
+	}, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,9 +115,9 @@ func outputs(t testing.TB, job wire.Job, l layout) []outputMsg {
 				for i := range keys {
 					keys[i] = sampleKey(s, c, i)
 				}
-				total += n
 				ref := wire.ChunkRef{Job: job.Spec.ID, Epoch: e, Shard: s, Chunk: c}
-				out = append(out, outputMsg{ref, chunkBytes(t, job.Spec.ID, e, s, c, keys)})
+				out = append(out, outputMsg{ref, chunkBytesAt(t, job.Spec.ID, e, s, c, total, keys)})
+				total += n
 			}
 			end, err := json.Marshal(wire.ShardEnd{Job: job.Spec.ID, Epoch: e, Shard: s, Chunks: len(chunks), Samples: total,
 				Failed: []wire.FailedSample{{Key: failedKey(s), Reason: "decoding jpeg: unexpected EOF"}}})
@@ -121,6 +133,7 @@ func outputs(t testing.TB, job wire.Job, l layout) []outputMsg {
 // checkBatch verifies a batch's tensors against its keys and epoch.
 func checkBatch(t testing.TB, b Batch) {
 	t.Helper()
+	b.materialize()
 	if len(b.Tensors) != 2 || b.Tensors[0].Name != "image" || b.Tensors[1].Name != "label" {
 		t.Fatalf("batch tensors %v: want image and label", b.Tensors)
 	}
@@ -144,8 +157,13 @@ func checkBatch(t testing.TB, b Batch) {
 	}
 }
 
-// applyMsg applies one output message to an assembler as a reader's intake does.
-func applyMsg(a *assembler, m outputMsg) (outcome, error) {
+// applyMsg applies one output message to an assembler as a reader's
+// intake does, a shard end as a member's (its chunks may come later).
+func applyMsg(a *assembler, m outputMsg) (outcome, error) { return applySent(a, m, false) }
+
+// applySent is applyMsg, a shard end as the end of a send of the agent
+// (sent) or not.
+func applySent(a *assembler, m outputMsg, sent bool) (outcome, error) {
 	if m.ref.Chunk >= 0 {
 		return a.add(m.ref, m.data)
 	}
@@ -153,7 +171,7 @@ func applyMsg(a *assembler, m outputMsg) (outcome, error) {
 	if err := json.Unmarshal(m.data, &end); err != nil {
 		return outcome{}, err
 	}
-	return a.end(m.ref, end)
+	return a.end(m.ref, end, sent)
 }
 
 // function is a hand-written function replica: it answers each shard task
@@ -170,6 +188,9 @@ type function struct {
 	// cutAfter, when set for a shard, cuts its next response after that
 	// many chunks (then forgets it): a replica killed mid-shard.
 	cutAfter map[shardRef]int
+	// retry, when set for a shard, is its output from its second send on
+	// (another function version, which cuts the rows into other chunks).
+	retry map[shardRef][]outputMsg
 	// hold blocks every response before its first frame until closed.
 	hold chan struct{}
 	// status, when set for a shard, is the HTTP status every request for
@@ -186,7 +207,7 @@ func newFunction(t testing.TB, job wire.Job, l layout) *function {
 // newFunctionOf serves the output msgs (each shard's chunks, then its end).
 func newFunctionOf(t testing.TB, job wire.Job, msgs []outputMsg) *function {
 	t.Helper()
-	f := &function{t: t, job: job, out: map[shardRef][]outputMsg{}, sends: map[shardRef]int{}, cutAfter: map[shardRef]int{}}
+	f := &function{t: t, job: job, out: map[shardRef][]outputMsg{}, sends: map[shardRef]int{}, cutAfter: map[shardRef]int{}, retry: map[shardRef][]outputMsg{}}
 	for _, m := range msgs {
 		k := shardRef{m.ref.Epoch, m.ref.Shard}
 		f.out[k] = append(f.out[k], m)
@@ -213,6 +234,10 @@ func (f *function) serve(w http.ResponseWriter, r *http.Request) {
 	delete(f.cutAfter, k)
 	hold := f.hold
 	status := f.status[k]
+	msgs, ok := f.out[k]
+	if again, set := f.retry[k]; set && f.sends[k] > 1 {
+		msgs = again
+	}
 	f.mu.Unlock()
 	if status != 0 {
 		w.Header().Set(wire.HeaderTaskRejected, "true") // the function's verdict
@@ -226,7 +251,6 @@ func (f *function) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	msgs, ok := f.out[k]
 	if !ok {
 		w.Header().Set(wire.HeaderTaskRejected, "true")
 		http.Error(w, "no such shard", http.StatusNotFound)
@@ -254,6 +278,13 @@ func (f *function) cut(epoch, shard, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cutAfter[shardRef{epoch, shard}] = n
+}
+
+// setRetry makes the sends of (epoch, shard) after the first answer msgs.
+func (f *function) setRetry(epoch, shard int, msgs []outputMsg) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retry[shardRef{epoch, shard}] = msgs
 }
 
 // sendsOf is how often (epoch, shard) was asked for.

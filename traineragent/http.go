@@ -23,6 +23,7 @@ const (
 
 // Encode writes b as a safetensors file with the job, epoch and keys in its metadata.
 func (b Batch) Encode(job string) ([]byte, error) {
+	b.materialize()
 	meta, err := b.metadata(job)
 	if err != nil {
 		return nil, err
@@ -233,7 +234,7 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 		if p.Last {
 			meta[MetaBatchEpochFailed] = strconv.FormatInt(p.EpochFailed, 10)
 		}
-		head, size, err = safetensors.Header(b.Tensors, meta)
+		head, size, err = b.header(meta)
 	}
 	if err != nil {
 		// The batch is lost to this trainer; say so rather than hide it.
@@ -250,20 +251,37 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	// The position already counts this batch as delivered: a trainer
 	// that loses it here does not get it from a restarted agent either
 	// (it resumes from its checkpoint instead).
-	_, err = w.Write(head)
-	for _, t := range b.Tensors {
-		if err != nil {
-			break
-		}
-		_, err = w.Write(t.Data)
-	}
-	if err != nil {
+	if err := b.write(w, head); err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
 		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.rank, "samples", len(b.Keys), "err", err)
 		for _, k := range b.Keys {
 			a.Fail(k, "sending batch to the trainer: "+err.Error())
 		}
 	}
+}
+
+// header is the start of b's safetensors file with meta, and the file's size.
+func (b *Batch) header(meta map[string]string) (head []byte, size int, err error) {
+	lengths := make([]int, len(b.Tensors))
+	for j := range b.Tensors {
+		lengths[j] = b.dataLen(j)
+	}
+	return safetensors.HeaderLengths(b.Tensors, lengths, meta)
+}
+
+// write writes b's file, head then the tensors' data, straight from the
+// chunks it came in.
+func (b *Batch) write(w io.Writer, head []byte) error {
+	_, err := w.Write(head)
+	for j := range b.Tensors {
+		for _, run := range b.data(j) {
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(run)
+		}
+	}
+	return err
 }
 
 // maxStateBytes bounds a resume's body: a state is under 64 KiB at

@@ -56,7 +56,7 @@ func (a *assembler) shed(ref wire.ChunkRef) bool {
 	case ep.owed.has(ref.Shard):
 		return true
 	}
-	if sh := ep.shards[ref.Shard]; sh != nil && (sh.end >= 0 || len(sh.held) > 0 || len(sh.skip) > 0 || len(sh.delivered) > 0) {
+	if sh := ep.shards[ref.Shard]; sh != nil && !sh.empty() {
 		return false
 	}
 	ep.owed.add(ref.Shard)

@@ -61,11 +61,12 @@ type member struct {
 	want      bool
 	store     map[wire.ChunkRef]*storedChunk
 	bytes     int64
-	ends      map[shardRef]chunkNote // shard ends and failures told, to tell a new planner run again
-	held      map[shardRef]bool      // shards it received output of, not settled
-	inbox     string                 // where replies come (inbox.SEQ), once subscribed
-	waits     map[uint64]*teamWait   // requests waiting for a reply, by sequence number
-	polls     map[int]*rankPoll      // per rank, its poll for the next part
+	ends      map[shardRef]chunkNote  // shard ends and failures told, to tell a new planner run again
+	held      map[shardRef]bool       // shards it received output of, not settled
+	cursor    map[shardRef]sendCursor // per shard, where its send's next chunk starts (for chunks that do not say)
+	inbox     string                  // where replies come (inbox.SEQ), once subscribed
+	waits     map[uint64]*teamWait    // requests waiting for a reply, by sequence number
+	polls     map[int]*rankPoll       // per rank, its poll for the next part
 	// resumes counts the resumes forwarded; resumePlanner and resumeGen
 	// are the planner run that answered the last and its generation of
 	// ranks (a part asked for before it is of an earlier generation
@@ -92,7 +93,7 @@ func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
 		auth: &teamAuth{job: job.Spec.ID, reader: reader}, m: NewMetrics(nil).forJob(job.Spec.ID, reader),
 		nonce: newNonce(), runCtx: ctx, stopRun: stop,
-		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{},
+		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{}, cursor: map[shardRef]sendCursor{},
 		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 }
@@ -346,27 +347,66 @@ func (m *member) join(ctx context.Context) error {
 }
 
 // chunk stores chunk index of task's shard and queues its note for the
-// planner (the dispatcher's sink does not wait for it).
-func (m *member) chunk(task wire.ShardTask, index int, data []byte) {
+// planner (the dispatcher's sink does not wait for it). A corrupt chunk,
+// or one whose rows' place in the shard is not known, is refused: its
+// send fails, and the shard comes again.
+func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	n := chunkNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	samples, sc, err := splitChunk(data)
+	samples, sc, first, err := splitChunkAt(data)
 	if err != nil {
-		n.Corrupt = err.Error()
-	} else {
-		n.Rows, n.Schema = len(samples), noteOf(sc)
+		return fmt.Errorf("output %s: corrupt chunk: %w", ref, err)
 	}
+	k := shardRef{task.Epoch, task.Shard}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.held[shardRef{task.Epoch, task.Shard}] = true
-	if m.store[ref] != nil {
-		return // a copy: the planner is told of the first
+	if first < 0 {
+		c, ok := m.cursor[k]
+		switch {
+		case index == 0:
+			first = 0
+		case ok && c.next == index:
+			first = c.row
+		default:
+			return fmt.Errorf("output %s: where its rows fall in the shard is not known: it does not say, and chunk %d of its send did not come", ref, index-1)
+		}
+	}
+	m.cursor[k] = sendCursor{next: index + 1, row: first + len(samples)}
+	n := chunkNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index, First: &first, Rows: len(samples), Schema: noteOf(sc)}
+	m.held[k] = true
+	if c := m.store[ref]; c != nil {
+		if noteFirstRow(c.note) == first && c.note.Rows == n.Rows {
+			return nil // a copy: the planner is told of the first
+		}
+		// The same index with other rows: a retry chunked differently
+		// (another function version). Stored under an index no function
+		// sends, unless a copy of it is stored already; the planner takes
+		// the rows it lacks.
+		alt := altChunks
+		for r, c := range m.store {
+			switch {
+			case r.Epoch != ref.Epoch || r.Shard != ref.Shard || r.Chunk < altChunks:
+			case noteFirstRow(c.note) == first && c.note.Rows == n.Rows:
+				return nil
+			default:
+				alt = max(alt, r.Chunk+1)
+			}
+		}
+		if alt >= maxChunksPerShard {
+			return fmt.Errorf("output %s: too many chunks of the shard chunked differently", ref)
+		}
+		ref.Chunk, n.Chunk = alt, alt
 	}
 	m.store[ref] = &storedChunk{note: n, data: data}
 	m.bytes += int64(len(data))
 	m.queue = append(m.queue, n)
 	m.kickNotes()
+	return nil
 }
+
+// altChunks is the first chunk index a member gives a chunk of a retry
+// chunked differently whose index it holds already (functions send far
+// fewer chunks a shard).
+const altChunks = maxChunksPerShard / 2
 
 // end queues task's shard end, or (end nil) that it failed for good.
 func (m *member) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
@@ -531,6 +571,7 @@ func (m *member) settled(r teamReply, asked [][2]int) {
 		k := shardRef{c[0], c[1]}
 		delete(m.held, k)
 		delete(m.ends, k)
+		delete(m.cursor, k)
 		for ref, sc := range m.store {
 			if ref.Epoch == k.epoch && ref.Shard == k.shard {
 				sc.settled = true
@@ -570,6 +611,14 @@ func (m *member) settleAll() {
 
 // room says whether the agent should take another task: the planner wants
 // this member's rows and its chunks fit the job's output buffer.
+// intakeRoom says whether a chunk may be taken in (buffer.go): the chunks
+// stored are below buffer, or the planner wants this member's rows.
+func (m *member) intakeRoom(buffer int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return buffer <= 0 || m.bytes < buffer || m.want
+}
+
 func (m *member) room(buffer int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -690,6 +739,9 @@ func (m *member) checkPart(n partNote) error {
 			sp.Lo < 0 || sp.N < 1 || sp.Lo > maxRowsPerChunk || sp.N > maxRowsPerChunk-sp.Lo {
 			return fmt.Errorf("span %+v out of range", sp)
 		}
+		if sp.Row != nil && (*sp.Row < 0 || *sp.Row > maxRowsPerShard) {
+			return fmt.Errorf("span %+v: shard row %d out of range", sp, *sp.Row)
+		}
 		rows += sp.N
 	}
 	if rows != n.Rows {
@@ -707,20 +759,24 @@ func (m *member) checkPart(n partNote) error {
 func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (rankPart, error) {
 	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
 	for _, s := range n.Spans {
-		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N})
+		row := -1
+		if s.Row != nil && *s.Row >= 0 {
+			row = *s.Row
+		}
+		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N, row: row})
 	}
 	var sc *schema
 	if n.Schema != nil {
 		sc, _ = schemaOf(n.Schema)
 	}
-	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]byte, error) {
+	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
 		m.mu.Lock()
 		c := m.store[sp.ref]
 		m.mu.Unlock()
 		if c != nil {
-			return c.data, nil
+			return spanRows(sp, c.data)
 		}
-		return prod().chunk(ctx, sp.ref)
+		return prod().rows(ctx, sp)
 	})
 	if err != nil {
 		err = fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, n.Step, err)

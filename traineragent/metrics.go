@@ -12,6 +12,7 @@ type Metrics struct {
 	droppedSamples   *prometheus.CounterVec
 	stallSeconds     *prometheus.CounterVec
 	bufferedSamples  *prometheus.GaugeVec
+	heldBytes        *prometheus.GaugeVec
 	stallFraction    *prometheus.GaugeVec
 	positionBytes    *prometheus.GaugeVec
 	gpuUtilization   *prometheus.GaugeVec
@@ -49,6 +50,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bufferedSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_agent_buffered_samples", Help: "Samples held by the agent (ready batches and partial batches).",
 		}, job),
+		heldBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_agent_held_bytes", Help: "Bytes of output chunks the reader holds (received, not every row handed out): what the job's output buffer bounds.",
+		}, job),
 		stallFraction: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_agent_stall_fraction", Help: "Share of the last demand interval the trainer waited for data.",
 		}, job),
@@ -75,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.teamRefused)
 		reg.MustRegister(m.samplesArrived, m.samplesDelivered, m.batchesDelivered, m.duplicateChunks,
-			m.failedSamples, m.droppedSamples, m.stallSeconds, m.bufferedSamples, m.stallFraction, m.positionBytes,
+			m.failedSamples, m.droppedSamples, m.stallSeconds, m.bufferedSamples, m.heldBytes, m.stallFraction, m.positionBytes,
 			m.gpuUtilization, m.steps, m.stepSeconds)
 	}
 	return m
@@ -87,6 +91,7 @@ type jobMetrics struct {
 	duplicateChunks, failedSamples, stallSeconds       prometheus.Counter
 	droppedSamples                                     prometheus.Counter
 	bufferedSamples, stallFraction, positionBytes      prometheus.Gauge
+	heldBytes                                          prometheus.Gauge
 	gpuUtilization                                     prometheus.Gauge
 	steps                                              *prometheus.CounterVec // by rank
 	stepSeconds                                        *prometheus.CounterVec // by rank and part
@@ -103,6 +108,7 @@ func (m *Metrics) forJob(job, reader string) jobMetrics {
 		droppedSamples:   m.droppedSamples.WithLabelValues(job, reader),
 		stallSeconds:     m.stallSeconds.WithLabelValues(job, reader),
 		bufferedSamples:  m.bufferedSamples.WithLabelValues(job, reader),
+		heldBytes:        m.heldBytes.WithLabelValues(job, reader),
 		stallFraction:    m.stallFraction.WithLabelValues(job, reader),
 		positionBytes:    m.positionBytes.WithLabelValues(job, reader),
 		gpuUtilization:   m.gpuUtilization.WithLabelValues(job, reader),

@@ -7,25 +7,37 @@ import (
 	"slices"
 )
 
-// positionVersion is the format of a position record.
-const positionVersion = 1
+// positionVersion is the format of a position record: 2 records a
+// shard's rows by shard row; 1 (still read) by chunk index.
+const positionVersion = 2
 
 // maxChunksPerShard bounds chunk indices read from a position record.
 const maxChunksPerShard = 1 << 24
+
+// maxPositionRows bounds the rows (and format 1 chunks) a position
+// records as handed out over its shards in progress, counted as the
+// bitmaps they take (32 MiB): a resume's state comes from the trainer.
+const maxPositionRows = 1 << 28
 
 // position is a reader's place in a job's output, stored as JSON in
 // wire.ReadersBucket under wire.ReaderKey(job, reader): what was handed out
 // to the trainer, nothing about what merely arrived. Example:
 //
-//	{"v":1,"submitted":"2026-11-23T05:39:25.123Z","finished":1,"epochs":{"1":{"complete":"0-4999,5002",
-//	  "shards":{"5000":{"end":3,"chunks":"0-1","rows":{"2":7}}}}}}
+//	{"v":2,"submitted":"2026-11-23T05:39:25.123Z","finished":1,"epochs":{"1":{"complete":"0-4999,5002",
+//	  "shards":{"5000":{"samples":40,"handed":"0-16"}}}}}
 //
 // says epoch 0 is finished; of epoch 1, shards 0-4999 and 5002 are complete
-// (every chunk handed out, shard end seen); of shard 5000 the end
-// announced 3 chunks, chunks 0 and 1 were handed out in full and the first
-// 7 rows of chunk 2. Shard and chunk sets are written as ranges, or as a
-// base64 bitmap where that is shorter (encodeSet), so an epoch of 10,000
-// shards takes at most about 1.7 KB whatever order its shards complete in.
+// (every row handed out, shard end seen); of shard 5000 the end announced
+// 40 rows, rows 0 to 16 were handed out. Rows are shard rows (a chunk's
+// wire.MetaFirst plus its row in the chunk), whatever chunks brought
+// them. Shard and row sets are written as ranges, or as a base64 bitmap
+// where that is shorter (encodeSet), so an epoch of 10,000 shards takes
+// at most about 1.7 KB whatever order its shards complete in.
+//
+// Format 1 recorded a shard by chunk index ("end": the chunk count,
+// "chunks": chunks handed out in full, "rows": leading rows handed out
+// per chunk); such entries are still read, and applied to the chunks of
+// those indices when they come.
 type position struct {
 	Version int `json:"v"`
 	// Submitted is the submission time of the job the position is of: a
@@ -50,7 +62,13 @@ type epochPosition struct {
 }
 
 type shardPosition struct {
-	// End is the chunk count of the shard end, once it was seen.
+	// Samples is the rows the shard has, once its end was seen.
+	Samples *int `json:"samples,omitempty"`
+	// Handed are the shard rows handed out.
+	Handed string `json:"handed,omitempty"`
+
+	// Format 1, by chunk index, until those chunks come again: End is
+	// the chunk count of the shard end (not read: the end comes again).
 	End    *int        `json:"end,omitempty"`
 	Chunks string      `json:"chunks,omitempty"` // chunks handed out in full
 	Rows   map[int]int `json:"rows,omitempty"`   // chunk -> leading rows handed out
@@ -66,20 +84,16 @@ func (a *assembler) snapshot() position {
 		out.Owed = encodeSet(ep.owed.minus(ep.complete))
 		for s, sh := range ep.shards {
 			var sp shardPosition
-			if sh.end >= 0 {
-				end := sh.end
-				sp.End = &end
+			if sh.total >= 0 {
+				total := sh.total
+				sp.Samples = &total
 			}
-			sp.Chunks = encodeSet(sh.delivered)
-			for c, n := range sh.skip {
+			sp.Handed = encodeSet(sh.handed)
+			for c, n := range sh.legacyRows {
 				sp.rows(c, n)
 			}
-			for c, h := range sh.held {
-				if h.handed > 0 {
-					sp.rows(c, h.handed)
-				}
-			}
-			if sp.End != nil || sp.Chunks != "" || sp.Rows != nil {
+			sp.Chunks = encodeSet(sh.legacyFull)
+			if sp.Samples != nil || sp.Handed != "" || sp.Chunks != "" || sp.Rows != nil {
 				if out.Shards == nil {
 					out.Shards = map[int]shardPosition{}
 				}
@@ -105,14 +119,15 @@ func (sp *shardPosition) rows(c, n int) {
 
 // restore loads a position into an assembler that has seen no message yet.
 func (a *assembler) restore(p position) error {
-	if p.Version != positionVersion {
-		return fmt.Errorf("position format %d: this agent reads %d", p.Version, positionVersion)
+	if p.Version != positionVersion && p.Version != 1 {
+		return fmt.Errorf("position format %d: this agent reads 1 and %d", p.Version, positionVersion)
 	}
 	if p.Finished < 0 || p.Finished > a.epochs {
 		return fmt.Errorf("position: finished epochs %d: the job has %d", p.Finished, a.epochs)
 	}
 	a.finished = p.Finished
 	clear(a.open)
+	rowWords := maxPositionRows / 64 // a position from a trainer's state is input
 	for _, e := range slices.Sorted(maps.Keys(p.Epochs)) {
 		ep := p.Epochs[e]
 		if e < p.Finished || e >= a.epochs {
@@ -141,27 +156,47 @@ func (a *assembler) restore(p position) error {
 				return fmt.Errorf("position: epoch %d: shard %d: out of range or also complete", e, s)
 			}
 			sh := newShardState()
-			if sp.End != nil {
-				if *sp.End < 0 {
-					return fmt.Errorf("position: epoch %d: shard %d: end %d: want >= 0", e, s, *sp.End)
+			limit := maxRowsPerShard
+			if sp.Samples != nil {
+				if *sp.Samples < 0 || *sp.Samples > maxRowsPerShard {
+					return fmt.Errorf("position: epoch %d: shard %d: samples %d: want 0..%d", e, s, *sp.Samples, maxRowsPerShard)
 				}
-				sh.end = *sp.End
+				sh.total = *sp.Samples
+				limit = sh.total
 			}
-			limit := maxChunksPerShard
-			if sh.end >= 0 {
-				limit = sh.end
+			if sh.handed, err = decodeSet(sp.Handed, limit); err != nil {
+				return fmt.Errorf("position: epoch %d: shard %d: rows handed out: %w", e, s, err)
 			}
-			if sh.delivered, err = decodeSet(sp.Chunks, limit); err != nil {
+			if rowWords -= len(sh.handed); rowWords < 0 {
+				return fmt.Errorf("position: epoch %d: shard %d: more rows handed out than a position may record (%d in all)", e, s, maxPositionRows)
+			}
+			sh.got = slices.Clone(sh.handed)
+			full, err := decodeSet(sp.Chunks, maxChunksPerShard)
+			if err != nil {
 				return fmt.Errorf("position: epoch %d: shard %d: chunks: %w", e, s, err)
 			}
+			if rowWords -= len(full); rowWords < 0 {
+				return fmt.Errorf("position: epoch %d: shard %d: more chunks handed out than a position may record", e, s)
+			}
+			sh.legacyFull = full
+			if len(sp.Rows) > 0 {
+				sh.legacyRows = map[int]int{}
+			}
+			chunks := maxChunksPerShard
+			if sp.End != nil && *sp.End >= 0 {
+				chunks = min(chunks, *sp.End)
+			}
+			if len(full)*64 > chunks && full.countBelow(len(full)*64) != full.countBelow(chunks) {
+				return fmt.Errorf("position: epoch %d: shard %d: chunks %q: beyond its end's %d", e, s, sp.Chunks, chunks)
+			}
 			for c, n := range sp.Rows {
-				if c < 0 || c >= limit || n <= 0 || sh.delivered.has(c) {
+				if c < 0 || c >= chunks || n <= 0 || n > maxRowsPerChunk || full.has(c) {
 					return fmt.Errorf("position: epoch %d: shard %d: rows of chunk %d: %d: out of range", e, s, c, n)
 				}
-				sh.skip[c] = n
+				sh.legacyRows[c] = n
 			}
 			st.shards[s] = sh
-			if sh.hasAll(true) {
+			if sh.arrivedEvery() {
 				sh.arrivedAll = true
 				st.arrived++
 			}

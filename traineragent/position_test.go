@@ -284,8 +284,10 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 func TestRestoreRejectsForeignPositions(t *testing.T) {
 	job := testJob("j", 2, 4, layout{{2}, {2}})
 	for _, bad := range []string{
-		`{"v":2}`,
+		`{"v":3}`,
 		`{"v":1,"finished":3}`,
+		`{"v":2,"epochs":{"0":{"shards":{"1":{"samples":2,"handed":"0-2"}}}}}`,
+		`{"v":2,"epochs":{"0":{"shards":{"1":{"samples":-1}}}}}`,
 		`{"v":1,"finished":1,"epochs":{"0":{"complete":"0"}}}`,
 		`{"v":1,"epochs":{"0":{"complete":"0-2"}}}`,
 		`{"v":1,"epochs":{"0":{"complete":"0","shards":{"0":{"chunks":"0"}}}}}`,

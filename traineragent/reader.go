@@ -187,6 +187,9 @@ type Reader struct {
 	completed func([]shardRef)
 	// replay asks the agent to produce shards again for this reader.
 	replay func([]wire.ShardTask)
+	// changed is told every change notify signals (the agent's sends
+	// waiting for room look again); called with mu held.
+	changed func()
 
 	// pos keeps the position (its mutex serialises writes); recorded
 	// says which shards the written position has complete.
@@ -245,6 +248,7 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 		created:      now,
 		completed:    func([]shardRef) {},
 		replay:       func([]wire.ShardTask) {},
+		changed:      func() {},
 		fail:         func(error) {},
 		wake:         make(chan struct{}),
 		asm:          newAssembler(job),
@@ -277,6 +281,8 @@ func (a *Reader) Ready() bool {
 func (a *Reader) notify() {
 	close(a.wake)
 	a.wake = make(chan struct{})
+	a.m.heldBytes.Set(float64(a.asm.heldBytes))
+	a.changed()
 }
 
 // stop ends the agent's run with err.
@@ -312,26 +318,26 @@ func (a *Reader) handedOut() bool {
 }
 
 // addChunk applies chunk index of task's shard (data is kept: the caller
-// must not reuse it).
-func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) {
+// must not reuse it); an error refuses it (see assembler.add).
+func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	a.intake(ref, func() (outcome, error) { return a.asm.add(ref, data) })
+	return a.intake(ref, func() (outcome, error) { return a.asm.add(ref, data) })
 }
 
 // addEnd applies task's shard end.
 func (a *Reader) addEnd(task wire.ShardTask, end wire.ShardEnd) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
-	a.intake(ref, func() (outcome, error) { return a.asm.end(ref, end) })
+	_ = a.intake(ref, func() (outcome, error) { return a.asm.end(ref, end, true) }) // logged
 }
 
 // addFailed ends task's shard, which failed for good.
 func (a *Reader) addFailed(task wire.ShardTask, reason string) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
 	a.log.Warn("shard failed for good; its samples are reported failed", "epoch", task.Epoch, "shard", task.Shard, "key", task.Key, "reason", reason)
-	a.intake(ref, func() (outcome, error) { return a.asm.fail(ref, task.Key, reason) })
+	_ = a.intake(ref, func() (outcome, error) { return a.asm.fail(ref, task.Key, reason) }) // logged
 }
 
-func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
+func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) error {
 	now := time.Now()
 	a.mu.Lock()
 	if a.shedding.Load() {
@@ -342,7 +348,7 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
 				a.log.Debug("lagging: not keeping a shard, owed", "epoch", ref.Epoch, "shard", ref.Shard)
 			}
 			a.mu.Unlock()
-			return
+			return nil
 		}
 	}
 	out, err := apply()
@@ -351,12 +357,13 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) {
 	}
 	a.mu.Unlock()
 	if err != nil {
-		a.log.Warn("dropping output", "chunk", ref.String(), "err", err)
-		return
+		a.log.Warn("refusing output", "chunk", ref.String(), "err", err)
+		return err
 	}
 	if out.duplicate {
 		a.log.Debug("dropping a copy", "chunk", ref.String())
 	}
+	return nil
 }
 
 // shardComplete reports whether every row of shard s of epoch e was handed
@@ -365,6 +372,14 @@ func (a *Reader) shardComplete(e, s int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.asm.shardComplete(e, s)
+}
+
+// producerBytes is the size of the shards its producer keeps.
+func (a *Reader) producerBytes() int64 {
+	a.mu.Lock()
+	p := a.producer
+	a.mu.Unlock()
+	return p.heldBytes()
 }
 
 // heldBytes is the size of the chunks the reader holds.
@@ -483,6 +498,7 @@ func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 // samples again.
 func (a *Reader) Next(ctx context.Context) (Batch, error) {
 	p, err := a.nextPart(ctx, rankRequest{rank: 0, world: 1})
+	p.Batch.materialize()
 	return p.Batch, err
 }
 

@@ -178,7 +178,9 @@ func TestAgentResumesWhereItsBatchesEnded(t *testing.T) {
 	p := e.storedPosition(t, job.Spec.ID, wire.DefaultReader)
 	partial := 0
 	for _, sh := range p.Epochs[0].Shards {
-		partial += len(sh.Rows)
+		if sh.Handed != "" {
+			partial++
+		}
 	}
 	if p.Finished != 0 || partial == 0 {
 		t.Errorf("position after 3 batches = %+v, want epoch 0 open with a chunk partly handed out", p)

@@ -69,9 +69,26 @@ func replaySet(h, p position, epochs, shards int) (map[int][]int, error) {
 	return out, nil
 }
 
-// ackedMore reports whether h has a chunk of a shard handed out in full
-// that p has not.
+// ackedMore reports whether h has rows of a shard handed out that p has
+// not (some may still be held, and carried: producing the shard again
+// costs only time), or, in format 1, a chunk handed out in full.
 func ackedMore(h, p shardPosition) (bool, error) {
+	hr, err := decodeSet(h.Handed, maxRowsPerShard)
+	if err != nil {
+		return false, fmt.Errorf("recorded rows: %w", err)
+	}
+	pr, err := decodeSet(p.Handed, maxRowsPerShard)
+	if err != nil {
+		return false, fmt.Errorf("resume rows: %w", err)
+	}
+	for i, w := range hr {
+		if i < len(pr) {
+			w &^= pr[i]
+		}
+		if w != 0 {
+			return true, nil
+		}
+	}
 	hc, err := decodeSet(h.Chunks, maxChunksPerShard)
 	if err != nil {
 		return false, fmt.Errorf("recorded chunks: %w", err)

@@ -363,19 +363,18 @@ func carry(from, fresh *assembler) []readyBatch {
 				continue
 			}
 			sh := ep.shards[s]
-			for _, c := range slices.Sorted(maps.Keys(sh.held)) {
-				h := sh.held[c]
-				add := func() (outcome, error) { return fresh.add(h.ref, h.data) }
+			for _, h := range sh.held {
+				add := func() (outcome, error) { return fresh.addAt(h.ref, h.first, h.data) }
 				if h.holder != "" {
-					add = func() (outcome, error) { return fresh.addRemote(h.ref, h.holder, h.rows, from.schema, "") }
+					add = func() (outcome, error) { return fresh.addRemote(h.ref, h.holder, h.first, h.rows, from.schema, "") }
 				}
 				if o, err := add(); err == nil {
 					out = append(out, o.batches...)
 				}
 			}
-			if sh.end >= 0 {
+			if sh.total >= 0 {
 				ref := wire.ChunkRef{Job: fresh.job, Epoch: e, Shard: s, Chunk: -1}
-				if o, err := fresh.end(ref, wire.ShardEnd{Chunks: sh.end}); err == nil {
+				if o, err := fresh.end(ref, wire.ShardEnd{Samples: sh.total}, false); err == nil {
 					out = append(out, o.batches...)
 				}
 			}

@@ -19,6 +19,12 @@ func (b *bitset) add(i int) {
 	(*b)[w] |= 1 << (i % 64)
 }
 
+func (b bitset) remove(i int) {
+	if w := i / 64; i >= 0 && w < len(b) {
+		b[w] &^= 1 << (i % 64)
+	}
+}
+
 func (b bitset) has(i int) bool {
 	w := i / 64
 	return i >= 0 && w < len(b) && b[w]&(1<<(i%64)) != 0

@@ -365,6 +365,9 @@ func (a *Reader) dropTail(e int, now time.Time) {
 // batch): copying one of ImageNet-size rows took the agent's serving
 // goroutine tens of ms, page faults included.
 func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
+	for i := range batches {
+		batches[i].materialize()
+	}
 	var keys []string
 	var tensors []safetensors.Tensor
 	if len(batches) == 1 {

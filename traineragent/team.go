@@ -434,6 +434,9 @@ func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 		}
 		return p
 	}
+	for _, it := range items {
+		it.b.materialize()
+	}
 	for j, t := range items[0].b.Tensors {
 		row := len(t.Data) / len(items[0].b.Keys)
 		data := make([]byte, 0, len(items)*row)
@@ -448,11 +451,14 @@ func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 }
 
 // rowSpan is n rows of a chunk from its row lo: a part's rows as the agent
-// that serves the rank cuts them. data is the chunk when this agent holds
+// that serves the rank cuts them. row is the shard row of the first (-1
+// when not known): a shard produced again is found by it, whatever chunks
+// the function cuts this time. data is the chunk when this agent holds
 // it (nil: the agent looks it up, or has it produced again).
 type rowSpan struct {
 	ref   wire.ChunkRef
 	lo, n int
+	row   int
 	data  []byte
 }
 
@@ -461,7 +467,7 @@ type rowSpan struct {
 func spansOf(from []chunkRows, withData bool) []rowSpan {
 	out := make([]rowSpan, len(from))
 	for i, f := range from {
-		out[i] = rowSpan{ref: f.c.ref, lo: f.lo, n: f.n}
+		out[i] = rowSpan{ref: f.c.ref, lo: f.lo, n: f.n, row: f.c.first + f.lo}
 		if withData && f.c.holder == "" {
 			out[i].data = f.c.data
 		}

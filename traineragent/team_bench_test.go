@@ -186,14 +186,14 @@ func runTeam(ctx context.Context, b *testing.B, runs []agentRun, planning func()
 							return
 						}
 						n := len(p.Keys)
-						if len(p.Tensors) != 2 || len(p.Tensors[0].Data) != n*224*224*3 {
+						if len(p.Tensors) != 2 || p.dataLen(0) != n*224*224*3 {
 							errs[rank] = fmt.Errorf("rank %d: a part of %d samples with tensors %v", rank, n, p.Tensors)
 							cancel()
 							return
 						}
 						samples.Add(int64(n))
-						for _, t := range p.Tensors {
-							bytes.Add(int64(len(t.Data)))
+						for j := range p.Tensors {
+							bytes.Add(int64(p.dataLen(j)))
 						}
 					}
 				})

@@ -71,6 +71,14 @@ type (
 	spanNote      = wire.TeamSpan
 )
 
+// noteFirstRow is a note's first shard row, -1 when it does not say.
+func noteFirstRow(n chunkNote) int {
+	if n.First == nil || *n.First < 0 {
+		return -1
+	}
+	return *n.First
+}
+
 func noteOf(sc *schema) *schemaNote {
 	if sc == nil {
 		return nil
@@ -361,8 +369,8 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 		if deferred {
 			return false, true, nil
 		}
-		a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.addRemote(ref, member, n.Rows, sc, corrupt)
+		_ = a.intake(ref, func() (outcome, error) {
+			out, err = a.asm.addRemote(ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
 			if m := a.team.members[member]; err == nil && !out.duplicate && m != nil {
 				m.chunks++
 				m.rows += n.Rows
@@ -375,12 +383,12 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 		if end.Job != "" && end.Job != a.job.Spec.ID || end.Epoch != n.Epoch || end.Shard != n.Shard {
 			return false, false, fmt.Errorf("end of %s names job %.64q epoch %d shard %d", ref, end.Job, end.Epoch, end.Shard)
 		}
-		a.intake(ref, func() (outcome, error) {
-			if e := a.endContradicts(n.Epoch, n.Shard, end.Chunks); e != nil {
-				err = fmt.Errorf("end of %s: %w", ref, e)
-				return outcome{}, err
-			}
-			out, err = a.asm.end(ref, end)
+		// An end that says fewer samples than rows came keeps those rows
+		// and reports it (assembler.end): nothing is lost to it, and a
+		// member's end of a retry may say less than an earlier send gave
+		// (an object rewritten), so it is not refused either.
+		_ = a.intake(ref, func() (outcome, error) {
+			out, err = a.asm.end(ref, end, false)
 			return out, err
 		})
 	case n.Reason != "":
@@ -422,32 +430,6 @@ func (a *Reader) memberRoom(member string, rows int) bool {
 		}
 	}
 	return m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows
-}
-
-// endContradicts says why a shard end of chunks contradicts what the
-// reader has of the shard (a chunk at or past it held or handed out);
-// a.mu must be held.
-func (a *Reader) endContradicts(e, s, chunks int) error {
-	if chunks < 0 || chunks > maxChunksPerShard {
-		return fmt.Errorf("%d chunks: want 0..%d", chunks, maxChunksPerShard)
-	}
-	ep := a.asm.open[e]
-	if ep == nil {
-		return nil
-	}
-	sh := ep.shards[s]
-	if sh == nil {
-		return nil
-	}
-	for c := range sh.held {
-		if c >= chunks {
-			return fmt.Errorf("it announces %d chunks, but chunk %d of it is held", chunks, c)
-		}
-	}
-	if all := sh.delivered.countBelow(len(sh.delivered) * 64); all > sh.delivered.countBelow(chunks) {
-		return fmt.Errorf("it announces %d chunks, but a chunk past them was handed out", chunks)
-	}
-	return nil
 }
 
 // memberStatus says which of a member's shards every rank's position has
@@ -495,7 +477,8 @@ func (a *Reader) memberPartReply(ctx context.Context, member string, req partReq
 	a.mu.Unlock()
 	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
 	for _, s := range p.Spans {
-		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n})
+		row := s.row
+		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})
 	}
 	return teamReply{Status: statusOK, Part: n}
 }

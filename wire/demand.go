@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Demand is the signal a trainer agent publishes on DemandSubject(job) about
 // once a second: how fast the trainer eats, how much of the interval it
@@ -11,8 +14,11 @@ type Demand struct {
 	// has a signal from each (empty means DefaultReader).
 	Reader string `json:"reader,omitempty"`
 	// Agent names the agent speaking (several agents of one job serve the
-	// ranks of their nodes); the controller shares the job's in-flight
-	// budget among the agents it hears (DispatchPlan.Shares).
+	// ranks of their nodes, a reader's team each signalling for its own
+	// ranks under the reader's name): the controller keeps each agent's
+	// latest signal apart and merges a reader's team into one, and shares
+	// the job's in-flight budget among the agents it hears
+	// (DispatchPlan.Shares). Empty: one agent with no name.
 	Agent string    `json:"agent,omitempty"`
 	Time  time.Time `json:"time"`
 	// InFlight is the tasks the agent is sending now; PendingTasks how many
@@ -51,6 +57,55 @@ type Demand struct {
 	SamplesTotal int64 `json:"samples_total"`
 	// Done is set on the last signal of a job, once every epoch is delivered.
 	Done bool `json:"done"`
+}
+
+// Bounds on the counts of a Demand, which anyone who may publish on a
+// job's demand subject can send: far above a real agent's, low enough
+// that the sums of a job's agents cannot overflow.
+const (
+	// MaxDemandTasks bounds InFlight and PendingTasks.
+	MaxDemandTasks = 1 << 24
+	// MaxDemandSamples bounds the sample counts and rates.
+	MaxDemandSamples = 1 << 48
+)
+
+// CheckCounts names the first count or share of d out of its bounds:
+// tasks and samples negative or past MaxDemandTasks, MaxDemandSamples;
+// a share of the interval outside [0, 1]; a GPU utilisation outside
+// [0, 1] but -1.
+func (d Demand) CheckCounts() error {
+	for _, c := range []struct {
+		name     string
+		v, bound float64
+	}{
+		{"in_flight", float64(d.InFlight), MaxDemandTasks},
+		{"pending_tasks", float64(d.PendingTasks), MaxDemandTasks},
+		{"buffered_samples", float64(d.BufferedSamples), MaxDemandSamples},
+		{"buffer_capacity", float64(d.BufferCapacity), MaxDemandSamples},
+		{"samples_done", float64(d.SamplesDone), MaxDemandSamples},
+		{"samples_total", float64(d.SamplesTotal), MaxDemandSamples},
+		{"consumed_per_s", d.ConsumedPerS, MaxDemandSamples},
+		{"arrived_per_s", d.ArrivedPerS, MaxDemandSamples},
+		{"interval_s", d.IntervalS, 86400},
+		{"stall_fraction", d.StallFraction, 1},
+		{"wait_fraction", d.WaitFraction, 1},
+	} {
+		if !(c.v >= 0 && c.v <= c.bound) { // NaN fails too
+			return fmt.Errorf("demand %s %v: want 0..%v", c.name, c.v, c.bound)
+		}
+	}
+	if g := d.GPUUtilization; g != -1 && !(g >= 0 && g <= 1) {
+		return fmt.Errorf("demand gpu_utilization %v: want 0..1, or -1 for none", g)
+	}
+	return nil
+}
+
+// ReaderName is the reader d speaks for: Reader, DefaultReader if empty.
+func (d Demand) ReaderName() string {
+	if d.Reader == "" {
+		return DefaultReader
+	}
+	return d.Reader
 }
 
 // Where a demand signal's wait was measured (Demand.WaitSource).

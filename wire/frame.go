@@ -16,8 +16,9 @@ import (
 //	frame  = kind (1 byte) | chunk index (uint32, big endian) | length (uint32, big endian) | payload
 //	kind   'C' chunk: payload is a safetensors file holding some of the
 //	           shard's samples (tensors stacked by row, metadata MetaJob,
-//	           MetaEpoch, MetaShard, MetaChunk and MetaKeys); chunks come in
-//	           index order from 0, each at most ChunkFrameMax(task) bytes.
+//	           MetaEpoch, MetaShard, MetaChunk, MetaFirst and MetaKeys);
+//	           chunks come in index order from 0, each at most
+//	           ChunkFrameMax(task) bytes.
 //	       'E' shard end: payload is a JSON ShardEnd; the last frame of a
 //	           complete shard. Only the end makes the shard complete.
 //	       'X' error: payload is a JSON ShardError; the last frame of a
@@ -27,9 +28,10 @@ import (
 // an end or error frame (a killed replica, a cut connection) means "shard
 // incomplete": the caller sends the task again, and because functions are
 // deterministic (per-sample seeds, chunk boundaries that depend only on
-// the samples) the chunks it already holds come again with the same index
-// and bytes. Failures found before the first frame are plain HTTP
-// statuses (see functions/server).
+// the samples) the rows it already holds come again. A caller places rows
+// by their shard row (MetaFirst), not by chunk index: another function
+// version may cut the same rows into other chunks. Failures found before
+// the first frame are plain HTTP statuses (see functions/server).
 const ShardStreamMediaType = "application/vnd.sluice.shard-stream.v1"
 
 // HeaderTaskRejected ("true") marks a function's 4xx that rejects the task

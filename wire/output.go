@@ -12,6 +12,13 @@ const (
 	MetaShard = "shard"
 	MetaChunk = "chunk"
 	MetaKeys  = "keys" // JSON array of sample keys, in tensor row order
+	// MetaFirst is the shard row of the chunk's first row: the rows the
+	// shard's earlier chunks hold. A receiver places a chunk's rows by it,
+	// not by the chunk index, so that a retry chunked differently (another
+	// function version, a changed chunk cap) is still taken exactly once.
+	// Absent from chunks of older functions: the receiver then counts the
+	// rows of the send's earlier chunks.
+	MetaFirst = "first"
 )
 
 // Bounds on what one shard reports about its failed samples, so that a
@@ -106,12 +113,48 @@ type ShardResult struct {
 	Sends int `json:"sends,omitempty"`
 }
 
+// Bounds on the counts of a ShardResult, which anyone who may publish on
+// a job's result subject can send: far above what a real shard reports,
+// low enough that a job's sums of them cannot overflow.
+const (
+	// MaxShardSends bounds ShardResult.Sends (an agent gives a task up
+	// after its MaxDeliver failed sends, 20 by default).
+	MaxShardSends = 1 << 16
+	// MaxShardSamples bounds a shard end's samples and failed samples.
+	MaxShardSamples = 1 << 32
+	// MaxShardBytes bounds a shard end's byte counts.
+	MaxShardBytes = 1 << 44
+)
+
+// CheckCounts names the first count of r out of its bounds (negative,
+// or past MaxShardSends, MaxShardSamples, MaxShardBytes).
+func (r ShardResult) CheckCounts() error {
+	e := r.End
+	for _, c := range []struct {
+		name     string
+		v, bound int64
+	}{
+		{"sends", int64(r.Sends), MaxShardSends},
+		{"chunks", int64(e.Chunks), MaxShardSamples},
+		{"samples", int64(e.Samples), MaxShardSamples},
+		{"failed_omitted", int64(e.FailedOmitted), MaxShardSamples},
+		{"bytes", e.Bytes, MaxShardBytes},
+		{"s3_bytes", e.S3Bytes, MaxShardBytes},
+		{"cache_bytes", e.CacheBytes, MaxShardBytes},
+	} {
+		if c.v < 0 || c.v > c.bound {
+			return fmt.Errorf("shard result %s %d: want 0..%d", c.name, c.v, c.bound)
+		}
+	}
+	return nil
+}
+
 // ShardsFailedKey is the key in ReadersBucket under which a job's agents
 // record the shard tasks they gave up on (ShardsFailed), before acking
 // them. A ShardResult is a core NATS message, lost if no controller owns
 // the job when it is published (a takeover); this record is not, and the
 // owner that finishes the job counts what it holds.
-func ShardsFailedKey(job string) string { return "failed." + job }
+func ShardsFailedKey(job string) string { return shardsFailedToken + "." + job }
 
 // ShardsFailed is the value under ShardsFailedKey.
 type ShardsFailed struct {

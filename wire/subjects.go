@@ -18,8 +18,11 @@ const (
 	// LeasesBucket holds each job's Lease: which controller owns it.
 	LeasesBucket = "sluice_leases"
 	// ReadersBucket holds each reader's position in a job's output, so a
-	// restarted agent resumes where its delivered batches end. Keys are
-	// ReaderKey(job, reader); the trainer agent owns the value's format.
+	// restarted agent resumes where its delivered batches end
+	// (ReaderKey; the trainer agent owns the value's format), each
+	// reader's done mark (ReaderDoneKey) and each job's tasks given up
+	// (ShardsFailedKey). Each kind of record has a first token of its
+	// own, so that no job or reader id makes one kind's key another's.
 	ReadersBucket = "sluice_readers"
 	// PlansBucket holds each pipeline's learned per-replica throughput,
 	// written by controllers as jobs run and read by `sluice plan` and
@@ -73,11 +76,20 @@ func DispatchConsumer(job string) string { return "sluice_dispatch_" + job }
 // task they settle (core NATS): the owning controller's view of progress.
 func ResultSubject(job string) string { return resultSubjectPrefix + job }
 
+// The first token of each kind of key in ReadersBucket. Job and reader
+// ids hold no dot, so the first token alone tells the kinds apart: a job
+// named "failed" or "done" cannot take another job's keys.
+const (
+	readerPosToken    = "pos"
+	readerDoneToken   = "done"
+	shardsFailedToken = "failed"
+)
+
 // ReaderDoneKey is the key in ReadersBucket that a reader's agent writes
 // once every rank of the reader reached the end of the last epoch: the job
 // succeeds only when each declared reader has it, so a trainer that
 // crashes before its last batch can still resume from a checkpoint.
-func ReaderDoneKey(job, reader string) string { return "done." + job + "." + reader }
+func ReaderDoneKey(job, reader string) string { return readerDoneToken + "." + job + "." + reader }
 
 // ReaderDone is the value under ReaderDoneKey.
 type ReaderDone struct {
@@ -87,8 +99,10 @@ type ReaderDone struct {
 	Time      time.Time `json:"time"`
 }
 
-// ReaderKey is the key of a reader's position in ReadersBucket.
-func ReaderKey(job, reader string) string { return job + "." + reader }
+// ReaderKey is the key of a reader's position in ReadersBucket. (Before
+// the kinds had a token each it was job.reader, which ShardsFailedKey of
+// the job named as the reader matched; such keys are not read any more.)
+func ReaderKey(job, reader string) string { return readerPosToken + "." + job + "." + reader }
 
 // DemandSubject is where a job's trainer agent publishes demand signals (core NATS).
 func DemandSubject(job string) string { return demandSubjectPrefix + job }

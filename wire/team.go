@@ -46,7 +46,8 @@ type TeamNote struct {
 	Epoch   int         `json:"epoch"`
 	Shard   int         `json:"shard"`
 	Chunk   int         `json:"chunk"`
-	Rows    int         `json:"rows,omitempty"` // its samples (their keys stay with the member)
+	First   *int        `json:"first,omitempty"` // its first shard row (absent from older members: after their last chunk)
+	Rows    int         `json:"rows,omitempty"`  // its samples (their keys stay with the member)
 	Schema  *TeamSchema `json:"schema,omitempty"`
 	Corrupt string      `json:"corrupt,omitempty"`
 	End     *ShardEnd   `json:"end,omitempty"`    // a shard's end
@@ -126,8 +127,9 @@ type TeamPart struct {
 
 // TeamSpan is N rows of a chunk from its row Lo.
 type TeamSpan struct {
-	Shard int `json:"shard"`
-	Chunk int `json:"chunk"`
-	Lo    int `json:"lo"`
-	N     int `json:"n"`
+	Shard int  `json:"shard"`
+	Chunk int  `json:"chunk"`
+	Lo    int  `json:"lo"`
+	N     int  `json:"n"`
+	Row   *int `json:"row,omitempty"` // the shard row of Lo (absent from older planners)
 }

@@ -1,33 +1,44 @@
 #!/usr/bin/env bash
-# Builds a real etcd v3.6.4 and kube-apiserver v1.34.2 from the Go module proxy (no prebuilt
-# downloads) for the tests that talk to a real Kubernetes API on loopback (autoscale/knative,
-# deploy/knative). Prints the directory holding both binaries.
+# Builds a real etcd v3.6.4 and Kubernetes v1.34.2 from the Go module proxy (no prebuilt
+# downloads). Prints the directory holding the binaries.
 #
-# Usage: build.sh [OUT_DIR]   (default ${SLUICE_K8S_TESTBIN:-~/.cache/sluice/k8s-testbin/v1.34.2})
+# Usage: build.sh [--node] [OUT_DIR]   (default ${SLUICE_K8S_TESTBIN:-~/.cache/sluice/k8s-testbin/v1.34.2})
+#   etcd and kube-apiserver, for the tests that talk to a real Kubernetes API on loopback
+#   (autoscale/knative, deploy/knative); with --node also kube-controller-manager,
+#   kube-scheduler, kubelet, kube-proxy and kubectl, for the real cluster of test/e2e.
 #
 # The binaries live outside the repository so that a fresh clone in CI reuses them: the first
-# build takes about 11 minutes on 2 cores (peak 1.8 GB RSS), later calls return at once.
-# This directory is its own Go module so that the main module's go.mod does not pull in
-# k8s.io/kubernetes.
+# build takes about 11 minutes on 2 cores (peak 1.8 GB RSS), --node about 10 more; later calls
+# return at once. This directory is its own Go module so that the main module's go.mod does
+# not pull in k8s.io/kubernetes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 version=v1.34.2
+node=false
+if [ "${1:-}" = --node ]; then node=true; shift; fi
 out=${1:-${SLUICE_K8S_TESTBIN:-$HOME/.cache/sluice/k8s-testbin/$version}}
-if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
+bins=(etcd kube-apiserver)
+$node && bins+=(kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+have=true
+for b in "${bins[@]}"; do [ -x "$out/$b" ] || have=false; done
+if $have && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
   echo "$out"
   exit 0
 fi
 mkdir -p "$out"
 cd "$here"
-echo "k8s-testbin: building etcd and kube-apiserver $version into $out (about 11 minutes the first time)" >&2
-# Build into a temporary name and rename, so that an interrupted build never leaves a
-# half-written binary that the check above would take for a finished one.
-go build -trimpath -ldflags="-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
-mv "$out/etcd.tmp" "$out/etcd"
+echo "k8s-testbin: building ${bins[*]} $version into $out (about 11 minutes the first time)" >&2
 V=k8s.io/component-base/version
 # Without the version flags kubectl cannot parse the server's version.
-go build -trimpath -ldflags="-s -w -X $V.gitVersion=$version -X $V.gitMajor=1 -X $V.gitMinor=34 -X $V.gitTreeState=clean" \
-  -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-mv "$out/kube-apiserver.tmp" "$out/kube-apiserver"
+ldflags="-s -w -X $V.gitVersion=$version -X $V.gitMajor=1 -X $V.gitMinor=34 -X $V.gitTreeState=clean"
+for b in "${bins[@]}"; do
+  [ -x "$out/$b" ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ] && continue
+  pkg=k8s.io/kubernetes/cmd/$b
+  [ "$b" = etcd ] && pkg=go.etcd.io/etcd/server/v3
+  # Build into a temporary name and rename, so that an interrupted build never leaves a
+  # half-written binary that the check above would take for a finished one.
+  go build -trimpath -ldflags="$ldflags" -o "$out/$b.tmp" "$pkg"
+  mv "$out/$b.tmp" "$out/$b"
+done
 echo "$version" > "$out/version"
 echo "$out"

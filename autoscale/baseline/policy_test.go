@@ -16,7 +16,10 @@ func (f *fakeActuator) Ready(job string) int                             { retur
 
 type backlog struct{ pending, inflight int }
 
-func (b *backlog) Backlog() (int, int, bool) { return b.pending, b.inflight, false }
+// inputs are job j's inputs of a tick: its backlog, no demand.
+func (b *backlog) inputs() map[string]autoscale.Inputs {
+	return map[string]autoscale.Inputs{"j": {Pending: b.pending, InFlight: b.inflight}}
+}
 
 // baselineRunner is a runner of one job j with at most maxReplicas
 // replicas, sized by p.
@@ -25,12 +28,12 @@ func baselineRunner(t *testing.T, p autoscale.Policy, b *backlog, maxReplicas in
 	f := &fakeActuator{n: map[string]int{}}
 	cfg := autoscale.DefaultConfig()
 	cfg.MaxReplicas, cfg.ClusterCapacity = 16, 16
-	r, err := autoscale.NewRunner(nil, f, cfg, nil, nil)
+	r, err := autoscale.NewRunner(f, cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.UsePolicy(p)
-	r.AddJob("j", autoscale.Job{Backlog: b, MaxReplicas: maxReplicas})
+	r.AddJob("j", autoscale.Job{MaxReplicas: maxReplicas})
 	return r, f
 }
 
@@ -54,7 +57,7 @@ func TestKPAPolicyFollowsConcurrency(t *testing.T) {
 	tick := func(seconds int) {
 		for range seconds {
 			now = now.Add(time.Second)
-			r.Tick(ctx, now)
+			r.Tick(ctx, now, b.inputs())
 		}
 	}
 	tick(10)
@@ -109,13 +112,13 @@ func TestKEDAPolicyFollowsLag(t *testing.T) {
 	ctx := context.Background()
 	for range 6 {
 		now = now.Add(time.Second)
-		r.Tick(ctx, now)
+		r.Tick(ctx, now, b.inputs())
 	}
 	if f.n["j"] != 3 {
 		t.Errorf("lag 40, threshold 10, max 3: %d replicas, want 3", f.n["j"])
 	}
 	r.RemoveJob("j")
-	r.Tick(ctx, now.Add(time.Second))
+	r.Tick(ctx, now.Add(time.Second), b.inputs())
 	if f.n["j"] != 0 {
 		t.Errorf("after the job's removal: %d", f.n["j"])
 	}

@@ -65,10 +65,13 @@ func newAgents(act *knative.Actuator, job wire.Job, per int) *agents {
 		done: make(chan struct{}, 1), queued: job.Tasks()}
 }
 
-func (a *agents) Backlog() (pending, inflight int, done bool) {
+// inputs are the job's backlog as a tick's inputs, with demand d
+// received at now.
+func (a *agents) inputs(d *wire.Demand, now time.Time) map[string]autoscale.Inputs {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.queued, a.inflight, a.queued == 0 && a.inflight == 0
+	return map[string]autoscale.Inputs{a.job.Spec.ID: {Demand: d, DemandAt: now,
+		Pending: a.queued, InFlight: a.inflight, Done: a.queued == 0 && a.inflight == 0}}
 }
 
 // run sends until every task is done or ctx ends.
@@ -114,7 +117,7 @@ func (a *agents) run(ctx context.Context) error {
 
 // send posts task as an agent does and reads the shard's frames to its end.
 func (a *agents) send(ctx context.Context, url string, task wire.ShardTask) error {
-	_, err := dispatch.Send(ctx, a.hc, url, task, nil)
+	_, err := dispatch.Sender{Client: a.hc}.Send(ctx, url, task, nil)
 	return err
 }
 
@@ -180,11 +183,11 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 
 	cfg := autoscale.DefaultConfig()
 	cfg.MaxReplicas, cfg.ScaleDownDelay = 4, time.Second
-	runner, err := autoscale.NewRunner(nil, act, cfg, nil, nil)
+	runner, err := autoscale.NewRunner(act, cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner.AddJob("j1", autoscale.Job{Backlog: disp, MaxReplicas: 4})
+	runner.AddJob("j1", autoscale.Job{MaxReplicas: 4})
 
 	// The trainer is half stalled: it would take 20 samples/s, and one
 	// ready replica delivers 5/s, so the policy wants 1.2 x 20 / 5 = 5,
@@ -204,19 +207,19 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 			t.Fatalf("job not done in 90s; last records %v; fake knative %v", tail(records, 10), fk.Err())
 		case now := <-tick.C:
 			ready := act.Ready("j1")
-			runner.Observe(wire.Demand{Job: "j1", Time: now, IntervalS: 1, ConsumedPerS: 10,
-				ArrivedPerS: 5 * float64(ready), StallFraction: 0.5, BufferCapacity: 100}, now)
-			runner.Tick(ctx, now)
+			d := &wire.Demand{Job: "j1", Time: now, IntervalS: 1, ConsumedPerS: 10,
+				ArrivedPerS: 5 * float64(ready), StallFraction: 0.5, BufferCapacity: 100}
+			runner.Tick(ctx, now, disp.inputs(d, now))
 			records = append(records, tickRecord{runner.Replicas("j1"), act.Requested().Ready("j1"), act.ReadyTotal(), fk.Revisions()})
 		}
 	}
 	// The job is done: the runner scales it to zero and ends it.
-	runner.Tick(ctx, time.Now())
+	runner.Tick(ctx, time.Now(), disp.inputs(nil, time.Time{}))
 	if got := act.Requested().Ready("j1"); got != 0 {
 		t.Errorf("requested after the job: %d, want 0", got)
 	}
 	runner.RemoveJob("j1")
-	runner.Tick(ctx, time.Now())
+	runner.Tick(ctx, time.Now(), nil)
 
 	trace := ""
 	for _, r := range records {
@@ -261,9 +264,10 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 
 	// A job with min replicas: one Revision when it starts, one when it
 	// ends, none for the ticks in between.
-	runner.AddJob("j2", autoscale.Job{Backlog: idle{}, MinReplicas: 1, MaxReplicas: 4})
+	// Nothing to do yet: no inputs.
+	runner.AddJob("j2", autoscale.Job{MinReplicas: 1, MaxReplicas: 4})
 	for range 20 {
-		runner.Tick(ctx, time.Now())
+		runner.Tick(ctx, time.Now(), nil)
 		time.Sleep(20 * time.Millisecond)
 	}
 	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
@@ -274,7 +278,7 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 	})
 	runner.RemoveJob("j2")
 	for range 5 {
-		runner.Tick(ctx, time.Now())
+		runner.Tick(ctx, time.Now(), nil)
 	}
 	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if n := act.ReadyTotal(); n != 0 {
@@ -286,11 +290,6 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 		t.Errorf("%d Revisions after a job with min replicas, want 3 (first, its start, its end)", got)
 	}
 }
-
-// idle is a job with nothing to do yet.
-type idle struct{}
-
-func (idle) Backlog() (int, int, bool) { return 0, 0, false }
 
 func peakInFlight(h []k8senv.Sample) int {
 	n := 0

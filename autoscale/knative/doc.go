@@ -32,4 +32,30 @@
 // cold start as a slow replica: it holds while replicas start. Endpoints is
 // the Service's address (status.address.url, cluster-local), the same for
 // every job; Knative's routing spreads the requests over the pods.
+//
+// Observed on a real cluster (test/e2e: Kubernetes v1.34.2, Knative
+// Serving v0.42.2's own controller, activator, autoscaler and
+// queue-proxy, Traefik v3.6 as the KIngress; one 2-core node), not
+// assumed:
+//   - The KPA follows the requests in flight: as the controller raised a
+//     job from 1 to 2 to 3 replicas, Knative ran 1, 2, 3 ready pods, each
+//     1-6 s after the decision (pod start and readiness; the image is on
+//     the node).
+//   - At zero pods the activator holds a task until a pod is ready and
+//     then passes it on: a job's first batch came 1.1-3.4 s after submit,
+//     against 1.1-1.9 s with local replicas on the same machine.
+//   - A shard's output streams through Traefik, the revision's Service
+//     and queue-proxy chunk by chunk. The Revision's timeoutSeconds
+//     bounds the time to the response's first byte, not its length: a
+//     response read slowly for 4.5 s passed a timeoutSeconds of 2
+//     (queue-proxy's timeout handler gives up only while nothing was
+//     written; idleTimeoutSeconds, 0 by default, would bound the gaps).
+//   - After the last request, the pods stay about the stable window
+//     (window, 30 s here) and the last one the scale-to-zero grace
+//     (30 s): zero pods about 60 s after a job's end.
+//   - A template patch (min-scale at a job with min_replicas starting or
+//     ending) makes a Revision; with an ingress that reports its Route
+//     ready, Knative retires the superseded one (routingState reserve) and
+//     it keeps no pod, min-scale or not. Without one, the old Revision
+//     keeps its min-scale pods.
 package knative

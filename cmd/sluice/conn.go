@@ -29,3 +29,12 @@ func connectAs(ctx context.Context, c connect.Config, role natsperm.Role, name s
 	c.NATS.InboxPrefix = role.InboxPrefix
 	return c.ConnectNATS(ctx, name, logger)
 }
+
+// serveAs is connectAs for the controller, a cluster service deployed
+// beside NATS: it waits for a NATS server that is not reachable yet
+// (connect.Config.ConnectNATSWaiting). The agent and the CLI fail at once
+// with one clear error instead: a user started them.
+func serveAs(ctx context.Context, c connect.Config, role natsperm.Role, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	c.NATS.InboxPrefix = role.InboxPrefix
+	return c.ConnectNATSWaiting(ctx, name, logger)
+}

@@ -59,7 +59,7 @@ func runControllerWith(ctx context.Context, name string, args []string, stdout, 
 		return err
 	}
 	logger, listen := newLogger(stderr, *f.logLevel).With("component", "controller"), f.listen
-	nc, js, err := connectAs(ctx, conn, natsperm.Controller(), "sluice-controller "+*f.id, logger)
+	nc, js, err := serveAs(ctx, conn, natsperm.Controller(), "sluice-controller "+*f.id, logger)
 	if err != nil {
 		return err
 	}

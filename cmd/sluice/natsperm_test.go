@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/synth"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // TestCommandsRunAsTheirLeastPrivilegeUsers runs the commands against a
@@ -78,7 +79,7 @@ func TestCommandsRunAsTheirLeastPrivilegeUsers(t *testing.T) {
 	}
 
 	code, _, stderr = job("cli", "delete", "perm")
-	if code == 0 || !strings.Contains(stderr, "Permissions Violation for Publish to") || !strings.Contains(stderr, "$KV.sluice_readers.perm.trainer") {
+	if code == 0 || !strings.Contains(stderr, "Permissions Violation for Publish to") || !strings.Contains(stderr, "$KV."+wire.ReadersBucket+"."+wire.ReaderKey("perm", wire.DefaultReader)) {
 		t.Errorf("job delete as the cli: exit %d, stderr %q; want refused, naming the violation", code, stderr)
 	}
 	if strings.Contains(stderr, "S3cret") {

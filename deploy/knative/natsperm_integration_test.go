@@ -254,7 +254,7 @@ func TestIntegrationNATSLeastPrivilege(t *testing.T) {
 	refused(agent, "read the controller's replies", natsperm.Controller().InboxPrefix+".>", subscribe(agent, natsperm.Controller().InboxPrefix+".>"))
 	refused(agent, "read other agents' shard results", wire.ResultSubjects, subscribe(agent, wire.ResultSubjects))
 
-	refused(cli, "write a reader position", "$KV."+wire.ReadersBucket+".least.trainer", put(cli, wire.ReadersBucket, wire.ReaderKey("least", "trainer")))
+	refused(cli, "write a reader position", "$KV."+wire.ReadersBucket+"."+wire.ReaderKey("least", "trainer"), put(cli, wire.ReadersBucket, wire.ReaderKey("least", "trainer")))
 	refused(cli, "write a job status", "$KV."+wire.StatusBucket+".least", put(cli, wire.StatusBucket, "least"))
 	refused(cli, "write a learned plan", "$KV."+wire.PlansBucket+".x", put(cli, wire.PlansBucket, "x"))
 	refused(cli, "publish a shard result", wire.ResultSubject("least"), publish(cli, wire.ResultSubject("least")))
@@ -270,14 +270,14 @@ func TestIntegrationNATSLeastPrivilege(t *testing.T) {
 		return err
 	})
 	// Deleting a job purges its readers' positions: the admin's, not the cli's.
-	refused(cli, "delete a job", "$KV."+wire.ReadersBucket+".least.trainer", func(ctx context.Context) error {
+	refused(cli, "delete a job", "$KV."+wire.ReadersBucket+"."+wire.ReaderKey("least", "trainer"), func(ctx context.Context) error {
 		return b.Delete(ctx, "least", false)
 	})
 	if err := broker.New(admin.js, nil, streams.Options{}, nil).Delete(ctx, "least", false); err != nil {
 		t.Errorf("delete as the admin: %v", err)
 	}
 
-	refused(ctl, "write a reader position", "$KV."+wire.ReadersBucket+".least.trainer", put(ctl, wire.ReadersBucket, wire.ReaderKey("least", "trainer")))
+	refused(ctl, "write a reader position", "$KV."+wire.ReadersBucket+"."+wire.ReaderKey("least", "trainer"), put(ctl, wire.ReadersBucket, wire.ReaderKey("least", "trainer")))
 	refused(ctl, "queue a task", wire.TaskSubject("least"), publish(ctl, wire.TaskSubject("least")))
 	refused(ctl, "read the agents' replies", natsperm.Agent().InboxPrefix+".>", subscribe(ctl, natsperm.Agent().InboxPrefix+".>"))
 }

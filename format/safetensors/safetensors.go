@@ -83,12 +83,27 @@ func Encode(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 // length and the header) and the whole file's size, so that a server can
 // write the tensors' data after it without copying them into one buffer.
 func Header(tensors []Tensor, metadata map[string]string) (head []byte, size int, err error) {
+	lengths := make([]int, len(tensors))
+	for i, t := range tensors {
+		lengths[i] = len(t.Data)
+	}
+	return HeaderLengths(tensors, lengths, metadata)
+}
+
+// HeaderLengths is Header for tensors whose data is held elsewhere (in
+// pieces, say): lengths[i] is the size of tensor i's data; their Data is
+// not read.
+func HeaderLengths(tensors []Tensor, lengths []int, metadata map[string]string) (head []byte, size int, err error) {
+	if len(lengths) != len(tensors) {
+		return nil, 0, fmt.Errorf("%d tensors, %d lengths", len(tensors), len(lengths))
+	}
 	header := make(map[string]any, len(tensors)+1)
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
 	}
 	off := 0
-	for _, t := range tensors {
+	for i, t := range tensors {
+		n := lengths[i]
 		if t.Name == "" || t.Name == "__metadata__" {
 			return nil, 0, fmt.Errorf("tensor name %q is reserved or empty", t.Name)
 		}
@@ -99,11 +114,11 @@ func Header(tensors []Tensor, metadata map[string]string) (head []byte, size int
 		if want < 0 {
 			return nil, 0, fmt.Errorf("tensor %q: %s%v: %w", t.Name, t.DType, t.Shape, errShape)
 		}
-		if want != len(t.Data) {
-			return nil, 0, fmt.Errorf("tensor %q: %s%v needs %d bytes, has %d", t.Name, t.DType, t.Shape, want, len(t.Data))
+		if want != n {
+			return nil, 0, fmt.Errorf("tensor %q: %s%v needs %d bytes, has %d", t.Name, t.DType, t.Shape, want, n)
 		}
-		header[t.Name] = entry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int{off, off + len(t.Data)}}
-		off += len(t.Data)
+		header[t.Name] = entry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int{off, off + n}}
+		off += n
 	}
 	h, err := json.Marshal(header)
 	if err != nil {

@@ -19,6 +19,7 @@ type chunker struct {
 	max                 int
 	job                 string
 	epoch, shard, index int
+	first               int // shard row of the open chunk's first row
 
 	schema []fieldSpec // of the open chunk; nil when empty
 	keys   []string
@@ -114,6 +115,7 @@ func (c *chunker) close() (*chunk, error) {
 		wire.MetaEpoch: strconv.Itoa(c.epoch),
 		wire.MetaShard: strconv.Itoa(c.shard),
 		wire.MetaChunk: strconv.Itoa(c.index),
+		wire.MetaFirst: strconv.Itoa(c.first),
 		wire.MetaKeys:  string(keys),
 	})
 	if err != nil {
@@ -125,6 +127,7 @@ func (c *chunker) close() (*chunk, error) {
 	}
 	out := &chunk{ref: ref, data: data, keys: c.keys}
 	c.index++
+	c.first += n
 	c.schema, c.keys, c.bytes, c.keysLen = nil, nil, 0, 0
 	for i := range c.data {
 		c.data[i] = c.data[i][:0] // Encode copied them
@@ -144,7 +147,7 @@ func sizeBound(schema []fieldSpec, keysLen, dataBytes int) int {
 	const digits = 20 // of any int
 	h := 2            // the braces
 	// "__metadata__":{"job":"...","epoch":"..","shard":"..","chunk":"..","keys":"[...]"}
-	h += len(`"__metadata__":{"job":"","epoch":"","shard":"","chunk":"","keys":"[]"},`) + 4*digits + 2*64 + keysLen
+	h += len(`"__metadata__":{"job":"","epoch":"","shard":"","chunk":"","first":"","keys":"[]"},`) + 5*digits + 2*64 + keysLen
 	for _, f := range schema {
 		// "name":{"dtype":"U8","shape":[n,...],"data_offsets":[a,b]},
 		h += len(`"":{"dtype":"","shape":[],"data_offsets":[,]},`) + 6*len(f.name) + len(f.dtype) + (len(f.shape)+1)*(digits+1) + 2*digits

@@ -296,7 +296,8 @@ func TestShardTask(t *testing.T) {
 		bytesTotal += int64(len(data))
 		f, keys := chunkKeys(t, data)
 		n := len(keys)
-		wantMeta := map[string]string{wire.MetaJob: job, wire.MetaEpoch: "2", wire.MetaShard: "1", wire.MetaChunk: strconv.Itoa(i), wire.MetaKeys: f.Metadata[wire.MetaKeys]}
+		wantMeta := map[string]string{wire.MetaJob: job, wire.MetaEpoch: "2", wire.MetaShard: "1", wire.MetaChunk: strconv.Itoa(i),
+			wire.MetaFirst: strconv.Itoa(len(seen)), wire.MetaKeys: f.Metadata[wire.MetaKeys]}
 		if diff := cmp.Diff(wantMeta, f.Metadata); diff != "" {
 			t.Errorf("chunk %d metadata (-want +got):\n%s", i, diff)
 		}

@@ -66,6 +66,23 @@ func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logge
 	return nc, js, nil
 }
 
+// ConnectNATSWaiting is ConnectNATS for a long-running service (the
+// controller, an agent): a server not reachable yet is retried with
+// backoff and a Warn line each time until ctx ends, rather than failing
+// the process. Deployed together, a service's pod otherwise crashes while
+// NATS starts, and the kubelet's back-off then holds it down for minutes.
+func (c Config) ConnectNATSWaiting(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	var nc *nats.Conn
+	var js jetstream.JetStream
+	unreachable := func(err error) bool { return errors.Is(err, ErrNATSUnreachable) }
+	err := retry.Do(ctx, logger, retry.Startup(), "connecting to nats", unreachable, func(ctx context.Context) error {
+		var err error
+		nc, js, err = c.ConnectNATS(ctx, name, logger)
+		return err
+	})
+	return nc, js, err
+}
+
 // waitJetStream is CheckJetStream until JetStream answers: a cluster
 // still forming (no meta leader yet) is retried with backoff and a Warn
 // line each time, until ctx ends. JetStream off on the server, or for the

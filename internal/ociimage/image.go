@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -39,6 +40,12 @@ type Options struct {
 	Created time.Time
 	// Arch is the binary's architecture (default amd64).
 	Arch string
+	// Path, Entrypoint and Title describe another program than sluice
+	// (the real-cluster tests pack nats-server, Knative's components and
+	// the like the same way); empty, they are sluice's.
+	Path       string
+	Entrypoint []string
+	Title      string
 }
 
 // Image assembles the image from o.
@@ -52,6 +59,15 @@ func Image(o Options) (v1.Image, error) {
 	if o.Created.IsZero() {
 		o.Created = time.Unix(0, 0).UTC()
 	}
+	title, description := "sluice", "Sluice preprocessing function server (sluice fn serve)"
+	if o.Path == "" {
+		o.Path, o.Entrypoint = BinaryPath, Entrypoint
+	} else {
+		title, description = o.Title, o.Title
+		if len(o.Entrypoint) == 0 {
+			o.Entrypoint = []string{o.Path}
+		}
+	}
 	bin, err := os.ReadFile(o.Binary)
 	if err != nil {
 		return nil, fmt.Errorf("reading the binary: %w", err)
@@ -60,7 +76,7 @@ func Image(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the CA bundle: %w", err)
 	}
-	layerTar, err := rootfs(bin, ca, o.Created)
+	layerTar, err := rootfs(strings.TrimPrefix(o.Path, "/"), bin, ca, o.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +87,7 @@ func Image(o Options) (v1.Image, error) {
 		return nil, fmt.Errorf("making the layer: %w", err)
 	}
 	img, err := mutate.Append(mutate.MediaType(empty.Image, types.OCIManifestSchema1), mutate.Addendum{
-		Layer: layer, History: v1.History{Created: v1.Time{Time: o.Created}, CreatedBy: "sluice-image: static sluice, passwd, CA bundle"},
+		Layer: layer, History: v1.History{Created: v1.Time{Time: o.Created}, CreatedBy: "sluice-image: static " + title + ", passwd, CA bundle"},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
@@ -86,14 +102,14 @@ func Image(o Options) (v1.Image, error) {
 	cf.Created = v1.Time{Time: o.Created}
 	uid := strconv.Itoa(UID)
 	cf.Config = v1.Config{
-		Entrypoint:   Entrypoint,
+		Entrypoint:   o.Entrypoint,
 		User:         uid + ":" + uid,
 		WorkingDir:   "/",
 		Env:          []string{"PATH=/", "SSL_CERT_FILE=" + CAPath, "PORT=" + strconv.Itoa(Port)},
 		ExposedPorts: map[string]struct{}{strconv.Itoa(Port) + "/tcp": {}},
 		Labels: map[string]string{
-			"org.opencontainers.image.title":       "sluice",
-			"org.opencontainers.image.description": "Sluice preprocessing function server (sluice fn serve)",
+			"org.opencontainers.image.title":       title,
+			"org.opencontainers.image.description": description,
 			"org.opencontainers.image.version":     o.Version,
 		},
 	}
@@ -104,9 +120,9 @@ func Image(o Options) (v1.Image, error) {
 	return img, nil
 }
 
-// rootfs is the layer's tar: the binary, passwd and group with the
+// rootfs is the layer's tar: the binary at path, passwd and group with the
 // non-root user, the CA bundle, and /tmp.
-func rootfs(bin, ca []byte, mtime time.Time) ([]byte, error) {
+func rootfs(path string, bin, ca []byte, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := func(name string, mode int64) error {
@@ -123,7 +139,7 @@ func rootfs(bin, ca []byte, mtime time.Time) ([]byte, error) {
 	passwd := "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:" + uid + ":" + uid + ":nonroot:/tmp:/sbin/nologin\n"
 	group := "root:x:0:\nnonroot:x:" + uid + ":\n"
 	steps := []func() error{
-		func() error { return file("sluice", 0o755, bin) },
+		func() error { return file(path, 0o755, bin) },
 		func() error { return dir("etc/", 0o755) },
 		func() error { return file("etc/passwd", 0o644, []byte(passwd)) },
 		func() error { return file("etc/group", 0o644, []byte(group)) },

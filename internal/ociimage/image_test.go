@@ -269,7 +269,7 @@ func TestIntegrationImageBinaryRuns(t *testing.T) {
 // stream of its reply: the shard's end, with the chunks and chunk bytes
 // received before it.
 func sendShard(ctx context.Context, url string, task wire.ShardTask) (end wire.ShardEnd, chunks int, bytes int64, err error) {
-	end, err = dispatch.Send(ctx, nil, url, task, func(_ int, data []byte) {
+	end, err = dispatch.Sender{}.Send(ctx, url, task, func(_ int, data []byte) {
 		chunks++
 		bytes += int64(len(data))
 	})

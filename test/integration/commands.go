@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -34,10 +35,18 @@ func (c *Cluster) Sluice(env []string, args ...string) Result {
 // running then is killed and gets Code -1.
 func (c *Cluster) SluiceWithin(d time.Duration, env []string, args ...string) Result {
 	c.T.Helper()
+	return RunSluice(c.T, c.Bins.Sluice, append(c.Env(), env...), d, args...)
+}
+
+// RunSluice runs the sluice binary bin to completion with env added to
+// this process's environment; one still running after d is killed and gets
+// Code -1.
+func RunSluice(t testing.TB, bin string, env []string, d time.Duration, args ...string) Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.Bins.Sluice, args...)
-	cmd.Env = append(append(os.Environ(), c.Env()...), env...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -51,7 +60,7 @@ func (c *Cluster) SluiceWithin(d time.Duration, env []string, args ...string) Re
 	case errors.As(err, &exit):
 		r.Code = exit.ExitCode()
 	default:
-		c.T.Fatalf("running sluice %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("running sluice %s: %v", strings.Join(args, " "), err)
 	}
 	return r
 }

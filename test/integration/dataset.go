@@ -46,10 +46,11 @@ func (c *Cluster) UploadImages(bucket, prefix string, o synth.ImageOptions) Data
 	if err := synth.Upload(ctx, c.S3.Client(c.T), bucket, prefix, shards); err != nil {
 		c.T.Fatalf("%v\n%s", err, c.S3.Tail(20))
 	}
-	return datasetOf(c.T, bucket, prefix, shards)
+	return DatasetOf(c.T, bucket, prefix, shards)
 }
 
-func datasetOf(t testing.TB, bucket, prefix string, shards []synth.Shard) Dataset {
+// DatasetOf is the dataset of shards uploaded to bucket/prefix.
+func DatasetOf(t testing.TB, bucket, prefix string, shards []synth.Shard) Dataset {
 	d := Dataset{Bucket: bucket, Prefix: prefix, Shards: len(shards)}
 	for _, s := range shards {
 		d.Corrupt = append(d.Corrupt, s.Corrupt...)

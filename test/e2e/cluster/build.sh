@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds everything the real cluster runs, from the Go module proxy and Debian's packages, into a
+# cache outside the repository (a fresh clone reuses it): Kubernetes v1.34.2 and etcd, CoreDNS,
+# Knative Serving v0.42.2's core, Traefik v3 (the KIngress), the kn CLI, nats-server, versitygw
+# (S3), a pause image and Sluice's own image. Prints the cache directory.
+#
+# Usage: build.sh            (cache: ${SLUICE_E2E_CACHE:-~/.cache/sluice/e2e})
+# Every step is skipped when its output is there; only Sluice's image is built each time.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+cache=${SLUICE_E2E_CACHE:-$HOME/.cache/sluice/e2e}
+bin=$cache/bin images=$cache/images
+mkdir -p "$bin" "$images"
+export CGO_ENABLED=0
+log() { echo "e2e build: $*" >&2; }
+t0=$SECONDS
+
+# Debian's container runtime, CNI plugins and the tools kube-proxy and kubelet run.
+need=()
+for p in containerd:containerd runc:runc iptables:iptables conntrack:conntrack socat:socat; do
+  command -v "${p%%:*}" >/dev/null || need+=("${p##*:}")
+done
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]} (Debian)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+k8s=$(bash "$root/.ci/k8s-testbin/build.sh" --node)
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+  ln -sf "$k8s/$b" "$bin/$b"
+done
+
+# image NAME TAG BINARY [ENTRYPOINT ARGS]: packs a static binary as dev.local/NAME:TAG.
+image() {
+  local name=$1 tag=$2 binary=$3 entry=${4:-}
+  [ -f "$images/$name-$tag.tar" ] && return 0
+  (cd "$root" && go run ./test/e2e/cluster/pack --binary "$binary" --tag "dev.local/$name:$tag" \
+    --entrypoint "$entry" --out "$images/$name-$tag.tar.tmp")
+  mv "$images/$name-$tag.tar.tmp" "$images/$name-$tag.tar"
+}
+# gobuild DIR OUT PKG: one static binary from the module in DIR, unless OUT exists.
+gobuild() {
+  [ -x "$2" ] && return 0
+  log "building $3"
+  (cd "$1" && go build -trimpath -ldflags="-s -w" -o "$2.tmp" "$3")
+  mv "$2.tmp" "$2"
+}
+
+ks=v0.42.2
+for c in controller webhook activator autoscaler queue; do
+  gobuild "$here/tools/knative" "$bin/knative-$c-$ks" "knative.dev/serving/cmd/$c"
+  image "knative-$c" "$ks" "$bin/knative-$c-$ks"
+done
+gobuild "$here/tools/coredns" "$bin/coredns-v1.11.3" .
+gobuild "$root" "$bin/nats-server-v2.15.2" github.com/nats-io/nats-server/v2
+image nats-server v2.15.2 "$bin/nats-server-v2.15.2"
+gobuild "$here/pause" "$bin/pause" .
+image pause 1 "$bin/pause"
+# kn's client-pkg pseudo-version is not in the checksum database; go.sum pins it.
+GONOSUMDB=knative.dev/client-pkg gobuild "$here/tools/kn" "$bin/kn-v0.42.0" knative.dev/client/cmd/kn
+ln -sf "$bin/kn-v0.42.0" "$bin/kn"
+
+# versitygw, the S3 server, as in .ci/deps.sh, but static for a FROM-scratch image.
+if [ ! -x "$bin/versitygw-v1.8.0" ]; then
+  log "building versitygw"
+  GOBIN="$bin/gw.tmp" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+  mv "$bin/gw.tmp/versitygw" "$bin/versitygw-v1.8.0" && rmdir "$bin/gw.tmp"
+fi
+image versitygw v1.8.0 "$bin/versitygw-v1.8.0"
+
+# Traefik is built as its own main module (its replace directives apply only there), from
+# the module proxy's copy of its source.
+tf=v3.6.12
+if [ ! -x "$bin/traefik-$tf" ]; then
+  log "building traefik $tf"
+  src=$(go mod download -json "github.com/traefik/traefik/v3@$tf" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  (cd "$src" && go build -trimpath -ldflags="-s -w" -o "$bin/traefik-$tf.tmp" ./cmd/traefik)
+  mv "$bin/traefik-$tf.tmp" "$bin/traefik-$tf"
+fi
+image traefik "$tf" "$bin/traefik-$tf"
+
+# Sluice's own image, as `make image` builds it (static, libjpeg-turbo), every time.
+bash "$root/.ci/deps.sh" >/dev/null
+rev=$(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo dev)
+(cd "$root" && CGO_ENABLED=1 go run ./deploy/image --out "$cache/sluice-image" --tag "dev.local/sluice:e2e" --version "$rev" >/dev/null)
+cp "$cache/sluice-image/sluice.tar" "$images/sluice-e2e.tar"
+log "done in $((SECONDS - t0))s"
+echo "$cache"

@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# Starts a real single-node Kubernetes v1.34.2 with Knative Serving v0.42.2 and Traefik (its
+# KIngress) inside a network namespace of its own, from what build.sh put in the cache.
+#
+# Usage: up.sh     (as root; down.sh stops it)
+#   SLUICE_E2E_CACHE  the build cache (default ~/.cache/sluice/e2e)
+#   SLUICE_E2E_STATE  where the cluster keeps its state, logs and kubeconfig
+#                     (default /var/lib/sluice-e2e; wiped at each start)
+#
+# The namespace (sluice-e2e) has only lo and the bridge cni0 (10.88.0.1/16: the node's address,
+# the API server's and the cluster DNS's), no uplink and no default route: nothing in it
+# reaches beyond it, and nothing outside reaches in. Every process runs inside it; pods live
+# under the cgroup /sluice-e2e, so down.sh kills exactly what this started.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${SLUICE_E2E_CACHE:-$HOME/.cache/sluice/e2e}
+state=${SLUICE_E2E_STATE:-/var/lib/sluice-e2e}
+bin=$cache/bin
+netns=sluice-e2e
+node=sluice-e2e
+ip=10.88.0.1
+t0=$SECONDS
+log() { echo "e2e up [$((SECONDS - t0))s]: $*" >&2; }
+in_ns() { nsenter --net=/run/netns/$netns "$@"; }
+[ "$(id -u)" = 0 ] || { echo "up.sh: needs root (network namespace, containerd, kubelet)" >&2; exit 1; }
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns-v1.11.3; do
+  [ -x "$bin/$b" ] || { echo "up.sh: $bin/$b missing: run build.sh first" >&2; exit 1; }
+done
+if ip netns list | grep -qw "$netns"; then
+  echo "up.sh: network namespace $netns exists: run down.sh first" >&2
+  exit 1
+fi
+
+rm -rf "$state"
+mkdir -p "$state"/{pki,logs,pids,cni,containerd,kubelet}
+cd "$state"
+# What is not ours, for down.sh: the pods' network namespaces there before.
+ip netns list | awk '/^cni-/ {print $1}' >netns-before
+# The pods' cgroup, in every hierarchy (cgroup v1); a cpuset needs its CPUs and memory nodes.
+for c in /sys/fs/cgroup/*/; do
+  [ -d "$c" ] && [ ! -L "${c%/}" ] && mkdir -p "$c/sluice-e2e"
+done
+if [ -d /sys/fs/cgroup/cpuset/sluice-e2e ]; then
+  cat /sys/fs/cgroup/cpuset/cpuset.cpus >/sys/fs/cgroup/cpuset/sluice-e2e/cpuset.cpus
+  cat /sys/fs/cgroup/cpuset/cpuset.mems >/sys/fs/cgroup/cpuset/sluice-e2e/cpuset.mems
+fi
+
+# start NAME CMD...: runs CMD inside the namespace in its own session, logging to logs/NAME.log.
+start() {
+  local name=$1; shift
+  # nsenter and setsid exec what follows: $! is the process itself.
+  nsenter --net=/run/netns/$netns setsid "$@" >"logs/$name.log" 2>&1 </dev/null &
+  echo $! >"pids/$name"
+}
+# wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
+wait_for() {
+  local what=$1 limit=$2; shift 2
+  local end=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $end ]; then
+      echo "up.sh: $what not ready after ${limit}s; last log lines:" >&2
+      tail -n 20 logs/*.log >&2 || true
+      exit 1
+    fi
+    sleep 0.5
+  done
+  log "$what ready"
+}
+
+# --- the network namespace ---
+ip netns add $netns
+in_ns ip link set lo up
+in_ns ip link add cni0 type bridge
+in_ns ip addr add $ip/16 dev cni0
+in_ns ip link set cni0 up
+# ClusterIPs need a route in a namespace with no default route.
+in_ns ip route add 10.96.0.0/16 dev cni0 src $ip
+in_ns sysctl -qw net.ipv4.ip_forward=1
+# Pod to Service to a pod on the same bridge: the bridge's traffic must pass iptables.
+in_ns sysctl -qw net.bridge.bridge-nf-call-iptables=1 || true
+echo "nameserver $ip" >resolv.conf
+# What a pod's resolver has, for processes run with `ip netns exec sluice-e2e` (the tests, and
+# the agents they start beside the cluster): the cluster DNS and its search path.
+mkdir -p /etc/netns/$netns
+printf 'nameserver %s\nsearch sluice.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n' $ip >/etc/netns/$netns/resolv.conf
+log "network namespace $netns with cni0 $ip/16"
+
+# --- PKI and credentials: a CA, the API server's certificate, a service-account key pair,
+# and one static token per component (the API server is reachable only inside the namespace).
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=sluice-e2e-ca" \
+  -keyout pki/ca.key -out pki/ca.crt 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+  -keyout pki/apiserver.key -out pki/apiserver.csr 2>/dev/null
+printf "subjectAltName=IP:%s,IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n" $ip >pki/ext.cnf
+openssl x509 -req -in pki/apiserver.csr -CA pki/ca.crt -CAkey pki/ca.key -CAcreateserial \
+  -days 30 -extfile pki/ext.cnf -out pki/apiserver.crt 2>/dev/null
+openssl genrsa -out pki/sa.key 2048 2>/dev/null
+openssl rsa -in pki/sa.key -pubout -out pki/sa.pub 2>/dev/null
+: >pki/tokens.csv
+chmod 600 pki/tokens.csv
+# kubeconfig NAME USER GROUPS: a token for USER in GROUPS, and NAME.kubeconfig using it.
+kubeconfig() {
+  local tok
+  tok=$(openssl rand -hex 24)
+  echo "$tok,$2,$2,\"$3\"" >>pki/tokens.csv
+  cat >"$1.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: sluice-e2e
+  cluster: {server: "https://$ip:6443", certificate-authority: "$state/pki/ca.crt"}
+users:
+- name: $2
+  user: {token: $tok}
+contexts:
+- name: sluice-e2e
+  context: {cluster: sluice-e2e, user: $2}
+current-context: sluice-e2e
+KC
+  chmod 600 "$1.kubeconfig"
+}
+kubeconfig admin admin system:masters
+kubeconfig kubelet system:node:$node system:nodes
+kubeconfig controller-manager system:kube-controller-manager ""
+kubeconfig scheduler system:kube-scheduler ""
+kubeconfig kube-proxy system:kube-proxy ""
+kubeconfig coredns sluice-e2e:coredns ""
+export KUBECONFIG=$state/admin.kubeconfig
+kc() { in_ns "$bin/kubectl" "$@"; }
+
+# --- etcd and the control plane ---
+start etcd "$bin/etcd" --name default --data-dir "$state/etcd" \
+  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster default=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
+wait_for etcd 30 in_ns curl -sf http://127.0.0.1:2379/health
+start kube-apiserver "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
+  --bind-address 0.0.0.0 --advertise-address $ip --secure-port 6443 \
+  --tls-cert-file pki/apiserver.crt --tls-private-key-file pki/apiserver.key --client-ca-file pki/ca.crt \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file pki/sa.pub --service-account-signing-key-file pki/sa.key \
+  --service-cluster-ip-range 10.96.0.0/16 --authorization-mode Node,RBAC \
+  --token-auth-file pki/tokens.csv --anonymous-auth=false --allow-privileged=true \
+  --kubelet-preferred-address-types InternalIP --profiling=false --v=1
+wait_for kube-apiserver 120 kc get --raw /readyz
+start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig controller-manager.kubeconfig \
+  --authentication-kubeconfig controller-manager.kubeconfig --authorization-kubeconfig controller-manager.kubeconfig \
+  --service-account-private-key-file pki/sa.key --root-ca-file pki/ca.crt \
+  --use-service-account-credentials --leader-elect=false --bind-address 127.0.0.1 \
+  --cluster-cidr 10.88.0.0/16 --service-cluster-ip-range 10.96.0.0/16 --v=1
+start kube-scheduler "$bin/kube-scheduler" --kubeconfig scheduler.kubeconfig \
+  --authentication-kubeconfig scheduler.kubeconfig --authorization-kubeconfig scheduler.kubeconfig \
+  --leader-elect=false --bind-address 127.0.0.1 --v=1
+
+# --- CoreDNS, a process on the node's address: only cluster.local, nothing forwarded ---
+kc apply -f - >/dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "sluice-e2e:coredns"}
+rules:
+- apiGroups: [""]
+  resources: [services, pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "sluice-e2e:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "sluice-e2e:coredns"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "sluice-e2e:coredns"}
+YAML
+cat >Corefile <<CF
+.:53 {
+  bind $ip
+  errors
+  cache 5
+  kubernetes cluster.local in-addr.arpa ip6.arpa {
+    kubeconfig $state/coredns.kubeconfig sluice-e2e
+    pods insecure
+  }
+}
+CF
+start coredns "$bin/coredns-v1.11.3" -conf Corefile
+
+# --- containerd (Debian's), its own root, state and socket ---
+cat >cni/10-sluice-e2e.conflist <<CNI
+{"cniVersion": "0.4.0", "name": "sluice-e2e", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$state/cni/ipam",
+            "ranges": [[{"subnet": "10.88.0.0/16", "gateway": "$ip", "rangeStart": "10.88.1.0"}]]}}]}
+CNI
+sock=$state/containerd/containerd.sock
+cat >containerd.toml <<TOML
+version = 2
+root = "$state/containerd/root"
+state = "$state/containerd/state"
+[grpc]
+  address = "$sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "dev.local/pause:1"
+  # Without it every sandbox fails (runc: can't get final child's PID): root here lacks
+  # CAP_SYS_RESOURCE.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$state/cni"
+TOML
+start containerd containerd --config containerd.toml
+wait_for containerd 30 ctr -a "$sock" version
+for t in "$cache"/images/*.tar; do
+  ctr -a "$sock" -n k8s.io images import --no-unpack=false "$t" >/dev/null
+done
+log "images imported: $(ls "$cache"/images/*.tar | wc -l)"
+
+# --- kubelet and kube-proxy ---
+cat >kubelet.yaml <<KCFG
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+# Every pod under one cgroup of ours: down.sh kills exactly these.
+cgroupRoot: /sluice-e2e
+containerRuntimeEndpoint: unix://$sock
+failSwapOn: false
+address: $ip
+readOnlyPort: 0
+# The kubelet's API is reachable only inside the namespace; the API server's logs and exec
+# calls come without a client certificate.
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+clusterDNS: [$ip]
+clusterDomain: cluster.local
+resolvConf: $state/resolv.conf
+maxPods: 60
+serializeImagePulls: false
+# A shared disk: never evict or collect images for want of space.
+evictionHard: {memory.available: 100Mi, nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+KCFG
+start kubelet "$bin/kubelet" --config kubelet.yaml --kubeconfig kubelet.kubeconfig \
+  --hostname-override $node --node-ip $ip --root-dir "$state/kubelet" --v=1
+cat >kube-proxy.yaml <<KP
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clusterCIDR: 10.88.0.0/16
+hostnameOverride: $node
+clientConnection: {kubeconfig: $state/kube-proxy.kubeconfig}
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+KP
+start kube-proxy "$bin/kube-proxy" --config kube-proxy.yaml --v=1
+wait_for "node $node" 120 kc wait --for condition=Ready --timeout 1s node/$node
+wait_for "cluster DNS" 60 ip netns exec $netns getent hosts kubernetes.default.svc.cluster.local
+
+# --- Knative Serving v0.42.2's core, from its module, with the images built here ---
+bash "$here/knative.sh" "$state/knative"
+kc apply --server-side -f "$state/knative-crds.yaml" >/dev/null
+kc wait --for condition=established --timeout 60s crd --all >/dev/null
+kc apply --server-side -f "$state/knative.yaml" >/dev/null
+kc -n knative-serving patch configmap config-network --type merge \
+  -p '{"data":{"ingress-class":"traefik.ingress.networking.knative.dev"}}' >/dev/null
+kc apply --server-side -f "$here/manifests/traefik.yaml" >/dev/null
+wait_for "Knative Serving" 240 kc -n knative-serving wait --for condition=Available --timeout 1s deployment --all
+wait_for "Traefik" 120 kc -n traefik wait --for condition=Available --timeout 1s deployment --all
+
+# The node's local storage: one hostPath PersistentVolume (NATS's StatefulSet claims one;
+# there is no dynamic provisioner).
+mkdir -p "$state/volumes/pv0" && chmod 0777 "$state/volumes/pv0"
+kc apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: sluice-e2e-pv0}
+spec:
+  capacity: {storage: 20Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: $state/volumes/pv0, type: Directory}
+YAML
+
+cat >env <<ENV
+SLUICE_E2E_STATE=$state
+SLUICE_E2E_NETNS=$netns
+KUBECONFIG=$state/admin.kubeconfig
+SLUICE_E2E_BIN=$bin
+SLUICE_E2E_IMAGE=dev.local/sluice:e2e
+ENV
+log "cluster up (kubectl: nsenter --net=/run/netns/$netns $bin/kubectl --kubeconfig $state/admin.kubeconfig)"

@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/internal/bearer"
+	"github.com/sluice-project/sluice/synth"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// knService is the function deployed with `kn service create`, one pod
+// kept up, for the streaming figures.
+const knService = "sluice-fn-kn"
+
+// knCreate deploys the function with the kn CLI, as a user would from the
+// deploy README: the same image, settings and Secrets as the kustomized
+// Service, cluster-local.
+func (e *env) knCreate(t *testing.T, name string, extra ...string) {
+	t.Helper()
+	args := []string{"service", "create", name, "--namespace", namespace, "--force",
+		"--image", "dev.local/sluice:e2e", "--cluster-local",
+		"--env-from", "config-map:sluice-config",
+		"--env-value-from", "SLUICE_FN_TOKEN=secret:sluice-fn-token:token",
+		"--env-value-from", "AWS_ACCESS_KEY_ID=secret:sluice-s3-credentials:access",
+		"--env-value-from", "AWS_SECRET_ACCESS_KEY=secret:sluice-s3-credentials:secret",
+		"--env", "AWS_EC2_METADATA_DISABLED=true", "--env", "GOMEMLIMIT=1800MiB",
+		"--arg", "--concurrency=4", "--arg", "--cpus=1",
+		"--concurrency-limit", "4", "--concurrency-target", "4", "--concurrency-utilization", "100",
+		"--request", "cpu=100m,memory=256Mi", "--limit", "memory=2Gi",
+		"--service-account", "sluice-fn", "--wait-timeout", "240"}
+	cmd := exec.Command(filepath.Join(e.bin, "kn"), append(args, extra...)...)
+	cmd.Env = append(cmd.Environ(), "KUBECONFIG="+e.kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kn %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("kn service create %s:\n%s", name, out)
+}
+
+// podIP is the address of the one ready pod of service.
+func (e *env) podIP(t *testing.T, service string) string {
+	t.Helper()
+	pods, err := e.kube.CoreV1().Pods(namespace).List(context.Background(), metav1ListFor(service))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil && p.Status.Phase == "Running" {
+			return p.Status.PodIP
+		}
+	}
+	t.Fatalf("no running pod of %s", service)
+	return ""
+}
+
+// streamShard uploads one shard of 300 images (about 45 MB of 224x224 uint8
+// crops through imagenet-eval) and returns its task.
+func (e *env) streamShard(t *testing.T, prefix string) (wire.ShardTask, int) {
+	t.Helper()
+	o := synth.DefaultImageOptions()
+	o.Samples, o.Shards, o.Seed, o.MinSide, o.MaxSide = 300, 1, 5, 64, 128
+	sh, err := synth.Images(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := synth.Upload(ctx, e.s3Client(t), "e2e", prefix, sh); err != nil {
+		t.Fatal(err)
+	}
+	return wire.ShardTask{Job: "stream", Bucket: "e2e", Key: prefix + sh[0].Name,
+		Pipeline: "imagenet-eval", Seed: 1, ChunkMaxBytes: 4 << 20}, o.Samples
+}
+
+// sender sends tasks with the function token.
+func (e *env) sender(t *testing.T) dispatch.Sender {
+	t.Helper()
+	tok, err := bearer.Parse(e.secrets["fn-token"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dispatch.Sender{Client: &http.Client{Timeout: 5 * time.Minute}, Token: tok}
+}
+
+// knDelete removes a Service kn created.
+func (e *env) knDelete(name string) {
+	cmd := exec.Command(filepath.Join(e.bin, "kn"), "service", "delete", name, "--namespace", namespace)
+	cmd.Env = append(cmd.Environ(), "KUBECONFIG="+e.kubeconfig)
+	_ = cmd.Run()
+}
+
+// waitRoute waits until the ingress routes url (Traefik marks a Knative
+// Ingress ready a moment before its router has the route: 404 until then).
+func waitRoute(t *testing.T, url string) {
+	t.Helper()
+	waitFor(t, time.Minute, 200*time.Millisecond, func() error {
+		resp, err := http.Get(url + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s/healthz: %s", url, resp.Status)
+		}
+		return nil
+	})
+}
+
+// TestResponseLongerThanTheRevisionTimeout reads a shard's output slowly
+// (a trainer that falls behind holds its agent's reads back, and so the
+// function's response), about 5 s in all, through a Revision whose
+// timeoutSeconds is 2: the response is not cut. Knative v0.42's
+// queue-proxy and activator bound the time to a response's first byte by
+// timeoutSeconds (and responseStartTimeoutSeconds), and the gaps between
+// writes by idleTimeoutSeconds (0: none), not its whole length, so a
+// shard streams for as long as its agent reads once its first chunk came.
+func TestResponseLongerThanTheRevisionTimeout(t *testing.T) {
+	e := need(t)
+	const short = "sluice-fn-timeout"
+	e.knCreate(t, short, "--scale-min", "1", "--scale-max", "1", "--timeout", "2")
+	t.Cleanup(func() { e.knDelete(short) })
+	url := "http://" + short + "." + namespace + ".svc.cluster.local"
+	waitRoute(t, url)
+	task, samples := e.streamShard(t, "timeout-"+e.suffix+"/")
+	s := e.sender(t)
+	slowly := func(_ int, b []byte) { time.Sleep(time.Duration(len(b)) * time.Second / (10 << 20)) } // 10 MiB/s
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	end, err := s.Send(ctx, url, task, slowly)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("a slow read through a Revision with timeoutSeconds 2, after %.1fs: %v", took.Seconds(), err)
+	}
+	if end.Samples != samples {
+		t.Fatalf("%d samples, want %d", end.Samples, samples)
+	}
+	if took < 3*time.Second {
+		t.Fatalf("the slow read took %.1fs: not longer than the timeout, so it shows nothing", took.Seconds())
+	}
+	t.Logf("figures: timeout_2s_slow_read_s=%.1f samples=%d (not cut)", took.Seconds(), end.Samples)
+}
+
+// TestStreamThroughKnative deploys the function with kn (one pod kept),
+// then streams one large shard's output from that pod through the Service
+// URL (Traefik, Knative's revision Service, queue-proxy) and addressed
+// directly (the pod's port 8080), three times each, and compares MB/s.
+func TestStreamThroughKnative(t *testing.T) {
+	e := need(t)
+	e.knCreate(t, knService, "--scale-min", "1", "--scale-max", "1")
+	t.Cleanup(func() { e.knDelete(knService) })
+	task, samples := e.streamShard(t, "stream-"+e.suffix+"/")
+	s := e.sender(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	measure := func(endpoint string) (float64, error) {
+		var n int64
+		start := time.Now()
+		end, err := s.Send(ctx, endpoint, task, func(_ int, b []byte) { n += int64(len(b)) })
+		if err != nil {
+			return 0, err
+		}
+		if end.Samples != samples {
+			return 0, fmt.Errorf("%s: %d samples, want %d", endpoint, end.Samples, samples)
+		}
+		return float64(n) / 1e6 / time.Since(start).Seconds(), nil
+	}
+	viaService := "http://" + knService + "." + namespace + ".svc.cluster.local"
+	waitRoute(t, viaService)
+	direct := "http://" + e.podIP(t, knService) + ":8080"
+	// A first send warms the replica's S3 connection and the decoder.
+	if _, err := measure(direct); err != nil {
+		t.Fatal(err)
+	}
+	var svc, dir float64
+	for range 3 {
+		a, err := measure(viaService)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := measure(direct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("figures: via_service_mb_s=%.1f direct_mb_s=%.1f", a, b)
+		svc, dir = svc+a, dir+b
+	}
+	ratio := svc / dir
+	t.Logf("figures: stream_ratio=%.2f (Service URL against the pod directly, mean of 3)", ratio)
+	// A figure, not a pass mark (the target is 0.8x): speed is measured,
+	// never asserted in a test.
+}
