@@ -82,6 +82,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	if err := checkRanks(job, opts, declared); err != nil {
 		return nil, err
 	}
+	if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize && len(opts.TeamKey) < wire.TeamKeyBytes {
+		return nil, fmt.Errorf("trainer agent: job %s: a team (ranks %v of %d) needs the job's team key (%d bytes; `sluice job submit` writes it): its messages are signed with it",
+			job.Spec.ID, opts.Ranks, opts.WorldSize, wire.TeamKeyBytes)
+	}
 	for _, r := range names {
 		if !slices.Contains(declared, r) {
 			return nil, fmt.Errorf("trainer agent: job %s has no reader %q: its spec declares %s",
@@ -119,10 +123,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
 			r.ranks.dropFixed = true // the team's agents share it
+			auth := &teamAuth{key: opts.TeamKey, job: job.Spec.ID, reader: name}
 			if slices.Contains(opts.Ranks, 0) {
-				r.team = newTeam(opts.WorldSize, opts.Ranks)
+				r.team = newTeam(opts.WorldSize, opts.Ranks, auth)
 			} else {
 				r.member = newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
+				r.member.auth, r.member.m = auth, r.m
 			}
 		}
 		a.readers = append(a.readers, r)
@@ -258,6 +264,11 @@ func (a *Agent) run(ctx context.Context) error {
 	defer func() {
 		stopBG()
 		bg.Wait()
+		for _, r := range a.readers {
+			if r.member != nil {
+				r.member.stopRun()
+			}
+		}
 	}()
 	dispatched := make(chan error, 1)
 	bg.Go(func() { dispatched <- d.Run(bgCtx) })

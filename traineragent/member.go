@@ -8,7 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,19 +34,46 @@ type member struct {
 	log      *slog.Logger
 	settle   func(epoch, shard int)
 	arrived  func(samples int) // counts the samples of a chunk it keeps
+	auth     *teamAuth
+	m        jobMetrics
+	// nonce is what its joins carry (one per run of the agent).
+	nonce string
+	seq   atomic.Uint64
+	// runCtx ends when the agent stops: a rank's poll for a part outlives
+	// the request that started it.
+	runCtx  context.Context
+	stopRun context.CancelFunc
+	// refusedLog is when a refused reply was last logged (unix ns).
+	refusedLog atomic.Int64
+	// takenLogged: a join refused for its name was logged.
+	takenLogged atomic.Bool
 
 	mu      sync.Mutex
 	queue   []chunkNote   // notes not yet told, in order (keepNotes takes from its head)
 	again   bool          // tell the planner everything again (it restarted)
 	kick    chan struct{} // wakes keepNotes
-	planner string        // the planner's run that last answered ("" none)
-	joined  bool
-	want    bool
-	store   map[wire.ChunkRef]*storedChunk
-	bytes   int64
-	ends    map[shardRef]chunkNote  // shard ends and failures told, to tell a new planner run again
-	held    map[shardRef]bool       // shards it received output of, not settled
-	cursor  map[shardRef]sendCursor // per shard, where its send's next chunk starts (for chunks that do not say)
+	planner string        // the planner's run it joined ("" none)
+	session string        // the session that run gave it
+	// replanned is closed when the member joins another planner run:
+	// requests still waiting on the one before give up.
+	replanned chan struct{}
+	joined    bool
+	want      bool
+	store     map[wire.ChunkRef]*storedChunk
+	bytes     int64
+	ends      map[shardRef]chunkNote  // shard ends and failures told, to tell a new planner run again
+	held      map[shardRef]bool       // shards it received output of, not settled
+	cursor    map[shardRef]sendCursor // per shard, where its send's next chunk starts (for chunks that do not say)
+	inbox     string                  // where replies come (inbox.SEQ), once subscribed
+	waits     map[uint64]*teamWait    // requests waiting for a reply, by sequence number
+	polls     map[int]*rankPoll       // per rank, its poll for the next part
+	// resumes counts the resumes forwarded; resumePlanner and resumeGen
+	// are the planner run that answered the last and its generation of
+	// ranks (a part asked for before it is of an earlier generation
+	// unless that run says otherwise).
+	resumes       uint64
+	resumePlanner string
+	resumeGen     uint64
 }
 
 // storedChunk is a chunk a member holds: what it told the planner, the
@@ -58,35 +88,194 @@ type storedChunk struct {
 }
 
 func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *member {
+	ctx, stop := context.WithCancel(context.Background())
 	return &member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
 		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
+		auth: &teamAuth{job: job.Spec.ID, reader: reader}, m: NewMetrics(nil).forJob(job.Spec.ID, reader),
+		nonce: newNonce(), runCtx: ctx, stopRun: stop,
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{}, cursor: map[shardRef]sendCursor{},
+		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 }
 
-// ask sends a request to the planner and reads its reply; a reply from
-// another run of the planner than the last makes the member join again.
+// teamWait is a request waiting for its reply.
+type teamWait struct {
+	op, session string
+	planner     string // the run it was sent to ("" a join: any)
+	ch          chan teamReply
+	other       chan struct{} // another planner run says the member has not joined it
+	none        chan struct{} // no planner runs
+	mu          sync.Mutex
+	refusal     string // the last refusal heard (a join's, or an unsigned one)
+	joinReply   *teamReply
+}
+
+// maxTeamReply bounds a reply's body.
+const maxTeamReply = 1 << 20
+
+// onReply takes a reply on the member's inbox: one that is not signed
+// with the job's key, for a request waiting, by the planner run it was
+// sent to, is dropped (counted, and logged at most once a second).
+func (m *member) onReply(msg *nats.Msg) {
+	seq, err := strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
+	m.mu.Lock()
+	w := m.waits[seq]
+	m.mu.Unlock()
+	if err != nil || w == nil {
+		return // late, or not a reply to this member
+	}
+	if msg.Header.Get("Status") == "503" {
+		// No responders: no planner runs (yet). Said at once, so the
+		// member tries again soon.
+		select {
+		case w.none <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if why := msg.Header.Get(hdrRefused); why != "" {
+		w.mu.Lock()
+		w.refusal = cutText(why)
+		w.mu.Unlock()
+		return
+	}
+	refuse := func(err error) {
+		m.m.teamRefused.Inc()
+		now := time.Now().UnixNano()
+		if last := m.refusedLog.Load(); now-last > int64(time.Second) && m.refusedLog.CompareAndSwap(last, now) {
+			m.log.Warn("dropped a reply that is not the planner's", "op", w.op, "err", err)
+		}
+	}
+	h, err := m.auth.open(msg, kindReply, w.op)
+	switch {
+	case err != nil:
+		refuse(err)
+		return
+	case h.member != m.name || h.session != w.session || h.seq != seq:
+		refuse(fmt.Errorf("%w: a reply to another request", errTeamAuth))
+		return
+	case len(msg.Data) > maxTeamReply:
+		refuse(fmt.Errorf("%w: a reply of %d bytes", errTeamAuth, len(msg.Data)))
+		return
+	}
+	var r teamReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil || r.Planner != h.planner {
+		refuse(fmt.Errorf("%w: reading the planner's %s reply: %v", errTeamAuth, w.op, err))
+		return
+	}
+	switch {
+	case w.op == opJoin && r.Status != statusOK:
+		// Another planner run (one stopping, of another world) may refuse
+		// first: wait for one that takes the member.
+		w.mu.Lock()
+		w.refusal, w.joinReply = r.Error, &r
+		w.mu.Unlock()
+		return
+	case w.op != opJoin && h.planner != w.planner:
+		if r.Status == statusNotMember {
+			select {
+			case w.other <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	select {
+	case w.ch <- r:
+	default:
+	}
+}
+
+// ask sends a request to the planner it joined (a join: to any) and
+// returns the planner's reply. Replies from another planner run are not
+// taken; if one of them says the member has not joined it and the joined
+// one does not answer within a second, the planner restarted: the member
+// joins again.
 func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duration) (teamReply, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return teamReply{}, fmt.Errorf("encoding a %s request: %w", op, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, err := m.nc.RequestWithContext(ctx, wire.TeamSubject(m.job.Spec.ID, m.reader, op), data)
-	if err != nil {
-		return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
-	}
-	var r teamReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return teamReply{}, fmt.Errorf("reading the planner's %s reply: %w", op, err)
-	}
 	m.mu.Lock()
-	if r.Planner != m.planner || r.Status == statusNotMember {
-		m.joined = false
+	if m.inbox == "" {
+		inbox := m.nc.NewInbox()
+		if _, err := m.nc.Subscribe(inbox+".*", m.onReply); err != nil {
+			m.mu.Unlock()
+			return teamReply{}, fmt.Errorf("subscribing to the team's replies: %w", err)
+		}
+		m.inbox = inbox
+	}
+	seq := m.seq.Add(1)
+	w := &teamWait{op: op, session: m.session, planner: m.planner, ch: make(chan teamReply, 1), other: make(chan struct{}, 1), none: make(chan struct{}, 1)}
+	if op == opJoin {
+		w.session, w.planner = m.nonce, ""
+	}
+	m.waits[seq] = w
+	inbox, replanned := m.inbox, m.replanned
+	if op == opJoin {
+		replanned = nil
 	}
 	m.mu.Unlock()
-	return r, nil
+	defer func() {
+		m.mu.Lock()
+		delete(m.waits, seq)
+		m.mu.Unlock()
+	}()
+	msg := nats.NewMsg(wire.TeamSubject(m.job.Spec.ID, m.reader, op))
+	msg.Reply, msg.Data = inbox+"."+strconv.FormatUint(seq, 10), data
+	m.auth.seal(msg, kindRequest, teamHead{op: op, member: m.name, session: w.session, seq: seq})
+	if err := m.nc.PublishMsg(msg); err != nil {
+		return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	other := false
+	for {
+		select {
+		case r := <-w.ch:
+			if op != opJoin && r.Status == statusNotMember {
+				m.mu.Lock()
+				m.joined = false
+				m.mu.Unlock()
+			}
+			return r, nil
+		case <-replanned:
+			// The member joined another run of the planner (this one
+			// stopped): ask that one.
+			return teamReply{Status: statusNotMember, Error: "the member joined another run of the planner"}, nil
+		case <-w.none:
+			m.mu.Lock()
+			m.joined = false
+			m.mu.Unlock()
+			return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): no planner runs", m.reader, op)
+		case <-w.other:
+			// Not a part: one the planner hands to a request given up
+			// would be lost (it waits partWait at most, well within the
+			// timeout).
+			if !other && op != opPart {
+				other = true
+				timer.Reset(time.Second)
+			}
+		case <-timer.C:
+			w.mu.Lock()
+			refusal, joinReply := w.refusal, w.joinReply
+			w.mu.Unlock()
+			switch {
+			case joinReply != nil:
+				return *joinReply, nil
+			case other:
+				m.mu.Lock()
+				m.joined = false
+				m.mu.Unlock()
+				return teamReply{Status: statusNotMember, Error: "another run of the planner answers"}, nil
+			case refusal != "":
+				return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): refused: %s", m.reader, op, refusal)
+			}
+			return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): no answer within %v", m.reader, op, timeout)
+		case <-ctx.Done():
+			return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, ctx.Err())
+		}
+	}
 }
 
 // askUntil repeats a request until the planner answers it (with a
@@ -99,13 +288,16 @@ func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Du
 		if err == nil {
 			r, err = m.ask(ctx, op, v, timeout)
 		}
-		if err == nil && r.Status != statusNotMember {
+		if err == nil && r.Status != statusNotMember && r.Status != statusBusy {
 			return r, nil
 		}
 		if ctx.Err() != nil {
 			return teamReply{}, ctx.Err()
 		}
 		if !warned {
+			if err == nil {
+				err = errors.New(r.Error)
+			}
 			m.log.Warn("the reader's planner does not answer yet; retrying", "op", op, "err", err)
 			warned = true
 		}
@@ -127,17 +319,23 @@ func (m *member) join(ctx context.Context) error {
 	}
 	// A short wait: before the planner runs, another subscriber (a `nats
 	// sub`) would hold the request until its timeout.
-	r, err := m.ask(ctx, opJoin, joinRequest{Agent: m.name, Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, time.Second)
+	r, err := m.ask(ctx, opJoin, joinRequest{Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, time.Second)
 	if err != nil {
 		return err
 	}
 	if r.Status != statusOK {
+		if r.Status == statusTaken && m.takenLogged.CompareAndSwap(false, true) {
+			// Once: it asks again every teamRetry until the other is quiet.
+			m.log.Warn("the reader's planner refuses this agent's name; asking again until the agent of that name is quiet", "err", r.Error)
+		}
 		return fmt.Errorf("joining reader %s's team: %s", m.reader, r.Error)
 	}
 	m.mu.Lock()
 	fresh := m.planner != r.Planner
-	m.planner, m.joined = r.Planner, true
+	m.planner, m.session, m.joined = r.Planner, r.Session, true
 	if fresh {
+		close(m.replanned)
+		m.replanned = make(chan struct{})
 		// A new planner run knows nothing of what this member holds:
 		// keepNotes tells it all again.
 		m.again = true
@@ -176,7 +374,7 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 	n := chunkNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index, First: &first, Rows: len(samples), Schema: noteOf(sc)}
 	m.held[k] = true
 	if c := m.store[ref]; c != nil {
-		if c.note.firstRow() == first && c.note.Rows == n.Rows {
+		if noteFirstRow(c.note) == first && c.note.Rows == n.Rows {
 			return nil // a copy: the planner is told of the first
 		}
 		// The same index with other rows: a retry chunked differently
@@ -187,7 +385,7 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 		for r, c := range m.store {
 			switch {
 			case r.Epoch != ref.Epoch || r.Shard != ref.Shard || r.Chunk < altChunks:
-			case c.note.firstRow() == first && c.note.Rows == n.Rows:
+			case noteFirstRow(c.note) == first && c.note.Rows == n.Rows:
 				return nil
 			default:
 				alt = max(alt, r.Chunk+1)
@@ -262,20 +460,33 @@ func (m *member) keepNotes(ctx context.Context) {
 			if len(batch) == 0 {
 				break
 			}
-			r, err := m.askUntil(ctx, opNotes, notesRequest{Agent: m.name, Notes: batch}, 5*time.Second)
+			r, err := m.askUntil(ctx, opNotes, notesRequest{Notes: batch}, 5*time.Second)
 			if err != nil {
 				return // the agent stops
 			}
-			m.told(batch, r)
+			if m.told(batch, r) {
+				// The planner holds enough of this member's rows: tell
+				// the rest once some are handed out.
+				if err := sleepCtx(ctx, teamRetry); err != nil {
+					return
+				}
+			}
 		}
 	}
 }
 
 // told applies the planner's answer to a batch of notes, the queue's
-// head: copies and refused chunks are dropped, the rest counted.
-func (m *member) told(batch []chunkNote, r teamReply) {
+// head: copies and refused chunks are dropped, deferred ones queued
+// again (it reports whether there were), the rest counted.
+func (m *member) told(batch []chunkNote, r teamReply) (deferred bool) {
 	m.mu.Lock()
 	m.queue = m.queue[len(batch):]
+	for _, i := range r.Deferred {
+		if i >= 0 && i < len(batch) && r.Status == statusOK {
+			m.queue = append(m.queue, batch[i])
+			deferred = true
+		}
+	}
 	m.want = r.Want
 	m.mu.Unlock()
 	if r.Status != statusOK {
@@ -291,7 +502,7 @@ func (m *member) told(batch []chunkNote, r teamReply) {
 		ref := wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
 		_, refused := r.Refused[i]
 		switch {
-		case n.Chunk < 0:
+		case n.Chunk < 0 || slices.Contains(r.Deferred, i):
 		case r.Status != statusOK || refused || slices.Contains(r.Duplicates, i):
 			m.drop(ref)
 		default:
@@ -299,6 +510,7 @@ func (m *member) told(batch []chunkNote, r teamReply) {
 		}
 	}
 	m.arrived(rows)
+	return deferred
 }
 
 func (m *member) drop(ref wire.ChunkRef) {
@@ -329,8 +541,8 @@ func (m *member) keepStatus(ctx context.Context) {
 		m.mu.Unlock()
 		slices.SortFunc(held, func(x, y [2]int) int { return x[0]*1<<20 + x[1] - y[0]*1<<20 - y[1] })
 		if err := m.join(ctx); err == nil {
-			if r, err := m.ask(ctx, opStatus, statusRequest{Agent: m.name, Held: held}, 5*time.Second); err == nil && r.Status == statusOK {
-				m.settled(r)
+			if r, err := m.ask(ctx, opStatus, statusRequest{Held: held}, 5*time.Second); err == nil && r.Status == statusOK {
+				m.settled(r, held)
 			}
 		}
 		select {
@@ -341,7 +553,18 @@ func (m *member) keepStatus(ctx context.Context) {
 	}
 }
 
-func (m *member) settled(r teamReply) {
+// settled settles the shards the planner says are complete, of those the
+// member asked about (asked nil: every one).
+func (m *member) settled(r teamReply, asked [][2]int) {
+	if asked != nil {
+		var ok [][2]int
+		for _, c := range r.Complete {
+			if slices.Contains(asked, c) {
+				ok = append(ok, c)
+			}
+		}
+		r.Complete = ok
+	}
 	m.mu.Lock()
 	m.want = r.Want
 	for _, c := range r.Complete {
@@ -383,7 +606,7 @@ func (m *member) settleAll() {
 		done = append(done, [2]int{k.epoch, k.shard})
 	}
 	m.mu.Unlock()
-	m.settled(teamReply{Complete: done})
+	m.settled(teamReply{Complete: done}, nil)
 }
 
 // room says whether the agent should take another task: the planner wants
@@ -402,24 +625,134 @@ func (m *member) room(buffer int64) bool {
 	return m.want && (buffer <= 0 || m.bytes < buffer)
 }
 
-// part asks the planner for rank req.rank's next part until it has one,
-// and cuts it.
+// rankPoll is a rank's poll of the planner for its next part, which
+// outlives the request that started it: a trainer that goes away (killed,
+// restarted by torchrun) leaves its part here for the rank's next
+// request rather than on a closed connection.
+type rankPoll struct {
+	done    chan struct{}
+	asked   uint64 // the member's resumes when it last asked
+	planner string // the planner run that gave its part, and its generation of ranks
+	gen     uint64
+	p       rankPart
+	err     error
+	taken   bool
+}
+
+// part returns rank req.rank's next part: the part its last poll got if
+// no request took it (unless a resume forwarded since rewound it), or
+// that of a new poll.
 func (m *member) part(ctx context.Context, req rankRequest, prod func() *producer) (rankPart, error) {
 	for {
-		r, err := m.askUntil(ctx, opPart, partRequest{Agent: m.name, Rank: req.rank, World: req.world, DropLast: req.dropLast}, partWait+5*time.Second)
+		m.mu.Lock()
+		pl := m.polls[req.rank]
+		if pl == nil {
+			pl = &rankPoll{done: make(chan struct{}), asked: m.resumes}
+			m.polls[req.rank] = pl
+			go m.poll(pl, req, prod)
+		}
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return rankPart{}, ctx.Err() // the poll goes on: its part waits for the rank's next request
+		case <-pl.done:
+		}
+		m.mu.Lock()
+		if m.polls[req.rank] == pl {
+			delete(m.polls, req.rank)
+		}
+		// Asked for before the last resume, its part is of an earlier
+		// generation (rewound by the resume; its requester went away)
+		// unless the run that answered the resume formed it since.
+		taken := pl.taken
+		stale := pl.asked < m.resumes && (pl.err != nil || pl.planner != m.resumePlanner || pl.gen < m.resumeGen)
+		pl.taken = true
+		m.mu.Unlock()
+		switch {
+		case taken:
+			continue
+		case stale:
+			if pl.err == nil {
+				m.log.Info("dropping a part of an earlier generation of ranks (its requester went away; the resume rewound it)",
+					"rank", req.rank, "epoch", pl.p.Epoch, "step", pl.p.Step)
+			}
+			continue
+		}
+		return pl.p, pl.err
+	}
+}
+
+// poll asks the planner for rank req.rank's next part until it has one,
+// and cuts it.
+func (m *member) poll(pl *rankPoll, req rankRequest, prod func() *producer) {
+	defer close(pl.done)
+	ctx := m.runCtx
+	for {
+		m.mu.Lock()
+		pl.asked = m.resumes
+		m.mu.Unlock()
+		r, err := m.askUntil(ctx, opPart, partRequest{Rank: req.rank, World: req.world, DropLast: req.dropLast}, partWait+5*time.Second)
 		if err != nil {
-			return rankPart{}, err
+			pl.err = fmt.Errorf("%w: %w", ErrStopped, err)
+			return
 		}
 		switch {
 		case r.Status == statusWait:
 			continue
 		case r.Status != statusOK:
-			return rankPart{}, errOf(r.Status, r.Error)
+			pl.err = errOf(r.Status, r.Error)
+			return
 		case r.Part == nil:
-			return rankPart{}, fmt.Errorf("%w: the planner's part has no rows", ErrStopped)
+			pl.err = fmt.Errorf("%w: the planner's part has no rows", ErrStopped)
+			return
 		}
-		return m.cut(ctx, *r.Part, prod)
+		if err := m.checkPart(*r.Part); err != nil {
+			pl.err = fmt.Errorf("%w: the planner's part of rank %d: %w", ErrStopped, req.rank, err)
+			return
+		}
+		m.mu.Lock()
+		pl.planner, pl.gen = r.Planner, r.Part.Gen
+		m.mu.Unlock()
+		pl.p, pl.err = m.cut(ctx, *r.Part, prod)
+		return
 	}
+}
+
+// checkPart checks the sizes of a part the planner gave: a rank's part is
+// at most a batch, in spans of chunks within the job's bounds.
+func (m *member) checkPart(n partNote) error {
+	switch {
+	case n.Epoch < 0 || n.Epoch >= m.job.Spec.Epochs:
+		return fmt.Errorf("epoch %d: want 0..%d", n.Epoch, m.job.Spec.Epochs-1)
+	case n.World != m.world:
+		return fmt.Errorf("world size %d: want %d", n.World, m.world)
+	case n.Rows < 0 || n.Rows > m.job.Spec.BatchSize:
+		return fmt.Errorf("%d rows: want 0..%d (the batch size)", n.Rows, m.job.Spec.BatchSize)
+	case len(n.Spans) > n.Rows:
+		return fmt.Errorf("%d spans for %d rows", len(n.Spans), n.Rows)
+	case n.Step < 0 || n.Failed < 0:
+		return fmt.Errorf("step %d, %d failed: want >= 0", n.Step, n.Failed)
+	}
+	rows := 0
+	for _, sp := range n.Spans {
+		if sp.Shard < 0 || sp.Shard >= len(m.job.Shards) || sp.Chunk < 0 || sp.Chunk >= maxChunksPerShard ||
+			sp.Lo < 0 || sp.N < 1 || sp.Lo > maxRowsPerChunk || sp.N > maxRowsPerChunk-sp.Lo {
+			return fmt.Errorf("span %+v out of range", sp)
+		}
+		if sp.Row != nil && (*sp.Row < 0 || *sp.Row > maxRowsPerShard) {
+			return fmt.Errorf("span %+v: shard row %d out of range", sp, *sp.Row)
+		}
+		rows += sp.N
+	}
+	if rows != n.Rows {
+		return fmt.Errorf("its spans have %d rows, the part %d", rows, n.Rows)
+	}
+	if n.Schema != nil {
+		if _, err := schemaOf(n.Schema); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cut makes the batch of a part the planner gave.
@@ -434,7 +767,7 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 	}
 	var sc *schema
 	if n.Schema != nil {
-		sc, _ = n.Schema.schema()
+		sc, _ = schemaOf(n.Schema)
 	}
 	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
 		m.mu.Lock()
@@ -480,8 +813,9 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 	a.block(time.Now())
 	a.mu.Unlock()
 	p, err := m.part(ctx, req, func() *producer {
-		// A rank may ask before the agent dispatches: wait for it.
-		_ = a.waitFor(ctx, func() bool { return a.producer != nil || a.runEnded })
+		// A rank may ask before the agent dispatches: wait for it (the
+		// poll outlives the request: the member's run, not ctx).
+		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.runEnded })
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return a.producer
@@ -505,7 +839,7 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 		return rankPart{}, err
 	}
 	if err != nil {
-		if len(p.Keys) > 0 && ctx.Err() == nil {
+		if len(p.Keys) > 0 {
 			a.lost(p, err) // the planner counts the part as handed out
 		}
 		return rankPart{}, err
@@ -531,12 +865,27 @@ func (a *Reader) memberDone() bool {
 
 // memberResume forwards a rank's resume to the planner.
 func (a *Reader) memberResume(ctx context.Context, st State, world int) (ResumeResult, error) {
-	r, err := a.member.askUntil(ctx, opResume, resumeRequest{Agent: a.member.name, State: st, World: world}, positionWriteTimeout+10*time.Second)
+	m := a.member
+	state, err := json.Marshal(st)
+	if err != nil {
+		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
+	}
+	r, err := m.askUntil(ctx, opResume, resumeRequest{State: state, World: world}, positionWriteTimeout+10*time.Second)
 	if err != nil {
 		return ResumeResult{}, err
 	}
+	var res ResumeResult
 	if r.Status != statusOK || r.Resume == nil {
 		return ResumeResult{}, errOf(r.Status, r.Error)
 	}
-	return *r.Resume, nil
+	if err := json.Unmarshal(r.Resume, &res); err != nil {
+		return ResumeResult{}, fmt.Errorf("%w: the planner's resume answer: %w", ErrStopped, err)
+	}
+	// Parts formed before this generation, which no request took, are
+	// dropped (part).
+	m.mu.Lock()
+	m.resumes++
+	m.resumePlanner, m.resumeGen = r.Planner, r.Gen
+	m.mu.Unlock()
+	return res, nil
 }

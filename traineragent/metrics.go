@@ -18,6 +18,7 @@ type Metrics struct {
 	gpuUtilization   *prometheus.GaugeVec
 	steps            *prometheus.CounterVec
 	stepSeconds      *prometheus.CounterVec
+	teamRefused      prometheus.Counter
 }
 
 // NewMetrics creates the agent's series and registers them with reg unless
@@ -70,8 +71,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_agent_step_seconds_total",
 			Help: "Time of the reported steps by part: wait (for data), compute (client compute time the GPU was busy), other (the rest).",
 		}, []string{"job", "reader", "rank", "part"}),
+		teamRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_agent_team_refused_total",
+			Help: "Team messages refused: a MAC that does not match the job's team key, no session of the member it names, a copy, a join under a live member's name, a forged reply.",
+		}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.teamRefused)
 		reg.MustRegister(m.samplesArrived, m.samplesDelivered, m.batchesDelivered, m.duplicateChunks,
 			m.failedSamples, m.droppedSamples, m.stallSeconds, m.bufferedSamples, m.heldBytes, m.stallFraction, m.positionBytes,
 			m.gpuUtilization, m.steps, m.stepSeconds)
@@ -89,6 +95,7 @@ type jobMetrics struct {
 	gpuUtilization                                     prometheus.Gauge
 	steps                                              *prometheus.CounterVec // by rank
 	stepSeconds                                        *prometheus.CounterVec // by rank and part
+	teamRefused                                        prometheus.Counter
 }
 
 func (m *Metrics) forJob(job, reader string) jobMetrics {
@@ -107,5 +114,6 @@ func (m *Metrics) forJob(job, reader string) jobMetrics {
 		gpuUtilization:   m.gpuUtilization.WithLabelValues(job, reader),
 		steps:            m.steps.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
 		stepSeconds:      m.stepSeconds.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
+		teamRefused:      m.teamRefused,
 	}
 }

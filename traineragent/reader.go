@@ -39,6 +39,10 @@ type Options struct {
 	// WorldSize fixes the number of ranks the reader has; 0 takes it
 	// from the first request (Next is rank 0 of world 1).
 	WorldSize int
+	// TeamKey is the job's team key (`sluice job submit` makes it): every
+	// message between the agents of a team is signed with it. A team
+	// (Ranks set, fewer than WorldSize) needs it; it is never logged.
+	TeamKey []byte
 	// Ranks are the ranks of WorldSize this agent serves, those of its
 	// node (nil: all). The agents serving the other ranks form the
 	// reader's team with it (team.go): the one serving rank 0 plans. A

@@ -367,7 +367,7 @@ func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
 	feed(chunked(t, job, 0, 0, []int{6, 6}, true)) // the same again: copies
 	var got []string
 	for _, n := range m.queue {
-		got = append(got, fmt.Sprintf("chunk %d first %d rows %d", n.Chunk, n.firstRow(), n.Rows))
+		got = append(got, fmt.Sprintf("chunk %d first %d rows %d", n.Chunk, noteFirstRow(n), n.Rows))
 	}
 	want := []string{"chunk 0 first 0 rows 4", "chunk 1 first 4 rows 4",
 		fmt.Sprintf("chunk %d first 0 rows 6", altChunks), fmt.Sprintf("chunk %d first 6 rows 6", altChunks+1)}

@@ -83,9 +83,12 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	if world < 1 || world > MaxWorldSize {
 		return ResumeResult{}, fmt.Errorf("%w: world size %d: want 1..%d", ErrBadState, world, MaxWorldSize)
 	}
-	if a.team != nil && world != a.ranks.world {
+	// The team's size, fixed when it started (holders' length): the
+	// ranks' world is read here without the lock, and a concurrent
+	// resume's rewind zeroes it for a moment (reproduction 7 of issue 24).
+	if a.team != nil && world != len(a.team.holders) {
 		return ResumeResult{}, fmt.Errorf("%w: world size %d, but the reader's team serves %d ranks: start its agents with --world-size %d and their --ranks",
-			ErrBadState, world, a.ranks.world, world)
+			ErrBadState, world, len(a.team.holders), world)
 	}
 	fresh := newAssembler(a.job)
 	if err := fresh.restore(p); err != nil {
@@ -168,6 +171,9 @@ func (a *Reader) rewind(st State, world int, fresh *assembler) (ResumeResult, ma
 	}
 	dropLast, dropFixed := a.ranks.dropLast, a.ranks.dropFixed
 	a.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
+	if a.team != nil {
+		a.team.gen++
+	}
 	h := position{Version: positionVersion}
 	var err error
 	if a.pos.recorded != nil {

@@ -33,6 +33,8 @@ type rankPart struct {
 	// keys, no tensors yet): rows another agent of the reader holds, or
 	// rows of this agent for a rank another agent serves (team.go).
 	Spans []rowSpan
+	// gen is the team's generation of ranks it was formed for (team.go).
+	gen uint64
 }
 
 // rankCount is what one rank took.
@@ -86,6 +88,10 @@ type rankRequest struct {
 	// agent is the member agent asking for its rank (team.go); "" for a
 	// rank of this agent.
 	agent string
+	// superseded, if set, says (a.mu held) that the request may no longer
+	// take a part: a member's request from before a resume or a re-join,
+	// whose requester may be gone (teamserve.go).
+	superseded func() bool
 }
 
 // join checks req against the ranks' world, fixing what is not fixed yet;
@@ -178,6 +184,9 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error
 	remote := req.agent != ""
 	for {
 		switch {
+		case req.superseded != nil && req.superseded():
+			stopWaiting()
+			return rankPart{}, errSuperseded
 		case s.world != world:
 			// A resume changed the world size while the rank waited.
 			stopWaiting()
@@ -404,6 +413,9 @@ func (a *Reader) pop(r int, now time.Time) rankPart {
 	s.queues[r][0] = rankPart{}
 	s.queues[r] = s.queues[r][1:]
 	s.queued -= len(p.Keys)
+	if a.team != nil {
+		p.gen = a.team.gen
+	}
 	a.delivered(r, p, now)
 	return p
 }

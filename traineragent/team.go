@@ -3,9 +3,11 @@ package traineragent
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-project/sluice/format/safetensors"
@@ -32,7 +34,17 @@ const unjoined = "\x00"
 type team struct {
 	// id names this planner's run: members that see another id re-join
 	// and announce again the chunks they hold.
-	id string
+	id   string
+	auth *teamAuth
+	// gen counts the generations of ranks (resumes): a part carries the
+	// one it was formed for.
+	gen uint64
+	// joins bounds the joins in progress.
+	joins chan struct{}
+	// refused counts team messages refused (envelope, session, copies,
+	// joins under a live member's name); refusedLog is when one was last
+	// logged (unix ns).
+	refused, refusedLog atomic.Int64
 	// holders is, per rank, the agent serving it: "" for this one, a
 	// member's name, or unjoined.
 	holders []string
@@ -45,10 +57,20 @@ type team struct {
 // those holders names it for).
 type teamMember struct {
 	seen time.Time // its last request
+	// nonce is the one its join carried (a join that comes again with it,
+	// its reply lost, gets the same session); session is what its requests
+	// must carry, seqs their sequence numbers seen.
+	nonce, session string
+	seqs           seqWindow
+	busy           int // requests in progress
+	ranks          int // how many it serves
+	// chunks and rows it holds at the planner, at least (memberRoom).
+	chunks, rows int
 }
 
-func newTeam(world int, own []int) *team {
-	t := &team{id: newTeamID(), holders: make([]string, world), members: map[string]*teamMember{}}
+func newTeam(world int, own []int, auth *teamAuth) *team {
+	t := &team{id: newTeamID(), auth: auth, holders: make([]string, world), members: map[string]*teamMember{},
+		joins: make(chan struct{}, maxJoins)}
 	for r := range t.holders {
 		t.holders[r] = unjoined
 	}
@@ -90,15 +112,68 @@ func (t *team) ranksOf(h string) int {
 }
 
 // memberStale is how long a member may go without a request before
-// another agent may take over its ranks.
+// another agent may take over its ranks, or another join its name (a
+// member asks for its status every statusEvery).
 const memberStale = 10 * time.Second
 
-// join records member name serving ranks; a.mu must be held.
-func (a *Reader) joinMember(name string, ranks []int, world int, dropLast bool, now time.Time) error {
+// memberLive is how long after a member's last request a join under its
+// name is refused: shorter than memberStale, so that a member agent
+// restarted under its name joins soon.
+const memberLive = 3 * time.Second
+
+// ErrNameTaken is a join under the name of a member that is still heard
+// from: two agents started with one --name, or a forged join.
+var ErrNameTaken = errors.New("another agent of the team has this name")
+
+// joinMember records member name serving ranks, joining with nonce, and
+// returns the session its requests must carry; a.mu must be held. A join
+// under the name of a member heard from within memberLive is refused
+// (ErrNameTaken) unless it carries that member's nonce (its reply was
+// lost): the live member keeps its ranks and its session.
+func (a *Reader) joinMember(name, nonce string, ranks []int, world int, dropLast bool, now time.Time) (string, error) {
+	t := a.team
+	if m := t.members[name]; m != nil && now.Sub(m.seen) < memberLive && m.nonce != nonce {
+		return "", fmt.Errorf("%w: agent %.64q was heard from %.1fs ago; give each agent its own --name (a restarted agent joins once the old one is quiet for %v)",
+			ErrNameTaken, name, now.Sub(m.seen).Seconds(), memberLive)
+	}
+	if err := a.checkJoin(name, nonce, ranks, world, dropLast, now); err != nil {
+		return "", err
+	}
+	for r, h := range t.holders {
+		if h == name && !slices.Contains(ranks, r) {
+			t.holders[r] = unjoined
+		}
+	}
+	for _, r := range ranks {
+		if h := t.holders[r]; h != unjoined && h != name {
+			a.log.Warn("a member takes over ranks of a member gone quiet", "rank", r, "from", h, "to", name)
+		}
+		t.holders[r] = name
+	}
+	for h := range t.members {
+		if h != name && t.ranksOf(h) == 0 {
+			delete(t.members, h) // every rank of it taken over: its session ends
+		}
+	}
+	m := t.members[name]
+	if m == nil || m.nonce != nonce {
+		m = &teamMember{nonce: nonce, session: newNonce()}
+		t.members[name] = m
+	}
+	m.seen, m.ranks = now, len(ranks)
+	a.log.Info("a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
+	a.notify()
+	return m.session, nil
+}
+
+// checkJoin checks a join; a.mu must be held.
+func (a *Reader) checkJoin(name, nonce string, ranks []int, world int, dropLast bool, now time.Time) error {
 	t, s := a.team, &a.ranks
 	switch {
-	case name == "":
+	case name == "" || name == unjoined:
 		return fmt.Errorf("%w: a member needs a name", ErrWorldMismatch)
+	case len(nonce) < 16:
+		return fmt.Errorf("%w: a join needs a nonce", ErrWorldMismatch)
 	case world != s.world:
 		return fmt.Errorf("%w: world size %d, but the reader's planner serves a world of %d", ErrWorldMismatch, world, s.world)
 	case dropLast != s.dropLast:
@@ -119,20 +194,6 @@ func (a *Reader) joinMember(name string, ranks []int, world int, dropLast bool, 
 			}
 		}
 	}
-	for r, h := range t.holders {
-		if h == name && !slices.Contains(ranks, r) {
-			t.holders[r] = unjoined
-		}
-	}
-	for _, r := range ranks {
-		if h := t.holders[r]; h != unjoined && h != name {
-			a.log.Warn("a member takes over ranks of a member gone quiet", "rank", r, "from", h, "to", name)
-		}
-		t.holders[r] = name
-	}
-	t.members[name] = &teamMember{seen: now}
-	a.log.Info("a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
-	a.notify()
 	return nil
 }
 

@@ -310,6 +310,7 @@ func (e *teamBenchEnv) newAgents(b *testing.B, job wire.Job, agents int) []agent
 		if agents > 1 {
 			ranks = ranks[i*tbWorld/agents : (i+1)*tbWorld/agents]
 			opts.Ranks = ranks
+			opts.TeamKey = testTeamKey
 		}
 		var nc *nats.Conn
 		var js jetstream.JetStream

@@ -18,6 +18,14 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
+// testTeamKey is the team key of the tests' jobs.
+var testTeamKey = []byte("a test team key of 32 bytes, ok!")
+
+// teamOptions are the options of agent name of a team: ranks of world.
+func teamOptions(name string, world int, ranks []int) Options {
+	return Options{Name: name, WorldSize: world, Ranks: ranks, PrefetchSamples: 8, TeamKey: testTeamKey}
+}
+
 // teamLayout has 46 samples per epoch in 8 shards of uneven sizes.
 var teamLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
 
@@ -31,7 +39,7 @@ func startTeam(t *testing.T, e env, job wire.Job, world int, ranks [][]int, dela
 		if i > 0 {
 			time.Sleep(delay)
 		}
-		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: world, Ranks: rs, PrefetchSamples: 8, DropLast: dropLast}, nil, nil, nil)
+		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: world, Ranks: rs, PrefetchSamples: 8, DropLast: dropLast, TeamKey: testTeamKey}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +154,7 @@ func TestTeamResumesOnAnotherLayout(t *testing.T) {
 	var runs sync.WaitGroup
 	var first []*Agent
 	for i, rs := range ranks {
-		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("old%d", i), WorldSize: 4, Ranks: rs, PrefetchSamples: 8}, nil, nil, nil)
+		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("old%d", i), WorldSize: 4, Ranks: rs, PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +209,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 			e.submit(t, job, f, 2)
 			ranks := [][]int{{0, 1}, {2, 3}}
 			start := func(i int) (*Agent, context.CancelFunc, <-chan error) {
-				a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: 4, Ranks: ranks[i], PrefetchSamples: 8}, nil, nil, nil)
+				a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: 4, Ranks: ranks[i], PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -365,7 +373,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 			var runs sync.WaitGroup
 			var first []*Agent
 			for j, rs := range r1 {
-				o := Options{Name: fmt.Sprintf("a%d", j), WorldSize: w1, Ranks: rs, PrefetchSamples: 8}
+				o := Options{Name: fmt.Sprintf("a%d", j), WorldSize: w1, Ranks: rs, PrefetchSamples: 8, TeamKey: testTeamKey}
 				a, err := New(e.nc, e.js, job, o, nil, nil, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -408,14 +416,17 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 // TestJoinMember: a member joins with its ranks; another agent claiming
 // them is refused while the first is heard from, and takes them over once
 // it has gone quiet; a join that does not fit the reader is refused,
-// naming what is wrong.
+// naming what is wrong; a join under a live member's name is refused with
+// its own error (reproduction 11: it wedged the team), and one that comes
+// again with the member's nonce (its reply lost) gets the same session.
 func TestJoinMember(t *testing.T) {
 	job := testJob("join", 1, 2, layout{{2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	r.team = newTeam(4, []int{0, 1})
+	r.team = newTeam(4, []int{0, 1}, &teamAuth{})
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	const na, nb, nc = "nonce-of-a-0000000", "nonce-of-b-0000000", "nonce-of-c-0000000"
 	for _, tc := range []struct {
 		name, agent string
 		ranks       []int
@@ -428,27 +439,45 @@ func TestJoinMember(t *testing.T) {
 		{"the planner's rank", "b", []int{1, 2}, 4, false, "rank 1 is served by the planner"},
 		{"a rank beyond the world", "b", []int{4}, 4, false, "rank 4"},
 		{"no rank", "b", nil, 4, false, "serves no rank"},
+		{"no name", "", []int{2}, 4, false, "needs a name"},
 	} {
-		if err := r.joinMember(tc.agent, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := r.joinMember(tc.agent, nb, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
 		}
 	}
-	if err := r.joinMember("a", []int{2, 3}, 4, false, now); err != nil {
+	if _, err := r.joinMember("a", "short", []int{2, 3}, 4, false, now); err == nil || !strings.Contains(err.Error(), "nonce") {
+		t.Errorf("a join without a nonce: %v", err)
+	}
+	sa, err := r.joinMember("a", na, []int{2, 3}, 4, false, now)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !r.team.complete() {
 		t.Errorf("holders %q: want every rank served", r.team.holders)
 	}
-	if err := r.joinMember("b", []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
+	if again, err := r.joinMember("a", na, []int{2, 3}, 4, false, now.Add(time.Second)); err != nil || again != sa {
+		t.Errorf("a's join again with its nonce: session %q, %v; want %q", again, err, sa)
+	}
+	if _, err := r.joinMember("a", nc, []int{2}, 4, false, now.Add(time.Second)); !errors.Is(err, ErrNameTaken) {
+		t.Errorf("a join under a live member's name with fewer ranks: %v, want ErrNameTaken", err)
+	}
+	if got := r.team.holders; got[2] != "a" || got[3] != "a" || r.team.members["a"].session != sa {
+		t.Errorf("after a refused join under a's name: holders %q, session changed %t", got, r.team.members["a"].session != sa)
+	}
+	if _, err := r.joinMember("b", nb, []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
 		t.Errorf("another agent claiming a live member's rank: %v", err)
 	}
-	if err := r.joinMember("b", []int{3}, 4, false, now.Add(memberStale+time.Second)); err != nil {
+	if _, err := r.joinMember("b", nb, []int{3}, 4, false, now.Add(memberStale+time.Second)); err != nil {
 		t.Fatalf("taking over a quiet member's rank: %v", err)
 	}
 	if got := r.team.holders; got[2] != "a" || got[3] != "b" {
 		t.Errorf("holders %q, want rank 2 still a's and rank 3 b's", got)
 	}
-	if err := r.joinMember("a", []int{2}, 4, false, now.Add(memberStale+2*time.Second)); err != nil {
-		t.Errorf("a joining again with fewer ranks: %v", err)
+	sa2, err := r.joinMember("a", nc, []int{2}, 4, false, now.Add(memberStale+2*time.Second))
+	if err != nil {
+		t.Errorf("a restarted (another nonce) joining again with fewer ranks once quiet: %v", err)
+	}
+	if sa2 == sa {
+		t.Errorf("a restarted agent got the old session")
 	}
 }

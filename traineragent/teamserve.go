@@ -17,13 +17,14 @@ import (
 
 // The team protocol: JSON requests from a member agent to its reader's
 // planner on wire.TeamSubject(job, reader, op), each answered with a
-// teamReply (its Planner says which run of the planner answered).
+// teamReply, both in the envelope of teamauth.go (who sent it, the
+// session, a sequence number, a MAC under the job's team key).
 const (
-	opJoin    = "join"   // joinRequest: the member serves Ranks
-	opNotes   = "notes"  // notesRequest: chunks it received (row counts, not bytes), shard ends, shards failed for good
-	opPart    = "part"   // partRequest: a rank's next part (waits up to partWait)
-	opResume  = "resume" // resumeRequest: a rank resumes from a checkpoint
-	opStatus  = "status" // statusRequest: which of its shards are settled, and whether to take more
+	opJoin    = wire.TeamOpJoin
+	opNotes   = wire.TeamOpNotes
+	opPart    = wire.TeamOpPart // waits up to partWait
+	opResume  = wire.TeamOpResume
+	opStatus  = wire.TeamOpStatus
 	partWait  = 5 * time.Second
 	teamRetry = 250 * time.Millisecond
 )
@@ -34,277 +35,410 @@ const (
 	statusWait      = "wait"       // no part yet: ask again
 	statusEOF       = "eof"        // the rank got every step
 	statusMismatch  = "mismatch"   // ErrWorldMismatch
-	statusNotMember = "not_member" // the asking agent has not joined this planner run
+	statusNotMember = "not_member" // the asking agent has not joined this planner run (or its session is not the member's)
+	statusTaken     = "name_taken" // a join under the name of a member that is still heard from
+	statusBusy      = "busy"       // the member has too many requests in progress: ask again
 	statusBadState  = "bad_state"
 	statusConflict  = "conflict"
 	statusEnded     = "ended" // ErrJobEnded
 	statusStopped   = "stopped"
 )
 
-type joinRequest struct {
-	Agent    string `json:"agent"`
-	Ranks    []int  `json:"ranks"`
-	World    int    `json:"world"`
-	DropLast bool   `json:"drop_last"`
-}
+// Bounds on what a member may ask of the planner: requests in progress per
+// member (two per rank: its long poll and its resume, plus notes and
+// status), joins in progress, and chunks and rows a member may hold at the
+// planner before its further notes are deferred (it tells them again
+// later).
+const (
+	maxMemberRequests = 8 // and 2 per rank
+	maxJoins          = 4
+	maxMemberChunks   = 1 << 16
+	maxMemberRows     = 1 << 21
+	maxTeamRequest    = 1 << 20 // bytes of a request body
+)
 
-type notesRequest struct {
-	Agent string      `json:"agent"`
-	Notes []chunkNote `json:"notes"`
-}
+// The team's messages (wire owns them).
+type (
+	joinRequest   = wire.TeamJoin
+	notesRequest  = wire.TeamNotes
+	chunkNote     = wire.TeamNote
+	schemaNote    = wire.TeamSchema
+	partRequest   = wire.TeamPartRequest
+	resumeRequest = wire.TeamResume
+	statusRequest = wire.TeamStatus
+	teamReply     = wire.TeamReply
+	partNote      = wire.TeamPart
+	spanNote      = wire.TeamSpan
+)
 
-// chunkNote is a chunk a member received, or (Chunk -1) a shard's end or
-// (Reason set) its failure.
-type chunkNote struct {
-	Epoch   int            `json:"epoch"`
-	Shard   int            `json:"shard"`
-	Chunk   int            `json:"chunk"`
-	First   *int           `json:"first,omitempty"` // its first shard row (absent from older members: after their last chunk)
-	Rows    int            `json:"rows,omitempty"`  // its samples (their keys stay with the member)
-	Schema  *schemaNote    `json:"schema,omitempty"`
-	Corrupt string         `json:"corrupt,omitempty"`
-	End     *wire.ShardEnd `json:"end,omitempty"`    // a shard's end
-	Reason  string         `json:"reason,omitempty"` // why the shard failed for good
-	Key     string         `json:"key,omitempty"`    // the failed shard's key
-}
-
-// firstRow is the note's first shard row, -1 when it does not say.
-func (n chunkNote) firstRow() int {
+// noteFirstRow is a note's first shard row, -1 when it does not say.
+func noteFirstRow(n chunkNote) int {
 	if n.First == nil || *n.First < 0 {
 		return -1
 	}
 	return *n.First
 }
 
-// schemaNote is a chunk's tensor layout.
-type schemaNote struct {
-	Names  []string            `json:"names"`
-	DTypes []safetensors.DType `json:"dtypes"`
-	Shapes [][]int             `json:"shapes"`
-}
-
 func noteOf(sc *schema) *schemaNote {
 	if sc == nil {
 		return nil
 	}
-	return &schemaNote{Names: sc.names, DTypes: sc.dtypes, Shapes: sc.shapes}
+	n := &schemaNote{Names: sc.names, DTypes: make([]string, len(sc.dtypes)), Shapes: sc.shapes}
+	for i, d := range sc.dtypes {
+		n.DTypes[i] = string(d)
+	}
+	return n
 }
 
-func (n *schemaNote) schema() (*schema, error) {
+// maxNoteTensors and maxNoteDims bound a schema note.
+const (
+	maxNoteTensors = 64
+	maxNoteDims    = 8
+)
+
+// schemaOf is the schema a note gives, checked.
+func schemaOf(n *schemaNote) (*schema, error) {
 	if n == nil || len(n.Names) == 0 || len(n.DTypes) != len(n.Names) || len(n.Shapes) != len(n.Names) {
 		return nil, errors.New("a chunk's schema needs a dtype and a shape per tensor")
 	}
-	return &schema{names: n.Names, dtypes: n.DTypes, shapes: n.Shapes}, nil
+	if len(n.Names) > maxNoteTensors {
+		return nil, fmt.Errorf("a chunk's schema has %d tensors: want at most %d", len(n.Names), maxNoteTensors)
+	}
+	for i, sh := range n.Shapes { // a row's shape
+		if len(sh) > maxNoteDims {
+			return nil, fmt.Errorf("tensor %.64q has %d dimensions a row: want at most %d", n.Names[i], len(sh), maxNoteDims)
+		}
+		if safetensors.DType(n.DTypes[i]).Bytes(sh) < 0 {
+			return nil, fmt.Errorf("tensor %.64q: dtype %.16q, shape %v: not a tensor this agent can stack", n.Names[i], n.DTypes[i], sh)
+		}
+	}
+	dtypes := make([]safetensors.DType, len(n.DTypes))
+	for i, d := range n.DTypes {
+		dtypes[i] = safetensors.DType(d)
+	}
+	return &schema{names: n.Names, dtypes: dtypes, shapes: n.Shapes}, nil
 }
 
-type partRequest struct {
-	Agent    string `json:"agent"`
-	Rank     int    `json:"rank"`
-	World    int    `json:"world"`
-	DropLast *bool  `json:"drop_last,omitempty"`
-}
-
-type resumeRequest struct {
-	Agent string `json:"agent"`
-	State State  `json:"state"`
-	World int    `json:"world"`
-}
-
-type statusRequest struct {
-	Agent string   `json:"agent"`
-	Held  [][2]int `json:"held,omitempty"` // (epoch, shard) of the tasks it holds output of
-}
-
-// teamReply answers every team request.
-type teamReply struct {
-	Planner string `json:"planner"`
-	Status  string `json:"status"`
-	Error   string `json:"error,omitempty"`
-	// notes: those that were copies, and those refused (index: why)
-	Duplicates []int          `json:"duplicates,omitempty"`
-	Refused    map[int]string `json:"refused,omitempty"`
-	// notes and status: whether the member should take more tasks
-	Want bool `json:"want,omitempty"`
-	// status:
-	Complete [][2]int `json:"complete,omitempty"`
-	// part:
-	Part *partNote `json:"part,omitempty"`
-	// resume:
-	Resume *ResumeResult `json:"resume,omitempty"`
-}
-
-// partNote is a member rank's part: its rows as spans of chunks (the
-// member reads their keys from the chunks).
-type partNote struct {
-	Epoch    int             `json:"epoch"`
-	Step     int             `json:"step"`
-	Last     bool            `json:"last"`
-	Failed   int64           `json:"failed,omitempty"` // EpochFailed
-	World    int             `json:"world"`
-	Position json.RawMessage `json:"position"`
-	Rows     int             `json:"rows"`
-	Spans    []spanNote      `json:"spans"`
-	Schema   *schemaNote     `json:"schema,omitempty"`
-}
-
-type spanNote struct {
-	Shard int  `json:"shard"`
-	Chunk int  `json:"chunk"`
-	Lo    int  `json:"lo"`
-	N     int  `json:"n"`
-	Row   *int `json:"row,omitempty"` // the shard row of Lo (absent from older planners)
+// rowBound is how many rows a chunk of schema sc can have within the
+// job's chunk size limit: each row takes its tensors' bytes and at least 3
+// bytes of its key in the chunk's metadata.
+func rowBound(sc *schema, chunkMax int) int {
+	row := 3
+	for i, d := range sc.dtypes {
+		row += max(d.Bytes(sc.shapes[i]), 0)
+	}
+	return min(chunkMax/row, maxRowsPerChunk)
 }
 
 // serveTeam answers the team's requests for this reader (its planner)
-// until ctx ends.
+// until ctx ends. Each request's envelope is checked in the subscription's
+// callback, before its body is read; a request that passes runs in its
+// own goroutine, within the bounds of its member's requests in progress
+// (joins: maxJoins), so the goroutines are bounded by the members. What
+// waits beyond is NATS's pending limit (a slow consumer drops it).
 func (a *Reader) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	subj := wire.TeamSubject(a.job.Spec.ID, a.reader, "*")
-	sub, err := nc.Subscribe(subj, func(m *nats.Msg) { go a.answerTeam(ctx, m) })
+	sub, err := nc.Subscribe(subj, func(m *nats.Msg) { a.admitTeam(ctx, m) })
 	if err != nil {
 		return nil, fmt.Errorf("serving reader %s's team on %s: %w", a.reader, subj, err)
+	}
+	if err := sub.SetPendingLimits(1<<14, 64<<20); err != nil {
+		return nil, fmt.Errorf("serving reader %s's team: %w", a.reader, err)
 	}
 	return sub, nil
 }
 
-func (a *Reader) answerTeam(ctx context.Context, m *nats.Msg) {
+// admitTeam checks a team request's envelope and its sender's session,
+// and answers it within the sender's bounds.
+func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
+	t := a.team
 	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	reply := a.teamRequest(ctx, op, m.Data)
-	reply.Planner = a.team.id
-	data, err := json.Marshal(reply)
+	h, err := t.auth.open(m, kindRequest, op)
+	if err != nil {
+		a.refuseTeam(m, op, h.member, "auth", err)
+		return
+	}
+	if len(m.Data) > maxTeamRequest {
+		a.refuseTeam(m, op, h.member, "size", fmt.Errorf("%w: %d bytes: want at most %d", errTeamAuth, len(m.Data), maxTeamRequest))
+		return
+	}
+	if op == opJoin {
+		select {
+		case t.joins <- struct{}{}:
+		default:
+			a.respondTeam(m, h, teamReply{Status: statusBusy, Error: "too many joins in progress"})
+			return
+		}
+		go func() {
+			defer func() { <-t.joins }()
+			a.respondTeam(m, h, a.teamJoin(h, m.Data))
+		}()
+		return
+	}
+	a.mu.Lock()
+	mem := t.members[h.member]
+	var refusal *teamReply
+	switch {
+	case mem == nil || mem.session != h.session:
+		r := notMember(h.member)
+		refusal = &r
+	case !mem.seqs.accept(h.seq):
+		refusal = &teamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
+	case mem.busy >= maxMemberRequests+2*mem.ranks:
+		refusal = &teamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
+	default:
+		mem.busy++
+		mem.seen = time.Now()
+	}
+	a.mu.Unlock()
+	if refusal != nil {
+		if refusal.Status == statusNotMember {
+			t.refused.Add(1)
+			a.m.teamRefused.Inc()
+		}
+		a.respondTeam(m, h, *refusal)
+		return
+	}
+	go func() {
+		r := a.teamRequest(ctx, op, h.member, m.Data)
+		a.mu.Lock()
+		mem.busy--
+		a.mu.Unlock()
+		a.respondTeam(m, h, r)
+	}()
+}
+
+// refuseTeam answers a request whose envelope failed, unsigned (its sender
+// may not hold the key), counts it and logs it (at most once a second:
+// a flood must not flood the log).
+func (a *Reader) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
+	t := a.team
+	n := t.refused.Add(1)
+	a.m.teamRefused.Inc()
+	now := time.Now().UnixNano()
+	if last := t.refusedLog.Load(); now-last > int64(time.Second) && t.refusedLog.CompareAndSwap(last, now) {
+		a.log.Warn("refused a team message", "op", cutText(op), "member", cutText(member), "reason", reason, "refused_total", n, "err", err)
+	}
+	if m.Reply == "" {
+		return
+	}
+	out := nats.NewMsg(m.Reply)
+	out.Header.Set(hdrRefused, err.Error())
+	_ = m.RespondMsg(out)
+}
+
+// respondTeam answers request h with r, sealed.
+func (a *Reader) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
+	r.Planner = a.team.id
+	data, err := json.Marshal(r)
 	if err == nil {
-		err = m.Respond(data)
+		out := nats.NewMsg(m.Reply)
+		out.Data = data
+		h.planner = a.team.id
+		a.team.auth.seal(out, kindReply, h)
+		err = m.RespondMsg(out)
 	}
 	if err != nil {
-		a.log.Warn("answering a member", "op", op, "err", err)
+		a.log.Warn("answering a member", "op", h.op, "err", err)
 	}
 }
 
-func (a *Reader) teamRequest(ctx context.Context, op string, data []byte) teamReply {
+// teamJoin answers a join of member h.member, whose h.session is its nonce.
+func (a *Reader) teamJoin(h teamHead, data []byte) teamReply {
+	var req joinRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return teamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	session, err := a.joinMember(h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
+	switch {
+	case errors.Is(err, ErrNameTaken):
+		a.team.refused.Add(1)
+		a.m.teamRefused.Inc()
+		a.log.Warn("refused a join under a live member's name", "agent", cutText(h.member), "err", err)
+		return teamReply{Status: statusTaken, Error: err.Error()}
+	case err != nil:
+		return teamReply{Status: statusMismatch, Error: err.Error()}
+	}
+	return teamReply{Status: statusOK, Session: session}
+}
+
+func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte) teamReply {
 	bad := func(err error) teamReply { return teamReply{Status: statusMismatch, Error: err.Error()} }
 	switch op {
-	case opJoin:
-		var req joinRequest
-		if err := json.Unmarshal(data, &req); err != nil {
-			return bad(fmt.Errorf("join: %w", err))
-		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if err := a.joinMember(req.Agent, req.Ranks, req.World, req.DropLast, time.Now()); err != nil {
-			return bad(err)
-		}
-		return teamReply{Status: statusOK}
 	case opNotes:
 		var req notesRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("notes: %w", err))
 		}
-		if !a.seeMember(req.Agent) {
-			return notMember(req.Agent)
+		if len(req.Notes) > maxNotes {
+			return bad(fmt.Errorf("notes: %d in one request: want at most %d", len(req.Notes), maxNotes))
 		}
 		r := teamReply{Status: statusOK}
 		for i, n := range req.Notes {
-			dup, err := a.addNote(req.Agent, n)
+			dup, deferred, err := a.addNote(member, n)
 			switch {
 			case err != nil:
 				if r.Refused == nil {
 					r.Refused = map[int]string{}
 				}
 				r.Refused[i] = err.Error()
+			case deferred:
+				r.Deferred = append(r.Deferred, i)
 			case dup:
 				r.Duplicates = append(r.Duplicates, i)
 			}
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		r.Want = a.teamWants(req.Agent)
+		r.Want = a.teamWants(member)
 		return r
 	case opStatus:
 		var req statusRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("status: %w", err))
 		}
-		if !a.seeMember(req.Agent) {
-			return notMember(req.Agent)
+		if len(req.Held) > a.job.Spec.Epochs*len(a.job.Shards) {
+			return bad(fmt.Errorf("status: %d shards held: the job has %d", len(req.Held), a.job.Spec.Epochs*len(a.job.Shards)))
 		}
-		return a.memberStatus(req)
+		return a.memberStatus(member, req)
 	case opPart:
 		var req partRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("part: %w", err))
 		}
-		if !a.seeMember(req.Agent) {
-			return notMember(req.Agent)
-		}
-		return a.memberPartReply(ctx, req)
+		return a.memberPartReply(ctx, member, req)
 	case opResume:
 		var req resumeRequest
+		var st State
 		if err := json.Unmarshal(data, &req); err != nil {
 			return teamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
 		}
-		res, err := a.Resume(ctx, req.State, req.World)
+		if err := json.Unmarshal(req.State, &st); err != nil {
+			return teamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
+		}
+		res, err := a.Resume(ctx, st, req.World)
 		if err != nil {
 			return teamReply{Status: statusOf(err), Error: err.Error()}
 		}
-		return teamReply{Status: statusOK, Resume: &res}
+		a.mu.Lock()
+		gen := a.team.gen
+		a.mu.Unlock()
+		out, err := json.Marshal(res)
+		if err != nil {
+			return teamReply{Status: statusStopped, Error: err.Error()}
+		}
+		return teamReply{Status: statusOK, Resume: out, Gen: gen}
 	}
-	return bad(fmt.Errorf("unknown request %q", op))
+	return bad(fmt.Errorf("unknown request %.32q", op))
 }
+
+// errSuperseded is a member's part request from before a resume or a
+// re-join: it may take no part.
+var errSuperseded = errors.New("a part request of an earlier generation of ranks or session")
 
 func notMember(name string) teamReply {
-	return teamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %q has not joined", name)}
+	return teamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
 }
 
-// seeMember notes a request of member name; false if it has not joined.
-func (a *Reader) seeMember(name string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	m := a.team.members[name]
-	if m != nil {
-		m.seen = time.Now()
-	}
-	return m != nil
-}
-
-// addNote applies member's note of a chunk, a shard end or a failed shard.
-func (a *Reader) addNote(member string, n chunkNote) (duplicate bool, err error) {
+// addNote applies member's note of a chunk, a shard end or a failed
+// shard: deferred (not applied) when the member holds too much at the
+// planner already.
+func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
-	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard {
-		return false, fmt.Errorf("note of %s: out of range", ref)
+	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard || n.Chunk < -1 {
+		return false, false, fmt.Errorf("note of %s: out of range", ref)
 	}
 	var out outcome
 	switch {
 	case n.Chunk >= 0:
 		var sc *schema
-		if n.Corrupt == "" && n.Rows > 0 {
-			if sc, err = n.Schema.schema(); err != nil {
-				return false, fmt.Errorf("chunk %s: %w", ref, err)
+		if n.Corrupt == "" && n.Rows != 0 {
+			if sc, err = schemaOf(n.Schema); err != nil {
+				return false, false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
 		}
+		if n.Rows < 0 || sc != nil && n.Rows > rowBound(sc, a.chunkMax()) {
+			return false, false, fmt.Errorf("chunk %s: %d rows: a chunk of this schema within %d bytes has at most %d", ref, n.Rows, a.chunkMax(), rowBound(sc, a.chunkMax()))
+		}
+		corrupt := cutText(n.Corrupt)
+		a.mu.Lock()
+		deferred = !a.memberRoom(member, n.Rows)
+		a.mu.Unlock()
+		if deferred {
+			return false, true, nil
+		}
 		_ = a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.addRemote(ref, member, n.firstRow(), n.Rows, sc, n.Corrupt)
+			out, err = a.asm.addRemote(ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
+			if m := a.team.members[member]; err == nil && !out.duplicate && m != nil {
+				m.chunks++
+				m.rows += n.Rows
+			}
 			return out, err
 		})
 	case n.End != nil:
 		ref.Chunk = -1
+		end := *n.End
+		if end.Job != "" && end.Job != a.job.Spec.ID || end.Epoch != n.Epoch || end.Shard != n.Shard {
+			return false, false, fmt.Errorf("end of %s names job %.64q epoch %d shard %d", ref, end.Job, end.Epoch, end.Shard)
+		}
+		// An end that says fewer samples than rows came keeps those rows
+		// and reports it (assembler.end): nothing is lost to it, and a
+		// member's end of a retry may say less than an earlier send gave
+		// (an object rewritten), so it is not refused either.
 		_ = a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.end(ref, *n.End, false)
+			out, err = a.asm.end(ref, end, false)
 			return out, err
 		})
 	case n.Reason != "":
-		a.addFailed(a.job.Task(n.Epoch, n.Shard), n.Reason)
+		a.addFailed(a.job.Task(n.Epoch, n.Shard), cutText(n.Reason))
 	default:
-		return false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
+		return false, false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
 	}
-	return out.duplicate && !out.heldThere, err
+	return out.duplicate && !out.heldThere, false, err
+}
+
+// chunkMax is the job's chunk size limit.
+func (a *Reader) chunkMax() int {
+	if n := a.job.Spec.ChunkMaxBytes; n > 0 {
+		return int(n)
+	}
+	return wire.DefaultChunkMaxBytes
+}
+
+// memberRoom says whether member may hold another chunk of rows at the
+// planner; a.mu must be held. The counts only grow between recounts, which
+// are made when they reach a bound (rows handed out or rewound leave them).
+func (a *Reader) memberRoom(member string, rows int) bool {
+	m := a.team.members[member]
+	if m == nil {
+		return false
+	}
+	if m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows {
+		return true
+	}
+	m.chunks, m.rows = 0, 0
+	for _, ep := range a.asm.open {
+		for _, sh := range ep.shards {
+			for _, h := range sh.held {
+				if h.holder == member {
+					m.chunks++
+					m.rows += h.rows - h.handed
+				}
+			}
+		}
+	}
+	return m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows
 }
 
 // memberStatus says which of a member's shards every rank's position has
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
-func (a *Reader) memberStatus(req statusRequest) teamReply {
+func (a *Reader) memberStatus(member string, req statusRequest) teamReply {
 	r := teamReply{Status: statusOK}
 	a.mu.Lock()
-	r.Want = a.teamWants(req.Agent)
+	r.Want = a.teamWants(member)
 	a.mu.Unlock()
 	for _, h := range req.Held {
 		if a.recorded.has(shardRef{h[0], h[1]}) {
@@ -316,12 +450,24 @@ func (a *Reader) memberStatus(req statusRequest) teamReply {
 
 // memberPartReply takes a member rank's next part, waiting up to
 // partWait, and records it as handed out before answering.
-func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply {
+func (a *Reader) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
 	ctx, cancel := context.WithTimeout(ctx, partWait)
 	defer cancel()
-	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: req.Agent})
+	// A part goes only to a request of the member's current session and
+	// generation of ranks: one from before a resume or a re-join may have
+	// lost its requester (a trainer or a member agent restarted), and the
+	// part would be lost with it. Such a request is told to ask again.
+	a.mu.Lock()
+	gen, mem := a.team.gen, a.team.members[member]
+	a.mu.Unlock()
+	if mem == nil {
+		return notMember(member)
+	}
+	session := mem.session
+	superseded := func() bool { return a.team.gen != gen || a.team.members[member] != mem || mem.session != session }
+	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member, superseded: superseded})
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errSuperseded) {
 			return teamReply{Status: statusWait}
 		}
 		return teamReply{Status: statusOf(err), Error: err.Error()}
@@ -329,7 +475,7 @@ func (a *Reader) memberPartReply(ctx context.Context, req partRequest) teamReply
 	a.mu.Lock()
 	sc := noteOf(a.asm.schema)
 	a.mu.Unlock()
-	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc}
+	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
 	for _, s := range p.Spans {
 		row := s.row
 		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})

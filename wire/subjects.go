@@ -50,6 +50,11 @@ func TeamSubject(job, reader, op string) string {
 	return teamSubjectPrefix + job + "." + reader + "." + op
 }
 
+// TeamProtocol is the version of the team protocol (the trainer agent's
+// team messages on TeamSubject, their envelope in NATS headers): agents
+// of one team must speak the same.
+const TeamProtocol = "1"
+
 // TaskSubjects is the subject filter of TaskStream.
 const TaskSubjects = taskSubjectPrefix + ">"
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,7 +136,7 @@ func (s *agentServer) run(ctx context.Context, served <-chan error, linger time.
 type agentFlags struct {
 	fs                                *flag.FlagSet
 	jobID, listen, name, maxLag       *string
-	logLevel, ranksFlag               *string
+	logLevel, ranksFlag, teamKeyFile  *string
 	prefetch, worldSize               *int
 	dropLast, insecure                *bool
 	linger, localityWait, taskAckWait *time.Duration
@@ -143,6 +145,7 @@ type agentFlags struct {
 	conn                              connect.Config
 	maxLagBytes                       int64
 	ranks                             []int
+	teamKey                           []byte
 	agentToken, fnToken               bearer.Token
 }
 
@@ -162,6 +165,8 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f.localityWait = fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	f.taskAckWait = fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
 	f.logLevel = fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
+	f.teamKeyFile = fs.String("team-key-file", "", "`FILE` holding the job's team key, which `sluice job submit` wrote: every agent of a team (--ranks) needs it "+
+		"(default: $"+wire.TeamKeyFileEnv+", else $"+wire.TeamKeyEnv+" (the key itself), else the job's file in $"+wire.TeamKeyDirEnv+" or the user's config directory)")
 	f.connFlags = connect.Register(fs, connect.PartNATS)
 	f.agentTokenFlag = bearer.Agent.Register(fs, "the token the trainers must send (Authorization: Bearer) to /v1/ and /r/, required when --listen is beyond loopback")
 	f.fnTokenFlag = bearer.Function.Register(fs, "the token sent with each task to the function replicas (their "+bearer.Function.Env+")")
@@ -224,8 +229,60 @@ func (f *agentFlags) parse(args []string) error {
 			return nil
 		},
 		durationRange("task-ack-wait", f.taskAckWait, 0, time.Hour),
+		f.loadTeamKey,
 		resolve(f.connFlags, &f.conn),
 	)
+}
+
+// loadTeamKey reads the job's team key for an agent of a team (--ranks
+// fewer than --world-size): from --team-key-file, $SLUICE_TEAM_KEY_FILE,
+// $SLUICE_TEAM_KEY, or the job's file in the key directory. Its errors
+// name where the key came from, never the key.
+func (f *agentFlags) loadTeamKey() error {
+	if len(f.ranks) == 0 || len(f.ranks) >= *f.worldSize {
+		return nil
+	}
+	file, from := *f.teamKeyFile, "--team-key-file"
+	if file == "" {
+		file, from = os.Getenv(wire.TeamKeyFileEnv), "$"+wire.TeamKeyFileEnv
+	}
+	if file == "" {
+		if k := os.Getenv(wire.TeamKeyEnv); k != "" {
+			key, err := wire.ParseTeamKey([]byte(k))
+			if err != nil {
+				return fmt.Errorf("$%s: %w", wire.TeamKeyEnv, err)
+			}
+			f.teamKey = key
+			return nil
+		}
+		dir, err := teamKeyDir()
+		if err != nil {
+			return fmt.Errorf("--team-key-file: a team (--ranks) needs the job's team key: %w", err)
+		}
+		file, from = wire.TeamKeyPath(dir, *f.jobID), "the job's team key file"
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%s: a team (--ranks) needs the job's team key, which `sluice job submit` wrote: %w", from, err)
+	}
+	if f.teamKey, err = wire.ParseTeamKey(data); err != nil {
+		return fmt.Errorf("%s %s: %w", from, file, err)
+	}
+	return nil
+}
+
+// teamKeyDir is the directory of the team key files `sluice job submit`
+// writes: $SLUICE_TEAM_KEY_DIR, else sluice/teamkeys in the user's config
+// directory.
+func teamKeyDir() (string, error) {
+	if d := os.Getenv(wire.TeamKeyDirEnv); d != "" {
+		return d, nil
+	}
+	d, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("no $%s and no user config directory: %w", wire.TeamKeyDirEnv, err)
+	}
+	return filepath.Join(d, "sluice", "teamkeys"), nil
 }
 
 // parseRanks reads --ranks: distinct ranks of --world-size.
@@ -256,6 +313,7 @@ func (f *agentFlags) parseRanks() error {
 // options are the agent's options from the flags.
 func (f *agentFlags) options() traineragent.Options {
 	opts := traineragent.Options{Name: *f.name, PrefetchSamples: *f.prefetch, WorldSize: *f.worldSize, Ranks: f.ranks, DropLast: *f.dropLast, MaxLagBytes: f.maxLagBytes,
+		TeamKey:  f.teamKey,
 		Dispatch: dispatch.Options{LocalityWait: *f.localityWait, AckWait: *f.taskAckWait, Token: f.fnToken}}
 	if *f.localityWait == 0 {
 		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default

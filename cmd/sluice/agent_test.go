@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -395,6 +397,7 @@ func TestAgentCommandUsageErrors(t *testing.T) {
 // TestAgentFlagsRanks: --ranks reaches the agent's options as the ranks
 // of its team; without it the agent serves every rank.
 func TestAgentFlagsRanks(t *testing.T) {
+	t.Setenv(wire.TeamKeyEnv, strings.Repeat("ab", wire.TeamKeyBytes))
 	for _, tc := range []struct {
 		args []string
 		want []int
@@ -409,5 +412,55 @@ func TestAgentFlagsRanks(t *testing.T) {
 		if o := f.options(); !slices.Equal(o.Ranks, tc.want) || o.WorldSize != 4 {
 			t.Errorf("%v: ranks %v of world %d, want %v of 4", tc.args, o.Ranks, o.WorldSize, tc.want)
 		}
+	}
+}
+
+// TestAgentFlagsTeamKey: an agent of a team reads the job's team key from
+// --team-key-file, $SLUICE_TEAM_KEY_FILE, $SLUICE_TEAM_KEY or the job's
+// file in $SLUICE_TEAM_KEY_DIR; without one it refuses to start, saying
+// how to give it, and a bad key is refused without being quoted.
+func TestAgentFlagsTeamKey(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(wire.TeamKeyDirEnv, dir)
+	t.Setenv(wire.TeamKeyEnv, "")
+	t.Setenv(wire.TeamKeyFileEnv, "")
+	team := []string{"--job", "j", "--world-size", "4", "--ranks", "2,3"}
+	parse := func(extra ...string) (*agentFlags, error) {
+		var stderr bytes.Buffer
+		f := newAgentFlags(&stderr)
+		if err := f.parse(append(append([]string{}, team...), extra...)); err != nil {
+			return f, fmt.Errorf("%w: %s", err, stderr.String())
+		}
+		return f, nil
+	}
+	if _, err := parse(); err == nil || !strings.Contains(err.Error(), "team key") {
+		t.Errorf("a team without a key: %v, want an error naming the team key", err)
+	}
+	key := wire.NewTeamKey()
+	if err := os.WriteFile(wire.TeamKeyPath(dir, "j"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := wire.ParseTeamKey(key)
+	if f, err := parse(); err != nil || !bytes.Equal(f.options().TeamKey, want) {
+		t.Errorf("the job's key file in the key directory: %v", err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("secret-not-hex"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parse("--team-key-file", bad); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("a bad key file: %v, want refused without quoting it", err)
+	}
+	t.Setenv(wire.TeamKeyFileEnv, bad)
+	if _, err := parse(); err == nil {
+		t.Errorf("a bad key file in $%s: accepted", wire.TeamKeyFileEnv)
+	}
+	t.Setenv(wire.TeamKeyFileEnv, "")
+	t.Setenv(wire.TeamKeyEnv, strings.Repeat("cd", wire.TeamKeyBytes))
+	if f, err := parse(); err != nil || f.options().TeamKey[0] != 0xcd {
+		t.Errorf("$%s: %v", wire.TeamKeyEnv, err)
+	}
+	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey != nil {
+		t.Errorf("an agent of every rank (no team): %v, key set %t", err, f != nil && f.options().TeamKey != nil)
 	}
 }

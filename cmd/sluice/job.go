@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -130,6 +131,8 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var readers stringList
 	fs.Var(&readers, "reader", "a reader of the job's output, by `name` (repeat for several; default one, "+wire.DefaultReader+")")
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
+	keyFile := fs.String("team-key-file", "", "`FILE` to write the job's team key to, which every agent of a team (sluice agent --ranks) needs "+
+		"(default: the job's file in $"+wire.TeamKeyDirEnv+", else in sluice/teamkeys of the user's config directory)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job submit [FILE.yaml] [flags]\n\n"+
 			"Checks a job spec, lists its dataset's shards, and queues one task per shard per epoch.\n"+
@@ -162,12 +165,49 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	// Written once the job is: a refused submit (an ID in use) must not
+	// replace the running job's key.
+	keyPath, keyErr := writeTeamKey(*keyFile, job.Spec.ID)
 	if *asJSON {
-		return printJSON(stdout, job)
+		if err := printJSON(stdout, job); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "job %s submitted: %d shards x %d epochs = %d tasks, pipeline %s, readers %s\n",
+			job.Spec.ID, len(job.Shards), job.Spec.Epochs, job.Tasks(), pipelineName(job.Spec.Pipeline), strings.Join(job.Spec.Readers, ", "))
 	}
-	fmt.Fprintf(stdout, "job %s submitted: %d shards x %d epochs = %d tasks, pipeline %s, readers %s\n",
-		job.Spec.ID, len(job.Shards), job.Spec.Epochs, job.Tasks(), pipelineName(job.Spec.Pipeline), strings.Join(job.Spec.Readers, ", "))
+	if keyErr != nil {
+		return fmt.Errorf("job %s submitted, but its team key was not written (a team of agents needs one: give each the same %d random bytes, hex, in $%s): %w",
+			job.Spec.ID, wire.TeamKeyBytes, wire.TeamKeyEnv, keyErr)
+	}
+	fmt.Fprintf(stderr, "team key: %s (readable by you only): an agent of a team (--ranks) on another node needs a copy: --team-key-file FILE or $%s\n",
+		keyPath, wire.TeamKeyFileEnv)
 	return nil
+}
+
+// writeTeamKey writes a new team key for job to file (default: the job's
+// file in the key directory), readable by its owner only, and returns
+// where.
+func writeTeamKey(file, job string) (string, error) {
+	if file == "" {
+		dir, err := teamKeyDir()
+		if err != nil {
+			return "", err
+		}
+		file = wire.TeamKeyPath(dir, job)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return "", fmt.Errorf("writing the team key: %w", err)
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, wire.NewTeamKey(), 0o600); err != nil {
+		return "", fmt.Errorf("writing the team key: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("writing the team key: %w", err)
+	}
+	return file, nil
 }
 
 // submittedSpec is the spec `job submit` sends: the file's, if any, with

@@ -30,6 +30,7 @@ type jobEnv struct {
 
 func newJobEnv(t *testing.T) jobEnv {
 	t.Helper()
+	t.Setenv(wire.TeamKeyDirEnv, t.TempDir()) // submit writes team keys there
 	srv, nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -110,8 +111,18 @@ func TestJobCommandsEndToEnd(t *testing.T) {
 		job.Spec.OutputBufferBytes != 64<<20 || job.Spec.Seed != 3 || len(job.Spec.Readers) != 2 {
 		t.Errorf("submitted record %+v: want j1, the flag's 2 epochs over the file's 1, 4 shards, queued, the file's buffer, seed and readers", job)
 	}
-	code, out, _ = e.job(t, "submit", "--id", "j2", "--dataset", "s3://data/ds/", "--pipeline", "imagenet-eval", "--batch-size", "8", "--epochs", "1")
+	code, out, errs = e.job(t, "submit", "--id", "j2", "--dataset", "s3://data/ds/", "--pipeline", "imagenet-eval", "--batch-size", "8", "--epochs", "1")
 	wantOutput(t, "submit from flags", code, 0, out, "job j2 submitted: 4 shards x 1 epochs = 4 tasks, pipeline imagenet-eval, readers trainer")
+	// The job's team key: in a file only its user reads, named on stderr.
+	keyFile := wire.TeamKeyPath(os.Getenv(wire.TeamKeyDirEnv), "j2")
+	wantOutput(t, "submit's team key", code, 0, errs, "team key: "+keyFile)
+	if st, err := os.Stat(keyFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the team key file: %v, mode %v: want 0600", err, st)
+	} else if data, _ := os.ReadFile(keyFile); strings.Contains(out+errs, strings.TrimSpace(string(data))) {
+		t.Errorf("submit printed the team key")
+	} else if _, err := wire.ParseTeamKey(data); err != nil {
+		t.Errorf("the team key file: %v", err)
+	}
 
 	code, out, _ = e.job(t, "list", "--json")
 	jobs := decode[[]wire.Job](t, out)

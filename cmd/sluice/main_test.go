@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/cmd/sluice/internal/demo"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // replicaEnv makes the test binary act as `sluice`, so the demo's local
@@ -21,6 +22,18 @@ func TestMain(m *testing.M) {
 		ctx, stop := signalContext()
 		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
+		os.Exit(code)
+	}
+	// `job submit` writes team keys: into a directory of the tests' own,
+	// not the user's config directory.
+	if os.Getenv(wire.TeamKeyDirEnv) == "" {
+		dir, err := os.MkdirTemp("", "sluice-teamkeys-")
+		if err != nil {
+			panic(err)
+		}
+		os.Setenv(wire.TeamKeyDirEnv, dir)
+		code := m.Run()
+		os.RemoveAll(dir)
 		os.Exit(code)
 	}
 	os.Exit(m.Run())

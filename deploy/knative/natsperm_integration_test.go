@@ -320,8 +320,12 @@ func readAsTeam(t *testing.T, ms []member, id string) int {
 	defer cancel()
 	var wg sync.WaitGroup
 	counts := make([]int, len(ms))
+	key, err := wire.ParseTeamKey(wire.NewTeamKey()) // what job submit writes
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, m := range ms {
-		opts := traineragent.Options{Name: fmt.Sprintf("team-%d", i), WorldSize: len(ms), Ranks: []int{i}}
+		opts := traineragent.Options{Name: fmt.Sprintf("team-%d", i), WorldSize: len(ms), Ranks: []int{i}, TeamKey: key}
 		a, err := traineragent.Open(ctx, m.nc, m.js, id, opts, nil, nil, nil)
 		if err != nil {
 			t.Fatalf("agent %d: %v", i, err)

@@ -2,8 +2,11 @@ package integration
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Cluster is one scenario's world: a nats-server, versitygw (behind a
@@ -92,7 +95,10 @@ func (c *Cluster) ConnArgs() []string { return c.NATS.ClientArgs() }
 // take --s3-endpoint), and the cluster's mark (clusterEnv), which the
 // replicas a controller starts inherit.
 func (c *Cluster) Env() []string {
-	return append(c.S3.Env(), "SLUICE_S3_ENDPOINT="+c.S3Endpoint(), clusterEnv+"="+c.Dir)
+	// `sluice job submit` writes each job's team key in the cluster's
+	// directory, where the job's agents (one machine) find it.
+	return append(c.S3.Env(), "SLUICE_S3_ENDPOINT="+c.S3Endpoint(), clusterEnv+"="+c.Dir,
+		wire.TeamKeyDirEnv+"="+filepath.Join(c.Dir, "teamkeys"))
 }
 
 // clusterEnv marks the processes of one cluster: replicas take no NATS

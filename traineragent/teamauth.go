@@ -1,0 +1,168 @@
+package traineragent
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// The team's envelope: every team request and reply carries, in NATS
+// headers, who sent it (the member's name and the session its join
+// opened), a sequence number, the planner run that answers, and an
+// HMAC-SHA256 under the job's team key over all of these and the body. A
+// message is checked before its body is parsed: a holder of another job's
+// credentials (every node of every job shares the agent NATS user) can
+// neither forge nor replay one, and within the job a message that claims
+// to be member M must carry M's session. See docs/design-multi-agent.md.
+const (
+	hdrVersion = wire.TeamHeaderVersion
+	hdrMember  = wire.TeamHeaderMember
+	hdrSession = wire.TeamHeaderSession
+	hdrSeq     = wire.TeamHeaderSeq
+	hdrPlanner = wire.TeamHeaderPlanner
+	hdrMAC     = wire.TeamHeaderMAC
+	hdrRefused = wire.TeamHeaderRefused
+
+	kindRequest = "request"
+	kindReply   = "reply"
+
+	// maxTeamHeader bounds each header value of a team message.
+	maxTeamHeader = 256
+)
+
+// teamAuth signs and checks a reader's team messages.
+type teamAuth struct {
+	key         []byte
+	job, reader string
+}
+
+// teamHead is a team message's envelope.
+type teamHead struct {
+	op, member, session, planner string
+	seq                          uint64
+}
+
+// sum is the MAC of a message of kind with h and body.
+func (t *teamAuth) sum(kind string, h teamHead, body []byte) []byte {
+	mac := hmac.New(sha256.New, t.key)
+	var b []byte
+	for _, s := range []string{wire.TeamProtocol, kind, t.job, t.reader, h.op, h.member, h.session, h.planner} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, h.seq)
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	mac.Write(b)
+	mac.Write(body)
+	return mac.Sum(nil)
+}
+
+// seal sets m's envelope headers for h, its MAC over m.Data.
+func (t *teamAuth) seal(m *nats.Msg, kind string, h teamHead) {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(hdrVersion, wire.TeamProtocol)
+	m.Header.Set(hdrMember, h.member)
+	m.Header.Set(hdrSession, h.session)
+	m.Header.Set(hdrSeq, strconv.FormatUint(h.seq, 10))
+	if h.planner != "" {
+		m.Header.Set(hdrPlanner, h.planner)
+	}
+	m.Header.Set(hdrMAC, hex.EncodeToString(t.sum(kind, h, m.Data)))
+}
+
+// errTeamAuth marks a team message refused by its envelope.
+var errTeamAuth = errors.New("team message refused")
+
+// open checks m's envelope as a message of kind for op and returns it.
+// Nothing of the body is read.
+func (t *teamAuth) open(m *nats.Msg, kind, op string) (teamHead, error) {
+	h := teamHead{op: op}
+	get := func(k string) (string, error) {
+		v := m.Header.Get(k)
+		if len(v) > maxTeamHeader {
+			return "", fmt.Errorf("%w: header %s of %d bytes: want at most %d", errTeamAuth, k, len(v), maxTeamHeader)
+		}
+		return v, nil
+	}
+	if m.Header == nil {
+		return h, fmt.Errorf("%w: no team envelope (an agent of another version, or not an agent)", errTeamAuth)
+	}
+	if v := m.Header.Get(hdrVersion); v != wire.TeamProtocol {
+		return h, fmt.Errorf("%w: team protocol %.16q, want %s", errTeamAuth, v, wire.TeamProtocol)
+	}
+	var err error
+	if h.member, err = get(hdrMember); err != nil {
+		return h, err
+	}
+	if h.session, err = get(hdrSession); err != nil {
+		return h, err
+	}
+	if h.planner, err = get(hdrPlanner); err != nil {
+		return h, err
+	}
+	seq, err := get(hdrSeq)
+	if err != nil {
+		return h, err
+	}
+	if h.seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
+		return h, fmt.Errorf("%w: sequence %.24q", errTeamAuth, seq)
+	}
+	sum, err := hex.DecodeString(m.Header.Get(hdrMAC))
+	if err != nil || len(sum) != sha256.Size {
+		return h, fmt.Errorf("%w: no valid MAC", errTeamAuth)
+	}
+	if !hmac.Equal(sum, t.sum(kind, h, m.Data)) {
+		return h, fmt.Errorf("%w: its MAC does not match the job's team key (an agent of another job, or started with another key)", errTeamAuth)
+	}
+	return h, nil
+}
+
+// seqWindow accepts each sequence number of a session once, within a
+// window below the highest seen (requests of one member run concurrently
+// and may arrive out of order): a copy of a message is refused.
+type seqWindow struct {
+	max  uint64
+	seen map[uint64]bool
+}
+
+// teamSeqWindow is how far below the highest a sequence number may be.
+const teamSeqWindow = 1024
+
+func (w *seqWindow) accept(seq uint64) bool {
+	if seq == 0 || w.max >= teamSeqWindow && seq <= w.max-teamSeqWindow || w.seen[seq] {
+		return false
+	}
+	if w.seen == nil {
+		w.seen = map[uint64]bool{}
+	}
+	w.seen[seq] = true
+	if seq > w.max {
+		w.max = seq
+		if len(w.seen) > 2*teamSeqWindow {
+			for s := range w.seen {
+				if w.max >= teamSeqWindow && s <= w.max-teamSeqWindow {
+					delete(w.seen, s)
+				}
+			}
+		}
+	}
+	return true
+}
+
+// newNonce is a random hex token.
+func newNonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

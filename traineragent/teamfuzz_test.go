@@ -1,0 +1,114 @@
+package traineragent
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// teamOps are the ops FuzzTeamRequest sends, by index.
+var teamOps = []string{opJoin, opNotes, opStatus, opPart, opResume, "bogus"}
+
+// FuzzTeamRequest decodes and applies any team request body on a planner
+// with one member: nothing may panic, the member's ranks stay its own
+// (but for a join), and every sample count stays within bounds.
+func FuzzTeamRequest(f *testing.F) {
+	job := testJob("fuzz", 2, 2, layout{{3, 2}, {4}})
+	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
+	seed := func(op int, v any) {
+		data, _ := json.Marshal(v)
+		f.Add(uint8(op), data)
+	}
+	seed(0, joinRequest{Ranks: []int{2, 3}, World: 4})
+	seed(1, notesRequest{Notes: []chunkNote{{Epoch: 0, Shard: 0, Chunk: 0, Rows: 3, Schema: sc}, {Epoch: 0, Shard: 0, Chunk: 1, Rows: 2, Schema: sc},
+		{Epoch: 0, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: "fuzz", Epoch: 0, Shard: 0, Chunks: 2, Samples: 5}}}})
+	seed(1, notesRequest{Notes: []chunkNote{{Epoch: 1, Shard: 1, Chunk: 0, Corrupt: "bad"}, {Epoch: 1, Shard: 1, Chunk: -1, Reason: "gone", Key: "k"}}})
+	seed(1, notesRequest{Notes: []chunkNote{{Epoch: 0, Shard: 1, Chunk: 0, Rows: 1 << 24, Schema: sc}}})
+	seed(2, statusRequest{Held: [][2]int{{0, 0}, {1, 1}}})
+	seed(3, partRequest{Rank: 2, World: 4})
+	seed(4, resumeRequest{State: mustJSONRaw(State{Version: StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
+	seed(5, []byte("{}"))
+	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
+		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
+		r.team = newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey})
+		r.mu.Lock()
+		if _, err := r.joinMember("m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // a part or resume returns rather than waits
+		name := teamOps[int(op)%len(teamOps)]
+		var reply teamReply
+		if name == opJoin {
+			reply = r.teamJoin(teamHead{op: name, member: "x", session: "nonce-of-x-000000"}, body)
+		} else {
+			reply = r.teamRequest(ctx, name, "m", body)
+		}
+		if _, err := json.Marshal(reply); err != nil {
+			t.Fatalf("the reply does not encode: %v", err)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if name != opJoin && (r.team.holders[2] != "m" || r.team.holders[3] != "m") {
+			t.Errorf("%s changed the holders: %q", name, r.team.holders)
+		}
+		if r.readySamples < 0 || r.asm.pending < 0 {
+			t.Errorf("%s: %d ready, %d pending samples", name, r.readySamples, r.asm.pending)
+		}
+		if m := r.team.members["m"]; m.rows > maxMemberRows+maxRowsPerChunk {
+			t.Errorf("%s: member m holds %d rows at the planner", name, m.rows)
+		}
+	})
+}
+
+// FuzzTeamEnvelope: any headers and body are opened without a panic, and
+// only a message sealed with the key opens.
+func FuzzTeamEnvelope(f *testing.F) {
+	auth := &teamAuth{key: testTeamKey, job: "fuzz", reader: wire.DefaultReader}
+	m := nats.NewMsg("x")
+	m.Data = []byte(`{"rank":2}`)
+	auth.seal(m, kindRequest, teamHead{op: opPart, member: "m", session: "s", seq: 7})
+	f.Add(m.Header.Get(hdrVersion), "m", "s", "7", "", m.Header.Get(hdrMAC), m.Data)
+	f.Add("1", "", "", "", "", "", []byte{})
+	f.Fuzz(func(t *testing.T, version, member, session, seq, planner, mac string, body []byte) {
+		m := nats.NewMsg("x")
+		m.Data = body
+		for k, v := range map[string]string{hdrVersion: version, hdrMember: member, hdrSession: session, hdrSeq: seq, hdrPlanner: planner, hdrMAC: mac} {
+			m.Header.Set(k, v)
+		}
+		h, err := auth.open(m, kindRequest, opPart)
+		if err != nil {
+			return
+		}
+		want := auth.sum(kindRequest, h, body)
+		if got := m.Header.Get(hdrMAC); got == "" || len(want) == 0 {
+			t.Fatalf("opened without a MAC")
+		}
+	})
+}
+
+// FuzzTeamReply: any reply body a member reads is decoded and its part
+// checked without a panic or an allocation of its claimed size.
+func FuzzTeamReply(f *testing.F) {
+	job := testJob("fuzz", 2, 4, layout{{3, 2}, {4}})
+	mem := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
+	good, _ := json.Marshal(teamReply{Status: statusOK, Part: &partNote{World: 2, Rows: 3, Spans: []spanNote{{Shard: 0, Chunk: 0, N: 3}}}})
+	f.Add(good)
+	f.Add([]byte(`{"status":"ok","part":{"rows":1000000000000,"world":2}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r teamReply
+		if json.Unmarshal(body, &r) != nil || r.Part == nil {
+			return
+		}
+		if err := mem.checkPart(*r.Part); err == nil && r.Part.Rows > job.Spec.BatchSize {
+			t.Fatalf("a part of %d rows passed", r.Part.Rows)
+		}
+	})
+}

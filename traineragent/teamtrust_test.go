@@ -1,0 +1,237 @@
+package traineragent
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/wire"
+)
+
+// sealed sends a team request on op signed with key, with envelope h, and
+// returns the reply's body (nil: no reply, or an unsigned refusal) and the
+// refusal's text.
+func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead, body any) (*teamReply, string) {
+	t.Helper()
+	data, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(wire.TeamSubject(job, wire.DefaultReader, op))
+	m.Data = data
+	h.op = op
+	(&teamAuth{key: key, job: job, reader: wire.DefaultReader}).seal(m, kindRequest, h)
+	r, err := nc.RequestMsg(m, 3*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", op, err)
+	}
+	if why := r.Header.Get(hdrRefused); why != "" {
+		return nil, why
+	}
+	var out teamReply
+	if err := json.Unmarshal(r.Data, &out); err != nil {
+		t.Fatalf("%s reply: %v", op, err)
+	}
+	return &out, ""
+}
+
+// TestTeamRefusesAnotherJobsKey: an agent of another job (it holds that
+// job's team key, and the agent NATS user every node shares) sends this
+// team's messages signed with its own key, under a member's name: each is
+// refused unread, counted and logged, and the team serves every sample
+// once in equal steps.
+func TestTeamRefusesAnotherJobsKey(t *testing.T) {
+	other := []byte("the key of another job, 32 bytes")
+	attackTeam(t, "otherkey", 1, func(e env, job wire.Job, agents []*Agent) {
+		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+		for _, op := range []struct {
+			op   string
+			body any
+		}{
+			{opJoin, joinRequest{Ranks: []int{2}, World: 4}},
+			{opResume, resumeRequest{State: mustJSONRaw(st), World: 4}},
+			{opPart, partRequest{Rank: 2, World: 4}},
+			{opNotes, notesRequest{Notes: []chunkNote{{Epoch: 1, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 1}}}}},
+		} {
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, other, teamHead{member: "node1", session: "0123456789abcdef0123", seq: 1}, op.body)
+			if r != nil || !strings.Contains(why, "team key") {
+				t.Errorf("%s signed with another job's key: reply %+v, refusal %q; want refused for its key", op.op, r, why)
+			}
+		}
+		if n := agents[0].readers[0].team.refused.Load(); n < 4 {
+			t.Errorf("the planner counted %d refused messages, want 4", n)
+		}
+	})
+}
+
+// TestTeamRefusesAnInsiderWithoutTheSession: a holder of the job's key
+// (another node of the job) who is not the member it names: a request
+// under the member's name without its session is refused, a join under
+// its name with another nonce is refused as a name taken, and a copy of
+// one of the member's own requests is refused.
+func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
+	attackTeam(t, "insider", 1, func(e env, job wire.Job, agents []*Agent) {
+		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+		for _, op := range []struct {
+			op   string
+			body any
+		}{
+			{opResume, resumeRequest{State: mustJSONRaw(st), World: 4}},
+			{opPart, partRequest{Rank: 2, World: 4}},
+			{opStatus, statusRequest{}},
+		} {
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, testTeamKey, teamHead{member: "node1", session: "not-the-session-0000", seq: 1 << 40}, op.body)
+			if r == nil || r.Status != statusNotMember {
+				t.Errorf("%s under a member's name without its session: reply %+v (%q), want %s", op.op, r, why, statusNotMember)
+			}
+		}
+		r, why := sealed(t, e.nc, job.Spec.ID, opJoin, testTeamKey, teamHead{member: "node1", session: "another-nonce-0000000", seq: 1}, joinRequest{Ranks: []int{2}, World: 4})
+		if r == nil || r.Status != statusTaken {
+			t.Errorf("a join under a live member's name: reply %+v (%q), want %s", r, why, statusTaken)
+		}
+
+		// A copy of the member's own status request, its envelope intact.
+		got := make(chan *nats.Msg, 1)
+		spy, err := e.nc.Subscribe(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, opStatus), func(m *nats.Msg) {
+			select {
+			case got <- m:
+			default:
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := <-got
+		_ = spy.Unsubscribe()
+		cp := nats.NewMsg(m.Subject)
+		cp.Header, cp.Data = m.Header, m.Data
+		reply, err := e.nc.RequestMsg(cp, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rr teamReply
+		if err := json.Unmarshal(reply.Data, &rr); err != nil || rr.Status != statusNotMember || !strings.Contains(rr.Error, "copy") {
+			t.Errorf("a copy of the member's request: %s (%v), want refused as a copy", reply.Data, err)
+		}
+	})
+}
+
+// TestTeamNoteBounds: with a member's session (a member gone wrong), a
+// chunk note of more rows than a chunk of its schema can hold within the
+// job's chunk size is refused, and an end that contradicts the chunks
+// held is refused, not applied (reproductions 9 and 10 from inside the
+// job).
+func TestTeamNoteBounds(t *testing.T) {
+	job := testJob("bounds", 1, 2, layout{{3, 3}, {2}})
+	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
+	r.team = newTeam(2, []int{0}, &teamAuth{key: testTeamKey})
+	r.mu.Lock()
+	if _, err := r.joinMember("m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Unlock()
+	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
+	// A row is 12 + 8 bytes and at least 3 of its key: 4 MiB hold 182,361.
+	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 182362, Schema: sc}); err == nil || !strings.Contains(err.Error(), "182361") {
+		t.Errorf("a note of 182,362 rows: %v, want refused naming the bound 182,361", err)
+	}
+	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 1 << 24, Schema: sc}); err == nil {
+		t.Errorf("a note of 16,777,216 rows was applied")
+	}
+	zero, three := 0, 3
+	for _, n := range []chunkNote{{Epoch: 0, Shard: 0, Chunk: 0, First: &zero, Rows: 3, Schema: sc}, {Epoch: 0, Shard: 0, Chunk: 1, First: &three, Rows: 3, Schema: sc}} {
+		if dup, _, err := r.addNote("m", n); err != nil || dup {
+			t.Fatalf("chunk %d: dup %t, %v", n.Chunk, dup, err)
+		}
+	}
+	// An end of fewer samples than the rows held: the rows are kept (the
+	// shard has 6), and the contradiction reported.
+	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 0, Shard: 0, Chunks: 1, Samples: 4}}); err != nil {
+		t.Errorf("an end of 4 samples with 6 rows held: %v", err)
+	}
+	r.mu.Lock()
+	total := r.asm.open[0].shards[0].total
+	r.mu.Unlock()
+	reported := slices.ContainsFunc(r.Stats().FailedSamples, func(f wire.FailedSample) bool { return strings.Contains(f.Reason, "says 4 samples") })
+	if total != 6 || !reported {
+		t.Errorf("after an end of 4 samples with 6 rows held: the shard has %d rows (want 6), reported %t", total, reported)
+	}
+	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 1, Chunk: -1, End: &wire.ShardEnd{Job: "another", Epoch: 0, Shard: 1, Chunks: 1}}); err == nil {
+		t.Errorf("an end naming another job was applied")
+	}
+}
+
+// TestMemberChecksPartSizes: a part whose sizes do not fit the job is
+// refused before anything is allocated for it (reproduction 13: 10^12
+// rows killed a member).
+func TestMemberChecksPartSizes(t *testing.T) {
+	job := testJob("part", 1, 4, layout{{3, 3}, {2}})
+	m := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
+	good := partNote{Epoch: 0, World: 2, Rows: 4, Spans: []spanNote{{Shard: 0, Chunk: 0, Lo: 0, N: 3}, {Shard: 1, Chunk: 0, Lo: 0, N: 1}}}
+	if err := m.checkPart(good); err != nil {
+		t.Fatalf("a good part: %v", err)
+	}
+	for name, n := range map[string]partNote{
+		"10^12 rows":          {Epoch: 0, World: 2, Rows: 1e12},
+		"rows beyond a batch": {Epoch: 0, World: 2, Rows: 5, Spans: []spanNote{{N: 5}}},
+		"spans short of rows": {Epoch: 0, World: 2, Rows: 4, Spans: []spanNote{{N: 3}}},
+		"a huge span":         {Epoch: 0, World: 2, Rows: 2, Spans: []spanNote{{Lo: 1 << 62, N: 1}, {N: 1}}},
+		"another world":       {Epoch: 0, World: 3, Rows: 0},
+		"another epoch":       {Epoch: 1, World: 2, Rows: 0},
+		"a shard beyond":      {Epoch: 0, World: 2, Rows: 1, Spans: []spanNote{{Shard: 2, N: 1}}},
+	} {
+		if err := m.checkPart(n); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func mustJSONRaw(v any) json.RawMessage {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// TestTeamBoundsAMembersRequests: a member (its session and key: a member
+// gone wrong, or its session sniffed) that floods the planner with part
+// requests gets at most 8 and 2 per rank in progress; the rest are told
+// the planner is busy, without a goroutine each (reproduction 14 from
+// inside the job).
+func TestTeamBoundsAMembersRequests(t *testing.T) {
+	job := testJob("flood", 1, 2, layout{{3, 3}, {2}})
+	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
+	r.team = newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader})
+	r.mu.Lock()
+	session, err := r.joinMember("m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
+	r.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base := runtime.NumGoroutine()
+	for seq := range uint64(1000) {
+		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, opPart))
+		m.Data = []byte(`{"rank":2,"world":4}`)
+		r.team.auth.seal(m, kindRequest, teamHead{op: opPart, member: "m", session: session, seq: seq + 1})
+		r.admitTeam(ctx, m)
+	}
+	r.mu.Lock()
+	busy := r.team.members["m"].busy
+	r.mu.Unlock()
+	if want := maxMemberRequests + 2*2; busy != want {
+		t.Errorf("%d requests of the member in progress, want %d", busy, want)
+	}
+	if n := runtime.NumGoroutine(); n > base+2*(maxMemberRequests+4) {
+		t.Errorf("%d goroutines after 1,000 part requests of one member, %d before", n, base)
+	}
+}
