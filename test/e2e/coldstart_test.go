@@ -95,6 +95,7 @@ func TestColdStartThroughTheActivator(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		// No pod at all, the last one's 30 s drain included: a cold start.
 		e.waitZeroPods(t, fnService)
 		j := e.startJob(t, "cold-"+string(rune('a'+round)), kd, epochs, 2)
 		knative = append(knative, j.firstBatch(t))
