@@ -231,12 +231,8 @@ func (e *env) kubectl(ctx context.Context, args ...string) (string, error) {
 }
 
 func (e *env) kubectlIn(ctx context.Context, stdin string, args ...string) (string, error) {
-	return e.kubectlAs(ctx, e.kubeconfig, stdin, args...)
-}
-
-func (e *env) kubectlAs(ctx context.Context, kubeconfig, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(e.bin, "kubectl"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
