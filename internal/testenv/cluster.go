@@ -2,8 +2,12 @@ package testenv
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +32,7 @@ func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	routePorts := make([]int, n)
 	for i := range routePorts {
-		routePorts[i] = freePort(t)
+		routePorts[i] = routePort(t)
 	}
 	c := &NATSCluster{t: t, servers: make([]*server.Server, n)}
 	for i := range n {
@@ -64,21 +68,44 @@ func (c *NATSCluster) Start(i int) *server.Server {
 		c.t.Fatal(err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(30 * time.Second) {
 		c.t.Fatalf("nats node %d not ready", i)
 	}
 	c.servers[i] = s
 	return s
 }
 
-func freePort(t testing.TB) int {
+// routePort is a free loopback port below the kernel's ephemeral range.
+// The nodes started first dial the later nodes' route ports over and over
+// while those are down; a dial to a port inside the ephemeral range can
+// take that very port as its own source (a TCP self-connect), and the node
+// then cannot bind it. Ports outside the range are never picked as a
+// source, nor handed to another test's ":0" listener.
+func routePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	const from = 10000
+	if low <= from+100 {
+		t.Fatalf("the ephemeral port range starts at %d: no room below it for route ports", low)
+	}
+	for range 100 {
+		p := from + rand.IntN(low-from)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return p
+	}
+	t.Fatal("no free route port below the ephemeral range")
+	return 0
 }
 
 // JetStream connects to node i (started) with a one-second request
