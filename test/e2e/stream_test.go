@@ -66,12 +66,12 @@ func (e *env) podIP(t *testing.T, service string) string {
 	return ""
 }
 
-// streamShard uploads one shard of 300 images (about 45 MB of 224x224 uint8
+// streamShard uploads one shard of n images (150 KB each of 224x224 uint8
 // crops through imagenet-eval) and returns its task.
-func (e *env) streamShard(t *testing.T, prefix string) (wire.ShardTask, int) {
+func (e *env) streamShard(t *testing.T, prefix string, n int) (wire.ShardTask, int) {
 	t.Helper()
 	o := synth.DefaultImageOptions()
-	o.Samples, o.Shards, o.Seed, o.MinSide, o.MaxSide = 300, 1, 5, 64, 128
+	o.Samples, o.Shards, o.Seed, o.MinSide, o.MaxSide = n, 1, 5, 64, 128
 	sh, err := synth.Images(o)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestResponseLongerThanTheRevisionTimeout(t *testing.T) {
 	t.Cleanup(func() { e.knDelete(short) })
 	url := "http://" + short + "." + namespace + ".svc.cluster.local"
 	waitRoute(t, url)
-	task, samples := e.streamShard(t, "timeout-"+e.suffix+"/")
+	task, samples := e.streamShard(t, "timeout-"+e.suffix+"/", 300)
 	s := e.sender(t)
 	slowly := func(_ int, b []byte) { time.Sleep(time.Duration(len(b)) * time.Second / (10 << 20)) } // 10 MiB/s
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -155,47 +155,57 @@ func TestResponseLongerThanTheRevisionTimeout(t *testing.T) {
 }
 
 // TestStreamThroughKnative deploys the function with kn (one pod kept),
-// then streams one large shard's output from that pod through the Service
-// URL (Traefik, Knative's revision Service, queue-proxy) and addressed
-// directly (the pod's port 8080), three times each, and compares MB/s.
+// then streams one large shard's output (about 150 MB) from that pod
+// through the Service URL (Traefik, Knative's revision Service,
+// queue-proxy; the activator too, were it in the path) and addressed
+// directly (the pod's port 8080), three times each, and compares MB/s and
+// each hop's CPU per GB.
 func TestStreamThroughKnative(t *testing.T) {
 	e := need(t)
 	e.knCreate(t, knService, "--scale-min", "1", "--scale-max", "1")
 	t.Cleanup(func() { e.knDelete(knService) })
-	task, samples := e.streamShard(t, "stream-"+e.suffix+"/")
+	task, samples := e.streamShard(t, "stream-"+e.suffix+"/", 1000)
 	s := e.sender(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	measure := func(endpoint string) (float64, error) {
-		var n int64
-		start := time.Now()
-		end, err := s.Send(ctx, endpoint, task, func(_ int, b []byte) { n += int64(len(b)) })
-		if err != nil {
-			return 0, err
+	var mbs float64
+	measure := func(endpoint string) func() int64 {
+		return func() int64 {
+			var n int64
+			start := time.Now()
+			end, err := s.Send(ctx, endpoint, task, func(_ int, b []byte) { n += int64(len(b)) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if end.Samples != samples {
+				t.Fatalf("%s: %d samples, want %d", endpoint, end.Samples, samples)
+			}
+			mbs = float64(n) / 1e6 / time.Since(start).Seconds()
+			return n
 		}
-		if end.Samples != samples {
-			return 0, fmt.Errorf("%s: %d samples, want %d", endpoint, end.Samples, samples)
-		}
-		return float64(n) / 1e6 / time.Since(start).Seconds(), nil
 	}
 	viaService := "http://" + knService + "." + namespace + ".svc.cluster.local"
 	waitRoute(t, viaService)
 	direct := "http://" + e.podIP(t, knService) + ":8080"
-	// A first send warms the replica's S3 connection and the decoder.
-	if _, err := measure(direct); err != nil {
-		t.Fatal(err)
+	sel := "serving.knative.dev/service=" + knService
+	hops := []hop{
+		e.findHop(t, "function", namespace, sel, "user-container"),
+		e.findHop(t, "queue-proxy", namespace, sel, "queue-proxy"),
+		e.findHop(t, "traefik", "traefik", "app=traefik", "traefik"),
+		e.findHop(t, "activator", "knative-serving", "app=activator", "activator"),
 	}
+	// A first send each way warms the replica's S3 connection, the
+	// decoder and the proxies' connections.
+	measure(direct)()
+	measure(viaService)()
 	var svc, dir float64
 	for range 3 {
-		a, err := measure(viaService)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := measure(direct)
-		if err != nil {
-			t.Fatal(err)
-		}
+		viaCPU := cpuPerGB(t, hops, measure(viaService))
+		a := mbs
+		dirCPU := cpuPerGB(t, hops, measure(direct))
+		b := mbs
 		t.Logf("figures: via_service_mb_s=%.1f direct_mb_s=%.1f", a, b)
+		t.Logf("figures: core_s_per_gb via_service: %s; direct: %s", viaCPU, dirCPU)
 		svc, dir = svc+a, dir+b
 	}
 	ratio := svc / dir

@@ -268,13 +268,15 @@ wait_for "cluster DNS" 60 ip netns exec $netns getent hosts kubernetes.default.s
 # --- Knative Serving v0.42.2's core, from its module, with the images built here ---
 bash "$here/knative.sh" "$state/knative"
 kc apply --server-side -f "$state/knative-crds.yaml" >/dev/null
-kc wait --for condition=established --timeout 60s crd --all >/dev/null
+# Polled: kubectl wait fails, not waits, on a CRD that has no conditions yet;
+# its timeout is for all of them together.
+wait_for "Knative's CRDs" 60 kc wait --for condition=established --timeout 10s crd --all
 kc apply --server-side -f "$state/knative.yaml" >/dev/null
 kc -n knative-serving patch configmap config-network --type merge \
   -p '{"data":{"ingress-class":"traefik.ingress.networking.knative.dev"}}' >/dev/null
 kc apply --server-side -f "$here/manifests/traefik.yaml" >/dev/null
-wait_for "Knative Serving" 240 kc -n knative-serving wait --for condition=Available --timeout 1s deployment --all
-wait_for "Traefik" 120 kc -n traefik wait --for condition=Available --timeout 1s deployment --all
+wait_for "Knative Serving" 240 kc -n knative-serving wait --for condition=Available --timeout 10s deployment --all
+wait_for "Traefik" 120 kc -n traefik wait --for condition=Available --timeout 10s deployment --all
 
 # The node's local storage: one hostPath PersistentVolume (NATS's StatefulSet claims one;
 # there is no dynamic provisioner).
