@@ -38,9 +38,13 @@ type Controller struct {
 
 	jobsKV, statusKV, leasesKV, readersKV, dispatchKV jetstream.KeyValue
 
-	kick   chan struct{} // wakes the lease keeper
-	synced atomic.Bool   // the job watcher has read every record once
-	stops  sync.WaitGroup
+	kick chan struct{} // wakes the lease keeper
+	// tickNow asks the control loop for a round before the next tick: a
+	// job just added decides at once, rather than up to a tick later
+	// (its cold start waits on that decision).
+	tickNow chan struct{}
+	synced  atomic.Bool // the job watcher has read every record once
+	stops   sync.WaitGroup
 
 	mu      sync.Mutex
 	known   map[string]wire.Job // job records as last seen
@@ -74,11 +78,12 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Control
 	}
 	return &Controller{
 		opts: opts, log: logger, m: newMetrics(reg), jm: newJobMetrics(reg), runner: runner,
-		kick:   make(chan struct{}, 1),
-		known:  map[string]wire.Job{},
-		owned:  map[string]*jobRun{},
-		meters: map[string]*rateMeter{},
-		demand: newDemandBook(),
+		kick:    make(chan struct{}, 1),
+		tickNow: make(chan struct{}, 1),
+		known:   map[string]wire.Job{},
+		owned:   map[string]*jobRun{},
+		meters:  map[string]*rateMeter{},
+		demand:  newDemandBook(),
 	}, nil
 }
 
@@ -173,6 +178,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			done = true
 		case now := <-t.C:
 			c.Tick(ctx, now)
+		case <-c.tickNow:
+			c.Tick(ctx, time.Now())
 		}
 	}
 	t.Stop()
@@ -391,6 +398,14 @@ func (c *Controller) setKnown(job wire.Job) {
 func (c *Controller) wake() {
 	select {
 	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// tickSoon asks the control loop for a round now.
+func (c *Controller) tickSoon() {
+	select {
+	case c.tickNow <- struct{}{}:
 	default:
 	}
 }

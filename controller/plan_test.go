@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -255,6 +256,22 @@ func TestPlanFollowsReplicasBetweenTicks(t *testing.T) {
 		}
 		if len(p.Endpoints) != 2 || p.InFlight != 2 {
 			return fmt.Errorf("plan %+v, want the 2 replicas and 2 in flight", p)
+		}
+		return nil
+	})
+}
+
+// TestJobDecidesWhenAdmitted: a job at zero with tasks pending gets its
+// first replicas when the controller takes it, not at the next tick (a
+// tick of a minute here): a cold start waited up to a whole tick for that
+// decision.
+func TestJobDecidesWhenAdmitted(t *testing.T) {
+	e := newEnv(t, 4)
+	e.startController(t, "c1", Options{Tick: time.Minute})
+	e.submit(t, spec("eager", "img", 1))
+	testenv.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if n := e.pool.Ready("eager"); n == 0 {
+			return errors.New("no replica asked for yet")
 		}
 		return nil
 	})

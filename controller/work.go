@@ -115,6 +115,7 @@ func (c *Controller) addToRunner(jr *jobRun, job wire.Job, cons jetstream.Consum
 	c.runner.AddJob(id, autoscale.Job{
 		MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
 		InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight})
+	c.tickSoon()
 	return backlog
 }
 
