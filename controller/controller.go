@@ -148,6 +148,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.plans = planner.NewStore(plansKV)
 	c.mu.Unlock()
+	if c.opts.CalloutIssuer != nil {
+		stopCallout, err := c.serveCallout()
+		if err != nil {
+			return err
+		}
+		defer stopCallout()
+	}
 	stopListen, err := c.listenDemand()
 	if err != nil {
 		return err

@@ -172,3 +172,10 @@ func splitList(v string) []string {
 	}
 	return out
 }
+
+// HasCredentials reports whether n names any credentials of its own (a
+// user, token, nkey, creds file, or userinfo in a URL); a client
+// certificate alone is not counted, since it may only secure the link.
+func (n NATS) HasCredentials() bool {
+	return n.CredsFile != "" || n.NKeyFile != "" || n.User != "" || n.Token != "" || n.TokenFile != "" || hasUserinfo(n.URLs...)
+}

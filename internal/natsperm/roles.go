@@ -127,7 +127,9 @@ func inbox(prefix string) string { return prefix + ".>" }
 // watches job records and leases, writes records (state changes),
 // statuses, leases, dispatch plans and learned plans, reads the readers'
 // done keys, sets its jobs' consumers' ack wait and reads their backlog,
-// releases finished jobs, and takes demand signals and shard results.
+// releases finished jobs, and takes demand signals and shard results. It
+// answers the NATS server's auth callout: who an agent is, and what its
+// job lets it do (AgentFor).
 func Controller() Role {
 	return Role{
 		Name:        "controller",
@@ -139,32 +141,79 @@ func Controller() Role {
 			getKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket, wire.PlansBucket),
 			watchKV(wire.JobsBucket, wire.LeasesBucket),
 			writeKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.DispatchBucket, wire.PlansBucket),
+			[]string{calloutReplies},
 		),
-		Subscribe: join([]string{inbox(controllerInbox), wire.ResultSubjects, wire.DemandSubjects}),
+		Subscribe: join([]string{inbox(controllerInbox), wire.ResultSubjects, wire.DemandSubjects, CalloutSubject}),
 	}
 }
 
-// Agent is `sluice agent`'s role (the trainer agent and its dispatcher):
-// it watches its job's record and dispatch plan, pulls and acks the job's
-// tasks, reads and writes reader positions, and publishes demand signals
-// and shard results. The agents of a reader's team ask its planner on
-// the team subjects, and the planner answers in the asking agent's
-// inbox: agents publish to agents' inboxes, which no other role reads.
-func Agent() Role {
+// The auth callout: the server asks on CalloutSubject (as a request from
+// no client) and takes the answer on a reply subject under
+// calloutReplies, which only internal subscriptions of the server's
+// listen to.
+const (
+	CalloutSubject = "$SYS.REQ.USER.AUTH"
+	calloutReplies = "$SYS._INBOX.>"
+)
+
+// AgentFor is the role of `sluice agent` for job (the trainer agent and
+// its dispatcher), narrowed to that job: it watches the job's record and
+// dispatch plan, pulls and acks the job's tasks, reads and writes the
+// job's reader positions, done marks and failed-tasks record, and
+// publishes the job's demand signals and shard results. The agents of a
+// reader's team ask its planner on the job's team subjects, and the
+// planner answers in the asking agent's inbox: agents of the job publish
+// to the job's agent inboxes, which no other role and no other job reads.
+// No agent has a static user: the controller grants this role, per
+// connection, through the NATS server's auth callout to an agent that
+// proves it holds the job's team key (wire.AgentNATSUser).
+//
+// What stays account-wide: opening a bucket reads its stream's info,
+// which can list keys (job and reader names, not values), and flow
+// control replies name a stream, not a job.
+func AgentFor(job string) Role {
+	prefix := agentInboxFor(job)
+	consumer := wire.DispatchConsumer(job)
+	readers := func(key string) []string {
+		return []string{
+			api + "DIRECT.GET." + kvStream(wire.ReadersBucket) + ".$KV." + wire.ReadersBucket + "." + key,
+			"$KV." + wire.ReadersBucket + "." + key,
+		}
+	}
+	// The job's record and dispatch plan: read one key, and watch it (an
+	// ordered consumer filtered on that key; the create subject carries
+	// the filter, which the server checks against the request's).
+	watchKey := func(bucket, key string) []string {
+		s := kvStream(bucket)
+		return []string{
+			api + "CONSUMER.CREATE." + s + ".*.$KV." + bucket + "." + key,
+			api + "CONSUMER.DELETE." + s + ".*",
+			"$JS.FC." + s + ".>",
+		}
+	}
 	return Role{
 		Name:        "agent",
-		InboxPrefix: agentInbox,
+		InboxPrefix: prefix,
 		Publish: join(
-			[]string{apiInfo, wire.ResultSubjects, wire.DemandSubjects, taskConsumerInfo, taskPull, taskAck},
-			[]string{wire.TeamSubjects, inbox(agentInbox)},
+			[]string{apiInfo, wire.ResultSubject(job), wire.DemandSubject(job),
+				api + "CONSUMER.INFO." + wire.TaskStream + "." + consumer,
+				api + "CONSUMER.MSG.NEXT." + wire.TaskStream + "." + consumer,
+				"$JS.ACK." + wire.TaskStream + "." + consumer + ".>"},
+			[]string{wire.TeamSubject(job, "*", "*"), inbox(prefix)},
 			openKV(wire.JobsBucket, wire.DispatchBucket, wire.ReadersBucket),
-			getKV(wire.JobsBucket, wire.ReadersBucket),
-			watchKV(wire.JobsBucket, wire.DispatchBucket),
-			writeKV(wire.ReadersBucket),
+			[]string{api + "DIRECT.GET." + kvStream(wire.JobsBucket) + ".$KV." + wire.JobsBucket + "." + job},
+			watchKey(wire.JobsBucket, job),
+			watchKey(wire.DispatchBucket, job),
+			readers(wire.ReaderKey(job, "*")),
+			readers(wire.ReaderDoneKey(job, "*")),
+			readers(wire.ShardsFailedKey(job)),
 		),
-		Subscribe: []string{inbox(agentInbox), wire.TeamSubjects},
+		Subscribe: join([]string{inbox(prefix), wire.TeamSubject(job, "*", "*")}),
 	}
 }
+
+// agentInboxFor is the inbox prefix of job's agents.
+func agentInboxFor(job string) string { return agentInbox + "." + job }
 
 // CLI is the role of `sluice job submit|list|status|cancel`, `sluice
 // sweep submit|status` and `sluice plan`.
@@ -212,5 +261,6 @@ func Admin() Role {
 	}
 }
 
-// Roles are every role, in the order the configuration lists them.
-func Roles() []Role { return []Role{Controller(), Agent(), CLI(), Admin()} }
+// Roles are every role with a static user, in the order the
+// configuration lists them. Agents have none: see AgentFor.
+func Roles() []Role { return []Role{Controller(), CLI(), Admin()} }
