@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
+	"github.com/sluice-project/sluice/internal/kvpoll"
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/traineragent"
@@ -247,6 +248,11 @@ func (f *agentFlags) connectAsJob(ctx context.Context, logger *slog.Logger) (*na
 		conn.NATS.User, conn.NATS.Password = wire.AgentNATSUser(job), wire.AgentNATSPassword(f.teamKey)
 	}
 	nc, js, err := connectAs(ctx, conn, natsperm.AgentFor(job), "sluice-agent "+job, logger)
+	if err == nil {
+		// The job's record and plan are followed by reading them: an
+		// agent creates no consumer on a bucket (natsperm.AgentFor).
+		js = kvpoll.JetStream(js, 0)
+	}
 	if errors.Is(err, connect.ErrNATSAuthorization) {
 		switch {
 		case asJob:

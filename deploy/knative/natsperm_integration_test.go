@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-project/sluice/controller"
 	fnserver "github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/kvpoll"
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
@@ -149,7 +150,8 @@ func (e *leastPrivilege) connectAgent(job string, key []byte, label string) (mem
 		return member{}, err
 	}
 	e.t.Cleanup(nc.Close)
-	return member{role: r, name: name, nc: nc, js: js}, nil
+	// As the command does: the record and plan are polled, not watched.
+	return member{role: r, name: name, nc: nc, js: kvpoll.JetStream(js, 0)}, nil
 }
 
 func (e *leastPrivilege) mustConnectAgent(job string, key []byte, label string) member {
@@ -603,20 +605,19 @@ func TestIntegrationNATSAgentActsOnItsJobOnly(t *testing.T) {
 			_, err := kvOf(t, a, wire.JobsBucket).Get(ctx, "job-b")
 			return err
 		})
-	e.refused(a, "watch B's job record", "$JS.API.CONSUMER.CREATE.KV_"+wire.JobsBucket+"...", func(ctx context.Context) error {
-		w, err := kvOf(t, a, wire.JobsBucket).Watch(ctx, "job-b")
-		if err == nil {
-			w.Stop()
-		}
-		return err
-	})
-	e.refused(a, "watch B's dispatch plan", "$JS.API.CONSUMER.CREATE.KV_"+wire.DispatchBucket+"...", func(ctx context.Context) error {
-		w, err := kvOf(t, a, wire.DispatchBucket).Watch(ctx, "job-b")
-		if err == nil {
-			w.Stop()
-		}
-		return err
-	})
+	e.refused(a, "read B's dispatch plan", "$JS.API.DIRECT.GET.KV_"+wire.DispatchBucket+".$KV."+wire.DispatchBucket+".job-b",
+		func(ctx context.Context) error {
+			_, err := kvOf(t, a, wire.DispatchBucket).Get(ctx, "job-b")
+			return err
+		})
+	// No consumer on a bucket, not even on A's own record: JetStream
+	// would deliver A's record to any subject the request names (B's
+	// results here), whatever A's permissions.
+	for _, bucket := range []string{wire.JobsBucket, wire.DispatchBucket} {
+		create := "$JS.API.CONSUMER.CREATE.KV_" + bucket + ".w.$KV." + bucket + ".job-a"
+		e.refused(a, "create a push consumer on its own "+bucket+" key", create, request(a, create,
+			`{"stream_name":"KV_`+bucket+`","config":{"name":"w","deliver_subject":"sluice.results.job-b","filter_subject":"$KV.`+bucket+`.job-a","ack_policy":"none"}}`))
+	}
 	consumerB := wire.DispatchConsumer("job-b")
 	pull := "$JS.API.CONSUMER.MSG.NEXT." + wire.TaskStream + "." + consumerB
 	e.refused(a, "pull B's tasks", pull, request(a, pull, `{"batch":1,"no_wait":true}`))

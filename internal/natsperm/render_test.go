@@ -85,16 +85,13 @@ func TestEachRoleSubscribesToItsOwnInboxOnly(t *testing.T) {
 }
 
 // TestAgentForNamesItsJobOnly: every subject an agent of one job may use
-// names that job, but for the few account-wide ones (the JetStream
-// account info, a bucket's stream info, flow control replies, deleting a
-// watcher's consumer by its unguessable name), and none names another
-// job.
+// names that job, but for the account-wide ones (the JetStream account
+// info, a bucket's stream info), none names another job, and it creates
+// no consumer.
 func TestAgentForNamesItsJobOnly(t *testing.T) {
 	accountWide := map[string]bool{"$JS.API.INFO": true}
 	for _, b := range []string{"sluice_jobs", "sluice_dispatch", "sluice_readers"} {
 		accountWide["$JS.API.STREAM.INFO.KV_"+b] = true
-		accountWide["$JS.FC.KV_"+b+".>"] = true
-		accountWide["$JS.API.CONSUMER.DELETE.KV_"+b+".*"] = true
 	}
 	a, b := AgentFor("job-a"), AgentFor("job-b")
 	for _, s := range append(slices.Clone(a.Publish), a.Subscribe...) {
@@ -111,6 +108,11 @@ func TestAgentForNamesItsJobOnly(t *testing.T) {
 	for _, s := range append(slices.Clone(b.Publish), b.Subscribe...) {
 		if slices.Contains(a.Publish, s) && !accountWide[s] {
 			t.Errorf("agents of job-a and job-b share %q", s)
+		}
+	}
+	for _, s := range a.Publish {
+		if strings.Contains(s, "CONSUMER.CREATE") || strings.Contains(s, "CONSUMER.DELETE") {
+			t.Errorf("agent of job-a may create or delete a consumer (%q): a push consumer delivers to any subject", s)
 		}
 	}
 	if !slices.Contains(a.Subscribe, a.InboxPrefix+".>") || a.InboxPrefix == b.InboxPrefix {

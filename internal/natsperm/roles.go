@@ -157,7 +157,7 @@ const (
 )
 
 // AgentFor is the role of `sluice agent` for job (the trainer agent and
-// its dispatcher), narrowed to that job: it watches the job's record and
+// its dispatcher), narrowed to that job: it reads the job's record and
 // dispatch plan, pulls and acks the job's tasks, reads and writes the
 // job's reader positions, done marks and failed-tasks record, and
 // publishes the job's demand signals and shard results. The agents of a
@@ -169,27 +169,18 @@ const (
 // proves it holds the job's team key (wire.AgentNATSUser).
 //
 // What stays account-wide: opening a bucket reads its stream's info,
-// which can list keys (job and reader names, not values), and flow
-// control replies name a stream, not a job.
+// which can list keys (job and reader names, not values). An agent may
+// create no consumer on a bucket (JetStream would deliver to any subject
+// it names): it follows its record and plan by reading them
+// (internal/kvpoll).
 func AgentFor(job string) Role {
 	prefix := agentInboxFor(job)
 	consumer := wire.DispatchConsumer(job)
-	readers := func(key string) []string {
-		return []string{
-			api + "DIRECT.GET." + kvStream(wire.ReadersBucket) + ".$KV." + wire.ReadersBucket + "." + key,
-			"$KV." + wire.ReadersBucket + "." + key,
-		}
+	getKey := func(bucket, key string) []string {
+		return []string{api + "DIRECT.GET." + kvStream(bucket) + ".$KV." + bucket + "." + key}
 	}
-	// The job's record and dispatch plan: read one key, and watch it (an
-	// ordered consumer filtered on that key; the create subject carries
-	// the filter, which the server checks against the request's).
-	watchKey := func(bucket, key string) []string {
-		s := kvStream(bucket)
-		return []string{
-			api + "CONSUMER.CREATE." + s + ".*.$KV." + bucket + "." + key,
-			api + "CONSUMER.DELETE." + s + ".*",
-			"$JS.FC." + s + ".>",
-		}
+	readers := func(key string) []string {
+		return append(getKey(wire.ReadersBucket, key), "$KV."+wire.ReadersBucket+"."+key)
 	}
 	return Role{
 		Name:        "agent",
@@ -201,9 +192,11 @@ func AgentFor(job string) Role {
 				"$JS.ACK." + wire.TaskStream + "." + consumer + ".>"},
 			[]string{wire.TeamSubject(job, "*", "*"), inbox(prefix)},
 			openKV(wire.JobsBucket, wire.DispatchBucket, wire.ReadersBucket),
-			[]string{api + "DIRECT.GET." + kvStream(wire.JobsBucket) + ".$KV." + wire.JobsBucket + "." + job},
-			watchKey(wire.JobsBucket, job),
-			watchKey(wire.DispatchBucket, job),
+			// The job's record and dispatch plan are read, and followed
+			// by reading them again (internal/kvpoll): an agent creates
+			// no consumer, whose deliver subject no permission checks.
+			getKey(wire.JobsBucket, job),
+			getKey(wire.DispatchBucket, job),
 			readers(wire.ReaderKey(job, "*")),
 			readers(wire.ReaderDoneKey(job, "*")),
 			readers(wire.ShardsFailedKey(job)),
