@@ -2,15 +2,14 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -94,10 +93,21 @@ func cutUser(u string) string {
 	return u
 }
 
-// serveCallout answers the server's auth callouts until the returned stop
-// is called.
-func (c *Controller) serveCallout() (stop func(), err error) {
+// ServeCallout starts answering the NATS server's auth callouts
+// (Options.CalloutIssuer; nothing without one) now, before Run, so that
+// agents can connect before the controller runs jobs (the demo opens its
+// agent first). Run starts it where it was not, and ends it when it
+// returns.
+func (c *Controller) ServeCallout() error {
 	issuer := c.opts.CalloutIssuer
+	if issuer == nil {
+		return nil
+	}
+	c.calloutMu.Lock()
+	defer c.calloutMu.Unlock()
+	if c.calloutSub != nil {
+		return nil
+	}
 	sub, err := c.opts.NC.QueueSubscribe(natsperm.CalloutSubject, calloutQueue, func(m *nats.Msg) {
 		ctx, cancel := context.WithTimeout(context.Background(), calloutLookupTimeout)
 		defer cancel()
@@ -112,11 +122,22 @@ func (c *Controller) serveCallout() (stop func(), err error) {
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("serving the auth callout on %s: %w", natsperm.CalloutSubject, err)
+		return fmt.Errorf("serving the auth callout on %s: %w", natsperm.CalloutSubject, err)
 	}
+	c.calloutSub = sub
 	pub, _ := issuer.PublicKey()
 	c.log.Info("serving the NATS auth callout for agents", "issuer", pub)
-	return func() { _ = sub.Unsubscribe() }, nil
+	return nil
+}
+
+// stopCallout ends what ServeCallout started.
+func (c *Controller) stopCallout() {
+	c.calloutMu.Lock()
+	defer c.calloutMu.Unlock()
+	if c.calloutSub != nil {
+		_ = c.calloutSub.Unsubscribe()
+		c.calloutSub = nil
+	}
 }
 
 // answerCallout is the signed answer to one callout request: the agent's
@@ -164,16 +185,12 @@ func (c *Controller) authorizeAgent(ctx context.Context, login agentLogin) (job,
 		return "", refusedNotAgent, err
 	}
 	var rec *wire.Job
-	e, err := c.jobsKV.Get(ctx, job)
+	j, err := c.opts.Broker.Job(ctx, job)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, broker.ErrJobNotFound):
 	case err != nil:
-		return job, refusedLookup, fmt.Errorf("looking up job %s: %w", job, err)
+		return job, refusedLookup, err
 	default:
-		var j wire.Job
-		if err := json.Unmarshal(e.Value(), &j); err != nil {
-			return job, refusedLookup, fmt.Errorf("decoding job %s's record: %w", job, err)
-		}
 		rec = &j
 	}
 	label, err = checkAgentLogin(login, job, rec)

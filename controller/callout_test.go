@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -46,4 +48,71 @@ func TestCheckAgentLogin(t *testing.T) {
 			t.Errorf("%s: the reason quotes the password: %v", tc.name, err)
 		}
 	}
+}
+
+// TestCalloutLetsAgentsInAsTheirJobOnly: on a server with the shipped
+// authorization, the controller lets an agent in with its job's team key,
+// and refuses one with another job's key or as a job that does not
+// exist: each refusal is logged with the job and the reason, never the
+// password, and counted.
+func TestCalloutLetsAgentsInAsTheirJobOnly(t *testing.T) {
+	e := newSecureEnv(t, 2)
+	r := e.startController(t, "c1", Options{})
+	keyA, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	keyB, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	for id, key := range map[string][]byte{"a": keyA, "b": keyB} {
+		if _, err := e.b.Submit(context.Background(), spec(id, "img", 1), broker.WithTeamKey(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := e.secure.ConnectAgent(t, "a", keyA); err != nil {
+		t.Errorf("an agent of a with a's key: %v", err)
+	}
+	for _, tc := range []struct {
+		job    string
+		key    []byte
+		result string
+	}{
+		{"b", keyA, refusedWrongPassword},
+		{"c", keyA, refusedNoJob},
+	} {
+		if _, _, err := e.secure.ConnectAgent(t, tc.job, tc.key); err == nil {
+			t.Errorf("an agent of %s with a's key was let in", tc.job)
+		}
+		if got := agentLogins(t, e, tc.result); got != 1 {
+			t.Errorf("%s refusals counted: %v, want 1", tc.result, got)
+		}
+		logs := r.logs.String()
+		if !strings.Contains(logs, "refused an agent's NATS login") || !strings.Contains(logs, "job="+tc.job) || !strings.Contains(logs, "reason="+tc.result) {
+			t.Errorf("no refusal of %s logged with its job and reason:\n%s", tc.job, logs)
+		}
+		if strings.Contains(logs, wire.AgentNATSPassword(tc.key)) {
+			t.Errorf("the log holds the password:\n%s", logs)
+		}
+	}
+	if got := agentLogins(t, e, "accepted"); got != 1 {
+		t.Errorf("accepted logins %v, want 1", got)
+	}
+}
+
+// agentLogins is the controller's count of agents' logins with result.
+func agentLogins(t *testing.T, e *env, result string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_controller_agent_logins_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
