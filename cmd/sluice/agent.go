@@ -167,7 +167,7 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f.localityWait = fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	f.taskAckWait = fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
 	f.logLevel = fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
-	f.teamKeyFile = fs.String("team-key-file", "", "`FILE` holding the job's team key, which `sluice job submit` wrote: every agent of a team (--ranks) needs it "+
+	f.teamKeyFile = fs.String("team-key-file", "", "`FILE` holding the job's team key, which `sluice job submit` wrote: the agent connects to NATS as its job with it (unless NATS credentials are given), and an agent of a team (--ranks) signs its messages with it "+
 		"(default: $"+wire.TeamKeyFileEnv+", else $"+wire.TeamKeyEnv+" (the key itself), else the job's file in $"+wire.TeamKeyDirEnv+" or the user's config directory)")
 	f.connFlags = connect.Register(fs, connect.PartNATS)
 	f.agentTokenFlag = bearer.Agent.Register(fs, "the token the trainers must send (Authorization: Bearer) to /v1/ and /r/, required when --listen is beyond loopback")

@@ -131,7 +131,7 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var readers stringList
 	fs.Var(&readers, "reader", "a reader of the job's output, by `name` (repeat for several; default one, "+wire.DefaultReader+")")
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
-	keyFile := fs.String("team-key-file", "", "`FILE` to write the job's team key to, which every agent of a team (sluice agent --ranks) needs "+
+	keyFile := fs.String("team-key-file", "", "`FILE` to write the job's team key to, which every agent of the job needs (it connects to NATS as the job with it; a team's agents sign their messages with it) "+
 		"(default: the job's file in $"+wire.TeamKeyDirEnv+", else in sluice/teamkeys of the user's config directory)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job submit [FILE.yaml] [flags]\n\n"+
