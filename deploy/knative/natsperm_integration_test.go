@@ -143,7 +143,7 @@ func (e *leastPrivilege) connectAs(r natsperm.Role) member {
 func (e *leastPrivilege) connectAgent(job string, key []byte, label string) (member, error) {
 	r := natsperm.AgentFor(job)
 	c := connect.Default()
-	c.NATS = connect.NATS{URLs: []string{e.srv.ClientURL()}, User: wire.AgentNATSUser(job), Password: wire.AgentNATSPassword(key), InboxPrefix: r.InboxPrefix}
+	c.NATS = connect.NATS{URLs: []string{e.srv.ClientURL()}, User: wire.AgentNATSUser(job), Password: wire.AgentNATSPassword(key), InboxPrefix: r.InboxPrefix, RetryAuth: true}
 	name := "sluice-test-agent-" + label
 	nc, js, err := c.ConnectNATS(context.Background(), name, nil)
 	if err != nil {

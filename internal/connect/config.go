@@ -36,6 +36,11 @@ type NATS struct {
 	// a least-privilege user may subscribe to its own replies only. Set
 	// by the command, not a setting.
 	InboxPrefix string
+	// RetryAuth keeps reconnecting after the server refused the
+	// credentials twice, where nats.go would give up: an agent let in by
+	// the controllers' auth callout is refused while none answers (a
+	// controller restarting with NATS). Set by the command.
+	RetryAuth bool
 }
 
 // S3 settings. Credentials are not among them: they come from the AWS

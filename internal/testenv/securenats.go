@@ -56,7 +56,7 @@ func (s *SecureNATS) Connect(t testing.TB, r natsperm.Role) (*nats.Conn, jetstre
 func (s *SecureNATS) ConnectAgent(t testing.TB, job string, key []byte) (*nats.Conn, jetstream.JetStream, error) {
 	t.Helper()
 	nc, err := nats.Connect(s.URL(), nats.UserInfo(wire.AgentNATSUser(job), wire.AgentNATSPassword(key)),
-		nats.CustomInboxPrefix(natsperm.AgentFor(job).InboxPrefix), nats.Name("test-agent-"+job))
+		nats.CustomInboxPrefix(natsperm.AgentFor(job).InboxPrefix), nats.Name("test-agent-"+job), nats.IgnoreAuthErrorAbort())
 	if err != nil {
 		return nil, nil, err
 	}

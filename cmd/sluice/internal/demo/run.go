@@ -279,7 +279,7 @@ func (p *parts) openAgent(ctx context.Context) error {
 	// key; the record and plan followed by reading them.
 	c := p.conn
 	c.NATS.User, c.NATS.Password = wire.AgentNATSUser(jobID), wire.AgentNATSPassword(p.teamKey)
-	c.NATS.InboxPrefix = natsperm.AgentFor(jobID).InboxPrefix
+	c.NATS.InboxPrefix, c.NATS.RetryAuth = natsperm.AgentFor(jobID).InboxPrefix, true
 	nc, js, err := c.ConnectNATS(ctx, "sluice-agent "+jobID, logger)
 	if err != nil {
 		return fmt.Errorf("the agent connecting as its job: %w", err)
