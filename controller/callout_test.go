@@ -2,10 +2,17 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/logbuf"
+	"github.com/sluice-project/sluice/internal/natsperm"
+	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -115,4 +122,53 @@ func agentLogins(t *testing.T, e *env, result string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestAgentReconnectsOnceAControllerAnswers: an agent's connection (as
+// `sluice agent` makes it: connect.NATS with RetryAuth) that must
+// reconnect while no controller answers the callout is refused, and keeps
+// trying: it is back once a controller runs again, rather than closed
+// for good after the second refusal, as nats.go does by default.
+func TestAgentReconnectsOnceAControllerAnswers(t *testing.T) {
+	e := newSecureEnv(t, 2)
+	r := e.startController(t, "c1", Options{})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	c := connect.Default()
+	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser("a"), Password: wire.AgentNATSPassword(key),
+		InboxPrefix: natsperm.AgentFor("a").InboxPrefix, RetryAuth: true}
+	logger, logs := logbuf.Logger(slog.LevelDebug)
+	nc, _, err := c.ConnectNATS(context.Background(), "agent-a", logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	r.stop(t)
+	refused := agentLogins(t, e, "accepted")
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	// Refused three times (each after the server's callout timeout):
+	// nats.go closes the connection at the second unless told otherwise.
+	testenv.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
+		if nc.IsClosed() {
+			t.Fatalf("the connection was closed after refused reconnects:\n%s", logs)
+		}
+		if n := strings.Count(logs.String(), "authorization violation"); n < 3 {
+			return fmt.Errorf("refused %d times, want 3 (closed %t):\n%s", n, nc.IsClosed(), logs)
+		}
+		return nil
+	})
+	e.startController(t, "c2", Options{})
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("agent not connected again (%v, closed %t)", nc.LastError(), nc.IsClosed())
+		}
+		return nil
+	})
+	if got := agentLogins(t, e, "accepted"); got != refused+1 {
+		t.Errorf("accepted logins %v, want %v: the reconnect went through c2", got, refused+1)
+	}
 }
