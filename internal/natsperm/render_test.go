@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/sluice-project/sluice/internal/streams"
 )
 
 // TestRenderIsWhatNATSServerReads parses Render's block with nats-server's
@@ -117,5 +119,20 @@ func TestAgentForNamesItsJobOnly(t *testing.T) {
 	}
 	if !slices.Contains(a.Subscribe, a.InboxPrefix+".>") || a.InboxPrefix == b.InboxPrefix {
 		t.Errorf("inbox prefixes %q and %q: want one per job, subscribed", a.InboxPrefix, b.InboxPrefix)
+	}
+}
+
+// TestManagedBucketsAreTheStreams: the buckets whose streams the
+// controller and the admin may create are the ones streams.Ensure makes.
+func TestManagedBucketsAreTheStreams(t *testing.T) {
+	var want []string
+	for _, b := range streams.Buckets(streams.Options{}) {
+		want = append(want, b.Bucket)
+	}
+	got := slices.Clone(allBuckets)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("natsperm's buckets %v, streams.Buckets %v", got, want)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -79,13 +78,19 @@ func each(buckets []string, f func(string) string) []string {
 	return out
 }
 
+// allBuckets are the buckets streams.Ensure creates (a test keeps the two
+// equal; natsperm does not import streams, whose tests start NATS with
+// the shipped authorization, which is natsperm's).
+var allBuckets = []string{wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket,
+	wire.SweepsBucket, wire.PlansBucket, wire.DispatchBucket}
+
 // manageStreams is creating and updating the task stream and every
 // bucket's stream (streams.Ensure, which updates first and creates what
 // is missing).
 func manageStreams() []string {
 	names := []string{wire.TaskStream}
-	for _, b := range streams.Buckets(streams.Options{}) {
-		names = append(names, kvStream(b.Bucket))
+	for _, b := range allBuckets {
+		names = append(names, kvStream(b))
 	}
 	var out []string
 	for _, n := range names {
