@@ -56,9 +56,10 @@ type agentLogin struct {
 	User, Password string
 }
 
-// checkAgentLogin decides login against the job record found for it
-// (nil: no such job). It returns the job on success, else the refusal's
-// label and its reason for the log (never the password).
+// checkAgentLogin decides login, an agent of job, against the job's record
+// (nil: no such job): nil if it may in, else the refusal's label and its
+// reason for the log (never the password). A finished job's agents are
+// let in: they learn from the record that it ended, not from a refusal.
 func checkAgentLogin(login agentLogin, job string, rec *wire.Job) (label string, err error) {
 	switch {
 	case rec == nil:

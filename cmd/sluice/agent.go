@@ -288,6 +288,8 @@ func (f *agentFlags) loadTeamKey() error {
 	return err
 }
 
+// findTeamKey sets f.teamKey from where loadTeamKey says; errNoTeamKey
+// when the key directory has none for the job.
 func (f *agentFlags) findTeamKey() error {
 	file, from := *f.teamKeyFile, "--team-key-file"
 	if file == "" {
