@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/logbuf"
@@ -171,4 +173,38 @@ func TestAgentReconnectsOnceAControllerAnswers(t *testing.T) {
 	if got := agentLogins(t, e, "accepted"); got != refused+1 {
 		t.Errorf("accepted logins %v, want %v: the reconnect went through c2", got, refused+1)
 	}
+}
+
+// BenchmarkAgentLogin is one agent's NATS connect through the auth
+// callout (the controller reads the job's record, checks the hash and
+// signs the user), against a plain connect as a static user.
+func BenchmarkAgentLogin(b *testing.B) {
+	secure := testenv.NewSecureNATS(b)
+	nc, js := secure.Connect(b, natsperm.Admin())
+	e := newEnvOn(b, 2, nc, js)
+	e.secure = secure
+	e.startControllerB(b, "c1", Options{})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("as-job", func(b *testing.B) {
+		for b.Loop() {
+			c, err := nats.Connect(secure.URL(), nats.UserInfo(wire.AgentNATSUser("a"), wire.AgentNATSPassword(key)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("static-user", func(b *testing.B) {
+		r := natsperm.CLI()
+		for b.Loop() {
+			c, err := nats.Connect(secure.URL(), nats.UserInfo(r.User(), secure.Auth.Passwords[r.Name]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
 }
