@@ -415,10 +415,11 @@ func TestAgentFlagsRanks(t *testing.T) {
 	}
 }
 
-// TestAgentFlagsTeamKey: an agent of a team reads the job's team key from
+// TestAgentFlagsTeamKey: an agent reads the job's team key from
 // --team-key-file, $SLUICE_TEAM_KEY_FILE, $SLUICE_TEAM_KEY or the job's
-// file in $SLUICE_TEAM_KEY_DIR; without one it refuses to start, saying
-// how to give it, and a bad key is refused without being quoted.
+// file in $SLUICE_TEAM_KEY_DIR; an agent of a team without one refuses
+// to start, saying how to give it (a lone one starts), and a bad key is
+// refused without being quoted.
 func TestAgentFlagsTeamKey(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(wire.TeamKeyDirEnv, dir)
@@ -460,7 +461,16 @@ func TestAgentFlagsTeamKey(t *testing.T) {
 	if f, err := parse(); err != nil || f.options().TeamKey[0] != 0xcd {
 		t.Errorf("$%s: %v", wire.TeamKeyEnv, err)
 	}
-	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey != nil {
+	// A lone agent reads it too: it connects to NATS as its job with it.
+	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey == nil {
 		t.Errorf("an agent of every rank (no team): %v, key set %t", err, f != nil && f.options().TeamKey != nil)
+	}
+	// Without one, it starts, and connects with its NATS settings alone.
+	t.Setenv(wire.TeamKeyEnv, "")
+	if err := os.Remove(wire.TeamKeyPath(dir, "j")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey != nil {
+		t.Errorf("a lone agent without a key: %v, key set %t", err, f != nil && f.options().TeamKey != nil)
 	}
 }
