@@ -122,10 +122,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r.completed = a.shardsRecorded
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
-			r.ranks.dropFixed = true // the team's agents share it
+			r.st.ranks.dropFixed = true // the team's agents share it
 			auth := &teamAuth{key: opts.TeamKey, job: job.Spec.ID, reader: name}
 			if slices.Contains(opts.Ranks, 0) {
-				r.team = newTeam(opts.WorldSize, opts.Ranks, auth)
+				r.planAsTeam(newTeam(opts.WorldSize, opts.Ranks, auth))
 			} else {
 				r.member = newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
 				r.member.auth, r.member.m = auth, r.m
@@ -328,8 +328,8 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	for _, r := range a.readers {
 		if r.member != nil {
 			r.mu.Lock()
-			r.loaded = true // the planner keeps the position
-			r.mu.Unlock()
+			_ = r.st.load(nil, time.Now()) // the planner keeps the position
+			r.unlock()
 			continue
 		}
 		if err := r.loadPosition(ctx, a.js); err != nil {
@@ -345,8 +345,8 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	for _, r := range a.readers {
 		r.mu.Lock()
 		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
-		r.notify()
-		r.mu.Unlock()
+		r.st.changed = true
+		r.unlock()
 		if m := r.member; m != nil {
 			m.settle, m.arrived = d.Settle, r.arrived
 		}
@@ -508,10 +508,7 @@ func (a *Agent) succeededWithoutMe(e jetstream.KeyValueEntry) bool {
 		return false
 	}
 	for _, r := range a.readers {
-		r.mu.Lock()
-		finished := r.handedOut()
-		r.mu.Unlock()
-		if !finished {
+		if !r.handedOut() {
 			return true
 		}
 	}
@@ -581,8 +578,7 @@ func (s *sink) Room() bool {
 	held := make([]int64, len(s.readers))
 	wants := make([]bool, len(s.readers))
 	for i, r := range s.readers {
-		held[i], wants[i] = r.heldBytes(), r.wantsMore()
-		held[i] += r.producerBytes()
+		held[i], wants[i] = r.roomState()
 	}
 	buffer := s.job.Spec.OutputBufferBytes
 	bound := s.opts.MaxLagBytes

@@ -39,25 +39,22 @@ func intakeRoom(buffer int64, held []int64, starved, lagging []bool) bool {
 	return kept < buffer
 }
 
-// starved reports whether the reader's ranks wait for rows: their next
-// step cannot be formed from what the reader holds (a team's planner:
-// its own ranks' share); a.mu must be held.
-func (a *Reader) starved() bool {
-	if a.closing {
-		return true // nothing is handed out any more: let the send end
-	}
-	if a.team != nil {
-		return a.teamWants("")
-	}
-	return !a.stepReady()
-}
-
-// bufferState is what the reader holds and whether it is starved.
+// bufferState is what the reader holds (its chunks and the shards its
+// producer keeps) and whether it is starved (readerState.starved).
 func (a *Reader) bufferState() (held int64, starved bool) {
 	a.mu.Lock()
-	held, starved, prod := a.asm.heldBytes, a.starved(), a.producer
+	held, starved, prod := a.st.asm.heldBytes, a.st.starved(), a.producer
 	a.mu.Unlock()
 	return held + prod.heldBytes(), starved
+}
+
+// roomState is what the reader holds, as bufferState, and whether it
+// wants more tasks taken (readerState.wantsMore).
+func (a *Reader) roomState() (held int64, wants bool) {
+	a.mu.Lock()
+	held, wants, prod := a.st.asm.heldBytes, a.st.wantsMore(), a.producer
+	a.mu.Unlock()
+	return held + prod.heldBytes(), wants
 }
 
 // roomPoll is how often a send waiting for room looks again where no

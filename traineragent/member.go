@@ -810,57 +810,42 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 		return rankPart{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", ErrWorldMismatch, req.rank, m.ranks)
 	}
 	a.mu.Lock()
-	a.block(time.Now())
-	a.mu.Unlock()
+	a.st.block(time.Now())
+	a.unlock()
 	p, err := m.part(ctx, req, func() *producer {
 		// A rank may ask before the agent dispatches: wait for it (the
 		// poll outlives the request: the member's run, not ctx).
-		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.runEnded })
+		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.st.runEnded })
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return a.producer
 	})
 	now := time.Now()
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.unblock(now)
+	defer a.unlock()
+	a.st.unblock(now)
 	if errors.Is(err, io.EOF) {
-		if c := &a.ranks.counts[req.rank]; !c.ended {
-			c.ended = true
-			a.ranks.nEnded++
-			if a.memberDone() {
-				// The planner recorded every step before it told a rank
-				// the end: every shard is complete. (Settled before the
-				// agent sees it is done and returns what it holds.)
-				m.settleAll()
-			}
-			a.notify()
+		if a.st.rankEnded(req.rank) && a.st.ranksEnded(m.ranks) {
+			// The planner recorded every step before it told a rank
+			// the end: every shard is complete. (Settled before the
+			// agent sees it is done and returns what it holds.)
+			m.settleAll()
 		}
 		return rankPart{}, err
 	}
 	if err != nil {
 		if len(p.Keys) > 0 {
-			a.lost(p, err) // the planner counts the part as handed out
+			a.st.lost(p, err) // the planner counts the part as handed out
 		}
 		return rankPart{}, err
 	}
-	a.delivered(req.rank, p, now)
+	a.st.delivered(req.rank, p, now)
 	past := a.job.Spec.Epochs
 	for _, r := range m.ranks {
-		past = min(past, a.ranks.counts[r].epoch)
+		past = min(past, a.st.ranks.counts[r].epoch)
 	}
 	go m.dropSettled(past)
 	return p, nil
-}
-
-// memberDone reports whether every rank of the member got its end.
-func (a *Reader) memberDone() bool {
-	for _, r := range a.member.ranks {
-		if !a.ranks.counts[r].ended {
-			return false
-		}
-	}
-	return true
 }
 
 // memberResume forwards a rank's resume to the planner.

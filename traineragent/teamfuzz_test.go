@@ -36,9 +36,9 @@ func FuzzTeamRequest(f *testing.F) {
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-		r.team = newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey})
+		r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey}))
 		r.mu.Lock()
-		if _, err := r.joinMember("m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
+		if _, err := r.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		r.mu.Unlock()
@@ -59,8 +59,8 @@ func FuzzTeamRequest(f *testing.F) {
 		if name != opJoin && (r.team.holders[2] != "m" || r.team.holders[3] != "m") {
 			t.Errorf("%s changed the holders: %q", name, r.team.holders)
 		}
-		if r.readySamples < 0 || r.asm.pending < 0 {
-			t.Errorf("%s: %d ready, %d pending samples", name, r.readySamples, r.asm.pending)
+		if r.st.readySamples < 0 || r.st.asm.pending < 0 {
+			t.Errorf("%s: %d ready, %d pending samples", name, r.st.readySamples, r.st.asm.pending)
 		}
 		if m := r.team.members["m"]; m.rows > maxMemberRows+maxRowsPerChunk {
 			t.Errorf("%s: member m holds %d rows at the planner", name, m.rows)

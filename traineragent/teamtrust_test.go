@@ -131,9 +131,9 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 func TestTeamNoteBounds(t *testing.T) {
 	job := testJob("bounds", 1, 2, layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	r.team = newTeam(2, []int{0}, &teamAuth{key: testTeamKey})
+	r.planAsTeam(newTeam(2, []int{0}, &teamAuth{key: testTeamKey}))
 	r.mu.Lock()
-	if _, err := r.joinMember("m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
+	if _, err := r.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Unlock()
@@ -157,7 +157,7 @@ func TestTeamNoteBounds(t *testing.T) {
 		t.Errorf("an end of 4 samples with 6 rows held: %v", err)
 	}
 	r.mu.Lock()
-	total := r.asm.open[0].shards[0].total
+	total := r.st.asm.open[0].shards[0].total
 	r.mu.Unlock()
 	reported := slices.ContainsFunc(r.Stats().FailedSamples, func(f wire.FailedSample) bool { return strings.Contains(f.Reason, "says 4 samples") })
 	if total != 6 || !reported {
@@ -209,9 +209,9 @@ func mustJSONRaw(v any) json.RawMessage {
 func TestTeamBoundsAMembersRequests(t *testing.T) {
 	job := testJob("flood", 1, 2, layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	r.team = newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader})
+	r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader}))
 	r.mu.Lock()
-	session, err := r.joinMember("m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
+	session, err := r.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
 	r.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
