@@ -39,24 +39,6 @@ func intakeRoom(buffer int64, held []int64, starved, lagging []bool) bool {
 	return kept < buffer
 }
 
-// bufferState is what the reader holds (its chunks and the shards its
-// producer keeps) and whether it is starved (readerState.starved).
-func (a *Reader) bufferState() (held int64, starved bool) {
-	a.mu.Lock()
-	held, starved, prod := a.st.asm.heldBytes, a.st.starved(), a.producer
-	a.mu.Unlock()
-	return held + prod.heldBytes(), starved
-}
-
-// roomState is what the reader holds, as bufferState, and whether it
-// wants more tasks taken (readerState.wantsMore).
-func (a *Reader) roomState() (held int64, wants bool) {
-	a.mu.Lock()
-	held, wants, prod := a.st.asm.heldBytes, a.st.wantsMore(), a.producer
-	a.mu.Unlock()
-	return held + prod.heldBytes(), wants
-}
-
 // roomPoll is how often a send waiting for room looks again where no
 // change is signalled (a member's room follows the planner's answers).
 const roomPoll = 100 * time.Millisecond
@@ -91,14 +73,11 @@ func (s *sink) waitRoom(ctx context.Context) error {
 }
 
 func (s *sink) intakeRoom(buffer int64) bool {
-	if m := s.readers[0].member; m != nil {
-		return m.intakeRoom(buffer) // a team serves one reader
-	}
 	held := make([]int64, len(s.readers))
 	starved := make([]bool, len(s.readers))
 	lagging := make([]bool, len(s.readers))
 	for i, r := range s.readers {
-		held[i], starved[i] = r.bufferState()
+		held[i], _, starved[i] = r.role.buffer()
 		lagging[i] = r.shedding.Load()
 	}
 	return intakeRoom(buffer, held, starved, lagging)

@@ -609,22 +609,6 @@ func (m *member) settleAll() {
 	m.settled(teamReply{Complete: done}, nil)
 }
 
-// room says whether the agent should take another task: the planner wants
-// this member's rows and its chunks fit the job's output buffer.
-// intakeRoom says whether a chunk may be taken in (buffer.go): the chunks
-// stored are below buffer, or the planner wants this member's rows.
-func (m *member) intakeRoom(buffer int64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return buffer <= 0 || m.bytes < buffer || m.want
-}
-
-func (m *member) room(buffer int64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.want && (buffer <= 0 || m.bytes < buffer)
-}
-
 // rankPoll is a rank's poll of the planner for its next part, which
 // outlives the request that started it: a trainer that goes away (killed,
 // restarted by torchrun) leaves its part here for the rank's next
@@ -796,10 +780,10 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 	return p, nil
 }
 
-// memberPart is nextPart on a member: the planner's part for the rank,
-// cut here; the wait counts as the trainer's.
-func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, error) {
-	m := a.member
+// nextPart is a member's: the planner's part for the rank, cut here; the
+// wait counts as the trainer's.
+func (a memberRole) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+	m := a.m
 	if req.world == 0 {
 		req.world = m.world
 	}
@@ -848,9 +832,9 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 	return p, nil
 }
 
-// memberResume forwards a rank's resume to the planner.
-func (a *Reader) memberResume(ctx context.Context, st State, world int) (ResumeResult, error) {
-	m := a.member
+// resume is a member's: it forwards a rank's resume to the planner.
+func (a memberRole) resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	m := a.m
 	state, err := json.Marshal(st)
 	if err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)

@@ -215,10 +215,9 @@ type Reader struct {
 	wake chan struct{} // closed and replaced on every change (mu)
 	gpu  *gpuMeter     // readings of the GPU for the demand window
 	fail func(error)   // stops the agent
-	// team is set on the planner of a reader whose ranks several agents
-	// serve (team.go); member on the other agents (member.go).
-	team   *team
-	member *member
+	// role is the reader's kind: a lone agent, a team's planner or
+	// member (role.go).
+	role role
 	// producer has shards produced again for parts whose rows this agent
 	// does not hold (set once the agent dispatches; mu).
 	producer *producer
@@ -232,7 +231,7 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 	st := newReaderState(job, opts, now)
 	opts.PrefetchSamples = st.prefetchSamples
 	log := logger.With("job", job.Spec.ID, "reader", name)
-	return &Reader{
+	r := &Reader{
 		job: job, reader: name, opts: opts, log: log,
 		m:         m.forJob(job.Spec.ID, name),
 		completed: func([]shardRef) {},
@@ -243,12 +242,20 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 		wake:      make(chan struct{}),
 		gpu:       newGPUMeter(opts.GPU, opts.DemandInterval, log),
 	}
+	r.role = solo{r}
+	return r
 }
 
 // planAsTeam makes the reader its team's planner.
-func (a *Reader) planAsTeam(t *team) {
-	a.team = t
-	a.st.steps = t.teamState
+func (a *Reader) planAsTeam(t *team) planner {
+	p := planner{solo{a}, t}
+	a.role, a.st.steps = p, t.teamState
+	return p
+}
+
+// joinTeam makes the reader a member of its team.
+func (a *Reader) joinTeam(m *member) {
+	a.role = memberRole{a, m}
 }
 
 // Name is the reader's name (one of the job's declared readers).
@@ -342,10 +349,7 @@ func (a *Reader) end(err error) {
 func (a *Reader) done() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.member != nil {
-		return a.st.ranksEnded(a.member.ranks)
-	}
-	return a.st.done()
+	return a.role.done(a.st)
 }
 
 // handedOut reports whether every sample of every epoch was handed out
@@ -353,10 +357,7 @@ func (a *Reader) done() bool {
 func (a *Reader) handedOut() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.member != nil {
-		return a.st.ranksEnded(a.member.ranks)
-	}
-	return a.st.handedOut()
+	return a.role.handedOut(a.st)
 }
 
 // addChunk applies chunk index of task's shard (data is kept: the caller
@@ -455,14 +456,7 @@ func (a *Reader) Next(ctx context.Context) (Batch, error) {
 // The part counts as delivered once nextPart returns it: the reader's
 // position, covering the part's whole step, is written first.
 func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
-	if a.member != nil {
-		return a.memberPart(ctx, req)
-	}
-	p, err := a.takeAndRecord(ctx, req)
-	if err != nil || p.Spans == nil {
-		return p, err
-	}
-	return a.cutPart(ctx, p)
+	return a.role.nextPart(ctx, req)
 }
 
 // takeAndRecord pops rank req.rank's next part once the position that

@@ -71,9 +71,12 @@ type resumeRecord struct {
 // before the resumed ranks took any batch is refused with
 // ErrResumeConflict.
 func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
-	if a.member != nil {
-		return a.memberResume(ctx, st, world)
-	}
+	return a.role.resume(ctx, st, world)
+}
+
+// resumeHere is Resume on the agent that keeps the reader's position (a
+// lone agent, a team's planner).
+func (a *Reader) resumeHere(ctx context.Context, st State, world int) (ResumeResult, error) {
 	p, err := a.checkState(st)
 	if err != nil {
 		return ResumeResult{}, err
@@ -83,13 +86,6 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	}
 	if world < 1 || world > MaxWorldSize {
 		return ResumeResult{}, fmt.Errorf("%w: world size %d: want 1..%d", ErrBadState, world, MaxWorldSize)
-	}
-	// The team's size, fixed when it started (holders' length): the
-	// ranks' world is read here without the lock, and a concurrent
-	// resume's rewind zeroes it for a moment (reproduction 7 of issue 24).
-	if a.team != nil && world != len(a.team.holders) {
-		return ResumeResult{}, fmt.Errorf("%w: world size %d, but the reader's team serves %d ranks: start its agents with --world-size %d and their --ranks",
-			ErrBadState, world, len(a.team.holders), world)
 	}
 	fresh := newAssembler(a.job)
 	if err := fresh.restore(p); err != nil {

@@ -196,11 +196,6 @@ func (s *readerState) epochsFinished(epochs []int, now time.Time) {
 // the ranks have not taken.
 func (s *readerState) buffered() int { return s.readySamples + s.asm.pending + s.ranks.queued }
 
-// hasRoom says whether to pull. Past the prefetch bound the agent still
-// pulls while the ranks' epoch has no step ready: redelivered chunks of it
-// may come after ready batches of later epochs.
-func (s *readerState) hasRoom() bool { return s.readySamples < s.prefetch() || !s.stepReady() }
-
 // prefetch is the bound on ready samples.
 func (s *readerState) prefetch() int {
 	if s.prefetchAuto {
@@ -209,18 +204,16 @@ func (s *readerState) prefetch() int {
 	return s.prefetchSamples
 }
 
-// wantsMore says whether the reader wants more tasks taken (its steps'
-// policy decides).
-func (s *readerState) wantsMore() bool { return s.steps.wants(s, "") }
-
-// starved reports whether the reader's ranks wait for rows: their next
-// step cannot be formed from what the reader holds (a team's planner:
-// its own ranks' share).
-func (s *readerState) starved() bool {
-	if s.closing {
-		return true // nothing is handed out any more: let the send end
-	}
-	return s.steps.starved(s)
+// pull says whether the reader wants more tasks taken, and whether it is
+// starved: its ranks' next step cannot be formed from what it holds (a
+// team's planner: its own ranks' share). Its steps' policy decides. Past
+// the prefetch bound a reader still pulls while the ranks' epoch has no
+// step ready: redelivered chunks of it may come after ready batches of
+// later epochs.
+func (s *readerState) pull() (wants, starved bool) {
+	wants, starved = s.steps.pull(s)
+	// Nothing is handed out any more: let the send end.
+	return wants, starved || s.closing
 }
 
 // handedOut reports whether every sample of every epoch was handed out.

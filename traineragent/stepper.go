@@ -193,10 +193,9 @@ type stepPolicy interface {
 	// moving through finished epochs and dropped tails; it reports
 	// whether anything changed. The world must be fixed.
 	form(s *readerState, now time.Time) bool
-	// wants says whether holder ("": this agent) should take more tasks.
-	wants(s *readerState, holder string) bool
-	// starved says whether the ranks wait for rows this agent lacks.
-	starved(s *readerState) bool
+	// pull says whether this agent should take more tasks (wants), and
+	// whether its ranks wait for rows it lacks (starved: buffer.go).
+	pull(s *readerState) (wants, starved bool)
 	// serves checks that agent ("": this one) serves rank r.
 	serves(r int, agent string) error
 }
@@ -204,9 +203,12 @@ type stepPolicy interface {
 // soloSteps is the step policy of a lone agent (planStep).
 type soloSteps struct{}
 
-func (soloSteps) wants(st *readerState, _ string) bool { return !st.asm.allCut() && st.hasRoom() }
-
-func (soloSteps) starved(st *readerState) bool { return !st.stepReady() }
+// pull: wanted while the prefetch has room, or the ranks' epoch has no
+// step ready (then starved too), and not every epoch arrived.
+func (soloSteps) pull(st *readerState) (wants, starved bool) {
+	ready := st.stepReady()
+	return !st.asm.allCut() && (st.readySamples < st.prefetch() || !ready), !ready
+}
 
 func (soloSteps) serves(r int, agent string) error {
 	if agent != "" {

@@ -227,8 +227,11 @@ func (t *teamState) serves(r int, agent string) error {
 	return nil
 }
 
-// starved: the planner's own ranks wait for its rows.
-func (t *teamState) starved(st *readerState) bool { return t.wants(st, "") }
+// pull: the planner's own ranks want its rows, and wait for them.
+func (t *teamState) pull(st *readerState) (wants, starved bool) {
+	w := t.wants(st, "")
+	return w, w
+}
 
 // form is the team's stepPolicy.form: full steps of each rank's own
 // agent's batches (planTeamStep) until the epoch is cut, then the rest

@@ -136,7 +136,7 @@ func rowBound(sc *schema, chunkMax int) int {
 // own goroutine, within the bounds of its member's requests in progress
 // (joins: maxJoins), so the goroutines are bounded by the members. What
 // waits beyond is NATS's pending limit (a slow consumer drops it).
-func (a *Reader) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
+func (a planner) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	subj := wire.TeamSubject(a.job.Spec.ID, a.reader, "*")
 	sub, err := nc.Subscribe(subj, func(m *nats.Msg) { a.admitTeam(ctx, m) })
 	if err != nil {
@@ -150,7 +150,7 @@ func (a *Reader) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscripti
 
 // admitTeam checks a team request's envelope and its sender's session,
 // and answers it within the sender's bounds.
-func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
+func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 	t := a.team
 	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	h, err := t.auth.open(m, kindRequest, op)
@@ -198,7 +198,7 @@ func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
 // refuseTeam answers a request whose envelope failed, unsigned (its sender
 // may not hold the key), counts it and logs it (at most once a second:
 // a flood must not flood the log).
-func (a *Reader) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
+func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 	t := a.team
 	n := t.refused.Add(1)
 	a.m.teamRefused.Inc()
@@ -215,7 +215,7 @@ func (a *Reader) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 }
 
 // respondTeam answers request h with r, sealed.
-func (a *Reader) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
+func (a planner) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
 	r.Planner = a.team.id
 	data, err := json.Marshal(r)
 	if err == nil {
@@ -231,7 +231,7 @@ func (a *Reader) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
 }
 
 // teamJoin answers a join of member h.member, whose h.session is its nonce.
-func (a *Reader) teamJoin(h teamHead, data []byte) teamReply {
+func (a planner) teamJoin(h teamHead, data []byte) teamReply {
 	var req joinRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		return teamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
@@ -251,7 +251,7 @@ func (a *Reader) teamJoin(h teamHead, data []byte) teamReply {
 	return teamReply{Status: statusOK, Session: session}
 }
 
-func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte) teamReply {
+func (a planner) teamRequest(ctx context.Context, op, member string, data []byte) teamReply {
 	bad := func(err error) teamReply { return teamReply{Status: statusMismatch, Error: err.Error()} }
 	switch op {
 	case opNotes:
@@ -332,7 +332,7 @@ func notMember(name string) teamReply {
 // addNote applies member's note of a chunk, a shard end or a failed
 // shard: deferred (not applied) when the member holds too much at the
 // planner already.
-func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, err error) {
+func (a planner) addNote(member string, n chunkNote) (duplicate, deferred bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
 	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard || n.Chunk < -1 {
 		return false, false, fmt.Errorf("note of %s: out of range", ref)
@@ -423,7 +423,7 @@ func (t *teamState) ticket(st *readerState, member string) (superseded func() bo
 }
 
 // chunkMax is the job's chunk size limit.
-func (a *Reader) chunkMax() int {
+func (a planner) chunkMax() int {
 	if n := a.job.Spec.ChunkMaxBytes; n > 0 {
 		return int(n)
 	}
@@ -458,7 +458,7 @@ func (t *teamState) memberRoom(st *readerState, member string, rows int) bool {
 // memberStatus says which of a member's shards every rank's position has
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
-func (a *Reader) memberStatus(member string, req statusRequest) teamReply {
+func (a planner) memberStatus(member string, req statusRequest) teamReply {
 	r := teamReply{Status: statusOK}
 	a.mu.Lock()
 	r.Want = a.team.wants(a.st, member)
@@ -473,7 +473,7 @@ func (a *Reader) memberStatus(member string, req statusRequest) teamReply {
 
 // memberPartReply takes a member rank's next part, waiting up to
 // partWait, and records it as handed out before answering.
-func (a *Reader) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
+func (a planner) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
 	ctx, cancel := context.WithTimeout(ctx, partWait)
 	defer cancel()
 	// A part goes only to a request of the member's current session and
