@@ -39,8 +39,8 @@ type Agent struct {
 	disp    atomic.Pointer[dispatch.Dispatcher]
 
 	// roomCh is closed when a reader's state changes, for the sends
-	// waiting for room in the output buffer (buffer.go). Taken after a
-	// reader's mu.
+	// waiting for room in the output buffer (buffer.go). A leaf of the
+	// lock order (see Reader): taken under a reader's mu.
 	roomMu sync.Mutex
 	roomCh chan struct{}
 	// roomWaits counts the sends waiting for room now.

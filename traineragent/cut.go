@@ -109,7 +109,7 @@ type producer struct {
 	// produced last (0: none): they count in the job's output buffer.
 	maxBytes int64
 
-	mu     sync.Mutex
+	mu     sync.Mutex // a leaf (see Reader): nothing is locked under it
 	shards map[shardRef]*production
 	order  []shardRef
 }

@@ -48,6 +48,9 @@ type member struct {
 	// takenLogged: a join refused for its name was logged.
 	takenLogged atomic.Bool
 
+	// mu guards what follows, and each teamWait's refusal. It is a leaf:
+	// nothing else is locked while it is held (see Reader for the lock
+	// order); the Reader's mu may be held when it is taken.
 	mu      sync.Mutex
 	queue   []chunkNote   // notes not yet told, in order (keepNotes takes from its head)
 	again   bool          // tell the planner everything again (it restarted)
@@ -105,9 +108,10 @@ type teamWait struct {
 	ch          chan teamReply
 	other       chan struct{} // another planner run says the member has not joined it
 	none        chan struct{} // no planner runs
-	mu          sync.Mutex
-	refusal     string // the last refusal heard (a join's, or an unsigned one)
-	joinReply   *teamReply
+	// refusal is the last refusal heard (a join's, or an unsigned one),
+	// joinReply a join's refusal by a planner run (guarded by member.mu).
+	refusal   string
+	joinReply *teamReply
 }
 
 // maxTeamReply bounds a reply's body.
@@ -134,9 +138,9 @@ func (m *member) onReply(msg *nats.Msg) {
 		return
 	}
 	if why := msg.Header.Get(hdrRefused); why != "" {
-		w.mu.Lock()
+		m.mu.Lock()
 		w.refusal = cutText(why)
-		w.mu.Unlock()
+		m.mu.Unlock()
 		return
 	}
 	refuse := func(err error) {
@@ -167,9 +171,9 @@ func (m *member) onReply(msg *nats.Msg) {
 	case w.op == opJoin && r.Status != statusOK:
 		// Another planner run (one stopping, of another world) may refuse
 		// first: wait for one that takes the member.
-		w.mu.Lock()
+		m.mu.Lock()
 		w.refusal, w.joinReply = r.Error, &r
-		w.mu.Unlock()
+		m.mu.Unlock()
 		return
 	case w.op != opJoin && h.planner != w.planner:
 		if r.Status == statusNotMember {
@@ -257,9 +261,9 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 				timer.Reset(time.Second)
 			}
 		case <-timer.C:
-			w.mu.Lock()
+			m.mu.Lock()
 			refusal, joinReply := w.refusal, w.joinReply
-			w.mu.Unlock()
+			m.mu.Unlock()
 			switch {
 			case joinReply != nil:
 				return *joinReply, nil

@@ -183,11 +183,22 @@ func ratio(a, b time.Duration) float64 {
 // and HTTP work, wakes waiters, writes the state's log lines and keeps
 // the metrics in step with the state's counters.
 //
-// Lock order (a lock may be taken while holding those before it, never
-// the reverse): positionStore.mu (a write, or a resume's rewind) ->
-// Reader.mu (the state) -> recordedShards.mu, member.mu, Agent.roomMu,
-// producer.mu, gpuMeter.mu (each a leaf: nothing is locked under it).
-// member.mu is never held while taking Reader.mu.
+// The agent's locks, in the order they may be taken (one is taken only
+// while holding locks before it in the list, never after):
+//
+//  1. positionStore.mu: a write of the position, or a resume's rewind
+//     (lockForResume), which must see no write.
+//  2. Reader.mu: the state (readerState). Never held across I/O but one:
+//     a member's last end settles its tasks (dispatch.Dispatcher.Settle,
+//     an ack) before the agent can see it is done.
+//  3. The leaves, each held only for a few fields and never while taking
+//     another: recordedShards.mu (under positionStore.mu: a write's
+//     shards), member.mu and Agent.roomMu (under Reader.mu: a member's
+//     settle, a change's wake), producer.mu, gpuMeter.mu. The
+//     dispatcher's own lock is a leaf too: it calls the sink with it
+//     released.
+//
+// docs/architecture.md says the same.
 type Reader struct {
 	job     wire.Job
 	reader  string
@@ -210,7 +221,7 @@ type Reader struct {
 	pos      *positionStore
 	recorded recordedShards
 
-	mu   sync.Mutex
+	mu   sync.Mutex    // lock order: see above
 	st   *readerState  // guarded by mu
 	wake chan struct{} // closed and replaced on every change (mu)
 	gpu  *gpuMeter     // readings of the GPU for the demand window

@@ -189,7 +189,7 @@ func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 	go func() {
 		r := a.teamRequest(ctx, op, h.member, m.Data)
 		a.mu.Lock()
-		mem.busy-- // the member's record, kept in the state
+		t.done(mem)
 		a.mu.Unlock()
 		a.respondTeam(m, h, r)
 	}()
@@ -395,6 +395,9 @@ func (t *teamState) admit(h teamHead, now time.Time) (*teamMember, *teamReply) {
 	mem.seen = now
 	return mem, nil
 }
+
+// done ends a request admit admitted.
+func (t *teamState) done(mem *teamMember) { mem.busy-- }
 
 // addRemote applies member's note of a chunk it holds, counting its rows
 // at the planner (memberRoom).
