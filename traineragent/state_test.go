@@ -189,6 +189,21 @@ func TestStateTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 	}
 }
 
+// checkpointAfter is the state a trainer checkpoints after part p's step,
+// and its position restored.
+func checkpointAfter(t *testing.T, job wire.Job, p rankPart) (State, *assembler) {
+	t.Helper()
+	pos, err := decodePosition(p.Position)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := newAssembler(job)
+	if err := fresh.restore(pos); err != nil {
+		t.Fatal(err)
+	}
+	return State{Version: StateVersion, Epoch: p.Epoch, Step: p.Step + 1, WorldSize: p.World, Position: json.RawMessage(p.Position)}, fresh
+}
+
 // teamOfTwo is a team's state: the planner serves ranks 0,1 and holds
 // shards 0,1; member m serves ranks 2,3 and holds shards 2,3 (told as
 // notes); each shard is one chunk of 4 rows, batches of 2: two steps.
@@ -244,15 +259,7 @@ func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 	}
 
 	// The new generation resumes from the checkpoint taken after step 0.
-	pos, err := decodePosition(step0[0].Position)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fresh := newAssembler(job)
-	if err := fresh.restore(pos); err != nil {
-		t.Fatal(err)
-	}
-	state := State{Version: StateVersion, Epoch: 0, Step: 1, WorldSize: 4, Position: json.RawMessage(step0[0].Position)}
+	state, fresh := checkpointAfter(t, job, step0[0])
 	if _, replay, err := st.rewind(state, 4, fresh, step0[0].Position, stateNow); err != nil || replay != nil {
 		t.Fatalf("rewind to the step the ranks were stateNow: replay %v, %v; want none", replay, err)
 	}
@@ -298,15 +305,7 @@ func TestStateResumeRewindsAStepTakenByAGoneGeneration(t *testing.T) {
 	if takeStep(t, st, 2, []int{0, 1}, nil, false) == nil { // taken, never seen by the trainer
 		t.Fatal("no second step")
 	}
-	pos, err := decodePosition(step0[0].Position)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fresh := newAssembler(job)
-	if err := fresh.restore(pos); err != nil {
-		t.Fatal(err)
-	}
-	state := State{Version: StateVersion, Epoch: 0, Step: 1, WorldSize: 2, Position: json.RawMessage(step0[0].Position)}
+	state, fresh := checkpointAfter(t, job, step0[0])
 	res, replay, err := st.rewind(state, 2, fresh, nil, stateNow)
 	if err != nil || replay == nil || !st.resuming {
 		t.Fatalf("rewind: %+v, replay %v, resuming %t, %v; want a replay", res, replay, st.resuming, err)
