@@ -314,50 +314,64 @@ func (st *readerState) dropTail(e int, now time.Time) {
 }
 
 // splitRows stacks the rows of batches (all of epoch e) into one part per
-// entry of sizes, in order. The parts share the rows' memory when one
-// batch holds them all (the tail of an epoch is usually one partial
-// batch): copying one of ImageNet-size rows took the agent's serving
-// goroutine tens of ms, page faults included.
+// entry of sizes, in order. A part is runs of rows in the chunks they came
+// in, as a whole batch is: nothing is copied (copying a step of
+// ImageNet-size rows was the agent's largest cost while serving, page
+// faults included).
 func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
-	for i := range batches {
-		batches[i].materialize()
-	}
 	var keys []string
-	var tensors []safetensors.Tensor
-	if len(batches) == 1 {
-		keys = batches[0].Keys
-		for _, t := range batches[0].Tensors {
-			tensors = append(tensors, safetensors.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape[1:], Data: t.Data})
-		}
-		batches = nil
-	}
-	for i, b := range batches {
+	for _, b := range batches {
 		keys = append(keys, b.Keys...)
+	}
+	// Each tensor's data as one list of runs over all the batches, and the
+	// size of one of its rows (all batches share the job's schema).
+	var tensors []safetensors.Tensor
+	var runs [][][]byte
+	var rowBytes []int
+	for i, b := range batches {
 		for j, t := range b.Tensors {
 			if i == 0 {
 				tensors = append(tensors, safetensors.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape[1:]})
+				runs = append(runs, nil)
+				rowBytes = append(rowBytes, 0)
 			}
-			tensors[j].Data = append(tensors[j].Data, t.Data...)
+			if rowBytes[j] == 0 && len(b.Keys) > 0 {
+				rowBytes[j] = b.dataLen(j) / len(b.Keys)
+			}
+			runs[j] = append(runs[j], b.data(j)...)
 		}
 	}
 	parts := make([]Batch, len(sizes))
 	lo := 0
 	for r, n := range sizes {
-		p := Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n]}
-		for _, t := range tensors {
-			row := 0
-			if len(keys) > 0 {
-				row = len(t.Data) / len(keys)
-			}
+		p := Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], runs: make([][][]byte, len(tensors))}
+		for j, t := range tensors {
 			p.Tensors = append(p.Tensors, safetensors.Tensor{
-				Name: t.Name, DType: t.DType, Shape: append([]int{n}, t.Shape...),
-				Data: t.Data[lo*row : (lo+n)*row : (lo+n)*row],
-			})
+				Name: t.Name, DType: t.DType, Shape: append([]int{n}, t.Shape...)})
+			p.runs[j] = cutRuns(runs[j], lo*rowBytes[j], (lo+n)*rowBytes[j])
 		}
 		parts[r] = p
 		lo += n
 	}
 	return parts
+}
+
+// cutRuns is bytes [from, to) of the concatenation of runs, as runs
+// aliasing them.
+func cutRuns(runs [][]byte, from, to int) [][]byte {
+	var out [][]byte
+	off := 0
+	for _, r := range runs {
+		lo, hi := max(from-off, 0), min(to-off, len(r))
+		if lo < hi {
+			out = append(out, r[lo:hi:hi])
+		}
+		off += len(r)
+		if off >= to {
+			break
+		}
+	}
+	return out
 }
 
 // pop hands rank r its oldest queued part.

@@ -97,11 +97,15 @@ func TestColdStartThroughTheActivator(t *testing.T) {
 
 		// No pod at all, the last one's 30 s drain included: a cold start.
 		e.waitZeroPods(t, fnService)
+		wctx, stopWatch := context.WithCancel(context.Background())
+		tl := e.watchPods(wctx, t, fnService, time.Now())
 		j := e.startJob(t, "cold-"+string(rune('a'+round)), kd, epochs, 2)
 		knative = append(knative, j.firstBatch(t))
+		stopWatch()
 		j.finish(t, e, js)
 		t.Logf("figures: round=%d first_batch_local_s=%.2f first_batch_knative_s=%.2f ratio=%.2f",
 			round, local[round].Seconds(), knative[round].Seconds(), knative[round].Seconds()/local[round].Seconds())
+		t.Logf("figures: round=%d knative_pod_since_submit %s first_batch=%.2fs", round, tl, knative[round].Seconds())
 	}
 	ratios := make([]float64, len(local))
 	for i := range local {

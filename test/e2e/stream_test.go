@@ -34,6 +34,11 @@ func (e *env) knCreate(t *testing.T, name string, extra ...string) {
 		"--env", "AWS_EC2_METADATA_DISABLED=true", "--env", "GOMEMLIMIT=1800MiB",
 		"--arg", "--concurrency=4", "--arg", "--cpus=1",
 		"--concurrency-limit", "4", "--concurrency-target", "4", "--concurrency-utilization", "100",
+		"--probe-readiness", "http:::/readyz", "--probe-liveness", "http:::/healthz",
+		"--annotation-revision", "autoscaling.knative.dev/class=kpa.autoscaling.knative.dev",
+		// As base/function.yaml: no activator in the path once a pod is
+		// up (Knative's default burst capacity, 200, keeps it there).
+		"--annotation-revision", "autoscaling.knative.dev/target-burst-capacity=0",
 		"--request", "cpu=100m,memory=256Mi", "--limit", "memory=2Gi",
 		"--service-account", "sluice-fn", "--wait-timeout", "240"}
 	cmd := exec.Command(filepath.Join(e.bin, "kn"), append(args, extra...)...)

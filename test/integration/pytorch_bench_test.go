@@ -120,7 +120,7 @@ func TestBenchPyTorch(t *testing.T) {
 		if json.Unmarshal([]byte(r), &ra) != nil {
 			t.Fatalf("throughput report %q", r)
 		}
-		mbps := map[string]float64{}
+		mbps, coreSPerGB := map[string]float64{}, map[string]float64{}
 		for _, serve := range []struct{ name, args string }{{"warm", ""}, {"cold", "--distinct-bytes " + strconv.FormatInt(want, 10)}} {
 			addr := freeLoopbackAddr(t)
 			srv := exec.Command(bs, append([]string{"--listen", addr, "--batch", strconv.Itoa(batch)}, strings.Fields(serve.args)...)...)
@@ -128,22 +128,26 @@ func TestBenchPyTorch(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitHTTP(t, "http://"+addr+"/v1/batch", 60*time.Second)
+			srvCPU0 := procCPUSeconds(t, srv.Process.Pid)
 			rb := runBench(t, py, script, "throughput", "--url", "http://"+addr, "--seconds", "8", "--warmup-s", "1")
+			srvCPU := procCPUSeconds(t, srv.Process.Pid) - srvCPU0
 			_ = srv.Process.Kill()
 			_ = srv.Wait()
 			t.Logf("throughput from bench/batchserver (%s): %s", serve.name, rb)
 			var rbs struct {
-				MBPerS float64 `json:"mb_per_s"`
+				MBPerS       float64 `json:"mb_per_s"`
+				TotalSamples int64   `json:"total_samples"`
 			}
 			if json.Unmarshal([]byte(rb), &rbs) != nil || rbs.MBPerS == 0 {
 				t.Fatalf("throughput report %q", rb)
 			}
 			mbps[serve.name] = rbs.MBPerS
+			coreSPerGB[serve.name] = srvCPU / (float64(rbs.TotalSamples) * (224*224*3 + 8) / 1e9)
 		}
 		// The agent's CPU covers the whole read: per GB of all of it.
 		gb := float64(ra.TotalSamples) * (224*224*3 + 8) / 1e9
-		t.Logf("figures: agent %.0f MB/s, batchserver %.0f MB/s warm (%.2fx), %.0f MB/s cold (%.2fx); agent %.2f core-seconds for %.2f GB: %.3f core-s/GB (batch %d)",
-			ra.MBPerS, mbps["warm"], ra.MBPerS/mbps["warm"], mbps["cold"], ra.MBPerS/mbps["cold"], cpu, gb, cpu/gb, batch)
+		t.Logf("figures: agent %.0f MB/s, batchserver %.0f MB/s warm (%.2fx), %.0f MB/s cold (%.2fx); agent %.2f core-seconds for %.2f GB: %.3f core-s/GB, batchserver %.3f warm, %.3f cold (batch %d)",
+			ra.MBPerS, mbps["warm"], ra.MBPerS/mbps["warm"], mbps["cold"], ra.MBPerS/mbps["cold"], cpu, gb, cpu/gb, coreSPerGB["warm"], coreSPerGB["cold"], batch)
 	}
 
 	if strings.Contains(parts, "side") {
