@@ -262,13 +262,16 @@ func (a *Agent) run(ctx context.Context) error {
 	}
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
+	// The roles stop first (a planner stops answering its team, so its
+	// members find no planner rather than one stopping), then the
+	// background work.
 	var stops []func()
 	defer func() {
-		stopBG()
-		bg.Wait()
 		for _, stop := range stops {
 			stop()
 		}
+		stopBG()
+		bg.Wait()
 	}()
 	dispatched := make(chan error, 1)
 	bg.Go(func() { dispatched <- d.Run(bgCtx) })

@@ -828,11 +828,7 @@ func (a memberRole) nextPart(ctx context.Context, req rankRequest) (rankPart, er
 		return rankPart{}, err
 	}
 	a.st.delivered(req.rank, p, now)
-	past := a.job.Spec.Epochs
-	for _, r := range m.ranks {
-		past = min(past, a.st.ranks.counts[r].epoch)
-	}
-	go m.dropSettled(past)
+	go m.dropSettled(a.st.slowestEpoch(m.ranks))
 	return p, nil
 }
 

@@ -33,7 +33,8 @@ type role interface {
 	// dispatching tells the role the agent's dispatcher, once it runs.
 	dispatching(d *dispatch.Dispatcher)
 	// start starts the role's background work on bg until ctx ends;
-	// stop, called once bg is done, releases what start took.
+	// stop, called when the agent's run ends (before ctx is cancelled),
+	// releases what start took.
 	start(ctx context.Context, nc *nats.Conn, bg *sync.WaitGroup) (stop func(), err error)
 	// nextPart returns rank req.rank's next part (Reader.nextPart).
 	nextPart(ctx context.Context, req rankRequest) (rankPart, error)

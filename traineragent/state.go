@@ -233,6 +233,16 @@ func (s *readerState) ranksEnded(ranks []int) bool {
 	return true
 }
 
+// slowestEpoch is the epoch of the last part the slowest of ranks took
+// (-1 before its first).
+func (s *readerState) slowestEpoch(ranks []int) int {
+	past := s.job.Spec.Epochs
+	for _, r := range ranks {
+		past = min(past, s.ranks.counts[r].epoch)
+	}
+	return past
+}
+
 // rankEnded notes that rank r got its end; it reports whether it is new.
 func (s *readerState) rankEnded(r int) bool {
 	c := &s.ranks.counts[r]
