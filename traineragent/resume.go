@@ -65,6 +65,11 @@ type resumeRecord struct {
 // those shards noted as replayed, becomes the reader's. Copies of what the
 // state's position already covers are dropped by ChunkRef, as ever.
 //
+// A resume claims the reader: the position is written even when nothing
+// is rewound, so that an agent of an earlier run still stopping cannot
+// write over it unseen (reproduction 7 of issue 24: a 2 x 2 -> 3 x 1
+// resume while the old planner stops).
+//
 // Every rank of a restarted trainer sends the same state: a repeat is
 // answered as the first was. A resume once the ranks took batches is a new
 // generation of ranks (any world size) and rewinds again; another state
@@ -100,8 +105,17 @@ func (a *Reader) resumeHere(ctx context.Context, st State, world int) (ResumeRes
 	}
 	result, replay, err := a.st.rewind(st, world, fresh, a.pos.recorded, time.Now())
 	a.unlockResume()
-	if err != nil || replay == nil {
+	switch {
+	case err != nil:
 		return result, err
+	case replay == nil:
+		// Nothing to rewind: the reader is claimed all the same.
+		if err := a.claim(context.WithoutCancel(ctx)); err != nil {
+			err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
+			a.stop(err)
+			return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+		return result, nil
 	}
 	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
 		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))

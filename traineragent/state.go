@@ -344,13 +344,13 @@ func (s *readerState) closeWindow(now time.Time, gpu float64) (wire.Demand, map[
 }
 
 // forWrite is what a write of the position takes: the assembler's
-// version, the position's encoding if it changed since version written
-// (nil if not), the shards it completes and the epochs it has finished.
-// The completed shards are the caller's: unrecorded gives them back if
-// the write fails.
-func (s *readerState) forWrite(written uint64) (version uint64, data []byte, completed []shardRef, finished int, err error) {
+// version, the position's encoding if it changed since version written or
+// force (nil if not), the shards it completes and the epochs it has
+// finished. The completed shards are the caller's: unrecorded gives them
+// back if the write fails.
+func (s *readerState) forWrite(written uint64, force bool) (version uint64, data []byte, completed []shardRef, finished int, err error) {
 	version = s.asm.version
-	if version != written {
+	if version != written || force {
 		p := s.asm.snapshot()
 		p.Submitted = s.submitted()
 		data, err = encodePosition(p)

@@ -179,6 +179,18 @@ func mustEncode(p position) []byte {
 // memory is returned only if this succeeds: if it fails, no later write may
 // record that batch, so none happens at all.
 func (a *Reader) sync(ctx context.Context, forBatch bool) error {
+	return a.record(ctx, forBatch, false)
+}
+
+// claim writes the position even if it did not change: a resume takes
+// the reader. An agent of an earlier run that still stops (a team's old
+// planner, its release) then finds the position changed and does not
+// write over it; unclaimed, its write would land and stop this agent at
+// its next write instead (ErrReaderTaken).
+func (a *Reader) claim(ctx context.Context) error { return a.record(ctx, false, true) }
+
+// record is sync, writing even an unchanged position when force.
+func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 	if a.pos == nil {
 		return nil // not loaded: nothing handed out, nothing to write
 	}
@@ -190,7 +202,7 @@ func (a *Reader) sync(ctx context.Context, forBatch bool) error {
 		return errors.New("an earlier position write failed")
 	}
 	a.mu.Lock()
-	version, data, completed, finished, err := a.st.forWrite(a.pos.written)
+	version, data, completed, finished, err := a.st.forWrite(a.pos.written, force)
 	a.mu.Unlock()
 	if err != nil {
 		return err
