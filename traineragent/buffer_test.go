@@ -113,7 +113,12 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 	close(hold)
 
 	bound := job.Spec.OutputBufferBytes + inFlight*chunk
-	held := func() int64 { return a.readers[0].heldBytes() }
+	held := func() int64 {
+		r := a.readers[0]
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.st.asm.heldBytes
+	}
 	var most int64
 	testenv.CheckFor(t, 20*time.Second, 5*time.Millisecond, func() error {
 		h := held()
