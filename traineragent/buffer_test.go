@@ -191,7 +191,7 @@ func TestBatchWrittenFromRunsIsItsFile(t *testing.T) {
 	if len(b.runs) != 2 || len(b.runs[0]) != 3 {
 		t.Fatalf("runs %d, of image %d: want 2 tensors of 3 runs", len(b.runs), len(b.runs[0]))
 	}
-	meta := map[string]string{MetaBatchJob: "j"}
+	meta := map[string]string{wire.MetaBatchJob: "j"}
 	head, size, err := b.header(meta)
 	if err != nil {
 		t.Fatal(err)

@@ -212,7 +212,7 @@ func getBatchesWith(t *testing.T, url string, tok bearer.Token, got map[string]b
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := resp.Header.Get(traineragent.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
+		if h := resp.Header.Get(wire.AgentHeaderEpoch); h != strconv.Itoa(b.Epoch) {
 			t.Errorf("epoch header %q, batch of epoch %d", h, b.Epoch)
 		}
 		if len(got) == 0 {
@@ -306,7 +306,7 @@ func TestAgentCommandServesRanks(t *testing.T) {
 		for {
 			resp, body := get(fmt.Sprintf("rank=%d&world_size=2&steps=%d&wait_s=0.1&compute_s=0.2", r, steps[r]))
 			if resp.StatusCode == http.StatusGone {
-				if end := resp.Header.Get(traineragent.HeaderEnd); end != traineragent.EndDelivered {
+				if end := resp.Header.Get(wire.AgentHeaderEnd); end != wire.AgentEndDelivered {
 					t.Errorf("rank %d: 410 with Sluice-End %q", r, end)
 				}
 				break
@@ -318,8 +318,8 @@ func TestAgentCommandServesRanks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(b.Keys) != 4 || resp.Header.Get(traineragent.HeaderStep) == "" {
-				t.Errorf("rank %d: a part of %d samples, step header %q", r, len(b.Keys), resp.Header.Get(traineragent.HeaderStep))
+			if len(b.Keys) != 4 || resp.Header.Get(wire.AgentHeaderStep) == "" {
+				t.Errorf("rank %d: a part of %d samples, step header %q", r, len(b.Keys), resp.Header.Get(wire.AgentHeaderStep))
 			}
 			for _, k := range b.Keys {
 				id := fmt.Sprintf("%d/%s", b.Epoch, k)
