@@ -191,6 +191,7 @@ func TestStreamThroughKnative(t *testing.T) {
 	}
 	viaService := "http://" + knService + "." + namespace + ".svc.cluster.local"
 	waitRoute(t, viaService)
+	e.waitServeMode(t, knService)
 	direct := "http://" + e.podIP(t, knService) + ":8080"
 	sel := "serving.knative.dev/service=" + knService
 	hops := []hop{
@@ -260,4 +261,23 @@ func TestResponseLongerThanKnativesDefaults(t *testing.T) {
 		t.Fatal("the activator used no CPU: it was not in the path")
 	}
 	t.Logf("figures: default_timeouts_slow_read_s=%.0f samples=%d through the activator (not cut)", took.Seconds(), end.Samples)
+}
+
+// waitServeMode waits until the ServerlessService of service's revision
+// routes to its pods directly (mode Serve): with burst capacity 0 Knative
+// takes the activator out of the path a few seconds after a pod is ready,
+// and the measure is of the path a running job sees.
+func (e *env) waitServeMode(t *testing.T, service string) {
+	t.Helper()
+	waitFor(t, time.Minute, 200*time.Millisecond, func() error {
+		out, err := e.kubectl(context.Background(), "-n", namespace, "get", "serverlessservices",
+			"-l", "serving.knative.dev/service="+service, "-o", "jsonpath={.items[*].spec.mode}")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) != "Serve" {
+			return fmt.Errorf("%s's ServerlessService mode %q, want Serve", service, out)
+		}
+		return nil
+	})
 }
