@@ -70,11 +70,15 @@ type taskBacklog struct {
 	queued int
 }
 
-// set records the task consumer's counts.
-func (b *taskBacklog) set(queued int) {
+// set records the task consumer's counts, and says whether the job has
+// tasks queued where it had none (or was not read yet): the moment a job
+// at zero activates.
+func (b *taskBacklog) set(queued int) (arrived bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	arrived = queued > 0 && (!b.known || b.queued == 0)
 	b.known, b.queued = true, queued
+	return arrived
 }
 
 // counts are the job's tasks with the agents' load: what they have in

@@ -55,3 +55,21 @@ func TestAgentLoadCountsAgentsHeardLately(t *testing.T) {
 		t.Errorf("agents %v, %d in flight, %d wanted; want [n1 n2], 5, 1", names, inFlight, wanted)
 	}
 }
+
+// TestBacklogSaysWhenTasksArrive: set reports a job's tasks arriving
+// (none, or not read yet, before), the moment to decide at once.
+func TestBacklogSaysWhenTasksArrive(t *testing.T) {
+	var b taskBacklog
+	for i, c := range []struct {
+		queued int
+		want   bool
+	}{{0, false}, {0, false}, {5, true}, {3, false}, {0, false}, {2, true}} {
+		if got := b.set(c.queued); got != c.want {
+			t.Errorf("step %d: set(%d) = %v, want %v", i, c.queued, got, c.want)
+		}
+	}
+	var first taskBacklog
+	if !first.set(4) {
+		t.Error("a first read with tasks queued: want arrived")
+	}
+}

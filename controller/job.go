@@ -175,7 +175,9 @@ func (c *Controller) pollBacklog(ctx context.Context, cons jetstream.Consumer, b
 	if err != nil {
 		return err
 	}
-	backlog.set(int(info.NumPending) + info.NumAckPending)
+	if backlog.set(int(info.NumPending) + info.NumAckPending) {
+		c.tickSoon() // a job's first tasks decide at once (a submit queues them after the record)
+	}
 	return nil
 }
 

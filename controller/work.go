@@ -108,14 +108,16 @@ func (c *Controller) addToRunner(jr *jobRun, job wire.Job, cons jetstream.Consum
 	c.demandMu.Unlock()
 	backlog := &taskBacklog{}
 	info := cons.CachedInfo()
-	backlog.set(int(info.NumPending) + info.NumAckPending)
+	arrived := backlog.set(int(info.NumPending) + info.NumAckPending)
 	jr.mu.Lock()
 	jr.results, jr.backlog = newJobResults(job), backlog
 	jr.mu.Unlock()
 	c.runner.AddJob(id, autoscale.Job{
 		MinReplicas: job.Spec.MinReplicas, MaxReplicas: job.Spec.MaxReplicas,
 		InitialReplicas: job.Spec.InitialReplicas, Weight: job.Spec.Weight})
-	c.tickSoon()
+	if arrived {
+		c.tickSoon() // a job at zero with tasks decides now, not a tick later
+	}
 	return backlog
 }
 
@@ -157,7 +159,7 @@ func (c *Controller) awaitReaders(ctx context.Context, jr *jobRun, job wire.Job,
 		select {
 		case <-ctx.Done():
 			return stopWith(endStopped, wire.Job{})
-		case <-time.After(c.opts.Tick):
+		case <-time.After(min(c.opts.Tick, backlogPoll)):
 		}
 	}
 }
