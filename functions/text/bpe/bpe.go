@@ -99,11 +99,11 @@ func (t *Tokenizer) AppendIDs(dst []int32, text string, matchSpecial bool, limit
 			seg, id, rest, found = t.added.cut(text)
 		}
 		dst = t.appendSegment(dst, seg, limit, &sc)
-		if found {
-			dst = append(dst, id)
-		}
 		if limit > 0 && len(dst) >= limit {
 			break
+		}
+		if found {
+			dst = append(dst, id)
 		}
 		text = rest
 	}

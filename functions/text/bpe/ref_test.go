@@ -65,7 +65,7 @@ func reference(t testing.TB, dir string, samples []string, args ...string) [][]i
 	var in bytes.Buffer
 	for _, s := range samples {
 		in.WriteByte(':') // an empty sample is still a line
-		in.WriteString(base64.StdEncoding.EncodeToString([]byte(s)))
+		in.WriteString(b64(s))
 		in.WriteByte('\n')
 	}
 	cmd := exec.Command("node", append([]string{"../../../.ci/tokref/ref.js"}, args...)...)
@@ -344,3 +344,5 @@ func TestIDsMatchTiktoken(t *testing.T) {
 		})
 	}
 }
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
