@@ -19,7 +19,7 @@ func TestInvalidUTF8BecomesOneReplacementPerMaximalSubpart(t *testing.T) {
 		{"\xff", "\uFFFD"},
 		{"\xc3", "\uFFFD"},
 		{"\xc3(", "\uFFFD("},
-		{"\xe2\x82", "\uFFFD"},        // one, not two (Go's range gives two)
+		{"\xe2\x82", "\uFFFD"}, // one, not two (Go's range gives two)
 		{"\xe2\x82\xe2\x82", "\uFFFD\uFFFD"},
 		{"\xf0\x9f\x98", "\uFFFD"},
 		{"\xf0\x9f\x98x", "\uFFFDx"},
@@ -84,7 +84,7 @@ func TestTinyTokenizer(t *testing.T) {
 	}{
 		{"ab", []int32{ab}},
 		{"abab", []int32{abab}},
-		{"aaa", []int32{aaa}},    // a a first (rank 1), then aa a
+		{"aaa", []int32{aaa}},     // a a first (rank 1), then aa a
 		{"aaaa", []int32{aa, aa}}, // leftmost of equal ranks first
 		{"x a", []int32{'x', sa}},
 		{"a<|end|>b", []int32{'a', 1000, 'b'}},
