@@ -142,7 +142,7 @@ func registerControllerFlags(fs *flag.FlagSet) *controllerFlags {
 		conn:        connect.Register(fs, connect.PartAll),
 		cache:       registerCacheFlags(fs, " of the replicas this controller starts"),
 		fnToken:     bearer.Function.Register(fs, "with --actuator local: the token the replicas require of every task (given them through their environment); the agents must send it"),
-		vocabDir:    fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab files from (fn serve --vocab-dir); empty: builtin only"),
+		vocabDir:    fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab and BPE tokenizer files from (fn serve --vocab-dir); empty: builtin only"),
 		allocator:   fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)"),
 	}
 }

@@ -92,7 +92,7 @@ func newFnApplyFlags(stderr io.Writer) *fnApplyFlags {
 	f.maxSampleMembers = fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
 	f.limit = fset.Int("limit", 0, "stop after this many samples (0: all)")
 	f.memFlag = registerMemoryLimitFlag(fset)
-	f.vocabDir = fset.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
+	f.vocabDir = fset.String("vocab-dir", "", "the only directory WordPiece vocab and BPE tokenizer files are read from (a spec names a file within it); empty: builtin only")
 	f.list = fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+
