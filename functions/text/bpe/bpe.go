@@ -266,11 +266,22 @@ func (h *pairHeap) Pop() any {
 // addedTokens finds added and special tokens in text: the leftmost match,
 // the longest of those that start there (Hugging Face's Aho-Corasick is
 // leftmost-longest; tiktoken's special tokens are not prefixes of each
-// other, so its leftmost-first alternation agrees).
+// other, so its leftmost-first alternation agrees). A trie: a position
+// costs the length of the longest token prefix there, so text full of
+// "<|" costs little more than any other.
 type addedTokens struct {
-	first [256][]addedToken // by first byte, longest first
-	only  int               // the one first byte all share, or -1
-	n     int
+	nodes []trieNode
+	only  int // the one first byte all tokens share, or -1
+}
+
+type trieNode struct {
+	edges []trieEdge
+	id    int32 // the token ending here, or -1
+}
+
+type trieEdge struct {
+	b    byte
+	node int32
 }
 
 type addedToken struct {
@@ -279,35 +290,51 @@ type addedToken struct {
 }
 
 func newAddedTokens(toks []addedToken) addedTokens {
-	a := addedTokens{only: -1, n: len(toks)}
+	a := addedTokens{only: -1}
+	if len(toks) == 0 {
+		return a
+	}
+	a.nodes = []trieNode{{id: -1}}
+	firsts := map[byte]bool{}
 	for _, tk := range toks {
-		a.first[tk.s[0]] = append(a.first[tk.s[0]], tk)
-	}
-	firsts := 0
-	for b := range a.first {
-		l := a.first[b]
-		if len(l) == 0 {
-			continue
+		firsts[tk.s[0]] = true
+		n := int32(0)
+		for i := 0; i < len(tk.s); i++ {
+			n = a.child(n, tk.s[i])
 		}
-		firsts++
-		a.only = b
-		// Longest first; equal lengths cannot both match.
-		for i := 1; i < len(l); i++ {
-			for k := i; k > 0 && len(l[k].s) > len(l[k-1].s); k-- {
-				l[k], l[k-1] = l[k-1], l[k]
-			}
-		}
+		a.nodes[n].id = tk.id // a token listed twice: the later id, as a map would
 	}
-	if firsts != 1 {
-		a.only = -1
+	if len(firsts) == 1 {
+		a.only = int(toks[0].s[0])
 	}
 	return a
+}
+
+func (a *addedTokens) child(n int32, b byte) int32 {
+	for _, e := range a.nodes[n].edges {
+		if e.b == b {
+			return e.node
+		}
+	}
+	a.nodes = append(a.nodes, trieNode{id: -1})
+	c := int32(len(a.nodes) - 1)
+	a.nodes[n].edges = append(a.nodes[n].edges, trieEdge{b, c})
+	return c
+}
+
+func (a *addedTokens) next(n int32, b byte) int32 {
+	for _, e := range a.nodes[n].edges {
+		if e.b == b {
+			return e.node
+		}
+	}
+	return -1
 }
 
 // cut splits text at its first added token: the text before it, its id,
 // the text after it, and whether there was one.
 func (a *addedTokens) cut(text string) (before string, id int32, after string, found bool) {
-	if a.n == 0 {
+	if len(a.nodes) == 0 {
 		return text, 0, "", false
 	}
 	for i := 0; i < len(text); i++ {
@@ -318,10 +345,17 @@ func (a *addedTokens) cut(text string) (before string, id int32, after string, f
 			}
 			i += k
 		}
-		for _, tk := range a.first[text[i]] {
-			if strings.HasPrefix(text[i:], tk.s) {
-				return text[:i], tk.id, text[i+len(tk.s):], true
+		end, id := -1, int32(0)
+		for n, j := int32(0), i; j < len(text); j++ {
+			if n = a.next(n, text[j]); n < 0 {
+				break
 			}
+			if a.nodes[n].id >= 0 {
+				end, id = j+1, a.nodes[n].id
+			}
+		}
+		if end >= 0 {
+			return text[:i], id, text[end:], true
 		}
 	}
 	return text, 0, "", false

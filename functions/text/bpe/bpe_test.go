@@ -39,7 +39,7 @@ func TestInvalidUTF8BecomesOneReplacementPerMaximalSubpart(t *testing.T) {
 
 // tinyHF is a byte-level tokenizer.json: the 256 byte symbols (id = byte)
 // and merges of a and b, with the given components.
-func tinyHF(t *testing.T, edit func(doc map[string]any)) string {
+func tinyHF(t testing.TB, edit func(doc map[string]any)) string {
 	t.Helper()
 	vocab := map[string]int{}
 	for b := range 256 {
@@ -211,5 +211,19 @@ func TestOversizeFilesAreRefusedUnread(t *testing.T) {
 	big := strings.NewReader(`{"x":"` + strings.Repeat("a", MaxFileBytes) + `"}`)
 	if _, err := LoadHF(big); err == nil || !strings.Contains(err.Error(), "over the 64 MiB limit") {
 		t.Errorf("LoadHF: %v", err)
+	}
+}
+
+// BenchmarkLongPiece is one piece of 1 MiB (a word without a space):
+// merged through the heap, O(n log n), where the scan would be quadratic.
+func BenchmarkLongPiece(b *testing.B) {
+	tok, err := LoadHF(strings.NewReader(tinyHF(b, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := strings.Repeat("aab", 1<<20/3)
+	b.SetBytes(int64(len(text)))
+	for range b.N {
+		tok.AppendIDs(nil, text, true, 0)
 	}
 }
