@@ -344,7 +344,7 @@ func (t *Tokenizer) hfAddedTokens(list []hfAdded) error {
 			return fmt.Errorf("%s: single_word is not supported", what)
 		case a.LStrip || a.RStrip:
 			return fmt.Errorf("%s: lstrip and rstrip are not supported", what)
-		case a.Normalized && t.nfc && !a.Special:
+		case a.Normalized && t.nfc:
 			return fmt.Errorf("%s: normalized with a normalizer is not supported", what)
 		}
 		toks = append(toks, addedToken{s: a.Content, id: int32(a.ID)})

@@ -292,12 +292,10 @@ func TestIDsMatchHuggingFace(t *testing.T) {
 	}
 }
 
-// Llama 3 as Meta publishes it puts <|begin_of_text|> before every
-// sequence (a TemplateProcessing post-processor after ByteLevel); the
-// packaged file has ByteLevel only, so the test writes that variant.
-func TestIDsMatchHuggingFaceTemplate(t *testing.T) {
-	dir := tokref(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "llama3.json"))
+// variant writes dir's name.json with some components replaced.
+func variant(t *testing.T, dir, name string, set map[string]string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,30 +303,52 @@ func TestIDsMatchHuggingFaceTemplate(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	doc["post_processor"] = json.RawMessage(`{"type":"Sequence","processors":[
+	for k, v := range set {
+		doc[k] = json.RawMessage(v)
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name+"-variant.json")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Llama 3 as Meta publishes it puts <|begin_of_text|> before every
+// sequence (a TemplateProcessing post-processor after ByteLevel); the
+// packaged file has ByteLevel only, so the test writes that variant, with
+// an EOS too. RoBERTa-style tokenizers set ByteLevel's add_prefix_space.
+func TestIDsMatchHuggingFaceVariants(t *testing.T) {
+	dir := tokref(t)
+	texts := samples(t)[:2000]
+	texts = append(texts, handPicked...)
+	t.Run("llama3 template", func(t *testing.T) {
+		path := variant(t, dir, "llama3", map[string]string{"post_processor": `{"type":"Sequence","processors":[
 		{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":false,"use_regex":true},
 		{"type":"TemplateProcessing",
 		 "single":[{"SpecialToken":{"id":"<|begin_of_text|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"<|end_of_text|>","type_id":0}}],
 		 "pair":[{"SpecialToken":{"id":"<|begin_of_text|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"<|begin_of_text|>","type_id":1}},{"Sequence":{"id":"B","type_id":1}}],
 		 "special_tokens":{"<|begin_of_text|>":{"id":"<|begin_of_text|>","ids":[128000],"tokens":["<|begin_of_text|>"]},
-		                   "<|end_of_text|>":{"id":"<|end_of_text|>","ids":[128001],"tokens":["<|end_of_text|>"]}}}]}`)
-	out, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "llama3-template.json")
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tok := loadHFFile(t, path)
-	if bos, eos := tok.Template(); !equal(bos, []int32{128000}) || !equal(eos, []int32{128001}) {
-		t.Fatalf("template %v %v, want [128000] [128001]", bos, eos)
-	}
-	texts := samples(t)[:2000]
-	for _, add := range []string{"add_special", "no_special"} {
-		want := reference(t, dir, texts, "hf", path, add)
-		compare(t, add, texts, func(s string) []int32 { return tok.Encode(s, add == "add_special") }, want)
-	}
+		                   "<|end_of_text|>":{"id":"<|end_of_text|>","ids":[128001],"tokens":["<|end_of_text|>"]}}}]}`})
+		tok := loadHFFile(t, path)
+		if bos, eos := tok.Template(); !equal(bos, []int32{128000}) || !equal(eos, []int32{128001}) {
+			t.Fatalf("template %v %v, want [128000] [128001]", bos, eos)
+		}
+		for _, add := range []string{"add_special", "no_special"} {
+			want := reference(t, dir, texts, "hf", path, add)
+			compare(t, add, texts, func(s string) []int32 { return tok.Encode(s, add == "add_special") }, want)
+		}
+	})
+	t.Run("gpt2 add_prefix_space", func(t *testing.T) {
+		path := variant(t, dir, "gpt2", map[string]string{
+			"pre_tokenizer": `{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true}`})
+		tok := loadHFFile(t, path)
+		want := reference(t, dir, texts, "hf", path, "add_special")
+		compare(t, "add_prefix_space", texts, func(s string) []int32 { return tok.Encode(s, true) }, want)
+	})
 }
 
 func TestIDsMatchTiktoken(t *testing.T) {
