@@ -227,3 +227,30 @@ func BenchmarkLongPiece(b *testing.B) {
 		tok.AppendIDs(nil, text, true, 0)
 	}
 }
+
+// A Tokenizer is shared by a replica's concurrent calls (run with -race).
+func TestConcurrentEncode(t *testing.T) {
+	tok, err := LoadHF(strings.NewReader(tinyHF(t, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("aab ab<|end|> x", 20) + strings.Repeat("ab", 200)
+	want := tok.Encode(text, true)
+	errs := make(chan string, 4)
+	for range 4 {
+		go func() {
+			for range 50 {
+				if got := tok.Encode(text, true); !equal(got, want) {
+					errs <- fmt.Sprintf("%v", got)
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 4 {
+		if e := <-errs; e != "" {
+			t.Errorf("concurrent encode gave %s, want %v", e, want)
+		}
+	}
+}
