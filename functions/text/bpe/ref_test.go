@@ -320,7 +320,8 @@ func variant(t *testing.T, dir, name string, set map[string]string) string {
 // Llama 3 as Meta publishes it puts <|begin_of_text|> before every
 // sequence (a TemplateProcessing post-processor after ByteLevel); the
 // packaged file has ByteLevel only, so the test writes that variant, with
-// an EOS too. RoBERTa-style tokenizers set ByteLevel's add_prefix_space.
+// an EOS too. RoBERTa-style tokenizers set ByteLevel's add_prefix_space;
+// without use_regex a segment is one piece.
 func TestIDsMatchHuggingFaceVariants(t *testing.T) {
 	dir := tokref(t)
 	texts := samples(t)[:2000]
@@ -341,6 +342,13 @@ func TestIDsMatchHuggingFaceVariants(t *testing.T) {
 			want := reference(t, dir, texts, "hf", path, add)
 			compare(t, add, texts, func(s string) []int32 { return tok.Encode(s, add == "add_special") }, want)
 		}
+	})
+	t.Run("gpt2 without its regex", func(t *testing.T) {
+		path := variant(t, dir, "gpt2", map[string]string{
+			"pre_tokenizer": `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}`})
+		tok := loadHFFile(t, path)
+		want := reference(t, dir, texts, "hf", path, "add_special")
+		compare(t, "use_regex false", texts, func(s string) []int32 { return tok.Encode(s, true) }, want)
 	})
 	t.Run("gpt2 add_prefix_space", func(t *testing.T) {
 		path := variant(t, dir, "gpt2", map[string]string{
