@@ -67,9 +67,14 @@ func BenchmarkEncode(b *testing.B) {
 	}{
 		{"gpt2", func() *Tokenizer { return loadHFFile(b, filepath.Join(dir, "gpt2.json")) },
 			map[string][]string{"hf": {"bench-hf", filepath.Join(dir, "gpt2.json"), "no_special"}}},
+		{"qwen2_5", func() *Tokenizer { return loadHFFile(b, filepath.Join(dir, "qwen2_5.json")) },
+			map[string][]string{"hf": {"bench-hf", filepath.Join(dir, "qwen2_5.json"), "no_special"}}},
 		{"cl100k_base", func() *Tokenizer {
 			return loadTiktokenFile(b, filepath.Join(dir, "cl100k_base.tiktoken"), "cl100k_base")
 		}, map[string][]string{"tiktoken": {"bench-tiktoken", "cl100k_base", "ordinary"}}},
+		{"o200k_base", func() *Tokenizer {
+			return loadTiktokenFile(b, filepath.Join(dir, "o200k_base.tiktoken"), "o200k_base")
+		}, map[string][]string{"tiktoken": {"bench-tiktoken", "o200k_base", "ordinary"}}},
 		{"llama3", func() *Tokenizer { return loadHFFile(b, filepath.Join(dir, "llama3.json")) },
 			map[string][]string{"hf": {"bench-hf", filepath.Join(dir, "llama3.json"), "no_special"}}},
 	}
