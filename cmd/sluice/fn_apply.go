@@ -261,7 +261,11 @@ func writeCatalog(w io.Writer) {
 			if a := p.Allowed(); a != string(p.Type) {
 				allowed = a + ": "
 			}
-			fmt.Fprintf(w, "      %-18s %-14s default %-14s %s%s\n", p.Name, p.Type, defaultText(p.Default), allowed, p.Doc)
+			def := "default " + defaultText(p.Default)
+			if p.Required {
+				def = "required"
+			}
+			fmt.Fprintf(w, "      %-18s %-14s %-22s %s%s\n", p.Name, p.Type, def, allowed, p.Doc)
 		}
 	}
 	fmt.Fprintln(w, "\nA spec file (YAML or JSON):\n  name: my-train\n  label: {member: cls}\n  ops:\n    - decode\n"+
