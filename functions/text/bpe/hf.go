@@ -134,8 +134,7 @@ func LoadHF(r io.Reader) (*Tokenizer, error) {
 	if err := t.hfPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
-	vocab, err := t.hfModel(&f.Model)
-	if err != nil {
+	if err := t.hfModel(&f.Model); err != nil {
 		return nil, err
 	}
 	if err := t.hfAddedTokens(f.AddedTokens); err != nil {
@@ -144,7 +143,6 @@ func LoadHF(r io.Reader) (*Tokenizer, error) {
 	if err := t.hfPostProcessor(f.PostProcessor, 0); err != nil {
 		return nil, err
 	}
-	_ = vocab
 	return t, nil
 }
 
@@ -238,31 +236,31 @@ func clip(s string, n int) string {
 	return s[:n] + "..."
 }
 
-func (t *Tokenizer) hfModel(m *hfModel) (map[string]int32, error) {
+func (t *Tokenizer) hfModel(m *hfModel) error {
 	switch {
 	case m.Type != "BPE":
-		return nil, fmt.Errorf("model %s is not supported (supported: BPE)", m.Type)
+		return fmt.Errorf("model %s is not supported (supported: BPE)", m.Type)
 	case m.Dropout != nil && *m.Dropout != 0:
-		return nil, fmt.Errorf("model BPE: dropout is not supported")
+		return fmt.Errorf("model BPE: dropout is not supported")
 	case m.ByteFallback:
-		return nil, fmt.Errorf("model BPE: byte_fallback is not supported (a byte-level BPE has every byte in its vocab)")
+		return fmt.Errorf("model BPE: byte_fallback is not supported (a byte-level BPE has every byte in its vocab)")
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
-		return nil, fmt.Errorf("model BPE: continuing_subword_prefix is not supported")
+		return fmt.Errorf("model BPE: continuing_subword_prefix is not supported")
 	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
-		return nil, fmt.Errorf("model BPE: end_of_word_suffix is not supported")
+		return fmt.Errorf("model BPE: end_of_word_suffix is not supported")
 	case len(m.Vocab) > MaxVocab:
-		return nil, fmt.Errorf("model BPE: %d vocab entries, over the limit of %d", len(m.Vocab), MaxVocab)
+		return fmt.Errorf("model BPE: %d vocab entries, over the limit of %d", len(m.Vocab), MaxVocab)
 	case len(m.Merges) > MaxMerges:
-		return nil, fmt.Errorf("model BPE: %d merges, over the limit of %d", len(m.Merges), MaxMerges)
+		return fmt.Errorf("model BPE: %d merges, over the limit of %d", len(m.Merges), MaxMerges)
 	}
 	vocab := make(map[string]int32, len(m.Vocab))
 	t.whole = make(map[string]int32, len(m.Vocab))
 	for s, id := range m.Vocab {
 		if id < 0 || id >= MaxVocab {
-			return nil, fmt.Errorf("model BPE: token %q has id %d, outside 0..%d", clip(s, 40), id, MaxVocab-1)
+			return fmt.Errorf("model BPE: token %q has id %d, outside 0..%d", clip(s, 40), id, MaxVocab-1)
 		}
 		if len(s) > MaxTokenBytes {
-			return nil, fmt.Errorf("model BPE: a token of %d bytes, over the limit of %d", len(s), MaxTokenBytes)
+			return fmt.Errorf("model BPE: a token of %d bytes, over the limit of %d", len(s), MaxTokenBytes)
 		}
 		vocab[s] = int32(id)
 		t.size = max(t.size, int(id)+1)
@@ -270,7 +268,7 @@ func (t *Tokenizer) hfModel(m *hfModel) (map[string]int32, error) {
 	for b := range 256 {
 		id, ok := vocab[string(byteToRune[b])]
 		if !ok {
-			return nil, fmt.Errorf("model BPE: the vocab has no token for byte 0x%02x (%q): not a byte-level vocab", b, string(byteToRune[b]))
+			return fmt.Errorf("model BPE: the vocab has no token for byte 0x%02x (%q): not a byte-level vocab", b, string(byteToRune[b]))
 		}
 		t.bytes[b] = id
 	}
@@ -278,13 +276,13 @@ func (t *Tokenizer) hfModel(m *hfModel) (map[string]int32, error) {
 	for i, raw := range m.Merges {
 		a, b, err := parseMerge(raw)
 		if err != nil {
-			return nil, fmt.Errorf("model BPE: merges[%d]: %w", i, err)
+			return fmt.Errorf("model BPE: merges[%d]: %w", i, err)
 		}
 		ia, oka := vocab[a]
 		ib, okb := vocab[b]
 		im, okm := vocab[a+b]
 		if !oka || !okb || !okm {
-			return nil, fmt.Errorf("model BPE: merges[%d] (%q %q): a token not in the vocab", i, clip(a, 40), clip(b, 40))
+			return fmt.Errorf("model BPE: merges[%d] (%q %q): a token not in the vocab", i, clip(a, 40), clip(b, 40))
 		}
 		// A pair listed twice takes its later rank, as tokenizers' HashMap does.
 		t.pairs[uint64(ia)<<32|uint64(uint32(ib))] = uint64(i)<<32 | uint64(uint32(im))
@@ -306,7 +304,7 @@ func (t *Tokenizer) hfModel(m *hfModel) (map[string]int32, error) {
 			t.whole[raw] = id
 		}
 	}
-	return vocab, nil
+	return nil
 }
 
 func parseMerge(raw json.RawMessage) (a, b string, err error) {
