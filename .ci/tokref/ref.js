@@ -9,7 +9,8 @@
 const fs = require("fs");
 const path = require("path");
 const [mode, arg, opt] = process.argv.slice(2);
-const dec = new TextDecoder("utf-8", { fatal: false });
+// ignoreBOM: a leading U+FEFF stays, as in Python's decode("utf-8").
+const dec = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
 const input = fs.readFileSync(0, "utf8").split("\n").filter((l) => l !== "").map((l) => l.slice(1));
 const texts = input.map((l) => dec.decode(Buffer.from(l, "base64")));
 // TOKREF_DIR is the directory install.sh prints.

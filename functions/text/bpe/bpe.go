@@ -16,8 +16,6 @@ import (
 	"container/heap"
 	"math"
 	"strings"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // Bounds on what is read from a tokenizer file.
@@ -114,8 +112,8 @@ func (t *Tokenizer) appendSegment(dst []int32, seg string, limit int, sc *scratc
 	if seg == "" {
 		return dst
 	}
-	if t.nfc && !norm.NFC.IsNormalString(seg) {
-		seg = norm.NFC.String(seg)
+	if t.nfc {
+		seg = nfcAsTokenizers(seg)
 	}
 	if t.prefixSpace && seg[0] != ' ' {
 		seg = " " + seg

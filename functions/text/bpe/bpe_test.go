@@ -254,3 +254,33 @@ func TestConcurrentEncode(t *testing.T) {
 		}
 	}
 }
+
+// The classes are Unicode 16.0's, as the references' regex engines have
+// them: Go's unicode package (15.0) has no U+2EBF0 (CJK Extension I, 15.1)
+// nor U+13460 (Egyptian Hieroglyphs Extended-A, 16.0).
+func TestClassesAreUnicode16(t *testing.T) {
+	for _, r := range []rune{'a', 0x2EBF0, 0x13460, 0x10D50} {
+		if classify(r)&cL == 0 {
+			t.Errorf("%U: not a letter", r)
+		}
+	}
+	if classify(0x10940)&cL != 0 { // Sidetic, Unicode 17.0: not yet
+		t.Errorf("U+10940: a letter")
+	}
+}
+
+// Hugging Face's NFC knows Unicode 9.0: U+0D3C (ccc 9 since 10.0) is a
+// starter to it, so it stays after U+0301 where standard NFC reorders it.
+func TestNFCAsTokenizers(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"A\u0308\u0301\u0d3c", "\u00c4\u0301\u0d3c"},
+		{"A\u0308\u0d3c\u0301", "\u00c4\u0d3c\u0301"},
+		{"e\u0301 A\u030a", "\u00e9 \u00c5"},
+		{"b\u0301\u0316", "b\u0316\u0301"},
+		{"plain", "plain"},
+	} {
+		if got := nfcAsTokenizers(c.in); got != c.want {
+			t.Errorf("nfcAsTokenizers(%+q) = %+q, want %+q", c.in, got, c.want)
+		}
+	}
+}

@@ -84,21 +84,26 @@ var (
 	bmpClass []uint8 // the class of every rune below 0x10000
 )
 
+//go:generate sh -c "node gen_unicode.mjs $(bash ../../../.ci/tokref/install.sh) > unicode16.go"
+
+// classify is r's classes in Unicode 16.0.0, the version the references'
+// regex engines use (unicode16.go; Go's unicode package is 15.0.0, and
+// letters added since would split differently).
 func classify(r rune) uint8 {
 	var c uint8
-	if unicode.IsLetter(r) {
+	if unicode.Is(ucdLetter, r) {
 		c |= cL
 	}
-	if unicode.IsNumber(r) {
+	if unicode.Is(ucdNumber, r) {
 		c |= cN
 	}
-	if unicode.IsSpace(r) { // White_Space, as \s in Rust's regex and Oniguruma
+	if unicode.Is(ucdSpace, r) { // White_Space, as \s in Rust's regex and Oniguruma
 		c |= cS
 	}
-	if unicode.In(r, unicode.Lu, unicode.Lt, unicode.Lm, unicode.Lo, unicode.M) {
+	if unicode.Is(ucdUpperish, r) {
 		c |= cU
 	}
-	if unicode.In(r, unicode.Ll, unicode.Lm, unicode.Lo, unicode.M) {
+	if unicode.Is(ucdLowerish, r) {
 		c |= cW
 	}
 	if r == '\r' || r == '\n' {

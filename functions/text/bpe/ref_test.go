@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 )
 
 // The reference libraries (Hugging Face tokenizers, tiktoken) and the
@@ -374,3 +375,73 @@ func TestIDsMatchTiktoken(t *testing.T) {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// randomTexts are texts of random code points from every plane, random
+// bytes (invalid UTF-8), and pieces of the patterns' edge cases: where
+// the corpus has no newly assigned letters, these find a character class
+// that disagrees with the references' (Go's unicode package is Unicode
+// 15.0, the references' regex engines 16.0, hence unicode16.go).
+func randomTexts(n int) []string {
+	r := rand.New(rand.NewPCG(7, 7))
+	pick := []string{" ", "  ", "\n", "\r\n", "\t", "'s", "'T", "'ll", "a", "Z", "1", "12345", ".", "/", "<|endoftext|>",
+		"<|im_start|>", "\u00a0", "\u3000", "e\u0301", "\u1100\u1161\u11a8", "\u0915\u094d\u0937", "A\u030a", "\u0041\u0308\u0301"}
+	var texts []string
+	for range n {
+		var b strings.Builder
+		for range 1 + r.IntN(30) {
+			var c rune
+			switch r.IntN(6) {
+			case 0:
+				b.WriteString(pick[r.IntN(len(pick))])
+				continue
+			case 1:
+				c = rune(r.IntN(0x3000))
+			case 2:
+				c = 0x3000 + rune(r.IntN(0x10000-0x3000))
+			case 3:
+				c = 0x10000 + rune(r.IntN(0x32000-0x10000))
+			case 4:
+				c = rune(r.IntN(0x110000))
+			case 5:
+				b.WriteByte(byte(r.IntN(256)))
+				continue
+			}
+			if utf8.ValidRune(c) {
+				b.WriteRune(c)
+			}
+		}
+		texts = append(texts, b.String())
+	}
+	return texts
+}
+
+func TestIDsMatchOnRandomText(t *testing.T) {
+	dir := tokref(t)
+	samples(t)
+	texts := randomTexts(10000)
+	for _, name := range []string{"gpt2", "llama3", "qwen2_5"} {
+		path := filepath.Join(dir, name+".json")
+		tok := loadHFFile(t, path)
+		compare(t, name, texts, func(s string) []int32 { return tok.Encode(s, true) }, reference(t, dir, texts, "hf", path, "add_special"))
+	}
+	for _, enc := range []string{"cl100k_base", "o200k_base"} {
+		tok := loadTiktokenFile(t, filepath.Join(dir, enc+".tiktoken"), enc)
+		compare(t, enc, texts, func(s string) []int32 { return tok.Encode(s, false) }, reference(t, dir, texts, "tiktoken", enc, "all"))
+	}
+}
+
+// unicode16.go is what gen_unicode.mjs makes of the pinned Unicode data.
+func TestUnicodeTablesAreGenerated(t *testing.T) {
+	dir := tokref(t)
+	out, err := exec.Command("node", "gen_unicode.mjs", dir).Output()
+	if err != nil {
+		t.Fatalf("node gen_unicode.mjs: %v", err)
+	}
+	have, err := os.ReadFile("unicode16.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, have) {
+		t.Error("unicode16.go differs from what gen_unicode.mjs makes: run go generate ./functions/text/bpe/")
+	}
+}
