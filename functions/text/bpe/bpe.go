@@ -10,6 +10,12 @@
 // bytes reach them only through a decode with replacement; Encode does
 // the same decode (each maximal ill-formed subpart becomes U+FFFD, as
 // Python's errors="replace" and JavaScript's TextDecoder do).
+//
+// Unicode versions: the split patterns' classes (\p{L}, \p{N}, \s...) are
+// Unicode 16.0's (unicode16.go, generated), as Oniguruma in tokenizers
+// 0.23.2 and regex-syntax in tiktoken 1.0.22 have them; NFC is Unicode
+// 9.0's, as tokenizers' normalizer has it (nfc.go). The tests compare ids
+// with those versions of the references (ref_test.go).
 package bpe
 
 import (
