@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -54,6 +55,7 @@ type bpeStage struct {
 	matchSpecial bool
 	padID        int32
 	maxText      int
+	ids          sync.Pool // *[]int32: a call's token buffer
 }
 
 func buildBPE(p Params, o Options) (stage, error) {
@@ -113,21 +115,34 @@ func (s *bpeStage) apply(st *state) error {
 		return fmt.Errorf("text of %s, over the op's max_text_bytes (%s)", bytesize.Format(int64(len(txt))), bytesize.Format(int64(s.maxText)))
 	}
 	room := s.maxLen - len(s.bos) - len(s.eos)
-	ids := make([]int32, 0, s.maxLen+8)
-	ids = append(ids, s.bos...)
-	ids = s.tok.AppendIDs(ids, txt, s.matchSpecial, len(s.bos)+room)
-	ids = append(ids[:min(len(ids), len(s.bos)+room)], s.eos...)
-	mask := make([]int32, s.maxLen)
-	for i := range ids {
-		mask[i] = 1
+	buf, _ := s.ids.Get().(*[]int32)
+	if buf == nil {
+		buf = new([]int32)
 	}
-	for len(ids) < s.maxLen {
-		ids = append(ids, s.padID)
+	defer s.ids.Put(buf)
+	toks := s.tok.AppendIDs((*buf)[:0], txt, s.matchSpecial, room)
+	*buf = toks
+	toks = toks[:min(len(toks), room)]
+	// The row straight into the output's bytes: BOS, the ids, EOS, padding.
+	ids, mask := make([]byte, 4*s.maxLen), make([]byte, 4*s.maxLen)
+	n := 0
+	put := func(id int32) {
+		binary.LittleEndian.PutUint32(ids[4*n:], uint32(id))
+		binary.LittleEndian.PutUint32(mask[4*n:], 1)
+		n++
+	}
+	for _, part := range [3][]int32{s.bos, toks, s.eos} {
+		for _, id := range part {
+			put(id)
+		}
+	}
+	for ; n < s.maxLen; n++ {
+		binary.LittleEndian.PutUint32(ids[4*n:], uint32(s.padID))
 	}
 	shape := []int{s.maxLen}
 	st.fields = append(st.fields,
-		Field{Name: "input_ids", DType: safetensors.I32, Shape: shape, Data: int32Bytes(ids)},
-		Field{Name: "attention_mask", DType: safetensors.I32, Shape: shape, Data: int32Bytes(mask)})
+		Field{Name: "input_ids", DType: safetensors.I32, Shape: shape, Data: ids},
+		Field{Name: "attention_mask", DType: safetensors.I32, Shape: shape, Data: mask})
 	return nil
 }
 
