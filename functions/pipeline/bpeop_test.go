@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,5 +194,40 @@ func TestTokenizerCacheSharesOneLoad(t *testing.T) {
 	}
 	if c, err := o.Tokenizers.load("tiny.json", "", o); err != nil || c == a {
 		t.Errorf("a changed file: %v, same tokenizer %v", err, c == a)
+	}
+}
+
+// A replica runs one pipeline's samples at once (run with -race).
+func TestBPEOpConcurrent(t *testing.T) {
+	p, err := Lookup(bpeSpec(", tokenizer: tiny.json, max_len: 64"), Options{VocabDir: tokenizerDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"hi hi hi", strings.Repeat("hi ", 100), "", "a</s>b hi"}
+	want := make([][]int32, len(texts))
+	for i, s := range texts {
+		want[i] = int32s(run(t, p, wds.Sample{Key: "k", Files: map[string][]byte{"txt": []byte(s)}}, 1).Fields[0].Data)
+	}
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for k := range 100 {
+				i := (g + k) % len(texts)
+				out, err := p.Process(wds.Sample{Key: "k", Files: map[string][]byte{"txt": []byte(texts[i])}}, 1)
+				if err == nil && !cmp.Equal(int32s(out.Fields[0].Data), want[i]) {
+					err = fmt.Errorf("text %d: ids %v, want %v", i, int32s(out.Fields[0].Data), want[i])
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
