@@ -169,13 +169,23 @@ func (b *Broker) jobsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kvs.jobs, nil
 }
 
+// SubmitOption sets what a job record holds besides its spec.
+type SubmitOption func(*wire.Job)
+
+// WithTeamKey lets the job's agents connect to NATS as the job with key,
+// its team key: the record holds the hash of their password
+// (wire.AgentPasswordHash), never the key.
+func WithTeamKey(key []byte) SubmitOption {
+	return func(j *wire.Job) { j.AgentAuth = wire.AgentPasswordHash(wire.AgentNATSPassword(key)) }
+}
+
 // Submit checks spec (its SpecCheck, after WithDefaults), lists its
 // dataset's shards, records the job, creates its task consumer (the queue
 // its agents share, streams.Dispatch) and queues one task per shard per
 // epoch, each epoch in ShardOrder. It returns once every task is stored. A
 // Submit that fails after recording the job removes what it created, so it
 // can simply be retried.
-func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error) {
+func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec, opts ...SubmitOption) (wire.Job, error) {
 	spec = spec.WithDefaults()
 	if err := b.checkSpec(spec); err != nil {
 		return wire.Job{}, err
@@ -203,6 +213,9 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec) (wire.Job, error
 	}
 	now := time.Now().UTC()
 	job := wire.Job{Spec: spec, Bucket: bucket, Shards: shards, Submitted: now, State: wire.JobQueued, Updated: now}
+	for _, o := range opts {
+		o(&job)
+	}
 	if err := checkTaskBounds(job); err != nil {
 		return wire.Job{}, err
 	}

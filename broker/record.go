@@ -41,6 +41,9 @@ func CheckRecord(key string, job wire.Job) error {
 	default:
 		ps = append(ps, fmt.Sprintf("state %q is not a job state", job.State))
 	}
+	if a := job.AgentAuth; a != "" && !isSHA256Hex(a) {
+		ps = append(ps, "agent_auth is not a SHA-256 (64 hex digits)")
+	}
 	if job.Submitted.IsZero() {
 		ps = append(ps, "no submission time")
 	}
@@ -66,4 +69,16 @@ func shardProblems(shards []string, prefix string) []string {
 		}
 	}
 	return nil
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

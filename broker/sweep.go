@@ -35,7 +35,10 @@ type Planner interface {
 // sum), and records the sweep. A job the planner cannot size starts
 // cold; without a planner (nil) each starts with its min_replicas. A
 // sweep that fails part-way removes the jobs it submitted.
-func (b *Broker) SubmitSweep(ctx context.Context, spec wire.SweepSpec, planner Planner) (wire.Sweep, error) {
+//
+// teamKey, when given, is each job's team key (WithTeamKey): the key its
+// agents connect to NATS with.
+func (b *Broker) SubmitSweep(ctx context.Context, spec wire.SweepSpec, planner Planner, teamKey ...func(job string) []byte) (wire.Sweep, error) {
 	if err := spec.Validate(); err != nil {
 		return wire.Sweep{}, err
 	}
@@ -79,7 +82,11 @@ func (b *Broker) SubmitSweep(ctx context.Context, spec wire.SweepSpec, planner P
 			}
 		}
 		js.InitialReplicas = max(n, 0)
-		if _, err := b.Submit(ctx, js); err != nil {
+		var opts []SubmitOption
+		for _, k := range teamKey {
+			opts = append(opts, WithTeamKey(k(js.ID)))
+		}
+		if _, err := b.Submit(ctx, js, opts...); err != nil {
 			rollback()
 			return wire.Sweep{}, fmt.Errorf("sweep %s: %w", spec.ID, err)
 		}

@@ -60,6 +60,11 @@ type Controller struct {
 	// inputs made of them each tick.
 	demandMu sync.Mutex
 	demand   *demandBook
+
+	// calloutMu guards calloutSub, the auth callout's subscription
+	// (ServeCallout).
+	calloutMu  sync.Mutex
+	calloutSub *nats.Subscription
 }
 
 // New checks opts and builds a controller; logger and reg may be nil.
@@ -153,6 +158,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Lock()
 	c.plans = planner.NewStore(plansKV)
 	c.mu.Unlock()
+	if err := c.ServeCallout(); err != nil {
+		return err
+	}
+	defer c.stopCallout()
 	stopListen, err := c.listenDemand()
 	if err != nil {
 		return err

@@ -16,6 +16,13 @@
 // stops first). One that is not JSON is left alone. Both are counted
 // (sluice_controller_invalid_job_records_total).
 //
+// With Options.CalloutIssuer every controller answers the NATS server's
+// auth callout (callout.go, a queue group): an agent connecting as its
+// job (wire.AgentNATSUser) with the password of the job's team key gets
+// the agent's permissions narrowed to that job (natsperm.AgentFor);
+// anything else is refused, logged and counted
+// (sluice_controller_agent_logins_total).
+//
 // Run first creates (or updates) the streams and buckets; on a NATS
 // cluster that cannot answer yet it retries with backoff and a Warn line
 // per retry until its context ends, so controllers started together with

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/logbuf"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/synth"
@@ -38,27 +39,45 @@ const samplesPerShard = 4
 // only: the controller never sees samples), and a pool actuator that
 // "runs" replicas of that server.
 type env struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	s3   *s3.Client
-	b    *broker.Broker
-	gate *gate
-	pool *pool
-	reg  *prometheus.Registry
+	nc *nats.Conn
+	js jetstream.JetStream
+	// secure, when set, is the server with the shipped authorization:
+	// nc and js are the admin's, a controller connects as its own user
+	// and answers the auth callout, agents connect as their jobs.
+	secure *testenv.SecureNATS
+	s3     *s3.Client
+	b      *broker.Broker
+	gate   *gate
+	pool   *pool
+	reg    *prometheus.Registry
 }
 
 func newEnv(t *testing.T, shards int) *env { return newEnvTB(t, shards) }
 
 func newBenchEnv(b *testing.B) *env { return newEnvTB(b, 2) }
 
+// newSecureEnv is newEnv on a server with the shipped authorization.
+func newSecureEnv(t *testing.T, shards int) *env {
+	secure := testenv.NewSecureNATS(t)
+	nc, js := secure.Connect(t, natsperm.Admin())
+	e := newEnvOn(t, shards, nc, js)
+	e.secure = secure
+	return e
+}
+
 func newEnvTB(t testing.TB, shards int) *env {
 	t.Helper()
-	ctx := context.Background()
 	_, nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newEnvOn(t, shards, nc, js)
+}
+
+func newEnvOn(t testing.TB, shards int, nc *nats.Conn, js jetstream.JetStream) *env {
+	t.Helper()
+	ctx := context.Background()
 	s3c, _ := testenv.S3(t, "")
 	imgs, err := synth.Images(synth.ImageOptions{Samples: shards, Shards: shards, Seed: 1, MinSide: 8, MaxSide: 8, Quality: 50, Classes: 2})
 	if err != nil {
@@ -474,6 +493,7 @@ type running struct {
 	c      *Controller
 	cancel context.CancelFunc
 	done   chan error
+	logs   *logbuf.Buffer
 }
 
 func (e *env) startController(t *testing.T, id string, o Options) *running {
@@ -483,6 +503,10 @@ func (e *env) startController(t *testing.T, id string, o Options) *running {
 func (e *env) startControllerB(t testing.TB, id string, o Options) *running {
 	t.Helper()
 	o.ID, o.NC, o.JS, o.Broker = id, e.nc, e.js, e.b
+	if e.secure != nil {
+		o.NC, o.JS = e.secure.Connect(t, natsperm.Controller())
+		o.Broker, o.CalloutIssuer = broker.New(o.JS, nil, streams.Options{}, nil), e.secure.Auth.CalloutIssuer
+	}
 	if o.Actuator == nil {
 		o.Actuator = e.pool
 	}
@@ -504,7 +528,7 @@ func (e *env) startControllerB(t testing.TB, id string, o Options) *running {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
+	r := &running{c: c, cancel: cancel, done: make(chan error, 1), logs: logs}
 	go func() { r.done <- c.Run(ctx) }()
 	t.Cleanup(func() {
 		r.stop(t)

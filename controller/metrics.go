@@ -22,6 +22,9 @@ type metrics struct {
 	invalidRecords prometheus.Counter
 	// refused counts demand signals not kept, by reason.
 	refused *prometheus.CounterVec
+	// agentLogins counts the auth callouts answered, by result:
+	// accepted, or why refused.
+	agentLogins *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,6 +64,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_autoscale_demand_refused_total",
 			Help: "Demand signals refused: of a reader the job does not declare, naming an agent over the bounds, or with a count out of bounds.",
 		}, []string{"reason"})),
+		agentLogins: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_agent_logins_total",
+			Help: "Agents' NATS logins the controller answered (the server's auth callout), by result: accepted, or why refused " +
+				"(not_agent_user, no_job, no_credential, wrong_password, lookup_error, bad_request).",
+		}, []string{"result"})),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/broker"
@@ -89,6 +90,13 @@ type Options struct {
 	// Autoscale tunes the policy; zero means autoscale.DefaultConfig. Its
 	// MaxReplicas and ClusterCapacity are set from MaxReplicas.
 	Autoscale autoscale.Config
+	// CalloutIssuer, when set, makes the controller answer the NATS
+	// server's auth callout (natsperm.Render): agents connect as their
+	// jobs, each granted its own job's permissions (natsperm.AgentFor),
+	// signed with this account key pair, whose public key the server's
+	// configuration names as the callout's issuer. Nil: no callout is
+	// served (a NATS server without one).
+	CalloutIssuer nkeys.KeyPair
 	// Abandon makes Run, when its context ends, stop its jobs and return
 	// without scaling replicas down, deleting plans or releasing leases,
 	// as if the process had died: a standby takes the jobs once the leases
@@ -143,6 +151,11 @@ func (o Options) validate() error {
 	}
 	if o.NC == nil || o.JS == nil {
 		bad("a NATS connection and JetStream are required")
+	}
+	if o.CalloutIssuer != nil {
+		if pub, err := o.CalloutIssuer.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
+			bad("callout issuer: want an account nkey (its seed starts with SA)")
+		}
 	}
 	if o.Broker == nil {
 		bad("a broker is required")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent"
@@ -56,25 +57,36 @@ func realFunction(w http.ResponseWriter, r *http.Request) {
 
 // TestJobRunsWithTheRealAgent: a job run by the controller and read
 // through the real trainer agent (package traineragent, in process, as
-// `sluice agent` runs it), not the hand-written fake: the agent follows
+// `sluice agent` runs it), not the hand-written fake, each on NATS as a
+// deployment runs them (the shipped authorization: the controller as its
+// user, answering the auth callout; the agent as its job, with the team
+// key the job was submitted with): the agent follows
 // the controller's dispatch plan to the replicas the controller scaled
 // up, every sample of every epoch reaches the trainer once, the agent's
 // done key ends the job as succeeded, its status counts every task and
 // sample and the reader's progress from the agent's demand, and the
 // replicas go back to zero.
 func TestJobRunsWithTheRealAgent(t *testing.T) {
-	e := newEnv(t, 3)
+	e := newSecureEnv(t, 3)
 	fn := httptest.NewServer(http.HandlerFunc(realFunction))
 	t.Cleanup(fn.Close)
 	replicas := newPool(fn.URL)
 	e.startController(t, "c1", Options{Actuator: replicas})
-	job := e.submit(t, spec("real", "img", 2))
-	agent, err := traineragent.New(e.nc, e.js, job, traineragent.Options{Name: "node-a", DemandInterval: 100 * time.Millisecond}, nil, nil, nil)
-	if err != nil {
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("real", "img", 2), broker.WithTeamKey(key)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	anc, ajs, err := e.secure.ConnectAgent(t, "real", key)
+	if err != nil {
+		t.Fatalf("the agent connecting as its job: %v", err)
+	}
+	agent, err := traineragent.Open(ctx, anc, ajs, "real", traineragent.Options{Name: "node-a", DemandInterval: 100 * time.Millisecond}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := agent.Job()
 	ran := make(chan error, 1)
 	go func() { ran <- agent.Run(ctx) }()
 

@@ -39,8 +39,8 @@ type Agent struct {
 	disp    atomic.Pointer[dispatch.Dispatcher]
 
 	// roomCh is closed when a reader's state changes, for the sends
-	// waiting for room in the output buffer (buffer.go). Taken after a
-	// reader's mu.
+	// waiting for room in the output buffer (buffer.go). A leaf of the
+	// lock order (see Reader): taken under a reader's mu.
 	roomMu sync.Mutex
 	roomCh chan struct{}
 	// roomWaits counts the sends waiting for room now.
@@ -122,13 +122,14 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r.completed = a.shardsRecorded
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
-			r.ranks.dropFixed = true // the team's agents share it
+			r.st.ranks.dropFixed = true // the team's agents share it
 			auth := &teamAuth{key: opts.TeamKey, job: job.Spec.ID, reader: name}
 			if slices.Contains(opts.Ranks, 0) {
-				r.team = newTeam(opts.WorldSize, opts.Ranks, auth)
+				r.planAsTeam(newTeam(opts.WorldSize, opts.Ranks, auth))
 			} else {
-				r.member = newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
-				r.member.auth, r.member.m = auth, r.m
+				m := newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
+				m.auth, m.m = auth, r.m
+				r.joinTeam(m)
 			}
 		}
 		a.readers = append(a.readers, r)
@@ -261,33 +262,26 @@ func (a *Agent) run(ctx context.Context) error {
 	}
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(ctx)
+	// The roles stop first (a planner stops answering its team, so its
+	// members find no planner rather than one stopping), then the
+	// background work.
+	var stops []func()
 	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
 		stopBG()
 		bg.Wait()
-		for _, r := range a.readers {
-			if r.member != nil {
-				r.member.stopRun()
-			}
-		}
 	}()
 	dispatched := make(chan error, 1)
 	bg.Go(func() { dispatched <- d.Run(bgCtx) })
 	bg.Go(func() { a.watchJob(bgCtx, jobs) })
 	for _, r := range a.readers {
-		switch {
-		case r.member != nil:
-			bg.Go(func() { r.member.keepStatus(bgCtx) })
-			bg.Go(func() { r.member.keepNotes(bgCtx) })
-		default:
-			bg.Go(func() { r.keepAlive(bgCtx) })
+		stop, err := r.role.start(bgCtx, a.nc, &bg)
+		if err != nil {
+			return err
 		}
-		if r.team != nil {
-			sub, err := r.serveTeam(bgCtx, a.nc)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = sub.Unsubscribe() }()
-		}
+		stops = append(stops, stop)
 		bg.Go(func() { r.gpu.run(bgCtx) })
 	}
 	demandCtx, stopDemand := context.WithCancel(bgCtx)
@@ -303,13 +297,7 @@ func (a *Agent) run(ctx context.Context) error {
 		return err
 	}
 	for _, r := range a.readers {
-		if r.member != nil {
-			continue // the planner records the reader
-		}
-		if err := r.sync(ctx, false); err != nil {
-			return err
-		}
-		if err := r.writeDone(ctx); err != nil {
+		if err := r.role.finish(ctx); err != nil {
 			return err
 		}
 	}
@@ -326,13 +314,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 		return nil, nil, fmt.Errorf("opening the job store (bucket %s): %w", wire.JobsBucket, err)
 	}
 	for _, r := range a.readers {
-		if r.member != nil {
-			r.mu.Lock()
-			r.loaded = true // the planner keeps the position
-			r.mu.Unlock()
-			continue
-		}
-		if err := r.loadPosition(ctx, a.js); err != nil {
+		if err := r.role.open(ctx, a.js); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -345,11 +327,9 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	for _, r := range a.readers {
 		r.mu.Lock()
 		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
-		r.notify()
-		r.mu.Unlock()
-		if m := r.member; m != nil {
-			m.settle, m.arrived = d.Settle, r.arrived
-		}
+		r.st.changed = true
+		r.unlock()
+		r.role.dispatching(d)
 	}
 	a.disp.Store(d)
 	for _, r := range a.readers {
@@ -508,10 +488,7 @@ func (a *Agent) succeededWithoutMe(e jetstream.KeyValueEntry) bool {
 		return false
 	}
 	for _, r := range a.readers {
-		r.mu.Lock()
-		finished := r.handedOut()
-		r.mu.Unlock()
-		if !finished {
+		if !r.handedOut() {
 			return true
 		}
 	}
@@ -575,14 +552,10 @@ var _ dispatch.Sink = (*sink)(nil)
 // output buffer, not counting those of readers that lag (they keep no
 // new shard: lag.go).
 func (s *sink) Room() bool {
-	if m := s.readers[0].member; m != nil {
-		return m.room(s.job.Spec.OutputBufferBytes) // a team serves one reader
-	}
 	held := make([]int64, len(s.readers))
 	wants := make([]bool, len(s.readers))
 	for i, r := range s.readers {
-		held[i], wants[i] = r.heldBytes(), r.wantsMore()
-		held[i] += r.producerBytes()
+		held[i], wants[i], _ = r.role.buffer()
 	}
 	buffer := s.job.Spec.OutputBufferBytes
 	bound := s.opts.MaxLagBytes
@@ -609,35 +582,25 @@ func (s *sink) Chunk(task wire.ShardTask, index int, data []byte) error {
 	// fails the send: the others drop the copies of the retry.
 	var errs []error
 	for _, r := range s.readers {
-		if r.member != nil {
-			errs = append(errs, r.member.chunk(task, index, data))
-			continue
-		}
-		errs = append(errs, r.addChunk(task, index, data))
+		errs = append(errs, r.role.chunk(task, index, data))
 	}
 	return errors.Join(errs...)
 }
 
 func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {
-	if m := s.readers[0].member; m != nil {
-		m.end(task, &end, "")
-		return // settled once the planner's position has it
-	}
 	for _, r := range s.readers {
-		r.addEnd(task, end)
+		r.role.end(task, &end, "")
 	}
 	// A copy of a shard every reader had recorded (a task redelivered
-	// after its settle was lost) settles at once; others once recorded.
+	// after its settle was lost) settles at once; others once recorded (a
+	// member's position is its planner's: it records none, and settles
+	// what the planner says is complete).
 	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
 }
 
 func (s *sink) Failed(task wire.ShardTask, reason string) {
-	if m := s.readers[0].member; m != nil {
-		m.end(task, nil, reason)
-		return
-	}
 	for _, r := range s.readers {
-		r.addFailed(task, reason)
+		r.role.end(task, nil, reason)
 	}
 	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
 }

@@ -265,7 +265,7 @@ func BenchmarkAssembleAndWrite(b *testing.B) {
 	const shards, chunksPerShard, perChunk, batch = 2, 8, 26, 256
 	job := testJob("aw", 1, batch, make(layout, shards))
 	msgs, size := imageNetOutput(b, "aw", shards, chunksPerShard, perChunk)
-	meta := map[string]string{MetaBatchJob: "aw"}
+	meta := map[string]string{wire.MetaBatchJob: "aw"}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

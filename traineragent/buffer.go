@@ -39,27 +39,6 @@ func intakeRoom(buffer int64, held []int64, starved, lagging []bool) bool {
 	return kept < buffer
 }
 
-// starved reports whether the reader's ranks wait for rows: their next
-// step cannot be formed from what the reader holds (a team's planner:
-// its own ranks' share); a.mu must be held.
-func (a *Reader) starved() bool {
-	if a.closing {
-		return true // nothing is handed out any more: let the send end
-	}
-	if a.team != nil {
-		return a.teamWants("")
-	}
-	return !a.stepReady()
-}
-
-// bufferState is what the reader holds and whether it is starved.
-func (a *Reader) bufferState() (held int64, starved bool) {
-	a.mu.Lock()
-	held, starved, prod := a.asm.heldBytes, a.starved(), a.producer
-	a.mu.Unlock()
-	return held + prod.heldBytes(), starved
-}
-
 // roomPoll is how often a send waiting for room looks again where no
 // change is signalled (a member's room follows the planner's answers).
 const roomPoll = 100 * time.Millisecond
@@ -94,14 +73,11 @@ func (s *sink) waitRoom(ctx context.Context) error {
 }
 
 func (s *sink) intakeRoom(buffer int64) bool {
-	if m := s.readers[0].member; m != nil {
-		return m.intakeRoom(buffer) // a team serves one reader
-	}
 	held := make([]int64, len(s.readers))
 	starved := make([]bool, len(s.readers))
 	lagging := make([]bool, len(s.readers))
 	for i, r := range s.readers {
-		held[i], starved[i] = r.bufferState()
+		held[i], _, starved[i] = r.role.buffer()
 		lagging[i] = r.shedding.Load()
 	}
 	return intakeRoom(buffer, held, starved, lagging)

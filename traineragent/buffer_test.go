@@ -113,7 +113,12 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 	close(hold)
 
 	bound := job.Spec.OutputBufferBytes + inFlight*chunk
-	held := func() int64 { return a.readers[0].heldBytes() }
+	held := func() int64 {
+		r := a.readers[0]
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.st.asm.heldBytes
+	}
 	var most int64
 	testenv.CheckFor(t, 20*time.Second, 5*time.Millisecond, func() error {
 		h := held()
@@ -186,7 +191,7 @@ func TestBatchWrittenFromRunsIsItsFile(t *testing.T) {
 	if len(b.runs) != 2 || len(b.runs[0]) != 3 {
 		t.Fatalf("runs %d, of image %d: want 2 tensors of 3 runs", len(b.runs), len(b.runs[0]))
 	}
-	meta := map[string]string{MetaBatchJob: "j"}
+	meta := map[string]string{wire.MetaBatchJob: "j"}
 	head, size, err := b.header(meta)
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func spanRows(sp rowSpan, data []byte) ([]sample, *schema, error) {
 // reported failed.
 func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 	a.mu.Lock()
-	sc, prod := a.asm.schema, a.producer
+	sc, prod := a.st.asm.schema, a.producer
 	a.mu.Unlock()
 	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
 		if sp.data != nil {
@@ -77,26 +77,12 @@ func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 	})
 	if err != nil {
 		a.mu.Lock()
-		a.lost(p, err)
-		a.mu.Unlock()
+		a.st.lost(p, err)
+		a.unlock()
 		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, p.Step, err)
 	}
 	p.Batch, p.Spans = b, nil
 	return p, nil
-}
-
-// lost reports the samples of a part the trainer will not get (a row
-// whose key another agent holds is named by its chunk and row); a.mu must
-// be held.
-func (a *Reader) lost(p rankPart, err error) {
-	a.log.Warn("a part could not be cut; its samples are reported failed", "samples", len(p.Keys), "err", err)
-	names := spanKeys(p.Spans)
-	for i, k := range p.Keys {
-		if k == "" && i < len(names) {
-			k = names[i]
-		}
-		a.recordFailed(wire.FailedSample{Key: k, Reason: "cutting its part: " + err.Error()})
-	}
 }
 
 // spanKeys names the rows of spans whose keys are not known here.
@@ -123,7 +109,7 @@ type producer struct {
 	// produced last (0: none): they count in the job's output buffer.
 	maxBytes int64
 
-	mu     sync.Mutex
+	mu     sync.Mutex // a leaf (see Reader): nothing is locked under it
 	shards map[shardRef]*production
 	order  []shardRef
 }

@@ -145,15 +145,3 @@ func (w *stallWindow) roll(now time.Time, c clientWindow, gpu float64) wire.Dema
 	*w = stallWindow{Start: now, BlockedSince: w.BlockedSince, Capacity: w.Capacity, Done: w.Done, Credit: credit}
 	return d
 }
-
-// closeWindow ends the demand window at now with the GPU's mean
-// utilisation gpu (negative: none read): the step reports of the window
-// are split and counted, and the window's demand returned. a.mu must be
-// held.
-func (a *Reader) closeWindow(now time.Time, gpu float64) wire.Demand {
-	c := a.steps.closeWindow(now.Sub(a.window.Start), gpu)
-	a.m.countSteps(c.PerRank)
-	d := a.window.roll(now, c, gpu)
-	a.m.gpuUtilization.Set(d.GPUUtilization)
-	return d
-}

@@ -10,8 +10,11 @@
 // holds only tasks, positions, job records and signals.
 //
 // Files: agent.go (the Agent: its dispatcher as the readers' sink, the
-// settling of tasks, demand), reader.go (a Reader: intake, batches,
-// stats), stepper.go and ranks.go (steps per rank), store.go, posstore.go
+// settling of tasks, demand), state.go (a reader's bookkeeping,
+// readerState: no lock, no I/O), reader.go (the Reader, the shell around
+// it: the lock, waiters, logs, metrics; and the agent's lock order),
+// role.go (a reader's role: a lone agent, a team's planner or member),
+// stepper.go and ranks.go (steps per rank), store.go, posstore.go
 // and recorded.go (the position: loading, writing, what it has
 // complete), resume.go and replayset.go (resume), lag.go (shedding),
 // team.go, teamplan.go, teamserve.go, member.go and cut.go (a reader's

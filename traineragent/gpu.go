@@ -29,8 +29,8 @@ type gpuMeter struct {
 	every time.Duration
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	sum     float64 // readings since the last take
+	mu      sync.Mutex // a leaf (see Reader): nothing is locked under it
+	sum     float64    // readings since the last take
 	n       int
 	failing bool // the last reading failed (logged once per run of failures)
 }

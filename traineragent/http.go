@@ -12,13 +12,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-project/sluice/format/safetensors"
-)
-
-// Safetensors metadata keys of a batch served over HTTP.
-const (
-	MetaBatchEpoch = "epoch"
-	MetaBatchKeys  = "keys" // JSON array of sample keys in row order
-	MetaBatchJob   = "job"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Encode writes b as a safetensors file with the job, epoch and keys in its metadata.
@@ -37,9 +31,9 @@ func (b Batch) metadata(job string) (map[string]string, error) {
 		return nil, fmt.Errorf("encoding batch keys: %w", err)
 	}
 	return map[string]string{
-		MetaBatchJob:   job,
-		MetaBatchEpoch: strconv.Itoa(b.Epoch),
-		MetaBatchKeys:  string(keys),
+		wire.MetaBatchJob:   job,
+		wire.MetaBatchEpoch: strconv.Itoa(b.Epoch),
+		wire.MetaBatchKeys:  string(keys),
 	}, nil
 }
 
@@ -51,11 +45,11 @@ func DecodeBatch(data []byte) (Batch, error) {
 		return Batch{}, err
 	}
 	var b Batch
-	if b.Epoch, err = strconv.Atoi(f.Metadata[MetaBatchEpoch]); err != nil {
-		return Batch{}, fmt.Errorf("batch metadata %q: %w", MetaBatchEpoch, err)
+	if b.Epoch, err = strconv.Atoi(f.Metadata[wire.MetaBatchEpoch]); err != nil {
+		return Batch{}, fmt.Errorf("batch metadata %q: %w", wire.MetaBatchEpoch, err)
 	}
-	if err := json.Unmarshal([]byte(f.Metadata[MetaBatchKeys]), &b.Keys); err != nil {
-		return Batch{}, fmt.Errorf("batch metadata %q: %w", MetaBatchKeys, err)
+	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaBatchKeys]), &b.Keys); err != nil {
+		return Batch{}, fmt.Errorf("batch metadata %q: %w", wire.MetaBatchKeys, err)
 	}
 	names := make([]string, 0, len(f.Tensors))
 	for name := range f.Tensors {
@@ -67,31 +61,6 @@ func DecodeBatch(data []byte) (Batch, error) {
 	}
 	return b, nil
 }
-
-// Safetensors metadata keys a rank's part of a global step adds over
-// HTTP, and the headers of GET /v1/batch.
-const (
-	MetaBatchReader    = "reader"     // the reader the agent is (for State.Reader)
-	MetaBatchStep      = "step"       // the global step's index within the epoch
-	MetaBatchRank      = "rank"       // the rank the part is for
-	MetaBatchWorldSize = "world_size" // ranks the step was split over
-	MetaBatchLastStep  = "last_step"  // "true" on the epoch's last step
-	// MetaBatchPosition is the JSON of the reader's position once the
-	// whole step was handed out: a trainer keeps the last one its loop
-	// took in its checkpoint (State.Position) and resumes from it.
-	MetaBatchPosition = "position"
-	// MetaBatchEpochFailed, on an epoch's last step, counts the epoch's
-	// samples that are not in it (failed preprocessing, or a shard that
-	// failed for good; GET /v1/stats lists them): "0" when none.
-	MetaBatchEpochFailed = "epoch_failed"
-
-	HeaderEpoch = "Sluice-Epoch"
-	HeaderStep  = "Sluice-Step"
-	// HeaderEnd says why GET /v1/batch answered 410: EndDelivered or EndEnded.
-	HeaderEnd    = "Sluice-End"
-	EndDelivered = "delivered" // the rank got every step of every epoch
-	EndEnded     = "ended"     // the job was cancelled, failed or deleted
-)
 
 // Handler serves the agent to a trainer's ranks in other processes:
 //
@@ -118,9 +87,9 @@ const (
 //	GET /v1/stats  200: Stats as JSON (durations in seconds).
 func (a *Reader) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/batch", a.serveBatch)
-	mux.HandleFunc("POST /v1/resume", a.serveResume)
-	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+wire.AgentPathBatch, a.serveBatch)
+	mux.HandleFunc("POST "+wire.AgentPathResume, a.serveResume)
+	mux.HandleFunc("GET "+wire.AgentPathStats, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(a.Stats()); err != nil {
 			a.log.Debug("writing stats", "err", err)
@@ -157,11 +126,11 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 	var errs []error
 	var ok [3]bool
 	var e error
-	req.rank, _, e = intParam("rank", 0, MaxWorldSize-1)
+	req.rank, _, e = intParam(wire.AgentParamRank, 0, MaxWorldSize-1)
 	errs = append(errs, e)
-	req.world, _, e = intParam("world_size", 1, MaxWorldSize)
+	req.world, _, e = intParam(wire.AgentParamWorldSize, 1, MaxWorldSize)
 	errs = append(errs, e)
-	switch v := q.Get("drop_last"); v {
+	switch v := q.Get(wire.AgentParamDropLast); v {
 	case "":
 	case "1", "true":
 		req.dropLast = new(bool)
@@ -173,11 +142,11 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 	}
 	var r StepReport
 	var steps int
-	steps, ok[0], e = intParam("steps", 0, math.MaxInt32)
+	steps, ok[0], e = intParam(wire.AgentParamSteps, 0, math.MaxInt32)
 	errs = append(errs, e)
-	r.WaitS, ok[1], e = floatParam("wait_s")
+	r.WaitS, ok[1], e = floatParam(wire.AgentParamWaitS)
 	errs = append(errs, e)
-	r.ComputeS, ok[2], e = floatParam("compute_s")
+	r.ComputeS, ok[2], e = floatParam(wire.AgentParamComputeS)
 	errs = append(errs, e)
 	if err := errors.Join(errs...); err != nil {
 		return req, nil, err
@@ -202,11 +171,11 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		w.Header().Set(HeaderEnd, EndDelivered)
+		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndDelivered)
 		http.Error(w, fmt.Sprintf("job %s: rank %d got every step of every epoch", a.job.Spec.ID, req.rank), http.StatusGone)
 		return
 	case errors.Is(err, ErrJobEnded):
-		w.Header().Set(HeaderEnd, EndEnded)
+		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
 		return
 	case errors.Is(err, ErrWorldMismatch):
@@ -225,14 +194,14 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	var head []byte
 	var size int
 	if err == nil {
-		meta[MetaBatchReader] = a.reader
-		meta[MetaBatchStep] = strconv.Itoa(p.Step)
-		meta[MetaBatchRank] = strconv.Itoa(req.rank)
-		meta[MetaBatchWorldSize] = strconv.Itoa(p.World)
-		meta[MetaBatchLastStep] = strconv.FormatBool(p.Last)
-		meta[MetaBatchPosition] = string(p.Position)
+		meta[wire.MetaBatchReader] = a.reader
+		meta[wire.MetaBatchStep] = strconv.Itoa(p.Step)
+		meta[wire.MetaBatchRank] = strconv.Itoa(req.rank)
+		meta[wire.MetaBatchWorldSize] = strconv.Itoa(p.World)
+		meta[wire.MetaBatchLastStep] = strconv.FormatBool(p.Last)
+		meta[wire.MetaBatchPosition] = string(p.Position)
 		if p.Last {
-			meta[MetaBatchEpochFailed] = strconv.FormatInt(p.EpochFailed, 10)
+			meta[wire.MetaBatchEpochFailed] = strconv.FormatInt(p.EpochFailed, 10)
 		}
 		head, size, err = b.header(meta)
 	}
@@ -246,8 +215,8 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(size))
-	w.Header().Set(HeaderEpoch, strconv.Itoa(b.Epoch))
-	w.Header().Set(HeaderStep, strconv.Itoa(p.Step))
+	w.Header().Set(wire.AgentHeaderEpoch, strconv.Itoa(b.Epoch))
+	w.Header().Set(wire.AgentHeaderStep, strconv.Itoa(p.Step))
 	// The position already counts this batch as delivered: a trainer
 	// that loses it here does not get it from a restarted agent either
 	// (it resumes from its checkpoint instead).
@@ -290,7 +259,7 @@ const maxStateBytes = 4 << 20
 
 func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	world := 0
-	if v := r.URL.Query().Get("world_size"); v != "" {
+	if v := r.URL.Query().Get(wire.AgentParamWorldSize); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxWorldSize {
 			http.Error(w, fmt.Sprintf("world_size=%q: want an integer in 1..%d", v, MaxWorldSize), http.StatusBadRequest)
@@ -313,7 +282,7 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	case errors.Is(err, ErrJobEnded):
-		w.Header().Set(HeaderEnd, EndEnded)
+		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
 		return
 	case r.Context().Err() != nil:

@@ -53,16 +53,16 @@ func (h httpRank) part(hdr http.Header, body []byte) rankPart {
 		h.t.Fatal(err)
 	}
 	m := f.Metadata
-	p := rankPart{Batch: b, Position: []byte(m[MetaBatchPosition])}
-	p.Step, _ = strconv.Atoi(m[MetaBatchStep])
-	p.World, _ = strconv.Atoi(m[MetaBatchWorldSize])
-	p.Last = m[MetaBatchLastStep] == "true"
-	if v, ok := m[MetaBatchEpochFailed]; ok != p.Last {
+	p := rankPart{Batch: b, Position: []byte(m[wire.MetaBatchPosition])}
+	p.Step, _ = strconv.Atoi(m[wire.MetaBatchStep])
+	p.World, _ = strconv.Atoi(m[wire.MetaBatchWorldSize])
+	p.Last = m[wire.MetaBatchLastStep] == "true"
+	if v, ok := m[wire.MetaBatchEpochFailed]; ok != p.Last {
 		h.t.Fatalf("rank %d: epoch_failed %q on a part with last_step %t", h.rank, v, p.Last)
 	}
-	p.EpochFailed, _ = strconv.ParseInt(m[MetaBatchEpochFailed], 10, 64)
-	if m[MetaBatchRank] != strconv.Itoa(h.rank) || m[MetaBatchJob] == "" || m[MetaBatchReader] != wire.DefaultReader ||
-		hdr.Get(HeaderEpoch) != m[MetaBatchEpoch] || hdr.Get(HeaderStep) != m[MetaBatchStep] {
+	p.EpochFailed, _ = strconv.ParseInt(m[wire.MetaBatchEpochFailed], 10, 64)
+	if m[wire.MetaBatchRank] != strconv.Itoa(h.rank) || m[wire.MetaBatchJob] == "" || m[wire.MetaBatchReader] != wire.DefaultReader ||
+		hdr.Get(wire.AgentHeaderEpoch) != m[wire.MetaBatchEpoch] || hdr.Get(wire.AgentHeaderStep) != m[wire.MetaBatchStep] {
 		h.t.Fatalf("rank %d: metadata %v, headers %v", h.rank, m, hdr)
 	}
 	return p
@@ -126,8 +126,8 @@ func TestRanksOverHTTP(t *testing.T) {
 		for {
 			code, hdr, body := h.get(2, "")
 			if code == http.StatusGone {
-				if got := hdr.Get(HeaderEnd); got != EndDelivered {
-					t.Errorf("rank %d: 410 with %s %q, want %q", r, HeaderEnd, got, EndDelivered)
+				if got := hdr.Get(wire.AgentHeaderEnd); got != wire.AgentEndDelivered {
+					t.Errorf("rank %d: 410 with %s %q, want %q", r, wire.AgentHeaderEnd, got, wire.AgentEndDelivered)
 				}
 				break
 			}

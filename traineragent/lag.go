@@ -92,29 +92,14 @@ func (a *assembler) owes(e, s int) bool {
 // written, and the agent produces them again.
 func (r *Reader) askOwed(ctx context.Context) {
 	r.mu.Lock()
-	e := r.ranks.epoch
-	var due []int
-	if e < r.job.Spec.Epochs && !r.stepReady() {
-		due = r.asm.owedDue(e)
-	}
-	if len(due) == 0 {
-		r.mu.Unlock()
+	tasks := r.st.owedDue()
+	r.unlock()
+	if len(tasks) == 0 {
 		return
 	}
-	ep := r.asm.epoch(e)
-	for _, s := range due {
-		ep.replayed.add(s)
-	}
-	r.asm.version++
-	r.mu.Unlock()
 	if err := r.sync(ctx, false); err != nil {
 		r.stop(err)
 		return
 	}
-	tasks := make([]wire.ShardTask, len(due))
-	for i, s := range due {
-		tasks[i] = r.job.Task(e, s)
-	}
-	r.log.Info("asking for the owed shards again", "epoch", e, "shards", len(due))
 	r.replay(tasks)
 }

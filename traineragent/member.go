@@ -48,6 +48,9 @@ type member struct {
 	// takenLogged: a join refused for its name was logged.
 	takenLogged atomic.Bool
 
+	// mu guards what follows, and each teamWait's refusal. It is a leaf:
+	// nothing else is locked while it is held (see Reader for the lock
+	// order); the Reader's mu may be held when it is taken.
 	mu      sync.Mutex
 	queue   []chunkNote   // notes not yet told, in order (keepNotes takes from its head)
 	again   bool          // tell the planner everything again (it restarted)
@@ -105,9 +108,10 @@ type teamWait struct {
 	ch          chan teamReply
 	other       chan struct{} // another planner run says the member has not joined it
 	none        chan struct{} // no planner runs
-	mu          sync.Mutex
-	refusal     string // the last refusal heard (a join's, or an unsigned one)
-	joinReply   *teamReply
+	// refusal is the last refusal heard (a join's, or an unsigned one),
+	// joinReply a join's refusal by a planner run (guarded by member.mu).
+	refusal   string
+	joinReply *teamReply
 }
 
 // maxTeamReply bounds a reply's body.
@@ -134,9 +138,9 @@ func (m *member) onReply(msg *nats.Msg) {
 		return
 	}
 	if why := msg.Header.Get(hdrRefused); why != "" {
-		w.mu.Lock()
+		m.mu.Lock()
 		w.refusal = cutText(why)
-		w.mu.Unlock()
+		m.mu.Unlock()
 		return
 	}
 	refuse := func(err error) {
@@ -167,9 +171,9 @@ func (m *member) onReply(msg *nats.Msg) {
 	case w.op == opJoin && r.Status != statusOK:
 		// Another planner run (one stopping, of another world) may refuse
 		// first: wait for one that takes the member.
-		w.mu.Lock()
+		m.mu.Lock()
 		w.refusal, w.joinReply = r.Error, &r
-		w.mu.Unlock()
+		m.mu.Unlock()
 		return
 	case w.op != opJoin && h.planner != w.planner:
 		if r.Status == statusNotMember {
@@ -257,9 +261,9 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 				timer.Reset(time.Second)
 			}
 		case <-timer.C:
-			w.mu.Lock()
+			m.mu.Lock()
 			refusal, joinReply := w.refusal, w.joinReply
-			w.mu.Unlock()
+			m.mu.Unlock()
 			switch {
 			case joinReply != nil:
 				return *joinReply, nil
@@ -609,22 +613,6 @@ func (m *member) settleAll() {
 	m.settled(teamReply{Complete: done}, nil)
 }
 
-// room says whether the agent should take another task: the planner wants
-// this member's rows and its chunks fit the job's output buffer.
-// intakeRoom says whether a chunk may be taken in (buffer.go): the chunks
-// stored are below buffer, or the planner wants this member's rows.
-func (m *member) intakeRoom(buffer int64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return buffer <= 0 || m.bytes < buffer || m.want
-}
-
-func (m *member) room(buffer int64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.want && (buffer <= 0 || m.bytes < buffer)
-}
-
 // rankPoll is a rank's poll of the planner for its next part, which
 // outlives the request that started it: a trainer that goes away (killed,
 // restarted by torchrun) leaves its part here for the rank's next
@@ -796,10 +784,10 @@ func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (ra
 	return p, nil
 }
 
-// memberPart is nextPart on a member: the planner's part for the rank,
-// cut here; the wait counts as the trainer's.
-func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, error) {
-	m := a.member
+// nextPart is a member's: the planner's part for the rank, cut here; the
+// wait counts as the trainer's.
+func (a memberRole) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+	m := a.m
 	if req.world == 0 {
 		req.world = m.world
 	}
@@ -810,62 +798,43 @@ func (a *Reader) memberPart(ctx context.Context, req rankRequest) (rankPart, err
 		return rankPart{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", ErrWorldMismatch, req.rank, m.ranks)
 	}
 	a.mu.Lock()
-	a.block(time.Now())
-	a.mu.Unlock()
+	a.st.block(time.Now())
+	a.unlock()
 	p, err := m.part(ctx, req, func() *producer {
 		// A rank may ask before the agent dispatches: wait for it (the
 		// poll outlives the request: the member's run, not ctx).
-		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.runEnded })
+		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.st.runEnded })
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return a.producer
 	})
 	now := time.Now()
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.unblock(now)
+	defer a.unlock()
+	a.st.unblock(now)
 	if errors.Is(err, io.EOF) {
-		if c := &a.ranks.counts[req.rank]; !c.ended {
-			c.ended = true
-			a.ranks.nEnded++
-			if a.memberDone() {
-				// The planner recorded every step before it told a rank
-				// the end: every shard is complete. (Settled before the
-				// agent sees it is done and returns what it holds.)
-				m.settleAll()
-			}
-			a.notify()
+		if a.st.rankEnded(req.rank) && a.st.ranksEnded(m.ranks) {
+			// The planner recorded every step before it told a rank
+			// the end: every shard is complete. (Settled before the
+			// agent sees it is done and returns what it holds.)
+			m.settleAll()
 		}
 		return rankPart{}, err
 	}
 	if err != nil {
 		if len(p.Keys) > 0 {
-			a.lost(p, err) // the planner counts the part as handed out
+			a.st.lost(p, err) // the planner counts the part as handed out
 		}
 		return rankPart{}, err
 	}
-	a.delivered(req.rank, p, now)
-	past := a.job.Spec.Epochs
-	for _, r := range m.ranks {
-		past = min(past, a.ranks.counts[r].epoch)
-	}
-	go m.dropSettled(past)
+	a.st.delivered(req.rank, p, now)
+	go m.dropSettled(a.st.slowestEpoch(m.ranks))
 	return p, nil
 }
 
-// memberDone reports whether every rank of the member got its end.
-func (a *Reader) memberDone() bool {
-	for _, r := range a.member.ranks {
-		if !a.ranks.counts[r].ended {
-			return false
-		}
-	}
-	return true
-}
-
-// memberResume forwards a rank's resume to the planner.
-func (a *Reader) memberResume(ctx context.Context, st State, world int) (ResumeResult, error) {
-	m := a.member
+// resume is a member's: it forwards a rank's resume to the planner.
+func (a memberRole) resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	m := a.m
 	state, err := json.Marshal(st)
 	if err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)

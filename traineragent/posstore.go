@@ -19,7 +19,8 @@ import (
 // wire.ReadersBucket, written by compare-and-set on the revision last
 // written or read, so that two agents of one reader stop rather than
 // interleave. mu serialises the writes (and a resume's rewind, which must
-// see no write); every other field belongs to it.
+// see no write); every other field belongs to it. It is the first lock
+// of the agent's order (see Reader): Reader.mu is taken under it.
 type positionStore struct {
 	mu  sync.Mutex
 	kv  jetstream.KeyValue

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/wire"
@@ -174,13 +177,35 @@ func ratio(a, b time.Duration) float64 {
 // step that was handed out counts as delivered even if a rank never read
 // its part. A trainer that resumes from its checkpoint (Resume) closes
 // that gap.
+//
+// The Reader is a shell around its state (readerState, which has every
+// piece of bookkeeping and no I/O): it holds the lock, does the NATS, KV
+// and HTTP work, wakes waiters, writes the state's log lines and keeps
+// the metrics in step with the state's counters.
+//
+// The agent's locks, in the order they may be taken (one is taken only
+// while holding locks before it in the list, never after):
+//
+//  1. positionStore.mu: a write of the position, or a resume's rewind
+//     (lockForResume), which must see no write.
+//  2. Reader.mu: the state (readerState). Never held across I/O but one:
+//     a member's last end settles its tasks (dispatch.Dispatcher.Settle,
+//     an ack) before the agent can see it is done.
+//  3. The leaves, each held only for a few fields and never while taking
+//     another: recordedShards.mu (under positionStore.mu: a write's
+//     shards), member.mu and Agent.roomMu (under Reader.mu: a member's
+//     settle, a change's wake), producer.mu, gpuMeter.mu. The
+//     dispatcher's own lock is a leaf too: it calls the sink with it
+//     released.
+//
+// docs/architecture.md says the same.
 type Reader struct {
 	job     wire.Job
 	reader  string
 	opts    Options
 	log     *slog.Logger
 	m       jobMetrics
-	created time.Time
+	metered meterMarks // what the metrics have counted (mu)
 	// completed is told the shards whose every row the position now
 	// records as handed out (after the write): the agent settles their
 	// tasks once every reader it serves has them.
@@ -196,75 +221,52 @@ type Reader struct {
 	pos      *positionStore
 	recorded recordedShards
 
-	mu    sync.Mutex
-	wake  chan struct{} // closed and replaced on every change
-	asm   *assembler
-	ready map[int][]readyBatch // per epoch, in order
-	// readySamples are the samples in ready.
-	readySamples int
-	ranks        stepper
-	prefetchAuto bool // PrefetchSamples scales with the world size
-	loaded       bool // the recorded position was loaded
-	resuming     bool // a resume is rewinding the position: no step is formed
-	resumed      *resumeRecord
-	blocked      int // callers waiting in Next
-	blockStart   time.Time
-	window       stallWindow
-	steps        stepBook  // the ranks' step reports
-	gpu          *gpuMeter // readings of the GPU for the demand window
-	stats        Stats
-	// failedIn counts, per epoch, the samples functions could not
-	// preprocess or that were lost with their shard: an epoch's last
-	// step tells the trainer (rankPart.EpochFailed).
-	failedIn   map[int]int64
-	firstBatch time.Time
-	finished   time.Time
-	fail       func(error) // stops the agent
-	// team is set on the planner of a reader whose ranks several agents
-	// serve (team.go); member on the other agents (member.go).
-	team   *team
-	member *member
+	mu   sync.Mutex    // lock order: see above
+	st   *readerState  // guarded by mu
+	wake chan struct{} // closed and replaced on every change (mu)
+	gpu  *gpuMeter     // readings of the GPU for the demand window
+	fail func(error)   // stops the agent
+	// role is the reader's kind: a lone agent, a team's planner or
+	// member (role.go).
+	role role
 	// producer has shards produced again for parts whose rows this agent
-	// does not hold (set once the agent dispatches).
+	// does not hold (set once the agent dispatches; mu).
 	producer *producer
 	// shedding is set by the agent while the reader lags (lag.go).
 	shedding atomic.Bool
-	closing  bool // the agent is stopping: no more batches
-	runEnded bool
-	runErr   error
 }
 
 // newReader prepares reader name of job.
 func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *Metrics) *Reader {
-	auto := opts.PrefetchSamples == 0
-	if auto {
-		opts.PrefetchSamples = max(4*max(opts.WorldSize, 1)*job.Spec.BatchSize, 256)
-	}
 	now := time.Now()
+	st := newReaderState(job, opts, now)
+	opts.PrefetchSamples = st.prefetchSamples
 	log := logger.With("job", job.Spec.ID, "reader", name)
-	a := &Reader{
+	r := &Reader{
 		job: job, reader: name, opts: opts, log: log,
-		m:            m.forJob(job.Spec.ID, name),
-		created:      now,
-		completed:    func([]shardRef) {},
-		replay:       func([]wire.ShardTask) {},
-		changed:      func() {},
-		fail:         func(error) {},
-		wake:         make(chan struct{}),
-		asm:          newAssembler(job),
-		ready:        map[int][]readyBatch{},
-		failedIn:     map[int]int64{},
-		prefetchAuto: auto,
-		window:       stallWindow{Start: now, Capacity: opts.PrefetchSamples},
-		gpu:          newGPUMeter(opts.GPU, opts.DemandInterval, log),
+		m:         m.forJob(job.Spec.ID, name),
+		completed: func([]shardRef) {},
+		replay:    func([]wire.ShardTask) {},
+		changed:   func() {},
+		fail:      func(error) {},
+		st:        st,
+		wake:      make(chan struct{}),
+		gpu:       newGPUMeter(opts.GPU, opts.DemandInterval, log),
 	}
-	if opts.WorldSize > 0 {
-		a.ranks.setWorld(opts.WorldSize)
-	}
-	if opts.DropLast {
-		a.ranks.dropLast, a.ranks.dropFixed = true, true
-	}
-	return a
+	r.role = solo{r}
+	return r
+}
+
+// planAsTeam makes the reader its team's planner.
+func (a *Reader) planAsTeam(t *team) planner {
+	p := planner{solo{a}, t}
+	a.role, a.st.steps = p, t.teamState
+	return p
+}
+
+// joinTeam makes the reader a member of its team.
+func (a *Reader) joinTeam(m *member) {
+	a.role = memberRole{a, m}
 }
 
 // Name is the reader's name (one of the job's declared readers).
@@ -274,15 +276,73 @@ func (a *Reader) Name() string { return a.reader }
 func (a *Reader) Ready() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.loaded && !a.runEnded
+	return a.st.loaded && !a.st.runEnded
+}
+
+// unlock ends a change of the state: waiters are woken if it changed, the
+// metrics follow it, and its log lines are written once the lock is
+// released.
+func (a *Reader) unlock() {
+	_ = a.unlockToWait()
+}
+
+// unlockToWait is unlock, returning the channel closed at the next change.
+func (a *Reader) unlockToWait() <-chan struct{} {
+	if a.st.changed {
+		a.notify()
+	}
+	a.meter()
+	wake := a.wake
+	events := a.st.takeEvents()
+	a.mu.Unlock()
+	for _, e := range events {
+		a.log.Log(context.Background(), e.level, e.msg, e.args...)
+	}
+	return wake
 }
 
 // notify wakes every waiter; a.mu must be held.
 func (a *Reader) notify() {
+	a.st.changed = false
 	close(a.wake)
 	a.wake = make(chan struct{})
-	a.m.heldBytes.Set(float64(a.asm.heldBytes))
 	a.changed()
+}
+
+// meterMarks are the state's counters as the metrics last counted them.
+type meterMarks struct {
+	arrived, delivered, batches, duplicates, dropped, failed int64
+	stall                                                    time.Duration
+}
+
+// marksOf are the counters of s.
+func marksOf(s *Stats) meterMarks {
+	return meterMarks{s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.DroppedSamples, s.failedCount(), s.StallTime}
+}
+
+// meter brings the metrics in step with the state's counters, which only
+// grow; a.mu must be held.
+func (a *Reader) meter() {
+	now, was := marksOf(&a.st.stats), a.metered
+	if now != was {
+		add := func(c prometheus.Counter, now, was int64) {
+			if now > was {
+				c.Add(float64(now - was))
+			}
+		}
+		add(a.m.samplesArrived, now.arrived, was.arrived)
+		add(a.m.samplesDelivered, now.delivered, was.delivered)
+		add(a.m.batchesDelivered, now.batches, was.batches)
+		add(a.m.duplicateChunks, now.duplicates, was.duplicates)
+		add(a.m.droppedSamples, now.dropped, was.dropped)
+		add(a.m.failedSamples, now.failed, was.failed)
+		if now.stall > was.stall {
+			a.m.stallSeconds.Add((now.stall - was.stall).Seconds())
+		}
+		a.metered = now
+	}
+	a.m.bufferedSamples.Set(float64(a.st.buffered()))
+	a.m.heldBytes.Set(float64(a.st.asm.heldBytes))
 }
 
 // stop ends the agent's run with err.
@@ -291,10 +351,8 @@ func (a *Reader) stop(err error) { a.fail(err) }
 // end marks the reader stopped (err nil: every rank got every step).
 func (a *Reader) end(err error) {
 	a.mu.Lock()
-	a.closing = true
-	a.runEnded, a.runErr = true, err
-	a.notify()
-	a.mu.Unlock()
+	a.st.end(err)
+	a.unlock()
 }
 
 // done reports whether every sample of every epoch was handed out and
@@ -302,68 +360,53 @@ func (a *Reader) end(err error) {
 func (a *Reader) done() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.member != nil {
-		return a.memberDone()
-	}
-	return a.asm.allFinished() && a.ranks.allEnded()
+	return a.role.done(a.st)
 }
 
 // handedOut reports whether every sample of every epoch was handed out
-// (on a member, to every rank of this agent); a.mu must be held.
+// (on a member, to every rank of this agent).
 func (a *Reader) handedOut() bool {
-	if a.member != nil {
-		return a.memberDone()
-	}
-	return a.asm.allFinished()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.role.handedOut(a.st)
 }
 
 // addChunk applies chunk index of task's shard (data is kept: the caller
 // must not reuse it); an error refuses it (see assembler.add).
 func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	return a.intake(ref, func() (outcome, error) { return a.asm.add(ref, data) })
+	_, err := a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.add(ref, data) })
+	return err
 }
 
 // addEnd applies task's shard end.
 func (a *Reader) addEnd(task wire.ShardTask, end wire.ShardEnd) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
-	_ = a.intake(ref, func() (outcome, error) { return a.asm.end(ref, end, true) }) // logged
+	_, _ = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.end(ref, end, true) }) // logged
 }
 
 // addFailed ends task's shard, which failed for good.
 func (a *Reader) addFailed(task wire.ShardTask, reason string) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
 	a.log.Warn("shard failed for good; its samples are reported failed", "epoch", task.Epoch, "shard", task.Shard, "key", task.Key, "reason", reason)
-	_ = a.intake(ref, func() (outcome, error) { return a.asm.fail(ref, task.Key, reason) }) // logged
+	_, _ = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.fail(ref, task.Key, reason) }) // logged
 }
 
-func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) error {
+// intake applies output to the state (apply changes it, a.mu held).
+func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (outcome, error)) (outcome, error) {
 	now := time.Now()
+	shedding := a.shedding.Load()
 	a.mu.Lock()
-	if a.shedding.Load() {
-		owed := a.asm.owes(ref.Epoch, ref.Shard)
-		if a.asm.shed(ref) {
-			if !owed {
-				a.stats.ShedShards++
-				a.log.Debug("lagging: not keeping a shard, owed", "epoch", ref.Epoch, "shard", ref.Shard)
-			}
-			a.mu.Unlock()
-			return nil
-		}
-	}
-	out, err := apply()
-	if err == nil {
-		a.apply(out, now)
-	}
-	a.mu.Unlock()
+	out, err := a.st.intake(ref, shedding, now, func() (outcome, error) { return apply(a.st) })
+	a.unlock()
 	if err != nil {
 		a.log.Warn("refusing output", "chunk", ref.String(), "err", err)
-		return err
+		return out, err
 	}
 	if out.duplicate {
 		a.log.Debug("dropping a copy", "chunk", ref.String())
 	}
-	return nil
+	return out, nil
 }
 
 // shardComplete reports whether every row of shard s of epoch e was handed
@@ -371,109 +414,22 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func() (outcome, error)) error 
 func (a *Reader) shardComplete(e, s int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.asm.shardComplete(e, s)
-}
-
-// producerBytes is the size of the shards its producer keeps.
-func (a *Reader) producerBytes() int64 {
-	a.mu.Lock()
-	p := a.producer
-	a.mu.Unlock()
-	return p.heldBytes()
-}
-
-// heldBytes is the size of the chunks the reader holds.
-func (a *Reader) heldBytes() int64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.asm.heldBytes
-}
-
-// wantsMore says whether the reader wants more tasks taken: its prefetch
-// has room (or its ranks' epoch has no step ready) and not every epoch
-// arrived.
-func (a *Reader) wantsMore() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.team != nil {
-		return a.teamWants("")
-	}
-	return !a.asm.allCut() && a.hasRoom()
+	return a.st.asm.shardComplete(e, s)
 }
 
 // arrived counts samples received (a member's chunks: the planner
 // batches them).
 func (a *Reader) arrived(n int) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.stats.SamplesArrived += int64(n)
-	a.window.Arrived += int64(n)
-	a.m.samplesArrived.Add(float64(n))
-}
-
-// apply records an outcome; a.mu must be held.
-func (a *Reader) apply(out outcome, now time.Time) {
-	if out.duplicate {
-		a.stats.DuplicateChunks++
-		a.m.duplicateChunks.Inc()
-	}
-	if out.arrived > 0 {
-		a.stats.SamplesArrived += int64(out.arrived)
-		a.window.Arrived += int64(out.arrived)
-		a.m.samplesArrived.Add(float64(out.arrived))
-	}
-	if len(out.failed) > 0 {
-		a.recordFailed(out.failed...)
-		for _, f := range out.failed {
-			a.failedIn[f.Epoch]++
-		}
-		if out.omitted > 0 {
-			a.failedIn[out.failed[0].Epoch] += int64(out.omitted) - 1
-		}
-	}
-	for _, b := range out.batches {
-		a.ready[b.Epoch] = append(a.ready[b.Epoch], b)
-		a.readySamples += len(b.Keys)
-	}
-	for _, e := range out.cut {
-		a.log.Info("every chunk of the epoch arrived", "epoch", e)
-	}
-	a.epochsFinished(out.finished, now)
-	a.m.bufferedSamples.Set(float64(a.buffered()))
-	a.notify()
-}
-
-// epochsFinished notes epochs whose every sample was handed out; a.mu must be held.
-func (a *Reader) epochsFinished(epochs []int, now time.Time) {
-	for _, e := range epochs {
-		a.log.Info("epoch delivered", "epoch", e)
-	}
-	if len(epochs) > 0 && a.asm.allFinished() && a.finished.IsZero() {
-		a.finished = now
-	}
-}
-
-func (a *Reader) buffered() int { return a.readySamples + a.asm.pending + a.ranks.queued }
-
-// hasRoom says whether to pull; a.mu must be held. Past the prefetch
-// bound the agent still pulls while the ranks' epoch has no step ready:
-// redelivered chunks of it may come after ready batches of later epochs.
-func (a *Reader) hasRoom() bool { return a.readySamples < a.prefetch() || !a.stepReady() }
-
-// prefetch is the bound on ready samples; a.mu must be held.
-func (a *Reader) prefetch() int {
-	if a.prefetchAuto {
-		return max(4*max(a.ranks.world, 1)*a.job.Spec.BatchSize, 256)
-	}
-	return a.opts.PrefetchSamples
+	a.st.arrived(n)
+	a.unlock()
 }
 
 // waitFor blocks until cond (called with a.mu held) holds.
 func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 	a.mu.Lock()
 	for !cond() {
-		wake := a.wake
-		a.mu.Unlock()
+		wake := a.unlockToWait()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -481,7 +437,7 @@ func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 		}
 		a.mu.Lock()
 	}
-	a.mu.Unlock()
+	a.unlock()
 	return nil
 }
 
@@ -502,53 +458,81 @@ func (a *Reader) Next(ctx context.Context) (Batch, error) {
 	return p.Batch, err
 }
 
-func (a *Reader) block(now time.Time) {
-	a.blocked++
-	if a.blocked == 1 {
-		a.blockStart = now
-		a.window.block(now)
-	}
+// nextPart returns rank req.rank's next part, blocking until one is
+// ready; the time spent blocked is the trainer's stall time. It returns
+// io.EOF once the rank got every step of every epoch, an error wrapping
+// ErrWorldMismatch for a request that does not fit the ranks, and one
+// wrapping ErrStopped if Run ended before.
+//
+// The part counts as delivered once nextPart returns it: the reader's
+// position, covering the part's whole step, is written first.
+func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+	return a.role.nextPart(ctx, req)
 }
 
-func (a *Reader) unblock(now time.Time) {
-	a.blocked--
-	if a.blocked == 0 {
-		d := now.Sub(a.blockStart)
-		a.stats.StallTime += d
-		a.m.stallSeconds.Add(d.Seconds())
-		a.window.unblock(now)
+// takeAndRecord pops rank req.rank's next part once the position that
+// covers its step is written.
+func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, error) {
+	p, err := a.takePart(ctx, req)
+	if err != nil {
+		return rankPart{}, err
+	}
+	// Not cancelled with Run: a step taken is recorded and returned even
+	// while the agent stops (else a later write could record it unreturned).
+	// Every rank's call writes or waits for the write covering its step.
+	if err := a.sync(context.WithoutCancel(ctx), true); err != nil {
+		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
+		a.stop(err)
+		return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	return p, nil
+}
+
+// takePart pops rank req.rank's next part, forming the next step if the
+// rank has none queued, waiting for a change of the state while there is
+// none.
+func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error) {
+	a.mu.Lock()
+	defer a.unlock()
+	if err := a.st.join(req); err != nil {
+		return rankPart{}, err
+	}
+	world := a.st.ranks.world
+	// A member's rank waits at its own agent, which counts that wait.
+	remote := req.agent != ""
+	waiting := false
+	for {
+		superseded := req.superseded != nil && req.superseded()
+		p, wait, err := a.st.take(req.rank, world, superseded, time.Now())
+		if !wait {
+			if waiting {
+				a.st.unblock(time.Now())
+			}
+			return p, err
+		}
+		if !waiting && !remote {
+			waiting = true
+			a.st.block(time.Now())
+		}
+		wake := a.unlockToWait()
+		select {
+		case <-ctx.Done():
+			a.mu.Lock()
+			if waiting {
+				a.st.unblock(time.Now())
+			}
+			return rankPart{}, ctx.Err()
+		case <-wake:
+		}
+		a.mu.Lock()
 	}
 }
 
 // Fail reports a sample the trainer could not use; it shows in Stats.
 func (a *Reader) Fail(key, reason string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.recordFailed(wire.FailedSample{Key: key, Reason: reason})
-}
-
-// MaxFailedSamplesListed bounds Stats.FailedSamples: functions, corrupt
-// chunks and trainers may report failures without end over a long job.
-const MaxFailedSamplesListed = 1000
-
-// recordFailed lists failures within MaxFailedSamplesListed (each one's
-// key and reason cut to wire.MaxReasonBytes) and counts the rest; a.mu
-// must be held.
-func (a *Reader) recordFailed(fs ...wire.FailedSample) {
-	a.m.failedSamples.Add(float64(len(fs)))
-	room := max(MaxFailedSamplesListed-len(a.stats.FailedSamples), 0)
-	for _, f := range fs[:min(room, len(fs))] {
-		f.Key, f.Reason = cutText(f.Key), cutText(f.Reason)
-		a.stats.FailedSamples = append(a.stats.FailedSamples, f)
-	}
-	a.stats.FailedSamplesOmitted += int64(len(fs) - min(room, len(fs)))
-}
-
-func cutText(s string) string {
-	if len(s) > wire.MaxReasonBytes {
-		return s[:wire.MaxReasonBytes] + "..."
-	}
-	return s
+	defer a.unlock()
+	a.st.recordFailed(wire.FailedSample{Key: key, Reason: reason})
 }
 
 // Stats returns a snapshot of the agent's progress.
@@ -556,27 +540,7 @@ func (a *Reader) Stats() Stats {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := a.stats
-	s.FailedSamples = append([]wire.FailedSample(nil), a.stats.FailedSamples...)
-	if a.blocked > 0 {
-		s.StallTime += now.Sub(a.blockStart)
-	}
-	end := now
-	if !a.finished.IsZero() {
-		end = a.finished
-	}
-	s.RunTime = end.Sub(a.created)
-	if !a.firstBatch.IsZero() {
-		s.TimeToFirstBatch = a.firstBatch.Sub(a.created)
-	}
-	s.Epochs = a.asm.finishedCount()
-	s.BufferedSamples = a.buffered()
-	s.WorldSize, s.DropLast = a.ranks.world, a.ranks.dropLast
-	for r, c := range a.ranks.counts {
-		s.Ranks = append(s.Ranks, RankStats{Rank: r, Batches: c.batches, Samples: c.samples, Epoch: c.epoch, Step: c.step, Ended: c.ended})
-	}
-	s.Steps = a.steps.totals()
-	return s
+	return a.st.snapshot(now)
 }
 
 // demand closes the reader's demand window at now: the signal the agent
@@ -584,12 +548,13 @@ func (a *Reader) Stats() Stats {
 func (a *Reader) demand(now time.Time, done bool) wire.Demand {
 	gpu := a.gpu.take()
 	a.mu.Lock()
-	a.window.Buffered = a.buffered()
-	d := a.closeWindow(now, gpu)
-	a.mu.Unlock()
+	d, perRank := a.st.closeWindow(now, gpu)
+	a.unlock()
+	a.m.countSteps(perRank)
+	a.m.gpuUtilization.Set(d.GPUUtilization)
+	a.m.stallFraction.Set(d.StallFraction)
 	d.Job = a.job.Spec.ID
 	d.Reader = a.reader
 	d.Done = done
-	a.m.stallFraction.Set(d.StallFraction)
 	return d
 }

@@ -347,8 +347,8 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusGone || !strings.Contains(string(body), end) || resp.Header.Get(HeaderEnd) != EndEnded {
-				t.Errorf("GET /v1/batch after the job was %s: %s (%s %q) %s", end, resp.Status, HeaderEnd, resp.Header.Get(HeaderEnd), body)
+			if resp.StatusCode != http.StatusGone || !strings.Contains(string(body), end) || resp.Header.Get(wire.AgentHeaderEnd) != wire.AgentEndEnded {
+				t.Errorf("GET /v1/batch after the job was %s: %s (%s %q) %s", end, resp.Status, wire.AgentHeaderEnd, resp.Header.Get(wire.AgentHeaderEnd), body)
 			}
 			if end == "cancelled" && !strings.Contains(string(body), "alice") {
 				t.Errorf("410 body %q does not give the reason", body)

@@ -8,7 +8,7 @@ import "sync"
 // position was loaded (or rewound), and the position loaded. The notes of
 // finished epochs are dropped, so it holds the open epochs' only.
 type recordedShards struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // a leaf (see Reader): taken under positionStore.mu, never Reader.mu
 	shards   map[shardRef]bool
 	finished int
 	base     *assembler // the position loaded (or rewound to); nil: none

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -64,15 +65,23 @@ type resumeRecord struct {
 // those shards noted as replayed, becomes the reader's. Copies of what the
 // state's position already covers are dropped by ChunkRef, as ever.
 //
+// A resume claims the reader: the position is written even when nothing
+// is rewound, so that an agent of an earlier run still stopping cannot
+// write over it unseen (reproduction 7 of issue 24: a 2 x 2 -> 3 x 1
+// resume while the old planner stops).
+//
 // Every rank of a restarted trainer sends the same state: a repeat is
 // answered as the first was. A resume once the ranks took batches is a new
 // generation of ranks (any world size) and rewinds again; another state
 // before the resumed ranks took any batch is refused with
 // ErrResumeConflict.
 func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
-	if a.member != nil {
-		return a.memberResume(ctx, st, world)
-	}
+	return a.role.resume(ctx, st, world)
+}
+
+// resumeHere is Resume on the agent that keeps the reader's position (a
+// lone agent, a team's planner).
+func (a *Reader) resumeHere(ctx context.Context, st State, world int) (ResumeResult, error) {
 	p, err := a.checkState(st)
 	if err != nil {
 		return ResumeResult{}, err
@@ -83,13 +92,6 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	if world < 1 || world > MaxWorldSize {
 		return ResumeResult{}, fmt.Errorf("%w: world size %d: want 1..%d", ErrBadState, world, MaxWorldSize)
 	}
-	// The team's size, fixed when it started (holders' length): the
-	// ranks' world is read here without the lock, and a concurrent
-	// resume's rewind zeroes it for a moment (reproduction 7 of issue 24).
-	if a.team != nil && world != len(a.team.holders) {
-		return ResumeResult{}, fmt.Errorf("%w: world size %d, but the reader's team serves %d ranks: start its agents with --world-size %d and their --ranks",
-			ErrBadState, world, len(a.team.holders), world)
-	}
 	fresh := newAssembler(a.job)
 	if err := fresh.restore(p); err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
@@ -97,14 +99,23 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 	if err := a.lockForResume(ctx); err != nil {
 		return ResumeResult{}, err
 	}
-	if result, answered, err := a.answerResume(st, world); answered {
+	if result, answered, err := a.st.answerResume(st, world); answered {
 		a.unlockResume()
 		return result, err
 	}
-	result, replay, err := a.rewind(st, world, fresh)
+	result, replay, err := a.st.rewind(st, world, fresh, a.pos.recorded, time.Now())
 	a.unlockResume()
-	if err != nil || replay == nil {
+	switch {
+	case err != nil:
 		return result, err
+	case replay == nil:
+		// Nothing to rewind: the reader is claimed all the same.
+		if err := a.claim(context.WithoutCancel(ctx)); err != nil {
+			err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
+			a.stop(err)
+			return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+		return result, nil
 	}
 	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
 		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
@@ -118,12 +129,12 @@ func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult,
 // holds.
 func (a *Reader) lockForResume(ctx context.Context) error {
 	for {
-		if err := a.waitFor(ctx, func() bool { return a.runEnded || a.loaded && !a.resuming }); err != nil {
+		if err := a.waitFor(ctx, func() bool { return a.st.runEnded || a.st.loaded && !a.st.resuming }); err != nil {
 			return err
 		}
 		a.pos.mu.Lock()
 		a.mu.Lock()
-		if !a.resuming {
+		if !a.st.resuming {
 			return nil
 		}
 		a.unlockResume()
@@ -131,23 +142,19 @@ func (a *Reader) lockForResume(ctx context.Context) error {
 }
 
 func (a *Reader) unlockResume() {
-	a.mu.Unlock()
+	a.unlock()
 	a.pos.mu.Unlock()
 }
 
 // answerResume answers a resume that rewinds nothing: the reader stopped,
 // or the ranks of this generation resumed already (the same state is a
 // repeat; another, before any of them took a batch, a genuine conflict).
-// The resume locks must be held.
-func (a *Reader) answerResume(st State, world int) (ResumeResult, bool, error) {
+func (s *readerState) answerResume(st State, world int) (ResumeResult, bool, error) {
 	switch {
-	case a.runEnded:
-		if a.runErr != nil {
-			return ResumeResult{}, true, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
-		}
-		return ResumeResult{}, true, ErrStopped
-	case a.resumed != nil && !a.ranks.formed:
-		r := a.resumed
+	case s.runEnded:
+		return ResumeResult{}, true, s.stopped()
+	case s.resumed != nil && !s.ranks.formed:
+		r := s.resumed
 		if sameState(r.state, st) && r.world == world {
 			return r.result, true, nil
 		}
@@ -158,54 +165,53 @@ func (a *Reader) answerResume(st State, world int) (ResumeResult, bool, error) {
 }
 
 // rewind makes the state's position (fresh) the reader's, for a new
-// generation of world ranks: what the ranks held and the steps they were
-// in are forgotten. It returns the shards to produce again, nil if the
-// memory was already there (the resume is then done). The resume locks
-// must be held.
-func (a *Reader) rewind(st State, world int, fresh *assembler) (ResumeResult, map[int][]int, error) {
+// generation of world ranks, the recorded position being recorded (nil:
+// none): what the ranks held and the steps they were in are forgotten.
+// It returns the shards to produce again, nil if the memory was already
+// there (the resume is then done); else the state is resuming until
+// resumeDone.
+func (s *readerState) rewind(st State, world int, fresh *assembler, recorded []byte, now time.Time) (ResumeResult, map[int][]int, error) {
 	// A new generation of ranks (a trainer restarted from its checkpoint
 	// by torchrun, the agent still running): the rewind owes them every
 	// sample past the checkpoint.
-	if a.ranks.formed || a.resumed != nil {
-		a.log.Info("a new generation of ranks resumes", "epoch", st.Epoch, "step", st.Step, "world_size", world)
+	if s.ranks.formed || s.resumed != nil {
+		s.note(slog.LevelInfo, "a new generation of ranks resumes", "epoch", st.Epoch, "step", st.Step, "world_size", world)
 	}
-	dropLast, dropFixed := a.ranks.dropLast, a.ranks.dropFixed
-	a.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
-	if a.team != nil {
-		a.team.gen++
-	}
+	dropLast, dropFixed := s.ranks.dropLast, s.ranks.dropFixed
+	s.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
+	s.gen++
 	h := position{Version: positionVersion}
 	var err error
-	if a.pos.recorded != nil {
-		if h, err = decodePosition(a.pos.recorded); err != nil {
+	if recorded != nil {
+		if h, err = decodePosition(recorded); err != nil {
 			return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 		}
 	}
-	replay, err := replaySet(a.asm.snapshot(), fresh.snapshot(), a.job.Spec.Epochs, len(a.job.Shards))
+	replay, err := replaySet(s.asm.snapshot(), fresh.snapshot(), s.job.Spec.Epochs, len(s.job.Shards))
 	if err != nil {
 		return ResumeResult{}, nil, err
 	}
 	// Resumed: the recorded position was past the state's. The memory is
 	// rewound whenever it differs (shard ends may have arrived since).
-	recorded := newAssembler(a.job)
-	if err := recorded.restore(h); err != nil {
+	rec := newAssembler(s.job)
+	if err := rec.restore(h); err != nil {
 		return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 	}
 	want := mustEncode(fresh.snapshot())
-	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(recorded.snapshot()), want)}
-	a.ranks.setWorld(world)
-	a.ranks.epoch, a.ranks.step = 0, 0
+	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(rec.snapshot()), want)}
+	s.ranks.setWorld(world)
+	s.ranks.epoch, s.ranks.step = 0, 0
 	if st.Epoch == fresh.finished {
 		// The step index goes on from the checkpoint's (with the new
 		// world size, steps hold a different number of samples).
-		a.ranks.epoch, a.ranks.step = st.Epoch, st.Step
+		s.ranks.epoch, s.ranks.step = st.Epoch, st.Step
 	}
-	if bytes.Equal(mustEncode(a.asm.snapshot()), want) {
-		a.resumed = &resumeRecord{state: st, world: world, result: result}
-		a.notify()
+	s.changed = true
+	if bytes.Equal(mustEncode(s.asm.snapshot()), want) {
+		s.resumed = &resumeRecord{state: st, world: world, result: result}
 		return result, nil, nil
 	}
-	a.rewindMemory(fresh, replay)
+	s.rewindMemory(fresh, replay, now)
 	if replay == nil {
 		replay = map[int][]int{} // rewound: the caller records it
 	}
@@ -216,25 +222,33 @@ func (a *Reader) rewind(st State, world int, fresh *assembler) (ResumeResult, ma
 // over (chunks held, shard ends: their tasks are unsettled, nothing sends
 // them again) and the shards whose handed-out chunks are gone replayed;
 // the ready batches are re-formed, and no step is formed until the replay
-// is asked for. a.mu must be held.
-func (a *Reader) rewindMemory(fresh *assembler, replay map[int][]int) {
-	fresh.version = a.asm.version + 1
-	fresh.schema = a.asm.schema
-	carried := carry(a.asm, fresh)
+// is asked for (resumeDone).
+func (s *readerState) rewindMemory(fresh *assembler, replay map[int][]int, now time.Time) {
+	fresh.version = s.asm.version + 1
+	fresh.schema = s.asm.schema
+	carried := carry(s.asm, fresh)
 	fresh.markReplayed(replay)
-	a.asm = fresh
-	if a.team != nil {
-		a.team.rest = nil
-	}
-	clear(a.ready)
-	a.readySamples = 0
+	s.asm = fresh
+	s.rest = nil
+	clear(s.ready)
+	s.readySamples = 0
 	for _, b := range carried {
-		a.ready[b.Epoch] = append(a.ready[b.Epoch], b)
-		a.readySamples += len(b.Keys)
+		s.ready[b.Epoch] = append(s.ready[b.Epoch], b)
+		s.readySamples += len(b.Keys)
 	}
-	a.epochsFinished(a.asm.start(), time.Now())
-	a.resuming = true
-	a.notify()
+	s.epochsFinished(s.asm.start(), now)
+	s.resuming = true
+	s.changed = true
+}
+
+// resumeDone ends a resume's rewind: steps are formed again, and r (nil:
+// the resume failed) answers its repeats.
+func (s *readerState) resumeDone(r *resumeRecord) {
+	s.resuming = false
+	if r != nil {
+		s.resumed = r
+	}
+	s.changed = true
 }
 
 // recordResume writes the rewound position (p, with the shards being
@@ -257,9 +271,8 @@ func (a *Reader) recordResume(ctx context.Context, st State, world int, p positi
 		err = fmt.Errorf("recording the resumed position of reader %s: %w", a.reader, err)
 		a.stop(err)
 		a.mu.Lock()
-		a.resuming = false
-		a.notify()
-		a.mu.Unlock()
+		a.st.resumeDone(nil)
+		a.unlock()
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	var tasks []wire.ShardTask
@@ -271,10 +284,8 @@ func (a *Reader) recordResume(ctx context.Context, st State, world int, p positi
 	result.ReplayedShards = len(tasks)
 	a.replay(tasks)
 	a.mu.Lock()
-	a.resuming = false
-	a.resumed = &resumeRecord{state: st, world: world, result: result}
-	a.notify()
-	a.mu.Unlock()
+	a.st.resumeDone(&resumeRecord{state: st, world: world, result: result})
+	a.unlock()
 	a.log.Info("resumed", "replayed_shards", result.ReplayedShards)
 	return result, nil
 }
@@ -297,15 +308,15 @@ func (a *Reader) checkState(st State) (position, error) {
 		return position{}, fmt.Errorf("%w: position: %w", ErrBadState, err)
 	}
 	if bytes.Equal(raw, []byte("null")) {
-		return position{Version: positionVersion, Submitted: a.submitted()}, nil
+		return position{Version: positionVersion, Submitted: a.st.submitted()}, nil
 	}
 	p, err := decodePosition(raw)
 	if err != nil {
 		return position{}, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
-	if p.Submitted != a.submitted() {
+	if p.Submitted != a.st.submitted() {
 		return position{}, fmt.Errorf("%w: a state of the job submitted at %q, this one was submitted at %q",
-			ErrBadState, p.Submitted, a.submitted())
+			ErrBadState, p.Submitted, a.st.submitted())
 	}
 	return p, nil
 }

@@ -1,10 +1,10 @@
 package traineragent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/sluice-project/sluice/format/safetensors"
@@ -45,8 +45,8 @@ type rankCount struct {
 }
 
 // stepper is the rank layer's state: which epoch and step the ranks are
-// in, and the parts formed that their ranks have not taken yet. The agent
-// guards it with a.mu.
+// in, and the parts formed that their ranks have not taken yet (part of
+// readerState).
 type stepper struct {
 	world     int // 0 until fixed
 	dropLast  bool
@@ -88,16 +88,15 @@ type rankRequest struct {
 	// agent is the member agent asking for its rank (team.go); "" for a
 	// rank of this agent.
 	agent string
-	// superseded, if set, says (a.mu held) that the request may no longer
-	// take a part: a member's request from before a resume or a re-join,
-	// whose requester may be gone (teamserve.go).
+	// superseded, if set, says (the reader's lock held) that the request
+	// may no longer take a part: a member's request from before a resume
+	// or a re-join, whose requester may be gone (teamserve.go).
 	superseded func() bool
 }
 
-// join checks req against the ranks' world, fixing what is not fixed yet;
-// a.mu must be held.
-func (a *Reader) join(req rankRequest) error {
-	s := &a.ranks
+// join checks req against the ranks' world, fixing what is not fixed yet.
+func (st *readerState) join(req rankRequest) error {
+	s := &st.ranks
 	w := req.world
 	if w == 0 {
 		w = max(s.world, 1)
@@ -113,8 +112,8 @@ func (a *Reader) join(req rankRequest) error {
 	if req.rank < 0 || req.rank >= w {
 		return fmt.Errorf("%w: rank %d: want 0..%d", ErrWorldMismatch, req.rank, w-1)
 	}
-	if a.team != nil && a.team.holders[req.rank] != req.agent {
-		return fmt.Errorf("%w: rank %d is served by %s", ErrWorldMismatch, req.rank, agentName(a.team.holders[req.rank]))
+	if err := st.steps.serves(req.rank, req.agent); err != nil {
+		return err
 	}
 	switch {
 	case req.dropLast == nil:
@@ -127,146 +126,103 @@ func (a *Reader) join(req rankRequest) error {
 	return nil
 }
 
-// nextPart returns rank req.rank's next part, blocking until one is
-// ready; the time spent blocked is the trainer's stall time. It returns
-// io.EOF once the rank got every step of every epoch, an error wrapping
-// ErrWorldMismatch for a request that does not fit the ranks, and one
-// wrapping ErrStopped if Run ended before.
-//
-// The part counts as delivered once nextPart returns it: the reader's
-// position, covering the part's whole step, is written first.
-func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
-	if a.member != nil {
-		return a.memberPart(ctx, req)
-	}
-	p, err := a.takeAndRecord(ctx, req)
-	if err != nil || p.Spans == nil {
-		return p, err
-	}
-	return a.cutPart(ctx, p)
-}
-
-// takeAndRecord pops rank req.rank's next part once the position that
-// covers its step is written.
-func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, error) {
-	p, err := a.takePart(ctx, req)
-	if err != nil {
-		return rankPart{}, err
-	}
-	// Not cancelled with Run: a step taken is recorded and returned even
-	// while the agent stops (else a later write could record it unreturned).
-	// Every rank's call writes or waits for the write covering its step.
-	if err := a.sync(context.WithoutCancel(ctx), true); err != nil {
-		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
-		a.stop(err)
-		return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, err)
-	}
-	return p, nil
-}
-
-// takePart pops rank req.rank's next part, forming the next step if the
-// rank has none queued.
-func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.join(req); err != nil {
-		return rankPart{}, err
-	}
-	s := &a.ranks
-	world := s.world
-	waiting := false
-	stopWaiting := func() {
-		if waiting {
-			a.unblock(time.Now())
-		}
-	}
-	// A member's rank waits at its own agent, which counts that wait.
-	remote := req.agent != ""
+// take pops rank's next part at now, forming the next step if the rank
+// has none queued, for a request that joined a world of world ranks
+// (superseded: it may no longer take a part). wait says there is none
+// yet: the caller waits for a change and asks again.
+func (st *readerState) take(rank, world int, superseded bool, now time.Time) (p rankPart, wait bool, err error) {
+	s := &st.ranks
 	for {
 		switch {
-		case req.superseded != nil && req.superseded():
-			stopWaiting()
-			return rankPart{}, errSuperseded
+		case superseded:
+			return rankPart{}, false, errSuperseded
 		case s.world != world:
 			// A resume changed the world size while the rank waited.
-			stopWaiting()
-			return rankPart{}, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
-		case a.resuming:
-			// Wait: the position is being rewound.
-		case len(s.queues[req.rank]) > 0:
-			stopWaiting()
-			return a.pop(req.rank, time.Now()), nil
-		case s.epoch >= a.job.Spec.Epochs:
-			stopWaiting()
-			if c := &s.counts[req.rank]; !c.ended {
-				c.ended = true
-				s.nEnded++
-				a.notify()
-			}
-			return rankPart{}, io.EOF
-		case a.runEnded || a.closing:
-			stopWaiting()
-			if a.runErr != nil {
-				return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, a.runErr)
-			}
-			return rankPart{}, ErrStopped
-		case a.formStep(time.Now()):
+			return rankPart{}, false, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
+		case st.resuming:
+			return rankPart{}, true, nil // the position is being rewound
+		case len(s.queues[rank]) > 0:
+			return st.pop(rank, now), false, nil
+		case s.epoch >= st.job.Spec.Epochs:
+			st.rankEnded(rank)
+			return rankPart{}, false, io.EOF
+		case st.runEnded || st.closing:
+			return rankPart{}, false, st.stopped()
+		case st.steps.form(st, now):
 			continue
 		}
-		if !waiting && !remote {
-			waiting = true
-			a.block(time.Now())
-		}
-		wake := a.wake
-		a.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			a.mu.Lock()
-			stopWaiting()
-			return rankPart{}, ctx.Err()
-		case <-wake:
-		}
-		a.mu.Lock()
+		return rankPart{}, true, nil
 	}
 }
 
-// supply is what the ranks' current epoch e has ready; a.mu must be held.
-func (a *Reader) supply(e int) epochSupply {
+// supply is what the ranks' current epoch e has ready.
+func (st *readerState) supply(e int) epochSupply {
 	var sup epochSupply
-	for _, b := range a.ready[e] {
+	for _, b := range st.ready[e] {
 		sup.Ready = append(sup.Ready, len(b.Keys))
 	}
-	if e < a.asm.finished {
+	if e < st.asm.finished {
 		sup.Cut = true
-	} else if ep := a.asm.open[e]; ep != nil {
+	} else if ep := st.asm.open[e]; ep != nil {
 		sup.Pending, sup.Cut = ep.pendingRows(), ep.cut
 	}
 	return sup
 }
 
 // stepReady reports whether the ranks' current epoch has a step (or its
-// end) ready; a.mu must be held. While it has not, the agent pulls past
-// its prefetch bound: later epochs' batches must not starve the current.
-func (a *Reader) stepReady() bool {
-	s := &a.ranks
-	if s.epoch >= a.job.Spec.Epochs {
+// end) ready. While it has not, the agent pulls past its prefetch bound:
+// later epochs' batches must not starve the current.
+func (st *readerState) stepReady() bool {
+	s := &st.ranks
+	if s.epoch >= st.job.Spec.Epochs {
 		return true
 	}
-	return planStep(a.supply(s.epoch), max(s.world, 1), a.job.Spec.BatchSize, s.dropLast).Action != stepWait
+	return planStep(st.supply(s.epoch), max(s.world, 1), st.job.Spec.BatchSize, s.dropLast).Action != stepWait
 }
 
-// formStep forms the ranks' next global step and queues its parts, moving
-// through finished epochs and dropped tails; it reports whether anything
-// changed. a.mu must be held and the world fixed.
-func (a *Reader) formStep(now time.Time) bool {
-	if a.team != nil {
-		return a.formTeamStep(now)
+// stepPolicy forms a reader's global steps from what it holds: one agent
+// holds every row (soloSteps: a lone agent), or each agent of a team
+// holds some (teamSteps: the team's planner). The two agree on the steps'
+// sizes (TestPlanRestOneHolderIsPlanStep) but not on the mechanics: a lone
+// agent's world is fixed by its first request and changes with a resume,
+// its epoch's tail shares the batches' memory, and it pulls by its
+// prefetch alone; a team's holders are fixed, and each holder's share
+// of the prefetch decides whether it pulls.
+type stepPolicy interface {
+	// form forms the ranks' next global step and queues its parts,
+	// moving through finished epochs and dropped tails; it reports
+	// whether anything changed. The world must be fixed.
+	form(s *readerState, now time.Time) bool
+	// pull says whether this agent should take more tasks (wants), and
+	// whether its ranks wait for rows it lacks (starved: buffer.go).
+	pull(s *readerState) (wants, starved bool)
+	// serves checks that agent ("": this one) serves rank r.
+	serves(r int, agent string) error
+}
+
+// soloSteps is the step policy of a lone agent (planStep).
+type soloSteps struct{}
+
+// pull: wanted while the prefetch has room, or the ranks' epoch has no
+// step ready (then starved too), and not every epoch arrived.
+func (soloSteps) pull(st *readerState) (wants, starved bool) {
+	ready := st.stepReady()
+	return !st.asm.allCut() && (st.readySamples < st.prefetch() || !ready), !ready
+}
+
+func (soloSteps) serves(r int, agent string) error {
+	if agent != "" {
+		return fmt.Errorf("%w: rank %d is served by this agent, not %s", ErrWorldMismatch, r, agentName(agent))
 	}
-	s := &a.ranks
+	return nil
+}
+
+func (soloSteps) form(st *readerState, now time.Time) bool {
+	s := &st.ranks
 	changed := false
-	for s.epoch < a.job.Spec.Epochs {
+	for s.epoch < st.job.Spec.Epochs {
 		e := s.epoch
-		plan := planStep(a.supply(e), s.world, a.job.Spec.BatchSize, s.dropLast)
+		plan := planStep(st.supply(e), s.world, st.job.Spec.BatchSize, s.dropLast)
 		switch plan.Action {
 		case stepWait:
 			return changed
@@ -275,11 +231,11 @@ func (a *Reader) formStep(now time.Time) bool {
 			changed = true
 			continue
 		case stepDrop:
-			a.dropTail(e, now)
+			st.dropTail(e, now)
 			changed = true
 			continue
 		}
-		batches := a.takeReady(e, plan.Batches, now)
+		batches := st.takeReady(e, plan.Batches, now)
 		var parts []Batch
 		if plan.Action == stepFull {
 			for _, b := range batches {
@@ -288,15 +244,15 @@ func (a *Reader) formStep(now time.Time) bool {
 		} else {
 			parts = splitRows(e, batches, plan.Sizes)
 		}
-		if plan.Last && len(a.ready[e]) > 0 {
+		if plan.Last && len(st.ready[e]) > 0 {
 			// The rest of a cut epoch after its last step is a dropped tail.
-			a.dropTail(e, now)
+			st.dropTail(e, now)
 		}
 		rp := make([]rankPart, len(parts))
 		for r, b := range parts {
 			rp[r].Batch = b
 		}
-		a.queueStep(rp, plan.Last)
+		st.queueStep(rp, plan.Last)
 		return true
 	}
 	return changed
@@ -304,17 +260,17 @@ func (a *Reader) formStep(now time.Time) bool {
 
 // queueStep queues the parts of the ranks' next step, one per rank (each
 // carrying the position once the whole step is handed out), and moves the
-// ranks on; a.mu must be held.
-func (a *Reader) queueStep(parts []rankPart, last bool) {
-	s := &a.ranks
+// ranks on.
+func (st *readerState) queueStep(parts []rankPart, last bool) {
+	s := &st.ranks
 	idx, e := s.step, s.epoch
 	if last {
 		s.epoch, s.step = s.epoch+1, 0
 	} else {
 		s.step++
 	}
-	pos := a.asm.snapshot()
-	pos.Submitted = a.submitted()
+	pos := st.asm.snapshot()
+	pos.Submitted = st.submitted()
 	data, err := encodePosition(pos)
 	if err != nil {
 		data = nil // cannot happen: the position is plain data
@@ -322,41 +278,39 @@ func (a *Reader) queueStep(parts []rankPart, last bool) {
 	for r, p := range parts {
 		p.Step, p.Last, p.World, p.Position = idx, last, s.world, data
 		if last {
-			p.EpochFailed = a.failedIn[e]
+			p.EpochFailed = st.failedIn[e]
 		}
 		s.queues[r] = append(s.queues[r], p)
 		s.queued += len(p.Keys)
 	}
 	s.formed = true
-	a.m.bufferedSamples.Set(float64(a.buffered()))
-	a.notify()
+	st.changed = true
 }
 
 // takeReady removes the first n ready batches of epoch e and records them
-// as handed out; a.mu must be held.
-func (a *Reader) takeReady(e, n int, now time.Time) []readyBatch {
-	batches := a.ready[e][:n:n]
-	a.ready[e] = a.ready[e][n:]
-	if len(a.ready[e]) == 0 {
-		delete(a.ready, e)
+// as handed out.
+func (st *readerState) takeReady(e, n int, now time.Time) []readyBatch {
+	batches := st.ready[e][:n:n]
+	st.ready[e] = st.ready[e][n:]
+	if len(st.ready[e]) == 0 {
+		delete(st.ready, e)
 	}
 	for _, b := range batches {
-		a.readySamples -= len(b.Keys)
-		a.epochsFinished(a.asm.handOut(b), now)
+		st.readySamples -= len(b.Keys)
+		st.epochsFinished(st.asm.handOut(b), now)
 	}
 	return batches
 }
 
 // dropTail hands out the rest of a cut epoch e to no rank (drop_last) and
-// counts its samples as dropped; a.mu must be held.
-func (a *Reader) dropTail(e int, now time.Time) {
+// counts its samples as dropped.
+func (st *readerState) dropTail(e int, now time.Time) {
 	n := 0
-	for _, b := range a.takeReady(e, len(a.ready[e]), now) {
+	for _, b := range st.takeReady(e, len(st.ready[e]), now) {
 		n += len(b.Keys)
 	}
-	a.stats.DroppedSamples += int64(n)
-	a.m.droppedSamples.Add(float64(n))
-	a.log.Info("dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", n)
+	st.stats.DroppedSamples += int64(n)
+	st.note(slog.LevelInfo, "dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", n)
 }
 
 // splitRows stacks the rows of batches (all of epoch e) into one part per
@@ -420,37 +374,32 @@ func cutRuns(runs [][]byte, from, to int) [][]byte {
 	return out
 }
 
-// pop hands rank r its oldest queued part; a.mu must be held.
-func (a *Reader) pop(r int, now time.Time) rankPart {
-	s := &a.ranks
+// pop hands rank r its oldest queued part.
+func (st *readerState) pop(r int, now time.Time) rankPart {
+	s := &st.ranks
 	p := s.queues[r][0]
 	s.queues[r][0] = rankPart{}
 	s.queues[r] = s.queues[r][1:]
 	s.queued -= len(p.Keys)
-	if a.team != nil {
-		p.gen = a.team.gen
-	}
-	a.delivered(r, p, now)
+	p.gen = st.gen
+	st.delivered(r, p, now)
 	return p
 }
 
-// delivered counts part p as handed to rank r; a.mu must be held.
-func (a *Reader) delivered(r int, p rankPart, now time.Time) {
-	s := &a.ranks
+// delivered counts part p as handed to rank r.
+func (st *readerState) delivered(r int, p rankPart, now time.Time) {
+	s := &st.ranks
 	n := len(p.Keys)
 	c := &s.counts[r]
 	c.batches++
 	c.samples += int64(n)
 	c.epoch, c.step = p.Epoch, p.Step
-	a.stats.SamplesDelivered += int64(n)
-	a.stats.BatchesDelivered++
-	a.window.Consumed += int64(n)
-	a.window.Done = a.stats.SamplesDelivered
-	a.m.samplesDelivered.Add(float64(n))
-	a.m.batchesDelivered.Inc()
-	a.m.bufferedSamples.Set(float64(a.buffered()))
-	if a.firstBatch.IsZero() {
-		a.firstBatch = now
+	st.stats.SamplesDelivered += int64(n)
+	st.stats.BatchesDelivered++
+	st.window.Consumed += int64(n)
+	st.window.Done = st.stats.SamplesDelivered
+	if st.firstBatch.IsZero() {
+		st.firstBatch = now
 	}
-	a.notify()
+	st.changed = true
 }

@@ -440,7 +440,7 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if a.blocked == 0 {
+		if a.st.blocked == 0 {
 			return errors.New("rank 2 is not waiting yet")
 		}
 		return nil

@@ -237,8 +237,8 @@ func (a *Reader) reportStep(r StepReport) {
 		return
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.steps.report(r)
+	defer a.unlock()
+	a.st.book.report(r)
 }
 
 // countSteps adds a closed window's split to the step series.

@@ -107,14 +107,6 @@ func jobEnded(id string, e jetstream.KeyValueEntry) error {
 	return nil
 }
 
-// submitted identifies the job's submission in its position.
-func (a *Reader) submitted() string {
-	if a.job.Submitted.IsZero() {
-		return ""
-	}
-	return a.job.Submitted.UTC().Format(time.RFC3339Nano)
-}
-
 // checkJob reads the job's record once and returns an error wrapping
 // ErrJobEnded if the job is gone, else nil.
 func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
@@ -137,7 +129,7 @@ func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 // restores it, so the agent resumes where its predecessor's batches ended.
 func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error {
 	key := wire.ReaderKey(a.job.Spec.ID, a.reader)
-	store, p, err := openPositionStore(ctx, js, key, a.submitted(), a.log)
+	store, p, err := openPositionStore(ctx, js, key, a.st.submitted(), a.log)
 	if err != nil {
 		return fmt.Errorf("reader %s: %w", a.reader, err)
 	}
@@ -151,17 +143,14 @@ func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error
 	a.recorded.reset(base)
 
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
+	_ = a.st.load(p, time.Now()) // as base did
 	if p != nil {
-		_ = a.asm.restore(*p) // as base did
-		a.log.Info("resuming from the recorded position", "finished_epochs", a.asm.finished,
+		a.log.Info("resuming from the recorded position", "finished_epochs", a.st.asm.finished,
 			"bytes", len(store.recorded))
 	}
-	a.epochsFinished(a.asm.start(), time.Now())
-	store.written = a.asm.version
+	store.written = a.st.asm.version
 	a.pos = store
-	a.loaded = true
-	a.notify()
 	return nil
 }
 
@@ -190,6 +179,18 @@ func mustEncode(p position) []byte {
 // memory is returned only if this succeeds: if it fails, no later write may
 // record that batch, so none happens at all.
 func (a *Reader) sync(ctx context.Context, forBatch bool) error {
+	return a.record(ctx, forBatch, false)
+}
+
+// claim writes the position even if it did not change: a resume takes
+// the reader. An agent of an earlier run that still stops (a team's old
+// planner, its release) then finds the position changed and does not
+// write over it; unclaimed, its write would land and stop this agent at
+// its next write instead (ErrReaderTaken).
+func (a *Reader) claim(ctx context.Context) error { return a.record(ctx, false, true) }
+
+// record is sync, writing even an unchanged position when force.
+func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 	if a.pos == nil {
 		return nil // not loaded: nothing handed out, nothing to write
 	}
@@ -201,16 +202,7 @@ func (a *Reader) sync(ctx context.Context, forBatch bool) error {
 		return errors.New("an earlier position write failed")
 	}
 	a.mu.Lock()
-	version := a.asm.version
-	var data []byte
-	var err error
-	if version != a.pos.written {
-		p := a.asm.snapshot()
-		p.Submitted = a.submitted()
-		data, err = encodePosition(p)
-	}
-	completed := a.asm.takeCompleted()
-	finished := a.asm.finished
+	version, data, completed, finished, err := a.st.forWrite(a.pos.written, force)
 	a.mu.Unlock()
 	if err != nil {
 		return err
@@ -220,7 +212,7 @@ func (a *Reader) sync(ctx context.Context, forBatch bool) error {
 			a.pos.broken = a.pos.broken || forBatch
 			// Not recorded: report them after the next write.
 			a.mu.Lock()
-			a.asm.completed = append(completed, a.asm.completed...)
+			a.st.unrecorded(completed)
 			a.mu.Unlock()
 			return fmt.Errorf("job %s reader %s: %w", a.job.Spec.ID, a.reader, err)
 		}
@@ -237,15 +229,7 @@ func (a *Reader) sync(ctx context.Context, forBatch bool) error {
 func (a *Reader) replaysOwed() []wire.ShardTask {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []wire.ShardTask
-	for e, ep := range a.asm.open {
-		for s := range a.asm.shards {
-			if ep.replayed.has(s) && !ep.complete.has(s) {
-				out = append(out, a.job.Task(e, s))
-			}
-		}
-	}
-	return out
+	return a.st.replaysOwed()
 }
 
 // keepAlive writes the position when it changed without a batch (shard

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -30,27 +31,31 @@ import (
 // unjoined marks a rank whose agent has not joined the team yet.
 const unjoined = "\x00"
 
-// team is the planner's view of its reader's team.
+// team is the planner's side of its reader's team: what answers the
+// members over NATS (teamserve.go). Its bookkeeping, teamState, is part
+// of the reader's state.
 type team struct {
+	*teamState
 	// id names this planner's run: members that see another id re-join
 	// and announce again the chunks they hold.
 	id   string
 	auth *teamAuth
-	// gen counts the generations of ranks (resumes): a part carries the
-	// one it was formed for.
-	gen uint64
 	// joins bounds the joins in progress.
 	joins chan struct{}
 	// refused counts team messages refused (envelope, session, copies,
 	// joins under a live member's name); refusedLog is when one was last
 	// logged (unix ns).
 	refused, refusedLog atomic.Int64
+}
+
+// teamState is the planner's bookkeeping of its team, and the team's step
+// policy (stepPolicy): which agent serves each rank, and the members that
+// joined.
+type teamState struct {
 	// holders is, per rank, the agent serving it: "" for this one, a
 	// member's name, or unjoined.
 	holders []string
 	members map[string]*teamMember
-	// rest is the plan of the rest of a cut epoch (stepRest).
-	rest *restPlan
 }
 
 // teamMember is a member agent as the planner knows it (its ranks are
@@ -69,8 +74,12 @@ type teamMember struct {
 }
 
 func newTeam(world int, own []int, auth *teamAuth) *team {
-	t := &team{id: newTeamID(), auth: auth, holders: make([]string, world), members: map[string]*teamMember{},
-		joins: make(chan struct{}, maxJoins)}
+	return &team{teamState: newTeamState(world, own), id: newTeamID(), auth: auth, joins: make(chan struct{}, maxJoins)}
+}
+
+// newTeamState is a team of world ranks of which this agent serves own.
+func newTeamState(world int, own []int) *teamState {
+	t := &teamState{holders: make([]string, world), members: map[string]*teamMember{}}
 	for r := range t.holders {
 		t.holders[r] = unjoined
 	}
@@ -98,10 +107,10 @@ func agentName(h string) string {
 }
 
 // complete reports whether every rank's agent joined.
-func (t *team) complete() bool { return !slices.Contains(t.holders, unjoined) }
+func (t *teamState) complete() bool { return !slices.Contains(t.holders, unjoined) }
 
 // ranksOf counts the ranks agent h serves.
-func (t *team) ranksOf(h string) int {
+func (t *teamState) ranksOf(h string) int {
 	n := 0
 	for _, x := range t.holders {
 		if x == h {
@@ -126,17 +135,16 @@ const memberLive = 3 * time.Second
 var ErrNameTaken = errors.New("another agent of the team has this name")
 
 // joinMember records member name serving ranks, joining with nonce, and
-// returns the session its requests must carry; a.mu must be held. A join
+// returns the session its requests must carry. A join
 // under the name of a member heard from within memberLive is refused
 // (ErrNameTaken) unless it carries that member's nonce (its reply was
 // lost): the live member keeps its ranks and its session.
-func (a *Reader) joinMember(name, nonce string, ranks []int, world int, dropLast bool, now time.Time) (string, error) {
-	t := a.team
+func (t *teamState) joinMember(st *readerState, name, nonce string, ranks []int, world int, dropLast bool, now time.Time) (string, error) {
 	if m := t.members[name]; m != nil && now.Sub(m.seen) < memberLive && m.nonce != nonce {
 		return "", fmt.Errorf("%w: agent %.64q was heard from %.1fs ago; give each agent its own --name (a restarted agent joins once the old one is quiet for %v)",
 			ErrNameTaken, name, now.Sub(m.seen).Seconds(), memberLive)
 	}
-	if err := a.checkJoin(name, nonce, ranks, world, dropLast, now); err != nil {
+	if err := t.checkJoin(st, name, nonce, ranks, world, dropLast, now); err != nil {
 		return "", err
 	}
 	for r, h := range t.holders {
@@ -146,7 +154,7 @@ func (a *Reader) joinMember(name, nonce string, ranks []int, world int, dropLast
 	}
 	for _, r := range ranks {
 		if h := t.holders[r]; h != unjoined && h != name {
-			a.log.Warn("a member takes over ranks of a member gone quiet", "rank", r, "from", h, "to", name)
+			st.note(slog.LevelWarn, "a member takes over ranks of a member gone quiet", "rank", r, "from", h, "to", name)
 		}
 		t.holders[r] = name
 	}
@@ -161,14 +169,14 @@ func (a *Reader) joinMember(name, nonce string, ranks []int, world int, dropLast
 		t.members[name] = m
 	}
 	m.seen, m.ranks = now, len(ranks)
-	a.log.Info("a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
-	a.notify()
+	st.note(slog.LevelInfo, "a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
+	st.changed = true
 	return m.session, nil
 }
 
-// checkJoin checks a join; a.mu must be held.
-func (a *Reader) checkJoin(name, nonce string, ranks []int, world int, dropLast bool, now time.Time) error {
-	t, s := a.team, &a.ranks
+// checkJoin checks a join.
+func (t *teamState) checkJoin(st *readerState, name, nonce string, ranks []int, world int, dropLast bool, now time.Time) error {
+	s := &st.ranks
 	switch {
 	case name == "" || name == unjoined:
 		return fmt.Errorf("%w: a member needs a name", ErrWorldMismatch)
@@ -197,34 +205,50 @@ func (a *Reader) checkJoin(name, nonce string, ranks []int, world int, dropLast 
 	return nil
 }
 
-// teamSupply is what the team policy sees of epoch e; a.mu must be held.
-func (a *Reader) teamSupply(e int) teamSupply {
+// supply is what the team policy sees of epoch e.
+func (t *teamState) supply(st *readerState, e int) teamSupply {
 	var sup teamSupply
-	for _, b := range a.ready[e] {
+	for _, b := range st.ready[e] {
 		sup.Ready = append(sup.Ready, teamBatch{Holder: b.holder(), Rows: len(b.Keys)})
 	}
-	if e < a.asm.finished {
+	if e < st.asm.finished {
 		sup.Cut = true
-	} else if ep := a.asm.open[e]; ep != nil {
+	} else if ep := st.asm.open[e]; ep != nil {
 		sup.Pending, sup.Cut = ep.pendingRows(), ep.cut
 	}
 	return sup
 }
 
-// formTeamStep is formStep for a reader with a team; a.mu must be held.
-func (a *Reader) formTeamStep(now time.Time) bool {
-	s, t := &a.ranks, a.team
+// serves checks that agent ("": this one) serves rank r.
+func (t *teamState) serves(r int, agent string) error {
+	if t.holders[r] != agent {
+		return fmt.Errorf("%w: rank %d is served by %s", ErrWorldMismatch, r, agentName(t.holders[r]))
+	}
+	return nil
+}
+
+// pull: the planner's own ranks want its rows, and wait for them.
+func (t *teamState) pull(st *readerState) (wants, starved bool) {
+	w := t.wants(st, "")
+	return w, w
+}
+
+// form is the team's stepPolicy.form: full steps of each rank's own
+// agent's batches (planTeamStep) until the epoch is cut, then the rest
+// of it as planRest plans it.
+func (t *teamState) form(st *readerState, now time.Time) bool {
+	s := &st.ranks
 	changed := false
-	for s.epoch < a.job.Spec.Epochs {
+	for s.epoch < st.job.Spec.Epochs {
 		e := s.epoch
-		if t.rest != nil && t.rest.epoch == e {
-			a.formRestStep(now)
+		if st.rest != nil && st.rest.epoch == e {
+			st.formRestStep(t, now)
 			return true
 		}
 		if !t.complete() {
 			return changed
 		}
-		plan := planTeamStep(a.teamSupply(e), t.holders, a.job.Spec.BatchSize, s.dropLast)
+		plan := planTeamStep(t.supply(st, e), t.holders, st.job.Spec.BatchSize, s.dropLast)
 		switch plan.Action {
 		case stepWait:
 			return changed
@@ -233,11 +257,11 @@ func (a *Reader) formTeamStep(now time.Time) bool {
 			changed = true
 			continue
 		case stepRest:
-			t.rest = a.planRestOf(e)
+			st.rest = st.planRestOf(t, e)
 			changed = true
 			continue
 		}
-		batches := a.takeReadyAt(e, plan.Take, now)
+		batches := st.takeReadyAt(e, plan.Take, now)
 		parts := make([]rankPart, len(batches))
 		for r, b := range batches {
 			if t.holders[r] == "" {
@@ -246,7 +270,7 @@ func (a *Reader) formTeamStep(now time.Time) bool {
 				parts[r] = rankPart{Batch: Batch{Epoch: e, Keys: b.Keys}, Spans: spansOf(b.from, false)}
 			}
 		}
-		a.queueStep(parts, false)
+		st.queueStep(parts, false)
 		return true
 	}
 	return changed
@@ -254,28 +278,28 @@ func (a *Reader) formTeamStep(now time.Time) bool {
 
 // takeReadyAt removes the ready batches of epoch e at idx (per rank) and
 // records them as handed out, in rank order (each holder's in the order
-// they were cut); a.mu must be held.
-func (a *Reader) takeReadyAt(e int, idx []int, now time.Time) []readyBatch {
+// they were cut).
+func (st *readerState) takeReadyAt(e int, idx []int, now time.Time) []readyBatch {
 	out := make([]readyBatch, len(idx))
 	taken := map[int]bool{}
 	for r, i := range idx {
-		out[r] = a.ready[e][i]
+		out[r] = st.ready[e][i]
 		taken[i] = true
 	}
 	var keep []readyBatch
-	for i, b := range a.ready[e] {
+	for i, b := range st.ready[e] {
 		if !taken[i] {
 			keep = append(keep, b)
 		}
 	}
 	if len(keep) == 0 {
-		delete(a.ready, e)
+		delete(st.ready, e)
 	} else {
-		a.ready[e] = keep
+		st.ready[e] = keep
 	}
 	for _, b := range out {
-		a.readySamples -= len(b.Keys)
-		a.epochsFinished(a.asm.handOut(b), now)
+		st.readySamples -= len(b.Keys)
+		st.epochsFinished(st.asm.handOut(b), now)
 	}
 	return out
 }
@@ -295,11 +319,11 @@ type restPlan struct {
 	dropped []rowItem
 }
 
-// planRestOf plans the rest of cut epoch e; a.mu must be held. Its rows
-// stay counted as ready until their step is formed.
-func (a *Reader) planRestOf(e int) *restPlan {
-	batches := a.ready[e]
-	delete(a.ready, e)
+// planRestOf plans the rest of cut epoch e over team t. Its rows stay
+// counted as ready until their step is formed.
+func (st *readerState) planRestOf(t *teamState, e int) *restPlan {
+	batches := st.ready[e]
+	delete(st.ready, e)
 	rows := map[string][]rowItem{}
 	for bi := range batches {
 		b := &batches[bi]
@@ -315,7 +339,7 @@ func (a *Reader) planRestOf(e int) *restPlan {
 	for h, l := range rows {
 		counts[h] = len(l)
 	}
-	steps, dropped := planRest(counts, a.team.holders, a.job.Spec.BatchSize, a.ranks.dropLast)
+	steps, dropped := planRest(counts, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast)
 	next := map[string]int{}
 	takeRows := func(h string, n int) []rowItem {
 		l := rows[h][next[h] : next[h]+n]
@@ -339,13 +363,13 @@ func (a *Reader) planRestOf(e int) *restPlan {
 	for _, step := range p.steps {
 		for r, items := range step {
 			for _, it := range items {
-				if it.c.holder != a.team.holders[r] {
+				if it.c.holder != t.holders[r] {
 					moved++
 				}
 			}
 		}
 	}
-	a.log.Info("every chunk of the epoch arrived: its last steps planned over the team",
+	st.note(slog.LevelInfo, "every chunk of the epoch arrived: its last steps planned over the team",
 		"epoch", e, "steps", len(p.steps), "rows", len(rows[""])+sumOthers(counts), "moved_rows", moved, "dropped", len(p.dropped))
 	return p
 }
@@ -361,15 +385,15 @@ func sumOthers(counts map[string]int) int {
 }
 
 // formRestStep forms the next planned step of the cut epoch the ranks
-// are in (with its drop_last rows after the last); a.mu must be held.
-func (a *Reader) formRestStep(now time.Time) {
-	s, t := &a.ranks, a.team
-	p := t.rest
+// are in (with its drop_last rows after the last) over team t.
+func (st *readerState) formRestStep(t *teamState, now time.Time) {
+	s := &st.ranks
+	p := st.rest
 	if len(p.steps) == 0 {
-		a.dropRows(p.epoch, p.dropped, now)
-		t.rest = nil
+		st.dropRows(p.epoch, p.dropped, now)
+		st.rest = nil
 		s.epoch, s.step = p.epoch+1, 0
-		a.notify()
+		st.changed = true
 		return
 	}
 	step := p.steps[0]
@@ -377,27 +401,26 @@ func (a *Reader) formRestStep(now time.Time) {
 	last := len(p.steps) == 0
 	parts := make([]rankPart, len(step))
 	for r, items := range step {
-		a.readySamples -= len(items)
-		a.epochsFinished(a.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
-		parts[r] = partOf(p.epoch, items, t.holders[r] == "", a.asm.schema)
+		st.readySamples -= len(items)
+		st.epochsFinished(st.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
+		parts[r] = partOf(p.epoch, items, t.holders[r] == "", st.asm.schema)
 	}
 	if last {
-		a.dropRows(p.epoch, p.dropped, now)
-		t.rest = nil
+		st.dropRows(p.epoch, p.dropped, now)
+		st.rest = nil
 	}
-	a.queueStep(parts, last)
+	st.queueStep(parts, last)
 }
 
-// dropRows hands out rows of epoch e to no rank (drop_last); a.mu must be held.
-func (a *Reader) dropRows(e int, items []rowItem, now time.Time) {
+// dropRows hands out rows of epoch e to no rank (drop_last).
+func (st *readerState) dropRows(e int, items []rowItem, now time.Time) {
 	if len(items) == 0 {
 		return
 	}
-	a.readySamples -= len(items)
-	a.epochsFinished(a.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
-	a.stats.DroppedSamples += int64(len(items))
-	a.m.droppedSamples.Add(float64(len(items)))
-	a.log.Info("dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", len(items))
+	st.readySamples -= len(items)
+	st.epochsFinished(st.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
+	st.stats.DroppedSamples += int64(len(items))
+	st.note(slog.LevelInfo, "dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", len(items))
 }
 
 // rowsFrom is items as chunk rows, consecutive rows of a chunk merged.
@@ -475,41 +498,40 @@ func spansOf(from []chunkRows, withData bool) []rowSpan {
 	return out
 }
 
-// teamWants says whether agent h should take more tasks: the rows it
+// wants says whether agent h should take more tasks: the rows it
 // holds are below its share of the prefetch, or the ranks' step waits
 // for its rows (or for more rows of any agent, to know it is not the
-// epoch's last); a.mu must be held.
-func (a *Reader) teamWants(h string) bool {
-	t := a.team
+// epoch's last).
+func (t *teamState) wants(st *readerState, h string) bool {
 	n := t.ranksOf(h)
-	if n == 0 || a.asm.allCut() {
+	if n == 0 || st.asm.allCut() {
 		return false
 	}
 	held := 0
-	for _, bs := range a.ready {
+	for _, bs := range st.ready {
 		for _, b := range bs {
 			if b.holder() == h {
 				held += len(b.Keys)
 			}
 		}
 	}
-	for _, ep := range a.asm.open {
+	for _, ep := range st.asm.open {
 		held += len(ep.pending[h])
 	}
-	if held < a.prefetch()*n/max(a.ranks.world, 1) {
+	if held < st.prefetch()*n/max(st.ranks.world, 1) {
 		return true
 	}
-	e := a.ranks.epoch
-	if t.rest != nil || e >= a.job.Spec.Epochs {
+	e := st.ranks.epoch
+	if st.rest != nil || e >= st.job.Spec.Epochs {
 		return false
 	}
-	sup := a.teamSupply(e)
-	if planTeamStep(sup, t.holders, a.job.Spec.BatchSize, a.ranks.dropLast).Action != stepWait {
+	sup := t.supply(st, e)
+	if planTeamStep(sup, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast).Action != stepWait {
 		return false
 	}
 	full := map[string]int{}
 	for _, b := range sup.Ready {
-		if b.Rows == a.job.Spec.BatchSize {
+		if b.Rows == st.job.Spec.BatchSize {
 			full[b.Holder]++
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -421,11 +420,10 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 // again with the member's nonce (its reply lost) gets the same session.
 func TestJoinMember(t *testing.T) {
 	job := testJob("join", 1, 2, layout{{2}})
-	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	r.team = newTeam(4, []int{0, 1}, &teamAuth{})
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	st := newReaderState(job, Options{WorldSize: 4}, now)
+	team := newTeamState(4, []int{0, 1})
+	st.steps = team
 	const na, nb, nc = "nonce-of-a-0000000", "nonce-of-b-0000000", "nonce-of-c-0000000"
 	for _, tc := range []struct {
 		name, agent string
@@ -441,39 +439,39 @@ func TestJoinMember(t *testing.T) {
 		{"no rank", "b", nil, 4, false, "serves no rank"},
 		{"no name", "", []int{2}, 4, false, "needs a name"},
 	} {
-		if _, err := r.joinMember(tc.agent, nb, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := team.joinMember(st, tc.agent, nb, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := r.joinMember("a", "short", []int{2, 3}, 4, false, now); err == nil || !strings.Contains(err.Error(), "nonce") {
+	if _, err := team.joinMember(st, "a", "short", []int{2, 3}, 4, false, now); err == nil || !strings.Contains(err.Error(), "nonce") {
 		t.Errorf("a join without a nonce: %v", err)
 	}
-	sa, err := r.joinMember("a", na, []int{2, 3}, 4, false, now)
+	sa, err := team.joinMember(st, "a", na, []int{2, 3}, 4, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.team.complete() {
-		t.Errorf("holders %q: want every rank served", r.team.holders)
+	if !team.complete() {
+		t.Errorf("holders %q: want every rank served", team.holders)
 	}
-	if again, err := r.joinMember("a", na, []int{2, 3}, 4, false, now.Add(time.Second)); err != nil || again != sa {
+	if again, err := team.joinMember(st, "a", na, []int{2, 3}, 4, false, now.Add(time.Second)); err != nil || again != sa {
 		t.Errorf("a's join again with its nonce: session %q, %v; want %q", again, err, sa)
 	}
-	if _, err := r.joinMember("a", nc, []int{2}, 4, false, now.Add(time.Second)); !errors.Is(err, ErrNameTaken) {
+	if _, err := team.joinMember(st, "a", nc, []int{2}, 4, false, now.Add(time.Second)); !errors.Is(err, ErrNameTaken) {
 		t.Errorf("a join under a live member's name with fewer ranks: %v, want ErrNameTaken", err)
 	}
-	if got := r.team.holders; got[2] != "a" || got[3] != "a" || r.team.members["a"].session != sa {
-		t.Errorf("after a refused join under a's name: holders %q, session changed %t", got, r.team.members["a"].session != sa)
+	if got := team.holders; got[2] != "a" || got[3] != "a" || team.members["a"].session != sa {
+		t.Errorf("after a refused join under a's name: holders %q, session changed %t", got, team.members["a"].session != sa)
 	}
-	if _, err := r.joinMember("b", nb, []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
+	if _, err := team.joinMember(st, "b", nb, []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
 		t.Errorf("another agent claiming a live member's rank: %v", err)
 	}
-	if _, err := r.joinMember("b", nb, []int{3}, 4, false, now.Add(memberStale+time.Second)); err != nil {
+	if _, err := team.joinMember(st, "b", nb, []int{3}, 4, false, now.Add(memberStale+time.Second)); err != nil {
 		t.Fatalf("taking over a quiet member's rank: %v", err)
 	}
-	if got := r.team.holders; got[2] != "a" || got[3] != "b" {
+	if got := team.holders; got[2] != "a" || got[3] != "b" {
 		t.Errorf("holders %q, want rank 2 still a's and rank 3 b's", got)
 	}
-	sa2, err := r.joinMember("a", nc, []int{2}, 4, false, now.Add(memberStale+2*time.Second))
+	sa2, err := team.joinMember(st, "a", nc, []int{2}, 4, false, now.Add(memberStale+2*time.Second))
 	if err != nil {
 		t.Errorf("a restarted (another nonce) joining again with fewer ranks once quiet: %v", err)
 	}

@@ -36,9 +36,9 @@ func FuzzTeamRequest(f *testing.F) {
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-		r.team = newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey})
+		pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey}))
 		r.mu.Lock()
-		if _, err := r.joinMember("m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
+		if _, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		r.mu.Unlock()
@@ -47,22 +47,22 @@ func FuzzTeamRequest(f *testing.F) {
 		name := teamOps[int(op)%len(teamOps)]
 		var reply teamReply
 		if name == opJoin {
-			reply = r.teamJoin(teamHead{op: name, member: "x", session: "nonce-of-x-000000"}, body)
+			reply = pl.teamJoin(teamHead{op: name, member: "x", session: "nonce-of-x-000000"}, body)
 		} else {
-			reply = r.teamRequest(ctx, name, "m", body)
+			reply = pl.teamRequest(ctx, name, "m", body)
 		}
 		if _, err := json.Marshal(reply); err != nil {
 			t.Fatalf("the reply does not encode: %v", err)
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if name != opJoin && (r.team.holders[2] != "m" || r.team.holders[3] != "m") {
-			t.Errorf("%s changed the holders: %q", name, r.team.holders)
+		if name != opJoin && (pl.team.holders[2] != "m" || pl.team.holders[3] != "m") {
+			t.Errorf("%s changed the holders: %q", name, pl.team.holders)
 		}
-		if r.readySamples < 0 || r.asm.pending < 0 {
-			t.Errorf("%s: %d ready, %d pending samples", name, r.readySamples, r.asm.pending)
+		if r.st.readySamples < 0 || r.st.asm.pending < 0 {
+			t.Errorf("%s: %d ready, %d pending samples", name, r.st.readySamples, r.st.asm.pending)
 		}
-		if m := r.team.members["m"]; m.rows > maxMemberRows+maxRowsPerChunk {
+		if m := pl.team.members["m"]; m.rows > maxMemberRows+maxRowsPerChunk {
 			t.Errorf("%s: member m holds %d rows at the planner", name, m.rows)
 		}
 	})

@@ -158,7 +158,7 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
-	m := agents[1].readers[0].member
+	m := agents[1].readers[0].role.(memberRole).m
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := agents[1].readers[0].nextPart(gone, rankRequest{rank: 2, world: 4}); !errors.Is(err, context.Canceled) {

@@ -136,7 +136,7 @@ func rowBound(sc *schema, chunkMax int) int {
 // own goroutine, within the bounds of its member's requests in progress
 // (joins: maxJoins), so the goroutines are bounded by the members. What
 // waits beyond is NATS's pending limit (a slow consumer drops it).
-func (a *Reader) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
+func (a planner) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	subj := wire.TeamSubject(a.job.Spec.ID, a.reader, "*")
 	sub, err := nc.Subscribe(subj, func(m *nats.Msg) { a.admitTeam(ctx, m) })
 	if err != nil {
@@ -150,7 +150,7 @@ func (a *Reader) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscripti
 
 // admitTeam checks a team request's envelope and its sender's session,
 // and answers it within the sender's bounds.
-func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
+func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 	t := a.team
 	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	h, err := t.auth.open(m, kindRequest, op)
@@ -176,20 +176,7 @@ func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	a.mu.Lock()
-	mem := t.members[h.member]
-	var refusal *teamReply
-	switch {
-	case mem == nil || mem.session != h.session:
-		r := notMember(h.member)
-		refusal = &r
-	case !mem.seqs.accept(h.seq):
-		refusal = &teamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
-	case mem.busy >= maxMemberRequests+2*mem.ranks:
-		refusal = &teamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
-	default:
-		mem.busy++
-		mem.seen = time.Now()
-	}
+	mem, refusal := t.admit(h, time.Now())
 	a.mu.Unlock()
 	if refusal != nil {
 		if refusal.Status == statusNotMember {
@@ -202,7 +189,7 @@ func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
 	go func() {
 		r := a.teamRequest(ctx, op, h.member, m.Data)
 		a.mu.Lock()
-		mem.busy--
+		t.done(mem)
 		a.mu.Unlock()
 		a.respondTeam(m, h, r)
 	}()
@@ -211,7 +198,7 @@ func (a *Reader) admitTeam(ctx context.Context, m *nats.Msg) {
 // refuseTeam answers a request whose envelope failed, unsigned (its sender
 // may not hold the key), counts it and logs it (at most once a second:
 // a flood must not flood the log).
-func (a *Reader) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
+func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 	t := a.team
 	n := t.refused.Add(1)
 	a.m.teamRefused.Inc()
@@ -228,7 +215,7 @@ func (a *Reader) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 }
 
 // respondTeam answers request h with r, sealed.
-func (a *Reader) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
+func (a planner) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
 	r.Planner = a.team.id
 	data, err := json.Marshal(r)
 	if err == nil {
@@ -244,14 +231,14 @@ func (a *Reader) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
 }
 
 // teamJoin answers a join of member h.member, whose h.session is its nonce.
-func (a *Reader) teamJoin(h teamHead, data []byte) teamReply {
+func (a planner) teamJoin(h teamHead, data []byte) teamReply {
 	var req joinRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		return teamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	session, err := a.joinMember(h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
+	defer a.unlock()
+	session, err := a.team.joinMember(a.st, h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
 	switch {
 	case errors.Is(err, ErrNameTaken):
 		a.team.refused.Add(1)
@@ -264,7 +251,7 @@ func (a *Reader) teamJoin(h teamHead, data []byte) teamReply {
 	return teamReply{Status: statusOK, Session: session}
 }
 
-func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte) teamReply {
+func (a planner) teamRequest(ctx context.Context, op, member string, data []byte) teamReply {
 	bad := func(err error) teamReply { return teamReply{Status: statusMismatch, Error: err.Error()} }
 	switch op {
 	case opNotes:
@@ -292,7 +279,7 @@ func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		r.Want = a.teamWants(member)
+		r.Want = a.team.wants(a.st, member)
 		return r
 	case opStatus:
 		var req statusRequest
@@ -323,7 +310,7 @@ func (a *Reader) teamRequest(ctx context.Context, op, member string, data []byte
 			return teamReply{Status: statusOf(err), Error: err.Error()}
 		}
 		a.mu.Lock()
-		gen := a.team.gen
+		gen := a.st.gen
 		a.mu.Unlock()
 		out, err := json.Marshal(res)
 		if err != nil {
@@ -345,7 +332,7 @@ func notMember(name string) teamReply {
 // addNote applies member's note of a chunk, a shard end or a failed
 // shard: deferred (not applied) when the member holds too much at the
 // planner already.
-func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, err error) {
+func (a planner) addNote(member string, n chunkNote) (duplicate, deferred bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
 	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard || n.Chunk < -1 {
 		return false, false, fmt.Errorf("note of %s: out of range", ref)
@@ -364,18 +351,13 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 		}
 		corrupt := cutText(n.Corrupt)
 		a.mu.Lock()
-		deferred = !a.memberRoom(member, n.Rows)
+		deferred = !a.team.memberRoom(a.st, member, n.Rows)
 		a.mu.Unlock()
 		if deferred {
 			return false, true, nil
 		}
-		_ = a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.addRemote(ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
-			if m := a.team.members[member]; err == nil && !out.duplicate && m != nil {
-				m.chunks++
-				m.rows += n.Rows
-			}
-			return out, err
+		out, err = a.intake(ref, func(st *readerState) (outcome, error) {
+			return a.team.addRemote(st, ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
 		})
 	case n.End != nil:
 		ref.Chunk = -1
@@ -387,10 +369,7 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 		// and reports it (assembler.end): nothing is lost to it, and a
 		// member's end of a retry may say less than an earlier send gave
 		// (an object rewritten), so it is not refused either.
-		_ = a.intake(ref, func() (outcome, error) {
-			out, err = a.asm.end(ref, end, false)
-			return out, err
-		})
+		out, err = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.end(ref, end, false) })
 	case n.Reason != "":
 		a.addFailed(a.job.Task(n.Epoch, n.Shard), cutText(n.Reason))
 	default:
@@ -399,8 +378,55 @@ func (a *Reader) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 	return out.duplicate && !out.heldThere, false, err
 }
 
+// admit checks request h's sender against the members that joined, and
+// counts it in progress (the caller's busy-- ends it), unless refused.
+func (t *teamState) admit(h teamHead, now time.Time) (*teamMember, *teamReply) {
+	mem := t.members[h.member]
+	switch {
+	case mem == nil || mem.session != h.session:
+		r := notMember(h.member)
+		return nil, &r
+	case !mem.seqs.accept(h.seq):
+		return nil, &teamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
+	case mem.busy >= maxMemberRequests+2*mem.ranks:
+		return nil, &teamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
+	}
+	mem.busy++
+	mem.seen = now
+	return mem, nil
+}
+
+// done ends a request admit admitted.
+func (t *teamState) done(mem *teamMember) { mem.busy-- }
+
+// addRemote applies member's note of a chunk it holds, counting its rows
+// at the planner (memberRoom).
+func (t *teamState) addRemote(st *readerState, ref wire.ChunkRef, member string, first, rows int, sc *schema, corrupt string) (outcome, error) {
+	out, err := st.asm.addRemote(ref, member, first, rows, sc, corrupt)
+	if m := t.members[member]; err == nil && !out.duplicate && m != nil {
+		m.chunks++
+		m.rows += rows
+	}
+	return out, err
+}
+
+// ticket is what a part request of member takes: superseded says (the
+// reader's lock held) that its session or generation of ranks ended, and
+// is nil when member has not joined. A part goes only to a request of
+// the member's current session and generation of ranks: one from before
+// a resume or a re-join may have lost its requester (a trainer or a
+// member agent restarted), and the part would be lost with it.
+func (t *teamState) ticket(st *readerState, member string) (superseded func() bool) {
+	gen, mem := st.gen, t.members[member]
+	if mem == nil {
+		return nil
+	}
+	session := mem.session
+	return func() bool { return st.gen != gen || t.members[member] != mem || mem.session != session }
+}
+
 // chunkMax is the job's chunk size limit.
-func (a *Reader) chunkMax() int {
+func (a planner) chunkMax() int {
 	if n := a.job.Spec.ChunkMaxBytes; n > 0 {
 		return int(n)
 	}
@@ -408,10 +434,10 @@ func (a *Reader) chunkMax() int {
 }
 
 // memberRoom says whether member may hold another chunk of rows at the
-// planner; a.mu must be held. The counts only grow between recounts, which
-// are made when they reach a bound (rows handed out or rewound leave them).
-func (a *Reader) memberRoom(member string, rows int) bool {
-	m := a.team.members[member]
+// planner. The counts only grow between recounts, which are made when
+// they reach a bound (rows handed out or rewound leave them).
+func (t *teamState) memberRoom(st *readerState, member string, rows int) bool {
+	m := t.members[member]
 	if m == nil {
 		return false
 	}
@@ -419,7 +445,7 @@ func (a *Reader) memberRoom(member string, rows int) bool {
 		return true
 	}
 	m.chunks, m.rows = 0, 0
-	for _, ep := range a.asm.open {
+	for _, ep := range st.asm.open {
 		for _, sh := range ep.shards {
 			for _, h := range sh.held {
 				if h.holder == member {
@@ -435,10 +461,10 @@ func (a *Reader) memberRoom(member string, rows int) bool {
 // memberStatus says which of a member's shards every rank's position has
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
-func (a *Reader) memberStatus(member string, req statusRequest) teamReply {
+func (a planner) memberStatus(member string, req statusRequest) teamReply {
 	r := teamReply{Status: statusOK}
 	a.mu.Lock()
-	r.Want = a.teamWants(member)
+	r.Want = a.team.wants(a.st, member)
 	a.mu.Unlock()
 	for _, h := range req.Held {
 		if a.recorded.has(shardRef{h[0], h[1]}) {
@@ -450,7 +476,7 @@ func (a *Reader) memberStatus(member string, req statusRequest) teamReply {
 
 // memberPartReply takes a member rank's next part, waiting up to
 // partWait, and records it as handed out before answering.
-func (a *Reader) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
+func (a planner) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
 	ctx, cancel := context.WithTimeout(ctx, partWait)
 	defer cancel()
 	// A part goes only to a request of the member's current session and
@@ -458,13 +484,11 @@ func (a *Reader) memberPartReply(ctx context.Context, member string, req partReq
 	// lost its requester (a trainer or a member agent restarted), and the
 	// part would be lost with it. Such a request is told to ask again.
 	a.mu.Lock()
-	gen, mem := a.team.gen, a.team.members[member]
+	superseded := a.team.ticket(a.st, member)
 	a.mu.Unlock()
-	if mem == nil {
+	if superseded == nil {
 		return notMember(member)
 	}
-	session := mem.session
-	superseded := func() bool { return a.team.gen != gen || a.team.members[member] != mem || mem.session != session }
 	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member, superseded: superseded})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errSuperseded) {
@@ -473,7 +497,7 @@ func (a *Reader) memberPartReply(ctx context.Context, member string, req partReq
 		return teamReply{Status: statusOf(err), Error: err.Error()}
 	}
 	a.mu.Lock()
-	sc := noteOf(a.asm.schema)
+	sc := noteOf(a.st.asm.schema)
 	a.mu.Unlock()
 	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
 	for _, s := range p.Spans {

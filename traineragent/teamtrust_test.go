@@ -65,7 +65,7 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 				t.Errorf("%s signed with another job's key: reply %+v, refusal %q; want refused for its key", op.op, r, why)
 			}
 		}
-		if n := agents[0].readers[0].team.refused.Load(); n < 4 {
+		if n := agents[0].readers[0].role.(planner).team.refused.Load(); n < 4 {
 			t.Errorf("the planner counted %d refused messages, want 4", n)
 		}
 	})
@@ -131,39 +131,39 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 func TestTeamNoteBounds(t *testing.T) {
 	job := testJob("bounds", 1, 2, layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	r.team = newTeam(2, []int{0}, &teamAuth{key: testTeamKey})
+	pl := r.planAsTeam(newTeam(2, []int{0}, &teamAuth{key: testTeamKey}))
 	r.mu.Lock()
-	if _, err := r.joinMember("m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
+	if _, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Unlock()
 	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
 	// A row is 12 + 8 bytes and at least 3 of its key: 4 MiB hold 182,361.
-	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 182362, Schema: sc}); err == nil || !strings.Contains(err.Error(), "182361") {
+	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 182362, Schema: sc}); err == nil || !strings.Contains(err.Error(), "182361") {
 		t.Errorf("a note of 182,362 rows: %v, want refused naming the bound 182,361", err)
 	}
-	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 1 << 24, Schema: sc}); err == nil {
+	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 1 << 24, Schema: sc}); err == nil {
 		t.Errorf("a note of 16,777,216 rows was applied")
 	}
 	zero, three := 0, 3
 	for _, n := range []chunkNote{{Epoch: 0, Shard: 0, Chunk: 0, First: &zero, Rows: 3, Schema: sc}, {Epoch: 0, Shard: 0, Chunk: 1, First: &three, Rows: 3, Schema: sc}} {
-		if dup, _, err := r.addNote("m", n); err != nil || dup {
+		if dup, _, err := pl.addNote("m", n); err != nil || dup {
 			t.Fatalf("chunk %d: dup %t, %v", n.Chunk, dup, err)
 		}
 	}
 	// An end of fewer samples than the rows held: the rows are kept (the
 	// shard has 6), and the contradiction reported.
-	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 0, Shard: 0, Chunks: 1, Samples: 4}}); err != nil {
+	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 0, Shard: 0, Chunks: 1, Samples: 4}}); err != nil {
 		t.Errorf("an end of 4 samples with 6 rows held: %v", err)
 	}
 	r.mu.Lock()
-	total := r.asm.open[0].shards[0].total
+	total := r.st.asm.open[0].shards[0].total
 	r.mu.Unlock()
 	reported := slices.ContainsFunc(r.Stats().FailedSamples, func(f wire.FailedSample) bool { return strings.Contains(f.Reason, "says 4 samples") })
 	if total != 6 || !reported {
 		t.Errorf("after an end of 4 samples with 6 rows held: the shard has %d rows (want 6), reported %t", total, reported)
 	}
-	if _, _, err := r.addNote("m", chunkNote{Epoch: 0, Shard: 1, Chunk: -1, End: &wire.ShardEnd{Job: "another", Epoch: 0, Shard: 1, Chunks: 1}}); err == nil {
+	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 1, Chunk: -1, End: &wire.ShardEnd{Job: "another", Epoch: 0, Shard: 1, Chunks: 1}}); err == nil {
 		t.Errorf("an end naming another job was applied")
 	}
 }
@@ -209,9 +209,9 @@ func mustJSONRaw(v any) json.RawMessage {
 func TestTeamBoundsAMembersRequests(t *testing.T) {
 	job := testJob("flood", 1, 2, layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	r.team = newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader})
+	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader}))
 	r.mu.Lock()
-	session, err := r.joinMember("m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
+	session, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
 	r.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -222,11 +222,11 @@ func TestTeamBoundsAMembersRequests(t *testing.T) {
 	for seq := range uint64(1000) {
 		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, opPart))
 		m.Data = []byte(`{"rank":2,"world":4}`)
-		r.team.auth.seal(m, kindRequest, teamHead{op: opPart, member: "m", session: session, seq: seq + 1})
-		r.admitTeam(ctx, m)
+		pl.team.auth.seal(m, kindRequest, teamHead{op: opPart, member: "m", session: session, seq: seq + 1})
+		pl.admitTeam(ctx, m)
 	}
 	r.mu.Lock()
-	busy := r.team.members["m"].busy
+	busy := pl.team.members["m"].busy
 	r.mu.Unlock()
 	if want := maxMemberRequests + 2*2; busy != want {
 		t.Errorf("%d requests of the member in progress, want %d", busy, want)

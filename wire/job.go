@@ -164,6 +164,11 @@ type Job struct {
 	State   JobState  `json:"state"`
 	Reason  string    `json:"reason,omitempty"`
 	Updated time.Time `json:"updated"`
+	// AgentAuth is AgentPasswordHash of the password the job's agents
+	// connect to NATS with (AgentNATSPassword of its team key); empty for
+	// a job submitted without a team key, whose agents the controller
+	// does not let in as the job.
+	AgentAuth string `json:"agent_auth,omitempty"`
 }
 
 // Tasks is the number of shard tasks the job queues over all epochs.

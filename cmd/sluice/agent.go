@@ -17,12 +17,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/httpserve"
+	"github.com/sluice-project/sluice/internal/kvpoll"
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/ready"
 	"github.com/sluice-project/sluice/traineragent"
@@ -42,7 +44,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer ln.Close()
 
-	nc, js, err := connectAs(ctx, f.conn, natsperm.Agent(), "sluice-agent", logger)
+	nc, js, err := f.connectAsJob(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -165,7 +167,7 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f.localityWait = fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")
 	f.taskAckWait = fs.Duration("task-ack-wait", 0, "how long the task queue waits for a task this agent holds before giving it to another agent, were this one to die (0: the queue's, 30s); held tasks are kept alive meanwhile")
 	f.logLevel = fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
-	f.teamKeyFile = fs.String("team-key-file", "", "`FILE` holding the job's team key, which `sluice job submit` wrote: every agent of a team (--ranks) needs it "+
+	f.teamKeyFile = fs.String("team-key-file", "", "`FILE` holding the job's team key, which `sluice job submit` wrote: the agent connects to NATS as its job with it (unless NATS credentials are given), and an agent of a team (--ranks) signs its messages with it "+
 		"(default: $"+wire.TeamKeyFileEnv+", else $"+wire.TeamKeyEnv+" (the key itself), else the job's file in $"+wire.TeamKeyDirEnv+" or the user's config directory)")
 	f.connFlags = connect.Register(fs, connect.PartNATS)
 	f.agentTokenFlag = bearer.Agent.Register(fs, "the token the trainers must send (Authorization: Bearer) to /v1/ and /r/, required when --listen is beyond loopback")
@@ -234,14 +236,61 @@ func (f *agentFlags) parse(args []string) error {
 	)
 }
 
-// loadTeamKey reads the job's team key for an agent of a team (--ranks
-// fewer than --world-size): from --team-key-file, $SLUICE_TEAM_KEY_FILE,
-// $SLUICE_TEAM_KEY, or the job's file in the key directory. Its errors
-// name where the key came from, never the key.
+// connectAsJob connects the agent to NATS as its job: user
+// wire.AgentNATSUser(job), the password its team key gives, which the
+// controllers check (the server's auth callout) and grant that job's
+// permissions only. NATS credentials given explicitly (a server without
+// the callout) are used instead; with neither, it connects without any.
+func (f *agentFlags) connectAsJob(ctx context.Context, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	conn, job := f.conn, *f.jobID
+	asJob := !conn.NATS.HasCredentials() && f.teamKey != nil
+	if asJob {
+		conn.NATS.User, conn.NATS.Password = wire.AgentNATSUser(job), wire.AgentNATSPassword(f.teamKey)
+		// A reconnect may come while no controller answers the callout.
+		conn.NATS.RetryAuth = true
+	}
+	nc, js, err := connectAs(ctx, conn, natsperm.AgentFor(job), "sluice-agent "+job, logger)
+	if err == nil {
+		// The job's record and plan are followed by reading them: an
+		// agent creates no consumer on a bucket (natsperm.AgentFor).
+		js = kvpoll.JetStream(js, 0)
+	}
+	if errors.Is(err, connect.ErrNATSAuthorization) {
+		switch {
+		case asJob:
+			err = fmt.Errorf("%w: the job's team key is not the one its submit wrote (a key of another job, or of an earlier submission of job %s?), "+
+				"or the NATS server's auth callout has no controller answering", err, job)
+		case conn.NATS.User == "sluice-agent":
+			err = fmt.Errorf("%w: the NATS user sluice-agent, which agents shared, is gone: an agent connects as its job with the job's team key "+
+				"(--team-key-file or $%s); unset $SLUICE_NATS_USER and its password", err, wire.TeamKeyFileEnv)
+		case !conn.NATS.HasCredentials():
+			err = fmt.Errorf("%w: an agent connects as its job with the job's team key, which `sluice job submit` wrote: "+
+				"give it with --team-key-file or $%s", err, wire.TeamKeyFileEnv)
+		}
+	}
+	return nc, js, err
+}
+
+// errNoTeamKey: the job's team key file is not in the key directory.
+var errNoTeamKey = errors.New("no team key")
+
+// loadTeamKey reads the job's team key, the agent's credential: from
+// --team-key-file, $SLUICE_TEAM_KEY_FILE, $SLUICE_TEAM_KEY, or the job's
+// file in the key directory. An agent of a team (--ranks fewer than
+// --world-size) needs it; a lone agent without one connects with the NATS
+// settings alone. Its errors name where the key came from, never the key.
 func (f *agentFlags) loadTeamKey() error {
-	if len(f.ranks) == 0 || len(f.ranks) >= *f.worldSize {
+	team := len(f.ranks) > 0 && len(f.ranks) < *f.worldSize
+	err := f.findTeamKey()
+	if errors.Is(err, errNoTeamKey) && !team {
 		return nil
 	}
+	return err
+}
+
+// findTeamKey sets f.teamKey from where loadTeamKey says; errNoTeamKey
+// when the key directory has none for the job.
+func (f *agentFlags) findTeamKey() error {
 	file, from := *f.teamKeyFile, "--team-key-file"
 	if file == "" {
 		file, from = os.Getenv(wire.TeamKeyFileEnv), "$"+wire.TeamKeyFileEnv
@@ -257,13 +306,16 @@ func (f *agentFlags) loadTeamKey() error {
 		}
 		dir, err := teamKeyDir()
 		if err != nil {
-			return fmt.Errorf("--team-key-file: a team (--ranks) needs the job's team key: %w", err)
+			return fmt.Errorf("--team-key-file: a team (--ranks) needs the job's team key: %w (%w)", errNoTeamKey, err)
 		}
 		file, from = wire.TeamKeyPath(dir, *f.jobID), "the job's team key file"
+		if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s %s: a team (--ranks) needs the job's team key, which `sluice job submit` wrote: %w", from, file, errNoTeamKey)
+		}
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return fmt.Errorf("%s: a team (--ranks) needs the job's team key, which `sluice job submit` wrote: %w", from, err)
+		return fmt.Errorf("%s: the job's team key, which `sluice job submit` wrote: %w", from, err)
 	}
 	if f.teamKey, err = wire.ParseTeamKey(data); err != nil {
 		return fmt.Errorf("%s %s: %w", from, file, err)

@@ -212,7 +212,7 @@ func getBatchesWith(t *testing.T, url string, tok bearer.Token, got map[string]b
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h := resp.Header.Get(traineragent.HeaderEpoch); h != strconv.Itoa(b.Epoch) {
+		if h := resp.Header.Get(wire.AgentHeaderEpoch); h != strconv.Itoa(b.Epoch) {
 			t.Errorf("epoch header %q, batch of epoch %d", h, b.Epoch)
 		}
 		if len(got) == 0 {
@@ -306,7 +306,7 @@ func TestAgentCommandServesRanks(t *testing.T) {
 		for {
 			resp, body := get(fmt.Sprintf("rank=%d&world_size=2&steps=%d&wait_s=0.1&compute_s=0.2", r, steps[r]))
 			if resp.StatusCode == http.StatusGone {
-				if end := resp.Header.Get(traineragent.HeaderEnd); end != traineragent.EndDelivered {
+				if end := resp.Header.Get(wire.AgentHeaderEnd); end != wire.AgentEndDelivered {
 					t.Errorf("rank %d: 410 with Sluice-End %q", r, end)
 				}
 				break
@@ -318,8 +318,8 @@ func TestAgentCommandServesRanks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(b.Keys) != 4 || resp.Header.Get(traineragent.HeaderStep) == "" {
-				t.Errorf("rank %d: a part of %d samples, step header %q", r, len(b.Keys), resp.Header.Get(traineragent.HeaderStep))
+			if len(b.Keys) != 4 || resp.Header.Get(wire.AgentHeaderStep) == "" {
+				t.Errorf("rank %d: a part of %d samples, step header %q", r, len(b.Keys), resp.Header.Get(wire.AgentHeaderStep))
 			}
 			for _, k := range b.Keys {
 				id := fmt.Sprintf("%d/%s", b.Epoch, k)
@@ -415,10 +415,11 @@ func TestAgentFlagsRanks(t *testing.T) {
 	}
 }
 
-// TestAgentFlagsTeamKey: an agent of a team reads the job's team key from
+// TestAgentFlagsTeamKey: an agent reads the job's team key from
 // --team-key-file, $SLUICE_TEAM_KEY_FILE, $SLUICE_TEAM_KEY or the job's
-// file in $SLUICE_TEAM_KEY_DIR; without one it refuses to start, saying
-// how to give it, and a bad key is refused without being quoted.
+// file in $SLUICE_TEAM_KEY_DIR; an agent of a team without one refuses
+// to start, saying how to give it (a lone one starts), and a bad key is
+// refused without being quoted.
 func TestAgentFlagsTeamKey(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(wire.TeamKeyDirEnv, dir)
@@ -460,7 +461,16 @@ func TestAgentFlagsTeamKey(t *testing.T) {
 	if f, err := parse(); err != nil || f.options().TeamKey[0] != 0xcd {
 		t.Errorf("$%s: %v", wire.TeamKeyEnv, err)
 	}
-	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey != nil {
+	// A lone agent reads it too: it connects to NATS as its job with it.
+	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey == nil {
 		t.Errorf("an agent of every rank (no team): %v, key set %t", err, f != nil && f.options().TeamKey != nil)
+	}
+	// Without one, it starts, and connects with its NATS settings alone.
+	t.Setenv(wire.TeamKeyEnv, "")
+	if err := os.Remove(wire.TeamKeyPath(dir, "j")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey != nil {
+		t.Errorf("a lone agent without a key: %v, key set %t", err, f != nil && f.options().TeamKey != nil)
 	}
 }

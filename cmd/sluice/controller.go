@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluice-project/sluice/autoscale"
 	"github.com/sluice-project/sluice/autoscale/local"
@@ -77,7 +79,7 @@ func runControllerWith(ctx context.Context, name string, args []string, stdout, 
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
 		Actuator: act, Dispatch: dispatch, LeaseTTL: *f.leaseTTL, Tick: *f.tick, TaskAckWait: *f.ackWait,
 		MaxReplicas: *f.maxReplicas, ReplicaConcurrency: *f.concurrency,
-		Autoscale: autoscaleConfig(*f.allocator),
+		Autoscale: autoscaleConfig(*f.allocator), CalloutIssuer: f.callout,
 	}, logger, reg)
 	if err != nil {
 		return err
@@ -123,7 +125,13 @@ type controllerFlags struct {
 	conn                                                *connect.Flags
 	cache                                               cacheFlags
 	fnToken                                             *bearer.Flag
+	calloutSeedFile                                     *string
+	callout                                             nkeys.KeyPair // from calloutSeedFile
 }
+
+// calloutSeedFileEnv names the file of the auth callout issuer's seed
+// when --nats-callout-seed-file is not given.
+const calloutSeedFileEnv = "SLUICE_NATS_CALLOUT_SEED_FILE"
 
 func registerControllerFlags(fs *flag.FlagSet) *controllerFlags {
 	host, _ := os.Hostname()
@@ -143,7 +151,9 @@ func registerControllerFlags(fs *flag.FlagSet) *controllerFlags {
 		cache:       registerCacheFlags(fs, " of the replicas this controller starts"),
 		fnToken:     bearer.Function.Register(fs, "with --actuator local: the token the replicas require of every task (given them through their environment); the agents must send it"),
 		vocabDir:    fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab and BPE tokenizer files from (fn serve --vocab-dir); empty: builtin only"),
-		allocator:   fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)"),
+		calloutSeedFile: fs.String("nats-callout-seed-file", "", "`FILE` holding the account nkey seed (SA...) the NATS server's auth callout trusts: the controller then lets "+
+			"each job's agents in as their job, with that job's permissions only (deploy/knative/nats/nats.conf; env "+calloutSeedFileEnv+"; empty: no callout served)"),
+		allocator: fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)"),
 	}
 }
 
@@ -169,7 +179,33 @@ func (f *controllerFlags) checks(conn *connect.Config, cache *shardcache.Config,
 		},
 		f.cache.resolve(cache),
 		resolve(f.conn, conn),
+		f.loadCalloutSeed,
 	}
+}
+
+// loadCalloutSeed reads the auth callout issuer's seed from its file. Its
+// errors name the file, never the seed.
+func (f *controllerFlags) loadCalloutSeed() error {
+	file, from := *f.calloutSeedFile, "--nats-callout-seed-file"
+	if file == "" {
+		file, from = os.Getenv(calloutSeedFileEnv), "$"+calloutSeedFileEnv
+	}
+	if file == "" {
+		return nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(data))
+	if err != nil {
+		return fmt.Errorf("%s %s: not an nkey seed", from, file)
+	}
+	if pub, err := kp.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
+		return fmt.Errorf("%s %s: not an account seed (SA...): the callout's issuer is an account key", from, file)
+	}
+	f.callout = kp
+	return nil
 }
 
 // actuatorFor starts the actuator --actuator names and the replicas'

@@ -133,7 +133,7 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
 	vocabDir := fs.String("vocab-dir", "", "also build the pipeline with the vocab and tokenizer files in `DIR` (the replicas' --vocab-dir, or a copy of it), "+
 		"so that a file they could not use (a tokenizer.json with an unsupported component) is refused here rather than by the first replica")
-	keyFile := fs.String("team-key-file", "", "`FILE` to write the job's team key to, which every agent of a team (sluice agent --ranks) needs "+
+	keyFile := fs.String("team-key-file", "", "`FILE` to write the job's team key to, which every agent of the job needs (it connects to NATS as the job with it; a team's agents sign their messages with it) "+
 		"(default: the job's file in $"+wire.TeamKeyDirEnv+", else in sluice/teamkeys of the user's config directory)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: sluice job submit [FILE.yaml] [flags]\n\n"+
@@ -170,13 +170,19 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer closeConn()
-	job, err := b.Submit(ctx, spec)
+	// The key's hash goes in the record (the controller lets the job's
+	// agents in with it); the key is written once the job is: a refused
+	// submit (an ID in use) must not replace the running job's key.
+	keyText := wire.NewTeamKey()
+	key, err := wire.ParseTeamKey(keyText)
 	if err != nil {
 		return err
 	}
-	// Written once the job is: a refused submit (an ID in use) must not
-	// replace the running job's key.
-	keyPath, keyErr := writeTeamKey(*keyFile, job.Spec.ID)
+	job, err := b.Submit(ctx, spec, broker.WithTeamKey(key))
+	if err != nil {
+		return err
+	}
+	keyPath, keyErr := writeTeamKey(*keyFile, job.Spec.ID, keyText)
 	if *asJSON {
 		if err := printJSON(stdout, job); err != nil {
 			return err
@@ -186,18 +192,18 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			job.Spec.ID, len(job.Shards), job.Spec.Epochs, job.Tasks(), pipelineName(job.Spec.Pipeline), strings.Join(job.Spec.Readers, ", "))
 	}
 	if keyErr != nil {
-		return fmt.Errorf("job %s submitted, but its team key was not written (a team of agents needs one: give each the same %d random bytes, hex, in $%s): %w",
-			job.Spec.ID, wire.TeamKeyBytes, wire.TeamKeyEnv, keyErr)
+		return fmt.Errorf("job %s submitted, but its team key was not written, and its agents cannot connect without it: delete the job and submit it again: %w",
+			job.Spec.ID, keyErr)
 	}
-	fmt.Fprintf(stderr, "team key: %s (readable by you only): an agent of a team (--ranks) on another node needs a copy: --team-key-file FILE or $%s\n",
+	fmt.Fprintf(stderr, "team key: %s (readable by you only): the job's agents connect to NATS with it; one on another node needs a copy: --team-key-file FILE or $%s\n",
 		keyPath, wire.TeamKeyFileEnv)
 	return nil
 }
 
-// writeTeamKey writes a new team key for job to file (default: the job's
+// writeTeamKey writes job's team key to file (default: the job's
 // file in the key directory), readable by its owner only, and returns
 // where.
-func writeTeamKey(file, job string) (string, error) {
+func writeTeamKey(file, job string, key []byte) (string, error) {
 	if file == "" {
 		dir, err := teamKeyDir()
 		if err != nil {
@@ -209,7 +215,7 @@ func writeTeamKey(file, job string) (string, error) {
 		return "", fmt.Errorf("writing the team key: %w", err)
 	}
 	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, wire.NewTeamKey(), 0o600); err != nil {
+	if err := os.WriteFile(tmp, key, 0o600); err != nil {
 		return "", fmt.Errorf("writing the team key: %w", err)
 	}
 	if err := os.Rename(tmp, file); err != nil {

@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"sweep submit":     {"submit a sweep's trials: trials fed the same samples share one job, pre-warmed", runSweepSubmit},
 		"sweep status":     {"show a sweep's jobs and each trial's progress", runSweepStatus},
 		"job delete":       {"remove a finished job and all it has (--force: a running one)", runJobDelete},
+		"nats callout-key": {"make the key pair of the NATS auth callout that lets each job's agents in as their job (seed to a file, public key printed)", runNATSCalloutKey},
 		"version":          {"print the version", func(_ context.Context, _ []string, out, _ io.Writer) error { fmt.Fprintln(out, version); return nil }},
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/synth"
@@ -18,7 +20,9 @@ import (
 // TestCommandsRunAsTheirLeastPrivilegeUsers runs the commands against a
 // nats-server started from the shipped configuration, each as its own
 // user with its password in a file: `job submit` as the cli, `sluice
-// controller` and `sluice agent` as processes as theirs. The job runs to
+// controller` as a process as its own, answering the auth callout, and
+// `sluice agent` as a process connected as its job with the team key
+// `job submit` wrote. The job runs to
 // its end with no permissions violation; `job delete` is refused to the
 // cli, saying why, and done by the admin.
 func TestCommandsRunAsTheirLeastPrivilegeUsers(t *testing.T) {
@@ -36,6 +40,19 @@ func TestCommandsRunAsTheirLeastPrivilegeUsers(t *testing.T) {
 		}
 		as[r.Name] = []string{"--nats-user", r.User(), "--nats-password-file", file}
 	}
+	// The auth callout's issuer: its public key for the server, its seed
+	// in a file for the controller.
+	issuer, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := issuer.PublicKey()
+	seed, _ := issuer.Seed()
+	seedFile := filepath.Join(dir, "callout.seed")
+	if err := os.WriteFile(seedFile, append(seed, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(natsperm.CalloutIssuerEnv, pub)
 	t.Setenv("POD_NAME", "sluice-nats-0")
 	srv := testenv.NATSFromConfig(t, "../../deploy/knative/nats/nats.conf")
 
@@ -52,7 +69,7 @@ func TestCommandsRunAsTheirLeastPrivilegeUsers(t *testing.T) {
 	e := controllerEnv{natsURL: srv.ClientURL(), s3Endpoint: s3cfg.Endpoint}
 	nats := []string{"--nats", e.natsURL}
 
-	startControllerProcess(t, e, "perm", as["controller"]...)
+	startControllerProcess(t, e, "perm", append(as["controller"], "--nats-callout-seed-file", seedFile)...)
 	job := func(who string, args ...string) (int, string, string) {
 		return runCLI(t, append(append(append([]string{"job"}, args...), nats...), as[who]...)...)
 	}
@@ -61,7 +78,14 @@ func TestCommandsRunAsTheirLeastPrivilegeUsers(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("job submit as the cli: %d %s", code, stderr)
 	}
-	_, url := startAgent(t, append(append([]string{"--job", "perm"}, nats...), as["agent"]...)...)
+	// An agent still configured as the user agents shared is told what
+	// changed.
+	code, _, stderr = runCLI(t, append([]string{"agent", "--job", "perm", "--listen", "127.0.0.1:0", "--nats-user", "sluice-agent", "--nats-password", "pw"}, nats...)...)
+	if code == 0 || !strings.Contains(stderr, "sluice-agent, which agents shared, is gone") {
+		t.Errorf("agent as sluice-agent: exit %d, stderr %q; want refused, saying why", code, stderr)
+	}
+	// The agent connects as its job, with the team key job submit wrote.
+	_, url := startAgent(t, append([]string{"--job", "perm"}, nats...)...)
 	got := map[string]bool{}
 	getBatches(t, url, got, -1)
 	if len(got) != 8 {

@@ -59,9 +59,24 @@ func runSweepSubmit(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		prewarm = planner.ByRate{PerReplica: store.PerReplica}
 	}
-	sw, err := b.SubmitSweep(ctx, spec, prewarm)
+	// Each job's team key: its agents connect to NATS with it (as
+	// `job submit` issues one), written once the sweep is.
+	keys := map[string][]byte{}
+	sw, err := b.SubmitSweep(ctx, spec, prewarm, func(job string) []byte {
+		keys[job] = wire.NewTeamKey()
+		k, _ := wire.ParseTeamKey(keys[job])
+		return k
+	})
 	if err != nil {
 		return err
+	}
+	for _, j := range sw.Jobs {
+		path, err := writeTeamKey("", j.ID, keys[j.ID])
+		if err != nil {
+			return fmt.Errorf("sweep %s submitted, but job %s's team key was not written, and its agents cannot connect without it: %w", sw.Spec.ID, j.ID, err)
+		}
+		fmt.Fprintf(stderr, "team key of job %s: %s (readable by you only): its agents connect to NATS with it (--team-key-file FILE or $%s)\n",
+			j.ID, path, wire.TeamKeyFileEnv)
 	}
 	if *asJSON {
 		return printJSON(stdout, sw)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,14 @@ func TestSweepCommandsEndToEnd(t *testing.T) {
 	job, err := e.b.Job(t.Context(), "sw-1")
 	if err != nil || job.Spec.Seed != 4 || job.Spec.InitialReplicas != 3 {
 		t.Errorf("job sw-1 %+v, %v: want seed 4, 3 initial replicas", job.Spec, err)
+	}
+	// Each job's agents connect with the team key written for it.
+	keyText, err := os.ReadFile(wire.TeamKeyPath(os.Getenv(wire.TeamKeyDirEnv), "sw-1"))
+	if err != nil {
+		t.Fatalf("job sw-1's team key: %v", err)
+	}
+	if key, err := wire.ParseTeamKey(keyText); err != nil || !wire.AgentPasswordMatches(wire.AgentNATSPassword(key), job.AgentAuth) {
+		t.Errorf("job sw-1's record does not let in agents with its team key (%v)", err)
 	}
 	code, out, _ = runCLI(t, "sweep", "status", "sw", "--nats", e.conn[1])
 	wantOutput(t, "status", code, 0, out, "sweep sw: 2 jobs", "sw-0", "queued", "a", "waiting", "sw-1", "c")

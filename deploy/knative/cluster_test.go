@@ -52,7 +52,7 @@ func TestIntegrationManifestsOnAPIServer(t *testing.T) {
 	env.Kubectl(t, "apply", "--server-side", "-n", "elsewhere", "-f", "base/function.yaml")
 	// The NATS passwords, one per component (nats/nats.conf's users).
 	env.Kubectl(t, "create", "secret", "generic", "-n", ns, "sluice-nats-auth", "--from-literal=controller=pw1",
-		"--from-literal=agent=pw2", "--from-literal=cli=pw3", "--from-literal=admin=pw4")
+		"--from-literal=cli=pw3", "--from-literal=admin=pw4", "--from-literal=callout-seed=SA...", "--from-literal=callout-issuer=A...")
 
 	token := env.Token(t, ns, "sluice-controller")
 	client, err := knative.NewClient(env.WithToken(token))

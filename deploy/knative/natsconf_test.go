@@ -60,8 +60,10 @@ func TestShippedNATSConfigHasThePermissions(t *testing.T) {
 }
 
 // TestManifestsGiveEachComponentItsNATSUser: the NATS server gets every
-// role's password from the Secret, its configuration is the shipped file,
-// and the controller connects as its role's user with its password alone.
+// role's password and the auth callout's issuer from the Secret, its
+// configuration is the shipped file, and the controller connects as its
+// role's user with its password alone and answers the callout with the
+// seed alone.
 func TestManifestsGiveEachComponentItsNATSUser(t *testing.T) {
 	conf, err := os.ReadFile(natsConfPath)
 	if err != nil {
@@ -85,6 +87,13 @@ func TestManifestsGiveEachComponentItsNATSUser(t *testing.T) {
 			(src.SecretKeyRef.Optional != nil && *src.SecretKeyRef.Optional) {
 			t.Errorf("NATS server's %s: %+v, want key %q of the Secret sluice-nats-auth, required", r.PasswordEnv(), src, r.Name)
 		}
+	}
+	if src := env[natsperm.CalloutIssuerEnv]; src == nil || src.SecretKeyRef == nil || src.SecretKeyRef.Name != "sluice-nats-auth" ||
+		src.SecretKeyRef.Key != "callout-issuer" || (src.SecretKeyRef.Optional != nil && *src.SecretKeyRef.Optional) {
+		t.Errorf("NATS server's %s: %+v, want key callout-issuer of the Secret sluice-nats-auth, required", natsperm.CalloutIssuerEnv, src)
+	}
+	if _, ok := env["SLUICE_NATS_AGENT_PASSWORD"]; ok {
+		t.Error("NATS server still reads SLUICE_NATS_AGENT_PASSWORD: agents have no shared user")
 	}
 	cmName := ""
 	for _, v := range sts.Spec.Template.Spec.Volumes {
@@ -118,20 +127,23 @@ func TestManifestsGiveEachComponentItsNATSUser(t *testing.T) {
 	if vals["SLUICE_NATS_USER"] != natsperm.Controller().User() {
 		t.Errorf("controller's NATS user %q, want %q", vals["SLUICE_NATS_USER"], natsperm.Controller().User())
 	}
-	file := vals["SLUICE_NATS_PASSWORD_FILE"]
-	ok := false
-	for _, m := range pod.Containers[0].VolumeMounts {
-		if path.Dir(file) != m.MountPath {
-			continue
-		}
-		for _, v := range pod.Volumes {
-			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == "sluice-nats-auth" &&
-				len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "controller" && v.Secret.Items[0].Path == path.Base(file) {
-				ok = true
+	// Each secret file is its Secret key alone, mounted.
+	for env, key := range map[string]string{"SLUICE_NATS_PASSWORD_FILE": "controller", "SLUICE_NATS_CALLOUT_SEED_FILE": "callout-seed"} {
+		file := vals[env]
+		ok := false
+		for _, m := range pod.Containers[0].VolumeMounts {
+			if path.Dir(file) != m.MountPath {
+				continue
+			}
+			for _, v := range pod.Volumes {
+				if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == "sluice-nats-auth" &&
+					len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == key && v.Secret.Items[0].Path == path.Base(file) {
+					ok = true
+				}
 			}
 		}
-	}
-	if !ok {
-		t.Errorf("controller's SLUICE_NATS_PASSWORD_FILE %q is not the Secret's controller key alone, mounted", file)
+		if !ok {
+			t.Errorf("controller's %s %q is not the Secret's %s key alone, mounted", env, file, key)
+		}
 	}
 }

@@ -36,6 +36,11 @@ type NATS struct {
 	// a least-privilege user may subscribe to its own replies only. Set
 	// by the command, not a setting.
 	InboxPrefix string
+	// RetryAuth keeps reconnecting after the server refused the
+	// credentials twice, where nats.go would give up: an agent let in by
+	// the controllers' auth callout is refused while none answers (a
+	// controller restarting with NATS). Set by the command.
+	RetryAuth bool
 }
 
 // S3 settings. Credentials are not among them: they come from the AWS
@@ -171,4 +176,11 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// HasCredentials reports whether n names any credentials of its own (a
+// user, token, nkey, creds file, or userinfo in a URL); a client
+// certificate alone is not counted, since it may only secure the link.
+func (n NATS) HasCredentials() bool {
+	return n.CredsFile != "" || n.NKeyFile != "" || n.User != "" || n.Token != "" || n.TokenFile != "" || hasUserinfo(n.URLs...)
 }

@@ -165,6 +165,9 @@ func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
 	if n.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(n.InboxPrefix))
 	}
+	if n.RetryAuth {
+		opts = append(opts, nats.IgnoreAuthErrorAbort())
+	}
 	if n.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(n.TLSCA))
 	}

@@ -1,11 +1,16 @@
 package embedded
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/sluice-project/sluice/internal/natsperm"
 )
 
 // NATSOptions configures the embedded NATS server.
@@ -17,6 +22,61 @@ type NATSOptions struct {
 	Port int
 	// MaxPayload caps a message; default 8 MiB, which output chunks stay under.
 	MaxPayload int32
+	// Auth, when set, runs the server with the shipped authorization
+	// (natsperm.Render, deploy/knative/nats/nats.conf): a user per static
+	// role with its permissions, and the auth callout through which the
+	// controllers let each job's agents in. Nil: no authentication.
+	Auth *NATSAuth
+}
+
+// NATSAuth are the credentials of a server with the shipped authorization.
+type NATSAuth struct {
+	// Passwords of the static users, by role name (natsperm.Roles:
+	// controller, cli, admin).
+	Passwords map[string]string
+	// CalloutIssuer is the account key pair the controllers sign the
+	// callout's answers with; the server trusts its public key.
+	CalloutIssuer nkeys.KeyPair
+}
+
+// NewNATSAuth draws random passwords for every static role and a new
+// callout issuer.
+func NewNATSAuth() (*NATSAuth, error) {
+	kp, err := nkeys.CreateAccount()
+	if err != nil {
+		return nil, fmt.Errorf("making the callout issuer: %w", err)
+	}
+	a := &NATSAuth{Passwords: map[string]string{}, CalloutIssuer: kp}
+	for _, r := range natsperm.Roles() {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		a.Passwords[r.Name] = hex.EncodeToString(b)
+	}
+	return a, nil
+}
+
+// serverAuth is what natsperm.Render configures, as server options.
+func (a *NATSAuth) serverAuth(o *server.Options) error {
+	pub, err := a.CalloutIssuer.PublicKey()
+	if err != nil {
+		return err
+	}
+	ac := &server.AuthCallout{Issuer: pub, Account: "$G"}
+	for _, r := range natsperm.Roles() {
+		pw, ok := a.Passwords[r.Name]
+		if !ok {
+			return fmt.Errorf("no password for the %s role", r.Name)
+		}
+		o.Users = append(o.Users, &server.User{Username: r.User(), Password: pw, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: r.Publish},
+			Subscribe: &server.SubjectPermission{Allow: r.Subscribe},
+		}})
+		ac.AuthUsers = append(ac.AuthUsers, r.User())
+	}
+	o.AuthCallout = ac
+	return nil
 }
 
 // NATS is a running embedded server.
@@ -43,7 +103,7 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 	if o.MaxPayload == 0 {
 		o.MaxPayload = 8 << 20
 	}
-	s, err := server.NewServer(&server.Options{
+	so := &server.Options{
 		Host:       "127.0.0.1",
 		Port:       port,
 		JetStream:  true,
@@ -51,7 +111,14 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 		MaxPayload: o.MaxPayload,
 		NoLog:      true,
 		NoSigs:     true,
-	})
+	}
+	if o.Auth != nil {
+		if err := o.Auth.serverAuth(so); err != nil {
+			n.cleanup()
+			return nil, fmt.Errorf("configuring nats server: %w", err)
+		}
+	}
+	s, err := server.NewServer(so)
 	if err != nil {
 		n.cleanup()
 		return nil, fmt.Errorf("configuring nats server: %w", err)

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -79,13 +78,19 @@ func each(buckets []string, f func(string) string) []string {
 	return out
 }
 
+// allBuckets are the buckets streams.Ensure creates (a test keeps the two
+// equal; natsperm does not import streams, whose tests start NATS with
+// the shipped authorization, which is natsperm's).
+var allBuckets = []string{wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket,
+	wire.SweepsBucket, wire.PlansBucket, wire.DispatchBucket}
+
 // manageStreams is creating and updating the task stream and every
 // bucket's stream (streams.Ensure, which updates first and creates what
 // is missing).
 func manageStreams() []string {
 	names := []string{wire.TaskStream}
-	for _, b := range streams.Buckets(streams.Options{}) {
-		names = append(names, kvStream(b.Bucket))
+	for _, b := range allBuckets {
+		names = append(names, kvStream(b))
 	}
 	var out []string
 	for _, n := range names {
@@ -127,7 +132,9 @@ func inbox(prefix string) string { return prefix + ".>" }
 // watches job records and leases, writes records (state changes),
 // statuses, leases, dispatch plans and learned plans, reads the readers'
 // done keys, sets its jobs' consumers' ack wait and reads their backlog,
-// releases finished jobs, and takes demand signals and shard results.
+// releases finished jobs, and takes demand signals and shard results. It
+// answers the NATS server's auth callout: who an agent is, and what its
+// job lets it do (AgentFor).
 func Controller() Role {
 	return Role{
 		Name:        "controller",
@@ -139,32 +146,72 @@ func Controller() Role {
 			getKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.ReadersBucket, wire.DispatchBucket, wire.PlansBucket),
 			watchKV(wire.JobsBucket, wire.LeasesBucket),
 			writeKV(wire.JobsBucket, wire.StatusBucket, wire.LeasesBucket, wire.DispatchBucket, wire.PlansBucket),
+			[]string{calloutReplies},
 		),
-		Subscribe: join([]string{inbox(controllerInbox), wire.ResultSubjects, wire.DemandSubjects}),
+		Subscribe: join([]string{inbox(controllerInbox), wire.ResultSubjects, wire.DemandSubjects, CalloutSubject}),
 	}
 }
 
-// Agent is `sluice agent`'s role (the trainer agent and its dispatcher):
-// it watches its job's record and dispatch plan, pulls and acks the job's
-// tasks, reads and writes reader positions, and publishes demand signals
-// and shard results. The agents of a reader's team ask its planner on
-// the team subjects, and the planner answers in the asking agent's
-// inbox: agents publish to agents' inboxes, which no other role reads.
-func Agent() Role {
+// The auth callout: the server asks on CalloutSubject (as a request from
+// no client) and takes the answer on a reply subject under
+// calloutReplies, which only internal subscriptions of the server's
+// listen to.
+const (
+	CalloutSubject = "$SYS.REQ.USER.AUTH"
+	calloutReplies = "$SYS._INBOX.>"
+)
+
+// AgentFor is the role of `sluice agent` for job (the trainer agent and
+// its dispatcher), narrowed to that job: it reads the job's record and
+// dispatch plan, pulls and acks the job's tasks, reads and writes the
+// job's reader positions, done marks and failed-tasks record, and
+// publishes the job's demand signals and shard results. The agents of a
+// reader's team ask its planner on the job's team subjects, and the
+// planner answers in the asking agent's inbox: agents of the job publish
+// to the job's agent inboxes, which no other role and no other job reads.
+// No agent has a static user: the controller grants this role, per
+// connection, through the NATS server's auth callout to an agent that
+// proves it holds the job's team key (wire.AgentNATSUser).
+//
+// What stays account-wide: opening a bucket reads its stream's info,
+// which can list keys (job and reader names, not values). An agent may
+// create no consumer on a bucket (JetStream would deliver to any subject
+// it names): it follows its record and plan by reading them
+// (internal/kvpoll).
+func AgentFor(job string) Role {
+	prefix := agentInboxFor(job)
+	consumer := wire.DispatchConsumer(job)
+	getKey := func(bucket, key string) []string {
+		return []string{api + "DIRECT.GET." + kvStream(bucket) + ".$KV." + bucket + "." + key}
+	}
+	readers := func(key string) []string {
+		return append(getKey(wire.ReadersBucket, key), "$KV."+wire.ReadersBucket+"."+key)
+	}
 	return Role{
 		Name:        "agent",
-		InboxPrefix: agentInbox,
+		InboxPrefix: prefix,
 		Publish: join(
-			[]string{apiInfo, wire.ResultSubjects, wire.DemandSubjects, taskConsumerInfo, taskPull, taskAck},
-			[]string{wire.TeamSubjects, inbox(agentInbox)},
+			[]string{apiInfo, wire.ResultSubject(job), wire.DemandSubject(job),
+				api + "CONSUMER.INFO." + wire.TaskStream + "." + consumer,
+				api + "CONSUMER.MSG.NEXT." + wire.TaskStream + "." + consumer,
+				"$JS.ACK." + wire.TaskStream + "." + consumer + ".>"},
+			[]string{wire.TeamSubject(job, "*", "*"), inbox(prefix)},
 			openKV(wire.JobsBucket, wire.DispatchBucket, wire.ReadersBucket),
-			getKV(wire.JobsBucket, wire.ReadersBucket),
-			watchKV(wire.JobsBucket, wire.DispatchBucket),
-			writeKV(wire.ReadersBucket),
+			// The job's record and dispatch plan are read, and followed
+			// by reading them again (internal/kvpoll): an agent creates
+			// no consumer, whose deliver subject no permission checks.
+			getKey(wire.JobsBucket, job),
+			getKey(wire.DispatchBucket, job),
+			readers(wire.ReaderKey(job, "*")),
+			readers(wire.ReaderDoneKey(job, "*")),
+			readers(wire.ShardsFailedKey(job)),
 		),
-		Subscribe: []string{inbox(agentInbox), wire.TeamSubjects},
+		Subscribe: join([]string{inbox(prefix), wire.TeamSubject(job, "*", "*")}),
 	}
 }
+
+// agentInboxFor is the inbox prefix of job's agents.
+func agentInboxFor(job string) string { return agentInbox + "." + job }
 
 // CLI is the role of `sluice job submit|list|status|cancel`, `sluice
 // sweep submit|status` and `sluice plan`.
@@ -212,5 +259,6 @@ func Admin() Role {
 	}
 }
 
-// Roles are every role, in the order the configuration lists them.
-func Roles() []Role { return []Role{Controller(), Agent(), CLI(), Admin()} }
+// Roles are every role with a static user, in the order the
+// configuration lists them. Agents have none: see AgentFor.
+func Roles() []Role { return []Role{Controller(), CLI(), Admin()} }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/nats-io/nkeys"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -146,9 +147,18 @@ func (e *env) deploy(ctx context.Context, root string) error {
 	if e.readSecrets(ctx) {
 		return e.applySluice(ctx, root)
 	}
-	for _, k := range []string{"controller", "agent", "cli", "admin", "fn-token", "s3-access", "s3-secret"} {
+	for _, k := range []string{"controller", "cli", "admin", "fn-token", "s3-access", "s3-secret"} {
 		e.secrets[k] = randomHex(24)
 	}
+	// The auth callout's key pair (`sluice nats callout-key` makes one):
+	// the controller lets each job's agents in as their job with it.
+	callout, err := nkeys.CreateAccount()
+	if err != nil {
+		return err
+	}
+	seed, _ := callout.Seed()
+	pub, _ := callout.PublicKey()
+	e.secrets["callout-seed"], e.secrets["callout-issuer"] = string(seed), pub
 	secrets := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata: {name: %[1]s}
@@ -156,19 +166,19 @@ metadata: {name: %[1]s}
 apiVersion: v1
 kind: Secret
 metadata: {name: sluice-nats-auth, namespace: %[1]s}
-stringData: {controller: %[2]s, agent: %[3]s, cli: %[4]s, admin: %[5]s}
+stringData: {controller: %[2]s, cli: %[3]s, admin: %[4]s, callout-seed: %[8]s, callout-issuer: %[9]s}
 ---
 apiVersion: v1
 kind: Secret
 metadata: {name: sluice-fn-token, namespace: %[1]s}
-stringData: {token: %[6]s}
+stringData: {token: %[5]s}
 ---
 apiVersion: v1
 kind: Secret
 metadata: {name: sluice-s3-credentials, namespace: %[1]s}
-stringData: {access: %[7]s, secret: %[8]s}
-`, namespace, e.secrets["controller"], e.secrets["agent"], e.secrets["cli"], e.secrets["admin"],
-		e.secrets["fn-token"], e.secrets["s3-access"], e.secrets["s3-secret"])
+stringData: {access: %[6]s, secret: %[7]s}
+`, namespace, e.secrets["controller"], e.secrets["cli"], e.secrets["admin"],
+		e.secrets["fn-token"], e.secrets["s3-access"], e.secrets["s3-secret"], e.secrets["callout-seed"], e.secrets["callout-issuer"])
 	// Secrets on stdin, never on a command line.
 	if _, err := e.kubectlIn(ctx, secrets, "apply", "-f", "-"); err != nil {
 		return err
@@ -190,8 +200,11 @@ func (e *env) readSecrets(ctx context.Context) bool {
 	if nats == nil || fn == nil || s3 == nil {
 		return false
 	}
-	for _, k := range []string{"controller", "agent", "cli", "admin"} {
+	for _, k := range []string{"controller", "cli", "admin", "callout-seed", "callout-issuer"} {
 		e.secrets[k] = string(nats[k])
+	}
+	if e.secrets["callout-issuer"] == "" {
+		return false // deployed before agents connected as their jobs
 	}
 	e.secrets["fn-token"] = string(fn["token"])
 	e.secrets["s3-access"], e.secrets["s3-secret"] = string(s3["access"]), string(s3["secret"])
@@ -243,23 +256,28 @@ func (e *env) kubectlIn(ctx context.Context, stdin string, args ...string) (stri
 }
 
 // nodeEnv is the environment of a Sluice process beside the cluster as
-// user (cli or agent): the NATS user and its password file, the S3 server
-// and its credentials, the function token.
+// user (cli or agent): the NATS user and its password file (an agent has
+// none: it connects as its job with the team key job submit wrote), the
+// S3 server and its credentials, the function token.
 func (e *env) nodeEnv(t *testing.T, user string) []string {
 	t.Helper()
-	pw := filepath.Join(e.dir, "nats-"+user)
-	if err := os.WriteFile(pw, []byte(e.secrets[user]), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	tok := filepath.Join(e.dir, "fn-token")
 	if err := os.WriteFile(tok, []byte(e.secrets["fn-token"]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return append(integration.S3Env(e.secrets["s3-access"], e.secrets["s3-secret"]),
-		"SLUICE_NATS_URL="+natsURL, "SLUICE_NATS_USER=sluice-"+user, "SLUICE_NATS_PASSWORD_FILE="+pw,
+	env := append(integration.S3Env(e.secrets["s3-access"], e.secrets["s3-secret"]),
+		"SLUICE_NATS_URL="+natsURL,
 		"SLUICE_S3_ENDPOINT="+s3URL, "SLUICE_S3_PATH_STYLE=true", "SLUICE_FN_TOKEN_FILE="+tok,
 		// job submit writes each job's team key there, not in ~/.config.
 		"SLUICE_TEAM_KEY_DIR="+filepath.Join(e.dir, "teamkeys"))
+	if user == "agent" {
+		return env
+	}
+	pw := filepath.Join(e.dir, "nats-"+user)
+	if err := os.WriteFile(pw, []byte(e.secrets[user]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return append(env, "SLUICE_NATS_USER=sluice-"+user, "SLUICE_NATS_PASSWORD_FILE="+pw)
 }
 
 // s3Client reaches the cluster's S3 server as the test's own client.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,11 +38,14 @@ func (e *env) knCreate(t *testing.T, name string, extra ...string) {
 		"--concurrency-limit", "4", "--concurrency-target", "4", "--concurrency-utilization", "100",
 		"--probe-readiness", "http:::/readyz", "--probe-liveness", "http:::/healthz",
 		"--annotation-revision", "autoscaling.knative.dev/class=kpa.autoscaling.knative.dev",
-		// As base/function.yaml: no activator in the path once a pod is
-		// up (Knative's default burst capacity, 200, keeps it there).
-		"--annotation-revision", "autoscaling.knative.dev/target-burst-capacity=0",
 		"--request", "cpu=100m,memory=256Mi", "--limit", "memory=2Gi",
 		"--service-account", "sluice-fn", "--wait-timeout", "240"}
+	const burst = "autoscaling.knative.dev/target-burst-capacity="
+	if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, burst) }) {
+		// As base/function.yaml: no activator in the path once a pod is
+		// up (Knative's default burst capacity, 200, keeps it there).
+		args = append(args, "--annotation-revision", burst+"0")
+	}
 	cmd := exec.Command(filepath.Join(e.bin, "kn"), append(args, extra...)...)
 	cmd.Env = append(cmd.Environ(), "KUBECONFIG="+e.kubeconfig)
 	out, err := cmd.CombinedOutput()
@@ -186,6 +191,7 @@ func TestStreamThroughKnative(t *testing.T) {
 	}
 	viaService := "http://" + knService + "." + namespace + ".svc.cluster.local"
 	waitRoute(t, viaService)
+	e.waitServeMode(t, knService)
 	direct := "http://" + e.podIP(t, knService) + ":8080"
 	sel := "serving.knative.dev/service=" + knService
 	hops := []hop{
@@ -212,4 +218,66 @@ func TestStreamThroughKnative(t *testing.T) {
 	t.Logf("figures: stream_ratio=%.2f (Service URL against the pod directly, mean of 3)", ratio)
 	// A figure, not a pass mark (the target is 0.8x): speed is measured,
 	// never asserted in a test.
+}
+
+// TestResponseLongerThanKnativesDefaults reads a shard's output for about
+// 330 s, longer than Knative's default revision timeout (300 s), through
+// the activator (burst capacity -1 keeps it in the path), queue-proxy and
+// Traefik, on a Service with Knative's default timeouts: the response is
+// not cut. It takes six minutes, so it runs only with SLUICE_E2E_LONG=1.
+func TestResponseLongerThanKnativesDefaults(t *testing.T) {
+	if os.Getenv("SLUICE_E2E_LONG") != "1" {
+		t.Skip("a six-minute read; set SLUICE_E2E_LONG=1 to run it")
+	}
+	e := need(t)
+	const name, seconds = "sluice-fn-long", 330
+	e.knCreate(t, name, "--scale-min", "1", "--scale-max", "1",
+		"--annotation-revision", "autoscaling.knative.dev/target-burst-capacity=-1")
+	t.Cleanup(func() { e.knDelete(name) })
+	url := "http://" + name + "." + namespace + ".svc.cluster.local"
+	waitRoute(t, url)
+	task, samples := e.streamShard(t, "long-"+e.suffix+"/", 300)
+	activator := e.findHop(t, "activator", "knative-serving", "app=activator", "activator")
+	s := e.sender(t)
+	s.Client = &http.Client{} // no client timeout: the read is what is under test
+	const bytes = 300 * 224 * 224 * 3
+	slowly := func(_ int, b []byte) { time.Sleep(time.Duration(len(b)) * seconds * time.Second / bytes) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cpu0 := activator.cpu(t)
+	start := time.Now()
+	end, err := s.Send(ctx, url, task, slowly)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("a %d s read through Knative's default timeouts, after %.0fs: %v", seconds, took.Seconds(), err)
+	}
+	if end.Samples != samples {
+		t.Fatalf("%d samples, want %d", end.Samples, samples)
+	}
+	if took < 300*time.Second {
+		t.Fatalf("the read took %.0fs: not longer than the default timeout, so it shows nothing", took.Seconds())
+	}
+	if activator.cpu(t) == cpu0 {
+		t.Fatal("the activator used no CPU: it was not in the path")
+	}
+	t.Logf("figures: default_timeouts_slow_read_s=%.0f samples=%d through the activator (not cut)", took.Seconds(), end.Samples)
+}
+
+// waitServeMode waits until the ServerlessService of service's revision
+// routes to its pods directly (mode Serve): with burst capacity 0 Knative
+// takes the activator out of the path a few seconds after a pod is ready,
+// and the measure is of the path a running job sees.
+func (e *env) waitServeMode(t *testing.T, service string) {
+	t.Helper()
+	waitFor(t, time.Minute, 200*time.Millisecond, func() error {
+		out, err := e.kubectl(context.Background(), "-n", namespace, "get", "serverlessservices",
+			"-l", "serving.knative.dev/service="+service, "-o", "jsonpath={.items[*].spec.mode}")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) != "Serve" {
+			return fmt.Errorf("%s's ServerlessService mode %q, want Serve", service, out)
+		}
+		return nil
+	})
 }

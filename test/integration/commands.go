@@ -80,7 +80,13 @@ func (c *Cluster) MustSluice(args ...string) Result {
 // appended) as a process named name.
 func (c *Cluster) Start(name string, args ...string) *Process {
 	c.T.Helper()
-	p := StartProcess(c.T, c.Dir, name, c.Bins.Sluice, append(args, c.ConnArgs()...), c.Env())
+	return c.startWith(name, c.ConnArgs(), args...)
+}
+
+// startWith is Start with the connection flags conn.
+func (c *Cluster) startWith(name string, conn []string, args ...string) *Process {
+	c.T.Helper()
+	p := StartProcess(c.T, c.Dir, name, c.Bins.Sluice, append(args, conn...), c.Env())
 	*c.procs = append(*c.procs, p)
 	return p
 }

@@ -9,17 +9,24 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/sluice-project/sluice/internal/natsperm"
 )
 
 // NATSServer is a nats-server process with JetStream on a file store,
-// one user with a password, TLS that requires a client certificate signed
-// by the test's CA, and its HTTP monitoring endpoint on loopback
-// (MonitorPort: /varz, read by Varz).
+// the shipped authorization (internal/natsperm: the static users and the
+// auth callout, through which the controllers let each job's agents in as
+// their job) plus one superuser for every other process and the test's
+// own checks, TLS that requires a client certificate signed by the
+// test's CA, and its HTTP monitoring endpoint on loopback (MonitorPort:
+// /varz, read by Varz).
 type NATSServer struct {
 	*Process
 	Port        int
@@ -28,6 +35,10 @@ type NATSServer struct {
 	User        string
 	Password    string
 	Certs       Certs
+	// CalloutSeedFile holds the seed of the auth callout's issuer, which
+	// the controllers sign their answers with
+	// (--nats-callout-seed-file).
+	CalloutSeedFile string
 }
 
 // StartNATSServer writes the server's config into dir and starts it.
@@ -41,6 +52,25 @@ func StartNATSServer(t testing.TB, bin, dir string, certs Certs) *NATSServer {
 		Password:    "s3cret-itest",
 		Certs:       certs,
 	}
+	// The shipped authorization block, with the superuser added to its
+	// users and to those the server checks itself.
+	issuer, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := issuer.PublicKey()
+	seed, _ := issuer.Seed()
+	s.CalloutSeedFile = filepath.Join(dir, "callout.seed")
+	if err := os.WriteFile(s.CalloutSeedFile, append(seed, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{natsperm.CalloutIssuerEnv + "=" + pub}
+	for _, r := range natsperm.Roles() {
+		env = append(env, r.PasswordEnv()+"=pw-"+r.Name+"-itest")
+	}
+	auth := natsperm.Render()
+	auth = strings.Replace(auth, "  users: [\n", fmt.Sprintf("  users: [\n    { user: %q, password: %q }\n", s.User, s.Password), 1)
+	auth = strings.Replace(auth, "auth_users: [", "auth_users: ["+s.User+", ", 1)
 	conf := filepath.Join(dir, "nats-server.conf")
 	// max_payload stays at the stock 1 MiB: only tasks, positions, job
 	// records and signals pass through NATS.
@@ -50,9 +80,7 @@ server_name: itest
 jetstream {
   store_dir: %q
 }
-authorization {
-  users: [ { user: %q, password: %q } ]
-}
+%s
 tls {
   cert_file: %q
   key_file: %q
@@ -60,11 +88,11 @@ tls {
   verify: true
   timeout: 5
 }
-`, s.Port, s.MonitorPort, s.StoreDir, s.User, s.Password, certs.ServerCert, certs.ServerKey, certs.CA)
+`, s.Port, s.MonitorPort, s.StoreDir, auth, certs.ServerCert, certs.ServerKey, certs.CA)
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.Process = StartProcess(t, dir, "nats-server", bin, []string{"-c", conf}, nil)
+	s.Process = StartProcess(t, dir, "nats-server", bin, []string{"-c", conf}, env)
 	if err := s.WaitReady(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +130,17 @@ func (s *NATSServer) WaitReady(within time.Duration) error {
 	}
 }
 
-// ClientArgs are the sluice connection flags that reach this server.
+// ClientArgs are the sluice connection flags that reach this server as
+// its superuser.
 func (s *NATSServer) ClientArgs() []string {
+	return append(s.AgentArgs(), "--nats-user", s.User, "--nats-password", s.Password)
+}
+
+// AgentArgs are an agent's connection flags: no user (it connects as its
+// job, with the team key job submit wrote), TLS.
+func (s *NATSServer) AgentArgs() []string {
 	return []string{
 		"--nats", s.URL(),
-		"--nats-user", s.User, "--nats-password", s.Password,
 		"--nats-tls-ca", s.Certs.CA,
 		"--nats-tls-cert", s.Certs.ClientCert, "--nats-tls-key", s.Certs.ClientKey,
 	}

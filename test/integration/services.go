@@ -41,6 +41,7 @@ func (c *Cluster) StartController(name string, o ControllerOptions) *Controller 
 		o.TaskAckWait = taskAckWait
 	}
 	p := c.Start(name, "controller", "--actuator", "local", "--id", name,
+		"--nats-callout-seed-file", c.NATS.CalloutSeedFile,
 		"--listen", "127.0.0.1:"+strconv.Itoa(MustFreePort(c.T)),
 		"--max-replicas", strconv.Itoa(o.MaxReplicas),
 		"--lease-ttl", o.LeaseTTL.String(), "--task-ack-wait", o.TaskAckWait.String())
@@ -66,13 +67,15 @@ func (a *Agent) ReaderURL(reader string) string { return a.URL + "/r/" + reader 
 
 // StartAgent starts `sluice agent --job JOB --name NAME` (it serves every
 // reader the job declares) with extra flags, and waits for its ready line.
+// It connects as its job, with the team key `job submit` wrote in the
+// cluster's directory, let in by a controller (the auth callout).
 func (c *Cluster) StartAgent(name, job string, extra ...string) *Agent {
 	c.T.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(MustFreePort(c.T))
 	args := []string{"agent", "--job", job, "--name", name, "--listen", addr, "--log-level", "debug",
 		"--task-ack-wait", taskAckWait.String()}
 	args = append(args, extra...)
-	a := &Agent{Process: c.Start(name, args...)}
+	a := &Agent{Process: c.startWith(name, c.NATS.AgentArgs(), args...)}
 	url, err := a.Ready(60 * time.Second)
 	if err != nil {
 		c.T.Fatal(err)

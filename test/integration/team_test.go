@@ -301,9 +301,9 @@ func (rs *teamRanks) next(ctx context.Context, rank int) error {
 	if err != nil {
 		return fmt.Errorf("rank %d: decoding batch: %w", rank, err)
 	}
-	step, err := strconv.Atoi(resp.Header.Get(traineragent.HeaderStep))
+	step, err := strconv.Atoi(resp.Header.Get(wire.AgentHeaderStep))
 	if err != nil {
-		return fmt.Errorf("rank %d: step header %q: %w", rank, resp.Header.Get(traineragent.HeaderStep), err)
+		return fmt.Errorf("rank %d: step header %q: %w", rank, resp.Header.Get(wire.AgentHeaderStep), err)
 	}
 	rs.tr.record(b, len(body))
 	rs.mu.Lock()

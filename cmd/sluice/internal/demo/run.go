@@ -24,6 +24,8 @@ import (
 	"github.com/sluice-project/sluice/internal/connect"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/httpserve"
+	"github.com/sluice-project/sluice/internal/kvpoll"
+	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/internal/slowlink"
 	"github.com/sluice-project/sluice/jobspec"
@@ -81,6 +83,8 @@ type parts struct {
 	closers []func()
 
 	conn, replicaConn   connect.Config
+	auth                *embedded.NATSAuth
+	teamKey             []byte
 	s3c                 *s3.Client
 	link                *slowlink.Proxy
 	datasetBytes        int64
@@ -109,7 +113,15 @@ func (p *parts) close() {
 // startStores starts the embedded defaults, NATS JetStream and S3 on
 // loopback, and this process's S3 client.
 func (p *parts) startStores(ctx context.Context) error {
-	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: p.o.DataDir})
+	// NATS with the shipped authorization, as a deployment runs it: the
+	// broker, the controller and the agent each connect as their own user
+	// (the agent as its job, let in by the controller).
+	auth, err := embedded.NewNATSAuth()
+	if err != nil {
+		return err
+	}
+	p.auth = auth
+	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: p.o.DataDir, Auth: auth})
 	if err != nil {
 		return err
 	}
@@ -169,21 +181,26 @@ func (p *parts) writeDataset(ctx context.Context) error {
 func (p *parts) submitJob(ctx context.Context) error {
 	o := p.o
 	var err error
-	if p.nc, p.js, err = p.conn.ConnectNATS(ctx, "sluice-demo", p.logger); err != nil {
+	// As the admin: the demo deletes what an earlier run left.
+	if p.nc, p.js, err = p.connectAs(ctx, natsperm.Admin(), "sluice-demo"); err != nil {
 		return err
 	}
-	p.onClose(p.nc.Close)
 	p.b = broker.New(p.js, p.s3c, p.conn.Streams(), p.logger.With("component", "broker")).WithSpecCheck(jobspec.Check)
 	// A --data-dir kept from an earlier run still holds that run's job.
 	if err := p.b.Delete(ctx, jobID, true); err != nil && !errors.Is(err, broker.ErrJobNotFound) {
 		return fmt.Errorf("clearing the previous demo job: %w", err)
 	}
 	p.submitted = time.Now()
+	// The job's team key, as `sluice job submit` issues it: the agent's
+	// NATS credential.
+	if p.teamKey, err = wire.ParseTeamKey(wire.NewTeamKey()); err != nil {
+		return err
+	}
 	if _, err := p.b.Submit(ctx, wire.JobSpec{
 		ID: jobID, Dataset: "s3://" + bucket + "/" + prefix, Pipeline: o.Pipeline,
 		BatchSize: o.BatchSize, Epochs: o.Epochs, Seed: o.Seed, ChunkMaxBytes: o.ChunkMaxBytes,
 		MinReplicas: o.MinReplicas,
-	}); err != nil {
+	}, broker.WithTeamKey(p.teamKey)); err != nil {
 		return err
 	}
 
@@ -198,9 +215,22 @@ func (p *parts) submitJob(ctx context.Context) error {
 	return err
 }
 
+// connectAs connects to the embedded NATS as role's user.
+func (p *parts) connectAs(ctx context.Context, role natsperm.Role, name string) (*nats.Conn, jetstream.JetStream, error) {
+	c := p.conn
+	c.NATS.User, c.NATS.Password, c.NATS.InboxPrefix = role.User(), p.auth.Passwords[role.Name], role.InboxPrefix
+	nc, js, err := c.ConnectNATS(ctx, name, p.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.onClose(nc.Close)
+	return nc, js, nil
+}
+
 // startController builds the controller as `sluice controller --actuator
 // local` runs it: zero replicas to start with; its autoscaler starts them.
-func (p *parts) startController(context.Context) error {
+// It answers the auth callout at once, so that the agent can connect.
+func (p *parts) startController(ctx context.Context) error {
 	o := p.o
 	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, p.replicaConn).WithCache(o.Cache).WithToken(p.fnToken)
 	ropts.Env = append(ropts.Env, "AWS_ACCESS_KEY_ID="+demoKey, "AWS_SECRET_ACCESS_KEY="+demoSecret)
@@ -210,12 +240,20 @@ func (p *parts) startController(context.Context) error {
 		defer cancel()
 		_ = p.act.Close(cctx)
 	})
-	var err error
+	nc, js, err := p.connectAs(ctx, natsperm.Controller(), "sluice-controller demo")
+	if err != nil {
+		return err
+	}
 	p.ctl, err = controller.New(controller.Options{
-		ID: "demo", NC: p.nc, JS: p.js, Streams: p.conn.Streams(), Broker: p.b, Actuator: p.act,
-		Tick: tickEvery, MaxReplicas: o.MaxReplicas,
+		ID: "demo", NC: nc, JS: js, Streams: p.conn.Streams(), Actuator: p.act,
+		Broker:        broker.New(js, nil, p.conn.Streams(), p.logger.With("component", "broker")),
+		CalloutIssuer: p.auth.CalloutIssuer,
+		Tick:          tickEvery, MaxReplicas: o.MaxReplicas,
 	}, p.logger.With("component", "controller"), p.reg)
-	return err
+	if err != nil {
+		return err
+	}
+	return p.ctl.ServeCallout()
 }
 
 // openAgent opens the trainer agent as `sluice agent --job demo` serves it,
@@ -237,8 +275,17 @@ func (p *parts) openAgent(ctx context.Context) error {
 	if p.o.ChaosKillMidShard > 0 {
 		agentOpts.Dispatch.HTTPClient = &http.Client{Transport: chaosMidShard(p.chaosCtx, p.act, p.o.ChaosKillMidShard, p.o.Seed, logger)}
 	}
-	var err error
-	p.agent, err = traineragent.Open(ctx, p.nc, p.js, jobID, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(p.reg), p.reg)
+	// As `sluice agent --job demo` connects: as its job, with the team
+	// key; the record and plan followed by reading them.
+	c := p.conn
+	c.NATS.User, c.NATS.Password = wire.AgentNATSUser(jobID), wire.AgentNATSPassword(p.teamKey)
+	c.NATS.InboxPrefix, c.NATS.RetryAuth = natsperm.AgentFor(jobID).InboxPrefix, true
+	nc, js, err := c.ConnectNATS(ctx, "sluice-agent "+jobID, logger)
+	if err != nil {
+		return fmt.Errorf("the agent connecting as its job: %w", err)
+	}
+	p.onClose(nc.Close)
+	p.agent, err = traineragent.Open(ctx, nc, kvpoll.JetStream(js, 0), jobID, agentOpts, logger.With("component", "agent"), traineragent.NewMetrics(p.reg), p.reg)
 	if err != nil {
 		return err
 	}

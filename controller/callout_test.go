@@ -1,0 +1,210 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/logbuf"
+	"github.com/sluice-project/sluice/internal/natsperm"
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// TestCheckAgentLogin: an agent is let in as its job only with the
+// password of the job's team key; every refusal says why without the
+// password.
+func TestCheckAgentLogin(t *testing.T) {
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	other, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	pw := wire.AgentNATSPassword(key)
+	rec := &wire.Job{AgentAuth: wire.AgentPasswordHash(pw)}
+	for _, tc := range []struct {
+		name     string
+		login    agentLogin
+		rec      *wire.Job
+		job      string // from the user; "" refused before the lookup
+		wantFail string
+	}{
+		{"the job's key", agentLogin{wire.AgentNATSUser("a"), pw}, rec, "a", ""},
+		{"another key", agentLogin{wire.AgentNATSUser("a"), wire.AgentNATSPassword(other)}, rec, "a", refusedWrongPassword},
+		{"no password", agentLogin{wire.AgentNATSUser("a"), ""}, rec, "a", refusedWrongPassword},
+		{"no such job", agentLogin{wire.AgentNATSUser("a"), pw}, nil, "a", refusedNoJob},
+		{"a job without a key", agentLogin{wire.AgentNATSUser("a"), pw}, &wire.Job{}, "a", refusedNoCredential},
+		{"the shared user of before", agentLogin{"sluice-agent", pw}, rec, "", refusedNotAgent},
+		{"not a job's user", agentLogin{"sluice-job-a.>", pw}, rec, "", refusedNotAgent},
+	} {
+		job, err := jobOfLogin(tc.login)
+		if (err != nil) != (tc.job == "") || job != tc.job {
+			t.Errorf("%s: job %q, %v; want %q", tc.name, job, err, tc.job)
+			continue
+		}
+		label := refusedNotAgent
+		if err == nil {
+			label, err = checkAgentLogin(tc.login, job, tc.rec)
+		}
+		if (err != nil) != (tc.wantFail != "") || (err != nil && label != tc.wantFail) {
+			t.Errorf("%s: %q %v, want refusal %q", tc.name, label, err, tc.wantFail)
+		}
+		if err != nil && tc.login.Password != "" && strings.Contains(err.Error(), tc.login.Password) {
+			t.Errorf("%s: the reason quotes the password: %v", tc.name, err)
+		}
+	}
+}
+
+// TestCalloutLetsAgentsInAsTheirJobOnly: on a server with the shipped
+// authorization, the controller lets an agent in with its job's team key,
+// and refuses one with another job's key or as a job that does not
+// exist: each refusal is logged with the job and the reason, never the
+// password, and counted.
+func TestCalloutLetsAgentsInAsTheirJobOnly(t *testing.T) {
+	e := newSecureEnv(t, 2)
+	r := e.startController(t, "c1", Options{})
+	keyA, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	keyB, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	for id, key := range map[string][]byte{"a": keyA, "b": keyB} {
+		if _, err := e.b.Submit(context.Background(), spec(id, "img", 1), broker.WithTeamKey(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := e.secure.ConnectAgent(t, "a", keyA); err != nil {
+		t.Errorf("an agent of a with a's key: %v", err)
+	}
+	for _, tc := range []struct {
+		job    string
+		key    []byte
+		result string
+	}{
+		{"b", keyA, refusedWrongPassword},
+		{"c", keyA, refusedNoJob},
+	} {
+		if _, _, err := e.secure.ConnectAgent(t, tc.job, tc.key); err == nil {
+			t.Errorf("an agent of %s with a's key was let in", tc.job)
+		}
+		if got := agentLogins(t, e, tc.result); got != 1 {
+			t.Errorf("%s refusals counted: %v, want 1", tc.result, got)
+		}
+		logs := r.logs.String()
+		if !strings.Contains(logs, "refused an agent's NATS login") || !strings.Contains(logs, "job="+tc.job) || !strings.Contains(logs, "reason="+tc.result) {
+			t.Errorf("no refusal of %s logged with its job and reason:\n%s", tc.job, logs)
+		}
+		if strings.Contains(logs, wire.AgentNATSPassword(tc.key)) {
+			t.Errorf("the log holds the password:\n%s", logs)
+		}
+	}
+	if got := agentLogins(t, e, "accepted"); got != 1 {
+		t.Errorf("accepted logins %v, want 1", got)
+	}
+}
+
+// agentLogins is the controller's count of agents' logins with result.
+func agentLogins(t *testing.T, e *env, result string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_controller_agent_logins_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestAgentReconnectsOnceAControllerAnswers: an agent's connection (as
+// `sluice agent` makes it: connect.NATS with RetryAuth) that must
+// reconnect while no controller answers the callout is refused, and keeps
+// trying: it is back once a controller runs again, rather than closed
+// for good after the second refusal, as nats.go does by default.
+func TestAgentReconnectsOnceAControllerAnswers(t *testing.T) {
+	e := newSecureEnv(t, 2)
+	r := e.startController(t, "c1", Options{})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	c := connect.Default()
+	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser("a"), Password: wire.AgentNATSPassword(key),
+		InboxPrefix: natsperm.AgentFor("a").InboxPrefix, RetryAuth: true}
+	logger, logs := logbuf.Logger(slog.LevelDebug)
+	nc, _, err := c.ConnectNATS(context.Background(), "agent-a", logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	r.stop(t)
+	refused := agentLogins(t, e, "accepted")
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	// Refused three times (each after the server's callout timeout):
+	// nats.go closes the connection at the second unless told otherwise.
+	testenv.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
+		if nc.IsClosed() {
+			t.Fatalf("the connection was closed after refused reconnects:\n%s", logs)
+		}
+		if n := strings.Count(logs.String(), "authorization violation"); n < 3 {
+			return fmt.Errorf("refused %d times, want 3 (closed %t):\n%s", n, nc.IsClosed(), logs)
+		}
+		return nil
+	})
+	e.startController(t, "c2", Options{})
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("agent not connected again (%v, closed %t)", nc.LastError(), nc.IsClosed())
+		}
+		return nil
+	})
+	if got := agentLogins(t, e, "accepted"); got != refused+1 {
+		t.Errorf("accepted logins %v, want %v: the reconnect went through c2", got, refused+1)
+	}
+}
+
+// BenchmarkAgentLogin is one agent's NATS connect through the auth
+// callout (the controller reads the job's record, checks the hash and
+// signs the user), against a plain connect as a static user.
+func BenchmarkAgentLogin(b *testing.B) {
+	secure := testenv.NewSecureNATS(b)
+	nc, js := secure.Connect(b, natsperm.Admin())
+	e := newEnvOn(b, 2, nc, js)
+	e.secure = secure
+	e.startControllerB(b, "c1", Options{})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("as-job", func(b *testing.B) {
+		for b.Loop() {
+			c, err := nats.Connect(secure.URL(), nats.UserInfo(wire.AgentNATSUser("a"), wire.AgentNATSPassword(key)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("static-user", func(b *testing.B) {
+		r := natsperm.CLI()
+		for b.Loop() {
+			c, err := nats.Connect(secure.URL(), nats.UserInfo(r.User(), secure.Auth.Passwords[r.Name]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+}

@@ -1,0 +1,185 @@
+package traineragent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/wire"
+)
+
+// role is what tells a reader's three kinds apart; everything else about
+// a reader (its state, lock, stats, HTTP API) is the same for all three:
+//
+//   - solo: a lone agent serves every rank; it forms the steps
+//     (soloSteps), keeps the position and hands out every part;
+//   - planner: the agent serving rank 0 of a team (agents serving some
+//     ranks each, one per node): as solo, with the team's step policy
+//     (teamSteps) and the team's requests answered (teamserve.go);
+//   - memberRole: another agent of a team: it keeps its chunks' bytes,
+//     tells the planner of them, and asks it for its ranks' parts
+//     (member.go); the planner keeps the position.
+//
+// A role is chosen once, by New, from Options.Ranks.
+type role interface {
+	// open loads where the reader starts from: its recorded position
+	// (a member has none: its planner keeps it).
+	open(ctx context.Context, js jetstream.JetStream) error
+	// dispatching tells the role the agent's dispatcher, once it runs.
+	dispatching(d *dispatch.Dispatcher)
+	// start starts the role's background work on bg until ctx ends;
+	// stop, called when the agent's run ends (before ctx is cancelled),
+	// releases what start took.
+	start(ctx context.Context, nc *nats.Conn, bg *sync.WaitGroup) (stop func(), err error)
+	// nextPart returns rank req.rank's next part (Reader.nextPart).
+	nextPart(ctx context.Context, req rankRequest) (rankPart, error)
+	// resume rewinds the reader to a trainer's state (Reader.Resume).
+	resume(ctx context.Context, st State, world int) (ResumeResult, error)
+	// done reports whether every rank this agent serves got every step
+	// of every epoch and its end (handedOut: every step); s is the
+	// reader's state, its lock held.
+	done(s *readerState) bool
+	handedOut(s *readerState) bool
+	// finish records the reader as delivered: its position, and its
+	// done key (a member: nothing, its planner does).
+	finish(ctx context.Context) error
+	// chunk and end take a shard's output: a chunk, its end, or (end
+	// nil) its failure for good.
+	chunk(task wire.ShardTask, index int, data []byte) error
+	end(task wire.ShardTask, end *wire.ShardEnd, reason string)
+	// buffer is what the output buffer's gates see of the reader: the
+	// bytes it holds, whether it wants more tasks taken, and whether its
+	// ranks wait for rows it lacks (buffer.go).
+	buffer() (held int64, wants, starved bool)
+}
+
+// solo is the role of a reader served by one agent.
+type solo struct{ *Reader }
+
+func (a solo) open(ctx context.Context, js jetstream.JetStream) error { return a.loadPosition(ctx, js) }
+
+func (solo) dispatching(*dispatch.Dispatcher) {}
+
+func (a solo) start(ctx context.Context, _ *nats.Conn, bg *sync.WaitGroup) (func(), error) {
+	bg.Go(func() { a.keepAlive(ctx) })
+	return func() {}, nil
+}
+
+func (a solo) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+	p, err := a.takeAndRecord(ctx, req)
+	if err != nil || p.Spans == nil {
+		return p, err
+	}
+	return a.cutPart(ctx, p)
+}
+
+func (a solo) resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	return a.resumeHere(ctx, st, world)
+}
+
+func (solo) done(s *readerState) bool      { return s.done() }
+func (solo) handedOut(s *readerState) bool { return s.handedOut() }
+
+func (a solo) finish(ctx context.Context) error {
+	if err := a.sync(ctx, false); err != nil {
+		return err
+	}
+	return a.writeDone(ctx)
+}
+
+func (a solo) chunk(task wire.ShardTask, index int, data []byte) error {
+	return a.addChunk(task, index, data)
+}
+
+func (a solo) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
+	if end == nil {
+		a.addFailed(task, reason)
+		return
+	}
+	a.addEnd(task, *end)
+}
+
+func (a solo) buffer() (held int64, wants, starved bool) {
+	a.mu.Lock()
+	held, prod := a.st.asm.heldBytes, a.producer
+	wants, starved = a.st.pull()
+	a.mu.Unlock()
+	return held + prod.heldBytes(), wants, starved
+}
+
+// planner is the role of the agent that plans a team's steps (rank 0's).
+type planner struct {
+	solo
+	team *team
+}
+
+func (a planner) start(ctx context.Context, nc *nats.Conn, bg *sync.WaitGroup) (func(), error) {
+	sub, err := a.serveTeam(ctx, nc)
+	if err != nil {
+		return nil, err
+	}
+	bg.Go(func() { a.keepAlive(ctx) })
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+func (a planner) resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+	if world == 0 {
+		world = st.WorldSize
+	}
+	// The team's size, fixed when it started (holders' length): the
+	// ranks' world is not read here, since a concurrent resume's rewind
+	// zeroes it for a moment (reproduction 7 of issue 24).
+	if n := len(a.team.holders); world != n {
+		return ResumeResult{}, fmt.Errorf("%w: world size %d, but the reader's team serves %d ranks: start its agents with --world-size %d and their --ranks",
+			ErrBadState, world, n, world)
+	}
+	return a.resumeHere(ctx, st, world)
+}
+
+// memberRole is the role of a team's agent that does not plan.
+type memberRole struct {
+	*Reader
+	m *member
+}
+
+func (a memberRole) open(context.Context, jetstream.JetStream) error {
+	a.mu.Lock()
+	defer a.unlock()
+	return a.st.load(nil, time.Now()) // the planner keeps the position
+}
+
+func (a memberRole) dispatching(d *dispatch.Dispatcher) {
+	a.m.settle, a.m.arrived = d.Settle, a.arrived
+}
+
+func (a memberRole) start(ctx context.Context, _ *nats.Conn, bg *sync.WaitGroup) (func(), error) {
+	bg.Go(func() { a.m.keepStatus(ctx) })
+	bg.Go(func() { a.m.keepNotes(ctx) })
+	return a.m.stopRun, nil
+}
+
+func (a memberRole) done(s *readerState) bool      { return s.ranksEnded(a.m.ranks) }
+func (a memberRole) handedOut(s *readerState) bool { return s.ranksEnded(a.m.ranks) }
+
+func (memberRole) finish(context.Context) error { return nil } // the planner records the reader
+
+func (a memberRole) chunk(task wire.ShardTask, index int, data []byte) error {
+	return a.m.chunk(task, index, data)
+}
+
+func (a memberRole) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
+	a.m.end(task, end, reason) // settled once the planner's position has it
+}
+
+// buffer: the chunks it stores; it wants more, and its ranks wait, when
+// the planner wants its rows.
+func (a memberRole) buffer() (held int64, wants, starved bool) {
+	a.m.mu.Lock()
+	defer a.m.mu.Unlock()
+	return a.m.bytes, a.m.want, a.m.want
+}
