@@ -57,9 +57,10 @@ type Tokenizer struct {
 	split       splitter
 	prefixSpace bool // ByteLevel add_prefix_space: a space before a segment that has none
 	nfc         bool
-	added       addedTokens
-	bos, eos    []int32 // what the post-processor puts around a sequence
-	size        int     // the largest id + 1
+	added       addedTokens // matched in the raw text first
+	addedNorm   addedTokens // then in what is between, once normalized (tokenizers' normalized: true)
+	bos, eos    []int32     // what the post-processor puts around a sequence
+	size        int         // the largest id + 1
 }
 
 // Pattern is the split pattern the tokenizer uses.
@@ -102,7 +103,7 @@ func (t *Tokenizer) AppendIDs(dst []int32, text string, matchSpecial bool, limit
 		if matchSpecial {
 			seg, id, rest, found = t.added.cut(text)
 		}
-		dst = t.appendSegment(dst, seg, limit, &sc)
+		dst = t.appendSegment(dst, seg, matchSpecial, limit, &sc)
 		if limit > 0 && len(dst) >= limit {
 			break
 		}
@@ -114,19 +115,44 @@ func (t *Tokenizer) AppendIDs(dst []int32, text string, matchSpecial bool, limit
 	return dst
 }
 
-func (t *Tokenizer) appendSegment(dst []int32, seg string, limit int, sc *scratch) []int32 {
+// appendSegment appends the ids of a segment between added tokens matched
+// in the raw text: normalized, split again at the added tokens matched in
+// normalized text, each part pre-tokenized, as tokenizers'
+// extract_and_normalize and pre_tokenize do.
+func (t *Tokenizer) appendSegment(dst []int32, seg string, matchSpecial bool, limit int, sc *scratch) []int32 {
 	if seg == "" {
 		return dst
 	}
 	if t.nfc {
 		seg = nfcAsTokenizers(seg)
 	}
-	if t.prefixSpace && seg[0] != ' ' {
-		seg = " " + seg
+	for len(seg) > 0 {
+		part, id, rest, found := seg, int32(0), "", false
+		if matchSpecial {
+			part, id, rest, found = t.addedNorm.cut(seg)
+		}
+		dst = t.appendPart(dst, part, limit, sc)
+		if limit > 0 && len(dst) >= limit {
+			break
+		}
+		if found {
+			dst = append(dst, id)
+		}
+		seg = rest
 	}
-	for i := 0; i < len(seg); {
-		j := t.split(seg, i)
-		dst = t.appendPiece(dst, seg[i:j], sc)
+	return dst
+}
+
+func (t *Tokenizer) appendPart(dst []int32, part string, limit int, sc *scratch) []int32 {
+	if part == "" {
+		return dst
+	}
+	if t.prefixSpace && part[0] != ' ' {
+		part = " " + part
+	}
+	for i := 0; i < len(part); {
+		j := t.split(part, i)
+		dst = t.appendPiece(dst, part[i:j], sc)
 		if limit > 0 && len(dst) >= limit {
 			break
 		}

@@ -61,7 +61,7 @@ type hfAdded struct {
 	SingleWord bool   `json:"single_word"`
 	LStrip     bool   `json:"lstrip"`
 	RStrip     bool   `json:"rstrip"`
-	Normalized bool   `json:"normalized"`
+	Normalized *bool  `json:"normalized"` // absent: !special, as tokenizers' AddedToken::from
 	Special    bool   `json:"special"`
 }
 
@@ -328,7 +328,7 @@ func (t *Tokenizer) hfAddedTokens(list []hfAdded) error {
 	if len(list) > MaxAddedTokens {
 		return fmt.Errorf("added_tokens: %d, over the limit of %d", len(list), MaxAddedTokens)
 	}
-	var toks []addedToken
+	var toks, norm []addedToken
 	for _, a := range list {
 		what := fmt.Sprintf("added token %q", clip(a.Content, 40))
 		switch {
@@ -342,13 +342,20 @@ func (t *Tokenizer) hfAddedTokens(list []hfAdded) error {
 			return fmt.Errorf("%s: single_word is not supported", what)
 		case a.LStrip || a.RStrip:
 			return fmt.Errorf("%s: lstrip and rstrip are not supported", what)
-		case a.Normalized && t.nfc:
-			return fmt.Errorf("%s: normalized with a normalizer is not supported", what)
 		}
-		toks = append(toks, addedToken{s: a.Content, id: int32(a.ID)})
+		if normalized := a.Normalized == nil && !a.Special || a.Normalized != nil && *a.Normalized; normalized {
+			// Matched in normalized text, so normalized itself, as tokenizers does.
+			content := a.Content
+			if t.nfc {
+				content = nfcAsTokenizers(content)
+			}
+			norm = append(norm, addedToken{s: content, id: int32(a.ID)})
+		} else {
+			toks = append(toks, addedToken{s: a.Content, id: int32(a.ID)})
+		}
 		t.size = max(t.size, int(a.ID)+1)
 	}
-	t.added = newAddedTokens(toks)
+	t.added, t.addedNorm = newAddedTokens(toks), newAddedTokens(norm)
 	return nil
 }
 

@@ -344,6 +344,46 @@ func TestIDsMatchHuggingFaceVariants(t *testing.T) {
 			compare(t, add, texts, func(s string) []int32 { return tok.Encode(s, add == "add_special") }, want)
 		}
 	})
+	// Added tokens with normalized: true are matched after those
+	// without, in what lies between them, once normalized (NFC for
+	// Qwen2.5): "ld<|endo" never wins over <|endoftext|>, "é" matches e
+	// and U+0301.
+	addedTexts := append(append([]string(nil), texts...),
+		"hello world<|endoftext|>hello worldly", "world<|endoftext|>", "ld<|endo", "cafe\u0301 café the theme",
+		"<|im_start|>hello world<|im_end|>", "hello  world", "Hello world")
+	t.Run("gpt2 normalized added tokens", func(t *testing.T) {
+		path := variant(t, dir, "gpt2", map[string]string{"added_tokens": `[
+			{"id":50256,"content":"<|endoftext|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true},
+			{"id":50257,"content":"hello world","single_word":false,"lstrip":false,"rstrip":false,"normalized":true,"special":false},
+			{"id":50258,"content":"ld<|endo","single_word":false,"lstrip":false,"rstrip":false,"normalized":true,"special":false},
+			{"id":50259,"content":" the","single_word":false,"lstrip":false,"rstrip":false,"normalized":true,"special":false}]`})
+		tok := loadHFFile(t, path)
+		want := reference(t, dir, addedTexts, "hf", path, "add_special")
+		compare(t, "normalized added tokens", addedTexts, func(s string) []int32 { return tok.Encode(s, true) }, want)
+	})
+	t.Run("qwen2_5 normalized added tokens", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(dir, "qwen2_5.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			AddedTokens []map[string]any `json:"added_tokens"`
+		}
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		added := append(doc.AddedTokens,
+			map[string]any{"id": 151665, "content": "e\u0301", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": false},
+			map[string]any{"id": 151666, "content": "hello world", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": false})
+		b, err := json.Marshal(added)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := variant(t, dir, "qwen2_5", map[string]string{"added_tokens": string(b)})
+		tok := loadHFFile(t, path)
+		want := reference(t, dir, addedTexts, "hf", path, "add_special")
+		compare(t, "normalized added tokens, NFC", addedTexts, func(s string) []int32 { return tok.Encode(s, true) }, want)
+	})
 	t.Run("gpt2 without its regex", func(t *testing.T) {
 		path := variant(t, dir, "gpt2", map[string]string{
 			"pre_tokenizer": `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}`})
