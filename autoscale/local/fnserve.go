@@ -19,7 +19,7 @@ func FnServe(command []string, cpus, concurrency int, conn connect.Config) Optio
 	return Options{Command: append(argv, conn.Args(connect.PartS3)...), Env: conn.Env(connect.PartS3)}
 }
 
-// WithVocabDir lets the replicas read WordPiece vocab files from dir (fn
+// WithVocabDir lets the replicas read vocab and tokenizer files from dir (fn
 // serve --vocab-dir); "" leaves them to builtin. Options without a
 // Command are returned as they are.
 func (o Options) WithVocabDir(dir string) Options {

@@ -71,7 +71,7 @@ func runBenchOps(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	seed := fs.Uint64("seed", 1, "job seed the per-sample seeds derive from")
 	maxPixels := fs.Int("max-pixels", image.DefaultMaxPixels, "largest image, in pixels")
 	memFlag := registerMemoryLimitFlag(fs)
-	vocabDir := fs.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
+	vocabDir := fs.String("vocab-dir", "", "the only directory WordPiece vocab and BPE tokenizer files are read from (a spec names a file within it); empty: builtin only")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the timed passes to this file")
 	var memLimit int64

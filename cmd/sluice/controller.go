@@ -150,7 +150,7 @@ func registerControllerFlags(fs *flag.FlagSet) *controllerFlags {
 		conn:        connect.Register(fs, connect.PartAll),
 		cache:       registerCacheFlags(fs, " of the replicas this controller starts"),
 		fnToken:     bearer.Function.Register(fs, "with --actuator local: the token the replicas require of every task (given them through their environment); the agents must send it"),
-		vocabDir:    fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab files from (fn serve --vocab-dir); empty: builtin only"),
+		vocabDir:    fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab and BPE tokenizer files from (fn serve --vocab-dir); empty: builtin only"),
 		calloutSeedFile: fs.String("nats-callout-seed-file", "", "`FILE` holding the account nkey seed (SA...) the NATS server's auth callout trusts: the controller then lets "+
 			"each job's agents in as their job, with that job's permissions only (deploy/knative/nats/nats.conf; env "+calloutSeedFileEnv+"; empty: no callout served)"),
 		allocator: fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)"),

@@ -92,7 +92,7 @@ func newFnApplyFlags(stderr io.Writer) *fnApplyFlags {
 	f.maxSampleMembers = fset.Int("max-sample-members", wds.DefaultMaxSampleMembers, "most members a tar sample may have")
 	f.limit = fset.Int("limit", 0, "stop after this many samples (0: all)")
 	f.memFlag = registerMemoryLimitFlag(fset)
-	f.vocabDir = fset.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
+	f.vocabDir = fset.String("vocab-dir", "", "the only directory WordPiece vocab and BPE tokenizer files are read from (a spec names a file within it); empty: builtin only")
 	f.list = fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+
@@ -261,7 +261,11 @@ func writeCatalog(w io.Writer) {
 			if a := p.Allowed(); a != string(p.Type) {
 				allowed = a + ": "
 			}
-			fmt.Fprintf(w, "      %-18s %-14s default %-14s %s%s\n", p.Name, p.Type, defaultText(p.Default), allowed, p.Doc)
+			def := "default " + defaultText(p.Default)
+			if p.Required {
+				def = "required"
+			}
+			fmt.Fprintf(w, "      %-18s %-14s %-22s %s%s\n", p.Name, p.Type, def, allowed, p.Doc)
 		}
 	}
 	fmt.Fprintln(w, "\nA spec file (YAML or JSON):\n  name: my-train\n  label: {member: cls}\n  ops:\n    - decode\n"+

@@ -112,7 +112,7 @@ func newFnServeFlags(stderr io.Writer) *fnServeFlags {
 	f.tokenFlag = bearer.Function.Register(fs, "the token every task must carry (Authorization: Bearer), required when --listen is beyond loopback")
 	f.insecure = bearer.RegisterInsecure(fs)
 	f.memFlag = registerMemoryLimitFlag(fs)
-	f.vocabDir = fs.String("vocab-dir", "", "the only directory WordPiece vocab files are read from (a spec names a file within it); empty: builtin only")
+	f.vocabDir = fs.String("vocab-dir", "", "the only directory WordPiece vocab and BPE tokenizer files are read from (a spec names a file within it); empty: builtin only")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn serve [flags]\n\nServes the pipelines %v as a CloudEvents function:\n"+
 			"POST / takes a %q event (a shard task) and replies with the shard's output as a\n"+

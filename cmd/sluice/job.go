@@ -131,6 +131,8 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var readers stringList
 	fs.Var(&readers, "reader", "a reader of the job's output, by `name` (repeat for several; default one, "+wire.DefaultReader+")")
 	asJSON := fs.Bool("json", false, "print the job record as JSON")
+	vocabDir := fs.String("vocab-dir", "", "also build the pipeline with the vocab and tokenizer files in `DIR` (the replicas' --vocab-dir, or a copy of it), "+
+		"so that a file they could not use (a tokenizer.json with an unsupported component) is refused here rather than by the first replica")
 	keyFile := fs.String("team-key-file", "", "`FILE` to write the job's team key to, which every agent of the job needs (it connects to NATS as the job with it; a team's agents sign their messages with it) "+
 		"(default: the job's file in $"+wire.TeamKeyDirEnv+", else in sluice/teamkeys of the user's config directory)")
 	fs.Usage = func() {
@@ -154,6 +156,13 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	spec, err := submittedSpec(file, set, f, *pipelineFlag, *outputBuffer)
 	if err != nil {
 		return err
+	}
+	if *vocabDir != "" {
+		// The broker's check reads no file a spec names (they are the
+		// replicas'); this one builds the pipeline as a replica would.
+		if _, err := pipeline.Lookup(spec.Pipeline, pipeline.Options{VocabDir: *vocabDir}); err != nil {
+			return fmt.Errorf("--vocab-dir %s: %w", *vocabDir, err)
+		}
 	}
 
 	b, closeConn, err := conn.connect(ctx)
@@ -224,7 +233,9 @@ func submittedSpec(file string, set map[string]bool, f wire.JobSpec, pipelineVal
 	var flagProbs []jobspec.Problem
 	failed := map[string]bool{} // fields whose flag could not be read
 	if set["pipeline"] {
-		_, doc, err := loadPipelineFlag(pipelineValue, pipeline.Options{})
+		// Checked as the broker checks it: a file the spec names is the
+		// replicas' (--vocab-dir checks it, below).
+		_, doc, err := loadPipelineFlag(pipelineValue, pipeline.CheckOnly())
 		if err != nil {
 			flagProbs = append(flagProbs, jobspec.Problem{Message: err.Error()})
 			failed["pipeline"], set["pipeline"] = true, false

@@ -317,11 +317,34 @@ epoch: 2
 	code, _, errs := runCLI(t, "job", "submit", bad, "--nats", "nats://127.0.0.1:1")
 	wantOutput(t, "invalid spec, no NATS", code, 1, errs, "4 problems")
 
+	// With --vocab-dir, the files a spec names are checked too, as a
+	// replica builds the pipeline: a tokenizer.json it cannot use is
+	// named with its component before anything connects.
+	vocabs := filepath.Join(e.dir, "vocabs")
+	if err := os.MkdirAll(vocabs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vocabs, "wp.json"), []byte(`{"model": {"type": "WordPiece"}, "pre_tokenizer": {"type": "BertPreTokenizer"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bpePipe := e.file(t, "bpe.yaml", "ops: [text, {op: bpe, tokenizer: wp.json}]\n")
+	code, _, errs = runCLI(t, "job", "submit", tmpl, "--id", "bad", "--pipeline", bpePipe, "--vocab-dir", vocabs, "--nats", "nats://127.0.0.1:1")
+	wantOutput(t, "unsupported tokenizer", code, 1, errs, `tokenizer "wp.json": pre_tokenizer BertPreTokenizer is not supported`)
+
 	pipe := e.file(t, "good-pipe.yaml", "name: small\nops: [decode, {op: resize, size: 32}, to_uint8_hwc]\n")
 	var out string
 	code, out, errs = e.job(t, "submit", tmpl, "--id", "piped", "--pipeline", pipe, "--json")
 	if job := decode[wire.Job](t, out); code != 0 || !strings.HasPrefix(job.Spec.Pipeline, "name: small\nops:") {
 		t.Errorf("submit --pipeline FILE: exit %d, %s %s: want the file's spec as the job's pipeline", code, out, errs)
+	}
+
+	// A spec naming a replica's file (a vocab, a tokenizer) is checked
+	// as the broker checks it: by name. It once failed here, read
+	// against this process's vocab directory, which it has none of.
+	wpPipe := e.file(t, "wp.yaml", "ops: [text, {op: wordpiece, vocab: bert-base-uncased.txt}]\n")
+	code, out, errs = e.job(t, "submit", tmpl, "--id", "wp", "--pipeline", wpPipe, "--json")
+	if job := decode[wire.Job](t, out); code != 0 || !strings.Contains(job.Spec.Pipeline, "bert-base-uncased.txt") {
+		t.Errorf("submit --pipeline naming a vocab file: exit %d, %s %s", code, out, errs)
 	}
 
 	good := e.file(t, "good.yaml", jobFile)
@@ -340,8 +363,8 @@ epoch: 2
 	wantOutput(t, "no s3 credentials", code, 1, errs, "checking s3: no s3 credentials found for http://")
 	code, _, errs = runCLI(t, "job", "status", "--stream-replicas", "7", "--nats", "not a url")
 	wantOutput(t, "bad arguments and connection flags", code, 2, errs, "sluice job status: want a job id", "--stream-replicas 7", `--nats "not a url"`)
-	if jobs, err := e.b.List(context.Background()); err != nil || len(jobs) != 2 {
-		t.Errorf("after refused submits: %d jobs, %v; want the 2 submitted", len(jobs), err)
+	if jobs, err := e.b.List(context.Background()); err != nil || len(jobs) != 3 {
+		t.Errorf("after refused submits: %d jobs, %v; want the 3 submitted", len(jobs), err)
 	}
 }
 

@@ -79,6 +79,12 @@ func Lookup(name string, o Options) (Pipeline, error) {
 	return nil, fmt.Errorf("unknown pipeline %q: known pipelines are %s (or give a YAML or JSON spec)", name, strings.Join(Names(), ", "))
 }
 
+// CheckOnly is the Options of a process that is not a replica, such as job
+// submit: what it builds validates names and parameters but reads no file
+// a spec names (those are the replica's, within its --vocab-dir), and
+// cannot process samples.
+func CheckOnly() Options { return Options{check: true} }
+
 // Check is Lookup for a process that is not a replica, such as job
 // submit: it reports the same problems but reads no file a spec names (a
 // vocab file is the replica's, within its --vocab-dir), so only the

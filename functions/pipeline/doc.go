@@ -41,9 +41,9 @@
 //
 // # Files a spec names
 //
-// The only file a spec may name is a wordpiece op's vocab, and since a
-// spec comes with every task, a replica reads it only from the one
-// directory its operator allows (Options.VocabDir, `fn serve
+// The only files a spec may name are a wordpiece op's vocab and a bpe
+// op's tokenizer, and since a spec comes with every task, a replica reads
+// them only from the one directory its operator allows (Options.VocabDir, `fn serve
 // --vocab-dir`; none by default: builtin only): the name is a file name
 // within it, never absolute, never climbing out, never through a symlink
 // leading out. What lies outside is never opened, and an error about it

@@ -64,6 +64,9 @@ type Param struct {
 	Len int
 	// Values lists the allowed values of a string parameter; empty allows any.
 	Values []string
+	// Required is a parameter a spec must set: it has no default that
+	// works everywhere (the bpe op's tokenizer file).
+	Required bool
 	// Check adds a constraint the fields above cannot express (a range's
 	// min <= max); it gets the converted value and says what is wanted.
 	Check func(v any) error

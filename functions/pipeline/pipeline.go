@@ -52,6 +52,9 @@ type Options struct {
 	// VocabDir is the only directory vocab files are read from: a
 	// wordpiece op names a file within it. "" reads none (builtin only).
 	VocabDir string
+	// Tokenizers shares the BPE tokenizers loaded from VocabDir among
+	// pipelines; nil loads each pipeline's own.
+	Tokenizers *TokenizerCache
 
 	// check validates without reading the files a spec names (Check).
 	check bool

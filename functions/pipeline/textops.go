@@ -49,6 +49,7 @@ func textOps() []OpSpec {
 			In: []Type{TypeText}, Out: TypeTokens,
 			build: buildWordPiece,
 		},
+		bpeOp(),
 	}
 }
 

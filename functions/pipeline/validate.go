@@ -130,6 +130,12 @@ func resolveParams(spec OpSpec, call OpCall, add func(line int, format string, a
 		}
 		params[name] = v
 	}
+	for _, p := range spec.Params {
+		if _, set := call.Params[p.Name]; p.Required && !set {
+			bad = true
+			add(0, "missing parameter %s: %s", p.Name, p.Doc)
+		}
+	}
 	return params, bad
 }
 

@@ -36,32 +36,46 @@ func loadVocab(name string, o Options) (*text.Vocab, error) {
 	if o.check {
 		return nil, nil
 	}
-	if o.VocabDir == "" {
-		return nil, fmt.Errorf("vocab %q: no vocab directory is set (--vocab-dir), so only builtin is read", name)
-	}
-	root, err := os.OpenRoot(o.VocabDir)
+	f, err := openVocabFile("vocab", name, o, MaxVocabBytes)
 	if err != nil {
-		return nil, fmt.Errorf("vocab %q: the replica's vocab directory cannot be opened", name)
-	}
-	defer root.Close()
-	f, err := root.Open(name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("vocab %q: no such file in the vocab directory", name)
-	case err != nil: // a symlink out of the directory among them: say nothing of its target
-		return nil, fmt.Errorf("vocab %q: not a readable file within the vocab directory", name)
+		return nil, err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil || !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("vocab %q: not a regular file", name)
-	}
-	if info.Size() > MaxVocabBytes {
-		return nil, fmt.Errorf("vocab %q is %s, over the %s limit", name, bytesize.Format(info.Size()), bytesize.Format(MaxVocabBytes))
-	}
 	v, err := text.LoadVocab(io.LimitReader(f, MaxVocabBytes))
 	if err != nil {
 		return nil, fmt.Errorf("vocab %q: %w", name, err)
 	}
 	return v, nil
+}
+
+// openVocabFile opens name within o.VocabDir for what (an op's parameter,
+// "vocab" or "tokenizer"), a regular file of at most limit bytes; the
+// caller checked that name is local. What an error says of a name is the
+// same whether or not something lies outside the directory.
+func openVocabFile(what, name string, o Options, limit int64) (*os.File, error) {
+	if o.VocabDir == "" {
+		return nil, fmt.Errorf("%s %q: no vocab directory is set (--vocab-dir), so only builtin is read", what, name)
+	}
+	root, err := os.OpenRoot(o.VocabDir)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: the replica's vocab directory cannot be opened", what, name)
+	}
+	defer root.Close()
+	f, err := root.Open(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s %q: no such file in the vocab directory", what, name)
+	case err != nil: // a symlink out of the directory among them: say nothing of its target
+		return nil, fmt.Errorf("%s %q: not a readable file within the vocab directory", what, name)
+	}
+	info, err := f.Stat()
+	if err != nil || !info.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s %q: not a regular file", what, name)
+	}
+	if info.Size() > limit {
+		f.Close()
+		return nil, fmt.Errorf("%s %q is %s, over the %s limit", what, name, bytesize.Format(info.Size()), bytesize.Format(limit))
+	}
+	return f, nil
 }

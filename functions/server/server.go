@@ -121,7 +121,8 @@ func New(cfg Config, s3c *s3.Client, logger *slog.Logger, reg prometheus.Registe
 		return nil, err
 	}
 	// One decode budget for all the replica's pipelines: its memory is one.
-	opts := pipeline.Options{MaxPixels: cfg.MaxPixels, DecodeBudget: decodeBudget(cfg, logger), VocabDir: cfg.VocabDir}
+	opts := pipeline.Options{MaxPixels: cfg.MaxPixels, DecodeBudget: decodeBudget(cfg, logger), VocabDir: cfg.VocabDir,
+		Tokenizers: pipeline.NewTokenizerCache()}
 	return &Server{cfg: cfg, s3: s3c, cache: cache, log: logger, m: m,
 		pipelines: &pipelineCache{opts: opts},
 		slots:     make(chan struct{}, cfg.Concurrency)}, nil
