@@ -1,6 +1,7 @@
 package bpe
 
 import (
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -263,28 +264,10 @@ func splitCL100k(s string, i int, digits int) int {
 		}
 	}
 	if c&cN != 0 {
-		j := i
-		for k := 0; k < digits && j < len(s); k++ {
-			cj, nj := at(tab, s, j)
-			if cj&cN == 0 {
-				break
-			}
-			j += nj
-		}
+		return numbers(tab, s, i, digits)
+	}
+	if j, ok := punctuation(tab, s, i, "\r\n"); ok {
 		return j
-	}
-	p := i
-	if s[i] == ' ' {
-		p++
-	}
-	if p < len(s) {
-		if cp, _ := at(tab, s, p); cp&(cL|cN|cS) == 0 {
-			j := runOther(tab, s, p)
-			for j < len(s) && (s[j] == '\r' || s[j] == '\n') {
-				j++
-			}
-			return j
-		}
 	}
 	return whitespace(tab, s, i, true)
 }
@@ -308,30 +291,45 @@ func splitO200k(s string, i int) int {
 		}
 	}
 	if c&cN != 0 {
-		j := i
-		for k := 0; k < 3 && j < len(s); k++ {
-			cj, nj := at(tab, s, j)
-			if cj&cN == 0 {
-				break
-			}
-			j += nj
-		}
+		return numbers(tab, s, i, 3)
+	}
+	if j, ok := punctuation(tab, s, i, "\r\n/"); ok {
 		return j
 	}
+	return whitespace(tab, s, i, true)
+}
+
+// numbers matches \p{N}{1,most} at i (a number there).
+func numbers(tab []uint8, s string, i, most int) int {
+	j := i
+	for k := 0; k < most && j < len(s); k++ {
+		cj, nj := at(tab, s, j)
+		if cj&cN == 0 {
+			break
+		}
+		j += nj
+	}
+	return j
+}
+
+// punctuation matches " ?[^\s\p{L}\p{N}]+[trail]*" at i, where trail's
+// bytes are ASCII.
+func punctuation(tab []uint8, s string, i int, trail string) (int, bool) {
 	p := i
 	if s[i] == ' ' {
 		p++
 	}
-	if p < len(s) {
-		if cp, _ := at(tab, s, p); cp&(cL|cN|cS) == 0 {
-			j := runOther(tab, s, p)
-			for j < len(s) && (s[j] == '\r' || s[j] == '\n' || s[j] == '/') {
-				j++
-			}
-			return j
-		}
+	if p >= len(s) {
+		return 0, false
 	}
-	return whitespace(tab, s, i, true)
+	if cp, _ := at(tab, s, p); cp&(cL|cN|cS) != 0 {
+		return 0, false
+	}
+	j := runOther(tab, s, p)
+	for j < len(s) && strings.IndexByte(trail, s[j]) >= 0 {
+		j++
+	}
+	return j, true
 }
 
 // o200kLowerWord matches U*W+ then an optional contraction at p, or -1.
