@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -71,7 +72,7 @@ func runLoadtestTrace(ctx context.Context, args []string, stdout, stderr io.Writ
 func parseTraceFlags(args []string, stderr io.Writer) (traceOptions, error) {
 	o := traceOptions{model: trace.DefaultModel(), shares: trace.DefaultShares}
 	fs := newFlagSet("loadtest trace", stderr)
-	fs.StringVar(&o.dir, "data", "", "`directory` of the Alibaba PAI trace (openb_pod_list_default.csv, openb_node_list_gpu_node.csv; default: shared/data/alibaba-openb-2023 here or in the nearest parent)")
+	fs.StringVar(&o.dir, "data", "", "`directory` of an Alibaba PAI trace (openb_pod_list_default.csv, openb_node_list_gpu_node.csv, each may be gzipped; default: the one shipped in Sluice, cluster-trace-gpu-v2023)")
 	fs.StringVar(&o.jobs, "jobs", "", "a job list (YAML or JSON: cluster.cores and jobs with start_s, gpus, cores, samples[, trainer_rate, cpu_s_per_sample]) to simulate instead of the trace")
 	fs.BoolVar(&o.sensitivity, "sensitivity", false, "also run the sensitivity table over the demand model's parameters")
 	fs.BoolVar(&o.perJob, "per-job", false, "print every job's completion time and stall per policy (the default with --jobs)")
@@ -136,15 +137,12 @@ func loadTraceSource(o *traceOptions) (trace.Trace, string, error) {
 		tr, err := trace.LoadJobs(o.jobs)
 		return tr, o.jobs, err
 	}
-	source := o.dir
-	if source == "" {
-		var err error
-		if source, err = trace.AlibabaDir(); err != nil {
-			return trace.Trace{}, "", err
-		}
+	if o.dir != "" {
+		tr, err := trace.LoadAlibaba(os.DirFS(o.dir))
+		return tr, o.dir, err
 	}
-	tr, err := trace.LoadAlibaba(source)
-	return tr, source, err
+	tr, err := trace.LoadAlibaba(trace.Alibaba())
+	return tr, trace.AlibabaSource, err
 }
 
 // printTrace writes the run's header, its per-policy table and its

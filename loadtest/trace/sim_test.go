@@ -1,8 +1,12 @@
 package trace
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,11 +149,7 @@ jobs: [{name: x, gpus: 1, cores: 1, samples: 5, colour: red}]`} {
 
 func loadTrace(tb testing.TB) Trace {
 	tb.Helper()
-	dir, err := AlibabaDir()
-	if err != nil {
-		tb.Skip(err)
-	}
-	tr, err := LoadAlibaba(dir)
+	tr, err := LoadAlibaba(Alibaba())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -252,5 +252,34 @@ func TestBaselinesRunOnTheSameTasks(t *testing.T) {
 	}
 	if _, err := Simulate(context.Background(), tr, tasks, m, "hpa"); err == nil || !strings.Contains(err.Error(), "kpa or keda") {
 		t.Errorf("an unknown policy: %v", err)
+	}
+}
+
+// TestLoadAlibabaFromADirectory reads a trace of the same format from a
+// directory (--data), one file plain and one gzipped.
+func TestLoadAlibabaFromADirectory(t *testing.T) {
+	dir := t.TempDir()
+	nodes := "sn,cpu_milli,memory_mib,gpu,model\nn1,96000,786432,8,V100\n"
+	pods := "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n" +
+		"p1,12000,0,1,1000,,LS,Running,0,600,10\np2,4000,0,0,0,,BE,Running,5,100,5\np3,8000,0,1,1000,,LS,Pending,7,,\n"
+	if err := os.WriteFile(filepath.Join(dir, NodesFile), []byte(nodes), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(pods))
+	zw.Close()
+	if err := os.WriteFile(filepath.Join(dir, PodsFile+".gz"), gz.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := LoadAlibaba(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Cluster.Nodes != 1 || tr.Cluster.GPUs != 8 || len(tr.Tasks) != 1 || len(tr.Cluster.Other) != 1 || tr.Tasks[0].Duration != 590 {
+		t.Errorf("trace %+v: want 1 node of 8 GPUs, 1 GPU task of 590 s, 1 CPU-only task (the pending one left out)", tr)
+	}
+	if _, err := LoadAlibaba(os.DirFS(t.TempDir())); err == nil {
+		t.Error("an empty directory: no error")
 	}
 }

@@ -1,12 +1,14 @@
 package trace
 
 import (
+	"compress/gzip"
+	"embed"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"gopkg.in/yaml.v3"
@@ -80,18 +82,39 @@ type Trace struct {
 	Tasks   []Task  `json:"jobs" yaml:"jobs"`
 }
 
-// Alibaba's openb files, in the directory LoadAlibaba reads.
+// Alibaba's openb files, in the directory LoadAlibaba reads (each as
+// itself or gzipped, NAME.gz).
 const (
 	PodsFile  = "openb_pod_list_default.csv"
 	NodesFile = "openb_node_list_gpu_node.csv"
 )
 
+// The trace ships inside Sluice, gzipped, with its README (its source, to
+// cite where results built on it are reported): `sluice loadtest trace`
+// runs from any checkout or binary.
+//
+//go:embed alibaba-openb-2023
+var alibabaFiles embed.FS
+
+// AlibabaSource names the shipped trace, as LoadAlibaba's callers print it.
+const AlibabaSource = "Alibaba PAI cluster-trace-gpu-v2023 (openb), shipped in loadtest/trace/alibaba-openb-2023"
+
+// Alibaba is the shipped trace's files, for LoadAlibaba.
+func Alibaba() fs.FS {
+	sub, err := fs.Sub(alibabaFiles, "alibaba-openb-2023")
+	if err != nil {
+		panic(err) // cannot happen: the directory is embedded
+	}
+	return sub
+}
+
 // LoadAlibaba reads the Alibaba PAI GPU cluster trace (cluster-trace-gpu-
-// v2023, openb) from dir: every node, every GPU task that was scheduled
-// (pending ones never ran), and the CPU-only tasks as Cluster.Other.
-func LoadAlibaba(dir string) (Trace, error) {
+// v2023, openb) from fsys (Alibaba(), or os.DirFS of a directory): every
+// node, every GPU task that was scheduled (pending ones never ran), and
+// the CPU-only tasks as Cluster.Other.
+func LoadAlibaba(fsys fs.FS) (Trace, error) {
 	var tr Trace
-	nodes, err := readCSV(filepath.Join(dir, NodesFile), "cpu_milli", "gpu")
+	nodes, err := readCSV(fsys, NodesFile, "cpu_milli", "gpu")
 	if err != nil {
 		return tr, err
 	}
@@ -105,7 +128,7 @@ func LoadAlibaba(dir string) (Trace, error) {
 		tr.Cluster.GPUs += gpu
 		tr.Cluster.Nodes++
 	}
-	pods, err := readCSV(filepath.Join(dir, PodsFile), "name", "cpu_milli", "num_gpu", "gpu_milli", "creation_time", "scheduled_time", "deletion_time")
+	pods, err := readCSV(fsys, PodsFile, "name", "cpu_milli", "num_gpu", "gpu_milli", "creation_time", "scheduled_time", "deletion_time")
 	if err != nil {
 		return tr, err
 	}
@@ -224,13 +247,27 @@ func (t table) num(row []string, name string) (float64, error) {
 	return v, nil
 }
 
-func readCSV(path string, cols ...string) (table, error) {
-	f, err := os.Open(path)
+// readCSV reads name, or name.gz, from fsys.
+func readCSV(fsys fs.FS, name string, cols ...string) (table, error) {
+	path := name
+	f, err := fsys.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		path = name + ".gz"
+		f, err = fsys.Open(path)
+	}
 	if err != nil {
 		return table{}, fmt.Errorf("reading trace: %w", err)
 	}
 	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
+	var r io.Reader = f
+	if path != name {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return table{}, fmt.Errorf("reading %s: %w", path, err)
+		}
+		r = zr
+	}
+	rows, err := csv.NewReader(r).ReadAll()
 	if err != nil {
 		return table{}, fmt.Errorf("reading %s: %w", path, err)
 	}
@@ -247,25 +284,4 @@ func readCSV(path string, cols ...string) (table, error) {
 		}
 	}
 	return t, nil
-}
-
-// AlibabaDir is where the trace sits: shared/data/alibaba-openb-2023 in
-// the working directory or the nearest parent that has it (a checkout's
-// ../shared, also from a worktree further down).
-func AlibabaDir() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the trace: %w", err)
-	}
-	for {
-		p := filepath.Join(dir, "shared", "data", "alibaba-openb-2023")
-		if _, err := os.Stat(filepath.Join(p, PodsFile)); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the trace: no shared/data/alibaba-openb-2023 here or in a parent directory (give --data)")
-		}
-		dir = parent
-	}
 }
