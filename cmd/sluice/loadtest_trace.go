@@ -175,12 +175,18 @@ func printTrace(w io.Writer, o traceOptions, tr trace.Trace, source string, c tr
 // traceRatios are one class's ratios in the JSON output; nil where the
 // class has no tasks.
 type traceRatios struct {
-	Jobs                                  int
-	JCTRatio, UtilRatio, CoreRatio        *float64
-	FairJCTRatio, FairUtilRatio           *float64
-	Static, Sluice, Fair                  trace.Summary
-	MedianStaticSlowdown                  float64  `json:",omitempty"`
-	InputBoundShare, InputBoundShareAsked *float64 `json:",omitempty"`
+	Jobs                 int           `json:"jobs"`
+	JCTRatio             *float64      `json:"jct_ratio"`
+	UtilRatio            *float64      `json:"util_ratio"`
+	CoreRatio            *float64      `json:"core_ratio"`
+	FairJCTRatio         *float64      `json:"fair_jct_ratio"`
+	FairUtilRatio        *float64      `json:"fair_util_ratio"`
+	Static               trace.Summary `json:"static"`
+	Sluice               trace.Summary `json:"sluice"`
+	Fair                 trace.Summary `json:"fair"`
+	MedianStaticSlowdown float64       `json:"median_static_slowdown,omitempty"`
+	InputBoundShare      *float64      `json:"input_bound_share,omitempty"`
+	InputBoundShareAsked *float64      `json:"input_bound_share_asked,omitempty"`
 }
 
 func ratios(s trace.Summaries) traceRatios {
@@ -198,22 +204,34 @@ func finite(x float64) *float64 {
 
 func printTraceJSON(w io.Writer, source string, m trace.Model, c trace.Comparison, rows []trace.Row, shares []trace.ShareRow, wall time.Duration) error {
 	type row struct {
-		Param, Value                               string
-		InputBound, JCTRatio, UtilRatio, CoreRatio float64
-		FairJCTRatio, FairUtilRatio                float64
+		Param         string  `json:"param"`
+		Value         string  `json:"value"`
+		InputBound    float64 `json:"input_bound"`
+		JCTRatio      float64 `json:"jct_ratio"`
+		UtilRatio     float64 `json:"util_ratio"`
+		CoreRatio     float64 `json:"core_ratio"`
+		FairJCTRatio  float64 `json:"fair_jct_ratio"`
+		FairUtilRatio float64 `json:"fair_util_ratio"`
 	}
-	type shareRow struct{ All, InputBound traceRatios }
+	type shareRow struct {
+		All        traceRatios `json:"all"`
+		InputBound traceRatios `json:"input_bound"`
+	}
 	out := struct {
-		Source                          string
-		Model                           trace.Model
-		Static, Sluice, Fair            trace.Summary
-		InputBound, JCTRatio, UtilRatio float64
-		CoreRatio                       float64
-		Classes                         map[string]traceRatios
-		Sensitivity                     []row      `json:",omitempty"`
-		Shares                          []shareRow `json:",omitempty"`
-		WallS                           float64
-	}{Source: source, Model: m, Static: c.Static, Sluice: c.Sluice, Fair: c.Fair, InputBound: c.InputBound, JCTRatio: c.JCTRatio(),
+		Source      string                 `json:"source"`
+		Model       traceModel             `json:"model"`
+		Static      trace.Summary          `json:"static"`
+		Sluice      trace.Summary          `json:"sluice"`
+		Fair        trace.Summary          `json:"fair"`
+		InputBound  float64                `json:"input_bound"`
+		JCTRatio    float64                `json:"jct_ratio"`
+		UtilRatio   float64                `json:"util_ratio"`
+		CoreRatio   float64                `json:"core_ratio"`
+		Classes     map[string]traceRatios `json:"classes"`
+		Sensitivity []row                  `json:"sensitivity,omitempty"`
+		Shares      []shareRow             `json:"shares,omitempty"`
+		WallS       float64                `json:"wall_s"`
+	}{Source: source, Model: modelJSON(m), Static: c.Static, Sluice: c.Sluice, Fair: c.Fair, InputBound: c.InputBound, JCTRatio: c.JCTRatio(),
 		UtilRatio: c.UtilRatio(), CoreRatio: c.CoreRatio(), WallS: wall.Seconds(), Classes: classes(c)}
 	for _, r := range rows {
 		out.Sensitivity = append(out.Sensitivity, row{r.Param, r.Value, r.InputBound, r.JCTRatio(), r.UtilRatio(), r.CoreRatio(), r.FairJCTRatio(), r.FairUtilRatio()})
@@ -222,14 +240,36 @@ func printTraceJSON(w io.Writer, source string, m trace.Model, c trace.Compariso
 		cl := classes(r.Comparison)
 		a := cl["all"]
 		a.InputBoundShareAsked, a.InputBoundShare = finite(r.Share), finite(r.InputBound)
-		out.Shares = append(out.Shares, shareRow{All: a, InputBound: cl["input-bound"]})
+		out.Shares = append(out.Shares, shareRow{All: a, InputBound: cl["input_bound"]})
 	}
 	return printJSON(w, out)
+}
+
+// traceModel is trace.Model as the JSON output names it (durations in
+// seconds).
+type traceModel struct {
+	TrainerPerGPU   float64 `json:"trainer_per_gpu"`
+	TrainerSigma    float64 `json:"trainer_sigma"`
+	PerCore         float64 `json:"per_core"`
+	PerCoreSigma    float64 `json:"per_core_sigma"`
+	HostCoresPerGPU float64 `json:"host_cores_per_gpu"`
+	Lendable        float64 `json:"lendable"`
+	ReplicaCores    float64 `json:"replica_cores"`
+	ColdStartS      float64 `json:"cold_start_s"`
+	BufferSamples   float64 `json:"buffer_samples"`
+	ShardSamples    float64 `json:"shard_samples"`
+	QueueGPUs       int     `json:"queue_gpus"`
+	Seed            uint64  `json:"seed"`
+}
+
+func modelJSON(m trace.Model) traceModel {
+	return traceModel{m.TrainerPerGPU, m.TrainerSigma, m.PerCore, m.PerCoreSigma, m.HostCoresPerGPU, m.Lendable,
+		m.ReplicaCores, m.ColdStart.Seconds(), m.BufferSamples, m.ShardSamples, m.QueueGPUs, m.Seed}
 }
 
 // classes are c's ratios per class of tasks.
 func classes(c trace.Comparison) map[string]traceRatios {
 	b := ratios(c.Bound)
 	b.MedianStaticSlowdown = c.BoundSlowdown
-	return map[string]traceRatios{"all": ratios(c.Summaries), "input-bound": b}
+	return map[string]traceRatios{"all": ratios(c.Summaries), "input_bound": b}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,16 +60,21 @@ func TestLoadtestTraceSharesJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
+	snakeKeys(t, out)
 	type ratios struct {
-		Jobs                int
-		JCTRatio, UtilRatio *float64
-		InputBoundShare     *float64
+		Jobs            int      `json:"jobs"`
+		JCTRatio        *float64 `json:"jct_ratio"`
+		UtilRatio       *float64 `json:"util_ratio"`
+		InputBoundShare *float64 `json:"input_bound_share"`
 	}
 	rep := decode[struct {
-		Classes map[string]ratios
-		Shares  []struct{ All, InputBound ratios }
+		Classes map[string]ratios `json:"classes"`
+		Shares  []struct {
+			All        ratios `json:"all"`
+			InputBound ratios `json:"input_bound"`
+		} `json:"shares"`
 	}](t, out)
-	if b, a := rep.Classes["input-bound"], rep.Classes["all"]; b.Jobs != 2 || a.Jobs != 8 || b.JCTRatio == nil || *b.JCTRatio < 1 {
+	if b, a := rep.Classes["input_bound"], rep.Classes["all"]; b.Jobs != 2 || a.Jobs != 8 || b.JCTRatio == nil || *b.JCTRatio < 1 {
 		t.Errorf("classes %+v", rep.Classes)
 	}
 	if len(rep.Shares) != 2 {
@@ -90,4 +96,34 @@ func TestLoadtestTraceRefusesBadShares(t *testing.T) {
 			t.Errorf("--shares %s: exit %d, %q; want a usage error naming the range", bad, code, errs)
 		}
 	}
+}
+
+// snakeKeys fails t where the JSON document doc has a key that is not
+// snake_case, as every command's --json output names its fields.
+func snakeKeys(t *testing.T, doc string) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		t.Fatalf("%v:\n%s", err, doc)
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				for _, r := range k {
+					if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+						t.Errorf("key %s.%s is not snake_case", path, k)
+						break
+					}
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	walk("", v)
 }

@@ -84,12 +84,15 @@ type Result struct {
 // Summary is what the README reports of a Result, over the tasks that
 // finished within the trace.
 type Summary struct {
-	Jobs int
+	Jobs int `json:"jobs"`
 	// MeanJCT is the average completion time (s); GPUUtil the share of
 	// GPU-seconds held that trained (1 - stall share, GPU-weighted);
 	// StallS the trainers' total wait (s); CoreHours the cores reserved
 	// for preprocessing (JobResult.CoreSeconds).
-	MeanJCT, GPUUtil, StallS, CoreHours float64
+	MeanJCT   float64 `json:"mean_jct_s"`
+	GPUUtil   float64 `json:"gpu_util"`
+	StallS    float64 `json:"stall_s"`
+	CoreHours float64 `json:"core_hours"`
 }
 
 // Summarize averages r over its uncensored tasks.
