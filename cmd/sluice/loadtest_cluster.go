@@ -34,6 +34,7 @@ func runLoadtestCluster(ctx context.Context, args []string, stdout, stderr io.Wr
 	coldStart := fs.Duration("cold-start", trace.DefaultModel().ColdStart, "time a new replica takes to serve")
 	static := fs.String("static-cores", "1,2,3,4,6", "comma-separated data loader `cores` per trial of the static allocation runs")
 	capsFlag := fs.String("baseline-caps", "2,4,8", "comma-separated replica caps per job (`N`: the requests in flight a job's dispatcher keeps, or a ScaledObject's maxReplicaCount) at which the KPA and KEDA baselines run again, beside uncapped")
+	asJSON := fs.Bool("json", false, "print the comparison as JSON")
 	out := fs.String("out", "", "`directory` to write cost.svg (stall against reserved core-hours) and reserved.svg (reserved cores over the arrival window) into")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice loadtest cluster [flags]\n\nSimulates bursty hyperparameter sweeps on a GPU cluster on virtual time under every\n"+
@@ -67,13 +68,77 @@ func runLoadtestCluster(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	if err := c.WriteTable(stdout); err != nil {
+	if *asJSON {
+		err = printJSON(stdout, clusterJSON(c))
+	} else {
+		err = c.WriteTable(stdout)
+	}
+	if err != nil {
 		return err
 	}
 	if *out == "" {
 		return nil
 	}
 	return writeClusterCharts(c, *out, staticCores, stdout)
+}
+
+// clusterReport is a comparison as --json prints it.
+type clusterReport struct {
+	Nodes       int              `json:"nodes"`
+	GPUsPerNode int              `json:"gpus_per_node"`
+	Sweeps      int              `json:"sweeps"`
+	Trials      int              `json:"trials"`
+	WindowS     float64          `json:"window_s"`
+	BurstShare  float64          `json:"burst_share"`
+	Bursts      int              `json:"bursts"`
+	ColdStartS  float64          `json:"cold_start_s"`
+	WallS       float64          `json:"wall_s"`
+	Runs        []clusterRun     `json:"runs"`
+	Verdicts    []clusterVerdict `json:"verdicts"`
+}
+
+type clusterRun struct {
+	Run           string  `json:"run"`
+	Trials        int     `json:"trials"`
+	StallGPUh     float64 `json:"stall_gpu_h"`
+	StallShare    float64 `json:"stall_share"`
+	ReservedCoreH float64 `json:"reserved_core_h"`
+	NeededCoreH   float64 `json:"needed_core_h"`
+	FirstBatchS   float64 `json:"first_batch_s"`
+	MeanJCTS      float64 `json:"mean_jct_s"`
+}
+
+// clusterVerdict is a Sluice run against the baselines: the best at its
+// cost and the cheapest at its stall (absent where none qualifies).
+type clusterVerdict struct {
+	Run          string   `json:"run"`
+	AtCost       string   `json:"at_cost,omitempty"`
+	AtCostStall  *float64 `json:"at_cost_stall_gpu_h,omitempty"`
+	StallRatio   *float64 `json:"stall_ratio,omitempty"`
+	AtStall      string   `json:"at_stall,omitempty"`
+	AtStallCoreH *float64 `json:"at_stall_reserved_core_h,omitempty"`
+	CostRatio    *float64 `json:"cost_ratio,omitempty"`
+}
+
+func clusterJSON(c cluster.Comparison) clusterReport {
+	s := c.Scenario
+	r := clusterReport{Nodes: s.Nodes, GPUsPerNode: s.GPUsPerNode, Sweeps: len(c.Sweeps), Trials: cluster.Trials(c.Sweeps),
+		WindowS: s.Window.Seconds(), BurstShare: s.BurstShare, Bursts: s.Bursts, ColdStartS: c.Model.ColdStart.Seconds(),
+		WallS: c.Wall.Seconds(), Runs: []clusterRun{}, Verdicts: []clusterVerdict{}}
+	for _, x := range c.Results {
+		r.Runs = append(r.Runs, clusterRun{x.Name(), x.Trials, x.StallGPUh, x.StallShare, x.ReservedCoreH, x.NeededCoreH, x.FirstBatchS, x.MeanJCT})
+	}
+	for _, v := range c.Verdicts() {
+		cv := clusterVerdict{Run: v.Sluice.Name()}
+		if v.AtCostFound {
+			cv.AtCost, cv.AtCostStall, cv.StallRatio = v.AtCost, finite(v.AtCostStall), finite(v.StallRatio())
+		}
+		if v.AtStallFound {
+			cv.AtStall, cv.AtStallCoreH, cv.CostRatio = v.AtStall, finite(v.AtStallCoreH), finite(v.CostRatio())
+		}
+		r.Verdicts = append(r.Verdicts, cv)
+	}
+	return r
 }
 
 // writeClusterCharts writes the comparison's charts into dir.

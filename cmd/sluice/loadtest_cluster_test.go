@@ -36,3 +36,20 @@ func TestLoadtestClusterPrintsEveryRunAndWritesItsCharts(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadtestClusterJSON(t *testing.T) {
+	code, out, errs := runCLI(t, "loadtest", "cluster", "--nodes", "4", "--sweeps", "5", "--window", "10m",
+		"--trial-min", "1m", "--trial-max", "3m", "--static-cores", "1,3", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	snakeKeys(t, out)
+	rep := decode[clusterReport](t, out)
+	names := map[string]bool{}
+	for _, r := range rep.Runs {
+		names[r.Run] = true
+	}
+	if rep.Nodes != 4 || rep.Sweeps != 5 || rep.WindowS != 600 || !names["sluice, shared"] || !names["static 3 cores/trial"] || len(rep.Verdicts) == 0 {
+		t.Errorf("report %+v: want 4 nodes, 5 sweeps over 600 s, the sluice and static runs, and verdicts", rep)
+	}
+}
