@@ -190,8 +190,11 @@ func TestStreamThroughKnative(t *testing.T) {
 		}
 	}
 	viaService := "http://" + knService + "." + namespace + ".svc.cluster.local"
-	waitRoute(t, viaService)
+	// Serve mode first: Traefik keeps its connections to the revision's
+	// Service, and one opened while the activator stood behind it stays
+	// through the activator.
 	e.waitServeMode(t, knService)
+	waitRoute(t, viaService)
 	direct := "http://" + e.podIP(t, knService) + ":8080"
 	sel := "serving.knative.dev/service=" + knService
 	hops := []hop{
