@@ -190,9 +190,9 @@ func TestStreamThroughKnative(t *testing.T) {
 		}
 	}
 	viaService := "http://" + knService + "." + namespace + ".svc.cluster.local"
-	// Serve mode first: Traefik keeps its connections to the revision's
-	// Service, and one opened while the activator stood behind it stays
-	// through the activator.
+	// Serve mode first, so that Traefik's first connection to the
+	// revision's Service is opened with the activator out of the path
+	// (the hops' CPU shows whether it still is: sometimes it was).
 	e.waitServeMode(t, knService)
 	waitRoute(t, viaService)
 	direct := "http://" + e.podIP(t, knService) + ":8080"
