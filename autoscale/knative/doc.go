@@ -54,7 +54,7 @@
 //     pod is up (Knative's default, 200, keeps it there: it cost as much
 //     CPU per byte as each other proxy). Not always: in 4 of 7 runs of
 //     the streaming test the activator stayed in a stream's path after
-//     the ServerlessService was in Serve mode (1.2-2.1 CPU s per GB
+//     the ServerlessService was in Serve mode (1.0-2.1 CPU s per GB
 //     more), also when the test's first request through the route came
 //     after the switch. Why is not established; Traefik keeps its
 //     connections to the revision's Service, and kube-proxy places a
