@@ -52,11 +52,11 @@ type member struct {
 	// nothing else is locked while it is held (see Reader for the lock
 	// order); the Reader's mu may be held when it is taken.
 	mu      sync.Mutex
-	queue   []chunkNote   // notes not yet told, in order (keepNotes takes from its head)
-	again   bool          // tell the planner everything again (it restarted)
-	kick    chan struct{} // wakes keepNotes
-	planner string        // the planner's run it joined ("" none)
-	session string        // the session that run gave it
+	queue   []wire.TeamNote // notes not yet told, in order (keepNotes takes from its head)
+	again   bool            // tell the planner everything again (it restarted)
+	kick    chan struct{}   // wakes keepNotes
+	planner string          // the planner's run it joined ("" none)
+	session string          // the session that run gave it
 	// replanned is closed when the member joins another planner run:
 	// requests still waiting on the one before give up.
 	replanned chan struct{}
@@ -64,12 +64,12 @@ type member struct {
 	want      bool
 	store     map[wire.ChunkRef]*storedChunk
 	bytes     int64
-	ends      map[shardRef]chunkNote  // shard ends and failures told, to tell a new planner run again
-	held      map[shardRef]bool       // shards it received output of, not settled
-	cursor    map[shardRef]sendCursor // per shard, where its send's next chunk starts (for chunks that do not say)
-	inbox     string                  // where replies come (inbox.SEQ), once subscribed
-	waits     map[uint64]*teamWait    // requests waiting for a reply, by sequence number
-	polls     map[int]*rankPoll       // per rank, its poll for the next part
+	ends      map[shardRef]wire.TeamNote // shard ends and failures told, to tell a new planner run again
+	held      map[shardRef]bool          // shards it received output of, not settled
+	cursor    map[shardRef]sendCursor    // per shard, where its send's next chunk starts (for chunks that do not say)
+	inbox     string                     // where replies come (inbox.SEQ), once subscribed
+	waits     map[uint64]*teamWait       // requests waiting for a reply, by sequence number
+	polls     map[int]*rankPoll          // per rank, its poll for the next part
 	// resumes counts the resumes forwarded; resumePlanner and resumeGen
 	// are the planner run that answered the last and its generation of
 	// ranks (a part asked for before it is of an earlier generation
@@ -84,7 +84,7 @@ type member struct {
 // shard is settled (every row handed out: the rest went to other agents'
 // ranks, or to parts of this agent's ranks it has not cut yet).
 type storedChunk struct {
-	note    chunkNote
+	note    wire.TeamNote
 	data    []byte
 	cut     int
 	settled bool
@@ -96,7 +96,7 @@ func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
 		auth: &teamAuth{job: job.Spec.ID, reader: reader}, m: NewMetrics(nil).forJob(job.Spec.ID, reader),
 		nonce: newNonce(), runCtx: ctx, stopRun: stop,
-		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]chunkNote{}, held: map[shardRef]bool{}, cursor: map[shardRef]sendCursor{},
+		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]wire.TeamNote{}, held: map[shardRef]bool{}, cursor: map[shardRef]sendCursor{},
 		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 }
@@ -105,13 +105,13 @@ func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 type teamWait struct {
 	op, session string
 	planner     string // the run it was sent to ("" a join: any)
-	ch          chan teamReply
+	ch          chan wire.TeamReply
 	other       chan struct{} // another planner run says the member has not joined it
 	none        chan struct{} // no planner runs
 	// refusal is the last refusal heard (a join's, or an unsigned one),
 	// joinReply a join's refusal by a planner run (guarded by member.mu).
 	refusal   string
-	joinReply *teamReply
+	joinReply *wire.TeamReply
 }
 
 // maxTeamReply bounds a reply's body.
@@ -137,7 +137,7 @@ func (m *member) onReply(msg *nats.Msg) {
 		}
 		return
 	}
-	if why := msg.Header.Get(hdrRefused); why != "" {
+	if why := msg.Header.Get(wire.TeamHeaderRefused); why != "" {
 		m.mu.Lock()
 		w.refusal = cutText(why)
 		m.mu.Unlock()
@@ -162,20 +162,20 @@ func (m *member) onReply(msg *nats.Msg) {
 		refuse(fmt.Errorf("%w: a reply of %d bytes", errTeamAuth, len(msg.Data)))
 		return
 	}
-	var r teamReply
+	var r wire.TeamReply
 	if err := json.Unmarshal(msg.Data, &r); err != nil || r.Planner != h.planner {
 		refuse(fmt.Errorf("%w: reading the planner's %s reply: %v", errTeamAuth, w.op, err))
 		return
 	}
 	switch {
-	case w.op == opJoin && r.Status != statusOK:
+	case w.op == wire.TeamOpJoin && r.Status != statusOK:
 		// Another planner run (one stopping, of another world) may refuse
 		// first: wait for one that takes the member.
 		m.mu.Lock()
 		w.refusal, w.joinReply = r.Error, &r
 		m.mu.Unlock()
 		return
-	case w.op != opJoin && h.planner != w.planner:
+	case w.op != wire.TeamOpJoin && h.planner != w.planner:
 		if r.Status == statusNotMember {
 			select {
 			case w.other <- struct{}{}:
@@ -195,28 +195,28 @@ func (m *member) onReply(msg *nats.Msg) {
 // taken; if one of them says the member has not joined it and the joined
 // one does not answer within a second, the planner restarted: the member
 // joins again.
-func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duration) (teamReply, error) {
+func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return teamReply{}, fmt.Errorf("encoding a %s request: %w", op, err)
+		return wire.TeamReply{}, fmt.Errorf("encoding a %s request: %w", op, err)
 	}
 	m.mu.Lock()
 	if m.inbox == "" {
 		inbox := m.nc.NewInbox()
 		if _, err := m.nc.Subscribe(inbox+".*", m.onReply); err != nil {
 			m.mu.Unlock()
-			return teamReply{}, fmt.Errorf("subscribing to the team's replies: %w", err)
+			return wire.TeamReply{}, fmt.Errorf("subscribing to the team's replies: %w", err)
 		}
 		m.inbox = inbox
 	}
 	seq := m.seq.Add(1)
-	w := &teamWait{op: op, session: m.session, planner: m.planner, ch: make(chan teamReply, 1), other: make(chan struct{}, 1), none: make(chan struct{}, 1)}
-	if op == opJoin {
+	w := &teamWait{op: op, session: m.session, planner: m.planner, ch: make(chan wire.TeamReply, 1), other: make(chan struct{}, 1), none: make(chan struct{}, 1)}
+	if op == wire.TeamOpJoin {
 		w.session, w.planner = m.nonce, ""
 	}
 	m.waits[seq] = w
 	inbox, replanned := m.inbox, m.replanned
-	if op == opJoin {
+	if op == wire.TeamOpJoin {
 		replanned = nil
 	}
 	m.mu.Unlock()
@@ -229,7 +229,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 	msg.Reply, msg.Data = inbox+"."+strconv.FormatUint(seq, 10), data
 	m.auth.seal(msg, kindRequest, teamHead{op: op, member: m.name, session: w.session, seq: seq})
 	if err := m.nc.PublishMsg(msg); err != nil {
-		return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
+		return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -237,7 +237,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 	for {
 		select {
 		case r := <-w.ch:
-			if op != opJoin && r.Status == statusNotMember {
+			if op != wire.TeamOpJoin && r.Status == statusNotMember {
 				m.mu.Lock()
 				m.joined = false
 				m.mu.Unlock()
@@ -246,17 +246,17 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 		case <-replanned:
 			// The member joined another run of the planner (this one
 			// stopped): ask that one.
-			return teamReply{Status: statusNotMember, Error: "the member joined another run of the planner"}, nil
+			return wire.TeamReply{Status: statusNotMember, Error: "the member joined another run of the planner"}, nil
 		case <-w.none:
 			m.mu.Lock()
 			m.joined = false
 			m.mu.Unlock()
-			return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): no planner runs", m.reader, op)
+			return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): no planner runs", m.reader, op)
 		case <-w.other:
 			// Not a part: one the planner hands to a request given up
 			// would be lost (it waits partWait at most, well within the
 			// timeout).
-			if !other && op != opPart {
+			if !other && op != wire.TeamOpPart {
 				other = true
 				timer.Reset(time.Second)
 			}
@@ -271,24 +271,24 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 				m.mu.Lock()
 				m.joined = false
 				m.mu.Unlock()
-				return teamReply{Status: statusNotMember, Error: "another run of the planner answers"}, nil
+				return wire.TeamReply{Status: statusNotMember, Error: "another run of the planner answers"}, nil
 			case refusal != "":
-				return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): refused: %s", m.reader, op, refusal)
+				return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): refused: %s", m.reader, op, refusal)
 			}
-			return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): no answer within %v", m.reader, op, timeout)
+			return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): no answer within %v", m.reader, op, timeout)
 		case <-ctx.Done():
-			return teamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, ctx.Err())
+			return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, ctx.Err())
 		}
 	}
 }
 
 // askUntil repeats a request until the planner answers it (with a
 // retry between tries) or ctx ends, joining first when needed.
-func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Duration) (teamReply, error) {
+func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, error) {
 	warned := false
 	for {
 		err := m.join(ctx)
-		var r teamReply
+		var r wire.TeamReply
 		if err == nil {
 			r, err = m.ask(ctx, op, v, timeout)
 		}
@@ -296,7 +296,7 @@ func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Du
 			return r, nil
 		}
 		if ctx.Err() != nil {
-			return teamReply{}, ctx.Err()
+			return wire.TeamReply{}, ctx.Err()
 		}
 		if !warned {
 			if err == nil {
@@ -306,7 +306,7 @@ func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Du
 			warned = true
 		}
 		if err := sleepCtx(ctx, teamRetry); err != nil {
-			return teamReply{}, err
+			return wire.TeamReply{}, err
 		}
 	}
 }
@@ -323,7 +323,7 @@ func (m *member) join(ctx context.Context) error {
 	}
 	// A short wait: before the planner runs, another subscriber (a `nats
 	// sub`) would hold the request until its timeout.
-	r, err := m.ask(ctx, opJoin, joinRequest{Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, time.Second)
+	r, err := m.ask(ctx, wire.TeamOpJoin, wire.TeamJoin{Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, time.Second)
 	if err != nil {
 		return err
 	}
@@ -375,7 +375,7 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 		}
 	}
 	m.cursor[k] = sendCursor{next: index + 1, row: first + len(samples)}
-	n := chunkNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index, First: &first, Rows: len(samples), Schema: noteOf(sc)}
+	n := wire.TeamNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index, First: &first, Rows: len(samples), Schema: noteOf(sc)}
 	m.held[k] = true
 	if c := m.store[ref]; c != nil {
 		if noteFirstRow(c.note) == first && c.note.Rows == n.Rows {
@@ -414,7 +414,7 @@ const altChunks = maxChunksPerShard / 2
 
 // end queues task's shard end, or (end nil) that it failed for good.
 func (m *member) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
-	n := chunkNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: -1, End: end, Reason: reason, Key: task.Key}
+	n := wire.TeamNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: -1, End: end, Reason: reason, Key: task.Key}
 	k := shardRef{task.Epoch, task.Shard}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -464,7 +464,7 @@ func (m *member) keepNotes(ctx context.Context) {
 			if len(batch) == 0 {
 				break
 			}
-			r, err := m.askUntil(ctx, opNotes, notesRequest{Notes: batch}, 5*time.Second)
+			r, err := m.askUntil(ctx, wire.TeamOpNotes, wire.TeamNotes{Notes: batch}, 5*time.Second)
 			if err != nil {
 				return // the agent stops
 			}
@@ -482,7 +482,7 @@ func (m *member) keepNotes(ctx context.Context) {
 // told applies the planner's answer to a batch of notes, the queue's
 // head: copies and refused chunks are dropped, deferred ones queued
 // again (it reports whether there were), the rest counted.
-func (m *member) told(batch []chunkNote, r teamReply) (deferred bool) {
+func (m *member) told(batch []wire.TeamNote, r wire.TeamReply) (deferred bool) {
 	m.mu.Lock()
 	m.queue = m.queue[len(batch):]
 	for _, i := range r.Deferred {
@@ -545,7 +545,7 @@ func (m *member) keepStatus(ctx context.Context) {
 		m.mu.Unlock()
 		slices.SortFunc(held, func(x, y [2]int) int { return x[0]*1<<20 + x[1] - y[0]*1<<20 - y[1] })
 		if err := m.join(ctx); err == nil {
-			if r, err := m.ask(ctx, opStatus, statusRequest{Held: held}, 5*time.Second); err == nil && r.Status == statusOK {
+			if r, err := m.ask(ctx, wire.TeamOpStatus, wire.TeamStatus{Held: held}, 5*time.Second); err == nil && r.Status == statusOK {
 				m.settled(r, held)
 			}
 		}
@@ -559,7 +559,7 @@ func (m *member) keepStatus(ctx context.Context) {
 
 // settled settles the shards the planner says are complete, of those the
 // member asked about (asked nil: every one).
-func (m *member) settled(r teamReply, asked [][2]int) {
+func (m *member) settled(r wire.TeamReply, asked [][2]int) {
 	if asked != nil {
 		var ok [][2]int
 		for _, c := range r.Complete {
@@ -610,7 +610,7 @@ func (m *member) settleAll() {
 		done = append(done, [2]int{k.epoch, k.shard})
 	}
 	m.mu.Unlock()
-	m.settled(teamReply{Complete: done}, nil)
+	m.settled(wire.TeamReply{Complete: done}, nil)
 }
 
 // rankPoll is a rank's poll of the planner for its next part, which
@@ -679,7 +679,7 @@ func (m *member) poll(pl *rankPoll, req rankRequest, prod func() *producer) {
 		m.mu.Lock()
 		pl.asked = m.resumes
 		m.mu.Unlock()
-		r, err := m.askUntil(ctx, opPart, partRequest{Rank: req.rank, World: req.world, DropLast: req.dropLast}, partWait+5*time.Second)
+		r, err := m.askUntil(ctx, wire.TeamOpPart, wire.TeamPartRequest{Rank: req.rank, World: req.world, DropLast: req.dropLast}, partWait+5*time.Second)
 		if err != nil {
 			pl.err = fmt.Errorf("%w: %w", ErrStopped, err)
 			return
@@ -708,7 +708,7 @@ func (m *member) poll(pl *rankPoll, req rankRequest, prod func() *producer) {
 
 // checkPart checks the sizes of a part the planner gave: a rank's part is
 // at most a batch, in spans of chunks within the job's bounds.
-func (m *member) checkPart(n partNote) error {
+func (m *member) checkPart(n wire.TeamPart) error {
 	switch {
 	case n.Epoch < 0 || n.Epoch >= m.job.Spec.Epochs:
 		return fmt.Errorf("epoch %d: want 0..%d", n.Epoch, m.job.Spec.Epochs-1)
@@ -744,7 +744,7 @@ func (m *member) checkPart(n partNote) error {
 }
 
 // cut makes the batch of a part the planner gave.
-func (m *member) cut(ctx context.Context, n partNote, prod func() *producer) (rankPart, error) {
+func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer) (rankPart, error) {
 	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
 	for _, s := range n.Spans {
 		row := -1
@@ -839,7 +839,7 @@ func (a memberRole) resume(ctx context.Context, st State, world int) (ResumeResu
 	if err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
-	r, err := m.askUntil(ctx, opResume, resumeRequest{State: state, World: world}, positionWriteTimeout+10*time.Second)
+	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: world}, positionWriteTimeout+10*time.Second)
 	if err != nil {
 		return ResumeResult{}, err
 	}

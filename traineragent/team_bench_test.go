@@ -121,7 +121,7 @@ func benchTeam(b *testing.B, agents int) {
 	b.ReportMetric(float64(resends)/float64(b.N), "resends/op")
 	b.ReportMetric(float64(lost)/float64(b.N), "resends-own/op")
 	if agents > 1 {
-		for _, op := range []string{opNotes, opPart, opStatus} {
+		for _, op := range []string{wire.TeamOpNotes, wire.TeamOpPart, wire.TeamOpStatus} {
 			b.ReportMetric(float64(reqs[op])/float64(chunks), op+"-reqs/chunk")
 		}
 	}

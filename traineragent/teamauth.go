@@ -24,14 +24,6 @@ import (
 // neither forge nor replay one, and within the job a message that claims
 // to be member M must carry M's session. See docs/design-multi-agent.md.
 const (
-	hdrVersion = wire.TeamHeaderVersion
-	hdrMember  = wire.TeamHeaderMember
-	hdrSession = wire.TeamHeaderSession
-	hdrSeq     = wire.TeamHeaderSeq
-	hdrPlanner = wire.TeamHeaderPlanner
-	hdrMAC     = wire.TeamHeaderMAC
-	hdrRefused = wire.TeamHeaderRefused
-
 	kindRequest = "request"
 	kindReply   = "reply"
 
@@ -71,14 +63,14 @@ func (t *teamAuth) seal(m *nats.Msg, kind string, h teamHead) {
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	m.Header.Set(hdrVersion, wire.TeamProtocol)
-	m.Header.Set(hdrMember, h.member)
-	m.Header.Set(hdrSession, h.session)
-	m.Header.Set(hdrSeq, strconv.FormatUint(h.seq, 10))
+	m.Header.Set(wire.TeamHeaderVersion, wire.TeamProtocol)
+	m.Header.Set(wire.TeamHeaderMember, h.member)
+	m.Header.Set(wire.TeamHeaderSession, h.session)
+	m.Header.Set(wire.TeamHeaderSeq, strconv.FormatUint(h.seq, 10))
 	if h.planner != "" {
-		m.Header.Set(hdrPlanner, h.planner)
+		m.Header.Set(wire.TeamHeaderPlanner, h.planner)
 	}
-	m.Header.Set(hdrMAC, hex.EncodeToString(t.sum(kind, h, m.Data)))
+	m.Header.Set(wire.TeamHeaderMAC, hex.EncodeToString(t.sum(kind, h, m.Data)))
 }
 
 // errTeamAuth marks a team message refused by its envelope.
@@ -98,27 +90,27 @@ func (t *teamAuth) open(m *nats.Msg, kind, op string) (teamHead, error) {
 	if m.Header == nil {
 		return h, fmt.Errorf("%w: no team envelope (an agent of another version, or not an agent)", errTeamAuth)
 	}
-	if v := m.Header.Get(hdrVersion); v != wire.TeamProtocol {
+	if v := m.Header.Get(wire.TeamHeaderVersion); v != wire.TeamProtocol {
 		return h, fmt.Errorf("%w: team protocol %.16q, want %s", errTeamAuth, v, wire.TeamProtocol)
 	}
 	var err error
-	if h.member, err = get(hdrMember); err != nil {
+	if h.member, err = get(wire.TeamHeaderMember); err != nil {
 		return h, err
 	}
-	if h.session, err = get(hdrSession); err != nil {
+	if h.session, err = get(wire.TeamHeaderSession); err != nil {
 		return h, err
 	}
-	if h.planner, err = get(hdrPlanner); err != nil {
+	if h.planner, err = get(wire.TeamHeaderPlanner); err != nil {
 		return h, err
 	}
-	seq, err := get(hdrSeq)
+	seq, err := get(wire.TeamHeaderSeq)
 	if err != nil {
 		return h, err
 	}
 	if h.seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
 		return h, fmt.Errorf("%w: sequence %.24q", errTeamAuth, seq)
 	}
-	sum, err := hex.DecodeString(m.Header.Get(hdrMAC))
+	sum, err := hex.DecodeString(m.Header.Get(wire.TeamHeaderMAC))
 	if err != nil || len(sum) != sha256.Size {
 		return h, fmt.Errorf("%w: no valid MAC", errTeamAuth)
 	}

@@ -13,26 +13,26 @@ import (
 )
 
 // teamOps are the ops FuzzTeamRequest sends, by index.
-var teamOps = []string{opJoin, opNotes, opStatus, opPart, opResume, "bogus"}
+var teamOps = []string{wire.TeamOpJoin, wire.TeamOpNotes, wire.TeamOpStatus, wire.TeamOpPart, wire.TeamOpResume, "bogus"}
 
 // FuzzTeamRequest decodes and applies any team request body on a planner
 // with one member: nothing may panic, the member's ranks stay its own
 // (but for a join), and every sample count stays within bounds.
 func FuzzTeamRequest(f *testing.F) {
 	job := testJob("fuzz", 2, 2, layout{{3, 2}, {4}})
-	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
+	sc := &wire.TeamSchema{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
 	seed := func(op int, v any) {
 		data, _ := json.Marshal(v)
 		f.Add(uint8(op), data)
 	}
-	seed(0, joinRequest{Ranks: []int{2, 3}, World: 4})
-	seed(1, notesRequest{Notes: []chunkNote{{Epoch: 0, Shard: 0, Chunk: 0, Rows: 3, Schema: sc}, {Epoch: 0, Shard: 0, Chunk: 1, Rows: 2, Schema: sc},
+	seed(0, wire.TeamJoin{Ranks: []int{2, 3}, World: 4})
+	seed(1, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 0, Shard: 0, Chunk: 0, Rows: 3, Schema: sc}, {Epoch: 0, Shard: 0, Chunk: 1, Rows: 2, Schema: sc},
 		{Epoch: 0, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: "fuzz", Epoch: 0, Shard: 0, Chunks: 2, Samples: 5}}}})
-	seed(1, notesRequest{Notes: []chunkNote{{Epoch: 1, Shard: 1, Chunk: 0, Corrupt: "bad"}, {Epoch: 1, Shard: 1, Chunk: -1, Reason: "gone", Key: "k"}}})
-	seed(1, notesRequest{Notes: []chunkNote{{Epoch: 0, Shard: 1, Chunk: 0, Rows: 1 << 24, Schema: sc}}})
-	seed(2, statusRequest{Held: [][2]int{{0, 0}, {1, 1}}})
-	seed(3, partRequest{Rank: 2, World: 4})
-	seed(4, resumeRequest{State: mustJSONRaw(State{Version: StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
+	seed(1, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 1, Shard: 1, Chunk: 0, Corrupt: "bad"}, {Epoch: 1, Shard: 1, Chunk: -1, Reason: "gone", Key: "k"}}})
+	seed(1, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 0, Shard: 1, Chunk: 0, Rows: 1 << 24, Schema: sc}}})
+	seed(2, wire.TeamStatus{Held: [][2]int{{0, 0}, {1, 1}}})
+	seed(3, wire.TeamPartRequest{Rank: 2, World: 4})
+	seed(4, wire.TeamResume{State: mustJSONRaw(State{Version: StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
@@ -45,8 +45,8 @@ func FuzzTeamRequest(f *testing.F) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // a part or resume returns rather than waits
 		name := teamOps[int(op)%len(teamOps)]
-		var reply teamReply
-		if name == opJoin {
+		var reply wire.TeamReply
+		if name == wire.TeamOpJoin {
 			reply = pl.teamJoin(teamHead{op: name, member: "x", session: "nonce-of-x-000000"}, body)
 		} else {
 			reply = pl.teamRequest(ctx, name, "m", body)
@@ -56,7 +56,7 @@ func FuzzTeamRequest(f *testing.F) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if name != opJoin && (pl.team.holders[2] != "m" || pl.team.holders[3] != "m") {
+		if name != wire.TeamOpJoin && (pl.team.holders[2] != "m" || pl.team.holders[3] != "m") {
 			t.Errorf("%s changed the holders: %q", name, pl.team.holders)
 		}
 		if r.st.readySamples < 0 || r.st.asm.pending < 0 {
@@ -74,21 +74,21 @@ func FuzzTeamEnvelope(f *testing.F) {
 	auth := &teamAuth{key: testTeamKey, job: "fuzz", reader: wire.DefaultReader}
 	m := nats.NewMsg("x")
 	m.Data = []byte(`{"rank":2}`)
-	auth.seal(m, kindRequest, teamHead{op: opPart, member: "m", session: "s", seq: 7})
-	f.Add(m.Header.Get(hdrVersion), "m", "s", "7", "", m.Header.Get(hdrMAC), m.Data)
+	auth.seal(m, kindRequest, teamHead{op: wire.TeamOpPart, member: "m", session: "s", seq: 7})
+	f.Add(m.Header.Get(wire.TeamHeaderVersion), "m", "s", "7", "", m.Header.Get(wire.TeamHeaderMAC), m.Data)
 	f.Add("1", "", "", "", "", "", []byte{})
 	f.Fuzz(func(t *testing.T, version, member, session, seq, planner, mac string, body []byte) {
 		m := nats.NewMsg("x")
 		m.Data = body
-		for k, v := range map[string]string{hdrVersion: version, hdrMember: member, hdrSession: session, hdrSeq: seq, hdrPlanner: planner, hdrMAC: mac} {
+		for k, v := range map[string]string{wire.TeamHeaderVersion: version, wire.TeamHeaderMember: member, wire.TeamHeaderSession: session, wire.TeamHeaderSeq: seq, wire.TeamHeaderPlanner: planner, wire.TeamHeaderMAC: mac} {
 			m.Header.Set(k, v)
 		}
-		h, err := auth.open(m, kindRequest, opPart)
+		h, err := auth.open(m, kindRequest, wire.TeamOpPart)
 		if err != nil {
 			return
 		}
 		want := auth.sum(kindRequest, h, body)
-		if got := m.Header.Get(hdrMAC); got == "" || len(want) == 0 {
+		if got := m.Header.Get(wire.TeamHeaderMAC); got == "" || len(want) == 0 {
 			t.Fatalf("opened without a MAC")
 		}
 	})
@@ -99,11 +99,11 @@ func FuzzTeamEnvelope(f *testing.F) {
 func FuzzTeamReply(f *testing.F) {
 	job := testJob("fuzz", 2, 4, layout{{3, 2}, {4}})
 	mem := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	good, _ := json.Marshal(teamReply{Status: statusOK, Part: &partNote{World: 2, Rows: 3, Spans: []spanNote{{Shard: 0, Chunk: 0, N: 3}}}})
+	good, _ := json.Marshal(wire.TeamReply{Status: statusOK, Part: &wire.TeamPart{World: 2, Rows: 3, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, N: 3}}}})
 	f.Add(good)
 	f.Add([]byte(`{"status":"ok","part":{"rows":1000000000000,"world":2}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var r teamReply
+		var r wire.TeamReply
 		if json.Unmarshal(body, &r) != nil || r.Part == nil {
 			return
 		}

@@ -17,19 +17,14 @@ import (
 
 // The team protocol: JSON requests from a member agent to its reader's
 // planner on wire.TeamSubject(job, reader, op), each answered with a
-// teamReply, both in the envelope of teamauth.go (who sent it, the
+// wire.TeamReply, both in the envelope of teamauth.go (who sent it, the
 // session, a sequence number, a MAC under the job's team key).
 const (
-	opJoin    = wire.TeamOpJoin
-	opNotes   = wire.TeamOpNotes
-	opPart    = wire.TeamOpPart // waits up to partWait
-	opResume  = wire.TeamOpResume
-	opStatus  = wire.TeamOpStatus
-	partWait  = 5 * time.Second
+	partWait  = 5 * time.Second // the longest a part request waits
 	teamRetry = 250 * time.Millisecond
 )
 
-// Outcomes of a team request (teamReply.Status).
+// Outcomes of a team request (wire.TeamReply.Status).
 const (
 	statusOK        = "ok"
 	statusWait      = "wait"       // no part yet: ask again
@@ -57,33 +52,19 @@ const (
 	maxTeamRequest    = 1 << 20 // bytes of a request body
 )
 
-// The team's messages (wire owns them).
-type (
-	joinRequest   = wire.TeamJoin
-	notesRequest  = wire.TeamNotes
-	chunkNote     = wire.TeamNote
-	schemaNote    = wire.TeamSchema
-	partRequest   = wire.TeamPartRequest
-	resumeRequest = wire.TeamResume
-	statusRequest = wire.TeamStatus
-	teamReply     = wire.TeamReply
-	partNote      = wire.TeamPart
-	spanNote      = wire.TeamSpan
-)
-
 // noteFirstRow is a note's first shard row, -1 when it does not say.
-func noteFirstRow(n chunkNote) int {
+func noteFirstRow(n wire.TeamNote) int {
 	if n.First == nil || *n.First < 0 {
 		return -1
 	}
 	return *n.First
 }
 
-func noteOf(sc *schema) *schemaNote {
+func noteOf(sc *schema) *wire.TeamSchema {
 	if sc == nil {
 		return nil
 	}
-	n := &schemaNote{Names: sc.names, DTypes: make([]string, len(sc.dtypes)), Shapes: sc.shapes}
+	n := &wire.TeamSchema{Names: sc.names, DTypes: make([]string, len(sc.dtypes)), Shapes: sc.shapes}
 	for i, d := range sc.dtypes {
 		n.DTypes[i] = string(d)
 	}
@@ -97,7 +78,7 @@ const (
 )
 
 // schemaOf is the schema a note gives, checked.
-func schemaOf(n *schemaNote) (*schema, error) {
+func schemaOf(n *wire.TeamSchema) (*schema, error) {
 	if n == nil || len(n.Names) == 0 || len(n.DTypes) != len(n.Names) || len(n.Shapes) != len(n.Names) {
 		return nil, errors.New("a chunk's schema needs a dtype and a shape per tensor")
 	}
@@ -162,11 +143,11 @@ func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 		a.refuseTeam(m, op, h.member, "size", fmt.Errorf("%w: %d bytes: want at most %d", errTeamAuth, len(m.Data), maxTeamRequest))
 		return
 	}
-	if op == opJoin {
+	if op == wire.TeamOpJoin {
 		select {
 		case t.joins <- struct{}{}:
 		default:
-			a.respondTeam(m, h, teamReply{Status: statusBusy, Error: "too many joins in progress"})
+			a.respondTeam(m, h, wire.TeamReply{Status: statusBusy, Error: "too many joins in progress"})
 			return
 		}
 		go func() {
@@ -210,12 +191,12 @@ func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 		return
 	}
 	out := nats.NewMsg(m.Reply)
-	out.Header.Set(hdrRefused, err.Error())
+	out.Header.Set(wire.TeamHeaderRefused, err.Error())
 	_ = m.RespondMsg(out)
 }
 
 // respondTeam answers request h with r, sealed.
-func (a planner) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
+func (a planner) respondTeam(m *nats.Msg, h teamHead, r wire.TeamReply) {
 	r.Planner = a.team.id
 	data, err := json.Marshal(r)
 	if err == nil {
@@ -231,10 +212,10 @@ func (a planner) respondTeam(m *nats.Msg, h teamHead, r teamReply) {
 }
 
 // teamJoin answers a join of member h.member, whose h.session is its nonce.
-func (a planner) teamJoin(h teamHead, data []byte) teamReply {
-	var req joinRequest
+func (a planner) teamJoin(h teamHead, data []byte) wire.TeamReply {
+	var req wire.TeamJoin
 	if err := json.Unmarshal(data, &req); err != nil {
-		return teamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
+		return wire.TeamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
 	}
 	a.mu.Lock()
 	defer a.unlock()
@@ -244,25 +225,25 @@ func (a planner) teamJoin(h teamHead, data []byte) teamReply {
 		a.team.refused.Add(1)
 		a.m.teamRefused.Inc()
 		a.log.Warn("refused a join under a live member's name", "agent", cutText(h.member), "err", err)
-		return teamReply{Status: statusTaken, Error: err.Error()}
+		return wire.TeamReply{Status: statusTaken, Error: err.Error()}
 	case err != nil:
-		return teamReply{Status: statusMismatch, Error: err.Error()}
+		return wire.TeamReply{Status: statusMismatch, Error: err.Error()}
 	}
-	return teamReply{Status: statusOK, Session: session}
+	return wire.TeamReply{Status: statusOK, Session: session}
 }
 
-func (a planner) teamRequest(ctx context.Context, op, member string, data []byte) teamReply {
-	bad := func(err error) teamReply { return teamReply{Status: statusMismatch, Error: err.Error()} }
+func (a planner) teamRequest(ctx context.Context, op, member string, data []byte) wire.TeamReply {
+	bad := func(err error) wire.TeamReply { return wire.TeamReply{Status: statusMismatch, Error: err.Error()} }
 	switch op {
-	case opNotes:
-		var req notesRequest
+	case wire.TeamOpNotes:
+		var req wire.TeamNotes
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("notes: %w", err))
 		}
 		if len(req.Notes) > maxNotes {
 			return bad(fmt.Errorf("notes: %d in one request: want at most %d", len(req.Notes), maxNotes))
 		}
-		r := teamReply{Status: statusOK}
+		r := wire.TeamReply{Status: statusOK}
 		for i, n := range req.Notes {
 			dup, deferred, err := a.addNote(member, n)
 			switch {
@@ -281,8 +262,8 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		defer a.mu.Unlock()
 		r.Want = a.team.wants(a.st, member)
 		return r
-	case opStatus:
-		var req statusRequest
+	case wire.TeamOpStatus:
+		var req wire.TeamStatus
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("status: %w", err))
 		}
@@ -290,33 +271,33 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 			return bad(fmt.Errorf("status: %d shards held: the job has %d", len(req.Held), a.job.Spec.Epochs*len(a.job.Shards)))
 		}
 		return a.memberStatus(member, req)
-	case opPart:
-		var req partRequest
+	case wire.TeamOpPart:
+		var req wire.TeamPartRequest
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("part: %w", err))
 		}
 		return a.memberPartReply(ctx, member, req)
-	case opResume:
-		var req resumeRequest
+	case wire.TeamOpResume:
+		var req wire.TeamResume
 		var st State
 		if err := json.Unmarshal(data, &req); err != nil {
-			return teamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
+			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
 		}
 		if err := json.Unmarshal(req.State, &st); err != nil {
-			return teamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
+			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
 		}
 		res, err := a.Resume(ctx, st, req.World)
 		if err != nil {
-			return teamReply{Status: statusOf(err), Error: err.Error()}
+			return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
 		}
 		a.mu.Lock()
 		gen := a.st.gen
 		a.mu.Unlock()
 		out, err := json.Marshal(res)
 		if err != nil {
-			return teamReply{Status: statusStopped, Error: err.Error()}
+			return wire.TeamReply{Status: statusStopped, Error: err.Error()}
 		}
-		return teamReply{Status: statusOK, Resume: out, Gen: gen}
+		return wire.TeamReply{Status: statusOK, Resume: out, Gen: gen}
 	}
 	return bad(fmt.Errorf("unknown request %.32q", op))
 }
@@ -325,14 +306,14 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 // re-join: it may take no part.
 var errSuperseded = errors.New("a part request of an earlier generation of ranks or session")
 
-func notMember(name string) teamReply {
-	return teamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
+func notMember(name string) wire.TeamReply {
+	return wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
 }
 
 // addNote applies member's note of a chunk, a shard end or a failed
 // shard: deferred (not applied) when the member holds too much at the
 // planner already.
-func (a planner) addNote(member string, n chunkNote) (duplicate, deferred bool, err error) {
+func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
 	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard || n.Chunk < -1 {
 		return false, false, fmt.Errorf("note of %s: out of range", ref)
@@ -380,16 +361,16 @@ func (a planner) addNote(member string, n chunkNote) (duplicate, deferred bool, 
 
 // admit checks request h's sender against the members that joined, and
 // counts it in progress (the caller's busy-- ends it), unless refused.
-func (t *teamState) admit(h teamHead, now time.Time) (*teamMember, *teamReply) {
+func (t *teamState) admit(h teamHead, now time.Time) (*teamMember, *wire.TeamReply) {
 	mem := t.members[h.member]
 	switch {
 	case mem == nil || mem.session != h.session:
 		r := notMember(h.member)
 		return nil, &r
 	case !mem.seqs.accept(h.seq):
-		return nil, &teamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
+		return nil, &wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
 	case mem.busy >= maxMemberRequests+2*mem.ranks:
-		return nil, &teamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
+		return nil, &wire.TeamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
 	}
 	mem.busy++
 	mem.seen = now
@@ -461,8 +442,8 @@ func (t *teamState) memberRoom(st *readerState, member string, rows int) bool {
 // memberStatus says which of a member's shards every rank's position has
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
-func (a planner) memberStatus(member string, req statusRequest) teamReply {
-	r := teamReply{Status: statusOK}
+func (a planner) memberStatus(member string, req wire.TeamStatus) wire.TeamReply {
+	r := wire.TeamReply{Status: statusOK}
 	a.mu.Lock()
 	r.Want = a.team.wants(a.st, member)
 	a.mu.Unlock()
@@ -476,7 +457,7 @@ func (a planner) memberStatus(member string, req statusRequest) teamReply {
 
 // memberPartReply takes a member rank's next part, waiting up to
 // partWait, and records it as handed out before answering.
-func (a planner) memberPartReply(ctx context.Context, member string, req partRequest) teamReply {
+func (a planner) memberPartReply(ctx context.Context, member string, req wire.TeamPartRequest) wire.TeamReply {
 	ctx, cancel := context.WithTimeout(ctx, partWait)
 	defer cancel()
 	// A part goes only to a request of the member's current session and
@@ -492,19 +473,19 @@ func (a planner) memberPartReply(ctx context.Context, member string, req partReq
 	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member, superseded: superseded})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errSuperseded) {
-			return teamReply{Status: statusWait}
+			return wire.TeamReply{Status: statusWait}
 		}
-		return teamReply{Status: statusOf(err), Error: err.Error()}
+		return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
 	}
 	a.mu.Lock()
 	sc := noteOf(a.st.asm.schema)
 	a.mu.Unlock()
-	n := &partNote{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
+	n := &wire.TeamPart{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
 	for _, s := range p.Spans {
 		row := s.row
-		n.Spans = append(n.Spans, spanNote{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})
+		n.Spans = append(n.Spans, wire.TeamSpan{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})
 	}
-	return teamReply{Status: statusOK, Part: n}
+	return wire.TeamReply{Status: statusOK, Part: n}
 }
 
 // statusOf is the team status of a reader's error.

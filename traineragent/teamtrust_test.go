@@ -18,7 +18,7 @@ import (
 // sealed sends a team request on op signed with key, with envelope h, and
 // returns the reply's body (nil: no reply, or an unsigned refusal) and the
 // refusal's text.
-func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead, body any) (*teamReply, string) {
+func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead, body any) (*wire.TeamReply, string) {
 	t.Helper()
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -32,10 +32,10 @@ func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead,
 	if err != nil {
 		t.Fatalf("%s: %v", op, err)
 	}
-	if why := r.Header.Get(hdrRefused); why != "" {
+	if why := r.Header.Get(wire.TeamHeaderRefused); why != "" {
 		return nil, why
 	}
-	var out teamReply
+	var out wire.TeamReply
 	if err := json.Unmarshal(r.Data, &out); err != nil {
 		t.Fatalf("%s reply: %v", op, err)
 	}
@@ -55,10 +55,10 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 			op   string
 			body any
 		}{
-			{opJoin, joinRequest{Ranks: []int{2}, World: 4}},
-			{opResume, resumeRequest{State: mustJSONRaw(st), World: 4}},
-			{opPart, partRequest{Rank: 2, World: 4}},
-			{opNotes, notesRequest{Notes: []chunkNote{{Epoch: 1, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 1}}}}},
+			{wire.TeamOpJoin, wire.TeamJoin{Ranks: []int{2}, World: 4}},
+			{wire.TeamOpResume, wire.TeamResume{State: mustJSONRaw(st), World: 4}},
+			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
+			{wire.TeamOpNotes, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 1, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 1}}}}},
 		} {
 			r, why := sealed(t, e.nc, job.Spec.ID, op.op, other, teamHead{member: "node1", session: "0123456789abcdef0123", seq: 1}, op.body)
 			if r != nil || !strings.Contains(why, "team key") {
@@ -83,23 +83,23 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 			op   string
 			body any
 		}{
-			{opResume, resumeRequest{State: mustJSONRaw(st), World: 4}},
-			{opPart, partRequest{Rank: 2, World: 4}},
-			{opStatus, statusRequest{}},
+			{wire.TeamOpResume, wire.TeamResume{State: mustJSONRaw(st), World: 4}},
+			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
+			{wire.TeamOpStatus, wire.TeamStatus{}},
 		} {
 			r, why := sealed(t, e.nc, job.Spec.ID, op.op, testTeamKey, teamHead{member: "node1", session: "not-the-session-0000", seq: 1 << 40}, op.body)
 			if r == nil || r.Status != statusNotMember {
 				t.Errorf("%s under a member's name without its session: reply %+v (%q), want %s", op.op, r, why, statusNotMember)
 			}
 		}
-		r, why := sealed(t, e.nc, job.Spec.ID, opJoin, testTeamKey, teamHead{member: "node1", session: "another-nonce-0000000", seq: 1}, joinRequest{Ranks: []int{2}, World: 4})
+		r, why := sealed(t, e.nc, job.Spec.ID, wire.TeamOpJoin, testTeamKey, teamHead{member: "node1", session: "another-nonce-0000000", seq: 1}, wire.TeamJoin{Ranks: []int{2}, World: 4})
 		if r == nil || r.Status != statusTaken {
 			t.Errorf("a join under a live member's name: reply %+v (%q), want %s", r, why, statusTaken)
 		}
 
 		// A copy of the member's own status request, its envelope intact.
 		got := make(chan *nats.Msg, 1)
-		spy, err := e.nc.Subscribe(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, opStatus), func(m *nats.Msg) {
+		spy, err := e.nc.Subscribe(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, wire.TeamOpStatus), func(m *nats.Msg) {
 			select {
 			case got <- m:
 			default:
@@ -116,7 +116,7 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rr teamReply
+		var rr wire.TeamReply
 		if err := json.Unmarshal(reply.Data, &rr); err != nil || rr.Status != statusNotMember || !strings.Contains(rr.Error, "copy") {
 			t.Errorf("a copy of the member's request: %s (%v), want refused as a copy", reply.Data, err)
 		}
@@ -137,23 +137,23 @@ func TestTeamNoteBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Unlock()
-	sc := &schemaNote{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
+	sc := &wire.TeamSchema{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
 	// A row is 12 + 8 bytes and at least 3 of its key: 4 MiB hold 182,361.
-	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 182362, Schema: sc}); err == nil || !strings.Contains(err.Error(), "182361") {
+	if _, _, err := pl.addNote("m", wire.TeamNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 182362, Schema: sc}); err == nil || !strings.Contains(err.Error(), "182361") {
 		t.Errorf("a note of 182,362 rows: %v, want refused naming the bound 182,361", err)
 	}
-	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 1 << 24, Schema: sc}); err == nil {
+	if _, _, err := pl.addNote("m", wire.TeamNote{Epoch: 0, Shard: 0, Chunk: 0, Rows: 1 << 24, Schema: sc}); err == nil {
 		t.Errorf("a note of 16,777,216 rows was applied")
 	}
 	zero, three := 0, 3
-	for _, n := range []chunkNote{{Epoch: 0, Shard: 0, Chunk: 0, First: &zero, Rows: 3, Schema: sc}, {Epoch: 0, Shard: 0, Chunk: 1, First: &three, Rows: 3, Schema: sc}} {
+	for _, n := range []wire.TeamNote{{Epoch: 0, Shard: 0, Chunk: 0, First: &zero, Rows: 3, Schema: sc}, {Epoch: 0, Shard: 0, Chunk: 1, First: &three, Rows: 3, Schema: sc}} {
 		if dup, _, err := pl.addNote("m", n); err != nil || dup {
 			t.Fatalf("chunk %d: dup %t, %v", n.Chunk, dup, err)
 		}
 	}
 	// An end of fewer samples than the rows held: the rows are kept (the
 	// shard has 6), and the contradiction reported.
-	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 0, Shard: 0, Chunks: 1, Samples: 4}}); err != nil {
+	if _, _, err := pl.addNote("m", wire.TeamNote{Epoch: 0, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 0, Shard: 0, Chunks: 1, Samples: 4}}); err != nil {
 		t.Errorf("an end of 4 samples with 6 rows held: %v", err)
 	}
 	r.mu.Lock()
@@ -163,7 +163,7 @@ func TestTeamNoteBounds(t *testing.T) {
 	if total != 6 || !reported {
 		t.Errorf("after an end of 4 samples with 6 rows held: the shard has %d rows (want 6), reported %t", total, reported)
 	}
-	if _, _, err := pl.addNote("m", chunkNote{Epoch: 0, Shard: 1, Chunk: -1, End: &wire.ShardEnd{Job: "another", Epoch: 0, Shard: 1, Chunks: 1}}); err == nil {
+	if _, _, err := pl.addNote("m", wire.TeamNote{Epoch: 0, Shard: 1, Chunk: -1, End: &wire.ShardEnd{Job: "another", Epoch: 0, Shard: 1, Chunks: 1}}); err == nil {
 		t.Errorf("an end naming another job was applied")
 	}
 }
@@ -174,18 +174,18 @@ func TestTeamNoteBounds(t *testing.T) {
 func TestMemberChecksPartSizes(t *testing.T) {
 	job := testJob("part", 1, 4, layout{{3, 3}, {2}})
 	m := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	good := partNote{Epoch: 0, World: 2, Rows: 4, Spans: []spanNote{{Shard: 0, Chunk: 0, Lo: 0, N: 3}, {Shard: 1, Chunk: 0, Lo: 0, N: 1}}}
+	good := wire.TeamPart{Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, Lo: 0, N: 3}, {Shard: 1, Chunk: 0, Lo: 0, N: 1}}}
 	if err := m.checkPart(good); err != nil {
 		t.Fatalf("a good part: %v", err)
 	}
-	for name, n := range map[string]partNote{
+	for name, n := range map[string]wire.TeamPart{
 		"10^12 rows":          {Epoch: 0, World: 2, Rows: 1e12},
-		"rows beyond a batch": {Epoch: 0, World: 2, Rows: 5, Spans: []spanNote{{N: 5}}},
-		"spans short of rows": {Epoch: 0, World: 2, Rows: 4, Spans: []spanNote{{N: 3}}},
-		"a huge span":         {Epoch: 0, World: 2, Rows: 2, Spans: []spanNote{{Lo: 1 << 62, N: 1}, {N: 1}}},
+		"rows beyond a batch": {Epoch: 0, World: 2, Rows: 5, Spans: []wire.TeamSpan{{N: 5}}},
+		"spans short of rows": {Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{N: 3}}},
+		"a huge span":         {Epoch: 0, World: 2, Rows: 2, Spans: []wire.TeamSpan{{Lo: 1 << 62, N: 1}, {N: 1}}},
 		"another world":       {Epoch: 0, World: 3, Rows: 0},
 		"another epoch":       {Epoch: 1, World: 2, Rows: 0},
-		"a shard beyond":      {Epoch: 0, World: 2, Rows: 1, Spans: []spanNote{{Shard: 2, N: 1}}},
+		"a shard beyond":      {Epoch: 0, World: 2, Rows: 1, Spans: []wire.TeamSpan{{Shard: 2, N: 1}}},
 	} {
 		if err := m.checkPart(n); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -220,9 +220,9 @@ func TestTeamBoundsAMembersRequests(t *testing.T) {
 	defer cancel()
 	base := runtime.NumGoroutine()
 	for seq := range uint64(1000) {
-		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, opPart))
+		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, wire.TeamOpPart))
 		m.Data = []byte(`{"rank":2,"world":4}`)
-		pl.team.auth.seal(m, kindRequest, teamHead{op: opPart, member: "m", session: session, seq: seq + 1})
+		pl.team.auth.seal(m, kindRequest, teamHead{op: wire.TeamOpPart, member: "m", session: session, seq: seq + 1})
 		pl.admitTeam(ctx, m)
 	}
 	r.mu.Lock()
