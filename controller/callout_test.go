@@ -107,23 +107,11 @@ func TestCalloutLetsAgentsInAsTheirJobOnly(t *testing.T) {
 // agentLogins is the controller's count of agents' logins with result.
 func agentLogins(t *testing.T, e *env, result string) float64 {
 	t.Helper()
-	mfs, err := e.reg.Gather()
+	n, err := testenv.Counter(e.reg, "sluice_controller_agent_logins_total", "result", result)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_controller_agent_logins_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return n
 }
 
 // TestAgentReconnectsOnceAControllerAnswers: an agent's connection (as

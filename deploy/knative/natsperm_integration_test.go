@@ -166,23 +166,11 @@ func (e *leastPrivilege) mustConnectAgent(job string, key []byte, label string) 
 // agentLogins is the controller's count of agents' logins with result.
 func (e *leastPrivilege) agentLogins(result string) float64 {
 	e.t.Helper()
-	mfs, err := e.ctlReg.Gather()
+	n, err := testenv.Counter(e.ctlReg, "sluice_controller_agent_logins_total", "result", result)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_controller_agent_logins_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return n
 }
 
 // newTeamKey is a team key as `sluice job submit` makes it.
