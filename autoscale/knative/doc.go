@@ -52,7 +52,7 @@
 //     batch followed 0.15-0.25 s later.
 //   - With target-burst-capacity 0 the activator leaves the path once a
 //     pod is up (Knative's default, 200, keeps it there: it cost as much
-//     CPU per byte as each other proxy). Not always: in 4 of 7 runs of
+//     CPU per byte as each other proxy). Not always: in 5 of 8 runs of
 //     the streaming test the activator stayed in a stream's path after
 //     the ServerlessService was in Serve mode (1.0-2.1 CPU s per GB
 //     more), also when the test's first request through the route came
