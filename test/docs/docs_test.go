@@ -287,6 +287,11 @@ func runBlock(t *testing.T, dir string, env []string, b block) {
 		t.Errorf("%s: exit status %d after %.1fs, want %d:\n%s\noutput (last 4 KiB):\n%s", b.where(), code, elapsed.Seconds(), b.exit, b.body, tail(text, 4096))
 		return
 	}
+	if testing.Verbose() {
+		text, _ := os.ReadFile(out.Name())
+		t.Logf("%s: ran in %.1fs; output (last 2 KiB):\n%s", b.where(), elapsed.Seconds(), tail(text, 2048))
+		return
+	}
 	t.Logf("%s: ran in %.1fs", b.where(), elapsed.Seconds())
 }
 
