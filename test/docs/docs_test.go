@@ -166,6 +166,36 @@ func TestDocsCommands(t *testing.T) {
 	}
 }
 
+// TestREADMEIsShort keeps the README what a newcomer reads in ten
+// minutes; the rest belongs in docs/.
+func TestREADMEIsShort(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(src), "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, want at most 250: move the details to a page of docs/ (docs/README.md lists them)", n)
+	}
+}
+
+// TestIndexListsEveryPage: docs/README.md links every page of docs/.
+func TestIndexListsEveryPage(t *testing.T) {
+	root := repoRoot(t)
+	index, err := os.ReadFile(filepath.Join(root, "docs", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages(t, root) {
+		name := filepath.Base(p)
+		if !strings.HasPrefix(p, "docs/") || name == "README.md" {
+			continue
+		}
+		if !strings.Contains(string(index), "]("+name+")") {
+			t.Errorf("docs/README.md does not link %s", p)
+		}
+	}
+}
+
 func hasRunBlock(p page) bool {
 	for _, b := range p.blocks {
 		if b.info == "sh" && !b.skipped {
