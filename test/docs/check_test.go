@@ -121,11 +121,7 @@ func (c *cli) checkSluice(args []string, lenient bool) error {
 	default:
 		return fmt.Errorf("sluice %s: no such command (sluice -h lists them)", args[0])
 	}
-	flags, err := c.flagsOf(cmd)
-	if err != nil {
-		return err
-	}
-	var unknown []string
+	var used []string
 	for _, a := range args {
 		a = strings.TrimLeft(a, "[(")
 		if a == "--" {
@@ -140,6 +136,17 @@ func (c *cli) checkSluice(args []string, lenient bool) error {
 		if name == "" || !regexp.MustCompile(`^[A-Za-z]`).MatchString(name) {
 			continue // -1 as a value
 		}
+		used = append(used, name)
+	}
+	if len(used) == 0 {
+		return nil // nothing to check: `sluice version` has no -h
+	}
+	flags, err := c.flagsOf(cmd)
+	if err != nil {
+		return err
+	}
+	var unknown []string
+	for _, name := range used {
 		if !flags[name] {
 			unknown = append(unknown, "--"+name)
 		}

@@ -1,5 +1,5 @@
-// Package docs_test runs the docs: every shell block of README.md and
-// docs/*.md is run as written (or, marked as not runnable here with a
+// Package docs_test runs the docs: every shell block of README.md,
+// docs/*.md and the tree's other markdown pages is run as written (or, marked as not runnable here with a
 // reason, checked against the binary's own help), so that the docs cannot
 // drift from the binary. docs/development.md, "The docs test", says how a
 // block is marked.
@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,19 +44,36 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// pages are the README and docs/*.md, relative to the root.
+// pages are the README, docs/*.md and the other markdown pages of the
+// tree (deploy/knative/README.md, ...), relative to the root, the README
+// first.
 func pages(t *testing.T, root string) []string {
 	t.Helper()
-	ps, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules" || name == "bin") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(name, ".md") {
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := []string{"README.md"}
-	for _, p := range ps {
-		rel, _ := filepath.Rel(root, p)
-		out = append(out, rel)
+	sort.Slice(out, func(i, j int) bool { return out[i] == "README.md" || out[j] != "README.md" && out[i] < out[j] })
+	if len(out) == 0 || out[0] != "README.md" {
+		t.Fatalf("no README.md at %s", root)
 	}
-	sort.Strings(out[1:])
 	return out
 }
 
