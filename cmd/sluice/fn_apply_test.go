@@ -298,7 +298,7 @@ func TestFnApplyFailures(t *testing.T) {
 
 	// Unknown pipeline names, missing flags.
 	code, _, stderr = applyCLI(t, "--pipeline", "resnet-magic", "--input", tarPath, "--output", out)
-	if code != 1 || !strings.Contains(stderr, `--pipeline "resnet-magic" is neither a built-in pipeline (criteo, imagenet-eval, imagenet-train, text-wordpiece) nor a readable spec file (no such file or directory)`) {
+	if code != 1 || !strings.Contains(stderr, `--pipeline "resnet-magic" is neither a built-in pipeline (criteo, imagenet-eval, imagenet-train, lm-pretrain, text-wordpiece) nor a readable spec file (no such file or directory)`) {
 		t.Errorf("unknown pipeline: exit %d, stderr:\n%s", code, stderr)
 	}
 	code, _, stderr = applyCLI(t, "--epoch", "-1")

@@ -136,6 +136,16 @@ type shardRun struct {
 func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, rd sampleReader, body *readErr) error {
 	task := r.task
 	ch := newChunker(task)
+	// A packing pipeline's outputs are documents, packed into rows over
+	// the shard: rows are keyed by the shard's name and their index, so a
+	// shard processed again gives the same rows under the same keys.
+	var pk *pipeline.Packer
+	if po, ok := pipeline.PackingOf(p); ok {
+		var err error
+		if pk, err = pipeline.NewPacker(po, shardName(task.Key)); err != nil {
+			return fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("processing shard %s: %w", task.ID(), err)
@@ -164,13 +174,28 @@ func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, rd sampleRe
 			continue
 		}
 		out.Key = sample.Key
-		full, err := ch.add(out)
+		if pk == nil {
+			if err := r.add(ch, out); err != nil {
+				return err
+			}
+			continue
+		}
+		// Packing: the sample is a document; its rows go out as they fill.
+		ids, err := pipeline.DocIDs(out)
 		if err != nil {
 			r.fail(sample.Key, err.Error())
 			continue
 		}
-		if full != nil {
-			if err := r.send(full); err != nil {
+		pk.Add(ids)
+		for _, row := range pk.Take() {
+			if err := r.add(ch, row); err != nil {
+				return err
+			}
+		}
+	}
+	if pk != nil {
+		for _, row := range pk.Close() {
+			if err := r.add(ch, row); err != nil {
 				return err
 			}
 		}
@@ -183,6 +208,28 @@ func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, rd sampleRe
 		return r.send(last)
 	}
 	return nil
+}
+
+// add puts an output (a sample's, or a packed row) into the open chunk,
+// sending the chunk it closed; an output that cannot go into a chunk
+// fails under its key.
+func (r *shardRun) add(ch *chunker, out pipeline.Output) error {
+	full, err := ch.add(out)
+	if err != nil {
+		r.fail(out.Key, err.Error())
+		return nil
+	}
+	if full != nil {
+		return r.send(full)
+	}
+	return nil
+}
+
+// shardName is a shard key's base name less its extension, as line
+// shards' sample keys begin with.
+func shardName(key string) string {
+	base := path.Base(key)
+	return strings.TrimSuffix(base, path.Ext(base))
 }
 
 func (r *shardRun) send(c *chunk) error {
