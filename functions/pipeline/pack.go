@@ -64,9 +64,11 @@ type Packer struct {
 	// one that continues from the row before.
 	ids, pos []int32
 	starts   []int32
-	// newDoc: the next token starts a document.
-	newDoc bool
-	segPos int32
+	// newDoc: the next token starts a document; open: a document was
+	// begun and not ended; last: its last id so far.
+	newDoc, open bool
+	last         int32
+	segPos       int32
 
 	rows  []Output // made and not yet taken
 	stats PackStats
@@ -88,11 +90,33 @@ func NewPacker(o PackOptions, keyPrefix string) (*Packer, error) {
 // Add appends a document: its ids, then EOS unless it ends with EOS.
 // Rows it fills are held until Take.
 func (p *Packer) Add(doc []int32) {
-	p.newDoc = true
-	p.push(doc)
-	if len(doc) == 0 || doc[len(doc)-1] != p.o.EOS {
+	p.Append(doc)
+	p.EndDocument()
+}
+
+// Append appends ids to the open document, opening one if none is: a
+// long document fed in parts, its rows taken between them, is not held
+// whole as rows. Add is Append then EndDocument.
+func (p *Packer) Append(ids []int32) {
+	if !p.open {
+		p.open, p.newDoc, p.last = true, true, -1
+	}
+	if len(ids) > 0 {
+		p.last = ids[len(ids)-1]
+	}
+	p.push(ids)
+}
+
+// EndDocument closes the open document (an empty one if none is open)
+// with EOS, unless its last id is EOS.
+func (p *Packer) EndDocument() {
+	if !p.open {
+		p.open, p.newDoc, p.last = true, true, -1
+	}
+	if p.last != p.o.EOS || p.newDoc {
 		p.push([]int32{p.o.EOS})
 	}
+	p.open = false
 	p.stats.Docs++
 }
 
@@ -136,6 +160,9 @@ func (p *Packer) Close() []Output {
 	}
 	return p.Take()
 }
+
+// Options are the packer's options.
+func (p *Packer) Options() PackOptions { return p.o }
 
 // Stats returns the counts so far.
 func (p *Packer) Stats() PackStats { return p.stats }
@@ -190,16 +217,18 @@ func (p *Packer) reset() {
 
 // DocIDs reads the document a packing pipeline's Process gives (its one
 // "ids" field, I32 [n]) as ids.
-func DocIDs(o Output) ([]int32, error) {
+func DocIDs(o Output) ([]int32, error) { return AppendDocIDs(nil, o) }
+
+// AppendDocIDs is DocIDs appending to dst, so a caller reuses one buffer.
+func AppendDocIDs(dst []int32, o Output) ([]int32, error) {
 	if len(o.Fields) != 1 || o.Fields[0].Name != FieldDocIDs || o.Fields[0].DType != safetensors.I32 || len(o.Fields[0].Data)%4 != 0 {
-		return nil, fmt.Errorf("output of %d fields: want a document's %q I32 [n]", len(o.Fields), FieldDocIDs)
+		return dst, fmt.Errorf("output of %d fields: want a document's %q I32 [n]", len(o.Fields), FieldDocIDs)
 	}
 	b := o.Fields[0].Data
-	ids := make([]int32, len(b)/4)
-	for i := range ids {
-		ids[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	for i := 0; i < len(b); i += 4 {
+		dst = append(dst, int32(binary.LittleEndian.Uint32(b[i:])))
 	}
-	return ids, nil
+	return dst, nil
 }
 
 // FieldDocIDs is the field of a document a packing pipeline's Process

@@ -190,6 +190,21 @@ func TestPackerEveryTokenOnceInOrder(t *testing.T) {
 		if !reflect.DeepEqual(out, again) {
 			t.Fatalf("trial %d: packing the same documents again gave other rows", trial)
 		}
+		// Fed in random parts, rows taken between them: the same rows.
+		pk, _ := NewPacker(PackOptions{SeqLen: seqLen, Tail: TailPad, EOS: eos, PadID: 0}, "s")
+		var parts []Output
+		for _, d := range docs {
+			for len(d) > 0 {
+				n := min(len(d), rng.IntN(seqLen+1))
+				pk.Append(d[:n])
+				parts = append(parts, pk.Take()...)
+				d = d[n:]
+			}
+			pk.EndDocument()
+		}
+		if parts = append(parts, pk.Close()...); !reflect.DeepEqual(parts, out) && len(out)+len(parts) > 0 {
+			t.Fatalf("trial %d: documents fed in parts gave other rows", trial)
+		}
 		drop, dst := packAll(t, PackOptions{SeqLen: seqLen, Tail: TailDrop, EOS: eos, PadID: 0}, docs)
 		if int64(len(drop)) != st.Rows-min(st.Pad, 1) || dst.Dropped != (int64(seqLen)-st.Pad)%int64(seqLen) {
 			t.Fatalf("trial %d: tail drop gave %d rows (dropped %d), pad gave %d (pad %d)", trial, len(drop), dst.Dropped, st.Rows, st.Pad)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,4 +131,15 @@ func TestPackedShard(t *testing.T) {
 	if len(dkeys) != len(keys)-1 || !slices.EqualFunc(dtokens, tokens[:len(dkeys)], slices.Equal) {
 		t.Errorf("tail drop: %d rows, want the %d full ones of tail pad", len(dkeys), len(keys)-1)
 	}
+}
+
+// Rows that cannot fit the job's chunk cap refuse the task, before the
+// shard is read, rather than fail every row.
+func TestPackedRowOverTheChunkCap(t *testing.T) {
+	e := setup(t, Config{VocabDir: byteTokenizerDir(t)})
+	tk := task(0)
+	tk.Key, tk.ChunkMaxBytes = "lm/none.jsonl", 64<<10
+	tk.Pipeline = strings.Replace(packedSpec, "seq_len: 64", "seq_len: 8192", 1)
+	expectStatus(t, post(t, e.url, taskEvent(t, tk)), http.StatusBadRequest,
+		"pack seq_len 8192: a row is 132380 bytes as a chunk, over the job's chunk_max_bytes 65536")
 }
