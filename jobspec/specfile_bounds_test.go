@@ -99,8 +99,14 @@ func TestJobSpecPackedPipeline(t *testing.T) {
 	if _, err := Parse([]byte(head + "    - {op: pack, seq_len: 4096, tail: drop}\n")); err != nil {
 		t.Errorf("a packing spec: %v", err)
 	}
-	_, err := Parse([]byte(head + "    - {op: pack, seq_len: 0}\n"))
-	want := []string{"line 9: pipeline: ops[2] (pack): seq_len 0: want 2..262144"}
+	// A row of 16,384 is 256 KiB: over a 64 KiB chunk cap.
+	_, err := Parse([]byte(head + "    - {op: pack, seq_len: 16384}\nchunk_max_bytes: 65536\n"))
+	want := []string{"line 10: chunk_max_bytes: 65536: a packed row of seq_len 16384 takes 262152 bytes; want at least 266248 (or a shorter seq_len)"}
+	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
+		t.Errorf("a row over the chunk cap (-want +got):\n%s", diff)
+	}
+	_, err = Parse([]byte(head + "    - {op: pack, seq_len: 0}\n"))
+	want = []string{"line 9: pipeline: ops[2] (pack): seq_len 0: want 2..262144"}
 	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
 		t.Errorf("a bad seq_len (-want +got):\n%s", diff)
 	}

@@ -43,6 +43,11 @@ const (
 	FieldAttnMask    = "attention_mask" // I32 [seq_len]: 1 a token, 0 padding
 )
 
+// RowBytes is a packed row's tensor data: input_ids, position_ids and
+// attention_mask of SeqLen, cu_seqlens of SeqLen+1, num_seqs of one, all
+// int32. A chunk holds it plus its header (keys, shapes: about a KiB).
+func (o PackOptions) RowBytes() int { return 4 * (4*o.SeqLen + 2) }
+
 // PackStats counts what a Packer took and gave.
 type PackStats struct {
 	Docs    int64 // documents added
