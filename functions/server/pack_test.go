@@ -142,4 +142,7 @@ func TestPackedRowOverTheChunkCap(t *testing.T) {
 	tk.Pipeline = strings.Replace(packedSpec, "seq_len: 64", "seq_len: 8192", 1)
 	expectStatus(t, post(t, e.url, taskEvent(t, tk)), http.StatusBadRequest,
 		"pack seq_len 8192: a row is 132380 bytes as a chunk, over the job's chunk_max_bytes 65536")
+	// With EOS 0, which the row's zeros end with, too.
+	tk.Pipeline = strings.Replace(packedSpec, "seq_len: 64", "seq_len: 8192, eos_id: 0", 1)
+	expectStatus(t, post(t, e.url, taskEvent(t, tk)), http.StatusBadRequest, "pack seq_len 8192: a row is 132380 bytes")
 }

@@ -258,7 +258,7 @@ func packedRowSize(po pipeline.PackOptions, prefix string) int {
 	if err != nil {
 		return math.MaxInt
 	}
-	pk.Add(make([]int32, po.SeqLen-1)) // with its EOS, one full row
+	pk.Append(make([]int32, po.SeqLen)) // one full row
 	row := pk.Take()[0]
 	var schema []fieldSpec
 	n := 0
