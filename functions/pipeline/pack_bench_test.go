@@ -183,3 +183,24 @@ func report(b *testing.B, tokens int64, cpu time.Duration) {
 	b.ReportMetric(float64(tokens)/float64(b.N), "tok/op")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkPacker is the packer alone: documents of 1,000 ids into rows
+// of 2,048, the rows taken as a server takes them.
+//
+//	go test -run '^$' -bench BenchmarkPacker -cpu 1 ./functions/pipeline/
+func BenchmarkPacker(b *testing.B) {
+	doc := make([]int32, 1000)
+	for i := range doc {
+		doc[i] = int32(i)
+	}
+	pk, err := NewPacker(PackOptions{SeqLen: 2048, Tail: TailPad, EOS: 50256, PadID: 50256}, "shard")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c0 := cpuTime(b)
+	for b.Loop() {
+		pk.Add(doc)
+		pk.Take()
+	}
+	report(b, pk.Stats().Tokens, cpuTime(b)-c0)
+}
