@@ -200,7 +200,11 @@ func (f *fnApplyFlags) apply(ctx context.Context, p pipeline.Pipeline, stderr io
 		return nil, 0, fmt.Errorf("--input %s holds no samples: want %s", *f.input, acceptedInputs)
 	}
 	if failed > 0 {
-		fmt.Fprintf(stderr, "%d of %d samples failed\n", failed, failed+len(st.keys))
+		read := len(st.keys) // samples; when packing, documents (the rows are not read)
+		if pk != nil {
+			read = docs
+		}
+		fmt.Fprintf(stderr, "%d of %d samples failed\n", failed, failed+read)
 	}
 	if len(st.keys) == 0 {
 		return nil, 0, fmt.Errorf("no sample of %s succeeded (%d failed); nothing written", *f.input, failed)

@@ -485,7 +485,7 @@ func TestFnApplyPacks(t *testing.T) {
 	if len(keys) != rows || keys[0] != "web-00/row00000000" {
 		t.Errorf("keys %v: want %d rows from web-00/row00000000", keys, rows)
 	}
-	if !strings.Contains(stderr, `failed web-00/00000040: member jsonl has no field "text"`) ||
+	if !strings.Contains(stderr, `failed web-00/00000040: member jsonl has no field "text"`) || !strings.Contains(stderr, "1 of 41 samples failed") ||
 		!strings.Contains(stderr, fmt.Sprintf("packed 40 documents (%d tokens) into %d rows, %d padding tokens", total, rows, rows*2048-total)) {
 		t.Errorf("stderr %q: want the failed line and the packing's counts", stderr)
 	}
