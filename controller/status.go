@@ -68,6 +68,11 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 		ReadyReplicas:    in.ready,
 		ScaleReason:      in.reason,
 	}
+	if in.job.State.Terminal() {
+		// Nothing of an ended job runs again; the agents' last demand
+		// signals may still name tasks they wanted before it ended.
+		s.Tasks.InFlight, s.Tasks.Pending = 0, 0
+	}
 	for _, list := range [][]wire.FailedSample{prev.FailedShards, r.FailedShards, in.givenUp.Shards} {
 		for _, f := range list {
 			if len(s.FailedShards) == wire.MaxFailedShardsListed {
