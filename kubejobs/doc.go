@@ -1,6 +1,6 @@
 // Package kubejobs runs Sluice jobs from Kubernetes objects: a SluiceJob
 // (group sluice.dev, v1alpha1, namespaced; the CRD is in
-// deploy/knative/components/kube-jobs) is reconciled into the job store
+// deploy/knative/kube-jobs) is reconciled into the job store
 // in NATS, which stays the source of truth for the controller and the
 // agents; the object is the user's handle on it, so that GitOps tools
 // apply jobs, RBAC decides who submits in which namespace and `kubectl

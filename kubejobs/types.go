@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// Group and Version of the resources (deploy/knative/components/kube-jobs/crds.yaml).
+// Group and Version of the resources (deploy/knative/kube-jobs/crds.yaml).
 const (
 	Group   = "sluice.dev"
 	Version = "v1alpha1"
