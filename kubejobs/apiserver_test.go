@@ -114,7 +114,7 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 		{name: "65 readers", set: map[string]any{"readers": readers(65)}, field: "spec.readers", wireField: "readers"},
 		{name: "chunk small", set: map[string]any{"chunkMaxBytes": int64(1000)}, field: "spec.chunkMaxBytes", wireField: "chunk_max_bytes"},
 		{name: "chunk big", set: map[string]any{"chunkMaxBytes": int64(64<<20 + 1)}, field: "spec.chunkMaxBytes", wireField: "chunk_max_bytes"},
-		{name: "buffer under 4 chunks", set: map[string]any{"outputBufferBytes": int64(4<<20 * 3)}, field: "spec.outputBufferBytes", wireField: "output_buffer_bytes"},
+		{name: "buffer under 4 chunks", set: map[string]any{"outputBufferBytes": int64(4 << 20 * 3)}, field: "spec.outputBufferBytes", wireField: "output_buffer_bytes"},
 		{name: "buffer under 4 own chunks", set: map[string]any{"chunkMaxBytes": int64(8 << 20), "outputBufferBytes": int64(16 << 20)}, field: "spec.outputBufferBytes", wireField: "output_buffer_bytes"},
 		{name: "buffer over", set: map[string]any{"outputBufferBytes": int64(1<<40 + 1)}, field: "spec.outputBufferBytes", wireField: "output_buffer_bytes"},
 		{name: "name with a dot", objectName: "a.b", field: "metadata.name", wireField: "id"},

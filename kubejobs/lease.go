@@ -9,6 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -66,4 +68,27 @@ func RunElected(ctx context.Context, client kubernetes.Interface, namespace, nam
 		return nil
 	}
 	return ErrLostLease
+}
+
+// RESTConfig finds the Kubernetes API as kubectl does: the kubeconfig
+// file when one is named, else $KUBECONFIG or ~/.kube/config, else the
+// pod's own ServiceAccount. It also returns that configuration's
+// namespace (in a pod its own; "default" when none).
+func RESTConfig(kubeconfig string) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("finding the kubernetes API: %w", err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil || ns == "" {
+		ns = "default"
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "sluice-kube-jobs"
+	return cfg, ns, nil
 }
