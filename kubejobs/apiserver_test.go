@@ -50,7 +50,17 @@ func startAPIServer(t *testing.T) *k8senv.Env {
 	for _, ns := range []string{"sluice", "team-a", "team-b"} {
 		env.Kubectl(t, "create", "namespace", ns)
 	}
-	env.Kubectl(t, "apply", "-n", "sluice", "-f", filepath.Join(component, "rbac.yaml"))
+	// As an overlay of namespace sluice renders it: kustomize replaces
+	// the ClusterRoleBinding's subject namespace "default".
+	rbac, err := os.ReadFile(filepath.Join(component, "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "rbac.yaml")
+	if err := os.WriteFile(file, []byte(strings.ReplaceAll(string(rbac), "namespace: default", "namespace: sluice")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env.Kubectl(t, "apply", "-n", "sluice", "-f", file)
 	return env
 }
 
