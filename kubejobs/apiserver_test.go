@@ -459,6 +459,53 @@ spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs:
 		return nil
 	})
 
+	// A sweep of three identical trials: one job, three readers, its
+	// keys in one Secret.
+	sweepFile := filepath.Join(t.TempDir(), "sweep.yaml")
+	if err := os.WriteFile(sweepFile, []byte(`apiVersion: sluice.dev/v1alpha1
+kind: SluiceSweep
+metadata: {name: hp, namespace: team-b}
+spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs: 1, count: 3, minReplicas: 1}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env.Kubectl(t, "apply", "-f", sweepFile)
+	sweeps := admin.Resource(kubejobs.SweepsResource).Namespace("team-b")
+	testenv.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
+		u, err := sweeps.Get(ctx, "hp", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var st kubejobs.SweepStatus
+		m, _, _ := unstructured.NestedMap(u.Object, "status")
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &st); err != nil {
+			return err
+		}
+		if st.State != kubejobs.StateRunning || st.JobCount != 1 || len(st.Jobs) != 1 || len(st.Jobs[0].Trials) != 3 || st.Replicas == 0 {
+			return fmt.Errorf("sweep status %+v, want Running, one job of three trials, replicas", st)
+		}
+		return nil
+	})
+	sweepJob := "team-b_hp-0"
+	if sec, err := kubernetes.NewForConfigOrDie(env.Admin()).CoreV1().Secrets("team-b").Get(ctx, "hp-teamkey", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if _, err := wire.ParseTeamKey(sec.Data[sweepJob]); err != nil {
+		t.Errorf("the sweep's Secret has no team key under %s: %v", sweepJob, err)
+	}
+	env.Kubectl(t, "delete", "-n", "team-b", "sluicesweep", "hp", "--timeout=60s")
+	if _, err := b.Job(ctx, sweepJob); !errors.Is(err, broker.ErrJobNotFound) {
+		t.Errorf("the deleted sweep's job: %v, want not found", err)
+	}
+	if _, err := b.Sweep(ctx, "team-b_hp"); !errors.Is(err, broker.ErrSweepNotFound) {
+		t.Errorf("the deleted sweep: %v, want not found", err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		if n := act.of(sweepJob); n != 0 {
+			return fmt.Errorf("the deleted sweep's job has %d replicas, want 0", n)
+		}
+		return nil
+	})
+
 	// Deleting the objects: the object's job is cancelled, its replicas
 	// go to zero, it leaves the job store, then the object goes; the
 	// CLI's job runs on.

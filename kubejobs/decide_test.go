@@ -1,10 +1,12 @@
 package kubejobs
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -120,5 +122,64 @@ func TestTeamKeyPerObjectAndJob(t *testing.T) {
 	parsed, err := wire.ParseTeamKey(teamKeyFile(teamKey(k, "u1", "j")))
 	if err != nil || string(parsed) != string(teamKey(k, "u1", "j")) {
 		t.Errorf("the Secret's team key file does not parse back: %v", err)
+	}
+}
+
+func sweepObj() SweepObject {
+	return SweepObject{Namespace: "team-b", Name: "hp", UID: "u2", Generation: 1, Finalized: true,
+		Spec: SweepSpec{Dataset: "s3://d/x/", Pipeline: "p", BatchSize: 4, Epochs: 1, Count: 2}}
+}
+
+func sweepRecord(states ...wire.JobState) SweepRecord {
+	r := SweepRecord{Found: true}
+	r.Sweep.Sweep.Spec.ID = "team-b_hp"
+	for i, s := range states {
+		id := fmt.Sprintf("team-b_hp-%d", i)
+		r.Sweep.Sweep.Jobs = append(r.Sweep.Sweep.Jobs, wire.SweepJob{ID: id, Trials: []string{"t" + fmt.Sprint(i)}})
+		js := broker.SweepJobStatus{Done: map[string]bool{"t" + fmt.Sprint(i): s == wire.JobSucceeded}}
+		if s != "" {
+			js.Job = wire.Job{Spec: wire.JobSpec{ID: id}, Shards: []string{"a"}, State: s}
+			js.Status = wire.JobStatus{Job: id, TasksDonePerEpoch: []int{1}, Replicas: 2,
+				Readers: map[string]wire.ReaderStatus{"t": {ConsumedPerS: 10, StallFraction: 0.1}}}
+		}
+		r.Sweep.Jobs = append(r.Sweep.Jobs, js)
+		r.Ours = append(r.Ours, s != "")
+	}
+	return r
+}
+
+func TestDecideSweep(t *testing.T) {
+	o := sweepObj()
+	if a, st, _ := DecideSweep(o, SweepRecord{}); a != ActSubmit || st.State != StatePending || st.SweepID != "team-b_hp" {
+		t.Errorf("not in the store: %v %+v, want submit", a, st)
+	}
+	a, st, active := DecideSweep(o, sweepRecord(wire.JobRunning, wire.JobSucceeded))
+	if a != ActNone || !active || st.State != StateRunning || st.TrialsDone != 1 || st.Replicas != 2 || st.SamplesPerSecond != 10 || st.Stall != "10%" || st.EpochsDone != 1 {
+		t.Errorf("one job running, one done: %v %v %+v", a, active, st)
+	}
+	a, st, active = DecideSweep(o, sweepRecord(wire.JobSucceeded, wire.JobSucceeded))
+	if active || st.State != StateSucceeded || st.TrialsDone != 2 || st.Replicas != 0 {
+		t.Errorf("every job done: %v %v %+v, want Succeeded, inactive", a, active, st)
+	}
+	if _, st, _ = DecideSweep(o, sweepRecord(wire.JobSucceeded, wire.JobFailed)); st.State != StateFailed {
+		t.Errorf("a job failed: %+v, want Failed", st)
+	}
+	if _, st, _ = DecideSweep(o, sweepRecord(wire.JobSucceeded, "")); st.State != StateFailed || !strings.Contains(st.Reason, "deleted") {
+		t.Errorf("a job deleted with the CLI: %+v, want Failed naming it", st)
+	}
+	other := sweepRecord(wire.JobRunning)
+	other.Ours = []bool{false}
+	if a, st, _ := DecideSweep(o, other); a != ActNone || st.State != StateFailed || !strings.Contains(st.Reason, "taken") {
+		t.Errorf("another's sweep of the id: %v %+v, want Failed, untouched", a, st)
+	}
+	o.Deleting = true
+	if a, _, _ := DecideSweep(o, sweepRecord(wire.JobRunning)); a != ActDelete {
+		t.Errorf("deleting: %v, want delete", a)
+	}
+	if a, _, _ := DecideSweep(o, other); a != ActRemoveFinalizer {
+		t.Errorf("deleting, the sweep another's: %v, want remove-finalizer only", a)
+	}
+	if a, _, _ := DecideSweep(o, SweepRecord{}); a != ActRemoveFinalizer {
+		t.Errorf("deleting, nothing left: %v, want remove-finalizer", a)
 	}
 }

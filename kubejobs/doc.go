@@ -28,4 +28,10 @@
 // status is read again every Options.Poll (2 s). Deleting an object
 // cancels its job if it still runs, removes it from the job store and
 // only then lets the object go (Finalizer).
+//
+// A SluiceSweep is the same for a sweep (DecideSweep): its id is
+// <namespace>_<name> (at most 60 characters: its jobs add "-<index>"),
+// its jobs' team keys are in one Secret <name>-teamkey under each job's
+// id, its status sums its jobs up, and deleting it cancels and removes
+// its jobs and the sweep's record.
 package kubejobs

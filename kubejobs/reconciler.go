@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -49,6 +47,9 @@ type Options struct {
 	// across restarts (a new key disowns the jobs submitted under the
 	// old one: they are left running, their objects Failed).
 	Key []byte
+	// Planner sizes a sweep's jobs' pre-warm (nil: each starts with its
+	// min_replicas), as `sluice sweep submit` does.
+	Planner broker.Planner
 	// Namespace limits the objects watched (empty: every namespace).
 	Namespace string
 	// Poll is how often an active object is read again (0: DefaultPoll).
@@ -89,45 +90,61 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Reconci
 	return &Reconciler{opts: opts, log: logger, results: results}, nil
 }
 
-// Run watches SluiceJobs and reconciles them until ctx ends.
+// item is one object in the work queue.
+type item struct {
+	sweep bool
+	key   string
+}
+
+// Run watches SluiceJobs and SluiceSweeps and reconciles them until ctx ends.
 func (r *Reconciler) Run(ctx context.Context) error {
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.opts.Dynamic, 0, r.opts.Namespace, nil)
-	inf := f.ForResource(JobsResource).Informer()
 	q := workqueue.NewRateLimitingQueue(workqueue.NewItemExponentialFailureRateLimiter(500*time.Millisecond, 30*time.Second))
 	defer q.ShutDown()
-	enqueue := func(obj any) {
-		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			q.Add(key)
+	indexers := map[bool]cache.Indexer{}
+	var synced []cache.InformerSynced
+	for _, sweep := range []bool{false, true} {
+		res := JobsResource
+		if sweep {
+			res = SweepsResource
 		}
-	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue,
-		// Our own status writes change neither: the poll reads the job
-		// store again, not each write.
-		UpdateFunc: func(old, cur any) {
-			o, ok1 := old.(*unstructured.Unstructured)
-			c, ok2 := cur.(*unstructured.Unstructured)
-			if !ok1 || !ok2 || o.GetGeneration() != c.GetGeneration() ||
-				!slices.Equal(o.GetFinalizers(), c.GetFinalizers()) || (o.GetDeletionTimestamp() == nil) != (c.GetDeletionTimestamp() == nil) {
-				enqueue(cur)
+		inf := f.ForResource(res).Informer()
+		enqueue := func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				q.Add(item{sweep, key})
 			}
-		},
-		DeleteFunc: enqueue,
-	})
-	if err != nil {
-		return fmt.Errorf("watching sluicejobs: %w", err)
+		}
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueue,
+			// Our own status writes change neither: the poll reads the
+			// job store again, not each write.
+			UpdateFunc: func(old, cur any) {
+				o, ok1 := old.(*unstructured.Unstructured)
+				c, ok2 := cur.(*unstructured.Unstructured)
+				if !ok1 || !ok2 || o.GetGeneration() != c.GetGeneration() ||
+					!slices.Equal(o.GetFinalizers(), c.GetFinalizers()) || (o.GetDeletionTimestamp() == nil) != (c.GetDeletionTimestamp() == nil) {
+					enqueue(cur)
+				}
+			},
+			DeleteFunc: enqueue,
+		})
+		if err != nil {
+			return fmt.Errorf("watching %s: %w", res.Resource, err)
+		}
+		indexers[sweep] = inf.GetIndexer()
+		synced = append(synced, inf.HasSynced)
 	}
 	f.Start(ctx.Done())
 	defer f.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
-	r.log.Info("reconciling sluicejobs", "namespace", r.opts.Namespace, "poll", r.opts.Poll)
+	r.log.Info("reconciling sluicejobs and sluicesweeps", "namespace", r.opts.Namespace, "poll", r.opts.Poll)
 	done := make(chan struct{})
 	for range workers {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			for r.next(ctx, q, inf.GetIndexer()) {
+			for r.next(ctx, q, indexers) {
 			}
 		}()
 	}
@@ -139,34 +156,38 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	return nil
 }
 
-// next reconciles the next key of q; false once q is shut down.
-func (r *Reconciler) next(ctx context.Context, q workqueue.RateLimitingInterface, idx cache.Indexer) bool {
-	item, quit := q.Get()
+// next reconciles the next item of q; false once q is shut down.
+func (r *Reconciler) next(ctx context.Context, q workqueue.RateLimitingInterface, indexers map[bool]cache.Indexer) bool {
+	it, quit := q.Get()
 	if quit {
 		return false
 	}
-	defer q.Done(item)
-	key := item.(string)
-	obj, exists, err := idx.GetByKey(key)
-	if err != nil || !exists {
-		q.Forget(item)
-		return true
-	}
+	defer q.Done(it)
+	i := it.(item)
+	obj, exists, err := indexers[i.sweep].GetByKey(i.key)
 	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		q.Forget(item)
+	if err != nil || !exists || !ok {
+		q.Forget(it)
 		return true
 	}
-	d, err := r.ReconcileJob(ctx, u.DeepCopy())
+	var action Action
+	var active bool
+	if i.sweep {
+		action, active, err = r.ReconcileSweep(ctx, u.DeepCopy())
+	} else {
+		var d JobDecision
+		d, err = r.ReconcileJob(ctx, u.DeepCopy())
+		action, active = d.Action, d.Active
+	}
 	switch {
 	case err != nil:
-		r.log.Warn("reconciling sluicejob", "object", key, "action", d.Action.String(), "err", err)
-		q.AddRateLimited(item)
-	case d.Active:
-		q.Forget(item)
-		q.AddAfter(item, r.opts.Poll)
+		r.log.Warn("reconciling", "object", i.key, "sweep", i.sweep, "action", action.String(), "err", err)
+		q.AddRateLimited(it)
+	case active:
+		q.Forget(it)
+		q.AddAfter(it, r.opts.Poll)
 	default:
-		q.Forget(item)
+		q.Forget(it)
 	}
 	return true
 }
@@ -189,17 +210,8 @@ func (r *Reconciler) ReconcileJob(ctx context.Context, u *unstructured.Unstructu
 	d := DecideJob(o, rec)
 	act := func() error {
 		switch d.Action {
-		case ActAddFinalizer:
-			u.SetFinalizers(append(u.GetFinalizers(), Finalizer))
-			_, err := r.opts.Dynamic.Resource(JobsResource).Namespace(o.Namespace).Update(ctx, u, metav1.UpdateOptions{})
-			return err
-		case ActRemoveFinalizer:
-			u.SetFinalizers(slices.DeleteFunc(u.GetFinalizers(), func(f string) bool { return f == Finalizer }))
-			_, err := r.opts.Dynamic.Resource(JobsResource).Namespace(o.Namespace).Update(ctx, u, metav1.UpdateOptions{})
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return err
+		case ActAddFinalizer, ActRemoveFinalizer:
+			return r.setFinalizer(ctx, JobsResource, u, d.Action == ActAddFinalizer)
 		case ActSubmit:
 			if err := r.submit(ctx, u, o, id); err != nil {
 				// Said in the status; tried again with backoff.
@@ -258,20 +270,8 @@ func (r *Reconciler) readJob(ctx context.Context, o JobObject, id string) (JobRe
 // with it), then submits the job with the key.
 func (r *Reconciler) submit(ctx context.Context, u *unstructured.Unstructured, o JobObject, id string) error {
 	key := teamKey(r.opts.Key, o.UID, id)
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: TeamKeySecretName(o.Name), Namespace: o.Namespace,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "sluice-kube-jobs", "sluice.dev/job": o.Name},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Name: o.Name, UID: u.GetUID(),
-			}},
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{TeamKeySecretKey: teamKeyFile(key)},
-	}
-	// The key is derived: one a crashed submit created holds the same.
-	if _, err := r.opts.Core.CoreV1().Secrets(o.Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the team key Secret %s: %w", sec.Name, err)
+	if err := r.createKeySecret(ctx, u, map[string][]byte{TeamKeySecretKey: teamKeyFile(key)}); err != nil {
+		return err
 	}
 	if _, err := r.opts.Broker.Submit(ctx, o.Spec.Wire(id), broker.WithTeamKey(key)); err != nil {
 		return err
@@ -299,15 +299,11 @@ func jobObject(u *unstructured.Unstructured) (JobObject, error) {
 		Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration(),
 		Deleting: u.GetDeletionTimestamp() != nil, Finalized: slices.Contains(u.GetFinalizers(), Finalizer),
 	}
-	if m, ok := u.Object["spec"].(map[string]any); ok {
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &o.Spec); err != nil {
-			return o, fmt.Errorf("decoding spec: %w", err)
-		}
+	if err := decodeInto(u, "spec", &o.Spec); err != nil {
+		return o, err
 	}
-	if m, ok := u.Object["status"].(map[string]any); ok {
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &o.Status); err != nil {
-			return o, fmt.Errorf("decoding status: %w", err)
-		}
+	if err := decodeInto(u, "status", &o.Status); err != nil {
+		return o, err
 	}
 	return o, nil
 }

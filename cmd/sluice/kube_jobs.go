@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-project/sluice/internal/natsperm"
 	"github.com/sluice-project/sluice/jobspec"
 	"github.com/sluice-project/sluice/kubejobs"
+	"github.com/sluice-project/sluice/planner"
 )
 
 // kubeJobsKeyFileEnv names the file of the key the team keys are derived
@@ -46,8 +47,8 @@ func runKubeJobs(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		connFlags  = connect.Register(fs, connect.PartAll)
 	)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: sluice kube-jobs [flags]\n\nReconciles SluiceJob objects (deploy/knative/kube-jobs) into the job store: submits each\n"+
-			"applied one, keeps its status current, cancels and removes its job when it is deleted.\n"+
+		fmt.Fprintf(stderr, "Usage: sluice kube-jobs [flags]\n\nReconciles SluiceJob and SluiceSweep objects (deploy/knative/kube-jobs) into the job store:\n"+
+			"submits each applied one, keeps its status current, cancels and removes its job when it is deleted.\n"+
 			"It connects to NATS as sluice-admin (deleting a job purges what its agents wrote) and lists\n"+
 			"datasets in S3. One replica reconciles at a time (a Lease). See docs/kubernetes-resources.md.\n\n")
 		fs.PrintDefaults()
@@ -100,8 +101,14 @@ func runKubeJobs(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("s3 client: %w", err)
 	}
 	b := broker.New(js, s3c, conn.Streams(), logger.With("component", "broker")).WithSpecCheck(jobspec.Check)
-	rec, err := kubejobs.New(kubejobs.Options{Dynamic: dyn, Core: core, Broker: b, Key: key, Namespace: *namespace, Poll: *poll},
-		logger, ops.Registry)
+	// A sweep's jobs are pre-warmed from the learned per-replica rates,
+	// as `sluice sweep submit` does.
+	store, err := planner.Open(ctx, js)
+	if err != nil {
+		return fmt.Errorf("reading learned rates: %w", err)
+	}
+	rec, err := kubejobs.New(kubejobs.Options{Dynamic: dyn, Core: core, Broker: b, Key: key, Namespace: *namespace, Poll: *poll,
+		Planner: planner.ByRate{PerReplica: store.PerReplica}}, logger, ops.Registry)
 	if err != nil {
 		return err
 	}
