@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,6 +62,7 @@ func startAPIServer(t *testing.T) *k8senv.Env {
 		t.Fatal(err)
 	}
 	env.Kubectl(t, "apply", "-n", "sluice", "-f", file)
+	env.Kubectl(t, "apply", "-f", filepath.Join(component, "admission.yaml"))
 	return env
 }
 
@@ -255,6 +257,50 @@ func TestIntegrationSluiceJobRoles(t *testing.T) {
 			t.Errorf("%s: %v, want Forbidden", c.what, c.err)
 		}
 	}
+	// The reconciler may create Secrets, and by its admission policy
+	// only a team key Secret owned by its object.
+	reconciler := func() kubernetes.Interface {
+		cfg := rest.CopyConfig(env.Admin())
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:sluice:sluice-kube-jobs",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:sluice", "system:authenticated"}}
+		return kubernetes.NewForConfigOrDie(cfg)
+	}()
+	owner := []metav1.OwnerReference{{APIVersion: "sluice.dev/v1alpha1", Kind: "SluiceJob", Name: "j", UID: "u"}}
+	secret := func(name string, typ corev1.SecretType, owners []metav1.OwnerReference) error {
+		_, err := reconciler.CoreV1().Secrets("team-a").Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: owners,
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Type: typ,
+			Data: map[string][]byte{"teamkey": []byte("k")}}, dryRun)
+		return err
+	}
+	// The policy takes effect once the API server has compiled it.
+	testenv.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		if err := secret("other", corev1.SecretTypeOpaque, nil); !apierrors.IsForbidden(err) {
+			return fmt.Errorf("the reconciler creating a Secret of another name: %v, want Forbidden", err)
+		}
+		return nil
+	})
+	if err := secret("j-teamkey", corev1.SecretTypeOpaque, owner); err != nil {
+		t.Errorf("the reconciler creating a team key Secret: %v", err)
+	}
+	for _, c := range []struct {
+		what  string
+		name  string
+		typ   corev1.SecretType
+		owner []metav1.OwnerReference
+	}{
+		{"without an owner", "j-teamkey", corev1.SecretTypeOpaque, nil},
+		{"of another object's name", "k-teamkey", corev1.SecretTypeOpaque, owner},
+		{"a service account token", "j-teamkey", corev1.SecretTypeServiceAccountToken, owner},
+	} {
+		if err := secret(c.name, c.typ, c.owner); !apierrors.IsForbidden(err) {
+			t.Errorf("the reconciler creating a Secret %s: %v, want Forbidden", c.what, err)
+		}
+	}
+	if _, err := reconciler.CoreV1().Secrets("team-a").Get(ctx, "j-teamkey", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the reconciler reading a Secret: %v, want Forbidden", err)
+	}
+
 	// A submitter may not write a status: only the reconciler does.
 	obj, err := as("alice").Resource(kubejobs.JobsResource).Namespace("team-a").Create(ctx, sluiceJob("team-a", "mine", validSpec()), metav1.CreateOptions{})
 	if err != nil {
