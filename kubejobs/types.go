@@ -183,8 +183,8 @@ const IDSeparator = "_"
 func ObjectID(namespace, name string, max int) (string, error) {
 	id := namespace + IDSeparator + name
 	if err := wire.ValidateJobID(id); err != nil || len(id) > max {
-		return "", fmt.Errorf("the id %s<namespace>%s<name> would be %q, %d characters: want at most %d of [A-Za-z0-9_-]; use a shorter name",
-			"", IDSeparator, id, len(id), max)
+		return "", fmt.Errorf("its id <namespace>%s<name> would be %q, %d characters: want at most %d of [A-Za-z0-9_-]; use a shorter name",
+			IDSeparator, id, len(id), max)
 	}
 	return id, nil
 }
