@@ -389,7 +389,7 @@ func TestIntegrationSluiceJobReconciled(t *testing.T) {
 	}
 	key := []byte(strings.Repeat("k", kubejobs.MinKeyBytes))
 	logger, logs := logbuf.Logger(slog.LevelDebug)
-	rec, err := kubejobs.New(kubejobs.Options{Dynamic: dyn, Core: core, Broker: b, Key: key, Poll: 300 * time.Millisecond}, logger, prometheus.NewRegistry())
+	rec, err := kubejobs.New(kubejobs.Options{Dynamic: dyn, Core: core, Broker: b, Key: key}, logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,17 +450,29 @@ spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs:
 	if first.JobID != "team-a_train" || first.TasksTotal != 8 || first.TeamKeySecret != "train-teamkey" {
 		t.Errorf("status %+v, want job team-a_train, 8 tasks, Secret train-teamkey", first)
 	}
-	// The status follows the controller's: its time moves on while it runs.
-	testenv.CheckFor(t, 10*time.Second, 200*time.Millisecond, func() error {
+	// The status follows the controller's: its time moves on while it
+	// runs, each DefaultPoll (read every 200 ms for 10 s; logged, not
+	// asserted: test/e2e holds the 5 s target on the real cluster).
+	var changes []time.Time
+	last := first.Updated
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		st, err := status("train")
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if st.Updated == first.Updated {
-			return fmt.Errorf("status still updated %s", st.Updated)
+		if st.Updated != last {
+			last = st.Updated
+			changes = append(changes, time.Now())
 		}
-		return nil
-	})
+	}
+	if len(changes) == 0 {
+		t.Fatalf("status still updated %s after 10 s of a running job", first.Updated)
+	}
+	var gap time.Duration
+	for i := 1; i < len(changes); i++ {
+		gap = max(gap, changes[i].Sub(changes[i-1]))
+	}
+	t.Logf("status of a running job over 10 s: %d changes, the longest gap %v", len(changes), gap.Round(100*time.Millisecond))
 	out := env.Kubectl(t, "get", "sluicejobs", "-n", "team-a")
 	t.Logf("kubectl get sluicejobs -n team-a:\n%s", out)
 	for _, want := range []string{"STATE", "EPOCHS DONE", "SAMPLES/S", "STALL", "REPLICAS", "AGE", "Running"} {
