@@ -51,7 +51,7 @@ func (s JobSpec) PipelineOf(i int) string {
 func (s JobSpec) sourceProblems(add func(field, format string, args ...any)) {
 	if len(s.Sources) == 0 {
 		if u, err := url.Parse(s.Dataset); err != nil || u.Scheme != "s3" || u.Host == "" {
-			add("dataset", "%q: want an s3://bucket/prefix/ URL (or sources to mix)", s.Dataset)
+			add("dataset", "%q: want an s3://bucket/prefix/ URL", s.Dataset)
 		}
 		if s.EpochShards != 0 {
 			add("epoch_shards", "%d: only for a job with sources", s.EpochShards)
