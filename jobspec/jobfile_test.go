@@ -299,3 +299,23 @@ epochs: 1
 		}
 	}
 }
+
+func TestParseSweepSources(t *testing.T) {
+	s, err := ParseSweep([]byte(`id: sw
+sources:
+  - {dataset: s3://d/a/, weight: 3}
+  - {dataset: s3://d/b/, weight: 1, pipeline: imagenet-eval}
+pipeline: imagenet-train
+batch_size: 8
+epochs: 1
+count: 2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := s.Jobs()
+	want := []wire.SourceSpec{{Dataset: "s3://d/a/", Weight: 3}, {Dataset: "s3://d/b/", Weight: 1, Pipeline: "imagenet-eval"}}
+	if len(jobs) != 1 || !cmp.Equal(jobs[0].Sources, want) || len(jobs[0].Readers) != 2 {
+		t.Errorf("jobs %+v: want one job of the mixture, read by both trials", jobs)
+	}
+}
