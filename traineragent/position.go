@@ -151,6 +151,13 @@ func (a *assembler) restore(p position) error {
 		st.owed = owed
 		st.nComplete = complete.countBelow(a.shards)
 		st.arrived = st.nComplete
+		if a.mix != nil {
+			for s := range a.shards {
+				if complete.has(s) {
+					st.srcArrived[a.mix.sourceOf(s)]++
+				}
+			}
+		}
 		for s, sp := range ep.Shards {
 			if s < 0 || s >= a.shards || complete.has(s) {
 				return fmt.Errorf("position: epoch %d: shard %d: out of range or also complete", e, s)
@@ -199,6 +206,7 @@ func (a *assembler) restore(p position) error {
 			if sh.arrivedEvery() {
 				sh.arrivedAll = true
 				st.arrived++
+				a.sourceArrived(e, st, s, nil) // nothing is staged yet
 			}
 			a.checkShard(e, s)
 		}

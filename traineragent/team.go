@@ -516,7 +516,7 @@ func (t *teamState) wants(st *readerState, h string) bool {
 		}
 	}
 	for _, ep := range st.asm.open {
-		held += len(ep.pending[h])
+		held += ep.pendingOf(h)
 	}
 	if held < st.prefetch()*n/max(st.ranks.world, 1) {
 		return true
