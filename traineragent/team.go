@@ -446,6 +446,12 @@ func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 	for i, it := range items {
 		p.Keys[i] = it.b.Keys[it.i]
 		allHeld = allHeld && it.c.holder == ""
+		if it.b.Sources != nil {
+			if p.Sources == nil {
+				p.Sources = make([]int, len(items))
+			}
+			p.Sources[i] = it.b.Sources[it.i]
+		}
 	}
 	if !local || !allHeld {
 		p.Spans = spansOf(rowsFrom(items), local)
