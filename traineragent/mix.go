@@ -15,8 +15,9 @@ import (
 // and each slot of the stream takes the next row of the source
 // wire.MixNext names. When that source has no row waiting but more of it
 // is to come in the epoch, the stream waits for it (the ranks are then
-// starved, and the agent takes tasks past its buffer: buffer.go); once
-// every shard of a source has arrived, its share goes to the others. The
+// starved, and the agent takes tasks past its buffer: buffer.go), unless
+// the chunks held fill the job's output buffer (mixFull); once every
+// shard of a source has arrived, its share goes to the others. The
 // broker queues the sources' tasks interleaved by weight
 // (broker.MixedOrder), so a source's rows are seldom waited for long.
 //
@@ -30,13 +31,17 @@ type mixer struct {
 	weights []float64
 	slots   []int   // per source, its shards in an epoch
 	source  []int32 // per shard, its source
+	// holdBytes is the job's output buffer: the chunks held past which
+	// no source is waited for.
+	holdBytes int64
 }
 
 func newMixer(job wire.Job) *mixer {
 	if len(job.Sources) == 0 {
 		return nil
 	}
-	m := &mixer{seed: job.Spec.Seed, weights: job.SourceWeights(), slots: make([]int, len(job.Sources)), source: make([]int32, len(job.Shards))}
+	m := &mixer{seed: job.Spec.Seed, weights: job.SourceWeights(), slots: make([]int, len(job.Sources)), source: make([]int32, len(job.Shards)),
+		holdBytes: job.Spec.OutputBufferBytes}
 	for i, s := range job.Sources {
 		m.slots[i] = s.Slots
 		for k := s.First; k < s.First+s.Slots && k < len(m.source); k++ {
@@ -90,6 +95,14 @@ func (a *assembler) release(e int, ep *epochState, holder string, out *outcome) 
 			open[i] = len(q.bySource[i]) > 0 || ep.srcArrived[i] < a.mix.slots[i]
 		}
 		i := wire.MixNext(a.mix.seed, a.mix.weights, q.drawn, open)
+		if i >= 0 && len(q.bySource[i]) == 0 && a.mixFull(q) {
+			// Past the buffer the mixture bends rather than the memory:
+			// the source furthest behind of those with rows.
+			for k := range open {
+				open[k] = len(q.bySource[k]) > 0
+			}
+			i = wire.MixNext(a.mix.seed, a.mix.weights, q.drawn, open)
+		}
 		if i < 0 || len(q.bySource[i]) == 0 {
 			break // wait for source i's rows
 		}
@@ -105,6 +118,19 @@ func (a *assembler) release(e int, ep *epochState, holder string, out *outcome) 
 		}
 	}
 	ep.pending[holder] = pending
+}
+
+// maxStagedRows bounds the rows one holder's stream may hold back for a
+// source not there yet (a member's rows count no bytes here).
+const maxStagedRows = 1 << 16
+
+// mixFull reports whether waiting for a source would hold more than the
+// job's output buffer (or maxStagedRows rows of one holder): a source
+// whose shards hold far fewer samples than its weight asks for would
+// otherwise have the agent hold the others' rows without bound (its
+// ranks starved, it takes tasks past the buffer: buffer.go).
+func (a *assembler) mixFull(q *mixQueue) bool {
+	return q.n >= maxStagedRows || a.mix.holdBytes > 0 && a.heldBytes >= a.mix.holdBytes
 }
 
 // releaseAll releases every holder's staged rows of epoch e (a source's

@@ -153,3 +153,29 @@ func fmtSources(s []int) string {
 	}
 	return b.String()
 }
+
+// Past the job's output buffer the stream does not wait for a source that
+// is not there: the rows held go on, out of proportion, rather than the
+// agent holding more.
+func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
+	l := layout{{20}, {20}, {4}}
+	for _, tc := range []struct {
+		buffer int64
+		want   int
+	}{{0, 0}, {1, 16}} { // no bound: all 20 rows wait; 1 byte: 2 batches of 8 go on
+		job := testMixedJob("mixfull", 1, 8, l, 2, 1, 1)
+		job.Spec.OutputBufferBytes = tc.buffer
+		a := newAssembler(job)
+		out, err := applyMsg(a, outputs(t, job, l)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for _, b := range out.batches {
+			got += len(b.Keys)
+		}
+		if got != tc.want {
+			t.Errorf("buffer %d: %d rows batched before source 1 came, want %d", tc.buffer, got, tc.want)
+		}
+	}
+}
