@@ -17,6 +17,7 @@
 // stepper.go and ranks.go (steps per rank), store.go, posstore.go
 // and recorded.go (the position: loading, writing, what it has
 // complete), resume.go and replayset.go (resume), lag.go (shedding),
+// mix.go (the order of a mixed job's rows: docs/mixing.md),
 // team.go, teamplan.go, teamserve.go, member.go and cut.go (a reader's
 // team of agents, one per node).
 //
