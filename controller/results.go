@@ -34,7 +34,7 @@ type jobResults struct {
 	order   []failedEntry
 	donePer map[int]int
 	// A mixed job's shards' sources, and per source the tasks done and
-	// their samples.
+	// their samples (nil for a job of one dataset).
 	source        func(shard int) int
 	donePerSource map[int]int
 	samplesPerSrc map[int]int64
@@ -76,12 +76,15 @@ type resultCounts struct {
 }
 
 func newJobResults(job wire.Job) *jobResults {
-	return &jobResults{
+	j := &jobResults{
 		job: job.Spec.ID, epochs: job.Spec.Epochs, shards: job.Shards,
 		done: map[taskKey]bool{}, failed: map[taskKey]wire.FailedSample{},
 		replayFailed: map[taskKey]wire.FailedSample{}, donePer: map[int]int{},
-		source: job.SourceOf, donePerSource: map[int]int{}, samplesPerSrc: map[int]int64{},
 	}
+	if len(job.Sources) > 0 {
+		j.source, j.donePerSource, j.samplesPerSrc = job.SourceOf, map[int]int{}, map[int]int64{}
+	}
+	return j
 }
 
 // resultKind is what one result changed, for the job's metrics.
@@ -144,9 +147,11 @@ func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	delete(j.failed, k)
 	j.done[k] = true
 	j.donePer[e.Epoch]++
-	src := j.source(e.Shard)
-	j.donePerSource[src]++
-	j.samplesPerSrc[src] = sat.Add64(j.samplesPerSrc[src], int64(e.Samples))
+	if j.source != nil {
+		src := j.source(e.Shard)
+		j.donePerSource[src]++
+		j.samplesPerSrc[src] = sat.Add64(j.samplesPerSrc[src], int64(e.Samples))
+	}
 	j.counts.Samples = sat.Add64(j.counts.Samples, int64(e.Samples))
 	j.counts.SampleFailures = sat.Add64(j.counts.SampleFailures, int64(e.FailedCount()))
 	if j.firstFailed == nil && len(e.Failed) > 0 {
