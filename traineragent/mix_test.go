@@ -179,3 +179,26 @@ func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
 		}
 	}
 }
+
+// A restored position's complete shards count as arrived for their
+// source: a source done before a restart is not waited for after it.
+func TestAssemblerMixRestoredSourceDone(t *testing.T) {
+	l := layout{{20}, {20}, {4}}
+	job := testMixedJob("mixrestore", 1, 8, l, 2, 1, 1)
+	a := newAssembler(job)
+	if err := a.restore(position{Version: positionVersion, Epochs: map[int]epochPosition{0: {Complete: "2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	a.start()
+	out, err := applyMsg(a, outputs(t, job, l)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for _, b := range out.batches {
+		got += len(b.Keys)
+	}
+	if got != 16 {
+		t.Errorf("%d rows batched, want 16: source 1 was complete before the restart", got)
+	}
+}
