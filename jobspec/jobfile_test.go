@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -317,5 +318,25 @@ count: 2
 	want := []wire.SourceSpec{{Dataset: "s3://d/a/", Weight: 3}, {Dataset: "s3://d/b/", Weight: 1, Pipeline: "imagenet-eval"}}
 	if len(jobs) != 1 || !cmp.Equal(jobs[0].Sources, want) || len(jobs[0].Readers) != 2 {
 		t.Errorf("jobs %+v: want one job of the mixture, read by both trials", jobs)
+	}
+}
+
+// The job file docs/mixing.md shows is a valid spec.
+func TestMixingDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/mixing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/mixing.md has no yaml block")
+	}
+	spec, err := Parse([]byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(spec.WithDefaults()); err != nil || len(spec.Sources) != 2 {
+		t.Errorf("docs/mixing.md's spec: %d sources, %v", len(spec.Sources), err)
 	}
 }
