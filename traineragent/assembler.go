@@ -105,6 +105,9 @@ type epochState struct {
 	// received).
 	staged     map[string]*mixQueue
 	srcArrived []int
+	// handedBySrc are the rows of each source handed out, recorded in the
+	// position: a stream formed after a restore goes on from them.
+	handedBySrc []int
 }
 
 // assembler turns a reader's chunks into batches and keeps its position:
@@ -207,7 +210,7 @@ func (a *assembler) epoch(e int) *epochState {
 	if ep == nil {
 		ep = &epochState{shards: map[int]*shardState{}, pending: map[string][]sample{}}
 		if a.mix != nil {
-			ep.staged, ep.srcArrived = map[string]*mixQueue{}, make([]int, len(a.mix.slots))
+			ep.staged, ep.srcArrived, ep.handedBySrc = map[string]*mixQueue{}, make([]int, len(a.mix.slots)), make([]int, len(a.mix.slots))
 		}
 		a.open[e] = ep
 	}
@@ -601,6 +604,9 @@ func (a *assembler) handOut(b readyBatch) []int {
 		sh := ep.shards[h.ref.Shard]
 		for i := range f.n {
 			sh.handed.add(h.first + f.lo + i)
+		}
+		if a.mix != nil {
+			ep.handedBySrc[a.mix.sourceOf(h.ref.Shard)] += f.n
 		}
 		if h.handed < h.take {
 			continue

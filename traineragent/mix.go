@@ -73,6 +73,11 @@ func (a *assembler) stage(ep *epochState, holder string, s int, fresh []sample) 
 	if q == nil {
 		n := len(a.mix.slots)
 		q = &mixQueue{bySource: make([][]sample, n), drawn: make([]int, n)}
+		if holder == "" {
+			// After a restore, this agent's stream goes on from what was
+			// handed out (a lone agent's is exactly its stream so far).
+			q.drawn = wire.MixResume(a.mix.weights, ep.handedBySrc)
+		}
 		ep.staged[holder] = q
 	}
 	src := a.mix.sourceOf(s)

@@ -202,3 +202,47 @@ func TestAssemblerMixRestoredSourceDone(t *testing.T) {
 		t.Errorf("%d rows batched, want 16: source 1 was complete before the restart", got)
 	}
 }
+
+// A mixed stream restored from a position goes on with the schedule where
+// the rows handed out left it (the position records them per source): at
+// 0.85:0.15 in batches of 10, where a schedule started afresh after 10,
+// 30, 50, ... rows would put 56 or 52 of the first source in a window
+// across the restart, every window of 64 holds 54 or 55 whatever step the
+// reader stopped after.
+func TestAssemblerMixResumesTheSchedule(t *testing.T) {
+	var l layout
+	for range 20 {
+		l = append(l, []int{20}) // 17 shards of source 0, 3 of source 1
+	}
+	job := testMixedJob("mixresume", 1, 10, l, 17, 0.85, 0.15)
+	msgs := outputs(t, job, l)
+	for k := 1; k < 30; k++ {
+		a := newAssembler(job)
+		var ready []readyBatch
+		for _, m := range msgs {
+			out, err := applyMsg(a, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ready = append(ready, out.batches...)
+		}
+		var stream []int
+		for _, b := range ready[:k] {
+			a.handOut(b)
+			stream = append(stream, b.Sources...)
+		}
+		b := newAssembler(job)
+		if err := b.restore(a.snapshot()); err != nil {
+			t.Fatal(err)
+		}
+		b.start()
+		rest, _, _, _ := feed(t, b, msgs)
+		for _, batch := range rest {
+			stream = append(stream, batch.Sources...)
+		}
+		if len(stream) != 400 {
+			t.Fatalf("stopped after %d batches: %d rows in all, want 400", k, len(stream))
+		}
+		checkWindows(t, 0, stream, 0.85)
+	}
+}

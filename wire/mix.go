@@ -172,6 +172,28 @@ func MixNext(seed uint64, weights []float64, drawn []int, open []bool) int {
 	return best
 }
 
+// MixResume is where a stream's schedule starts again from counts, the
+// slots each source filled before (a resume's position records them):
+// the counts themselves if they are a state MixNext could have reached,
+// each within a slot of its share, so that the schedule goes on as if
+// never stopped; else none (it starts afresh), since catching up with a
+// share more than a slot off would draw one source several times in a
+// row.
+func MixResume(weights []float64, counts []int) []int {
+	var total float64
+	n := 0
+	for i, w := range weights {
+		total += w
+		n += counts[i]
+	}
+	for i, w := range weights {
+		if d := float64(counts[i]) - w*float64(n)/total; d <= -1 || d >= 1 {
+			return make([]int, len(weights))
+		}
+	}
+	return append([]int(nil), counts...)
+}
+
 // splitmix is SplitMix64's finaliser: a fixed mixing of x.
 func splitmix(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15

@@ -201,3 +201,31 @@ func TestMixNextRestartKeepsWindows(t *testing.T) {
 		}
 	}
 }
+
+func TestMixResumeValues(t *testing.T) {
+	for _, tc := range []struct {
+		weights []float64
+		counts  []int
+		want    []int
+	}{
+		{[]float64{3, 1}, []int{0, 0}, []int{0, 0}},
+		{[]float64{3, 1}, []int{7, 2}, []int{7, 2}},   // 6.75, 2.25: a state of the schedule
+		{[]float64{3, 1}, []int{9, 1}, []int{0, 0}},   // 7.5: 1.5 off, afresh
+		{[]float64{9, 1}, []int{14, 1}, []int{14, 1}}, // 13.5, 1.5
+		{[]float64{1, 1, 1}, []int{4, 2, 3}, []int{0, 0, 0}},
+	} {
+		if got := MixResume(tc.weights, tc.counts); !equalInts(got, tc.want) {
+			t.Errorf("MixResume(%v, %v) = %v, want %v", tc.weights, tc.counts, got, tc.want)
+		}
+	}
+	// Any count the schedule reaches goes on unchanged.
+	weights := []float64{0.7, 0.2, 0.1}
+	got := schedule(1, weights, 500)
+	drawn := make([]int, 3)
+	for k, s := range got {
+		if r := MixResume(weights, drawn); !equalInts(r, drawn) {
+			t.Fatalf("after %d slots: MixResume(%v) = %v, want them unchanged", k, drawn, r)
+		}
+		drawn[s]++
+	}
+}
