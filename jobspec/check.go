@@ -96,6 +96,18 @@ func specProblems(spec wire.JobSpec) []Problem {
 			ps = append(ps, packProblems(spec)...)
 		}
 	}
+	for i, src := range spec.Sources {
+		if strings.TrimSpace(src.Pipeline) == "" {
+			continue
+		}
+		for _, p := range pipelineProblems(src.Pipeline) {
+			msg := p.Msg
+			if p.Line > 0 {
+				msg = fmt.Sprintf("line %d of its document: %s", p.Line, p.Msg)
+			}
+			ps = append(ps, Problem{Field: fmt.Sprintf("sources[%d].pipeline", i), Message: msg})
+		}
+	}
 	return ps
 }
 
