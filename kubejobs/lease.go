@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluice-project/sluice/internal/kubeconfig"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -70,25 +70,8 @@ func RunElected(ctx context.Context, client kubernetes.Interface, namespace, nam
 	return ErrLostLease
 }
 
-// RESTConfig finds the Kubernetes API as kubectl does: the kubeconfig
-// file when one is named, else $KUBECONFIG or ~/.kube/config, else the
-// pod's own ServiceAccount. It also returns that configuration's
-// namespace (in a pod its own; "default" when none).
-func RESTConfig(kubeconfig string) (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("finding the kubernetes API: %w", err)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil || ns == "" {
-		ns = "default"
-	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = "sluice-kube-jobs"
-	return cfg, ns, nil
+// RESTConfig finds the Kubernetes API as kubectl does (kubeconfig.Load)
+// and that configuration's namespace.
+func RESTConfig(kubeconfigPath string) (*rest.Config, string, error) {
+	return kubeconfig.Load(kubeconfigPath, "sluice-kube-jobs")
 }

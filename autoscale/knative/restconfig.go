@@ -3,30 +3,19 @@ package knative
 import (
 	"fmt"
 
+	"github.com/sluice-project/sluice/internal/kubeconfig"
+
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 	servingv1client "knative.dev/serving/pkg/client/clientset/versioned/typed/serving/v1"
 )
 
 // Client builds the Knative Serving client the way kubectl and kn find a
-// cluster: the kubeconfig file when one is named, else $KUBECONFIG or
-// ~/.kube/config, else the pod's own ServiceAccount (in-cluster). It also
-// returns the namespace that configuration names: the kubeconfig
-// context's, in a pod its own ("default" when none).
-func Client(kubeconfig string) (servingv1client.ServingV1Interface, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	cfg, err := cc.ClientConfig()
+// cluster (kubeconfig.Load), with the namespace that configuration names.
+func Client(kubeconfigPath string) (servingv1client.ServingV1Interface, string, error) {
+	cfg, ns, err := kubeconfig.Load(kubeconfigPath, "sluice-controller")
 	if err != nil {
-		return nil, "", fmt.Errorf("finding the kubernetes API: %w", err)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil || ns == "" {
-		ns = "default"
+		return nil, "", err
 	}
 	c, err := NewClient(cfg)
 	return c, ns, err
