@@ -17,16 +17,7 @@ func ShardOrder(seed uint64, epoch int, n int) []int {
 		return []int{}
 	}
 	// The odd constant keeps (seed, epoch) and (epoch, seed) from colliding.
-	src := rand.NewPCG(seed, uint64(epoch)*0x9e3779b97f4a7c15+0x5eed)
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	for i := n - 1; i > 0; i-- {
-		j := int(boundedDraw(src, uint64(i+1)))
-		order[i], order[j] = order[j], order[i]
-	}
-	return order
+	return permute(rand.NewPCG(seed, uint64(epoch)*0x9e3779b97f4a7c15+0x5eed), n)
 }
 
 // boundedDraw returns a uniform value in [0, n) (Lemire's multiply-shift
