@@ -480,4 +480,3 @@ func readFull(r io.ReaderAt, p []byte, off int64) (int, error) {
 	}
 	return n, err
 }
-
