@@ -87,6 +87,8 @@ type Reader struct {
 	inGroup int64 // rows of it read so far
 	curs    []*cursor
 	done    bool
+	// pending is the next row group being read ahead, if one is.
+	pending chan fetched
 }
 
 // Open reads the footer of the file r holds (size bytes, named name: its
@@ -147,7 +149,7 @@ func (t *tailReader) ReadAt(p []byte, off int64) (int, error) {
 
 // footerProbe is the tail read at first: most footers fit, taking one
 // request.
-const footerProbe = 64 << 10
+const footerProbe = 16 << 10
 
 // readFooter reads the file's footer (length and magic last) and checks
 // it before the library decodes it.
@@ -311,8 +313,94 @@ func (r *Reader) failGroup(c column, err error) error {
 	return e
 }
 
-// openGroup reads the next row group's chunks of the mapped columns. A
-// group that cannot be read is skipped with its error.
+// span is one column chunk's place in the file.
+type span struct{ off, n int64 }
+
+// plan says where the mapped columns' chunks of row group g are, checking
+// them against the file and the limits; a problem is said as a reason.
+func (r *Reader) plan(g int) ([]span, string) {
+	rg := &r.file.Metadata().RowGroups[g]
+	chunks := r.file.RowGroups()[g].ColumnChunks()
+	var total int64
+	spans := make([]span, len(r.cols))
+	for i, c := range r.cols {
+		idx := c.leaf.Index()
+		if idx < 0 || idx >= len(rg.Columns) || idx >= len(chunks) {
+			return nil, fmt.Sprintf("column %s: no chunk", c.path)
+		}
+		md := &rg.Columns[idx].MetaData
+		if rg.Columns[idx].FilePath != "" {
+			return nil, fmt.Sprintf("column %s: stored in another file (%q): not supported", c.path, rg.Columns[idx].FilePath)
+		}
+		start := md.DataPageOffset
+		if md.DictionaryPageOffset != 0 {
+			start = md.DictionaryPageOffset
+		}
+		n := md.TotalCompressedSize
+		switch {
+		case n <= 0 || n > r.limits.MaxRowGroupBytes:
+			return nil, fmt.Sprintf("column %s: chunk of %d bytes, over the %d-byte row group limit", c.path, n, r.limits.MaxRowGroupBytes)
+		case start < 4 || start > r.size-12 || n > r.size-12-start:
+			return nil, fmt.Sprintf("column %s: chunk at %d+%d outside the file's %d bytes", c.path, start, n, r.size)
+		}
+		total += n
+		if total > r.limits.MaxRowGroupBytes {
+			return nil, fmt.Sprintf("the read columns' chunks add up to %d bytes or more, over the %d-byte row group limit", total, r.limits.MaxRowGroupBytes)
+		}
+		spans[i] = span{start, n}
+	}
+	return spans, ""
+}
+
+// fetched is a row group's chunks as read, or why they could not be.
+type fetched struct {
+	g      int
+	data   [][]byte
+	reason string // a problem of the file (plan's)
+	err    error  // the io.ReaderAt's
+}
+
+// fetch reads row group g's chunks of the mapped columns, one ReadAt each.
+func (r *Reader) fetch(g int) fetched {
+	f := fetched{g: g}
+	if r.file.Metadata().RowGroups[g].NumRows == 0 {
+		return f
+	}
+	spans, reason := r.plan(g)
+	if reason != "" {
+		f.reason = reason
+		return f
+	}
+	f.data = make([][]byte, len(spans))
+	for i, sp := range spans {
+		f.data[i] = make([]byte, sp.n)
+		if _, err := readFull(r.r, f.data[i], sp.off); err != nil {
+			f.err = fmt.Errorf("reading row group %d, column %s of %s: %w", g, r.cols[i].path, r.name, err)
+			f.data = nil
+			return f
+		}
+	}
+	return f
+}
+
+// prefetch starts reading row group g in the background, so that its
+// chunks arrive while the group before is processed (a reader holds two
+// row groups' chunks at most).
+func (r *Reader) prefetch(g int) {
+	if g >= len(r.file.Metadata().RowGroups) {
+		return
+	}
+	if rows := r.file.Metadata().RowGroups[g].NumRows; rows < 0 || rows > r.limits.MaxRowGroupRows {
+		return // openGroup refuses it unread
+	}
+	ch := make(chan fetched, 1)
+	r.pending = ch
+	go func() { ch <- r.fetch(g) }()
+}
+
+// openGroup opens the next row group: its chunks of the mapped columns
+// (fetched ahead, or read now), each checked and then given to the
+// decoder. A group that cannot be read is skipped with its error.
 func (r *Reader) openGroup() error {
 	g := r.group
 	r.group++
@@ -326,66 +414,48 @@ func (r *Reader) openGroup() error {
 		return r.corrupt(key, "row group %d has %d rows, over the %d-row limit: the rest of the file is not read",
 			g, rows, r.limits.MaxRowGroupRows)
 	}
+	var f fetched
+	if r.pending != nil {
+		f = <-r.pending
+		r.pending = nil
+	} else {
+		f = r.fetch(g)
+	}
+	if f.err != nil {
+		return f.err
+	}
+	r.prefetch(g + 1)
 	skip := func(format string, args ...any) error {
 		e := r.corrupt(key, "row group %d: %s (rows %d..%d not read)", g, fmt.Sprintf(format, args...), r.row, r.row+rows-1)
 		r.row += rows
 		return e
 	}
+	if f.reason != "" {
+		return skip("%s", f.reason)
+	}
 	if rows == 0 {
 		return nil
 	}
+	spans, _ := r.plan(g)
 	chunks := r.file.RowGroups()[g].ColumnChunks()
-	var total int64
-	spans := make([][2]int64, len(r.cols))
-	for i, c := range r.cols {
-		idx := c.leaf.Index()
-		if idx < 0 || idx >= len(rg.Columns) || idx >= len(chunks) {
-			return skip("column %s: no chunk", c.path)
-		}
-		md := &rg.Columns[idx].MetaData
-		if rg.Columns[idx].FilePath != "" {
-			return skip("column %s: stored in another file (%q): not supported", c.path, rg.Columns[idx].FilePath)
-		}
-		start := md.DataPageOffset
-		if md.DictionaryPageOffset != 0 {
-			start = md.DictionaryPageOffset
-		}
-		n := md.TotalCompressedSize
-		switch {
-		case n <= 0 || n > r.limits.MaxRowGroupBytes:
-			return skip("column %s: chunk of %d bytes, over the %d-byte row group limit", c.path, n, r.limits.MaxRowGroupBytes)
-		case start < 4 || start > r.size-12 || n > r.size-12-start:
-			return skip("column %s: chunk at %d+%d outside the file's %d bytes", c.path, start, n, r.size)
-		}
-		total += n
-		if total > r.limits.MaxRowGroupBytes {
-			return skip("the read columns' chunks add up to %d bytes or more, over the %d-byte row group limit", total, r.limits.MaxRowGroupBytes)
-		}
-		spans[i] = [2]int64{start, n}
-	}
 	r.curs = make([]*cursor, len(r.cols))
 	for i, c := range r.cols {
-		data := make([]byte, spans[i][1])
-		if _, err := readFull(r.r, data, spans[i][0]); err != nil {
-			r.curs = nil
-			return fmt.Errorf("reading row group %d, column %s of %s: %w", g, c.path, r.name, err)
-		}
-		md := &rg.Columns[c.leaf.Index()].MetaData
-		if err := r.check.chunk(data, md.Codec, rows); err != nil {
-			r.curs = nil
+		data := f.data[i]
+		if err := r.check.chunk(data, rg.Columns[c.leaf.Index()].MetaData.Codec, rows); err != nil {
+			r.closeCursors()
 			return skip("column %s: %v", c.path, err)
 		}
 		fc, ok := chunks[c.leaf.Index()].(*pq.FileColumnChunk)
 		if !ok {
-			r.curs = nil
+			r.closeCursors()
 			return skip("column %s: not a file column chunk", c.path)
 		}
 		var pages *pq.FilePages
 		if err := safely(func() error {
-			pages = fc.PagesFrom(&tailReader{off: spans[i][0], data: data})
+			pages = fc.PagesFrom(&tailReader{off: spans[i].off, data: data})
 			return nil
 		}); err != nil {
-			r.curs = nil
+			r.closeCursors()
 			return skip("column %s: %v", c.path, err)
 		}
 		r.curs[i] = &cursor{pages: pages, buf: make([]pq.Value, 64)}
@@ -395,17 +465,28 @@ func (r *Reader) openGroup() error {
 }
 
 func (r *Reader) closeGroup() {
-	for _, c := range r.curs {
-		c.close()
-	}
-	r.curs = nil
+	r.closeCursors()
 	r.rows, r.inGroup = 0, 0
 }
 
-// Close releases the pages held.
+func (r *Reader) closeCursors() {
+	for _, c := range r.curs {
+		if c != nil {
+			c.close()
+		}
+	}
+	r.curs = nil
+}
+
+// Close releases the pages held, and waits for a read ahead to end (the
+// io.ReaderAt's context ending ends it early).
 func (r *Reader) Close() {
 	r.closeGroup()
 	r.check.close()
+	if r.pending != nil {
+		<-r.pending
+		r.pending = nil
+	}
 }
 
 // cursor reads one column chunk's values in order.
@@ -433,10 +514,13 @@ func (c *cursor) next() (pq.Value, error) {
 		}
 		n, err := c.values.ReadValues(c.buf)
 		c.i, c.n = 0, n
-		if errors.Is(err, io.EOF) {
+		switch {
+		case errors.Is(err, io.EOF):
 			c.ended = true
-		} else if err != nil {
+		case err != nil:
 			return pq.Value{}, err
+		case n == 0:
+			return pq.Value{}, errors.New("a page yields no values") // rather than ask forever
 		}
 	}
 	v := c.buf[c.i]

@@ -35,7 +35,7 @@ type imageRow struct {
 // rowsPerGroup to a row group, each row with a caption of captionBytes
 // that do not compress. Like pyarrow (which drops statistics over 4 KiB),
 // it keeps the binary columns' min and max out of the footer.
-func tarAsParquet(t *testing.T, s synth.Shard, rowsPerGroup int64, captionBytes int) []byte {
+func tarAsParquet(t testing.TB, s synth.Shard, rowsPerGroup int64, captionBytes int) []byte {
 	t.Helper()
 	var rows []imageRow
 	rng := rand.New(rand.NewPCG(uint64(rowsPerGroup), uint64(captionBytes)))
@@ -77,7 +77,7 @@ func randomText(rng *rand.Rand, n int) string {
 
 // projectedBytes is what the column chunks of cols take in a file, and its
 // footer with the 8 bytes after it.
-func projectedBytes(t *testing.T, data []byte, cols ...string) (chunks, footer int64) {
+func projectedBytes(t testing.TB, data []byte, cols ...string) (chunks, footer int64) {
 	t.Helper()
 	f, err := pq.OpenFile(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
