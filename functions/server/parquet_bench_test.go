@@ -22,7 +22,7 @@ func (discardSink) WriteFrame(wire.FrameKind, int, []byte) error { return nil }
 
 // BenchmarkImageShardParquetVsTar: the same ImageNet-like images as a
 // WebDataset tar and as a Parquet file (Hugging Face's image struct, a
-// label, and a caption column as large as the images that is not read),
+// label, and a column as large as the images that is not read),
 // each shard processed by imagenet-train from a loopback S3 endpoint,
 // alternately, so that both see the same machine. It reports each one's
 // samples/s and parquet/tar, the target being at least 0.95; and the

@@ -2,77 +2,25 @@ package server
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 
 	pq "github.com/parquet-go/parquet-go"
 
 	"github.com/sluice-project/sluice/format/safetensors"
-	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/synth"
 )
 
-// hfImage is Hugging Face's image struct.
-type hfImage struct {
-	Bytes []byte `parquet:"bytes"`
-	Path  string `parquet:"path"`
-}
-
-// imageRow is a row of an image dataset with a large column the image
-// pipelines do not read.
-type imageRow struct {
-	Image   hfImage `parquet:"image"`
-	Label   int64   `parquet:"label"`
-	Caption string  `parquet:"caption"`
-}
-
 // tarAsParquet writes a tar shard's samples as a Parquet file, in order,
-// rowsPerGroup to a row group, each row with a caption of captionBytes
-// that do not compress. Like pyarrow (which drops statistics over 4 KiB),
-// it keeps the binary columns' min and max out of the footer.
-func tarAsParquet(t testing.TB, s synth.Shard, rowsPerGroup int64, captionBytes int) []byte {
+// rowsPerGroup to a row group, each row with extraBytes in a column
+// ("extra") that no pipeline reads.
+func tarAsParquet(t testing.TB, s synth.Shard, rowsPerGroup int64, extraBytes int) []byte {
 	t.Helper()
-	var rows []imageRow
-	rng := rand.New(rand.NewPCG(uint64(rowsPerGroup), uint64(captionBytes)))
-	r := wds.NewReader(bytes.NewReader(s.Data), 0)
-	for {
-		smp, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		label, err := strconv.ParseInt(string(smp.Files["cls"]), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows = append(rows, imageRow{Image: hfImage{Bytes: smp.Files["jpg"], Path: smp.Key + ".jpg"}, Label: label,
-			Caption: randomText(rng, captionBytes)})
-	}
-	var buf bytes.Buffer
-	w := pq.NewGenericWriter[imageRow](&buf, pq.MaxRowsPerRowGroup(rowsPerGroup), pq.Compression(&pq.Snappy),
-		pq.SkipPageBounds("image", "bytes"), pq.SkipPageBounds("caption"))
-	if _, err := w.Write(rows); err != nil {
+	out, err := synth.AsParquet([]synth.Shard{s}, synth.ParquetOptions{RowsPerGroup: rowsPerGroup, ExtraBytes: extraBytes})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-func randomText(rng *rand.Rand, n int) string {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte('a' + rng.IntN(26))
-	}
-	return string(b)
+	return out[0].Data
 }
 
 // projectedBytes is what the column chunks of cols take in a file, and its
@@ -115,7 +63,7 @@ func tensorsOf(t *testing.T, out output) map[string][]byte {
 // TestParquetImageShardMatchesItsTar: the same images in a Parquet file
 // (Hugging Face's image struct, an int label) give the image pipeline's
 // output the tar gives, sample for sample, corrupt images failing alike;
-// only the image and label columns are read, not the large captions.
+// only the image and label columns are read, not the large extra column.
 func TestParquetImageShardMatchesItsTar(t *testing.T) {
 	e := setup(t, Config{})
 	shard := e.shards[1]
@@ -164,31 +112,22 @@ func TestParquetImageShardMatchesItsTar(t *testing.T) {
 	}
 	t.Logf("read %d bytes of %d: chunks %d, footer %d", read, len(data), chunks, footer)
 	if read*2 > int64(len(data)) {
-		t.Errorf("read %d of the file's %d bytes: the captions were read", read, len(data))
+		t.Errorf("read %d of the file's %d bytes: the extra column was read", read, len(data))
 	}
-}
-
-type textRow struct {
-	Text string `parquet:"text"`
-	ID   int64  `parquet:"id"`
 }
 
 // TestParquetTextShard: a text column through the WordPiece pipeline.
 func TestParquetTextShard(t *testing.T) {
 	e := setup(t, Config{})
-	rows := make([]textRow, 40)
-	for i := range rows {
-		rows[i] = textRow{Text: fmt.Sprintf("the quick brown fox %d jumps over the lazy dog", i), ID: int64(i)}
-	}
-	var buf bytes.Buffer
-	w := pq.NewGenericWriter[textRow](&buf, pq.MaxRowsPerRowGroup(16), pq.Compression(&pq.Zstd))
-	if _, err := w.Write(rows); err != nil {
+	shards, err := synth.Text(synth.TextOptions{Samples: 40, Shards: 1, Seed: 2, Format: "tar"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Close(); err != nil {
+	pqs, err := synth.AsParquet(shards, synth.ParquetOptions{RowsPerGroup: 16, Compression: "zstd"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	putObject(t, e, "text/part-0.parquet", buf.Bytes())
+	putObject(t, e, "text/part-0.parquet", pqs[0].Data)
 	tk := task(0)
 	tk.Key, tk.Pipeline = "text/part-0.parquet", "text-wordpiece"
 	out := complete(t, post(t, e.url, taskEvent(t, tk)))
@@ -213,7 +152,7 @@ func TestParquetMissingColumnAndCorruptFile(t *testing.T) {
 		cols map[string]string
 		want string
 	}{
-		{"pq/a.parquet", map[string]string{"jpg": "img", "cls": "label"}, `no column "img" (for member jpg): the file has "image", "label", "caption"`},
+		{"pq/a.parquet", map[string]string{"jpg": "img", "cls": "label"}, `no column "img" (for member jpg): the file has "image", "label", "extra"`},
 		{"pq/b.parquet", nil, "does not end in PAR1"},
 	}
 	for _, c := range cases {
