@@ -128,9 +128,10 @@ func (r *Reader) corrupt(key, format string, args ...any) error {
 // Key is the sample key of row n (0-based) of the file.
 func (r *Reader) Key(n int64) string { return fmt.Sprintf("%s%08d", r.prefix, n) }
 
-// tailReader serves the footer the reader read; the library reads nothing
-// else while opening the file (page indexes, bloom filters and the leading
-// magic are skipped).
+// tailReader serves bytes the reader read: the footer, to the library
+// opening the file (which then reads nothing else: page indexes, bloom
+// filters and the leading magic are skipped), and a column chunk, to its
+// pages' decoder.
 type tailReader struct {
 	off  int64
 	data []byte
@@ -138,7 +139,7 @@ type tailReader struct {
 
 func (t *tailReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < t.off || off-t.off > int64(len(t.data)) {
-		return 0, fmt.Errorf("read at %d outside the footer (%d..%d)", off, t.off, t.off+int64(len(t.data)))
+		return 0, fmt.Errorf("read at %d outside the bytes read (%d..%d)", off, t.off, t.off+int64(len(t.data)))
 	}
 	n := copy(p, t.data[off-t.off:])
 	if n < len(p) {
@@ -395,7 +396,13 @@ func (r *Reader) prefetch(g int) {
 	}
 	ch := make(chan fetched, 1)
 	r.pending = ch
-	go func() { ch <- r.fetch(g) }()
+	go func() {
+		var f fetched
+		if err := safely(func() error { f = r.fetch(g); return nil }); err != nil {
+			f = fetched{g: g, reason: err.Error()}
+		}
+		ch <- f
+	}()
 }
 
 // openGroup opens the next row group: its chunks of the mapped columns

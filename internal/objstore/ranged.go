@@ -66,6 +66,11 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("reading s3://%s/%s at %d+%d: %w", r.bucket, r.key, off, want, Explain(err))
 	}
 	defer out.Body.Close()
+	if got := aws.ToString(out.ETag); r.etag != "" && got != "" && got != r.etag {
+		// A server that ignores If-Match (gofakes3 does) still says which
+		// version it sent.
+		return 0, fmt.Errorf("reading s3://%s/%s at %d+%d: the object changed while read (ETag %s, was %s)", r.bucket, r.key, off, want, got, r.etag)
+	}
 	n, err := io.ReadFull(out.Body, p[:want])
 	r.bytes.Add(int64(n))
 	if err != nil {
