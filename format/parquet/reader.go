@@ -1,6 +1,7 @@
 package parquet
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -148,9 +149,10 @@ func (t *tailReader) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// footerProbe is the tail read at first: most footers fit, taking one
-// request.
-const footerProbe = 16 << 10
+// TailBytes is what Open reads of the file's end first: most footers
+// fit, taking one request. An io.ReaderAt that has read them already (as
+// objstore.RangeReader does when opened) saves that request.
+const TailBytes = 16 << 10
 
 // readFooter reads the file's footer (length and magic last) and checks
 // it before the library decodes it.
@@ -159,7 +161,7 @@ func (r *Reader) readFooter() (*tailReader, error) {
 	if r.size < 12 {
 		return nil, r.corrupt(base, "%d bytes: too short for Parquet", r.size)
 	}
-	n := min(r.size, footerProbe)
+	n := min(r.size, TailBytes)
 	tail := &tailReader{off: r.size - n, data: make([]byte, n)}
 	if _, err := readFull(r.r, tail.data, tail.off); err != nil {
 		return nil, fmt.Errorf("reading the footer of %s: %w", r.name, err)
@@ -373,15 +375,52 @@ func (r *Reader) fetch(g int) fetched {
 		return f
 	}
 	f.data = make([][]byte, len(spans))
-	for i, sp := range spans {
-		f.data[i] = make([]byte, sp.n)
-		if _, err := readFull(r.r, f.data[i], sp.off); err != nil {
-			f.err = fmt.Errorf("reading row group %d, column %s of %s: %w", g, r.cols[i].path, r.name, err)
+	for _, run := range coalesce(spans) {
+		buf := make([]byte, run.end-run.off)
+		if _, err := readFull(r.r, buf, run.off); err != nil {
+			f.err = fmt.Errorf("reading row group %d, column %s of %s: %w", g, r.cols[run.cols[0]].path, r.name, err)
 			f.data = nil
 			return f
 		}
+		for _, i := range run.cols {
+			sp := spans[i]
+			f.data[i] = buf[sp.off-run.off : sp.off-run.off+sp.n : sp.off-run.off+sp.n]
+		}
 	}
 	return f
+}
+
+// maxGap is how far apart two chunks may be and still be read with one
+// request, the bytes between them read and dropped: a request costs more
+// than that many bytes (a label column beside an image column is a few
+// hundred bytes away, behind the image's path).
+const maxGap = 8 << 10
+
+// readRun is a range of the file read with one request, and the chunks
+// (by column) in it.
+type readRun struct {
+	off, end int64
+	cols     []int
+}
+
+// coalesce groups spans into runs, in file order, each span in one.
+func coalesce(spans []span) []readRun {
+	order := make([]int, len(spans))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(spans[a].off, spans[b].off) })
+	var runs []readRun
+	for _, i := range order {
+		sp := spans[i]
+		if n := len(runs); n > 0 && sp.off <= runs[n-1].end+maxGap {
+			runs[n-1].end = max(runs[n-1].end, sp.off+sp.n)
+			runs[n-1].cols = append(runs[n-1].cols, i)
+			continue
+		}
+		runs = append(runs, readRun{off: sp.off, end: sp.off + sp.n, cols: []int{i}})
+	}
+	return runs
 }
 
 // prefetch starts reading row group g in the background, so that its

@@ -12,8 +12,9 @@ import (
 	"github.com/sluice-project/sluice/internal/objstore"
 )
 
-// parquet processes a Parquet shard: its footer, then the task's columns'
-// chunks, row group by row group, each a ranged GET. It does not go
+// parquet processes a Parquet shard: its footer (in the file's last
+// TailBytes, the first GET), then the task's columns' chunks, row group by
+// row group, each a ranged GET. It does not go
 // through the shard cache, which keeps whole objects: caching a file would
 // read the columns the job does not want, which is what reading by column
 // saves. Each epoch reads the wanted chunks from S3 again; the end says
@@ -22,7 +23,7 @@ import (
 // file, with the reason.
 func (r *shardRun) parquet(ctx context.Context, p pipeline.Pipeline) error {
 	task := r.task
-	src, err := objstore.OpenRange(ctx, r.s.s3, task.Bucket, task.Key)
+	src, err := objstore.OpenRange(ctx, r.s.s3, task.Bucket, task.Key, parquetfmt.TailBytes)
 	if err != nil {
 		if isNotFound(err) {
 			return fmt.Errorf("%w: fetching shard s3://%s/%s: %w", ErrShardNotFound, task.Bucket, task.Key, objstore.Explain(err))

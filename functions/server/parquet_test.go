@@ -100,15 +100,18 @@ func TestParquetImageShardMatchesItsTar(t *testing.T) {
 		t.Errorf("first key %q, want train-00001/<row>", keys[0])
 	}
 
+	// The image paths' chunk lies between the images' and the labels':
+	// it is read with them, one request a row group.
 	chunks, footer := projectedBytes(t, data, "image.bytes", "label")
+	between, _ := projectedBytes(t, data, "image.path")
 	read := fromPq.end.S3Bytes
 	probe := min(int64(len(data)), 16<<10)
 	if footer > probe {
 		probe += footer
 	}
-	if fromPq.end.Cache != "bypass" || read != chunks+probe {
-		t.Errorf("read %d bytes (cache %q), want the image and label chunks' %d and the footer's %d, of the file's %d",
-			read, fromPq.end.Cache, chunks, probe, len(data))
+	if fromPq.end.Cache != "bypass" || read != chunks+between+probe {
+		t.Errorf("read %d bytes (cache %q), want the image and label chunks' %d, the paths' between them %d and the footer's %d, of the file's %d",
+			read, fromPq.end.Cache, chunks, between, probe, len(data))
 	}
 	t.Logf("read %d bytes of %d: chunks %d, footer %d", read, len(data), chunks, footer)
 	if read*2 > int64(len(data)) {

@@ -115,6 +115,9 @@ func TestIntegrationParquet(t *testing.T) {
 	}
 
 	chunks, files := chunkBytesOf(t, pqImgs, "image.bytes", "label")
+	// The paths' chunk lies between the images' and the labels', and is
+	// read with them (one request a row group).
+	between, _ := chunkBytesOf(t, pqImgs, "image.path")
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
 	st, err := JobStatus(sctx, js, "pq-images")
@@ -123,10 +126,10 @@ func TestIntegrationParquet(t *testing.T) {
 	}
 	footers := int64(len(pqImgs)) * 16 << 10
 	for e, n := range st.S3BytesPerEpoch {
-		t.Logf("epoch %d: read %d bytes from S3: image and label chunks %d, files %d", e, n, chunks, files)
-		if n < chunks || n > chunks+footers {
-			t.Errorf("epoch %d: read %d bytes from S3, want the image and label chunks' %d and at most %d of footers (the files have %d)",
-				e, n, chunks, footers, files)
+		t.Logf("epoch %d: read %d bytes from S3: image and label chunks %d, paths between them %d, files %d", e, n, chunks, between, files)
+		if n != chunks+between+footers {
+			t.Errorf("epoch %d: read %d bytes from S3, want the image and label chunks' %d, the paths' %d and the files' last 16 KiB, %d (the files have %d)",
+				e, n, chunks, between, footers, files)
 		}
 	}
 	if len(st.S3BytesPerEpoch) != scenarioEpochs {
