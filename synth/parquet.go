@@ -131,8 +131,8 @@ func writeParquet(samples []wds.Sample, o ParquetOptions, codec pq.WriterOption,
 	}
 	t := reflect.StructOf(fields)
 	var buf bytes.Buffer
-	// Like pyarrow, which leaves statistics over 4 KiB out, the footer
-	// holds no min and max of the binary columns.
+	// As with pyarrow, which by default leaves out large statistics, the
+	// footer holds no min and max of the binary columns.
 	w := pq.NewWriter(&buf, pq.SchemaOf(reflect.New(t).Interface()), codec, pq.MaxRowsPerRowGroup(o.RowsPerGroup),
 		pq.SkipPageBounds("image", "bytes"), pq.SkipPageBounds("extra"), pq.SkipPageBounds(o.TextColumn))
 	for _, s := range samples {
