@@ -131,10 +131,14 @@ func writeParquet(samples []wds.Sample, o ParquetOptions, codec pq.WriterOption,
 	}
 	t := reflect.StructOf(fields)
 	var buf bytes.Buffer
-	// As with pyarrow, which by default leaves out large statistics, the
-	// footer holds no min and max of the binary columns.
-	w := pq.NewWriter(&buf, pq.SchemaOf(reflect.New(t).Interface()), codec, pq.MaxRowsPerRowGroup(o.RowsPerGroup),
-		pq.SkipPageBounds("image", "bytes"), pq.SkipPageBounds("extra"), pq.SkipPageBounds(o.TextColumn))
+	// No min and max of the binary columns, in the footer or in the
+	// page headers (where parquet-go puts two whole images by default):
+	// pyarrow by default leaves large statistics out.
+	opts := []pq.WriterOption{pq.SchemaOf(reflect.New(t).Interface()), codec, pq.MaxRowsPerRowGroup(o.RowsPerGroup)}
+	for _, col := range [][]string{{"image", "bytes"}, {"extra"}, {o.TextColumn}} {
+		opts = append(opts, pq.SkipPageBounds(col...), pq.SkipPageStatistics(col...))
+	}
+	w := pq.NewWriter(&buf, opts...)
 	for _, s := range samples {
 		row := reflect.New(t).Elem()
 		if f := row.FieldByName("Image"); f.IsValid() {

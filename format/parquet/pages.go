@@ -39,8 +39,10 @@ func (pc *pageChecker) chunk(data []byte, codec format.CompressionCodec, rows in
 		if err != nil {
 			return fmt.Errorf("page %d header: %w", page, err)
 		}
+		// Decoded in place (thrift.Unmarshal would copy it): the header's
+		// statistics may hold whole values, and only its counts are kept.
 		var h format.PageHeader
-		if err := thrift.Unmarshal(proto, data[off:off+n], &h); err != nil {
+		if err := thrift.NewDecoder(proto.NewReaderFromBytes(data[off : off+n])).Decode(&h); err != nil {
 			return fmt.Errorf("page %d header: %w", page, err)
 		}
 		off += n
