@@ -35,6 +35,12 @@ func (pc *pageChecker) chunk(data []byte, codec format.CompressionCodec, rows in
 	var values int64 // data pages' values so far
 	proto := &thrift.CompactProtocol{}
 	for off, page := 0, 0; off < len(data); page++ {
+		if int64(page) > rows+1 {
+			// A data page holds a row at least, and there is one
+			// dictionary: more pages are empty ones, each a loop of the
+			// decoder for nothing.
+			return fmt.Errorf("more than %d pages in a row group of %d rows", rows+1, rows)
+		}
 		n, err := checkThrift(data[off:], headerBudget)
 		if err != nil {
 			return fmt.Errorf("page %d header: %w", page, err)
