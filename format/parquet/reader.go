@@ -115,7 +115,9 @@ func Open(r io.ReaderAt, size int64, name string, cols map[string]string, l Limi
 	if err != nil {
 		return nil, rd.corrupt(base, "reading its footer: %v", err)
 	}
-	if err := rd.pickColumns(cols); err != nil {
+	// The schema's types come from the file too: the library panics on
+	// some (Kind of a MAP leaf).
+	if err := safely(func() error { return rd.pickColumns(cols) }); err != nil {
 		return nil, rd.corrupt(base, "%v", err)
 	}
 	return rd, nil
@@ -487,7 +489,7 @@ func (r *Reader) openGroup() error {
 	r.curs = make([]*cursor, len(r.cols))
 	for i, c := range r.cols {
 		data := f.data[i]
-		if err := r.check.chunk(data, rg.Columns[c.leaf.Index()].MetaData.Codec, rows); err != nil {
+		if err := safely(func() error { return r.check.chunk(data, rg.Columns[c.leaf.Index()].MetaData.Codec, rows) }); err != nil {
 			r.closeCursors()
 			return skip("column %s: %v", c.path, err)
 		}
