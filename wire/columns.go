@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -37,5 +38,59 @@ func ValidateColumns(cols map[string]string) error {
 			return fmt.Errorf("member %s: column %q: an empty part (nested fields are joined by one \".\")", m, p)
 		}
 	}
+	return nil
+}
+
+// Columns is a column mapping as a task carries it. A task is compared
+// whole (the dispatcher's bookkeeping), and a map is not comparable: this
+// holds the pairs sorted by member in an array. In JSON it is the object
+// {member: column}.
+type Columns struct {
+	n     int
+	pairs [MaxColumns][2]string
+}
+
+// ColumnsOf is m as Columns; a map over MaxColumns (which ValidateColumns
+// refuses) keeps the first MaxColumns members.
+func ColumnsOf(m map[string]string) Columns {
+	var c Columns
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if c.n == MaxColumns {
+			break
+		}
+		c.pairs[c.n] = [2]string{k, m[k]}
+		c.n++
+	}
+	return c
+}
+
+// Map is the mapping as a map; nil when there is none.
+func (c Columns) Map() map[string]string {
+	if c.n == 0 {
+		return nil
+	}
+	m := make(map[string]string, c.n)
+	for _, p := range c.pairs[:c.n] {
+		m[p[0]] = p[1]
+	}
+	return m
+}
+
+func (c Columns) MarshalJSON() ([]byte, error) {
+	if c.n == 0 {
+		return []byte("null"), nil
+	}
+	return json.Marshal(c.Map())
+}
+
+func (c *Columns) UnmarshalJSON(b []byte) error {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	if len(m) > MaxColumns {
+		return fmt.Errorf("%d columns: want at most %d", len(m), MaxColumns)
+	}
+	*c = ColumnsOf(m)
 	return nil
 }

@@ -196,6 +196,6 @@ func (j Job) Task(epoch, shard int) ShardTask {
 		Pipeline:      j.Spec.Pipeline,
 		Seed:          j.Spec.Seed,
 		ChunkMaxBytes: j.Spec.ChunkMaxBytes,
-		Columns:       j.Spec.Columns,
+		Columns:       ColumnsOf(j.Spec.Columns),
 	}
 }

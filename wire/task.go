@@ -23,7 +23,7 @@ type ShardTask struct {
 	// ChunkMaxBytes caps one chunk of the output.
 	ChunkMaxBytes int `json:"chunk_max_bytes"`
 	// Columns maps members to Parquet columns (JobSpec.Columns).
-	Columns map[string]string `json:"columns,omitempty"`
+	Columns Columns `json:"columns,omitzero"`
 }
 
 // ID names the task uniquely within the cluster: job/epoch/shard.
@@ -46,7 +46,7 @@ func (t ShardTask) Validate() error {
 	case t.ChunkMaxBytes < 64<<10 || t.ChunkMaxBytes > 64<<20:
 		return fmt.Errorf("task %s: chunk max bytes %d: want 65536..67108864", t.ID(), t.ChunkMaxBytes)
 	}
-	if err := ValidateColumns(t.Columns); err != nil {
+	if err := ValidateColumns(t.Columns.Map()); err != nil {
 		return fmt.Errorf("task %s: columns: %w", t.ID(), err)
 	}
 	return nil

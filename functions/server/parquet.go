@@ -30,7 +30,7 @@ func (r *shardRun) parquet(ctx context.Context, p pipeline.Pipeline) error {
 		}
 		return fmt.Errorf("fetching shard s3://%s/%s: %w", task.Bucket, task.Key, objstore.Explain(err))
 	}
-	rd, err := parquetfmt.Open(src, src.Size(), task.Key, task.Columns, r.s.cfg.Parquet)
+	rd, err := parquetfmt.Open(src, src.Size(), task.Key, task.Columns.Map(), r.s.cfg.Parquet)
 	var se *wds.SampleError
 	switch {
 	case errors.As(err, &se):

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/synth"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // tarAsParquet writes a tar shard's samples as a Parquet file, in order,
@@ -160,7 +161,7 @@ func TestParquetMissingColumnAndCorruptFile(t *testing.T) {
 	}
 	for _, c := range cases {
 		tk := task(0)
-		tk.Key, tk.Columns = c.key, c.cols
+		tk.Key, tk.Columns = c.key, wire.ColumnsOf(c.cols)
 		end := complete(t, post(t, e.url, taskEvent(t, tk))).end
 		base := strings.TrimSuffix(strings.TrimPrefix(c.key, "pq/"), ".parquet")
 		if end.Samples != 0 || len(end.Failed) != 1 || end.Failed[0].Key != base ||
@@ -177,6 +178,6 @@ func TestParquetMissingColumnAndCorruptFile(t *testing.T) {
 func TestParquetBadColumnsRefused(t *testing.T) {
 	e := setup(t, Config{})
 	tk := task(0)
-	tk.Key, tk.Columns = "pq/a.parquet", map[string]string{"jpg": "image..bytes"}
+	tk.Key, tk.Columns = "pq/a.parquet", wire.ColumnsOf(map[string]string{"jpg": "image..bytes"})
 	expectStatus(t, post(t, e.url, taskEvent(t, tk)), 400, "empty part")
 }
