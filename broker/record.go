@@ -30,7 +30,9 @@ func CheckRecord(key string, job wire.Job) error {
 	for _, p := range job.Spec.Problems() {
 		ps = append(ps, p.Error())
 	}
-	if bucket, prefix, err := objstore.ParseURL(job.Spec.Dataset); err == nil {
+	if len(job.Spec.Sources) > 0 || len(job.Sources) > 0 {
+		ps = append(ps, sourceProblems(job)...)
+	} else if bucket, prefix, err := objstore.ParseURL(job.Spec.Dataset); err == nil {
 		if job.Bucket != bucket {
 			ps = append(ps, fmt.Sprintf("bucket %q is not the dataset's (%q)", job.Bucket, bucket))
 		}
@@ -67,6 +69,44 @@ func shardProblems(shards []string, prefix string) []string {
 		case i > 0 && k <= shards[i-1]:
 			return []string{fmt.Sprintf("shards[%d] %q: want the keys sorted, each once", i, k)}
 		}
+	}
+	return nil
+}
+
+// sourceProblems checks a mixed job's record: one source per source of
+// its spec, each in its dataset's bucket, their parts of the epoch
+// following one another over every shard, each key a shard object under
+// its source's prefix (repeats allowed: a source repeated).
+func sourceProblems(job wire.Job) []string {
+	if len(job.Sources) != len(job.Spec.Sources) {
+		return []string{fmt.Sprintf("sources: %d in the record, %d in the spec", len(job.Sources), len(job.Spec.Sources))}
+	}
+	if job.Bucket != "" {
+		return []string{fmt.Sprintf("bucket %q: a mixed job's buckets are its sources'", job.Bucket)}
+	}
+	next := 0
+	for i, src := range job.Sources {
+		bucket, prefix, err := objstore.ParseURL(job.Spec.Sources[i].Dataset)
+		if err != nil {
+			continue // the spec's problem, reported
+		}
+		switch {
+		case src.Bucket != bucket:
+			return []string{fmt.Sprintf("sources[%d]: bucket %q is not its dataset's (%q)", i, src.Bucket, bucket)}
+		case src.First != next || src.Slots < 1 || src.Slots > len(job.Shards)-next || src.Listed < 1:
+			return []string{fmt.Sprintf("sources[%d]: shards %d..%d (listed %d): want 1 or more from %d, within the %d shards", i, src.First, src.First+src.Slots-1, src.Listed, next, len(job.Shards))}
+		}
+		for k := src.First; k < src.First+src.Slots; k++ {
+			if key := job.Shards[k]; len(key) > MaxShardKeyBytes || !strings.HasPrefix(key, prefix) ||
+				!slices.ContainsFunc(objstore.ShardSuffixes, func(s string) bool { return strings.HasSuffix(key, s) }) {
+				return []string{fmt.Sprintf("shards[%d]: want a shard object (%s) of at most %d bytes under sources[%d]'s prefix %q",
+					k, strings.Join(objstore.ShardSuffixes, ", "), MaxShardKeyBytes, i, prefix)}
+			}
+		}
+		next += src.Slots
+	}
+	if next != len(job.Shards) {
+		return []string{fmt.Sprintf("shards: %d, the sources' parts %d", len(job.Shards), next)}
 	}
 	return nil
 }

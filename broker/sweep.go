@@ -194,3 +194,22 @@ func readerDone(ctx context.Context, kv jetstream.KeyValue, job wire.Job, reader
 	var d wire.ReaderDone
 	return json.Unmarshal(e.Value(), &d) == nil && d.Submitted.Equal(job.Submitted)
 }
+
+// DeleteSweep removes sweep id's record, so that the id may be submitted
+// again. Its jobs are not touched: delete each (Delete) first.
+func (b *Broker) DeleteSweep(ctx context.Context, id string) error {
+	kv, err := b.sweepsBucket(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Get(ctx, id); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("sweep %s: %w", id, ErrSweepNotFound)
+	} else if err != nil {
+		return fmt.Errorf("reading sweep %s: %w", id, err)
+	}
+	if err := kv.Purge(ctx, id); err != nil {
+		return fmt.Errorf("sweep %s: deleting record: %w", id, err)
+	}
+	b.log.Info("sweep deleted", "sweep", id)
+	return nil
+}

@@ -65,3 +65,32 @@ func TestSubmitSweepRollsBack(t *testing.T) {
 		t.Errorf("job rb-0 after a failed sweep: %v; want it removed", err)
 	}
 }
+
+// A deleted sweep's id may be submitted again; deleting it twice says it
+// is gone.
+func TestDeleteSweep(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	spec := wire.SweepSpec{ID: "del", Dataset: "s3://data/ds/", Pipeline: "imagenet-train", BatchSize: 4, Epochs: 1, Count: 2}
+	sw, err := e.b.SubmitSweep(ctx, spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range sw.Jobs {
+		if err := e.b.Delete(ctx, j.ID, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.b.DeleteSweep(ctx, "del"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.Sweep(ctx, "del"); !errors.Is(err, ErrSweepNotFound) {
+		t.Errorf("status of a deleted sweep: %v; want ErrSweepNotFound", err)
+	}
+	if err := e.b.DeleteSweep(ctx, "del"); !errors.Is(err, ErrSweepNotFound) {
+		t.Errorf("deleting it again: %v; want ErrSweepNotFound", err)
+	}
+	if _, err := e.b.SubmitSweep(ctx, spec, nil); err != nil {
+		t.Errorf("submitting the id again: %v", err)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
@@ -29,8 +28,9 @@ import (
 const calloutQueue = "sluice-controllers"
 
 // calloutLookupTimeout bounds the record lookup of one callout: the
-// server gives up on the answer after its auth timeout (2 s by default).
-const calloutLookupTimeout = 2 * time.Second
+// server gives up on the answer after natsperm.CalloutWait, so the lookup
+// ends before, leaving time to sign and send its refusal.
+const calloutLookupTimeout = natsperm.CalloutWait * 3 / 4
 
 // globalAccount is the account of a nats-server configured without
 // accounts, where every Sluice user lives: the user claims' audience.

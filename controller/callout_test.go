@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -160,6 +161,98 @@ func TestAgentReconnectsOnceAControllerAnswers(t *testing.T) {
 	})
 	if got := agentLogins(t, e, "accepted"); got != refused+1 {
 		t.Errorf("accepted logins %v, want %v: the reconnect went through c2", got, refused+1)
+	}
+}
+
+// TestAgentFirstConnectWaitsForAController: an agent started while no
+// controller answers the callout (one not up yet, failing over, or too
+// busy to answer within the server's wait, as `sluice demo` was under
+// load) is refused by the server once its wait ends. Its first connect
+// retries that, logging each retry, and goes through once a controller
+// answers, rather than failing the agent at the first refusal.
+func TestAgentFirstConnectWaitsForAController(t *testing.T) {
+	e := newSecureEnv(t, 2)
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	c := connect.Default()
+	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser("a"), Password: wire.AgentNATSPassword(key),
+		InboxPrefix: natsperm.AgentFor("a").InboxPrefix, RetryAuth: true}
+	logger, logs := logbuf.Logger(slog.LevelDebug)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		nc  *nats.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nc, _, err := c.ConnectNATS(ctx, "agent-a", logger)
+		done <- result{nc, err}
+	}()
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		select {
+		case r := <-done:
+			t.Fatalf("the first connect ended while no controller answered (err %v):\n%s", r.err, logs)
+		default:
+		}
+		if !strings.Contains(logs.String(), "retrying") {
+			return fmt.Errorf("no retry logged yet:\n%s", logs)
+		}
+		return nil
+	})
+	e.startController(t, "c1", Options{})
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the agent did not connect once a controller answered: %v\n%s", r.err, logs)
+	}
+	defer r.nc.Close()
+	if got := agentLogins(t, e, "accepted"); got != 1 {
+		t.Errorf("accepted logins %v, want 1", got)
+	}
+}
+
+// TestAgentRefusedFailsWithoutRetrying: a refusal the controller answers
+// (a wrong password, a job nobody submitted) is not retried: the first
+// connect fails at once with ErrNATSAuthorization, the controller having
+// been asked once.
+func TestAgentRefusedFailsWithoutRetrying(t *testing.T) {
+	e := newSecureEnv(t, 2)
+	e.startController(t, "c1", Options{})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	other, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, job, label string
+		key              []byte
+	}{
+		{"wrong password", "a", refusedWrongPassword, other},
+		{"unknown job", "nobody", refusedNoJob, key},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := connect.Default()
+			cfg.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser(c.job), Password: wire.AgentNATSPassword(c.key),
+				InboxPrefix: natsperm.AgentFor(c.job).InboxPrefix, RetryAuth: true}
+			logger, logs := logbuf.Logger(slog.LevelDebug)
+			before := agentLogins(t, e, c.label)
+			nc, _, err := cfg.ConnectNATS(context.Background(), "agent-"+c.job, logger)
+			if err == nil {
+				nc.Close()
+				t.Fatal("connected")
+			}
+			if !errors.Is(err, connect.ErrNATSAuthorization) {
+				t.Fatalf("err %v, want ErrNATSAuthorization", err)
+			}
+			if got := agentLogins(t, e, c.label) - before; got != 1 {
+				t.Errorf("the controller refused %v times, want 1 (no retry of a refusal)", got)
+			}
+			if strings.Contains(logs.String(), "retrying") {
+				t.Errorf("a refusal was retried:\n%s", logs)
+			}
+		})
 	}
 }
 

@@ -31,11 +31,16 @@ type jobResults struct {
 	replayFailed map[taskKey]wire.FailedSample
 	// order lists failures as they came; an entry whose task later
 	// succeeded is skipped when listing.
-	order       []failedEntry
-	donePer     map[int]int
-	firstFailed *wire.FailedSample
-	reads       map[int]ShardReads
-	counts      resultCounts // the plain counters
+	order   []failedEntry
+	donePer map[int]int
+	// A mixed job's shards' sources, and per source the tasks done and
+	// their samples (nil for a job of one dataset).
+	source        func(shard int) int
+	donePerSource map[int]int
+	samplesPerSrc map[int]int64
+	firstFailed   *wire.FailedSample
+	reads         map[int]ShardReads
+	counts        resultCounts // the plain counters
 }
 
 // resultCounts is a snapshot of a job's results.
@@ -45,6 +50,10 @@ type resultCounts struct {
 	Done, Failed int
 	// DonePerEpoch is tasks done per epoch.
 	DonePerEpoch map[int]int
+	// DonePerSource and SamplesPerSource are a mixed job's tasks done
+	// and their samples, per source.
+	DonePerSource    map[int]int
+	SamplesPerSource map[int]int64
 	// Samples and SampleFailures add up the shard ends of done tasks.
 	Samples, SampleFailures int64
 	// Redeliveries is sends of a task beyond its first: an agent's
@@ -67,11 +76,15 @@ type resultCounts struct {
 }
 
 func newJobResults(job wire.Job) *jobResults {
-	return &jobResults{
+	j := &jobResults{
 		job: job.Spec.ID, epochs: job.Spec.Epochs, shards: job.Shards,
 		done: map[taskKey]bool{}, failed: map[taskKey]wire.FailedSample{},
 		replayFailed: map[taskKey]wire.FailedSample{}, donePer: map[int]int{},
 	}
+	if len(job.Sources) > 0 {
+		j.source, j.donePerSource, j.samplesPerSrc = job.SourceOf, map[int]int{}, map[int]int64{}
+	}
+	return j
 }
 
 // resultKind is what one result changed, for the job's metrics.
@@ -134,6 +147,11 @@ func (j *jobResults) add(r wire.ShardResult) (kind resultKind, read bool) {
 	delete(j.failed, k)
 	j.done[k] = true
 	j.donePer[e.Epoch]++
+	if j.source != nil {
+		src := j.source(e.Shard)
+		j.donePerSource[src]++
+		j.samplesPerSrc[src] = sat.Add64(j.samplesPerSrc[src], int64(e.Samples))
+	}
 	j.counts.Samples = sat.Add64(j.counts.Samples, int64(e.Samples))
 	j.counts.SampleFailures = sat.Add64(j.counts.SampleFailures, int64(e.FailedCount()))
 	if j.firstFailed == nil && len(e.Failed) > 0 {
@@ -162,6 +180,7 @@ func (j *jobResults) snapshot() resultCounts {
 	c := j.counts
 	c.Done, c.Failed = len(j.done), len(j.failed)
 	c.DonePerEpoch = maps.Clone(j.donePer)
+	c.DonePerSource, c.SamplesPerSource = maps.Clone(j.donePerSource), maps.Clone(j.samplesPerSrc)
 	c.Reads = maps.Clone(j.reads)
 	if j.firstFailed != nil {
 		f := *j.firstFailed

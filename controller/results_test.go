@@ -307,3 +307,18 @@ func TestForgedCountsNeitherWrapNorCount(t *testing.T) {
 		t.Errorf("redeliveries %d, samples processed %d: want held at the top of the range", s.Tasks.Redeliveries, s.SamplesProcessed)
 	}
 }
+
+// TestEndedJobHasNothingPending: a succeeded job's status shows no task
+// pending or in flight, whatever the agents' last signals wanted.
+func TestEndedJobHasNothingPending(t *testing.T) {
+	job := shardJob("j", 5, 2)
+	in := statusInputs{job: job, results: newJobResults(job).snapshot(),
+		backlog: backlogCounts{Known: true, Queued: 0, Pending: 14, InFlight: 2}}
+	if s := buildStatus(in, time.Now()); s.Tasks.Pending != 14 || s.Tasks.InFlight != 2 {
+		t.Fatalf("running: tasks %+v, want 14 pending, 2 in flight", s.Tasks)
+	}
+	in.job.State = wire.JobSucceeded
+	if s := buildStatus(in, time.Now()); s.Tasks.Pending != 0 || s.Tasks.InFlight != 0 {
+		t.Errorf("succeeded: tasks %+v, want nothing pending or in flight", s.Tasks)
+	}
+}

@@ -68,6 +68,11 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 		ReadyReplicas:    in.ready,
 		ScaleReason:      in.reason,
 	}
+	if in.job.State.Terminal() {
+		// Nothing of an ended job runs again; the agents' last demand
+		// signals may still name tasks they wanted before it ended.
+		s.Tasks.InFlight, s.Tasks.Pending = 0, 0
+	}
 	for _, list := range [][]wire.FailedSample{prev.FailedShards, r.FailedShards, in.givenUp.Shards} {
 		for _, f := range list {
 			if len(s.FailedShards) == wire.MaxFailedShardsListed {
@@ -86,6 +91,15 @@ func buildStatus(in statusInputs, now time.Time) wire.JobStatus {
 		s.TasksDonePerEpoch[e] = sat.Add(s.TasksDonePerEpoch[e], r.DonePerEpoch[e])
 	}
 	addReads(&s, prev, r.Reads, in.job.Spec.Epochs)
+	for i, src := range in.job.Sources {
+		p := wire.SourceProgress{Dataset: in.job.Spec.Sources[i].Dataset, Tasks: src.Slots * in.job.Spec.Epochs}
+		if i < len(prev.Sources) { // an earlier owner's counts
+			p.TasksDone, p.SamplesProcessed = prev.Sources[i].TasksDone, prev.Sources[i].SamplesProcessed
+		}
+		p.TasksDone = min(max(sat.Add(p.TasksDone, r.DonePerSource[i]), 0), p.Tasks)
+		p.SamplesProcessed = max(sat.Add64(p.SamplesProcessed, r.SamplesPerSource[i]), 0)
+		s.Sources = append(s.Sources, p)
+	}
 	if len(prev.Readers) > 0 || len(in.signals) > 0 {
 		s.Readers = map[string]wire.ReaderStatus{}
 	}

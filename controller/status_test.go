@@ -63,3 +63,33 @@ func TestStatusListsDeclaredReadersOnly(t *testing.T) {
 		t.Errorf("status lists %d readers, want train's (5 delivered) only: %+v", len(s.Readers), s.Readers["train"])
 	}
 }
+
+// TestStatusPerSource: a mixed job's status counts each source's tasks
+// done and their samples, on top of an earlier owner's counts, and within
+// its tasks.
+func TestStatusPerSource(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	job := wire.Job{Spec: wire.JobSpec{ID: "j", Epochs: 2, Sources: []wire.SourceSpec{{Dataset: "s3://d/a/", Weight: 3}, {Dataset: "s3://d/b/", Weight: 1}}},
+		Shards: make([]string, 4), Sources: []wire.JobSource{{First: 0, Slots: 3}, {First: 3, Slots: 1}}}
+	jr := newJobResults(job)
+	for _, r := range []wire.ShardResult{
+		{End: wire.ShardEnd{Job: "j", Epoch: 0, Shard: 0, Samples: 10}},
+		{End: wire.ShardEnd{Job: "j", Epoch: 0, Shard: 3, Samples: 7}},
+		{End: wire.ShardEnd{Job: "j", Epoch: 1, Shard: 3, Samples: 7}},
+		{End: wire.ShardEnd{Job: "j", Epoch: 1, Shard: 3, Samples: 7}}, // again: counted once
+	} {
+		jr.add(r)
+	}
+	prev := wire.JobStatus{Sources: []wire.SourceProgress{{TasksDone: 2, SamplesProcessed: 20}, {TasksDone: 1, SamplesProcessed: 5}}}
+	s := buildStatus(statusInputs{job: job, results: jr.snapshot(), prev: prev}, now)
+	want := []wire.SourceProgress{
+		{Dataset: "s3://d/a/", Tasks: 6, TasksDone: 3, SamplesProcessed: 30},
+		{Dataset: "s3://d/b/", Tasks: 2, TasksDone: 2, SamplesProcessed: 19}, // 3 done, held to its 2 tasks
+	}
+	if diff := cmp.Diff(want, s.Sources); diff != "" {
+		t.Errorf("sources (-want +got):\n%s", diff)
+	}
+	if s := buildStatus(statusInputs{job: wire.Job{Spec: wire.JobSpec{ID: "j", Epochs: 1}}}, now); s.Sources != nil {
+		t.Errorf("a job of one dataset: sources %+v, want none", s.Sources)
+	}
+}

@@ -92,8 +92,42 @@ func specProblems(spec wire.JobSpec) []Problem {
 			}
 			ps = append(ps, sp)
 		}
+		if len(ps) == 0 {
+			ps = append(ps, packProblems(spec)...)
+		}
+	}
+	for i, src := range spec.Sources {
+		if strings.TrimSpace(src.Pipeline) == "" {
+			continue
+		}
+		for _, p := range pipelineProblems(src.Pipeline) {
+			msg := p.Msg
+			if p.Line > 0 {
+				msg = fmt.Sprintf("line %d of its document: %s", p.Line, p.Msg)
+			}
+			ps = append(ps, Problem{Field: fmt.Sprintf("sources[%d].pipeline", i), Message: msg})
+		}
 	}
 	return ps
+}
+
+// rowHeaderBytes is room enough for a packed row's chunk header (its key,
+// the tensors' names and shapes, the metadata); the replica checks the
+// exact size and refuses the task when the row does not fit.
+const rowHeaderBytes = 4 << 10
+
+// packProblems: a packing pipeline's rows must each fit a chunk.
+func packProblems(spec wire.JobSpec) []Problem {
+	p, err := pipeline.Lookup(spec.Pipeline, pipeline.CheckOnly())
+	if err != nil || spec.ChunkMaxBytes == 0 {
+		return nil
+	}
+	po, ok := pipeline.PackingOf(p)
+	if need := po.RowBytes() + rowHeaderBytes; ok && need > spec.ChunkMaxBytes {
+		return []Problem{{Field: "chunk_max_bytes", Message: fmt.Sprintf("%d: a packed row of seq_len %d takes %d bytes; want at least %d (or a shorter seq_len)",
+			spec.ChunkMaxBytes, po.SeqLen, po.RowBytes(), need)}}
+	}
+	return nil
 }
 
 // pipelineProblems checks the pipeline a job names as a replica will

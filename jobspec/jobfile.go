@@ -101,9 +101,11 @@ type jobFile struct {
 	pipelineOffset int
 }
 
-// jobKeys are the keys of a job spec file, in wire.JobSpec's order.
+// jobKeys are the keys of a job spec file, in wire.JobSpec's order (the
+// mixing keys, added later, last).
 var jobKeys = []string{"id", "dataset", "pipeline", "batch_size", "epochs", "seed", "min_replicas",
-	"max_replicas", "initial_replicas", "weight", "readers", "chunk_max_bytes", "output_buffer_bytes", "columns"}
+	"max_replicas", "initial_replicas", "weight", "readers", "chunk_max_bytes", "output_buffer_bytes",
+	"sources", "epoch_shards", "columns"}
 
 func decodeJobFile(data []byte) (jobFile, []Problem) {
 	f := jobFile{lines: map[string]int{}, overridden: map[string]bool{}, unread: map[string]bool{}, pipelineOffset: -1}
@@ -229,6 +231,10 @@ func (f *jobFile) decodeField(data []byte, top *yaml.Node, i int, key string, v 
 		return decodeString(v, &s.ID)
 	case "dataset":
 		return decodeString(v, &s.Dataset)
+	case "sources":
+		return f.decodeSources(v)
+	case "epoch_shards":
+		return decodeInt(v, &s.EpochShards)
 	case "pipeline":
 		return f.decodePipeline(data, top, i, v)
 	case "batch_size":
@@ -331,6 +337,75 @@ func decodeSize(v *yaml.Node) (int64, error) {
 		return 0, fmt.Errorf("%s: %w", describe(v), err)
 	}
 	return n, nil
+}
+
+// sourceKeys are the keys of a source (wire.SourceSpec).
+var sourceKeys = []string{"dataset", "weight", "pipeline", "repeat", "choose"}
+
+// decodeSources reads the list of a mixed job's sources, noting each
+// field's line (as sources[i].key) for its problems.
+func (f *jobFile) decodeSources(v *yaml.Node) error {
+	if v.Kind != yaml.SequenceNode {
+		return fmt.Errorf("%s: want a list of sources (dataset, weight, and optionally pipeline, repeat or choose)", describe(v))
+	}
+	if len(v.Content) > wire.MaxSources {
+		return fmt.Errorf("%d sources: want at most %d", len(v.Content), wire.MaxSources)
+	}
+	f.spec.Sources = []wire.SourceSpec{}
+	for j, item := range v.Content {
+		if item.Kind != yaml.MappingNode {
+			return fmt.Errorf("[%d] %s: want a mapping of %s", j, describe(item), strings.Join(sourceKeys, ", "))
+		}
+		var src wire.SourceSpec
+		for k := 0; k+1 < len(item.Content); k += 2 {
+			key, val := item.Content[k].Value, item.Content[k+1]
+			f.lines[fmt.Sprintf("sources[%d].%s", j, key)] = item.Content[k].Line
+			var err error
+			switch key {
+			case "dataset":
+				err = decodeString(val, &src.Dataset)
+			case "pipeline":
+				src.Pipeline, err = pipelineValue(val)
+			case "weight":
+				err = decodeNumber(val, &src.Weight)
+			case "repeat":
+				err = decodeNumber(val, &src.Repeat)
+			case "choose":
+				err = decodeInt(val, &src.Choose)
+			default:
+				err = fmt.Errorf("unknown key %q: a source has %s", key, strings.Join(sourceKeys, ", "))
+			}
+			if err != nil {
+				return fmt.Errorf("[%d] %s: %w", j, key, err)
+			}
+		}
+		f.spec.Sources = append(f.spec.Sources, src)
+	}
+	return nil
+}
+
+// pipelineValue is a source's pipeline: a name or document as a string,
+// or an inline spec, re-encoded as JSON.
+func pipelineValue(v *yaml.Node) (string, error) {
+	switch {
+	case v.Kind == yaml.ScalarNode && v.Tag == "!!str":
+		return v.Value, nil
+	case v.Kind == yaml.MappingNode:
+		var x any
+		if err := v.Decode(&x); err != nil {
+			return "", fmt.Errorf("decoding the inline pipeline spec: %w", err)
+		}
+		doc, err := json.Marshal(x)
+		return string(doc), err
+	}
+	return "", fmt.Errorf("%s: want a built-in pipeline name or a pipeline spec", describe(v))
+}
+
+func decodeNumber(v *yaml.Node, dst *float64) error {
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(dst) != nil {
+		return fmt.Errorf("%s: want a number", describe(v))
+	}
+	return nil
 }
 
 // decodePipeline takes a built-in name or a document as a string, or an

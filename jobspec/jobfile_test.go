@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -236,5 +237,106 @@ func TestParseJSON(t *testing.T) {
 	_, err = Parse([]byte("\n{\n  \"id\": \"j\",\n  \"epochs\": 1,,\n}\n"))
 	if diff := cmp.Diff([]string{"line 4: not valid JSON: invalid character ',' looking for beginning of object key string"}, problems(t, err)); diff != "" {
 		t.Errorf("JSON syntax error (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseSources(t *testing.T) {
+	doc := `id: mix
+sources:
+  - dataset: s3://data/web/
+    weight: 3
+  - dataset: s3://data/code/
+    weight: 1
+    pipeline: text-wordpiece
+    repeat: 2
+pipeline: imagenet-train
+batch_size: 64
+epochs: 1
+`
+	got, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []wire.SourceSpec{{Dataset: "s3://data/web/", Weight: 3}, {Dataset: "s3://data/code/", Weight: 1, Pipeline: "text-wordpiece", Repeat: 2}}
+	if diff := cmp.Diff(want, got.Sources); diff != "" || got.Dataset != "" {
+		t.Errorf("sources (-want +got):\n%s", diff)
+	}
+
+	// Each problem names its source's field, at its line.
+	doc = `id: mix
+dataset: s3://data/web/
+sources:
+  - dataset: s3://data/web/
+    weight: 0
+  - dataset: s3://data/code/
+    weight: 1
+    pipeline: nosuch
+    repeat: 2
+    choose: 3
+pipeline: imagenet-train
+batch_size: 64
+epochs: 1
+`
+	_, err = Parse([]byte(doc))
+	ps := strings.Join(problems(t, err), "\n")
+	for _, w := range []string{
+		`line 2: dataset: "s3://data/web/": give dataset or sources, not both`,
+		`line 5: sources[0].weight: 0: want > 0`,
+		`line 9: sources[1].repeat: 2: give repeat or choose, not both`,
+		`line 8: sources[1].pipeline: unknown pipeline "nosuch"`,
+	} {
+		if !strings.Contains(ps, w) {
+			t.Errorf("problems:\n%s\nwant one starting %q", ps, w)
+		}
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{"id: m\nsources: s3://x/\npipeline: p\nbatch_size: 1\nepochs: 1\n", "want a list of sources"},
+		{"id: m\nsources: [{dataset: s3://x/, weight: 1, wieght: 2}]\npipeline: p\nbatch_size: 1\nepochs: 1\n", `unknown key "wieght"`},
+		{"id: m\nsources: []\npipeline: imagenet-train\nbatch_size: 1\nepochs: 1\n", "dataset: not set"},
+	} {
+		_, err := Parse([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+}
+
+func TestParseSweepSources(t *testing.T) {
+	s, err := ParseSweep([]byte(`id: sw
+sources:
+  - {dataset: s3://d/a/, weight: 3}
+  - {dataset: s3://d/b/, weight: 1, pipeline: imagenet-eval}
+pipeline: imagenet-train
+batch_size: 8
+epochs: 1
+count: 2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := s.Jobs()
+	want := []wire.SourceSpec{{Dataset: "s3://d/a/", Weight: 3}, {Dataset: "s3://d/b/", Weight: 1, Pipeline: "imagenet-eval"}}
+	if len(jobs) != 1 || !cmp.Equal(jobs[0].Sources, want) || len(jobs[0].Readers) != 2 {
+		t.Errorf("jobs %+v: want one job of the mixture, read by both trials", jobs)
+	}
+}
+
+// The job file docs/mixing.md shows is a valid spec.
+func TestMixingDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/mixing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/mixing.md has no yaml block")
+	}
+	spec, err := Parse([]byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(spec.WithDefaults()); err != nil || len(spec.Sources) != 2 {
+		t.Errorf("docs/mixing.md's spec: %d sources, %v", len(spec.Sources), err)
 	}
 }

@@ -88,3 +88,26 @@ func TestJobSpecVocabIsANameWithinTheReplicasVocabDirectory(t *testing.T) {
 		t.Errorf("an absolute vocab path (-want +got):\n%s", diff)
 	}
 }
+
+// A causal LM job: the lm-pretrain builtin checks without its tokenizer
+// (the replicas' file), and a packing spec's problems are at their lines.
+func TestJobSpecPackedPipeline(t *testing.T) {
+	if _, err := Parse([]byte("id: j\ndataset: s3://b/p/\nbatch_size: 8\nepochs: 1\npipeline: lm-pretrain\n")); err != nil {
+		t.Errorf("lm-pretrain: %v", err)
+	}
+	head := "id: j\ndataset: s3://b/p/\nbatch_size: 8\nepochs: 1\npipeline:\n  ops:\n    - text\n    - {op: bpe, tokenizer: tokenizer.json, mode: ids}\n"
+	if _, err := Parse([]byte(head + "    - {op: pack, seq_len: 4096, tail: drop}\n")); err != nil {
+		t.Errorf("a packing spec: %v", err)
+	}
+	// A row of 16,384 is 256 KiB: over a 64 KiB chunk cap.
+	_, err := Parse([]byte(head + "    - {op: pack, seq_len: 16384}\nchunk_max_bytes: 65536\n"))
+	want := []string{"line 10: chunk_max_bytes: 65536: a packed row of seq_len 16384 takes 262152 bytes; want at least 266248 (or a shorter seq_len)"}
+	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
+		t.Errorf("a row over the chunk cap (-want +got):\n%s", diff)
+	}
+	_, err = Parse([]byte(head + "    - {op: pack, seq_len: 0}\n"))
+	want = []string{"line 9: pipeline: ops[2] (pack): seq_len 0: want 2..262144"}
+	if diff := cmp.Diff(want, problems(t, err)); diff != "" {
+		t.Errorf("a bad seq_len (-want +got):\n%s", diff)
+	}
+}

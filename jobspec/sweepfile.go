@@ -36,26 +36,28 @@ func ParseSweep(data []byte) (wire.SweepSpec, error) {
 		return wire.SweepSpec{}, errors.New("empty sweep spec")
 	}
 	var f struct {
-		ID                string      `yaml:"id"`
-		Dataset           string      `yaml:"dataset"`
-		Pipeline          yaml.Node   `yaml:"pipeline"`
-		BatchSize         int         `yaml:"batch_size"`
-		Epochs            int         `yaml:"epochs"`
-		Seed              uint64      `yaml:"seed"`
-		MinReplicas       int         `yaml:"min_replicas"`
-		MaxReplicas       int         `yaml:"max_replicas"`
-		Weight            float64     `yaml:"weight"`
-		ChunkMaxBytes     string      `yaml:"chunk_max_bytes"`
-		OutputBufferBytes string      `yaml:"output_buffer_bytes"`
-		TrainerRate       float64     `yaml:"trainer_rate"`
-		Count             int         `yaml:"count"`
-		Trials            []trialFile `yaml:"trials"`
+		ID                string            `yaml:"id"`
+		Dataset           string            `yaml:"dataset"`
+		Sources           []wire.SourceSpec `yaml:"sources"`
+		EpochShards       int               `yaml:"epoch_shards"`
+		Pipeline          yaml.Node         `yaml:"pipeline"`
+		BatchSize         int               `yaml:"batch_size"`
+		Epochs            int               `yaml:"epochs"`
+		Seed              uint64            `yaml:"seed"`
+		MinReplicas       int               `yaml:"min_replicas"`
+		MaxReplicas       int               `yaml:"max_replicas"`
+		Weight            float64           `yaml:"weight"`
+		ChunkMaxBytes     string            `yaml:"chunk_max_bytes"`
+		OutputBufferBytes string            `yaml:"output_buffer_bytes"`
+		TrainerRate       float64           `yaml:"trainer_rate"`
+		Count             int               `yaml:"count"`
+		Trials            []trialFile       `yaml:"trials"`
 	}
 	if err := safeyaml.DecodeStrict("sweep spec", data, MaxFileBytes, &f); err != nil {
 		return wire.SweepSpec{}, fmt.Errorf("reading sweep spec: %w", err)
 	}
 	var probs []string
-	s := wire.SweepSpec{ID: f.ID, Dataset: f.Dataset, BatchSize: f.BatchSize, Epochs: f.Epochs, Seed: f.Seed,
+	s := wire.SweepSpec{ID: f.ID, Dataset: f.Dataset, Sources: f.Sources, EpochShards: f.EpochShards, BatchSize: f.BatchSize, Epochs: f.Epochs, Seed: f.Seed,
 		MinReplicas: f.MinReplicas, MaxReplicas: f.MaxReplicas, Weight: f.Weight, TrainerRate: f.TrainerRate, Count: f.Count}
 	var err error
 	if s.Pipeline, err = pipelineText(&f.Pipeline); err != nil {
@@ -74,7 +76,7 @@ func ParseSweep(data []byte) (wire.SweepSpec, error) {
 		}
 	}
 	for i, t := range f.Trials {
-		tr := wire.Trial{Name: t.Name, Dataset: t.Dataset, Seed: t.Seed, Epochs: t.Epochs}
+		tr := wire.Trial{Name: t.Name, Dataset: t.Dataset, Sources: t.Sources, Seed: t.Seed, Epochs: t.Epochs}
 		if tr.Pipeline, err = pipelineText(&t.Pipeline); err != nil {
 			probs = append(probs, fmt.Sprintf("trials: [%d] pipeline: %v", i, err))
 		}
@@ -97,11 +99,12 @@ func ParseSweep(data []byte) (wire.SweepSpec, error) {
 }
 
 type trialFile struct {
-	Name     string    `yaml:"name"`
-	Dataset  string    `yaml:"dataset"`
-	Pipeline yaml.Node `yaml:"pipeline"`
-	Seed     *uint64   `yaml:"seed"`
-	Epochs   int       `yaml:"epochs"`
+	Name     string            `yaml:"name"`
+	Dataset  string            `yaml:"dataset"`
+	Sources  []wire.SourceSpec `yaml:"sources"`
+	Pipeline yaml.Node         `yaml:"pipeline"`
+	Seed     *uint64           `yaml:"seed"`
+	Epochs   int               `yaml:"epochs"`
 }
 
 // pipelineText is a pipeline given by name, or inline as a mapping kept

@@ -60,12 +60,17 @@ func Keys(pipeline, dataset string) (all, onDataset string) {
 
 // Store reads and writes learned rates in wire.PlansBucket.
 type Store struct {
-	kv jetstream.KeyValue
+	kv jetstream.KeyValue // nil: the bucket does not exist yet
 }
 
-// Open opens the bucket (streams.Ensure creates it).
+// Open opens the bucket (streams.Ensure creates it). Where it does not
+// exist yet (no controller ran on this NATS) the store has learned
+// nothing: Get says ErrNoRate, Record fails naming the bucket.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	kv, err := js.KeyValue(ctx, wire.PlansBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return &Store{}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening key-value bucket %s: %w", wire.PlansBucket, err)
 	}
@@ -78,6 +83,9 @@ func NewStore(kv jetstream.KeyValue) *Store { return &Store{kv: kv} }
 // Get returns the rate learned for pipeline on dataset if there is one,
 // else the pipeline's over every dataset, else ErrNoRate.
 func (s *Store) Get(ctx context.Context, pipeline, dataset string) (Estimate, error) {
+	if s.kv == nil {
+		return Estimate{}, ErrNoRate
+	}
 	all, on := Keys(pipeline, dataset)
 	for _, k := range []struct{ key, source string }{{on, SourceDataset}, {all, SourcePipeline}} {
 		if k.key == "" {
@@ -98,6 +106,9 @@ func (s *Store) Get(ctx context.Context, pipeline, dataset string) (Estimate, er
 // Controllers record concurrently: each update is a compare-and-set on
 // the key's revision, retried a few times.
 func (s *Store) Record(ctx context.Context, pipeline, dataset string, o Observation) error {
+	if s.kv == nil {
+		return fmt.Errorf("recording a rate: key-value bucket %s does not exist (a controller creates it)", wire.PlansBucket)
+	}
 	all, on := Keys(pipeline, dataset)
 	for _, key := range []string{on, all} {
 		if key == "" {

@@ -3,6 +3,7 @@ package planner
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,5 +100,32 @@ func TestStorePlansASweep(t *testing.T) {
 	}
 	if n, err := p.Replicas(ctx, spec, 1000); err != nil || n != 4 {
 		t.Fatalf("learned 300/s on another dataset: %d replicas, %v; want ceil(1000/300) = 4", n, err)
+	}
+}
+
+// TestOpenBeforeAnyControllerRan: on a NATS where no controller ran (no
+// plans bucket yet), nothing was learned: `sluice sweep submit` pre-warms
+// from min_replicas and `sluice plan` says no rate was learned, rather
+// than failing with "bucket not found" (a fresh clone's getting started).
+func TestOpenBeforeAnyControllerRan(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, js)
+	if err != nil {
+		t.Fatalf("Open on a store with no plans bucket: %v", err)
+	}
+	if _, err := s.Get(ctx, "imagenet-train", "s3://b/a/"); !errors.Is(err, ErrNoRate) {
+		t.Errorf("Get: %v, want ErrNoRate", err)
+	}
+	if r, err := s.PerReplica(ctx, wire.JobSpec{Pipeline: "imagenet-train", Dataset: "s3://b/a/"}); r != 0 || err != nil {
+		t.Errorf("PerReplica: %v, %v; want 0, nil", r, err)
+	}
+	err = s.Record(ctx, "imagenet-train", "s3://b/a/", Observation{Job: "j1", PerReplica: 300, ReplicaSeconds: 60, At: time.Unix(1000, 0)})
+	if err == nil || !strings.Contains(err.Error(), wire.PlansBucket) {
+		t.Errorf("Record: %v, want an error naming %s", err, wire.PlansBucket)
 	}
 }

@@ -100,6 +100,14 @@ type epochState struct {
 	arrived   int                 // shards complete or arrivedAll
 	pending   map[string][]sample // not yet a full batch, per holder
 	cut       bool                // every shard arrived; the last batches are cut
+	// A mixed job's (mix.go): per holder, rows not yet in its batch
+	// stream; per source, its shards arrived (complete or every row
+	// received).
+	staged     map[string]*mixQueue
+	srcArrived []int
+	// handedBySrc are the rows of each source handed out, recorded in the
+	// position: a stream formed after a restore goes on from them.
+	handedBySrc []int
 }
 
 // assembler turns a reader's chunks into batches and keeps its position:
@@ -117,6 +125,7 @@ type assembler struct {
 	shards    int
 	batchSize int
 	schema    *schema
+	mix       *mixer              // a mixed job's sources (nil: one dataset)
 	finished  int                 // epochs 0..finished-1 are finished
 	open      map[int]*epochState // epochs >= finished with anything recorded or held
 	pending   int                 // samples in partial batches over all open epochs
@@ -134,6 +143,7 @@ func newAssembler(job wire.Job) *assembler {
 		epochs:    job.Spec.Epochs,
 		shards:    len(job.Shards),
 		batchSize: job.Spec.BatchSize,
+		mix:       newMixer(job),
 		open:      map[int]*epochState{},
 	}
 }
@@ -199,16 +209,32 @@ func (a *assembler) epoch(e int) *epochState {
 	ep := a.open[e]
 	if ep == nil {
 		ep = &epochState{shards: map[int]*shardState{}, pending: map[string][]sample{}}
+		if a.mix != nil {
+			ep.staged, ep.srcArrived, ep.handedBySrc = map[string]*mixQueue{}, make([]int, len(a.mix.slots)), make([]int, len(a.mix.slots))
+		}
 		a.open[e] = ep
 	}
 	return ep
 }
 
-// pendingRows counts the samples waiting in the epoch's partial batches.
+// pendingRows counts the samples waiting in the epoch's partial batches
+// (and a mixed job's, for their turn in one).
 func (ep *epochState) pendingRows() int {
 	n := 0
 	for _, p := range ep.pending {
 		n += len(p)
+	}
+	for _, q := range ep.staged {
+		n += q.n
+	}
+	return n
+}
+
+// pendingOf counts holder's samples waiting in the epoch's partial batch.
+func (ep *epochState) pendingOf(holder string) int {
+	n := len(ep.pending[holder])
+	if q := ep.staged[holder]; q != nil {
+		n += q.n
 	}
 	return n
 }
@@ -374,10 +400,16 @@ func (a *assembler) addChunk(ref wire.ChunkRef, holder string, first int, data [
 		a.heldBytes += int64(h.bytes)
 	}
 	sh.held = append(sh.held, h)
-	pending := append(ep.pending[holder], fresh...)
 	a.pending += len(fresh)
+	if a.mix != nil {
+		a.stage(ep, holder, ref.Shard, fresh)
+		a.release(ref.Epoch, ep, holder, &out)
+		a.arrived(ref.Epoch, ref.Shard, ep, sh, &out)
+		return out, nil
+	}
+	pending := append(ep.pending[holder], fresh...)
 	for len(pending) >= a.batchSize {
-		out.batches = append(out.batches, stack(ref.Epoch, a.schema, pending[:a.batchSize]))
+		out.batches = append(out.batches, a.stack(ref.Epoch, pending[:a.batchSize]))
 		// Copy the rest so the batched samples' payloads can be collected.
 		pending = append([]sample(nil), pending[a.batchSize:]...)
 		a.pending -= a.batchSize
@@ -508,11 +540,12 @@ func (a *assembler) arrived(e, s int, ep *epochState, sh *shardState, out *outco
 	if !sh.arrivedAll && sh.arrivedEvery() {
 		sh.arrivedAll = true
 		ep.arrived++
+		a.sourceArrived(e, ep, s, out) // every source's rows are released at the cut
 		if ep.arrived == a.shards {
 			// Each holder's partial batch, this agent's first.
 			for _, h := range slices.Sorted(maps.Keys(ep.pending)) {
 				if p := ep.pending[h]; len(p) > 0 {
-					out.batches = append(out.batches, stack(e, a.schema, p))
+					out.batches = append(out.batches, a.stack(e, p))
 					a.pending -= len(p)
 				}
 			}
@@ -571,6 +604,9 @@ func (a *assembler) handOut(b readyBatch) []int {
 		sh := ep.shards[h.ref.Shard]
 		for i := range f.n {
 			sh.handed.add(h.first + f.lo + i)
+		}
+		if a.mix != nil {
+			ep.handedBySrc[a.mix.sourceOf(h.ref.Shard)] += f.n
 		}
 		if h.handed < h.take {
 			continue

@@ -15,8 +15,11 @@ import (
 // an epoch's last batch), their keys in row order, and one tensor per name
 // found in the chunks, stacked on dim 0.
 type Batch struct {
-	Epoch   int
-	Keys    []string
+	Epoch int
+	Keys  []string
+	// Sources, in a mixed job, are each row's source: an index into the
+	// job spec's sources (nil for a job of one dataset).
+	Sources []int
 	Tensors []safetensors.Tensor
 	// runs, when set, holds each tensor's data as runs of rows in the
 	// chunks they came from, and Tensors have no Data yet: a batch served

@@ -81,6 +81,7 @@ func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 		a.unlock()
 		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, p.Step, err)
 	}
+	b.Sources = spanSources(a.job, p.Spans)
 	p.Batch, p.Spans = b, nil
 	return p, nil
 }

@@ -17,6 +17,7 @@
 // stepper.go and ranks.go (steps per rank), store.go, posstore.go
 // and recorded.go (the position: loading, writing, what it has
 // complete), resume.go and replayset.go (resume), lag.go (shedding),
+// mix.go (the order of a mixed job's rows: docs/mixing.md),
 // team.go, teamplan.go, teamserve.go, member.go and cut.go (a reader's
 // team of agents, one per node).
 //
@@ -101,10 +102,11 @@
 // (metadata "position"). The position (see position) holds, per
 // unfinished epoch, the complete shards as ranges or a bitmap, the shard
 // ends seen, the chunks handed out in full, the leading rows handed out of
-// the others and the shards being replayed; finished epochs are a count. A
-// restarted agent loads it, drops what was handed out, skips the rows
-// already handed out of chunks that come again, and sends again the shards
-// it notes as replayed.
+// the others and the shards being replayed (and in a mixed job the rows
+// handed out per source, which order what comes next: mix.go); finished
+// epochs are a count. A restarted agent loads it, drops what was handed
+// out, skips the rows already handed out of chunks that come again, and
+// sends again the shards it notes as replayed.
 //
 // An agent that dies leaves its unsettled tasks on the queue: after the
 // queue's ack wait they go to any agent of the job (a stopped agent

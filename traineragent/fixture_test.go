@@ -299,6 +299,12 @@ func (f *function) sendsOf(epoch, shard int) int {
 // dispatch plan sending them to f with inFlight tasks at once.
 func (e env) submit(t testing.TB, job wire.Job, f *function, inFlight int, order ...shardRef) {
 	t.Helper()
+	e.submitTo(t, job, f.srv.URL, inFlight, order...)
+}
+
+// submitTo is submit with the tasks sent to the function at url.
+func (e env) submitTo(t testing.TB, job wire.Job, url string, inFlight int, order ...shardRef) {
+	t.Helper()
 	ctx := context.Background()
 	e.record(t, job)
 	if _, err := e.js.CreateOrUpdateConsumer(ctx, wire.TaskStream, streams.Dispatch(job.Spec.ID, 0)); err != nil {
@@ -320,18 +326,24 @@ func (e env) submit(t testing.TB, job wire.Job, f *function, inFlight int, order
 			t.Fatal(err)
 		}
 	}
-	e.plan(t, job.Spec.ID, f, inFlight)
+	e.planTo(t, job.Spec.ID, url, inFlight)
 }
 
 // plan publishes job's dispatch plan: f's URL, inFlight tasks at once.
 func (e env) plan(t testing.TB, job string, f *function, inFlight int) {
+	t.Helper()
+	e.planTo(t, job, f.srv.URL, inFlight)
+}
+
+// planTo is plan for the function at url.
+func (e env) planTo(t testing.TB, job, url string, inFlight int) {
 	t.Helper()
 	ctx := context.Background()
 	kv, err := e.js.KeyValue(ctx, wire.DispatchBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(wire.DispatchPlan{Job: job, Time: time.Now(), Endpoints: []string{f.srv.URL}, PerEndpoint: inFlight, InFlight: inFlight})
+	data, err := json.Marshal(wire.DispatchPlan{Job: job, Time: time.Now(), Endpoints: []string{url}, PerEndpoint: inFlight, InFlight: inFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

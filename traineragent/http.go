@@ -30,11 +30,19 @@ func (b Batch) metadata(job string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding batch keys: %w", err)
 	}
-	return map[string]string{
+	meta := map[string]string{
 		wire.MetaBatchJob:   job,
 		wire.MetaBatchEpoch: strconv.Itoa(b.Epoch),
 		wire.MetaBatchKeys:  string(keys),
-	}, nil
+	}
+	if b.Sources != nil {
+		sources, err := json.Marshal(b.Sources)
+		if err != nil {
+			return nil, fmt.Errorf("encoding batch sources: %w", err)
+		}
+		meta[wire.MetaBatchSources] = string(sources)
+	}
+	return meta, nil
 }
 
 // DecodeBatch reads a batch written by Batch.Encode; tensors alias data and
@@ -50,6 +58,11 @@ func DecodeBatch(data []byte) (Batch, error) {
 	}
 	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaBatchKeys]), &b.Keys); err != nil {
 		return Batch{}, fmt.Errorf("batch metadata %q: %w", wire.MetaBatchKeys, err)
+	}
+	if src, ok := f.Metadata[wire.MetaBatchSources]; ok {
+		if err := json.Unmarshal([]byte(src), &b.Sources); err != nil || len(b.Sources) != len(b.Keys) {
+			return Batch{}, fmt.Errorf("batch metadata %q: want one source per key: %v", wire.MetaBatchSources, err)
+		}
 	}
 	names := make([]string, 0, len(f.Tensors))
 	for name := range f.Tensors {

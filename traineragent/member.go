@@ -780,6 +780,7 @@ func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer
 		}
 	}
 	m.mu.Unlock()
+	b.Sources = spanSources(m.job, p.Spans)
 	p.Batch, p.Spans = b, nil
 	return p, nil
 }

@@ -59,6 +59,10 @@ type epochPosition struct {
 	// tasks may be settled, and the reader asks for them again when its
 	// ranks reach them (see lag.go).
 	Owed string `json:"owed,omitempty"`
+	// Sources, in a mixed job, are the rows of each source handed out in
+	// the epoch, so that the mixing schedule goes on where it was
+	// (wire.MixResume).
+	Sources []int `json:"sources,omitempty"`
 }
 
 type shardPosition struct {
@@ -82,6 +86,9 @@ func (a *assembler) snapshot() position {
 		out.Complete = encodeSet(ep.complete)
 		out.Replayed = encodeSet(ep.replayed.minus(ep.complete))
 		out.Owed = encodeSet(ep.owed.minus(ep.complete))
+		if slices.ContainsFunc(ep.handedBySrc, func(n int) bool { return n > 0 }) {
+			out.Sources = slices.Clone(ep.handedBySrc)
+		}
 		for s, sh := range ep.shards {
 			var sp shardPosition
 			if sh.total >= 0 {
@@ -100,7 +107,7 @@ func (a *assembler) snapshot() position {
 				out.Shards[s] = sp
 			}
 		}
-		if out.Complete != "" || out.Shards != nil || out.Replayed != "" || out.Owed != "" {
+		if out.Complete != "" || out.Shards != nil || out.Replayed != "" || out.Owed != "" || out.Sources != nil {
 			if p.Epochs == nil {
 				p.Epochs = map[int]epochPosition{}
 			}
@@ -146,11 +153,29 @@ func (a *assembler) restore(p position) error {
 			return fmt.Errorf("position: epoch %d: owed shards: %w", e, err)
 		}
 		st := a.epoch(e)
+		if len(ep.Sources) > 0 {
+			if a.mix == nil || len(ep.Sources) != len(a.mix.slots) {
+				return fmt.Errorf("position: epoch %d: rows of %d sources: the job mixes %d", e, len(ep.Sources), len(st.handedBySrc))
+			}
+			for i, n := range ep.Sources {
+				if n < 0 || n > maxPositionRows {
+					return fmt.Errorf("position: epoch %d: %d rows of source %d: want 0..%d", e, n, i, maxPositionRows)
+				}
+			}
+			copy(st.handedBySrc, ep.Sources)
+		}
 		st.complete = complete
 		st.replayed = replayed
 		st.owed = owed
 		st.nComplete = complete.countBelow(a.shards)
 		st.arrived = st.nComplete
+		if a.mix != nil {
+			for s := range a.shards {
+				if complete.has(s) {
+					st.srcArrived[a.mix.sourceOf(s)]++
+				}
+			}
+		}
 		for s, sp := range ep.Shards {
 			if s < 0 || s >= a.shards || complete.has(s) {
 				return fmt.Errorf("position: epoch %d: shard %d: out of range or also complete", e, s)
@@ -199,6 +224,7 @@ func (a *assembler) restore(p position) error {
 			if sh.arrivedEvery() {
 				sh.arrivedAll = true
 				st.arrived++
+				a.sourceArrived(e, st, s, nil) // nothing is staged yet
 			}
 			a.checkShard(e, s)
 		}

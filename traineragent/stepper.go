@@ -320,8 +320,10 @@ func (st *readerState) dropTail(e int, now time.Time) {
 // faults included).
 func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
 	var keys []string
+	var sources []int
 	for _, b := range batches {
 		keys = append(keys, b.Keys...)
+		sources = append(sources, b.Sources...)
 	}
 	// Each tensor's data as one list of runs over all the batches, and the
 	// size of one of its rows (all batches share the job's schema).
@@ -345,6 +347,9 @@ func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
 	lo := 0
 	for r, n := range sizes {
 		p := Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], runs: make([][][]byte, len(tensors))}
+		if len(sources) == len(keys) {
+			p.Sources = sources[lo : lo+n : lo+n]
+		}
 		for j, t := range tensors {
 			p.Tensors = append(p.Tensors, safetensors.Tensor{
 				Name: t.Name, DType: t.DType, Shape: append([]int{n}, t.Shape...)})

@@ -253,16 +253,25 @@ func TestRanksGetEpochsInOrder(t *testing.T) {
 // checkpoint with 2 or 3 ranks. Its ranks take a step and crash too, and a
 // new generation of ranks resumes from the same checkpoint with the agent
 // still running. The samples the model saw are every sample of every epoch
-// once, the shards recorded past the checkpoint produced again.
+// once, the shards recorded past the checkpoint produced again. So too
+// for a job mixing two sources (shards 0-3 and 4-5, 3:1).
 func TestResumeFromACheckpoint(t *testing.T) {
 	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
 	for _, tc := range []struct {
 		world, past int
-	}{{2, 3}, {3, 3}, {3, 15}} {
+		mixed       bool
+	}{{2, 3, false}, {3, 3, false}, {3, 15, false}, {3, 3, true}} {
 		world := tc.world
-		t.Run(fmt.Sprintf("2 ranks to %d, %d steps past the checkpoint", world, tc.past), func(t *testing.T) {
+		name := fmt.Sprintf("2 ranks to %d, %d steps past the checkpoint", world, tc.past)
+		if tc.mixed {
+			name += ", mixed"
+		}
+		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			job := testJob("resume", 2, 2, l)
+			if tc.mixed {
+				job = testMixedJob("resume", 2, 2, l, 4, 3, 1)
+			}
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 			f := newFunction(t, job, l)
 			e.submit(t, job, f, 2)
@@ -340,6 +349,9 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			rest := takeRanks(t, ag, world, -1)
 			checkSteps(t, rest, 2, [2]int{0, state.Step})
 			checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+			if tc.mixed {
+				checkPartSources(t, job, kept, rest)
+			}
 			if err := wait(); err != nil {
 				t.Fatal(err)
 			}

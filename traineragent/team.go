@@ -446,6 +446,12 @@ func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 	for i, it := range items {
 		p.Keys[i] = it.b.Keys[it.i]
 		allHeld = allHeld && it.c.holder == ""
+		if it.b.Sources != nil {
+			if p.Sources == nil {
+				p.Sources = make([]int, len(items))
+			}
+			p.Sources[i] = it.b.Sources[it.i]
+		}
 	}
 	if !local || !allHeld {
 		p.Spans = spansOf(rowsFrom(items), local)
@@ -516,7 +522,7 @@ func (t *teamState) wants(st *readerState, h string) bool {
 		}
 	}
 	for _, ep := range st.asm.open {
-		held += len(ep.pending[h])
+		held += ep.pendingOf(h)
 	}
 	if held < st.prefetch()*n/max(st.ranks.world, 1) {
 		return true

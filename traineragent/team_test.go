@@ -52,6 +52,19 @@ func startTeam(t *testing.T, e env, job wire.Job, world int, ranks [][]int, dela
 // parts (n < 0: until io.EOF), and returns each rank's parts, checked.
 func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]rankPart {
 	t.Helper()
+	out := takeTeamParts(t, agents, ranks, world, n)
+	for _, parts := range out {
+		for _, p := range parts {
+			checkBatch(t, p.Batch)
+		}
+	}
+	return out
+}
+
+// takeTeamParts is takeTeam without checking the batches' tensors
+// against the test layout's.
+func takeTeamParts(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]rankPart {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out := make([][]rankPart, world)
@@ -78,11 +91,6 @@ func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]ra
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
-	}
-	for _, parts := range out {
-		for _, p := range parts {
-			checkBatch(t, p.Batch)
-		}
 	}
 	return out
 }
@@ -140,10 +148,18 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 
 // TestTeamResumesOnAnotherLayout: a checkpoint taken with 2 agents x 2
 // ranks resumes with 3 agents x 1 rank: every sample the checkpointed
-// model had not trained on comes once, to the new world.
+// model had not trained on comes once, to the new world. So too for a
+// job that mixes two sources (shards 0-4 and 5-7, weighted 3:1), each
+// row's source named in its part.
 func TestTeamResumesOnAnotherLayout(t *testing.T) {
+	t.Run("one dataset", func(t *testing.T) { testTeamResumesOnAnotherLayout(t, testJob("teamresume", 2, 2, teamLayout)) })
+	t.Run("mixed", func(t *testing.T) {
+		testTeamResumesOnAnotherLayout(t, testMixedJob("teamresumemix", 2, 2, teamLayout, 5, 3, 1))
+	})
+}
+
+func testTeamResumesOnAnotherLayout(t *testing.T, job wire.Job) {
 	e := newEnv(t)
-	job := testJob("teamresume", 2, 2, teamLayout)
 	job.Submitted = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	f := newFunction(t, job, teamLayout)
 	e.submit(t, job, f, 2)
@@ -187,6 +203,9 @@ func TestTeamResumesOnAnotherLayout(t *testing.T) {
 	rest := takeTeam(t, agents, ranks, 3, -1)
 	checkSteps(t, rest, 2, [2]int{last.Epoch, last.Step + 1})
 	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	if len(job.Sources) > 0 {
+		checkPartSources(t, job, kept, rest)
+	}
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -477,5 +496,24 @@ func TestJoinMember(t *testing.T) {
 	}
 	if sa2 == sa {
 		t.Errorf("a restarted agent got the old session")
+	}
+}
+
+// checkPartSources checks that every part names each row's source.
+func checkPartSources(t *testing.T, job wire.Job, runs ...[][]rankPart) {
+	t.Helper()
+	for _, parts := range runs {
+		for r, rank := range parts {
+			for _, p := range rank {
+				if len(p.Sources) != len(p.Keys) {
+					t.Fatalf("rank %d: epoch %d step %d: %d rows, %d sources", r, p.Epoch, p.Step, len(p.Keys), len(p.Sources))
+				}
+				for i, k := range p.Keys {
+					if want := job.SourceOf(shardOfKey(t, k)); p.Sources[i] != want {
+						t.Fatalf("row %s: source %d, want %d", k, p.Sources[i], want)
+					}
+				}
+			}
+		}
 	}
 }

@@ -31,6 +31,9 @@ const (
 	MetaBatchJob   = "job"
 	MetaBatchEpoch = "epoch"
 	MetaBatchKeys  = "keys" // JSON array of sample keys in row order
+	// MetaBatchSources, in a mixed job, is the JSON array of each row's
+	// source: its index in the job spec's sources, in row order.
+	MetaBatchSources = "sources"
 
 	MetaBatchReader    = "reader"     // the reader the agent is (for State.Reader)
 	MetaBatchStep      = "step"       // the global step's index within the epoch

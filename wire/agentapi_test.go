@@ -19,7 +19,7 @@ func TestPythonClientSpeaksTheAgentAPI(t *testing.T) {
 		AgentParamRank, AgentParamWorldSize, AgentParamDropLast, AgentParamSteps, AgentParamWaitS, AgentParamComputeS,
 		AgentHeaderEnd, AgentEndEnded,
 		MetaBatchJob, MetaBatchEpoch, MetaBatchKeys, MetaBatchReader, MetaBatchStep, MetaBatchRank,
-		MetaBatchWorldSize, MetaBatchLastStep, MetaBatchPosition, MetaBatchEpochFailed,
+		MetaBatchWorldSize, MetaBatchLastStep, MetaBatchPosition, MetaBatchEpochFailed, MetaBatchSources,
 	} {
 		if !strings.Contains(string(src), `"`+name+`"`) && !strings.Contains(string(src), `"`+name+`?`) {
 			t.Errorf("clients/python/sluice/loader.py has no string %q", name)

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -12,9 +11,15 @@ import (
 type JobSpec struct {
 	ID string `json:"id"`
 	// Dataset is an S3 URL of a prefix holding shards: s3://bucket/prefix/.
-	Dataset string `json:"dataset"`
+	// A job reads one dataset, or mixes Sources (not both).
+	Dataset string `json:"dataset,omitempty"`
+	// Sources are the datasets a mixed job reads, each with its weight
+	// (see SourceSpec and docs/mixing.md); EpochShards is how many
+	// shards the weights split an epoch into (0: every shard listed).
+	Sources     []SourceSpec `json:"sources,omitempty"`
+	EpochShards int          `json:"epoch_shards,omitempty"`
 	// Pipeline is a built-in pipeline's name or a pipeline spec (YAML or
-	// JSON) inline.
+	// JSON) inline: every source's, unless it has its own.
 	Pipeline string `json:"pipeline"`
 	// BatchSize is the number of samples in a training batch.
 	BatchSize int    `json:"batch_size"`
@@ -98,12 +103,7 @@ func (s JobSpec) Problems() []FieldError {
 	if err := ValidateJobID(s.ID); err != nil {
 		add("id", "%q: want 1-64 characters of [A-Za-z0-9_-]", s.ID)
 	}
-	if u, err := url.Parse(s.Dataset); err != nil || u.Scheme != "s3" || u.Host == "" {
-		add("dataset", "%q: want an s3://bucket/prefix/ URL", s.Dataset)
-	}
-	if strings.TrimSpace(s.Pipeline) == "" {
-		add("pipeline", "want a built-in pipeline name or an inline pipeline spec")
-	}
+	s.sourceProblems(add)
 	if s.BatchSize < 1 || s.BatchSize > 65536 {
 		add("batch_size", "%d: want 1..65536", s.BatchSize)
 	}
@@ -163,12 +163,15 @@ func (s JobSpec) Validate() error {
 
 // Job is the broker's record of a submitted job, stored in JobsBucket under
 // the job id. Shards is the listing taken at submission, so every epoch and
-// every reader sees the same shard set.
+// every reader sees the same shard set. A mixed job's Shards are its
+// sources' parts of an epoch one after the other (Sources), and Bucket is
+// empty.
 type Job struct {
-	Spec      JobSpec   `json:"spec"`
-	Bucket    string    `json:"bucket"`
-	Shards    []string  `json:"shards"` // object keys, sorted
-	Submitted time.Time `json:"submitted"`
+	Spec      JobSpec     `json:"spec"`
+	Bucket    string      `json:"bucket,omitempty"`
+	Shards    []string    `json:"shards"` // object keys, sorted (a mixed job's: per source)
+	Sources   []JobSource `json:"sources,omitempty"`
+	Submitted time.Time   `json:"submitted"`
 	// State and Reason (for failed and cancelled) change by compare-and-set
 	// on the record; Updated is the time of the last change.
 	State   JobState  `json:"state"`
@@ -187,13 +190,18 @@ func (j Job) Tasks() int { return len(j.Shards) * j.Spec.Epochs }
 // Task is the shard task for shard (an index into Shards) in epoch: what
 // the broker queues, and what an agent sends again to re-produce a shard.
 func (j Job) Task(epoch, shard int) ShardTask {
+	bucket, pipeline := j.Bucket, j.Spec.Pipeline
+	if len(j.Sources) > 0 {
+		src := j.SourceOf(shard)
+		bucket, pipeline = j.Sources[src].Bucket, j.Spec.PipelineOf(src)
+	}
 	return ShardTask{
 		Job:           j.Spec.ID,
 		Epoch:         epoch,
 		Shard:         shard,
-		Bucket:        j.Bucket,
+		Bucket:        bucket,
 		Key:           j.Shards[shard],
-		Pipeline:      j.Spec.Pipeline,
+		Pipeline:      pipeline,
 		Seed:          j.Spec.Seed,
 		ChunkMaxBytes: j.Spec.ChunkMaxBytes,
 		Columns:       ColumnsOf(j.Spec.Columns),

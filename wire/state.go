@@ -106,6 +106,9 @@ type JobStatus struct {
 	CacheMisses        int64   `json:"cache_misses,omitempty"`
 	CacheMemoryHits    int64   `json:"cache_memory_hits,omitempty"`
 
+	// Sources is a mixed job's progress per source, in the spec's order.
+	Sources []SourceProgress `json:"sources,omitempty"`
+
 	Readers       map[string]ReaderStatus `json:"readers,omitempty"`
 	Replicas      int                     `json:"replicas"`
 	ReadyReplicas int                     `json:"ready_replicas"`
@@ -114,6 +117,16 @@ type JobStatus struct {
 	// Step is the job's mean step: the step times of every reader that
 	// signalled lately and is not done, merged (weighted by their steps).
 	Step StepTimes `json:"step,omitzero"`
+}
+
+// SourceProgress is one source's part of a mixed job's progress: its
+// tasks over all epochs (its shards of an epoch, repeats included, times
+// the epochs), those done, and the samples they produced.
+type SourceProgress struct {
+	Dataset          string `json:"dataset"`
+	Tasks            int    `json:"tasks"`
+	TasksDone        int    `json:"tasks_done"`
+	SamplesProcessed int64  `json:"samples_processed"`
 }
 
 // DefaultReader is the reader a job has when its spec names none: the one

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -21,9 +22,14 @@ const MaxTrialsPerJob = 64
 // other than Count and Trials are every trial's defaults and the jobs'
 // settings.
 type SweepSpec struct {
-	ID       string `json:"id"`
-	Dataset  string `json:"dataset"`
-	Pipeline string `json:"pipeline"`
+	ID      string `json:"id"`
+	Dataset string `json:"dataset,omitempty"`
+	// Sources and EpochShards mix datasets, as a job's do: trials that
+	// read the same mixture (sources, weights and pipelines, in order)
+	// share a job.
+	Sources     []SourceSpec `json:"sources,omitempty"`
+	EpochShards int          `json:"epoch_shards,omitempty"`
+	Pipeline    string       `json:"pipeline"`
 	// BatchSize is every trial's (a job cuts one batch size for all its
 	// readers).
 	BatchSize int    `json:"batch_size"`
@@ -48,11 +54,14 @@ type SweepSpec struct {
 // Trial is one trainer of a sweep; fields left zero take the sweep's.
 type Trial struct {
 	// Name is the trial's reader name in its job.
-	Name     string  `json:"name"`
-	Dataset  string  `json:"dataset,omitempty"`
-	Pipeline string  `json:"pipeline,omitempty"`
-	Seed     *uint64 `json:"seed,omitempty"`
-	Epochs   int     `json:"epochs,omitempty"`
+	Name    string `json:"name"`
+	Dataset string `json:"dataset,omitempty"`
+	// Sources is the trial's own mixture (a trial sets Dataset or
+	// Sources to read other data than the sweep's).
+	Sources  []SourceSpec `json:"sources,omitempty"`
+	Pipeline string       `json:"pipeline,omitempty"`
+	Seed     *uint64      `json:"seed,omitempty"`
+	Epochs   int          `json:"epochs,omitempty"`
 }
 
 // Sweep is the record of a submitted sweep, stored in SweepsBucket.
@@ -83,8 +92,8 @@ func (s SweepSpec) ResolvedTrials() []Trial {
 	}
 	out := make([]Trial, len(trials))
 	for i, t := range trials {
-		if t.Dataset == "" {
-			t.Dataset = s.Dataset
+		if t.Dataset == "" && len(t.Sources) == 0 {
+			t.Dataset, t.Sources = s.Dataset, s.Sources
 		}
 		if t.Pipeline == "" {
 			t.Pipeline = s.Pipeline
@@ -108,6 +117,7 @@ func SweepJobID(sweep string, i int) string { return fmt.Sprintf("%s-%d", sweep,
 // samples they are fed depend on nothing else.
 type trialKey struct {
 	dataset, pipeline string
+	sources           string // the mixture's JSON
 	seed              uint64
 	epochs            int
 }
@@ -119,10 +129,13 @@ type trialKey struct {
 func (s SweepSpec) Jobs() []JobSpec {
 	var keys []trialKey
 	groups := map[trialKey][]Trial{}
+	sources := map[trialKey][]SourceSpec{}
 	for _, t := range s.ResolvedTrials() {
-		k := trialKey{t.Dataset, t.Pipeline, *t.Seed, t.Epochs}
+		mix, _ := json.Marshal(t.Sources) // plain data: cannot fail
+		k := trialKey{t.Dataset, t.Pipeline, string(mix), *t.Seed, t.Epochs}
 		if _, ok := groups[k]; !ok {
 			keys = append(keys, k)
+			sources[k] = t.Sources
 		}
 		groups[k] = append(groups[k], t)
 	}
@@ -133,10 +146,13 @@ func (s SweepSpec) Jobs() []JobSpec {
 			readers[j] = t.Name
 		}
 		out[i] = JobSpec{
-			ID: SweepJobID(s.ID, i), Dataset: k.dataset, Pipeline: k.pipeline,
+			ID: SweepJobID(s.ID, i), Dataset: k.dataset, Sources: sources[k], Pipeline: k.pipeline,
 			BatchSize: s.BatchSize, Epochs: k.epochs, Seed: k.seed,
 			MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas, Weight: s.Weight,
 			Readers: readers, ChunkMaxBytes: s.ChunkMaxBytes, OutputBufferBytes: s.OutputBufferBytes,
+		}
+		if len(sources[k]) > 0 {
+			out[i].EpochShards = s.EpochShards
 		}
 	}
 	return out

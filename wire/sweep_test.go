@@ -63,3 +63,30 @@ func TestSweepProblems(t *testing.T) {
 		}
 	}
 }
+
+// Trials that read the same mixture share a job; another weight or
+// another source's pipeline is another mixture, another job.
+func TestSweepGroupsTrialsByMixture(t *testing.T) {
+	mix := []SourceSpec{{Dataset: "s3://d/a/", Weight: 3}, {Dataset: "s3://d/b/", Weight: 1}}
+	other := []SourceSpec{{Dataset: "s3://d/a/", Weight: 1}, {Dataset: "s3://d/b/", Weight: 1}}
+	piped := []SourceSpec{{Dataset: "s3://d/a/", Weight: 3}, {Dataset: "s3://d/b/", Weight: 1, Pipeline: "q"}}
+	s := SweepSpec{ID: "m", Sources: mix, EpochShards: 8, Pipeline: "p", BatchSize: 8, Epochs: 1,
+		Trials: []Trial{{Name: "a"}, {Name: "b", Sources: other}, {Name: "c", Sources: mix}, {Name: "d", Sources: piped}, {Name: "e", Dataset: "s3://d/a/"}}}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, j := range s.Jobs() {
+		got = append(got, append([]string{j.ID}, j.Readers...))
+		if err := j.WithDefaults().Validate(); err != nil {
+			t.Errorf("job %s: %v", j.ID, err)
+		}
+	}
+	want := [][]string{{"m-0", "a", "c"}, {"m-1", "b"}, {"m-2", "d"}, {"m-3", "e"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("jobs (-want +got):\n%s", diff)
+	}
+	if j := s.Jobs()[0]; !cmp.Equal(j.Sources, mix) || j.EpochShards != 8 || j.Dataset != "" {
+		t.Errorf("job m-0 reads %+v (epoch_shards %d, dataset %q): want the sweep's mixture", j.Sources, j.EpochShards, j.Dataset)
+	}
+}

@@ -52,13 +52,16 @@
 //     batch followed 0.15-0.25 s later.
 //   - With target-burst-capacity 0 the activator leaves the path once a
 //     pod is up (Knative's default, 200, keeps it there: it cost as much
-//     CPU per byte as each other proxy). Not always: in 5 of 8 runs of
-//     the streaming test the activator stayed in a stream's path after
-//     the ServerlessService was in Serve mode (1.0-2.1 CPU s per GB
-//     more), also when the test's first request through the route came
-//     after the switch. Why is not established; Traefik keeps its
-//     connections to the revision's Service, and kube-proxy places a
-//     connection once, by the rules it had then.
+//     CPU per byte as each other proxy). Only for new connections:
+//     Traefik's Knative provider routes to the revision Service's
+//     ClusterIP, so kube-proxy places each backend connection once, and a
+//     connection Traefik opened (and kept alive) while the activator
+//     fronted the revision stayed on the activator after the
+//     ServerlessService switched to Serve. In 5 of 8 runs of the streaming
+//     test that cost 1.0-2.1 CPU s per GB more. With Traefik's backend
+//     keep-alive off (serversTransport.maxIdleConnsPerHost -1; one TCP
+//     connect per shard, which streams for seconds) it was out of the
+//     path in every run; the test fails when it is not.
 //   - A shard's output streams through Traefik, the revision's Service
 //     and queue-proxy chunk by chunk, each proxy spending about 1 CPU
 //     second per GB (Traefik 1.0-1.3, queue-proxy 0.7-1.0, against the

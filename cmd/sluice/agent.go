@@ -246,7 +246,8 @@ func (f *agentFlags) connectAsJob(ctx context.Context, logger *slog.Logger) (*na
 	asJob := !conn.NATS.HasCredentials() && f.teamKey != nil
 	if asJob {
 		conn.NATS.User, conn.NATS.Password = wire.AgentNATSUser(job), wire.AgentNATSPassword(f.teamKey)
-		// A reconnect may come while no controller answers the callout.
+		// The first connect, or a reconnect, may come while no controller
+		// answers the callout in time: retried (connect.NATS.RetryAuth).
 		conn.NATS.RetryAuth = true
 	}
 	nc, js, err := connectAs(ctx, conn, natsperm.AgentFor(job), "sluice-agent "+job, logger)

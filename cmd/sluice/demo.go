@@ -87,7 +87,7 @@ func newDemoFlags(args []string, stderr io.Writer) *demoFlags {
 	}
 	f := &demoFlags{opts: demo.DatasetDefaults(dataset), fs: newFlagSet("demo", stderr)}
 	d, fs := &f.opts, f.fs
-	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (WebDataset tar shards of JPEGs), text (JSONL shards: one passage and its label a line) or tabular (Criteo .tsv shards)")
+	fs.StringVar(&d.Dataset, "dataset", d.Dataset, "synthetic dataset: image (WebDataset tar shards of JPEGs), text (JSONL shards: one passage and its label a line), tabular (Criteo .tsv shards) or lm (the text dataset through lm-pretrain: BPE with a byte-level tokenizer.json, packed into rows of 2048; a sample is a row)")
 	fs.StringVar(&d.Pipeline, "pipeline", d.Pipeline, "pipeline: a built-in name (default: the dataset's), a YAML/JSON spec file, or an inline spec")
 	fs.IntVar(&d.Samples, "samples", d.Samples, "samples in the synthetic dataset")
 	fs.IntVar(&d.Shards, "shards", d.Shards, "shards the dataset is split into")
@@ -180,9 +180,10 @@ func (s *statusLine) end() {
 // pipelineDocument turns --pipeline into what a job carries: a built-in
 // name as it is, or a spec's text (from a file, a pipe or the flag
 // itself), validated here so that every error in it is reported before
-// anything starts.
+// anything starts. Files a spec names are not read here: the replicas'
+// vocab directory is the demo's to write (the lm dataset's tokenizer).
 func pipelineDocument(value string) (string, error) {
-	_, doc, err := loadPipelineFlag(value, pipeline.Options{})
+	_, doc, err := loadPipelineFlag(value, pipeline.CheckOnly())
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,6 +138,24 @@ func (f *fnApplyFlags) apply(ctx context.Context, p pipeline.Pipeline, stderr io
 		failed++
 		fmt.Fprintf(stderr, "failed %s: %s\n", key, reason)
 	}
+	// A packing pipeline gives documents: they are packed over the whole
+	// input, in the order read, as a replica packs a shard.
+	var pk *pipeline.Packer
+	if po, ok := pipeline.PackingOf(p); ok {
+		base := filepath.Base(filepath.Clean(*f.input))
+		var err error
+		if pk, err = pipeline.NewPacker(po, strings.TrimSuffix(base, filepath.Ext(base))); err != nil {
+			return nil, 0, err
+		}
+	}
+	addRows := func(rows []pipeline.Output) {
+		for _, r := range rows {
+			if err := st.add(r.Key, r); err != nil {
+				fail(r.Key, err.Error())
+			}
+		}
+	}
+	docs := 0
 	errLimit := errors.New("limit reached")
 	walker := inputWalker{maxMember: int64(*f.maxMember), fail: fail,
 		tarLimits: wds.Limits{MaxMemberBytes: int64(*f.maxMember), MaxSampleBytes: int64(*f.maxSample), MaxSampleMembers: *f.maxSampleMembers},
@@ -145,12 +164,23 @@ func (f *fnApplyFlags) apply(ctx context.Context, p pipeline.Pipeline, stderr io
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if *f.limit > 0 && len(st.keys)+failed >= *f.limit {
+		if *f.limit > 0 && len(st.keys)+docs+failed >= *f.limit {
 			return errLimit
 		}
 		out, err := p.Process(s, pipeline.SampleSeed(*f.seed, *f.epoch, s.Key))
 		if err != nil {
 			fail(s.Key, err.Error())
+			return nil
+		}
+		if pk != nil {
+			ids, err := pipeline.DocIDs(out)
+			if err != nil {
+				fail(s.Key, err.Error())
+				return nil
+			}
+			docs++
+			pk.Add(ids)
+			addRows(pk.Take())
 			return nil
 		}
 		if err := st.add(s.Key, out); err != nil {
@@ -161,11 +191,20 @@ func (f *fnApplyFlags) apply(ctx context.Context, p pipeline.Pipeline, stderr io
 	if err := walker.walk(*f.input); err != nil && !errors.Is(err, errLimit) {
 		return nil, 0, err
 	}
-	if failed+len(st.keys) == 0 {
+	if pk != nil {
+		addRows(pk.Close())
+		ps := pk.Stats()
+		fmt.Fprintf(stderr, "packed %d documents (%d tokens) into %d rows, %d padding tokens, %d dropped\n", ps.Docs, ps.Tokens, ps.Rows, ps.Pad, ps.Dropped)
+	}
+	if failed+len(st.keys)+docs == 0 {
 		return nil, 0, fmt.Errorf("--input %s holds no samples: want %s", *f.input, acceptedInputs)
 	}
 	if failed > 0 {
-		fmt.Fprintf(stderr, "%d of %d samples failed\n", failed, failed+len(st.keys))
+		read := len(st.keys) // samples; when packing, documents (the rows are not read)
+		if pk != nil {
+			read = docs
+		}
+		fmt.Fprintf(stderr, "%d of %d samples failed\n", failed, failed+read)
 	}
 	if len(st.keys) == 0 {
 		return nil, 0, fmt.Errorf("no sample of %s succeeded (%d failed); nothing written", *f.input, failed)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -298,7 +299,7 @@ func TestFnApplyFailures(t *testing.T) {
 
 	// Unknown pipeline names, missing flags.
 	code, _, stderr = applyCLI(t, "--pipeline", "resnet-magic", "--input", tarPath, "--output", out)
-	if code != 1 || !strings.Contains(stderr, `--pipeline "resnet-magic" is neither a built-in pipeline (criteo, imagenet-eval, imagenet-train, text-wordpiece) nor a readable spec file (no such file or directory)`) {
+	if code != 1 || !strings.Contains(stderr, `--pipeline "resnet-magic" is neither a built-in pipeline (criteo, imagenet-eval, imagenet-train, lm-pretrain, text-wordpiece) nor a readable spec file (no such file or directory)`) {
 		t.Errorf("unknown pipeline: exit %d, stderr:\n%s", code, stderr)
 	}
 	code, _, stderr = applyCLI(t, "--epoch", "-1")
@@ -450,5 +451,42 @@ func TestFnApplyNoSamples(t *testing.T) {
 			!strings.Contains(stderr, "ImageFolder") || strings.Contains(stderr, "0 failed") {
 			t.Errorf("%s: exit %d, stderr %q", in, code, stderr)
 		}
+	}
+}
+
+// fn apply packs as a replica does: lm-pretrain over a JSONL file, the
+// tokenizer.json from --vocab-dir, a line that fails in no row.
+func TestFnApplyPacks(t *testing.T) {
+	dir := t.TempDir()
+	vocab := filepath.Join(dir, "vocab")
+	writeFiles(t, vocab, map[string][]byte{"tokenizer.json": synth.ByteTokenizerJSON()})
+	var lines strings.Builder
+	total := 0
+	for i := range 40 {
+		text := strings.Repeat(fmt.Sprintf("document %d. ", i), 1+i%7)
+		total += len(text) + 1 // its bytes, then EOS
+		fmt.Fprintf(&lines, "{\"text\": %q}\n", text)
+	}
+	lines.WriteString("{\"title\": \"no text\"}\n")
+	jsonl := filepath.Join(dir, "web-00.jsonl")
+	writeFiles(t, dir, map[string][]byte{"web-00.jsonl": []byte(lines.String())})
+	out := filepath.Join(dir, "out.safetensors")
+	code, _, stderr := applyCLI(t, "--pipeline", "lm-pretrain", "--vocab-dir", vocab, "--input", jsonl, "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	rows := (total + 2047) / 2048
+	f, keys := readOutput(t, out)
+	want := map[string]string{"input_ids": fmt.Sprintf("I32[%d,2048]", rows), "position_ids": fmt.Sprintf("I32[%d,2048]", rows),
+		"attention_mask": fmt.Sprintf("I32[%d,2048]", rows), "cu_seqlens": fmt.Sprintf("I32[%d,2049]", rows), "num_seqs": fmt.Sprintf("I32[%d]", rows)}
+	if diff := cmp.Diff(want, tensorShapes(f)); diff != "" {
+		t.Errorf("tensors (-want +got):\n%s", diff)
+	}
+	if len(keys) != rows || keys[0] != "web-00/row00000000" {
+		t.Errorf("keys %v: want %d rows from web-00/row00000000", keys, rows)
+	}
+	if !strings.Contains(stderr, `failed web-00/00000040: member jsonl has no field "text"`) || !strings.Contains(stderr, "1 of 41 samples failed") ||
+		!strings.Contains(stderr, fmt.Sprintf("packed 40 documents (%d tokens) into %d rows, %d padding tokens", total, rows, rows*2048-total)) {
+		t.Errorf("stderr %q: want the failed line and the packing's counts", stderr)
 	}
 }

@@ -190,6 +190,10 @@ func runJobSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	} else {
 		fmt.Fprintf(stdout, "job %s submitted: %d shards x %d epochs = %d tasks, pipeline %s, readers %s\n",
 			job.Spec.ID, len(job.Shards), job.Spec.Epochs, job.Tasks(), pipelineName(job.Spec.Pipeline), strings.Join(job.Spec.Readers, ", "))
+		for i, src := range job.Sources {
+			fmt.Fprintf(stdout, "  source %d: %s, weight %g: %d shards of an epoch (%d listed)\n",
+				i, job.Spec.Sources[i].Dataset, job.Spec.Sources[i].Weight, src.Slots, src.Listed)
+		}
 	}
 	if keyErr != nil {
 		return fmt.Errorf("job %s submitted, but its team key was not written, and its agents cannot connect without it: delete the job and submit it again: %w",
@@ -347,6 +351,9 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // pipelineName is what a job's pipeline is called in a line: its name, or
 // the name an inline spec gives.
 func pipelineName(p string) string {
+	if strings.TrimSpace(p) == "" {
+		return "each source's own"
+	}
 	if slices.Contains(pipeline.Names(), p) {
 		return p
 	}

@@ -27,7 +27,14 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 		fmt.Fprintf(w, " (%s)", job.Reason)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  dataset   %s: %d shards\n", spec.Dataset, len(job.Shards))
+	if len(spec.Sources) == 0 {
+		fmt.Fprintf(w, "  dataset   %s: %d shards\n", spec.Dataset, len(job.Shards))
+	}
+	for i, src := range spec.Sources {
+		if i < len(job.Sources) {
+			fmt.Fprintf(w, "  source %d  %s, weight %g: %d shards of an epoch (%d listed)\n", i, src.Dataset, src.Weight, job.Sources[i].Slots, job.Sources[i].Listed)
+		}
+	}
 	fmt.Fprintf(w, "  pipeline  %s, batch size %d, seed %d, readers %s\n", pipelineName(spec.Pipeline), spec.BatchSize, spec.Seed, strings.Join(spec.Readers, ", "))
 	fmt.Fprintf(w, "  submitted %s\n", job.Submitted.Local().Format(time.DateTime))
 	if !broker.HasStatus(st) {
@@ -50,6 +57,9 @@ func printStatus(w io.Writer, job wire.Job, st wire.JobStatus) {
 			parts[i] = fmt.Sprintf("%d: %d/%d", i, n, len(job.Shards))
 		}
 		fmt.Fprintf(w, "  epochs    %s\n", strings.Join(parts, ", "))
+	}
+	for i, p := range st.Sources {
+		fmt.Fprintf(w, "  source %d  %d/%d tasks done, %d samples processed\n", i, p.TasksDone, p.Tasks, p.SamplesProcessed)
 	}
 	fmt.Fprintf(w, "  samples   %d processed, %d failed", st.SamplesProcessed, st.SamplesFailed)
 	if st.SamplesExpected > 0 {

@@ -24,3 +24,25 @@ func TestPrintStatusShowsS3BytesPerEpoch(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintStatusShowsEachSource(t *testing.T) {
+	job := wire.Job{Spec: wire.JobSpec{ID: "j", Epochs: 2, Sources: []wire.SourceSpec{{Dataset: "s3://d/web/", Weight: 3}, {Dataset: "s3://d/code/", Weight: 1}}},
+		State: wire.JobRunning, Shards: make([]string, 8), Sources: []wire.JobSource{{Listed: 4, First: 0, Slots: 6}, {Listed: 4, First: 6, Slots: 2}}}
+	st := wire.JobStatus{Job: "j", State: wire.JobRunning, Updated: time.Now(), Tasks: wire.TaskCounts{Total: 16, Done: 9},
+		Sources: []wire.SourceProgress{{Dataset: "s3://d/web/", Tasks: 12, TasksDone: 7, SamplesProcessed: 700}, {Dataset: "s3://d/code/", Tasks: 4, TasksDone: 2, SamplesProcessed: 210}}}
+	var b strings.Builder
+	printStatus(&b, job, st)
+	for _, want := range []string{
+		"  source 0  s3://d/web/, weight 3: 6 shards of an epoch (4 listed)\n",
+		"  source 1  s3://d/code/, weight 1: 2 shards of an epoch (4 listed)\n",
+		"  source 0  7/12 tasks done, 700 samples processed\n",
+		"  source 1  2/4 tasks done, 210 samples processed\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "dataset") {
+		t.Errorf("a mixed job's status names a dataset line:\n%s", b.String())
+	}
+}

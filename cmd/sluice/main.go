@@ -32,6 +32,7 @@ func commands() map[string]command {
 		"plan":             {"estimate a job's replicas for a trainer rate (learned per-replica rates), its S3 bytes per epoch with the shard cache and its I/O-bound samples/s", runPlan},
 		"loadtest trace":   {"simulate the Alibaba PAI GPU cluster trace: static CPUs per task against Sluice's pooled, autoscaled replicas", runLoadtestTrace},
 		"controller":       {"run jobs: autoscale replicas, tell agents where to send tasks, track status (leases let a standby take over)", runController},
+		"kube-jobs":        {"reconcile SluiceJob objects (Kubernetes) into the job store: submit, status, cancel and remove on delete", runKubeJobs},
 		"job submit":       {"check a job spec (YAML file and/or flags) and queue the job", runJobSubmit},
 		"job status":       {"show a job's state and progress (--watch follows it)", runJobStatus},
 		"job list":         {"list the jobs", runJobList},

@@ -48,7 +48,7 @@ func TestPipelineFlag(t *testing.T) {
 		}
 	}
 
-	builtins := "neither a built-in pipeline (criteo, imagenet-eval, imagenet-train, text-wordpiece) nor a readable spec file"
+	builtins := "neither a built-in pipeline (criteo, imagenet-eval, imagenet-train, lm-pretrain, text-wordpiece) nor a readable spec file"
 	for _, tc := range []struct{ value, want string }{
 		{"nosuch", `--pipeline "nosuch" is ` + builtins + " (no such file or directory)"},
 		{dir, builtins + " (is a directory)"},

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -56,6 +58,32 @@ func TestShippedNATSConfigHasThePermissions(t *testing.T) {
 	}
 	if block != natsperm.Render() {
 		t.Errorf("%s's authorization block differs from natsperm.Render(); run with -update to rewrite it", natsConfPath)
+	}
+}
+
+// TestShippedNATSConfigParses: nats-server reads the whole shipped file,
+// with the variables the StatefulSet sets, and waits CalloutWait for the
+// controllers' answer to an auth callout, not its default 2 s.
+func TestShippedNATSConfigParses(t *testing.T) {
+	for _, r := range natsperm.Roles() {
+		t.Setenv(r.PasswordEnv(), "pw-"+r.Name)
+	}
+	issuer, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := issuer.PublicKey()
+	t.Setenv(natsperm.CalloutIssuerEnv, pub)
+	t.Setenv("POD_NAME", "sluice-nats-0")
+	o, err := server.ProcessConfigFile(natsConfPath)
+	if err != nil {
+		t.Fatalf("nats-server refuses %s: %v", natsConfPath, err)
+	}
+	if o.AuthCallout == nil || o.AuthCallout.Issuer != pub {
+		t.Errorf("auth callout %+v, want issuer %s", o.AuthCallout, pub)
+	}
+	if want := natsperm.CalloutWait.Seconds(); o.AuthTimeout != want {
+		t.Errorf("auth timeout %vs, want natsperm.CalloutWait %vs", o.AuthTimeout, want)
 	}
 }
 

@@ -32,8 +32,8 @@ func bpeOp() OpSpec {
 				Doc: "for a .tiktoken file, its split pattern and special tokens; auto takes them from the file name (cl100k_base.tiktoken)"},
 			{Name: "max_len", Type: ParamInt, Default: 1024, Bounded: true, Min: 1, Max: 1 << 20,
 				Doc: "length of every row, the post-processor's BOS/EOS included"},
-			{Name: "mode", Type: ParamString, Default: "pad", Values: []string{"pad"},
-				Doc: "pad: BOS text EOS, the text cut so that EOS still fits, then pad_id"},
+			{Name: "mode", Type: ParamString, Default: "pad", Values: []string{"pad", "ids"},
+				Doc: "pad: BOS text EOS, the text cut so that EOS still fits, then pad_id; ids: BOS text EOS uncut and unpadded (max_len unused), for pack"},
 			{Name: "add_special", Type: ParamBool, Default: true,
 				Doc: "add what the tokenizer.json's post-processor adds (Llama 3's <|begin_of_text|>), as add_special_tokens=True"},
 			{Name: "special_tokens", Type: ParamString, Default: "match", Values: []string{"match", "text"},
@@ -44,6 +44,12 @@ func bpeOp() OpSpec {
 				Doc: "a sample with a longer text fails"},
 		},
 		In: []Type{TypeText}, Out: TypeTokens,
+		OutFor: func(p Params) Type {
+			if p.String("mode") == "ids" {
+				return TypeIDs
+			}
+			return TypeTokens
+		},
 		build: buildBPE,
 	}
 }
@@ -55,6 +61,7 @@ type bpeStage struct {
 	matchSpecial bool
 	padID        int32
 	maxText      int
+	idsMode      bool      // mode ids: the document's ids into the state
 	ids          sync.Pool // *[]int32: a call's token buffer
 }
 
@@ -96,6 +103,7 @@ func buildBPE(p Params, o Options) (stage, error) {
 		matchSpecial: p.String("special_tokens") == "match",
 		padID:        int32(p.Int("pad_id")),
 		maxText:      p.Int("max_text_bytes"),
+		idsMode:      p.String("mode") == "ids",
 	}
 	if p.Bool("add_special") {
 		s.bos, s.eos = tok.Template()
@@ -113,6 +121,12 @@ func (s *bpeStage) apply(st *state) error {
 	}
 	if len(txt) > s.maxText {
 		return fmt.Errorf("text of %s, over the op's max_text_bytes (%s)", bytesize.Format(int64(len(txt))), bytesize.Format(int64(s.maxText)))
+	}
+	if s.idsMode {
+		st.ids = append(st.ids[:0], s.bos...)
+		st.ids = s.tok.AppendIDs(st.ids, txt, s.matchSpecial, 0)
+		st.ids = append(st.ids, s.eos...)
+		return nil
 	}
 	room := s.maxLen - len(s.bos) - len(s.eos)
 	buf, _ := s.ids.Get().(*[]int32)

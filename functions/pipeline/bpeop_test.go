@@ -116,7 +116,7 @@ func TestBPEOpSpecProblems(t *testing.T) {
 		{", tokenizer: mine.tiktoken", `tokenizer "mine.tiktoken": set encoding (one of cl100k_base, o200k_base, p50k_base, r50k_base)`},
 		{", tokenizer: x.json, encoding: cl100k_base", "encoding cl100k_base: only for a .tiktoken file"},
 		{", tokenizer: x.tiktoken, encoding: p99k", `encoding "p99k": want one of auto, cl100k_base`},
-		{", tokenizer: x.json, mode: pack", `mode "pack": want one of pad`},
+		{", tokenizer: x.json, mode: pack", `mode "pack": want one of pad, ids`},
 	} {
 		err := Check(bpeSpec(c.params))
 		if err == nil {

@@ -23,12 +23,17 @@ const (
 	TypeText         Type = "text"
 	TypeTokens       Type = "tokens"  // terminal: "input_ids", "attention_mask" (+ "segment_ids")
 	TypeTabular      Type = "tabular" // terminal: "label", "dense", "sparse"
+	TypeIDs          Type = "ids"     // a document's token ids, unpadded (bpe with mode: ids)
+	// TypePacked is terminal: a shard's documents packed into rows
+	// ("input_ids", "position_ids", "cu_seqlens", "num_seqs",
+	// "attention_mask"), made by a Packer over the whole shard.
+	TypePacked Type = "packed"
 )
 
 // Terminal reports whether a pipeline may end with a value of type t.
 func (t Type) Terminal() bool {
 	switch t {
-	case TypeTensorU8HWC, TypeTensorF32CHW, TypeTensorF16CHW, TypeTokens, TypeTabular:
+	case TypeTensorU8HWC, TypeTensorF32CHW, TypeTensorF16CHW, TypeTokens, TypeTabular, TypePacked:
 		return true
 	}
 	return false

@@ -58,6 +58,10 @@ type Options struct {
 
 	// check validates without reading the files a spec names (Check).
 	check bool
+	// prev is the op before the one being built, when every op before it
+	// built (prevBuilt): pack takes its EOS from the bpe op's tokenizer.
+	prev      stage
+	prevBuilt bool
 }
 
 // SampleSeed derives the seed of one sample's randomness: 64-bit FNV-1a

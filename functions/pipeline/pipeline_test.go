@@ -228,11 +228,11 @@ func TestBadSamples(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	if diff := cmp.Diff([]string{"criteo", "imagenet-eval", "imagenet-train", "text-wordpiece"}, Names()); diff != "" {
+	if diff := cmp.Diff([]string{"criteo", "imagenet-eval", "imagenet-train", "lm-pretrain", "text-wordpiece"}, Names()); diff != "" {
 		t.Errorf("Names (-want +got):\n%s", diff)
 	}
 	_, err := Lookup("resnet-magic", Options{})
-	if err == nil || !strings.Contains(err.Error(), `"resnet-magic"`) || !strings.Contains(err.Error(), "criteo, imagenet-eval, imagenet-train, text-wordpiece") {
+	if err == nil || !strings.Contains(err.Error(), `"resnet-magic"`) || !strings.Contains(err.Error(), "criteo, imagenet-eval, imagenet-train, lm-pretrain, text-wordpiece") {
 		t.Errorf("unknown pipeline: error %v, want one naming it and the known ones", err)
 	}
 	// A name with a colon is tried as a YAML document, which a lone word is not.

@@ -33,6 +33,19 @@ type compiled struct {
 	// (-1: none); profiling charges the decoding time to it.
 	decodeOwner []int
 	states      sync.Pool // of *state
+	// pack is the pack op's options when the pipeline ends with one.
+	pack *PackOptions
+}
+
+// PackingOf reports whether p packs (ends with a pack op), and how: its
+// Process then gives each document's ids (DocIDs reads them), which the
+// caller feeds, in shard order, to a Packer made with these options.
+func PackingOf(p Pipeline) (PackOptions, bool) {
+	c, ok := p.(*compiled)
+	if !ok || c.pack == nil {
+		return PackOptions{}, false
+	}
+	return *c.pack, true
 }
 
 // Profiler is implemented by every pipeline this package builds: it runs
@@ -154,6 +167,8 @@ type state struct {
 	// Text (text): one string, or segments from a JSON list.
 	text     string
 	segments []string
+	// A document's ids (ids), in a buffer kept between calls.
+	ids []int32
 	// The sample's JSON object, parsed once for the text op and the label.
 	json       map[string]json.RawMessage
 	jsonMember string
@@ -191,4 +206,8 @@ func (st *state) finish() {
 	st.encoded, st.enc, st.member, st.img = false, nil, "", nil
 	clear(st.segments) // the strings alias the sample
 	st.text, st.segments, st.json, st.jsonMember, st.fields = "", st.segments[:0], nil, "", nil
+	st.ids = st.ids[:0]
+	if cap(st.ids) > pooledBufferBytes/4 {
+		st.ids = nil // a huge document's buffer is not kept
+	}
 }

@@ -169,7 +169,7 @@ func TestJSONSpecThroughLookup(t *testing.T) {
 	}
 	// Multi-line JSON keeps line numbers, tabs and all.
 	_, err = Lookup("{\n\t\"ops\": [\n\t\t{\"op\": \"decode\"},\n\t\t{\"op\": \"flip\"}\n\t]\n}", Options{})
-	if diff := cmp.Diff([]string{`line 4: ops[1] (flip): unknown op "flip": known ops are decode, random_resized_crop, resize, center_crop, random_horizontal_flip, color_jitter, normalize, to_uint8_hwc, text, wordpiece, bpe, criteo`}, problems(t, err)); diff != "" {
+	if diff := cmp.Diff([]string{`line 4: ops[1] (flip): unknown op "flip": known ops are decode, random_resized_crop, resize, center_crop, random_horizontal_flip, color_jitter, normalize, to_uint8_hwc, text, wordpiece, bpe, pack, criteo`}, problems(t, err)); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
@@ -257,11 +257,16 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("op %s with defaults: %v", op.Name, err)
 		}
 	}
+	// lm-pretrain reads tokenizer.json from the vocab directory.
+	dir := tokenizerDir(t)
+	if err := os.Rename(filepath.Join(dir, "tiny.json"), filepath.Join(dir, LMPretrainTokenizer)); err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range Builtins() {
 		if d.Doc == "" {
 			t.Errorf("built-in %s: no doc", d.Name)
 		}
-		if _, err := Build(d, Options{}); err != nil {
+		if _, err := Build(d, Options{VocabDir: dir}); err != nil {
 			t.Errorf("built-in %s: %v", d.Name, err)
 		}
 	}

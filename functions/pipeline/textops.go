@@ -50,6 +50,7 @@ func textOps() []OpSpec {
 			build: buildWordPiece,
 		},
 		bpeOp(),
+		packOp(),
 	}
 }
 
@@ -61,8 +62,24 @@ func textBuiltins() []Definition {
 			{Op: "text"},
 			{Op: "wordpiece", Params: map[string]any{"vocab": "builtin", "lowercase": true, "max_len": 128, "mode": "pad"}},
 		},
+	}, {
+		Name: LMPretrain,
+		Doc:  `JSON "text" field (or txt member), byte-level BPE from tokenizer.json in the replica's --vocab-dir, packed into rows of 2048: "input_ids", "position_ids", "attention_mask" I32 [2048], "cu_seqlens" I32 [2049], "num_seqs" I32 []`,
+		Ops: []OpCall{
+			{Op: "text"},
+			{Op: "bpe", Params: map[string]any{"tokenizer": LMPretrainTokenizer, "mode": "ids"}},
+			{Op: "pack", Params: map[string]any{"seq_len": 2048, "tail": TailPad}},
+		},
 	}}
 }
+
+// The built-in causal LM pipeline, and the file it reads its tokenizer
+// from: a builtin cannot carry a tokenizer (Llama 3's is 9 MB), so each
+// replica's operator puts the model's tokenizer.json in --vocab-dir.
+const (
+	LMPretrain          = "lm-pretrain"
+	LMPretrainTokenizer = "tokenizer.json"
+)
 
 func nonEmpty(v any) error {
 	if v.(string) == "" {

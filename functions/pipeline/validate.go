@@ -59,10 +59,18 @@ func compile(d Definition, o Options) (*compiled, []Problem) {
 			lastImage = i
 		}
 		if !bad {
-			st, err := spec.build(params, o)
+			bo := o
+			bo.prev, bo.prevBuilt = nil, len(c.stages) == i // every op before this one built
+			if bo.prevBuilt && i > 0 {
+				bo.prev = c.stages[i-1]
+			}
+			st, err := spec.build(params, bo)
 			if err != nil {
 				add(0, "%v", err)
 			} else {
+				if ps, ok := st.(*packStage); ok {
+					c.pack = &ps.o
+				}
 				c.stages = append(c.stages, st)
 				c.ops = append(c.ops, call.Op)
 				c.decodeOwner = append(c.decodeOwner, lastImage)
@@ -77,7 +85,10 @@ func compile(d Definition, o Options) (*compiled, []Problem) {
 		probs = append(probs, Problem{Line: d.Ops[n-1].line, Op: n - 1, OpName: d.Ops[n-1].Op,
 			Msg: fmt.Sprintf("the pipeline ends with %s, which is not a tensor: end it with %s", prev, finishers(prev))})
 	}
-	if !d.Label.None() && slices.Contains(outputs, "label") {
+	if !d.Label.None() && prevOK && prev == TypePacked {
+		probs = append(probs, Problem{Line: d.labelLine, Op: -1,
+			Msg: "label: pack makes rows of many documents, which have no one label; set label: none"})
+	} else if !d.Label.None() && slices.Contains(outputs, "label") {
 		probs = append(probs, Problem{Line: d.labelLine, Op: -1,
 			Msg: "label: the pipeline's ops already output a label field; set label: none"})
 	}
@@ -157,6 +168,9 @@ func joinTypes(ts []Type) string {
 
 // bridge suggests an op that turns have into something spec takes.
 func bridge(have Type, spec OpSpec) string {
+	if have == TypeTokens && spec.Accepts(TypeIDs) {
+		return " (give the bpe op mode: ids)"
+	}
 	for _, o := range Ops() {
 		if o.Accepts(have) && spec.Accepts(o.Output(defaults(o))) {
 			return fmt.Sprintf(" (put %s before it)", o.Name)
@@ -196,6 +210,8 @@ func terminalFields(t Type) []string {
 		return []string{"input_ids", "attention_mask", "segment_ids"}
 	case TypeTabular:
 		return []string{"label", "dense", "sparse"}
+	case TypePacked:
+		return []string{FieldInputIDs, FieldPositionIDs, FieldCuSeqlens, FieldNumSeqs, FieldAttnMask}
 	}
 	return nil
 }

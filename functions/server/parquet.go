@@ -21,7 +21,7 @@ import (
 // "bypass" with the bytes read. A file that cannot be read as Parquet, or
 // lacks a column the task names, is one failed sample named after the
 // file, with the reason.
-func (r *shardRun) parquet(ctx context.Context, p pipeline.Pipeline) error {
+func (r *shardRun) parquet(ctx context.Context, p pipeline.Pipeline, pk *pipeline.Packer) error {
 	task := r.task
 	src, err := objstore.OpenRange(ctx, r.s.s3, task.Bucket, task.Key, parquetfmt.TailBytes)
 	if err != nil {
@@ -39,7 +39,7 @@ func (r *shardRun) parquet(ctx context.Context, p pipeline.Pipeline) error {
 		return fmt.Errorf("reading shard s3://%s/%s: %w", task.Bucket, task.Key, err)
 	default:
 		defer rd.Close()
-		if err := r.process(ctx, p, rd, &readErr{}); err != nil {
+		if err := r.process(ctx, p, pk, rd, &readErr{}); err != nil {
 			return err
 		}
 	}

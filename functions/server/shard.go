@@ -96,9 +96,13 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 	if err != nil {
 		return r.end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
 	}
+	pk, err := shardPacker(p, task)
+	if err != nil {
+		return r.end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
+	}
 
 	if format == "parquet" {
-		return r.end, r.parquet(ctx, p)
+		return r.end, r.parquet(ctx, p, pk)
 	}
 	// The shard cache reads from S3 unless it holds the object's current
 	// version; it is a plain S3 read when no cache is configured.
@@ -116,7 +120,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 	if format != "tar" {
 		rd = lines.NewReader(body, task.Key, format, int(min(s.cfg.MaxMemberBytes, math.MaxInt32)))
 	}
-	if err := r.process(ctx, p, rd, body); err != nil {
+	if err := r.process(ctx, p, pk, rd, body); err != nil {
 		return r.end, err
 	}
 	// Closing completes the cache entry a miss was writing; only then are
@@ -138,9 +142,10 @@ type shardRun struct {
 
 // process runs every sample of rd through p and sends the chunks, each as
 // soon as it is full, then the last.
-func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, rd sampleReader, body *readErr) error {
+func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, pk *pipeline.Packer, rd sampleReader, body *readErr) error {
 	task := r.task
 	ch := newChunker(task)
+	var ids []int32 // a document's, the buffer reused
 	for {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("processing shard %s: %w", task.ID(), err)
@@ -169,13 +174,38 @@ func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, rd sampleRe
 			continue
 		}
 		out.Key = sample.Key
-		full, err := ch.add(out)
-		if err != nil {
+		if pk == nil {
+			if err := r.add(ch, out); err != nil {
+				return err
+			}
+			continue
+		}
+		// Packing: the sample is a document; its rows go out as they
+		// fill, a row's worth of ids at a time, so that a long document
+		// is never held whole as rows.
+		if ids, err = pipeline.AppendDocIDs(ids[:0], out); err != nil {
 			r.fail(sample.Key, err.Error())
 			continue
 		}
-		if full != nil {
-			if err := r.send(full); err != nil {
+		for rest := ids; ; {
+			n := min(len(rest), pk.Options().SeqLen)
+			pk.Append(rest[:n])
+			if rest = rest[n:]; len(rest) == 0 {
+				pk.EndDocument()
+			}
+			for _, row := range pk.Take() {
+				if err := r.add(ch, row); err != nil {
+					return err
+				}
+			}
+			if len(rest) == 0 {
+				break
+			}
+		}
+	}
+	if pk != nil {
+		for _, row := range pk.Close() {
+			if err := r.add(ch, row); err != nil {
 				return err
 			}
 		}
@@ -188,6 +218,67 @@ func (r *shardRun) process(ctx context.Context, p pipeline.Pipeline, rd sampleRe
 		return r.send(last)
 	}
 	return nil
+}
+
+// add puts an output (a sample's, or a packed row) into the open chunk,
+// sending the chunk it closed; an output that cannot go into a chunk
+// fails under its key.
+func (r *shardRun) add(ch *chunker, out pipeline.Output) error {
+	full, err := ch.add(out)
+	if err != nil {
+		r.fail(out.Key, err.Error())
+		return nil
+	}
+	if full != nil {
+		return r.send(full)
+	}
+	return nil
+}
+
+// shardPacker is the packer of the task's shard when its pipeline packs
+// (nil when not): a packing pipeline's outputs are documents, packed into
+// rows over the shard, keyed by the shard's name and their index, so a
+// shard processed again gives the same rows under the same keys.
+func shardPacker(p pipeline.Pipeline, task wire.ShardTask) (*pipeline.Packer, error) {
+	po, ok := pipeline.PackingOf(p)
+	if !ok {
+		return nil, nil
+	}
+	pk, err := pipeline.NewPacker(po, shardName(task.Key))
+	if err != nil {
+		return nil, err
+	}
+	if size := packedRowSize(po, shardName(task.Key)); size > task.ChunkMaxBytes {
+		return nil, fmt.Errorf("pack seq_len %d: a row is %d bytes as a chunk, over the job's chunk_max_bytes %d",
+			po.SeqLen, size, task.ChunkMaxBytes)
+	}
+	return pk, nil
+}
+
+// packedRowSize bounds a packed row's size as a chunk of its own: every
+// row has the same shapes, so one that does not fit means none does, and
+// the shard is refused rather than all its rows failed.
+func packedRowSize(po pipeline.PackOptions, prefix string) int {
+	pk, err := pipeline.NewPacker(po, prefix)
+	if err != nil {
+		return math.MaxInt
+	}
+	pk.Append(make([]int32, po.SeqLen)) // one full row
+	row := pk.Take()[0]
+	var schema []fieldSpec
+	n := 0
+	for _, f := range row.Fields {
+		schema = append(schema, fieldSpec{f.Name, f.DType, f.Shape})
+		n += len(f.Data)
+	}
+	return sizeBound(schema, keyLen(row.Key), n)
+}
+
+// shardName is a shard key's base name less its extension, as line
+// shards' sample keys begin with.
+func shardName(key string) string {
+	base := path.Base(key)
+	return strings.TrimSuffix(base, path.Ext(base))
 }
 
 func (r *shardRun) send(c *chunk) error {

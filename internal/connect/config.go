@@ -37,9 +37,11 @@ type NATS struct {
 	// by the command, not a setting.
 	InboxPrefix string
 	// RetryAuth keeps reconnecting after the server refused the
-	// credentials twice, where nats.go would give up: an agent let in by
-	// the controllers' auth callout is refused while none answers (a
-	// controller restarting with NATS). Set by the command.
+	// credentials twice, where nats.go would give up, and retries a first
+	// connect refused late (ConnectNATS): an agent let in by the
+	// controllers' auth callout is refused while none answers in time (a
+	// controller busy, failing over, or restarting with NATS). Set by the
+	// command.
 	RetryAuth bool
 }
 

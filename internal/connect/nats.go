@@ -34,10 +34,73 @@ const (
 // start says which problem it is: ErrNATSUnreachable, ErrNATSAuthorization,
 // ErrNATSTLS, ErrNATSServerTooOld (older than MinServerVersion) or
 // ErrNoJetStream (errors.Is), naming the URLs.
+//
+// With c.NATS.RetryAuth (a client let in by the server's auth callout),
+// a refusal that may be the server giving up on the callout's answer
+// (or a handshake the server interrupted with a PING while it waited) is
+// retried with backoff and a Warn line each time, for at most
+// authRetryWindow or until ctx ends (retryRefusal).
 func (c Config) ConnectNATS(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if !c.NATS.RetryAuth {
+		return c.connectNATS(ctx, name, logger)
+	}
+	var (
+		nc    *nats.Conn
+		js    jetstream.JetStream
+		start = time.Now()
+		took  time.Duration // of the last attempt
+	)
+	retryable := func(err error) bool {
+		return (errors.Is(err, ErrNATSAuthorization) || pingedInHandshake(err)) && retryRefusal(took, time.Since(start))
+	}
+	err := retry.Do(ctx, logger, retry.Startup(), "connecting to nats: refused, maybe as the auth callout was not answered in time", retryable,
+		func(ctx context.Context) error {
+			t := time.Now()
+			var err error
+			nc, js, err = c.connectNATS(ctx, name, logger)
+			took = time.Since(t)
+			return err
+		})
+	if (errors.Is(err, ErrNATSAuthorization) || pingedInHandshake(err)) && took >= slowRefusal {
+		err = fmt.Errorf("%w (refused after waiting %v each time, as when no auth callout answers in time: retried for %v)",
+			err, took.Round(time.Millisecond), time.Since(start).Round(time.Second))
+	}
+	return nc, js, err
+}
+
+// How a callout-authenticated client's first connect retries a refusal.
+// The server answers "Authorization Violation" both when the controllers
+// refuse the credentials and when none answered within its wait (its
+// auth timeout: natsperm.CalloutWait in the shipped configurations, at
+// least 1 s), so the two are told apart by the time the refusal took: a
+// refusal the controllers answer comes within milliseconds, fails the
+// connect at once, and a wrong credential is not retried. One that came
+// late is retried, within a bound: under load a real refusal can come
+// late too.
+const (
+	slowRefusal     = time.Second
+	authRetryWindow = 2 * time.Minute
+)
+
+// pingedInHandshake: the server sent its first PING (2 to 2.4 s after
+// CONNECT) before it answered the CONNECT, which nats.go takes for a
+// protocol error: the auth callout was still pending on a server whose
+// auth timeout is longer than that.
+func pingedInHandshake(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "expected 'PONG', got 'PING'")
+}
+
+// retryRefusal is whether a first connect refused after took, since
+// after the first attempt began, is tried again.
+func retryRefusal(took, since time.Duration) bool {
+	return took >= slowRefusal && since < authRetryWindow
+}
+
+// connectNATS is one attempt of ConnectNATS.
+func (c Config) connectNATS(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	urls := redactURLs(c.NATS.URLs)
 	opts, err := c.NATS.options(name, logger)
 	if err != nil {

@@ -76,6 +76,7 @@ func (a *NATSAuth) serverAuth(o *server.Options) error {
 		ac.AuthUsers = append(ac.AuthUsers, r.User())
 	}
 	o.AuthCallout = ac
+	o.AuthTimeout = natsperm.CalloutWait.Seconds()
 	return nil
 }
 

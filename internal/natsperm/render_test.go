@@ -43,6 +43,9 @@ func TestRenderIsWhatNATSServerReads(t *testing.T) {
 			}
 		}
 	}
+	if want := CalloutWait.Seconds(); opts.AuthTimeout != want {
+		t.Errorf("auth timeout %vs, want CalloutWait %vs", opts.AuthTimeout, want)
+	}
 	users := map[string]*server.User{}
 	for _, u := range opts.Users {
 		users[u.Username] = u

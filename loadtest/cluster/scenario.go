@@ -39,7 +39,7 @@ type Scenario struct {
 	Seed            uint64
 }
 
-// DefaultScenario is the README's: 64 nodes of 8 GPUs, 50 sweeps of 8-16
+// DefaultScenario is docs/simulations.md's: 64 nodes of 8 GPUs, 50 sweeps of 8-16
 // one-GPU trials over an hour, half of them in four bursts, trials of 5-30
 // minutes. A current GPU trains a ResNet-50 at 1,000-3,000 images/s; the
 // median here, 1,000 samples/s, with 449 samples/s per core (torchvision's

@@ -22,7 +22,7 @@
 // samples/s, each log-normal around its median, drawn per task from a
 // seeded stream. The defaults are calibrated on this project's
 // measurements: 449 samples/s per core is torchvision's ImageNet training
-// transform on one core of this project's machine (README, Performance;
+// transform on one core of this project's machine (docs/performance.md;
 // Sluice's own imagenet-train does 311/s pure Go, 1,073/s with
 // libjpeg-turbo: both are rows of the sensitivity table, and the default
 // gives Sluice's replicas no faster decoder than the trainers' own data

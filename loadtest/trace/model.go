@@ -49,7 +49,7 @@ type Model struct {
 	SampleEvery time.Duration
 }
 
-// DefaultModel is the model the README's figures use.
+// DefaultModel is the model the figures of docs/simulations.md use.
 func DefaultModel() Model {
 	return Model{
 		TrainerPerGPU: 400, TrainerSigma: 1.0,

@@ -213,6 +213,15 @@ func (e *env) readSecrets(ctx context.Context) bool {
 
 // applySluice applies the kustomization and waits for it to run.
 func (e *env) applySluice(ctx context.Context, root string) error {
+	// The key the SluiceJob reconciler derives team keys from, made once
+	// (a cluster kept up from before it existed gets one now).
+	if _, err := e.kube.CoreV1().Secrets(namespace).Get(ctx, "sluice-kube-jobs-key", metav1.GetOptions{}); err != nil {
+		key := fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: sluice-kube-jobs-key, namespace: %s}\nstringData: {key: %s}\n",
+			namespace, randomHex(32))
+		if _, err := e.kubectlIn(ctx, key, "apply", "-f", "-"); err != nil {
+			return err
+		}
+	}
 	if _, err := e.kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(root, "test/e2e/cluster/manifests/sluice")); err != nil {
 		return err
 	}
@@ -220,6 +229,7 @@ func (e *env) applySluice(ctx context.Context, root string) error {
 		{"-n", namespace, "rollout", "status", "statefulset/sluice-nats", "--timeout=180s"},
 		{"-n", namespace, "rollout", "status", "deployment/sluice-s3", "--timeout=180s"},
 		{"-n", namespace, "rollout", "status", "deployment/sluice-controller", "--timeout=180s"},
+		{"-n", namespace, "rollout", "status", "deployment/sluice-kube-jobs", "--timeout=180s"},
 		{"-n", namespace, "wait", "--for=condition=Ready", "ksvc/" + fnService, "--timeout=180s"},
 	}
 	for _, w := range waits {

@@ -77,16 +77,41 @@ func (h hop) cpu(t *testing.T) float64 {
 
 // cpuPerGB runs f, which moves bytes, and returns each hop's CPU seconds
 // per GB of them, as "name=0.12".
-func cpuPerGB(t *testing.T, hops []hop, f func() int64) string {
+func cpuPerGB(t *testing.T, hops []hop, f func() int64) hopCPU {
 	t.Helper()
 	before := make([]float64, len(hops))
 	for i, h := range hops {
 		before[i] = h.cpu(t)
 	}
 	n := f()
-	var out []string
+	out := make(hopCPU, len(hops))
 	for i, h := range hops {
-		out = append(out, fmt.Sprintf("%s=%.2f", h.name, (h.cpu(t)-before[i])/(float64(n)/1e9)))
+		out[i] = hopFigure{h.name, (h.cpu(t) - before[i]) / (float64(n) / 1e9)}
+	}
+	return out
+}
+
+// hopCPU is each hop's CPU seconds per GB streamed, in the hops' order.
+type hopCPU []hopFigure
+
+type hopFigure struct {
+	name      string
+	coreSPerG float64
+}
+
+func (c hopCPU) of(name string) float64 {
+	for _, f := range c {
+		if f.name == name {
+			return f.coreSPerG
+		}
+	}
+	return 0
+}
+
+func (c hopCPU) String() string {
+	out := make([]string, len(c))
+	for i, f := range c {
+		out[i] = fmt.Sprintf("%s=%.2f", f.name, f.coreSPerG)
 	}
 	return strings.Join(out, " ")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,11 +28,16 @@ type Trainer struct {
 	failed     map[string]string // "epoch/key" -> reason, from the agent's stats
 	client     *http.Client
 	afterBatch func(n int) // called after the nth batch (1-based) was received
+	// sources are a mixed job's rows' sources per epoch, in the order
+	// received; seenFrom counts "epoch/source/key" (sources may share keys).
+	sources  map[int][]int
+	seenFrom map[string]int
 }
 
 // NewTrainer returns a trainer with nothing received.
 func NewTrainer() *Trainer {
-	return &Trainer{seen: map[string]int{}, failed: map[string]string{}, client: &http.Client{Timeout: 2 * time.Minute}}
+	return &Trainer{seen: map[string]int{}, failed: map[string]string{}, client: &http.Client{Timeout: 2 * time.Minute},
+		sources: map[int][]int{}, seenFrom: map[string]int{}}
 }
 
 // AfterBatch sets a hook the trainer calls after receiving each batch and
@@ -256,11 +262,30 @@ func first(s []string, n int) string {
 func (tr *Trainer) record(b traineragent.Batch, size int) int {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	for _, k := range b.Keys {
+	for i, k := range b.Keys {
 		tr.seen[epochKey(b.Epoch, k)]++
+		if b.Sources != nil {
+			tr.seenFrom[epochKey(b.Epoch, strconv.Itoa(b.Sources[i])+"/"+k)]++
+		}
 	}
+	tr.sources[b.Epoch] = append(tr.sources[b.Epoch], b.Sources...)
 	tr.batches++
 	tr.samples += len(b.Keys)
 	tr.bytes += int64(size)
 	return tr.batches
+}
+
+// Sources are the sources of a mixed job's rows of epoch e, in the order
+// received, and how many times each "source/key" of it came.
+func (tr *Trainer) Sources(e int) ([]int, map[string]int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	seen := map[string]int{}
+	prefix := strconv.Itoa(e) + "/"
+	for k, n := range tr.seenFrom {
+		if strings.HasPrefix(k, prefix) {
+			seen[strings.TrimPrefix(k, prefix)] = n
+		}
+	}
+	return slices.Clone(tr.sources[e]), seen
 }

@@ -38,6 +38,7 @@ STATE_VERSION = 1
 KEY = "__key__"
 EPOCH = "__epoch__"
 STEP = "__step__"
+SOURCE = "__source__"  # a mixed job's: each row's source, an index into the job spec's sources
 
 _END = object()  # the agent said every batch of this rank was delivered
 
@@ -122,7 +123,9 @@ class Loader:
 
     Each batch is a dict of numpy arrays that view the response body
     (`image` uint8 [N,H,W,3] or the pipeline's dtype, `label` int64 [N],
-    ...), plus `__key__` (the N sample keys), `__epoch__` and `__step__`.
+    ...), plus `__key__` (the N sample keys), `__epoch__` and `__step__`;
+    in a job that mixes datasets, `__source__` (each row's source: its
+    index in the job spec's sources).
     N is the job's per-rank batch size; an epoch's last step may give fewer
     rows, and when fewer samples than ranks remain, a rank may get a batch
     of zero rows (every rank takes the same number of steps, as DDP needs).
@@ -535,6 +538,14 @@ class Loader:
             failed = int(v)
         batch = dict(tensors)
         batch[KEY], batch[EPOCH], batch[STEP] = keys, epoch, step
+        if "sources" in meta:
+            try:
+                sources = json.loads(meta["sources"])
+            except (ValueError, RecursionError):
+                raise CorruptBatch(f"{what}: metadata sources is not JSON") from None
+            if not isinstance(sources, list) or len(sources) != len(keys) or not all(type(s) is int for s in sources):
+                raise CorruptBatch(f"{what}: metadata sources is not a JSON array of one source index per key")
+            batch[SOURCE] = sources
         item = _Item(batch, epoch, step, meta.get("last_step") == "true", position, job, meta.get("reader"), failed)
         if self._convert is not None:
             item.batch = self._convert(batch)

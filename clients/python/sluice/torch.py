@@ -17,14 +17,15 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .loader import EPOCH, KEY, STEP, Loader
+from .loader import EPOCH, KEY, SOURCE, STEP, Loader
 
-_META = (KEY, EPOCH, STEP)
+_META = (KEY, EPOCH, STEP, SOURCE)
 
 
 def to_tensors(batch, pin_memory=False):
     """The batch dict with every numpy array as a torch tensor that shares
-    its memory (or a pinned copy); keys, epoch and step stay as they are."""
+    its memory (or a pinned copy); keys, epoch, step and a mixed job's
+    sources stay as they are."""
     out = {}
     for k, v in batch.items():
         if k in _META:

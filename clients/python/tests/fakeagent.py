@@ -14,12 +14,18 @@ import numpy as np
 from sluice.safetensors import encode
 
 
-def make_batch(epoch, step, keys, rank=0, world_size=1, last=False, position=None, job="j", legacy=False, side=4, epoch_failed=None):
-    n = len(keys)
-    image = np.full((n, side, side, 3), 0, dtype=np.uint8)
-    for i, k in enumerate(keys):
-        image[i] = int(k) % 256
-    label = np.array([int(k) for k in keys], dtype=np.int64)
+def make_batch(epoch, step, keys, rank=0, world_size=1, last=False, position=None, job="j", legacy=False, side=4, epoch_failed=None,
+               tensors=None):
+    """tensors: when set, a function of the keys giving the batch's arrays
+    (else an image and a label made from each key)."""
+    if tensors is None:
+        n = len(keys)
+        image = np.full((n, side, side, 3), 0, dtype=np.uint8)
+        for i, k in enumerate(keys):
+            image[i] = int(k) % 256
+        arrays = {"image": image, "label": np.array([int(k) for k in keys], dtype=np.int64)}
+    else:
+        arrays = tensors(keys)
     meta = {"job": job, "epoch": str(epoch), "keys": json.dumps(keys)}
     if not legacy:
         meta.update({"step": str(step), "rank": str(rank), "world_size": str(world_size),
@@ -27,7 +33,7 @@ def make_batch(epoch, step, keys, rank=0, world_size=1, last=False, position=Non
                      "position": json.dumps(position if position is not None else {"e": epoch, "s": step})})
         if last and epoch_failed is not None:
             meta["epoch_failed"] = str(epoch_failed)
-    return encode({"image": image, "label": label}, meta)
+    return encode(arrays, meta)
 
 
 class FakeAgent:
@@ -37,10 +43,12 @@ class FakeAgent:
     --agent-token-file makes it; others get 401 and change nothing.
     close_idle: close each connection after its answer, without saying so,
     as the agent does to a kept-alive connection its idle timeout passed;
-    each close is put on `closed`."""
+    each close is put on `closed`. tensors: the batches' arrays as a
+    function of their keys (make_batch's)."""
 
-    def __init__(self, epochs, world_size=1, legacy=False, job="j", token=None, close_idle=False):
+    def __init__(self, epochs, world_size=1, legacy=False, job="j", token=None, close_idle=False, tensors=None):
         self.epochs, self.world_size, self.legacy, self.job = epochs, world_size, legacy, job
+        self.tensors = tensors
         self.token, self.close_idle = token, close_idle
         self.closed = queue.Queue()
         self.auth = []  # the Authorization header of each request (None: none)
@@ -126,7 +134,7 @@ class FakeAgent:
         group = steps[step]
         keys = group[rank] if rank < len(group) else []
         data = make_batch(epoch, step, keys, rank, ws, last=step == len(steps) - 1, job=self.job, legacy=self.legacy,
-                          epoch_failed=self.epoch_failed.get(epoch, 0))
+                          epoch_failed=self.epoch_failed.get(epoch, 0), tensors=self.tensors)
         self._send(h, 200, data)
 
     def _send(self, h, status, body, ctype="text/plain", headers=None):

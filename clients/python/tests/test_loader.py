@@ -216,6 +216,14 @@ class LoaderTest(unittest.TestCase):
         with self.assertRaisesRegex(sluice.AgentError, "reading a batch|connection closed after"):
             list(self.loader(ag.url))
 
+    def test_mixed_job_names_each_rows_source(self):
+        ag = self.agent([batches(1, 3)])
+        body = sluice.safetensors.encode({"x": np.zeros((3,), np.uint8)},
+                                         {"job": "j", "epoch": "0", "keys": '["a", "b", "c"]', "sources": "[0, 0, 1]"})
+        ag.fail = lambda h: ag._send(h, 200, body) or True
+        got = next(iter(self.loader(ag.url)))
+        self.assertEqual(got["__source__"], [0, 0, 1])
+
     def test_corrupt_batch_names_the_problem(self):
         ag = self.agent([batches(2, 1)])
         cases = [
@@ -230,6 +238,8 @@ class LoaderTest(unittest.TestCase):
              "metadata epoch or keys unreadable: nested deeper than the recursion limit"),
             (sluice.safetensors.encode({"x": np.zeros((1,), np.uint8)}, {"job": "j", "epoch": "0", "keys": '["a"]', "position": "[" * 100_000}),
              "metadata position is not JSON: nested deeper than the recursion limit"),
+            (sluice.safetensors.encode({"x": np.zeros((1,), np.uint8)}, {"job": "j", "epoch": "0", "keys": '["a"]', "sources": "[0, 1]"}),
+             "metadata sources is not a JSON array of one source index per key"),
         ]
         for body, want in cases:
             with self.subTest(want):

@@ -66,3 +66,15 @@ class SluiceIterableDatasetTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class ToTensorsTest(unittest.TestCase):
+    def test_a_mixed_jobs_sources_stay_a_list(self):
+        import numpy as np
+
+        from sluice.torch import to_tensors
+
+        got = to_tensors({"label": np.array([1, 2]), "__key__": ["a", "b"], "__epoch__": 0, "__step__": 0, "__source__": [0, 1]})
+        self.assertIsInstance(got["label"], torch.Tensor)
+        self.assertEqual(got["__source__"], [0, 1])

@@ -74,6 +74,18 @@ func (t *Tokenizer) VocabSize() int { return t.size }
 // (its ByteLevel post-processor adds nothing) and tiktoken.
 func (t *Tokenizer) Template() (bos, eos []int32) { return t.bos, t.eos }
 
+// AddedID is the id of an added or special token spelt exactly s
+// (GPT-2's "<|endoftext|>"), and whether there is one: what a packer
+// separates documents with.
+func (t *Tokenizer) AddedID(s string) (int32, bool) {
+	for _, a := range []*addedTokens{&t.added, &t.addedNorm} {
+		if id, ok := a.lookup(s); ok {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
 // Encode is the ids Hugging Face tokenizers' encode(text,
 // add_special_tokens=addSpecial) gives, added and special tokens matched
 // in the text (tiktoken's encode(text, allowed_special="all")).
@@ -359,6 +371,20 @@ func (a *addedTokens) next(n int32, b byte) int32 {
 		}
 	}
 	return -1
+}
+
+func (a *addedTokens) lookup(s string) (int32, bool) {
+	if len(a.nodes) == 0 || s == "" {
+		return 0, false
+	}
+	n := int32(0)
+	for i := 0; i < len(s) && n >= 0; i++ {
+		n = a.next(n, s[i])
+	}
+	if n < 0 || a.nodes[n].id < 0 {
+		return 0, false
+	}
+	return a.nodes[n].id, true
 }
 
 // cut splits text at its first added token: the text before it, its id,

@@ -485,3 +485,30 @@ func TestUnicodeTablesAreGenerated(t *testing.T) {
 		t.Error("unicode16.go differs from what gen_unicode.mjs makes: run go generate ./functions/text/bpe/")
 	}
 }
+
+// The end-of-text tokens a packer separates documents with, by their
+// spelling, in the real vocabularies.
+func TestAddedIDOfRealVocabularies(t *testing.T) {
+	dir := tokref(t)
+	for _, c := range []struct {
+		tok  *Tokenizer
+		s    string
+		want int32
+	}{
+		{loadHFFile(t, filepath.Join(dir, "gpt2.json")), "<|endoftext|>", 50256},
+		{loadHFFile(t, filepath.Join(dir, "llama3.json")), "<|end_of_text|>", 128001},
+		{loadHFFile(t, filepath.Join(dir, "qwen2_5.json")), "<|endoftext|>", 151643},
+		{loadTiktokenFile(t, filepath.Join(dir, "cl100k_base.tiktoken"), "cl100k_base"), "<|endoftext|>", 100257},
+		{loadTiktokenFile(t, filepath.Join(dir, "o200k_base.tiktoken"), "o200k_base"), "<|endoftext|>", 199999},
+	} {
+		if id, ok := c.tok.AddedID(c.s); !ok || id != c.want {
+			t.Errorf("AddedID(%q) = %d, %v; want %d", c.s, id, ok, c.want)
+		}
+	}
+	gpt2 := loadHFFile(t, filepath.Join(dir, "gpt2.json"))
+	for _, s := range []string{"", "<|endoftext", "<|endoftext|>x", "hello"} {
+		if id, ok := gpt2.AddedID(s); ok {
+			t.Errorf("gpt2 AddedID(%q) = %d: want none", s, id)
+		}
+	}
+}

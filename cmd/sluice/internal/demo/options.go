@@ -13,7 +13,8 @@ import (
 
 // Options shape a demo run. Zero values are replaced by DefaultOptions'.
 type Options struct {
-	// Dataset is the kind of synthetic dataset: image, text or tabular.
+	// Dataset is the kind of synthetic dataset: image, text, tabular or lm
+	// (text packed for causal LM training: a sample is a row).
 	Dataset         string
 	Samples, Shards int
 	Epochs          int
@@ -53,7 +54,7 @@ type Options struct {
 }
 
 // Datasets are the synthetic dataset kinds the demo can generate.
-var Datasets = []string{"image", "text", "tabular"}
+var Datasets = []string{"image", "text", "tabular", "lm"}
 
 // DefaultOptions are the image demo's, tuned so that on a 2-core machine
 // one replica cannot feed the simulated trainer, and the run ends in
@@ -76,6 +77,8 @@ func DatasetDefaults(dataset string) Options {
 	switch dataset {
 	case "text":
 		o.Pipeline, o.Samples, o.Shards, o.BatchSize, o.StepTime = "text-wordpiece", 20000, 16, 128, 40*time.Millisecond
+	case "lm":
+		o.Pipeline, o.Samples, o.Shards, o.BatchSize, o.StepTime = "lm-pretrain", 20000, 16, 16, 40*time.Millisecond
 	case "tabular":
 		o.Pipeline, o.Samples, o.Shards, o.BatchSize, o.StepTime = "criteo", 100000, 16, 2048, 50*time.Millisecond
 	}

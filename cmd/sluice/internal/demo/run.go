@@ -88,6 +88,8 @@ type parts struct {
 	s3c                 *s3.Client
 	link                *slowlink.Proxy
 	datasetBytes        int64
+	vocabDir            string // the replicas' --vocab-dir (lm only)
+	perEpoch            int64  // rows an epoch delivers or fails
 	nc                  *nats.Conn
 	js                  jetstream.JetStream
 	b                   *broker.Broker
@@ -170,6 +172,21 @@ func (p *parts) writeDataset(ctx context.Context) error {
 		return err
 	}
 	p.logger.Info("dataset written", "kind", o.Dataset, "samples", o.Samples, "shards", o.Shards, "url", "s3://"+bucket+"/"+prefix)
+	p.perEpoch = int64(o.Samples)
+	if o.Dataset == "lm" {
+		if err := p.writeVocab(); err != nil {
+			return err
+		}
+		// Packing makes rows of the documents: how many, the demo
+		// learns by packing them here as the replicas will.
+		rows, packs, err := expectedRows(shards, o.Pipeline, p.vocabDir)
+		if err != nil {
+			return fmt.Errorf("counting the rows: %w", err)
+		}
+		if packs {
+			p.perEpoch = rows
+		}
+	}
 	for _, sh := range shards {
 		p.datasetBytes += int64(len(sh.Data))
 	}
@@ -232,7 +249,7 @@ func (p *parts) connectAs(ctx context.Context, role natsperm.Role, name string) 
 // It answers the auth callout at once, so that the agent can connect.
 func (p *parts) startController(ctx context.Context) error {
 	o := p.o
-	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, p.replicaConn).WithCache(o.Cache).WithToken(p.fnToken)
+	ropts := local.FnServe(o.ReplicaCommand, o.ReplicaCPUs, 1, p.replicaConn).WithCache(o.Cache).WithToken(p.fnToken).WithVocabDir(p.vocabDir)
 	ropts.Env = append(ropts.Env, "AWS_ACCESS_KEY_ID="+demoKey, "AWS_SECRET_ACCESS_KEY="+demoSecret)
 	p.act = local.New(ropts, p.logger.With("component", "actuator"), p.reg)
 	p.onClose(func() {
@@ -334,7 +351,7 @@ func (p *parts) run(ctx context.Context, progress func(Progress)) (Summary, erro
 
 	// 6. The simulated trainer, reading batches over HTTP.
 	tr := &trainer{url: "http://" + p.agentAddr + "/v1/batch", token: p.agentToken, stepTime: o.StepTime, seen: map[string]int{}, epochEnd: map[int]time.Time{}}
-	expected := int64(o.Samples) * int64(o.Epochs)
+	expected := p.perEpoch * int64(o.Epochs)
 	stopProgress := reportProgress(runCtx, progress, tr, p.act, expected, p.start)
 	trainErr := tr.run(runCtx)
 	p.stopChaos()
@@ -443,6 +460,10 @@ func dataset(o Options) ([]synth.Shard, error) {
 	case "text":
 		to := synth.DefaultTextOptions()
 		to.Samples, to.Shards, to.Seed = o.Samples, o.Shards, o.Seed
+		return synth.Text(to)
+	case "lm":
+		to := synth.DefaultTextOptions()
+		to.Samples, to.Shards, to.Seed, to.Format = o.Samples, o.Shards, o.Seed, "jsonl"
 		return synth.Text(to)
 	case "tabular":
 		to := synth.DefaultTabularOptions()

@@ -1,0 +1,37 @@
+package synth
+
+import "encoding/json"
+
+// ByteTokenizerEOS is the id of <|endoftext|> in ByteTokenizerJSON.
+const ByteTokenizerEOS = 256
+
+// ByteTokenizerJSON is a Hugging Face tokenizer.json of a byte-level BPE
+// with no merges: every byte is its own token, its id the byte's value
+// (spelt as GPT-2's bytes_to_unicode spells it), and <|endoftext|> is 256.
+// Text tokenizes to its UTF-8 bytes, so a test can read documents back
+// from the ids; and a demo needs no downloaded vocabulary.
+func ByteTokenizerJSON() []byte {
+	vocab := map[string]int{}
+	n := 0
+	for b := range 256 {
+		r := rune(b)
+		if !((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) {
+			r = rune(256 + n)
+			n++
+		}
+		vocab[string(r)] = b
+	}
+	doc := map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil, "normalizer": nil, "post_processor": nil,
+		"added_tokens": []any{map[string]any{"id": ByteTokenizerEOS, "content": "<|endoftext|>", "special": true,
+			"single_word": false, "lstrip": false, "rstrip": false, "normalized": false}},
+		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+		"decoder":       map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}},
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		panic(err) // maps of strings and numbers always encode
+	}
+	return b
+}
