@@ -40,6 +40,7 @@ import (
 //	readers: [rank0, rank1]
 //	chunk_max_bytes: 1MiB        # sizes: integers or strings with B, KiB, MiB, GiB, TiB, KB, MB, GB, TB
 //	output_buffer_bytes: 2GiB
+//	columns: {txt: content, cls: fine_label}   # Parquet: member: column (docs/parquet.md)
 //
 // An inline pipeline is kept as a pipeline spec document, which is what
 // the job's Pipeline carries. Fields left out take their defaults at
@@ -104,7 +105,7 @@ type jobFile struct {
 // mixing keys, added later, last).
 var jobKeys = []string{"id", "dataset", "pipeline", "batch_size", "epochs", "seed", "min_replicas",
 	"max_replicas", "initial_replicas", "weight", "readers", "chunk_max_bytes", "output_buffer_bytes",
-	"sources", "epoch_shards"}
+	"sources", "epoch_shards", "columns"}
 
 func decodeJobFile(data []byte) (jobFile, []Problem) {
 	f := jobFile{lines: map[string]int{}, overridden: map[string]bool{}, unread: map[string]bool{}, pipelineOffset: -1}
@@ -277,6 +278,21 @@ func (f *jobFile) decodeField(data []byte, top *yaml.Node, i int, key string, v 
 		n, err := decodeSize(v)
 		s.OutputBufferBytes = n
 		return err
+	case "columns":
+		if v.Kind != yaml.MappingNode {
+			return fmt.Errorf("%s: want a mapping of sample members to column names", describe(v))
+		}
+		s.Columns = map[string]string{}
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			var m, c string
+			if err := decodeString(v.Content[j], &m); err != nil {
+				return err
+			}
+			if err := decodeString(v.Content[j+1], &c); err != nil {
+				return fmt.Errorf("%s: %w", m, err)
+			}
+			s.Columns[m] = c
+		}
 	}
 	return nil
 }

@@ -48,6 +48,13 @@ type JobSpec struct {
 	// no more tasks past it, so functions never run further ahead of the
 	// slowest reader than this.
 	OutputBufferBytes int64 `json:"output_buffer_bytes,omitempty"`
+	// Columns maps sample members to the columns of a Parquet dataset
+	// (member: column path, "image.bytes" for a nested field), e.g.
+	// {txt: content, cls: fine_label}; only these columns are read, and
+	// each must be in every file. Empty: the function's default mapping
+	// (txt: text, jpg: image, cls: label, those a file has). Other
+	// formats ignore it.
+	Columns map[string]string `json:"columns,omitempty"`
 }
 
 // MaxReaders bounds the readers a job may declare: the controller keeps
@@ -135,6 +142,9 @@ func (s JobSpec) Problems() []FieldError {
 	if s.OutputBufferBytes < 4*int64(s.ChunkMaxBytes) || s.OutputBufferBytes > 1<<40 {
 		add("output_buffer_bytes", "%d: want 4 x chunk_max_bytes (%d)..%d", s.OutputBufferBytes, 4*int64(s.ChunkMaxBytes), int64(1)<<40)
 	}
+	if err := ValidateColumns(s.Columns); err != nil {
+		add("columns", "%v", err)
+	}
 	return out
 }
 
@@ -194,5 +204,6 @@ func (j Job) Task(epoch, shard int) ShardTask {
 		Pipeline:      pipeline,
 		Seed:          j.Spec.Seed,
 		ChunkMaxBytes: j.Spec.ChunkMaxBytes,
+		Columns:       ColumnsOf(j.Spec.Columns),
 	}
 }

@@ -22,6 +22,8 @@ type ShardTask struct {
 	Seed     uint64 `json:"seed"`
 	// ChunkMaxBytes caps one chunk of the output.
 	ChunkMaxBytes int `json:"chunk_max_bytes"`
+	// Columns maps members to Parquet columns (JobSpec.Columns).
+	Columns Columns `json:"columns,omitzero"`
 }
 
 // ID names the task uniquely within the cluster: job/epoch/shard.
@@ -43,6 +45,9 @@ func (t ShardTask) Validate() error {
 		return fmt.Errorf("task %s: pipeline is required", t.ID())
 	case t.ChunkMaxBytes < 64<<10 || t.ChunkMaxBytes > 64<<20:
 		return fmt.Errorf("task %s: chunk max bytes %d: want 65536..67108864", t.ID(), t.ChunkMaxBytes)
+	}
+	if err := ValidateColumns(t.Columns.Map()); err != nil {
+		return fmt.Errorf("task %s: columns: %w", t.ID(), err)
 	}
 	return nil
 }

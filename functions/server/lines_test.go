@@ -115,9 +115,9 @@ func TestJSONLShardWithImagePipeline(t *testing.T) {
 func TestUnsupportedShardSuffix(t *testing.T) {
 	e := setup(t, Config{})
 	for key, want := range map[string]string{
-		"train/x.parquet": `unsupported suffix ".parquet": want one of .tar, .jsonl, .tsv`,
-		"train/x.tar.gz":  `unsupported suffix ".gz"`,
-		"train/x":         `shard key "train/x" has no suffix`,
+		"train/x.csv":    `unsupported suffix ".csv": want one of .tar, .jsonl, .tsv, .parquet`,
+		"train/x.tar.gz": `unsupported suffix ".gz"`,
+		"train/x":        `shard key "train/x" has no suffix`,
 	} {
 		tk := task(0)
 		tk.Key = key

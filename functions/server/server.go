@@ -19,6 +19,7 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/prometheus/client_golang/prometheus"
 
+	parquetfmt "github.com/sluice-project/sluice/format/parquet"
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
 	"github.com/sluice-project/sluice/functions/shardcache"
@@ -57,8 +58,11 @@ type Config struct {
 	// means no bound.
 	FrameWriteTimeout time.Duration
 	// Cache keeps the raw bytes of shards read from S3 on local disk and
-	// in memory; the zero value caches nothing.
+	// in memory; the zero value caches nothing. Parquet shards bypass it.
 	Cache shardcache.Config
+	// Parquet bounds what one Parquet shard may make the replica hold
+	// (zero fields: format/parquet's defaults).
+	Parquet parquetfmt.Limits
 }
 
 // Defaults.

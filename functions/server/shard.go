@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-project/sluice/format/lines"
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/pipeline"
-	"github.com/sluice-project/sluice/functions/shardcache"
 	"github.com/sluice-project/sluice/internal/objstore"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -102,6 +101,9 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 		return r.end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
 	}
 
+	if format == "parquet" {
+		return r.end, r.parquet(ctx, p, pk)
+	}
 	// The shard cache reads from S3 unless it holds the object's current
 	// version; it is a plain S3 read when no cache is configured.
 	obj, err := s.cache.Open(ctx, task.Job, task.Bucket, task.Key)
@@ -121,7 +123,10 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 	if err := r.process(ctx, p, pk, rd, body); err != nil {
 		return r.end, err
 	}
-	err = r.finish(obj) // sets the end's cache outcome and bytes
+	// Closing completes the cache entry a miss was writing; only then are
+	// the bytes read from S3 all counted.
+	obj.Close()
+	err = r.finish(string(obj.Outcome()), obj.S3Bytes(), obj.CacheBytes())
 	return r.end, err
 }
 
@@ -293,13 +298,10 @@ func (r *shardRun) fail(key, reason string) {
 	r.log.Debug("sample failed", "key", key, "reason", reason)
 }
 
-// finish closes the shard's object and sends the end frame.
-func (r *shardRun) finish(obj *shardcache.Reader) error {
-	// Closing completes the cache entry a miss was writing; only then are
-	// the bytes read from S3 all counted.
-	obj.Close()
+// finish sends the end frame, saying where the shard was read from.
+func (r *shardRun) finish(cache string, s3Bytes, cacheBytes int64) error {
 	end := &r.end
-	end.Cache, end.S3Bytes, end.CacheBytes = string(obj.Outcome()), obj.S3Bytes(), obj.CacheBytes()
+	end.Cache, end.S3Bytes, end.CacheBytes = cache, s3Bytes, cacheBytes
 	payload, err := encodeEnd(end)
 	if err != nil {
 		return err
@@ -336,10 +338,10 @@ type sampleReader interface {
 }
 
 // shardFormat picks the reader by the key's suffix: "tar" for WebDataset
-// tar shards, else the member name every sample of a line-oriented shard
+// tar shards, "parquet" for Parquet files, else the member name every sample of a line-oriented shard
 // gets ("jsonl", "tsv"). The listing side is objstore.ShardSuffixes.
 func shardFormat(key string) (string, error) {
-	formats := []string{".tar", ".jsonl", ".tsv"}
+	formats := []string{".tar", ".jsonl", ".tsv", ".parquet"}
 	for _, suffix := range formats {
 		if strings.HasSuffix(key, suffix) {
 			return suffix[1:], nil

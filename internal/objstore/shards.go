@@ -23,8 +23,9 @@ func ParseURL(raw string) (bucket, prefix string, err error) {
 }
 
 // ShardSuffixes are the object name endings taken as shards: WebDataset
-// tar, JSON Lines and tab-separated lines (one sample per line).
-var ShardSuffixes = []string{".tar", ".jsonl", ".tsv"}
+// tar, JSON Lines and tab-separated lines (one sample per line), Parquet
+// (one sample per row).
+var ShardSuffixes = []string{".tar", ".jsonl", ".tsv", ".parquet"}
 
 // ErrNoShards means the prefix exists (or not) but holds no shard objects.
 var ErrNoShards = errors.New("no shards")
