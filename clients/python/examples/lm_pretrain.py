@@ -63,6 +63,10 @@ class TinyCausalLM(nn.Module):
         self.pos = nn.Embedding(max_positions, dim)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
+        # Small embeddings (as GPT-2's): the tied output then starts near a
+        # uniform guess, a loss of about ln(vocab_size), rather than tens.
+        nn.init.normal_(self.tok.weight, std=0.02)
+        nn.init.normal_(self.pos.weight, std=0.02)
 
     def forward(self, input_ids, position_ids):
         mask = causal_document_mask(position_ids)
