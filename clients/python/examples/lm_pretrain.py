@@ -140,8 +140,8 @@ def main():
     # The last line, for scripts: the loss at the start and the end (means
     # of up to 4 steps) and what was read.
     k = min(4, len(losses))
-    print(json.dumps({"steps": len(losses), "loss_first": sum(losses[:k]) / max(k, 1), "loss_last": sum(losses[-k:]) / max(k, 1),
-                      **stats}))
+    print(json.dumps({"steps": len(losses), "loss_first": round(sum(losses[:k]) / max(k, 1), 3),
+                      "loss_last": round(sum(losses[-k:]) / max(k, 1), 3), **stats}))
 
 
 if __name__ == "__main__":
