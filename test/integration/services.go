@@ -17,6 +17,7 @@ type ControllerOptions struct {
 	MaxReplicas int           // --max-replicas (0: 2)
 	LeaseTTL    time.Duration // --lease-ttl (0: 3s)
 	TaskAckWait time.Duration // --task-ack-wait (0: taskAckWait)
+	VocabDir    string        // --vocab-dir: the replicas' vocab and tokenizer files (empty: builtin only)
 }
 
 // Controller is a `sluice controller` process and the URL of its
@@ -40,11 +41,15 @@ func (c *Cluster) StartController(name string, o ControllerOptions) *Controller 
 	if o.TaskAckWait == 0 {
 		o.TaskAckWait = taskAckWait
 	}
-	p := c.Start(name, "controller", "--actuator", "local", "--id", name,
+	args := []string{"controller", "--actuator", "local", "--id", name,
 		"--nats-callout-seed-file", c.NATS.CalloutSeedFile,
-		"--listen", "127.0.0.1:"+strconv.Itoa(MustFreePort(c.T)),
+		"--listen", "127.0.0.1:" + strconv.Itoa(MustFreePort(c.T)),
 		"--max-replicas", strconv.Itoa(o.MaxReplicas),
-		"--lease-ttl", o.LeaseTTL.String(), "--task-ack-wait", o.TaskAckWait.String())
+		"--lease-ttl", o.LeaseTTL.String(), "--task-ack-wait", o.TaskAckWait.String()}
+	if o.VocabDir != "" {
+		args = append(args, "--vocab-dir", o.VocabDir)
+	}
+	p := c.Start(name, args...)
 	// It prints the ready line once it has read the job store.
 	url, err := p.Ready(60 * time.Second)
 	if err != nil {

@@ -10,9 +10,15 @@ padding left out.
 
     # a job with --pipeline lm-pretrain, its agent on 127.0.0.1:8081
     lm_pretrain.py --url http://127.0.0.1:8081 --vocab-size 128256 --epochs 1
+
+It logs each step's loss (and, for a job mixing datasets, how many rows of
+the batch came from each source), then a JSON line: steps, loss_first and
+loss_last (means of the first and last 4 steps), rows, distinct_rows and
+rows_by_source.
 """
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -57,6 +63,10 @@ class TinyCausalLM(nn.Module):
         self.pos = nn.Embedding(max_positions, dim)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
+        # Small embeddings (as GPT-2's): the tied output then starts near a
+        # uniform guess, a loss of about ln(vocab_size), rather than tens.
+        nn.init.normal_(self.tok.weight, std=0.02)
+        nn.init.normal_(self.pos.weight, std=0.02)
 
     def forward(self, input_ids, position_ids):
         mask = causal_document_mask(position_ids)
@@ -72,12 +82,17 @@ def lm_loss(model, batch):
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
-def train(url, vocab_size, epochs=1, lr=3e-3, max_steps=0, seed=0, log=print, **loader_kwargs):
+def train(url, vocab_size, epochs=1, lr=3e-3, max_steps=0, seed=0, log=print, stats=None, **loader_kwargs):
     """Trains on the job's rows for epochs (or max_steps batches); returns
-    the model and each step's loss."""
+    the model and each step's loss. stats, a dict if given, gets what was
+    read: rows, distinct (epoch, source, key) rows and, for a mixed job,
+    rows by source (its index in the job spec's sources)."""
     torch.manual_seed(seed)
     ds = SluiceIterableDataset(url, **loader_kwargs)  # rank and world size from torch.distributed, if set up
     model, opt, losses = None, None, []
+    stats = {} if stats is None else stats
+    stats.update(rows=0, distinct_rows=0, rows_by_source={})
+    seen = set()
     try:
         for epoch_batches in ds.epochs():
             for batch in epoch_batches:
@@ -89,7 +104,19 @@ def train(url, vocab_size, epochs=1, lr=3e-3, max_steps=0, seed=0, log=print, **
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
-                log(f"epoch {batch['__epoch__']} step {batch['__step__']}: loss {loss.item():.3f}")
+                keys, sources = batch["__key__"], batch.get("__source__")
+                mix = ""
+                if sources is not None:  # a mixed job: each row's source
+                    counts = {}
+                    for src in sources:
+                        counts[src] = counts.get(src, 0) + 1
+                        by = stats["rows_by_source"]
+                        by[str(src)] = by.get(str(src), 0) + 1
+                    mix = ", rows by source " + " ".join(f"{src}:{n}" for src, n in sorted(counts.items()))
+                stats["rows"] += len(keys)
+                seen.update((batch["__epoch__"], s, k) for s, k in zip(sources or [0] * len(keys), keys))
+                stats["distinct_rows"] = len(seen)
+                log(f"epoch {batch['__epoch__']} step {batch['__step__']}: loss {loss.item():.3f}{mix}")
                 if max_steps and len(losses) >= max_steps:
                     return model, losses
             if ds.epoch >= epochs:
@@ -108,7 +135,13 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     args = ap.parse_args()
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
-    train(args.url, args.vocab_size, epochs=args.epochs, lr=args.lr, max_steps=args.max_steps)
+    stats = {}
+    _, losses = train(args.url, args.vocab_size, epochs=args.epochs, lr=args.lr, max_steps=args.max_steps, stats=stats)
+    # The last line, for scripts: the loss at the start and the end (means
+    # of up to 4 steps) and what was read.
+    k = min(4, len(losses))
+    print(json.dumps({"steps": len(losses), "loss_first": round(sum(losses[:k]) / max(k, 1), 3),
+                      "loss_last": round(sum(losses[-k:]) / max(k, 1), 3), **stats}))
 
 
 if __name__ == "__main__":
