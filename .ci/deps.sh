@@ -7,6 +7,9 @@
 #   by .ci/k8s-testbin/build.sh into ~/.cache/sluice/k8s-testbin (about 11
 #   minutes the first time on 2 cores, then nothing: the cache is outside
 #   the repository, so a fresh clone reuses it);
+# - a Prometheus server and promtool for deploy/observability's tests,
+#   built by .ci/prometheus/build.sh into ~/.cache/sluice/prometheus (once,
+#   then nothing);
 # - PyTorch, torchvision and numpy for Debian's python3 (apt, when missing);
 # - the reference tokenizers the BPE tests compare ids with (Hugging Face
 #   tokenizers, tiktoken, and the GPT-2, Llama 3 and Qwen2.5 vocabularies),
@@ -29,6 +32,7 @@ if [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$versitygw_version" ] || 
 fi
 
 bash "$root/.ci/k8s-testbin/build.sh" >/dev/null
+bash "$root/.ci/prometheus/build.sh" >/dev/null
 
 if command -v npm >/dev/null && command -v node >/dev/null; then
   bash "$root/.ci/tokref/install.sh" >/dev/null

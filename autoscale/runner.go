@@ -75,6 +75,7 @@ type Runner struct {
 	log *slog.Logger
 
 	desired *prometheus.GaugeVec
+	bounds  *prometheus.GaugeVec // by job and bound (min, max)
 	events  *prometheus.CounterVec
 
 	tick   sync.Mutex // serialises Tick
@@ -115,6 +116,11 @@ func NewRunner(act Actuator, cfg Config, logger *slog.Logger, reg prometheus.Reg
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_autoscale_desired_replicas", Help: "Replicas the autoscaler decided for a job.",
 		}, []string{"job"}),
+		// The bounds beside the decision: "pinned at the maximum" is a
+		// comparison of the two series.
+		bounds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_autoscale_replica_bounds", Help: "The replica bounds a job decides within (bound: min, max), its spec's within the cluster's.",
+		}, []string{"job", "bound"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_autoscale_scale_events_total", Help: "Changes of a job's replica count.",
 		}, []string{"job", "direction"}),
@@ -122,6 +128,7 @@ func NewRunner(act Actuator, cfg Config, logger *slog.Logger, reg prometheus.Reg
 		removed: map[string]bool{},
 	}
 	r.desired = promreg.Register(reg, r.desired)
+	r.bounds = promreg.Register(reg, r.bounds)
 	r.events = promreg.Register(reg, r.events)
 	return r, nil
 }
@@ -135,6 +142,8 @@ func (r *Runner) AddJob(name string, j Job) {
 	if j.InitialReplicas > 0 {
 		cfg.InitialReplicas = max(min(j.InitialReplicas, cfg.MaxReplicas), cfg.MinReplicas, 1)
 	}
+	r.bounds.WithLabelValues(name, "min").Set(float64(cfg.MinReplicas))
+	r.bounds.WithLabelValues(name, "max").Set(float64(cfg.MaxReplicas))
 	if m, ok := r.jobs[name]; ok {
 		m.job, m.cfg = j, cfg
 		return
@@ -296,6 +305,7 @@ func (r *Runner) scaleRemoved(ctx context.Context, removed []string) {
 		if _, back := r.jobs[name]; !back {
 			r.policy.Forget(name)
 			r.desired.DeleteLabelValues(name)
+			r.bounds.DeletePartialMatch(prometheus.Labels{"job": name})
 			r.events.DeletePartialMatch(prometheus.Labels{"job": name})
 		}
 		r.mu.Unlock()

@@ -132,18 +132,18 @@ func (b *Broker) sweepsBucket(ctx context.Context) (jetstream.KeyValue, error) {
 // SweepStatus is a sweep with each of its jobs' record and live status,
 // and which trials finished.
 type SweepStatus struct {
-	Sweep wire.Sweep
-	Jobs  []SweepJobStatus
+	Sweep wire.Sweep       `json:"sweep"`
+	Jobs  []SweepJobStatus `json:"jobs"`
 }
 
 // SweepJobStatus is one job of a sweep. Job is zero where the job was
 // deleted.
 type SweepJobStatus struct {
-	Job    wire.Job
-	Status wire.JobStatus
+	Job    wire.Job       `json:"job"`
+	Status wire.JobStatus `json:"status"`
 	// Done names the trials whose agent wrote wire.ReaderDoneKey for this
 	// submission of the job.
-	Done map[string]bool
+	Done map[string]bool `json:"done"`
 }
 
 // Sweep reads a sweep's record and its jobs' status.

@@ -254,6 +254,13 @@ func (c *Controller) writeStatus(ctx context.Context, jr *jobRun, now time.Time)
 	if !ok {
 		return
 	}
+	// Under jr.mu, and only while the run is open: cleanup closes it
+	// before deleting the job's series, which must not come back.
+	jr.mu.Lock()
+	if !jr.closed {
+		c.jm.observe(s)
+	}
+	jr.mu.Unlock()
 	if err := c.putStatus(ctx, s); err != nil && ctx.Err() == nil {
 		c.m.statusErr.Inc()
 		c.log.Warn("writing job status", "job", jr.id, "err", err)

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/promreg"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // metrics are the controller's own series. None is labelled by job, so
@@ -82,6 +83,11 @@ type jobMetrics struct {
 	shardReads *prometheus.CounterVec
 	readBytes  *prometheus.CounterVec
 	inflight   *prometheus.GaugeVec
+	// From the status each tick writes: what the job's dashboard and
+	// alerts read, for a Knative and a local actuator alike.
+	tasks        *prometheus.GaugeVec
+	ready        *prometheus.GaugeVec
+	redeliveries *prometheus.GaugeVec
 }
 
 func newJobMetrics(reg prometheus.Registerer) *jobMetrics {
@@ -111,7 +117,34 @@ func newJobMetrics(reg prometheus.Registerer) *jobMetrics {
 			Name: "sluice_controller_dispatch_inflight",
 			Help: "Tasks the job's agents may have in flight together, as its dispatch plan last said.",
 		}, job)),
+		tasks: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_controller_job_tasks",
+			Help: "The job's shard tasks by state, as its status last said: total (shards x epochs), done, failed, " +
+				"pending (queued, not yet taken) and in_flight (taken by an agent, not yet acked): pending and in_flight are its backlog.",
+		}, []string{"job", "state"})),
+		ready: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_controller_job_ready_replicas",
+			Help: "The job's function replicas ready to take tasks, as its status last said.",
+		}, job)),
+		// A gauge: the status counts over every controller that ran the
+		// job, so a takeover does not start it again from zero.
+		redeliveries: promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_controller_job_redeliveries",
+			Help: "Sends of the job's tasks beyond their first so far (agents' retries, and tasks done again after an agent died before its ack), as its status counts them.",
+		}, job)),
 	}
+}
+
+// observe sets the series that follow the job's status s.
+func (m *jobMetrics) observe(s wire.JobStatus) {
+	t := s.Tasks
+	for state, n := range map[string]int{
+		"total": t.Total, "done": t.Done, "failed": t.Failed, "pending": t.Pending, "in_flight": t.InFlight,
+	} {
+		m.tasks.WithLabelValues(s.Job, state).Set(float64(n))
+	}
+	m.ready.WithLabelValues(s.Job).Set(float64(s.ReadyReplicas))
+	m.redeliveries.WithLabelValues(s.Job).Set(float64(t.Redeliveries))
 }
 
 // DeleteJob removes every series of job.
@@ -123,4 +156,7 @@ func (m *jobMetrics) DeleteJob(job string) {
 	m.shardReads.DeletePartialMatch(l)
 	m.readBytes.DeletePartialMatch(l)
 	m.inflight.DeletePartialMatch(l)
+	m.tasks.DeletePartialMatch(l)
+	m.ready.DeletePartialMatch(l)
+	m.redeliveries.DeletePartialMatch(l)
 }

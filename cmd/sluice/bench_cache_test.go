@@ -24,6 +24,7 @@ func TestBenchCacheEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
+	snakeKeys(t, out.String())
 	var runs []cacheRun
 	if err := json.Unmarshal([]byte(out.String()), &runs); err != nil {
 		t.Fatalf("%v:\n%s", err, out.String())

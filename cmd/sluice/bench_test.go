@@ -29,6 +29,7 @@ func TestBenchOpsTarJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
+	snakeKeys(t, stdout)
 	var rep benchReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("output %q: %v", stdout, err)

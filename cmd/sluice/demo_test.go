@@ -53,6 +53,9 @@ func TestDemoNothingPreprocessedFails(t *testing.T) {
 		if strings.Contains(out.String(), ": OK") {
 			t.Errorf("summary says OK:\n%s", out.String())
 		}
+		if asJSON && out.Len() > 0 { // a summary; TestReportTypesSnakeCase checks every field of one
+			snakeKeys(t, out.String())
+		}
 	}
 }
 

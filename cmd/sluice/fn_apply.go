@@ -63,8 +63,36 @@ func runFnApply(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := os.WriteFile(*f.output, tensors, 0o644); err != nil {
 		return fmt.Errorf("writing output: %w", err)
 	}
+	if *f.asJSON {
+		return json.NewEncoder(stdout).Encode(st.report(p.Name(), *f.output, failed))
+	}
 	fmt.Fprintf(stdout, "wrote %d samples (%d failed) through %s to %s: %s\n", len(st.keys), failed, p.Name(), *f.output, st.describe())
 	return nil
+}
+
+// applyReport is what `sluice fn apply --json` prints.
+type applyReport struct {
+	Pipeline string        `json:"pipeline"`
+	Output   string        `json:"output"`
+	Samples  int           `json:"samples"`
+	Failed   int           `json:"failed"`
+	Tensors  []applyTensor `json:"tensors"`
+}
+
+// applyTensor is one tensor of the file written: a field of the
+// pipeline's output, stacked over the samples.
+type applyTensor struct {
+	Name  string `json:"name"`
+	DType string `json:"dtype"`
+	Shape []int  `json:"shape"`
+}
+
+func (s *stacker) report(pipelineName, output string, failed int) applyReport {
+	r := applyReport{Pipeline: pipelineName, Output: output, Samples: len(s.keys), Failed: failed, Tensors: []applyTensor{}}
+	for _, f := range s.schema {
+		r.Tensors = append(r.Tensors, applyTensor{Name: f.Name, DType: fmt.Sprint(f.DType), Shape: append([]int{len(s.keys)}, f.Shape...)})
+	}
+	return r
 }
 
 // fnApplyFlags are the flags of `sluice fn apply`.
@@ -76,7 +104,7 @@ type fnApplyFlags struct {
 	maxSampleMembers, limit                *int
 	memFlag                                memoryLimitFlag
 	memLimit                               int64
-	list                                   *bool
+	list, asJSON                           *bool
 }
 
 func newFnApplyFlags(stderr io.Writer) *fnApplyFlags {
@@ -94,6 +122,7 @@ func newFnApplyFlags(stderr io.Writer) *fnApplyFlags {
 	f.limit = fset.Int("limit", 0, "stop after this many samples (0: all)")
 	f.memFlag = registerMemoryLimitFlag(fset)
 	f.vocabDir = fset.String("vocab-dir", "", "the only directory WordPiece vocab and BPE tokenizer files are read from (a spec names a file within it); empty: builtin only")
+	f.asJSON = fset.Bool("json", false, "print the report (samples written and failed, the tensors) as one JSON object")
 	f.list = fset.Bool("list", false, "list the built-in pipelines and the ops with their parameters, and exit")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: sluice fn apply --pipeline NAME|FILE --input PATH --output OUT.safetensors [--seed N] [--epoch N]\n\n"+

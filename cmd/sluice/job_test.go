@@ -106,6 +106,7 @@ func TestJobCommandsEndToEnd(t *testing.T) {
 
 	code, out, errs := e.job(t, "submit", spec, "--epochs", "2", "--json")
 	wantOutput(t, "submit", code, 0, out+errs)
+	snakeKeys(t, out)
 	job := decode[wire.Job](t, out)
 	if job.Spec.ID != "j1" || job.Spec.Epochs != 2 || len(job.Shards) != 4 || job.State != wire.JobQueued ||
 		job.Spec.OutputBufferBytes != 64<<20 || job.Spec.Seed != 3 || len(job.Spec.Readers) != 2 {
@@ -125,6 +126,7 @@ func TestJobCommandsEndToEnd(t *testing.T) {
 	}
 
 	code, out, _ = e.job(t, "list", "--json")
+	snakeKeys(t, out)
 	jobs := decode[[]wire.Job](t, out)
 	if code != 0 || len(jobs) != 2 || jobs[0].Spec.ID != "j1" || jobs[1].Spec.ID != "j2" {
 		t.Errorf("list --json: exit %d, %d jobs %+v: want j1, j2", code, len(jobs), jobs)
@@ -135,6 +137,7 @@ func TestJobCommandsEndToEnd(t *testing.T) {
 	code, out, _ = e.job(t, "status", "j1")
 	wantOutput(t, "status of a queued job", code, 0, out, "job j1: queued", "no controller has taken the job", "8 (4 shards x 2 epochs)")
 	code, out, _ = e.job(t, "status", "j1", "--json")
+	snakeKeys(t, out)
 	st := decode[map[string]json.RawMessage](t, out)
 	if code != 0 || string(st["status"]) != "null" || decode[wire.Job](t, string(st["job"])).Spec.ID != "j1" {
 		t.Errorf("status --json: exit %d, %s: want the record and a null status", code, out)
@@ -154,6 +157,7 @@ func TestJobCommandsEndToEnd(t *testing.T) {
 		"epochs    0: 4/4, 1: 1/4", "10 processed, 0 failed of 16 expected", "rank0: 7 delivered, stall 25%", "replicas  2 (1 ready)",
 		"ds/shard-000003.tar: boom")
 	code, out, _ = e.job(t, "status", "j1", "--json")
+	snakeKeys(t, out)
 	full := decode[struct {
 		Job    wire.Job
 		Status *wire.JobStatus
@@ -169,6 +173,7 @@ func TestJobCommandsEndToEnd(t *testing.T) {
 	}
 
 	code, out, _ = e.job(t, "cancel", "j1", "--reason", "enough", "--json")
+	snakeKeys(t, out)
 	if c := decode[wire.Job](t, out); code != 0 || c.State != wire.JobCancelled || c.Reason != "enough" {
 		t.Errorf("cancel --json: exit %d, %s", code, out)
 	}
@@ -176,11 +181,15 @@ func TestJobCommandsEndToEnd(t *testing.T) {
 	wantOutput(t, "cancel twice", code, 1, errs, "job j1 is already cancelled")
 	code, out, errs = e.job(t, "status", "j1", "--watch", "--json")
 	wantOutput(t, "status --watch of a cancelled job", code, 1, errs, "job j1 cancelled: enough")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		snakeKeys(t, line)
+	}
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.Contains(lines[0], `"state":"cancelled"`) {
 		t.Errorf("status --watch --json: %q, want one line with the cancelled record", out)
 	}
 
 	code, out, _ = e.job(t, "delete", "j1", "--json")
+	snakeKeys(t, out)
 	if d := decode[map[string]any](t, out); code != 0 || d["id"] != "j1" || d["deleted"] != true {
 		t.Errorf("delete --json: exit %d, %s", code, out)
 	}

@@ -28,6 +28,7 @@ func TestLoadtestSweepSmall(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
+	snakeKeys(t, out)
 	rep := decode[sweep.Report](t, out)
 	if len(rep.Runs) != 3 {
 		t.Fatalf("%d runs, want 3", len(rep.Runs))

@@ -24,6 +24,12 @@ func TestPlan(t *testing.T) {
 			t.Errorf("plan output lacks %q:\n%s", want, stdout)
 		}
 	}
+	code, stdout, stderr = runCLI(t, "plan", "--dataset-bytes", "100GiB", "--samples", "1000000", "--shards", "1000",
+		"--epochs", "3", "--replicas", "10", "--cache-bytes", "50GiB", "--s3-rate", "100MiB", "--decode-rate", "1000", "--json")
+	if code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, stderr)
+	}
+	snakeKeys(t, stdout)
 	code, _, stderr = runCLI(t, "plan", "--dataset-bytes", "lots", "--shards", "0")
 	if code != 2 || !strings.Contains(stderr, "--dataset-bytes") || !strings.Contains(stderr, "--shards 0") {
 		t.Errorf("bad flags: exit %d, stderr %q", code, stderr)
@@ -35,6 +41,11 @@ func TestPlanReplicas(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "2000 samples/s: 7 (ceil(2000 / 311.0 per replica))") || !strings.Contains(stdout, "from --per-replica-rate") {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
 	}
+	code, stdout, stderr = runCLI(t, "plan", "--trainer-rate", "2000", "--per-replica-rate", "311", "--json")
+	if code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, stderr)
+	}
+	snakeKeys(t, stdout)
 	code, _, stderr = runCLI(t, "plan", "--trainer-rate", "2000")
 	if code != 2 || !strings.Contains(stderr, "want --pipeline") {
 		t.Errorf("no rate: exit %d, stderr %q", code, stderr)

@@ -29,6 +29,7 @@ func TestSweepCommandsEndToEnd(t *testing.T) {
 	spec := e.file(t, "sweep.yaml", sweepFile)
 	code, out, errs := runCLI(t, append([]string{"sweep", "submit", spec, "--per-replica-rate", "200", "--json"}, e.conn...)...)
 	wantOutput(t, "submit", code, 0, out+errs)
+	snakeKeys(t, out)
 	sw := decode[wire.Sweep](t, out)
 	if len(sw.Jobs) != 2 || sw.Jobs[0].Prewarm != 3 || strings.Join(sw.Jobs[0].Trials, ",") != "a,b" {
 		t.Errorf("sweep %+v: want two jobs, a and b sharing the first, pre-warmed with ceil(500/200) = 3", sw.Jobs)
@@ -47,6 +48,9 @@ func TestSweepCommandsEndToEnd(t *testing.T) {
 	}
 	code, out, _ = runCLI(t, "sweep", "status", "sw", "--nats", e.conn[1])
 	wantOutput(t, "status", code, 0, out, "sweep sw: 2 jobs", "sw-0", "queued", "a", "waiting", "sw-1", "c")
+	code, out, _ = runCLI(t, "sweep", "status", "sw", "--nats", e.conn[1], "--json")
+	wantOutput(t, "status --json", code, 0, out, `"sw-0"`, `"sw-1"`)
+	snakeKeys(t, out)
 
 	code, out, errs = runCLI(t, append([]string{"sweep", "submit", spec}, e.conn...)...)
 	wantOutput(t, "submit again", code, 1, out+errs, "already exists")

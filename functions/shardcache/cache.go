@@ -23,15 +23,15 @@ import (
 type Config struct {
 	// Dir holds the disk tier; empty means none. Replicas of one node may
 	// share it.
-	Dir string
+	Dir string `json:"dir"`
 	// DiskBytes is the budget of Dir, for all replicas sharing it.
-	DiskBytes int64
+	DiskBytes int64 `json:"disk_bytes"`
 	// MemoryBytes is this process's memory tier; 0 means none.
-	MemoryBytes int64
+	MemoryBytes int64 `json:"memory_bytes"`
 	// IdleHorizon is the least time an entry goes unused before it may be
 	// evicted; twice the longest reuse seen when that is longer (default
 	// one hour). See the package doc.
-	IdleHorizon time.Duration
+	IdleHorizon time.Duration `json:"idle_horizon_ns"`
 }
 
 // DefaultIdleHorizon is Config.IdleHorizon's default.

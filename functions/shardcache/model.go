@@ -9,51 +9,52 @@ import (
 // ModelInputs describe a job and the rates measured on its system, for
 // Predict. Rates are per replica unless named otherwise.
 type ModelInputs struct {
-	DatasetBytes int64
-	Samples      int64
-	Shards       int
-	Epochs       int
-	Replicas     int
+	DatasetBytes int64 `json:"dataset_bytes"`
+	Samples      int64 `json:"samples"`
+	Shards       int   `json:"shards"`
+	Epochs       int   `json:"epochs"`
+	Replicas     int   `json:"replicas"`
 	// CacheBytes is the cache that holds the dataset across replicas:
 	// the sum of the nodes' directory budgets (replicas of a node share
 	// one), or of the memory budgets without a directory.
-	CacheBytes int64
+	CacheBytes int64 `json:"cache_bytes"`
 	// S3BytesPerS is one replica's streaming read rate from S3;
 	// S3TotalBytesPerS caps all replicas together (0: no cap).
-	S3BytesPerS      float64
-	S3TotalBytesPerS float64
+	S3BytesPerS      float64 `json:"s3_bytes_per_s"`
+	S3TotalBytesPerS float64 `json:"s3_total_bytes_per_s"`
 	// S3Latency is one request's time to first byte; a shard read from S3
 	// costs one request, a hit one HEAD (the ETag check).
-	S3Latency time.Duration
+	S3Latency time.Duration `json:"s3_latency_ns"`
 	// CacheBytesPerS is one replica's read rate from its cache.
-	CacheBytesPerS float64
+	CacheBytesPerS float64 `json:"cache_bytes_per_s"`
 	// DecodePerS is samples one replica preprocesses per second, bytes at hand.
-	DecodePerS float64
+	DecodePerS float64 `json:"decode_per_s"`
 }
 
 // EpochPrediction is what Predict expects of one epoch.
 type EpochPrediction struct {
-	S3Bytes, CacheBytes int64
+	S3Bytes    int64 `json:"s3_bytes"`
+	CacheBytes int64 `json:"cache_bytes"`
 	// IOSeconds is the epoch's time if preprocessing were free: reading
 	// its bytes from S3 and the caches at the given rates, every replica
 	// in parallel. IOCeiling (samples/s) is the throughput that allows.
-	IOSeconds float64
-	IOCeiling float64
+	IOSeconds float64 `json:"io_seconds"`
+	IOCeiling float64 `json:"io_ceiling"`
 	// DecodeCeiling is the replicas' preprocessing rate; Bound the lower
 	// of the two ceilings, the most the epoch can deliver.
-	DecodeCeiling float64
-	Bound         float64
+	DecodeCeiling float64 `json:"decode_ceiling"`
+	Bound         float64 `json:"bound"`
 }
 
 // Prediction is Predict's answer.
 type Prediction struct {
 	// CachedFraction is the share of the dataset the cache keeps: the
 	// admission policy keeps a stable min(1, cache/dataset) of it.
-	CachedFraction float64
-	Epochs         []EpochPrediction
+	CachedFraction float64           `json:"cached_fraction"`
+	Epochs         []EpochPrediction `json:"epochs"`
 	// S3Bytes is over all epochs; S3Ratio that over the dataset's bytes.
-	S3Bytes int64
-	S3Ratio float64
+	S3Bytes int64   `json:"s3_bytes"`
+	S3Ratio float64 `json:"s3_ratio"`
 }
 
 // Validate names every input out of range.
