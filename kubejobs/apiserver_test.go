@@ -498,6 +498,9 @@ func TestIntegrationSluiceJobReconciled(t *testing.T) {
 	if err := synth.Upload(ctx, s3c, "data", "img/", imgs); err != nil {
 		t.Fatal(err)
 	}
+	if err := synth.Upload(ctx, s3c, "data", "more/", imgs[:2]); err != nil {
+		t.Fatal(err)
+	}
 	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -553,6 +556,17 @@ apiVersion: sluice.dev/v1alpha1
 kind: SluiceJob
 metadata: {name: taken, namespace: team-a}
 spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs: 1}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: SluiceJob
+metadata: {name: mix, namespace: team-a}
+spec:
+  sources:
+  - {dataset: "s3://data/img/", weight: 3}
+  - {dataset: "s3://data/more/", weight: 1, repeat: 2}
+  pipeline: imagenet-eval
+  batchSize: 4
+  epochs: 1
 `
 	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
 		t.Fatal(err)
@@ -639,6 +653,19 @@ spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs:
 		t.Error("a log line holds the team key or the agents' password")
 	}
 
+	// The mixed object: a job of both sources, the second repeated.
+	testenv.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		j, err := b.Job(ctx, "team-a_mix")
+		if err != nil {
+			return err
+		}
+		if len(j.Spec.Sources) != 2 || j.Spec.Sources[1].Dataset != "s3://data/more/" || j.Spec.Sources[1].Repeat != 2 ||
+			len(j.Sources) != 2 || j.Sources[0].Listed != 4 || j.Sources[1].Listed != 2 || j.Sources[1].Slots != 4 {
+			return fmt.Errorf("job team-a_mix: sources %+v, record %+v, want img/ (4 shards) and more/ (2 shards, repeat 2: 4 slots)", j.Spec.Sources, j.Sources)
+		}
+		return nil
+	})
+
 	// The CLI's job of the same id: the object shows the collision.
 	testenv.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
 		st, err := status("taken")
@@ -701,7 +728,7 @@ spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs:
 	// Deleting the objects: the object's job is cancelled, its replicas
 	// go to zero, it leaves the job store, then the object goes; the
 	// CLI's job runs on.
-	env.Kubectl(t, "delete", "-n", "team-a", "sluicejob", "train", "taken", "--wait=false")
+	env.Kubectl(t, "delete", "-n", "team-a", "sluicejob", "train", "taken", "mix", "--wait=false")
 	testenv.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
 		if _, err := jobs.Get(ctx, "train", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("object train: %v, want gone", err)
