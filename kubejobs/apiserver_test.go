@@ -103,15 +103,23 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 	}
 	mixed["epochShards"] = int64(100)
 	mixed["columns"] = map[string]any{"jpg": "image.bytes", "cls": "label"}
-	if _, err := jobs.Create(ctx, sluiceJob("team-a", "mixed", mixed), dryRun); err != nil {
-		t.Fatalf("a valid mixed object refused: %v", err)
-	}
-	var mk kubejobs.JobSpec
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(mixed, &mk); err != nil {
-		t.Fatal(err)
-	}
-	if ps := mk.Wire("team-a_mixed").WithDefaults().Problems(); len(ps) != 0 {
-		t.Fatalf("the valid mixed object: wire's Problems %v", ps)
+	// docs/kubernetes-resources.md's: a source repeated.
+	repeated := with(with(noDatasetOf(validSpec()), "sources", []any{
+		map[string]any{"dataset": "s3://datasets/web/", "weight": 7.0},
+		map[string]any{"dataset": "s3://datasets/code/", "weight": 2.0},
+		map[string]any{"dataset": "s3://datasets/books/", "weight": 1.0, "repeat": 2.0},
+	}), "columns", map[string]any{"txt": "content"})
+	for name, spec := range map[string]map[string]any{"mixed": mixed, "repeated": repeated} {
+		if _, err := jobs.Create(ctx, sluiceJob("team-a", name, spec), dryRun); err != nil {
+			t.Fatalf("a valid mixed object refused: %v", err)
+		}
+		var mk kubejobs.JobSpec
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &mk); err != nil {
+			t.Fatal(err)
+		}
+		if ps := mk.Wire("team-a_" + name).WithDefaults().Problems(); len(ps) != 0 {
+			t.Fatalf("the valid mixed object %s: wire's Problems %v", name, ps)
+		}
 	}
 	readers := func(n int) []any {
 		out := make([]any, n)
@@ -325,6 +333,12 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 			t.Errorf("sweep %s: wire's Problems name %v, want %s", c.name, fields, c.wireField)
 		}
 	}
+}
+
+// noDatasetOf is spec without its dataset.
+func noDatasetOf(spec map[string]any) map[string]any {
+	delete(spec, "dataset")
+	return spec
 }
 
 // with is m and k: v, m unchanged.
