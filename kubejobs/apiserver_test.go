@@ -311,7 +311,7 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 		{"source weight", with(with(noDataset, "count", int64(1)), "sources", []any{src("s3://data/a/", 0)}), "spec.sources[0].weight", "sources[0].weight"},
 		{"source twice", with(with(noDataset, "count", int64(1)), "sources", []any{src("s3://data/a/", 1), src("s3://data/a/", 1)}), "spec.sources[1]", "sources[1].dataset"},
 		{"epoch shards with repeat", with(with(with(noDataset, "count", int64(1)), "epochShards", int64(5)), "sources", []any{src("s3://data/a/", 1, "repeat", 2.0)}), "spec.epochShards", "epoch_shards"},
-		{"trial dataset and sources", map[string]any{"trials": []any{map[string]any{"name": "a", "dataset": "s3://data/b/", "sources": []any{src("s3://data/a/", 1)}}}}, "spec.trials[0].dataset", ""},
+		{"trial dataset and sources", map[string]any{"trials": []any{map[string]any{"name": "a", "dataset": "s3://data/b/", "sources": []any{src("s3://data/a/", 1)}}}}, "spec.trials[0].dataset", "dataset"},
 		{"trial source repeat and choose", map[string]any{"trials": []any{map[string]any{"name": "a", "sources": []any{src("s3://data/a/", 1, "repeat", 1.0, "choose", int64(2))}}}}, "spec.trials[0].sources[0].repeat", "sources[0].repeat"},
 		{"trial without a pipeline", with(with(noDataset, "pipeline", nil), "trials", []any{map[string]any{"name": "a", "dataset": "s3://data/b/"}}), "spec.pipeline", "pipeline"},
 		{"trial epoch shards with choose", map[string]any{"epochShards": int64(5), "trials": []any{map[string]any{"name": "a", "sources": []any{src("s3://data/a/", 1, "choose", int64(2))}}}}, "spec.epochShards", "epoch_shards"},
