@@ -94,6 +94,33 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 	if _, err := jobs.Create(ctx, sluiceJob("team-a", "ok", validSpec()), dryRun); err != nil {
 		t.Fatalf("a valid object refused: %v", err)
 	}
+	// A mixed job: sources, their shards of an epoch, a column mapping.
+	mixed := validSpec()
+	delete(mixed, "dataset")
+	mixed["sources"] = []any{
+		map[string]any{"dataset": "s3://data/img/", "weight": 3.0},
+		map[string]any{"dataset": "s3://other/txt/", "weight": 1.0, "pipeline": "imagenet-eval"},
+	}
+	mixed["epochShards"] = int64(100)
+	mixed["columns"] = map[string]any{"jpg": "image.bytes", "cls": "label"}
+	// docs/kubernetes-resources.md's: a source repeated.
+	repeated := with(with(noDatasetOf(validSpec()), "sources", []any{
+		map[string]any{"dataset": "s3://datasets/web/", "weight": 7.0},
+		map[string]any{"dataset": "s3://datasets/code/", "weight": 2.0},
+		map[string]any{"dataset": "s3://datasets/books/", "weight": 1.0, "repeat": 2.0},
+	}), "columns", map[string]any{"txt": "content"})
+	for name, spec := range map[string]map[string]any{"mixed": mixed, "repeated": repeated} {
+		if _, err := jobs.Create(ctx, sluiceJob("team-a", name, spec), dryRun); err != nil {
+			t.Fatalf("a valid mixed object refused: %v", err)
+		}
+		var mk kubejobs.JobSpec
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &mk); err != nil {
+			t.Fatal(err)
+		}
+		if ps := mk.Wire("team-a_" + name).WithDefaults().Problems(); len(ps) != 0 {
+			t.Fatalf("the valid mixed object %s: wire's Problems %v", name, ps)
+		}
+	}
 	readers := func(n int) []any {
 		out := make([]any, n)
 		for i := range out {
@@ -101,6 +128,29 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 		}
 		return out
 	}
+	src := func(dataset string, weight float64, set ...any) map[string]any {
+		m := map[string]any{"dataset": dataset, "weight": weight}
+		for i := 0; i+1 < len(set); i += 2 {
+			m[set[i].(string)] = set[i+1]
+		}
+		return m
+	}
+	sources := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = src(fmt.Sprintf("s3://data/s%d/", i), 1)
+		}
+		return out
+	}
+	columns := func(n int) map[string]any {
+		out := map[string]any{}
+		for i := range n {
+			out[fmt.Sprintf("m%d", i)] = "c"
+		}
+		return out
+	}
+	// nil in set removes the field.
+	noDataset := map[string]any{"dataset": nil}
 	for _, c := range []struct {
 		name       string
 		objectName string
@@ -129,13 +179,47 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 		{name: "buffer under 4 chunks", set: map[string]any{"outputBufferBytes": int64(4 << 20 * 3)}, field: "spec.outputBufferBytes", wireField: "output_buffer_bytes"},
 		{name: "buffer under 4 own chunks", set: map[string]any{"chunkMaxBytes": int64(8 << 20), "outputBufferBytes": int64(16 << 20)}, field: "spec.outputBufferBytes", wireField: "output_buffer_bytes"},
 		{name: "buffer over", set: map[string]any{"outputBufferBytes": int64(1<<40 + 1)}, field: "spec.outputBufferBytes", wireField: "output_buffer_bytes"},
+		{name: "dataset and sources", set: map[string]any{"sources": []any{src("s3://data/a/", 1)}}, field: "spec.dataset", wireField: "dataset"},
+		{name: "neither dataset nor sources", set: noDataset, field: "spec.dataset", wireField: "dataset"},
+		{name: "source not s3", set: with(noDataset, "sources", []any{src("http://data/a/", 1)}), field: "spec.sources[0].dataset", wireField: "sources[0].dataset"},
+		{name: "source without bucket", set: with(noDataset, "sources", []any{src("s3:///a/", 1)}), field: "spec.sources[0].dataset", wireField: "sources[0].dataset"},
+		{name: "source twice", set: with(noDataset, "sources", []any{src("s3://data/a/", 1), src("s3://data/a/", 2)}), field: "spec.sources[1]", wireField: "sources[1].dataset"},
+		{name: "source weight 0", set: with(noDataset, "sources", []any{src("s3://data/a/", 0)}), field: "spec.sources[0].weight", wireField: "sources[0].weight"},
+		{name: "source weight negative", set: with(noDataset, "sources", []any{src("s3://data/a/", -1)}), field: "spec.sources[0].weight", wireField: "sources[0].weight"},
+		{name: "source weight over", set: with(noDataset, "sources", []any{src("s3://data/a/", 1e6+1)}), field: "spec.sources[0].weight", wireField: "sources[0].weight"},
+		{name: "65 sources", set: with(noDataset, "sources", sources(65)), field: "spec.sources", wireField: "sources"},
+		{name: "repeat and choose", set: with(noDataset, "sources", []any{src("s3://data/a/", 1, "repeat", 2.0, "choose", int64(3))}), field: "spec.sources[0].repeat", wireField: "sources[0].repeat"},
+		{name: "repeat negative", set: with(noDataset, "sources", []any{src("s3://data/a/", 1, "repeat", -1.0)}), field: "spec.sources[0].repeat", wireField: "sources[0].repeat"},
+		{name: "repeat over", set: with(noDataset, "sources", []any{src("s3://data/a/", 1, "repeat", 10001.0)}), field: "spec.sources[0].repeat", wireField: "sources[0].repeat"},
+		{name: "choose negative", set: with(noDataset, "sources", []any{src("s3://data/a/", 1, "choose", int64(-1))}), field: "spec.sources[0].choose", wireField: "sources[0].choose"},
+		{name: "choose over", set: with(noDataset, "sources", []any{src("s3://data/a/", 1, "choose", int64(1<<22+1))}), field: "spec.sources[0].choose", wireField: "sources[0].choose"},
+		{name: "no pipeline", set: map[string]any{"pipeline": nil}, field: "spec.pipeline", wireField: "pipeline"},
+		{name: "no pipeline for a source", set: with(with(noDataset, "pipeline", nil), "sources", []any{src("s3://data/a/", 1, "pipeline", "imagenet-eval"), src("s3://data/b/", 1)}), field: "spec.pipeline", wireField: "sources[1].pipeline"},
+		{name: "blank pipeline of a source", set: with(with(noDataset, "pipeline", nil), "sources", []any{src("s3://data/a/", 1, "pipeline", " ")}), field: "spec.sources[0].pipeline", wireField: "sources[0].pipeline"},
+		{name: "epoch shards without sources", set: map[string]any{"epochShards": int64(10)}, field: "spec.epochShards", wireField: "epoch_shards"},
+		{name: "epoch shards with repeat", set: with(with(noDataset, "epochShards", int64(10)), "sources", []any{src("s3://data/a/", 1, "repeat", 2.0)}), field: "spec.epochShards", wireField: "epoch_shards"},
+		{name: "epoch shards with choose", set: with(with(noDataset, "epochShards", int64(10)), "sources", []any{src("s3://data/a/", 1), src("s3://data/b/", 1, "choose", int64(5))}), field: "spec.epochShards", wireField: "epoch_shards"},
+		{name: "epoch shards over", set: with(with(noDataset, "epochShards", int64(1<<22+1)), "sources", []any{src("s3://data/a/", 1)}), field: "spec.epochShards", wireField: "epoch_shards"},
+		{name: "epoch shards negative", set: with(with(noDataset, "epochShards", int64(-1)), "sources", []any{src("s3://data/a/", 1)}), field: "spec.epochShards", wireField: "epoch_shards"},
+		{name: "column member", set: map[string]any{"columns": map[string]any{"a b": "c"}}, field: "spec.columns", wireField: "columns"},
+		{name: "column member long", set: map[string]any{"columns": map[string]any{strings.Repeat("m", 33): "c"}}, field: "spec.columns", wireField: "columns"},
+		{name: "column empty", set: map[string]any{"columns": map[string]any{"txt": ""}}, field: "spec.columns", wireField: "columns"},
+		{name: "column long", set: map[string]any{"columns": map[string]any{"txt": strings.Repeat("c", 257)}}, field: "spec.columns", wireField: "columns"},
+		{name: "column control character", set: map[string]any{"columns": map[string]any{"txt": "a\tb"}}, field: "spec.columns", wireField: "columns"},
+		{name: "column empty part", set: map[string]any{"columns": map[string]any{"txt": "a..b"}}, field: "spec.columns", wireField: "columns"},
+		{name: "column leading dot", set: map[string]any{"columns": map[string]any{"txt": ".a"}}, field: "spec.columns", wireField: "columns"},
+		{name: "17 columns", set: map[string]any{"columns": columns(17)}, field: "spec.columns", wireField: "columns"},
 		{name: "name with a dot", objectName: "a.b", field: "metadata.name", wireField: "id"},
 		{name: "name in capitals", objectName: "Train", field: "metadata.name", wireField: "id"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := validSpec()
 			for k, v := range c.set {
-				spec[k] = v
+				if v == nil {
+					delete(spec, k)
+				} else {
+					spec[k] = v
+				}
 			}
 			name := c.objectName
 			if name == "" {
@@ -176,7 +260,11 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 	sweep := func(name string, set map[string]any) *unstructured.Unstructured {
 		spec := validSpec()
 		for k, v := range set {
-			spec[k] = v
+			if v == nil {
+				delete(spec, k)
+			} else {
+				spec[k] = v
+			}
 		}
 		u := sluiceJob("team-a", name, spec)
 		u.SetKind("SluiceSweep")
@@ -185,23 +273,83 @@ func TestIntegrationSluiceJobValidationIsWires(t *testing.T) {
 	if _, err := sweeps.Create(ctx, sweep("ok", map[string]any{"count": int64(3)}), dryRun); err != nil {
 		t.Errorf("a valid sweep refused: %v", err)
 	}
+	mixedSweep := with(with(noDataset, "sources", mixed["sources"]), "trials", []any{
+		map[string]any{"name": "a"}, map[string]any{"name": "b", "dataset": "s3://data/img/"},
+		map[string]any{"name": "c", "sources": []any{src("s3://data/a/", 1, "choose", int64(4))}},
+	})
+	if _, err := sweeps.Create(ctx, sweep("mixed", mixedSweep), dryRun); err != nil {
+		t.Errorf("a valid mixed sweep refused: %v", err)
+	}
+	sweepProblems := func(spec map[string]any) []string {
+		var ks kubejobs.SweepSpec
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &ks); err != nil {
+			t.Fatal(err)
+		}
+		ws := ks.Wire("team-a_s")
+		var fields []string
+		for _, p := range ws.Problems() {
+			fields = append(fields, p.Field)
+		}
+		for _, j := range ws.Jobs() {
+			for _, p := range j.WithDefaults().Problems() {
+				fields = append(fields, p.Field)
+			}
+		}
+		return fields
+	}
+	if fields := sweepProblems(sweep("mixed", mixedSweep).Object["spec"].(map[string]any)); len(fields) != 0 {
+		t.Errorf("the valid mixed sweep: wire's Problems name %v", fields)
+	}
 	for _, c := range []struct {
-		name  string
-		set   map[string]any
-		field string
+		name      string
+		set       map[string]any
+		field     string
+		wireField string // in wire's Problems of the sweep or of one of its jobs; "": not checked
 	}{
-		{"neither", nil, "spec.count"},
-		{"both", map[string]any{"count": int64(2), "trials": []any{map[string]any{"name": "a"}}}, "spec.count"},
-		{"count over", map[string]any{"count": int64(1001)}, "spec.count"},
-		{"trial twice", map[string]any{"trials": []any{map[string]any{"name": "a"}, map[string]any{"name": "a"}}}, "spec.trials[1]"},
-		{"trial name", map[string]any{"trials": []any{map[string]any{"name": "a b"}}}, "spec.trials[0].name"},
-		{"trial epochs", map[string]any{"trials": []any{map[string]any{"name": "a", "epochs": int64(-1)}}}, "spec.trials[0].epochs"},
-		{"trainer rate", map[string]any{"count": int64(1), "trainerRate": -1.0}, "spec.trainerRate"},
+		{"dataset and sources", map[string]any{"count": int64(1), "sources": []any{src("s3://data/a/", 1)}}, "spec.dataset", "dataset"},
+		{"neither dataset nor sources", with(noDataset, "count", int64(1)), "spec.dataset", "dataset"},
+		{"source weight", with(with(noDataset, "count", int64(1)), "sources", []any{src("s3://data/a/", 0)}), "spec.sources[0].weight", "sources[0].weight"},
+		{"source twice", with(with(noDataset, "count", int64(1)), "sources", []any{src("s3://data/a/", 1), src("s3://data/a/", 1)}), "spec.sources[1]", "sources[1].dataset"},
+		{"epoch shards with repeat", with(with(with(noDataset, "count", int64(1)), "epochShards", int64(5)), "sources", []any{src("s3://data/a/", 1, "repeat", 2.0)}), "spec.epochShards", "epoch_shards"},
+		{"trial dataset and sources", map[string]any{"trials": []any{map[string]any{"name": "a", "dataset": "s3://data/b/", "sources": []any{src("s3://data/a/", 1)}}}}, "spec.trials[0].dataset", "dataset"},
+		{"trial source repeat and choose", map[string]any{"trials": []any{map[string]any{"name": "a", "sources": []any{src("s3://data/a/", 1, "repeat", 1.0, "choose", int64(2))}}}}, "spec.trials[0].sources[0].repeat", "sources[0].repeat"},
+		{"trial without a pipeline", with(with(noDataset, "pipeline", nil), "trials", []any{map[string]any{"name": "a", "dataset": "s3://data/b/"}}), "spec.pipeline", "pipeline"},
+		{"trial epoch shards with choose", map[string]any{"epochShards": int64(5), "trials": []any{map[string]any{"name": "a", "sources": []any{src("s3://data/a/", 1, "choose", int64(2))}}}}, "spec.epochShards", "epoch_shards"},
+		{"neither", nil, "spec.count", ""},
+		{"both", map[string]any{"count": int64(2), "trials": []any{map[string]any{"name": "a"}}}, "spec.count", ""},
+		{"count over", map[string]any{"count": int64(1001)}, "spec.count", ""},
+		{"trial twice", map[string]any{"trials": []any{map[string]any{"name": "a"}, map[string]any{"name": "a"}}}, "spec.trials[1]", ""},
+		{"trial name", map[string]any{"trials": []any{map[string]any{"name": "a b"}}}, "spec.trials[0].name", ""},
+		{"trial epochs", map[string]any{"trials": []any{map[string]any{"name": "a", "epochs": int64(-1)}}}, "spec.trials[0].epochs", ""},
+		{"trainer rate", map[string]any{"count": int64(1), "trainerRate": -1.0}, "spec.trainerRate", ""},
 	} {
 		if _, err := sweeps.Create(ctx, sweep("bad", c.set), dryRun); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("sweep %s: %v, want Invalid naming %s", c.name, err, c.field)
 		}
+		if c.wireField == "" {
+			continue
+		}
+		if fields := sweepProblems(sweep("bad", c.set).Object["spec"].(map[string]any)); !contains(fields, c.wireField) {
+			t.Errorf("sweep %s: wire's Problems name %v, want %s", c.name, fields, c.wireField)
+		}
 	}
+}
+
+// noDatasetOf is spec without its dataset.
+func noDatasetOf(spec map[string]any) map[string]any {
+	delete(spec, "dataset")
+	return spec
+}
+
+// with is m and k: v, m unchanged.
+func with(m map[string]any, k string, v any) map[string]any {
+	out := map[string]any{k: v}
+	for k2, v2 := range m {
+		if k2 != k {
+			out[k2] = v2
+		}
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {
@@ -364,6 +512,9 @@ func TestIntegrationSluiceJobReconciled(t *testing.T) {
 	if err := synth.Upload(ctx, s3c, "data", "img/", imgs); err != nil {
 		t.Fatal(err)
 	}
+	if err := synth.Upload(ctx, s3c, "data", "more/", imgs[:2]); err != nil {
+		t.Fatal(err)
+	}
 	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +570,17 @@ apiVersion: sluice.dev/v1alpha1
 kind: SluiceJob
 metadata: {name: taken, namespace: team-a}
 spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs: 1}
+---
+apiVersion: sluice.dev/v1alpha1
+kind: SluiceJob
+metadata: {name: mix, namespace: team-a}
+spec:
+  sources:
+  - {dataset: "s3://data/img/", weight: 3}
+  - {dataset: "s3://data/more/", weight: 1, repeat: 2}
+  pipeline: imagenet-eval
+  batchSize: 4
+  epochs: 1
 `
 	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
 		t.Fatal(err)
@@ -505,6 +667,19 @@ spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs:
 		t.Error("a log line holds the team key or the agents' password")
 	}
 
+	// The mixed object: a job of both sources, the second repeated.
+	testenv.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		j, err := b.Job(ctx, "team-a_mix")
+		if err != nil {
+			return err
+		}
+		if len(j.Spec.Sources) != 2 || j.Spec.Sources[1].Dataset != "s3://data/more/" || j.Spec.Sources[1].Repeat != 2 ||
+			len(j.Sources) != 2 || j.Sources[0].Listed != 4 || j.Sources[1].Listed != 2 || j.Sources[1].Slots != 4 {
+			return fmt.Errorf("job team-a_mix: sources %+v, record %+v, want img/ (4 shards) and more/ (2 shards, repeat 2: 4 slots)", j.Spec.Sources, j.Sources)
+		}
+		return nil
+	})
+
 	// The CLI's job of the same id: the object shows the collision.
 	testenv.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
 		st, err := status("taken")
@@ -567,7 +742,7 @@ spec: {dataset: "s3://data/img/", pipeline: imagenet-eval, batchSize: 4, epochs:
 	// Deleting the objects: the object's job is cancelled, its replicas
 	// go to zero, it leaves the job store, then the object goes; the
 	// CLI's job runs on.
-	env.Kubectl(t, "delete", "-n", "team-a", "sluicejob", "train", "taken", "--wait=false")
+	env.Kubectl(t, "delete", "-n", "team-a", "sluicejob", "train", "taken", "mix", "--wait=false")
 	testenv.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
 		if _, err := jobs.Get(ctx, "train", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("object train: %v, want gone", err)

@@ -57,8 +57,10 @@ func stateOf(s wire.JobState) string {
 // JobSpec is a SluiceJob's spec: wire.JobSpec's fields but the id (the
 // object's namespace and name), named as Kubernetes names fields.
 type JobSpec struct {
-	Dataset           string   `json:"dataset"`
-	Pipeline          string   `json:"pipeline"`
+	Dataset           string   `json:"dataset,omitempty"`
+	Sources           []Source `json:"sources,omitempty"`
+	EpochShards       int      `json:"epochShards,omitempty"`
+	Pipeline          string   `json:"pipeline,omitempty"`
 	BatchSize         int      `json:"batchSize"`
 	Epochs            int      `json:"epochs"`
 	Seed              int64    `json:"seed,omitempty"`
@@ -69,15 +71,42 @@ type JobSpec struct {
 	Readers           []string `json:"readers,omitempty"`
 	ChunkMaxBytes     int      `json:"chunkMaxBytes,omitempty"`
 	OutputBufferBytes int64    `json:"outputBufferBytes,omitempty"`
+	// Columns maps sample members to a Parquet dataset's columns
+	// (wire.JobSpec.Columns).
+	Columns map[string]string `json:"columns,omitempty"`
+}
+
+// Source is one dataset of a mixed SluiceJob or SluiceSweep
+// (wire.SourceSpec).
+type Source struct {
+	Dataset  string  `json:"dataset"`
+	Weight   float64 `json:"weight"`
+	Pipeline string  `json:"pipeline,omitempty"`
+	Repeat   float64 `json:"repeat,omitempty"`
+	Choose   int     `json:"choose,omitempty"`
+}
+
+// wireSources is sources as wire's; nil for none, as a spec without
+// sources decodes.
+func wireSources(sources []Source) []wire.SourceSpec {
+	if len(sources) == 0 {
+		return nil
+	}
+	out := make([]wire.SourceSpec, len(sources))
+	for i, s := range sources {
+		out[i] = wire.SourceSpec{Dataset: s.Dataset, Weight: s.Weight, Pipeline: s.Pipeline, Repeat: s.Repeat, Choose: s.Choose}
+	}
+	return out
 }
 
 // Wire is the job spec submitted for the object: id and fields.
 func (s JobSpec) Wire(id string) wire.JobSpec {
 	return wire.JobSpec{
-		ID: id, Dataset: s.Dataset, Pipeline: s.Pipeline, BatchSize: s.BatchSize, Epochs: s.Epochs,
+		ID: id, Dataset: s.Dataset, Sources: wireSources(s.Sources), EpochShards: s.EpochShards,
+		Pipeline: s.Pipeline, BatchSize: s.BatchSize, Epochs: s.Epochs,
 		Seed: uint64(s.Seed), MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas,
 		InitialReplicas: s.InitialReplicas, Weight: s.Weight, Readers: s.Readers,
-		ChunkMaxBytes: s.ChunkMaxBytes, OutputBufferBytes: s.OutputBufferBytes,
+		ChunkMaxBytes: s.ChunkMaxBytes, OutputBufferBytes: s.OutputBufferBytes, Columns: s.Columns,
 	}
 }
 
@@ -105,40 +134,44 @@ type JobStatus struct {
 
 // SweepSpec is a SluiceSweep's spec: wire.SweepSpec's fields but the id.
 type SweepSpec struct {
-	Dataset           string  `json:"dataset"`
-	Pipeline          string  `json:"pipeline"`
-	BatchSize         int     `json:"batchSize"`
-	Epochs            int     `json:"epochs"`
-	Seed              int64   `json:"seed,omitempty"`
-	MinReplicas       int     `json:"minReplicas,omitempty"`
-	MaxReplicas       int     `json:"maxReplicas,omitempty"`
-	Weight            float64 `json:"weight,omitempty"`
-	ChunkMaxBytes     int     `json:"chunkMaxBytes,omitempty"`
-	OutputBufferBytes int64   `json:"outputBufferBytes,omitempty"`
-	TrainerRate       float64 `json:"trainerRate,omitempty"`
-	Count             int     `json:"count,omitempty"`
-	Trials            []Trial `json:"trials,omitempty"`
+	Dataset           string   `json:"dataset,omitempty"`
+	Sources           []Source `json:"sources,omitempty"`
+	EpochShards       int      `json:"epochShards,omitempty"`
+	Pipeline          string   `json:"pipeline,omitempty"`
+	BatchSize         int      `json:"batchSize"`
+	Epochs            int      `json:"epochs"`
+	Seed              int64    `json:"seed,omitempty"`
+	MinReplicas       int      `json:"minReplicas,omitempty"`
+	MaxReplicas       int      `json:"maxReplicas,omitempty"`
+	Weight            float64  `json:"weight,omitempty"`
+	ChunkMaxBytes     int      `json:"chunkMaxBytes,omitempty"`
+	OutputBufferBytes int64    `json:"outputBufferBytes,omitempty"`
+	TrainerRate       float64  `json:"trainerRate,omitempty"`
+	Count             int      `json:"count,omitempty"`
+	Trials            []Trial  `json:"trials,omitempty"`
 }
 
 // Trial is one trial of a SluiceSweep (wire.Trial).
 type Trial struct {
-	Name     string `json:"name"`
-	Dataset  string `json:"dataset,omitempty"`
-	Pipeline string `json:"pipeline,omitempty"`
-	Seed     *int64 `json:"seed,omitempty"`
-	Epochs   int    `json:"epochs,omitempty"`
+	Name     string   `json:"name"`
+	Dataset  string   `json:"dataset,omitempty"`
+	Sources  []Source `json:"sources,omitempty"`
+	Pipeline string   `json:"pipeline,omitempty"`
+	Seed     *int64   `json:"seed,omitempty"`
+	Epochs   int      `json:"epochs,omitempty"`
 }
 
 // Wire is the sweep spec submitted for the object.
 func (s SweepSpec) Wire(id string) wire.SweepSpec {
 	out := wire.SweepSpec{
-		ID: id, Dataset: s.Dataset, Pipeline: s.Pipeline, BatchSize: s.BatchSize, Epochs: s.Epochs,
+		ID: id, Dataset: s.Dataset, Sources: wireSources(s.Sources), EpochShards: s.EpochShards,
+		Pipeline: s.Pipeline, BatchSize: s.BatchSize, Epochs: s.Epochs,
 		Seed: uint64(s.Seed), MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas, Weight: s.Weight,
 		ChunkMaxBytes: s.ChunkMaxBytes, OutputBufferBytes: s.OutputBufferBytes, TrainerRate: s.TrainerRate,
 		Count: s.Count,
 	}
 	for _, t := range s.Trials {
-		wt := wire.Trial{Name: t.Name, Dataset: t.Dataset, Pipeline: t.Pipeline, Epochs: t.Epochs}
+		wt := wire.Trial{Name: t.Name, Dataset: t.Dataset, Sources: wireSources(t.Sources), Pipeline: t.Pipeline, Epochs: t.Epochs}
 		if t.Seed != nil {
 			seed := uint64(*t.Seed)
 			wt.Seed = &seed
