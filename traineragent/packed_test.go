@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -89,29 +88,9 @@ func TestTeamResumesAPackedJobExactlyOnce(t *testing.T) {
 	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 
-	ranks := [][]int{{0}, {1}, {2}}
-	var agents []*Agent
-	var waits []func() error
-	for i, rs := range ranks {
-		a, err := New(e.nc, e.js, job, teamOptions(fmt.Sprintf("new%d", i), 3, rs), nil, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents = append(agents, a)
-		waits = append(waits, runAgent(t, a))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(agents))
-	for i := range agents {
-		wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(ctx, state, 3) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("agent %d resuming 3 x 1: %v", i, err)
-		}
+	ranks, agents, waits, err := resumeThreeByOne(t, e, job, state)
+	if err != nil {
+		t.Fatalf("resuming 3 x 1: %v", err)
 	}
 	rest := takeTeamParts(t, agents, ranks, 3, -1)
 	checkSteps(t, rest, 4, [2]int{last.Epoch, last.Step + 1})

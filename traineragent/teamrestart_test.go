@@ -113,26 +113,8 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 
 	// The new layout starts and resumes while the old team still runs.
-	ranks := [][]int{{0}, {1}, {2}}
-	var agents []*Agent
-	var waits []func() error
-	for i, rs := range ranks {
-		a, err := New(e.nc, e.js, job, teamOptions(fmt.Sprintf("new%d", i), 3, rs), nil, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents = append(agents, a)
-		waits = append(waits, runAgent(t, a))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(agents))
-	for i := range agents {
-		wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(ctx, state, 3) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	ranks, agents, waits, err := resumeThreeByOne(t, e, job, state)
+	if err != nil {
 		t.Fatalf("resuming 3 x 1 while the old planner runs: %v", err)
 	}
 	stopOld()
@@ -233,4 +215,29 @@ func TestTeamConcurrentResumes(t *testing.T) {
 			state.Epoch, state.Step = last.Epoch+1, 0
 		}
 	}
+}
+
+// resumeThreeByOne starts the new layout of a change of ranks, three
+// agents of one rank each (new0..new2), and resumes each one's reader from
+// state at once; waits end the agents' runs.
+func resumeThreeByOne(t *testing.T, e env, job wire.Job, state State) (ranks [][]int, agents []*Agent, waits []func() error, err error) {
+	t.Helper()
+	ranks = [][]int{{0}, {1}, {2}}
+	for i, rs := range ranks {
+		a, err := New(e.nc, e.js, job, teamOptions(fmt.Sprintf("new%d", i), 3, rs), nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, a)
+		waits = append(waits, runAgent(t, a))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(agents))
+	for i := range agents {
+		wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(ctx, state, 3) })
+	}
+	wg.Wait()
+	return ranks, agents, waits, errors.Join(errs...)
 }
