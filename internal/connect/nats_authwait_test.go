@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/logbuf"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
@@ -48,28 +47,11 @@ func TestPingedInHandshake(t *testing.T) {
 	}
 }
 
-// calloutServer is the embedded server with the shipped authorization,
-// whose auth callout nobody answers: every user not a static one is
-// refused once the server's wait ends.
-func calloutServer(t *testing.T) string {
-	t.Helper()
-	auth, err := embedded.NewNATSAuth()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: t.TempDir(), Auth: auth})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv.URL()
-}
-
 // TestConnectNATSRetryAuthEndsWithCtx: a callout-authenticated client
 // whose callout nobody answers retries, logging each retry, and gives up
 // when its context ends, with the refusal and the cause.
 func TestConnectNATSRetryAuthEndsWithCtx(t *testing.T) {
-	c := Config{NATS: NATS{URLs: []string{calloutServer(t)}, User: "sluice-job-a", Password: "pw", RetryAuth: true}}
+	c := Config{NATS: NATS{URLs: []string{testenv.NewSecureNATS(t).URL()}, User: "sluice-job-a", Password: "pw", RetryAuth: true}}
 	logger, logs := logbuf.Logger(0)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -102,7 +84,7 @@ func TestConnectNATSRetryAuthEndsWithCtx(t *testing.T) {
 // callout (a static user's, RetryAuth unset) is not retried, late refusal
 // or not.
 func TestConnectNATSWithoutRetryAuthFailsAtOnce(t *testing.T) {
-	c := Config{NATS: NATS{URLs: []string{calloutServer(t)}, User: "sluice-job-a", Password: "pw"}}
+	c := Config{NATS: NATS{URLs: []string{testenv.NewSecureNATS(t).URL()}, User: "sluice-job-a", Password: "pw"}}
 	logger, logs := logbuf.Logger(0)
 	_, _, err := c.ConnectNATS(context.Background(), "t", logger)
 	if !errors.Is(err, ErrNATSAuthorization) {
