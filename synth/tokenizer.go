@@ -1,6 +1,9 @@
 package synth
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // ByteTokenizerEOS is the id of <|endoftext|> in ByteTokenizerJSON.
 const ByteTokenizerEOS = 256
@@ -34,4 +37,25 @@ func ByteTokenizerJSON() []byte {
 		panic(err) // maps of strings and numbers always encode
 	}
 	return b
+}
+
+// ByteDocuments cuts a stream of ByteTokenizerJSON's ids at EOS into the
+// documents' texts: what a test reads back from packed rows.
+func ByteDocuments(stream []int32) ([]string, error) {
+	var docs []string
+	var cur []byte
+	for _, id := range stream {
+		switch {
+		case id == ByteTokenizerEOS:
+			docs, cur = append(docs, string(cur)), nil
+		case id >= 0 && id < 256:
+			cur = append(cur, byte(id))
+		default:
+			return nil, fmt.Errorf("id %d: not a byte or EOS", id)
+		}
+	}
+	if len(cur) > 0 {
+		return nil, fmt.Errorf("the stream ends inside a document without EOS: %q", cur)
+	}
+	return docs, nil
 }

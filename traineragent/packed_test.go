@@ -191,20 +191,9 @@ func realTokens(t *testing.T, b *Batch, i, seqLen int) []int32 {
 // documents cuts a stream of byte tokens at EOS into texts.
 func documents(t *testing.T, stream []int32) []string {
 	t.Helper()
-	var docs []string
-	var cur []byte
-	for _, id := range stream {
-		switch {
-		case id == synth.ByteTokenizerEOS:
-			docs, cur = append(docs, string(cur)), nil
-		case id >= 0 && id < 256:
-			cur = append(cur, byte(id))
-		default:
-			t.Fatalf("token %d: not a byte or EOS", id)
-		}
-	}
-	if len(cur) > 0 {
-		t.Fatalf("the rows end inside a document: %q", cur)
+	docs, err := synth.ByteDocuments(stream)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return docs
 }

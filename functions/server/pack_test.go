@@ -58,20 +58,9 @@ func packedRows(t *testing.T, chunks [][]byte, seqLen int) (keys []string, token
 // splitDocs cuts a token stream at EOS into the documents' texts.
 func splitDocs(t *testing.T, stream []int32) []string {
 	t.Helper()
-	var docs []string
-	var cur []byte
-	for _, id := range stream {
-		switch {
-		case id == synth.ByteTokenizerEOS:
-			docs, cur = append(docs, string(cur)), nil
-		case id < 256:
-			cur = append(cur, byte(id))
-		default:
-			t.Fatalf("id %d: not a byte or EOS", id)
-		}
-	}
-	if cur != nil {
-		t.Fatalf("the stream ends in a document without EOS: %q", cur)
+	docs, err := synth.ByteDocuments(stream)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return docs
 }
