@@ -24,21 +24,32 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 
 versitygw_version=v1.8.0
 bin="$root/.bin"
-if [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$versitygw_version" ] || [ ! -x "$bin/versitygw" ]; then
-  echo "deps: installing versitygw $versitygw_version into $bin" >&2
-  mkdir -p "$bin"
-  GOBIN="$bin" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
-  echo "$versitygw_version" > "$bin/versitygw.version"
-fi
+versitygw() {
+  if [ "$(cat "$bin/versitygw.version" 2>/dev/null)" != "$versitygw_version" ] || [ ! -x "$bin/versitygw" ]; then
+    echo "deps: installing versitygw $versitygw_version into $bin" >&2
+    mkdir -p "$bin"
+    GOBIN="$bin" go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+    echo "$versitygw_version" > "$bin/versitygw.version"
+  fi
+}
+tokref() {
+  if command -v npm >/dev/null && command -v node >/dev/null; then
+    bash "$root/.ci/tokref/install.sh" >/dev/null
+  else
+    echo "deps: npm or node is not installed: the BPE tests against the reference tokenizers will skip" >&2
+  fi
+}
 
-bash "$root/.ci/k8s-testbin/build.sh" >/dev/null
-bash "$root/.ci/prometheus/build.sh" >/dev/null
-
-if command -v npm >/dev/null && command -v node >/dev/null; then
-  bash "$root/.ci/tokref/install.sh" >/dev/null
-else
-  echo "deps: npm or node is not installed: the BPE tests against the reference tokenizers will skip" >&2
-fi
+# The builds at once: each is a long compile or download the first time, and one alone leaves
+# a core idle while it links or fetches modules. Each is a no-op once built.
+pids=()
+versitygw & pids+=($!)
+bash "$root/.ci/k8s-testbin/build.sh" >/dev/null & pids+=($!)
+bash "$root/.ci/prometheus/build.sh" >/dev/null & pids+=($!)
+tokref & pids+=($!)
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+for p in "${pids[@]}"; do wait "$p"; done
+trap - EXIT
 
 # Debian packages: libjpeg-turbo's headers, and PyTorch for the Python
 # client's tests (Debian's python3 at /usr/bin/python3; PyPI is not reachable).

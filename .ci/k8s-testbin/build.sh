@@ -26,19 +26,37 @@ if $have && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
   exit 0
 fi
 mkdir -p "$out"
-cd "$here"
-echo "k8s-testbin: building ${bins[*]} $version into $out (about 11 minutes the first time)" >&2
-V=k8s.io/component-base/version
-# Without the version flags kubectl cannot parse the server's version.
-ldflags="-s -w -X $V.gitVersion=$version -X $V.gitMajor=1 -X $V.gitMinor=34 -X $V.gitTreeState=clean"
+# deps.sh and test/e2e/cluster/build.sh may run at once (.ci/run builds everything up front);
+# the second waits here and then finds what the first built.
+exec 9>"$out/.lock"
+flock 9
+missing=()
 for b in "${bins[@]}"; do
-  [ -x "$out/$b" ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ] && continue
-  pkg=k8s.io/kubernetes/cmd/$b
-  [ "$b" = etcd ] && pkg=go.etcd.io/etcd/server/v3
-  # Build into a temporary name and rename, so that an interrupted build never leaves a
-  # half-written binary that the check above would take for a finished one.
-  go build -trimpath -ldflags="$ldflags" -o "$out/$b.tmp" "$pkg"
-  mv "$out/$b.tmp" "$out/$b"
+  [ -x "$out/$b" ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ] || missing+=("$b")
 done
+if [ ${#missing[@]} -gt 0 ]; then
+  cd "$here"
+  echo "k8s-testbin: building ${missing[*]} $version into $out (about 11 minutes the first time)" >&2
+  start=$SECONDS
+  V=k8s.io/component-base/version
+  # Without the version flags kubectl cannot parse the server's version.
+  ldflags="-s -w -X $V.gitVersion=$version -X $V.gitMajor=1 -X $V.gitMinor=34 -X $V.gitTreeState=clean"
+  # Into a temporary directory and then renamed, so that an interrupted build never leaves a
+  # half-written binary that the check above would take for a finished one. One `go build` for
+  # the Kubernetes commands, so that their links overlap the compiles instead of following them.
+  tmp=$(mktemp -d "$out/build.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  pkgs=()
+  for b in "${missing[@]}"; do
+    if [ "$b" = etcd ]; then
+      go build -trimpath -ldflags="$ldflags" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+    else
+      pkgs+=("k8s.io/kubernetes/cmd/$b")
+    fi
+  done
+  [ ${#pkgs[@]} -eq 0 ] || go build -trimpath -ldflags="$ldflags" -o "$tmp/" "${pkgs[@]}"
+  for b in "${missing[@]}"; do mv "$tmp/$b" "$out/$b"; done
+  echo "k8s-testbin: built ${missing[*]} in $((SECONDS - start))s" >&2
+fi
 echo "$version" > "$out/version"
 echo "$out"

@@ -28,15 +28,15 @@ if $have && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ]; then
 fi
 mkdir -p "$out"
 cd "$here"
-for b in "${bins[@]}"; do
-  [ -x "$out/$b" ] && [ "$(cat "$out/version" 2>/dev/null)" = "$version" ] && continue
-  echo "prometheus: building $b $version into $out" >&2
-  start=$SECONDS
-  # A temporary name, renamed when whole: an interrupted build leaves nothing the check above
-  # would take for a finished binary.
-  go build -tags remove_all_sd -trimpath -ldflags="-s -w" -o "$out/$b.tmp" "github.com/prometheus/prometheus/cmd/$b"
-  mv "$out/$b.tmp" "$out/$b"
-  echo "prometheus: $b built in $((SECONDS - start))s" >&2
-done
+echo "prometheus: building ${bins[*]} $version into $out" >&2
+start=$SECONDS
+# Into a temporary directory, renamed when whole: an interrupted build leaves nothing the check
+# above would take for a finished binary. One `go build` for both, so that they share a compile.
+tmp=$(mktemp -d "$out/build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+go build -tags remove_all_sd -trimpath -ldflags="-s -w" -o "$tmp/" \
+  github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
+for b in "${bins[@]}"; do mv "$tmp/$b" "$out/$b"; done
+echo "prometheus: built in $((SECONDS - start))s" >&2
 echo "$version" > "$out/version"
 echo "$out"

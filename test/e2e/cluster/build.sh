@@ -28,10 +28,6 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-k8s=$(bash "$root/.ci/k8s-testbin/build.sh" --node)
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
-  ln -sf "$k8s/$b" "$bin/$b"
-done
 
 # image NAME TAG BINARY [ENTRYPOINT ARGS]: packs a static binary as dev.local/NAME:TAG.
 image() {
@@ -49,41 +45,61 @@ gobuild() {
   mv "$2.tmp" "$2"
 }
 
-ks=v0.42.2
-for c in controller webhook activator autoscaler queue; do
-  gobuild "$here/tools/knative" "$bin/knative-$c-$ks" "knative.dev/serving/cmd/$c"
-  image "knative-$c" "$ks" "$bin/knative-$c-$ks"
-done
-gobuild "$here/tools/coredns" "$bin/coredns-v1.11.3" .
-gobuild "$root" "$bin/nats-server-v2.15.2" github.com/nats-io/nats-server/v2
-image nats-server v2.15.2 "$bin/nats-server-v2.15.2"
-gobuild "$here/pause" "$bin/pause" .
-image pause 1 "$bin/pause"
-# kn's client-pkg pseudo-version is not in the checksum database; go.sum pins it.
-GONOSUMDB=knative.dev/client-pkg gobuild "$here/tools/kn" "$bin/kn-v0.42.0" knative.dev/client/cmd/kn
-ln -sf "$bin/kn-v0.42.0" "$bin/kn"
+kubernetes() {
+  local k8s
+  k8s=$(bash "$root/.ci/k8s-testbin/build.sh" --node)
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+    ln -sf "$k8s/$b" "$bin/$b"
+  done
+}
+tools() {
+  ks=v0.42.2
+  for c in controller webhook activator autoscaler queue; do
+    gobuild "$here/tools/knative" "$bin/knative-$c-$ks" "knative.dev/serving/cmd/$c"
+    image "knative-$c" "$ks" "$bin/knative-$c-$ks"
+  done
+  gobuild "$here/tools/coredns" "$bin/coredns-v1.11.3" .
+  gobuild "$root" "$bin/nats-server-v2.15.2" github.com/nats-io/nats-server/v2
+  image nats-server v2.15.2 "$bin/nats-server-v2.15.2"
+  gobuild "$here/pause" "$bin/pause" .
+  image pause 1 "$bin/pause"
+  # kn's client-pkg pseudo-version is not in the checksum database; go.sum pins it.
+  GONOSUMDB=knative.dev/client-pkg gobuild "$here/tools/kn" "$bin/kn-v0.42.0" knative.dev/client/cmd/kn
+  ln -sf "$bin/kn-v0.42.0" "$bin/kn"
 
-# versitygw, the S3 server, as in .ci/deps.sh, but static for a FROM-scratch image.
-if [ ! -x "$bin/versitygw-v1.8.0" ]; then
-  log "building versitygw"
-  GOBIN="$bin/gw.tmp" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
-  mv "$bin/gw.tmp/versitygw" "$bin/versitygw-v1.8.0" && rmdir "$bin/gw.tmp"
-fi
-image versitygw v1.8.0 "$bin/versitygw-v1.8.0"
+  # versitygw, the S3 server, as in .ci/deps.sh, but static for a FROM-scratch image.
+  if [ ! -x "$bin/versitygw-v1.8.0" ]; then
+    log "building versitygw"
+    GOBIN="$bin/gw.tmp" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+    mv "$bin/gw.tmp/versitygw" "$bin/versitygw-v1.8.0" && rmdir "$bin/gw.tmp"
+  fi
+  image versitygw v1.8.0 "$bin/versitygw-v1.8.0"
+}
+traefik() {
+  # Traefik is built as its own main module (its replace directives apply only there), from
+  # the module proxy's copy of its source.
+  tf=v3.6.12
+  if [ ! -x "$bin/traefik-$tf" ]; then
+    log "building traefik $tf"
+    src=$(go mod download -json "github.com/traefik/traefik/v3@$tf" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    (cd "$src" && go build -trimpath -ldflags="-s -w" -o "$bin/traefik-$tf.tmp" ./cmd/traefik)
+    mv "$bin/traefik-$tf.tmp" "$bin/traefik-$tf"
+  fi
+  image traefik "$tf" "$bin/traefik-$tf"
+}
 
-# Traefik is built as its own main module (its replace directives apply only there), from
-# the module proxy's copy of its source.
-tf=v3.6.12
-if [ ! -x "$bin/traefik-$tf" ]; then
-  log "building traefik $tf"
-  src=$(go mod download -json "github.com/traefik/traefik/v3@$tf" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-  (cd "$src" && go build -trimpath -ldflags="-s -w" -o "$bin/traefik-$tf.tmp" ./cmd/traefik)
-  mv "$bin/traefik-$tf.tmp" "$bin/traefik-$tf"
-fi
-image traefik "$tf" "$bin/traefik-$tf"
+# The builds at once (a fresh machine spends most of CI's first run here): one build alone
+# leaves a core idle while it links or fetches modules. deps.sh is the test suite's own.
+pids=()
+kubernetes & pids+=($!)
+tools & pids+=($!)
+traefik & pids+=($!)
+bash "$root/.ci/deps.sh" >/dev/null & pids+=($!)
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+for p in "${pids[@]}"; do wait "$p"; done
+trap - EXIT
 
 # Sluice's own image, as `make image` builds it (static, libjpeg-turbo), every time.
-bash "$root/.ci/deps.sh" >/dev/null
 rev=$(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo dev)
 (cd "$root" && CGO_ENABLED=1 go run ./deploy/image --out "$cache/sluice-image" --tag "dev.local/sluice:e2e" --version "$rev" >/dev/null)
 cp "$cache/sluice-image/sluice.tar" "$images/sluice-e2e.tar"
