@@ -4,10 +4,13 @@ GO ?= go
 .PHONY: test test-python deps build build-turbo image demo vet fmt-check e2e-knative
 
 # Everything, then the packages whose code differs under the turbojpeg tag
-# again in that build.
+# again in that build: functions/image and the functions and commands that
+# import it (their tests' own imports included).
+TURBOJPEG_PKGS = $(shell $(GO) list -tags turbojpeg -f '{{.ImportPath}} {{join .Deps " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./functions/... ./cmd/... | \
+	awk '{ for (i = 1; i <= NF; i++) if ($$i == "github.com/sluice-project/sluice/functions/image") { print $$1; next } }')
 test: deps fmt-check vet
 	$(GO) test -count=1 -timeout 20m ./...
-	$(GO) test -count=1 -timeout 10m -tags turbojpeg ./functions/... ./cmd/...
+	$(GO) test -count=1 -timeout 10m -tags turbojpeg $(TURBOJPEG_PKGS)
 	$(MAKE) test-python
 
 # The Python client's unit tests, with Debian's python3 (torch, torchvision,

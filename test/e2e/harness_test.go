@@ -1,3 +1,11 @@
+// Package e2e holds the scenarios run on a real Kubernetes with Knative
+// Serving (make e2e-knative). The scenario files are numbered because Go
+// runs tests in file order, and the order saves minutes: the function
+// scales to zero about a minute after its last request, so the scenarios
+// that need it at zero (4 to 6) come after those that only need it
+// running, each finding it where the one before left it, and the cold
+// starts (6) come last of those, since each of their rounds waits for a
+// scale to zero of its own.
 package e2e
 
 import (

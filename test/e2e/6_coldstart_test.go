@@ -96,7 +96,7 @@ func TestColdStartThroughTheActivator(t *testing.T) {
 		}
 
 		// No pod at all, the last one's 30 s drain included: a cold start.
-		e.waitZeroPods(t, fnService)
+		e.waitScaledToZero(t, fnService)
 		wctx, stopWatch := context.WithCancel(context.Background())
 		tl := e.watchPods(wctx, t, fnService, time.Now())
 		j := e.startJob(t, "cold-"+string(rune('a'+round)), kd, epochs, 2)

@@ -17,7 +17,7 @@ func TestTwoJobsShareTheService(t *testing.T) {
 	js := e.jetStream(t)
 	d1 := e.dataset(t, "share-a-"+e.suffix+"/", 480, 12)
 	d2 := e.dataset(t, "share-b-"+e.suffix+"/", 960, 24)
-	e.waitZeroPods(t, fnService)
+	e.waitScaledToZero(t, fnService)
 	s := e.sample(t, fnService)
 
 	before := e.revisions(t, fnService)

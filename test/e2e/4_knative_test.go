@@ -17,10 +17,11 @@ import (
 // how long after its last request the function may keep a pod.
 const scaleToZeroGrace = 30*time.Second + 30*time.Second
 
-// waitZeroPods waits until the function has no pod but those being
-// deleted, within the scale-to-zero grace plus 30 s, and then until those
-// are gone too; it returns both times.
-func (e *env) waitZeroPods(t *testing.T, service string) (scaled, gone time.Duration) {
+// waitScaledToZero waits until the function has no pod but those being
+// deleted, within the scale-to-zero grace plus 30 s: from then on a request
+// goes through the activator and starts a new pod. It returns how long that
+// took and how many pods were still terminating.
+func (e *env) waitScaledToZero(t *testing.T, service string) (time.Duration, int) {
 	t.Helper()
 	start := time.Now()
 	terminating := 0
@@ -35,7 +36,16 @@ func (e *env) waitZeroPods(t *testing.T, service string) (scaled, gone time.Dura
 		terminating = term
 		return nil
 	})
-	scaled = time.Since(start)
+	return time.Since(start), terminating
+}
+
+// waitZeroPods waits for the scale to zero and then until the terminating
+// pods are gone too (queue-proxy drains each for 30 s); it returns both
+// times.
+func (e *env) waitZeroPods(t *testing.T, service string) (scaled, gone time.Duration) {
+	t.Helper()
+	start := time.Now()
+	scaled, terminating := e.waitScaledToZero(t, service)
 	if terminating > 0 {
 		waitFor(t, 2*time.Minute, time.Second, func() error {
 			_, _, term, err := e.fnPods(context.Background(), service)
@@ -59,7 +69,7 @@ func TestImageJobFromZeroToNAndBack(t *testing.T) {
 	e := need(t)
 	d := e.dataset(t, "zero-to-n-"+e.suffix+"/", 1200, 24, 256, 512)
 	t.Logf("waiting for %s to have no pods", fnService)
-	e.waitZeroPods(t, fnService)
+	e.waitScaledToZero(t, fnService)
 
 	js := e.jetStream(t)
 	s := e.sample(t, fnService)
