@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -209,12 +210,14 @@ func TestStreamThroughKnative(t *testing.T) {
 	measure(viaService)()
 	var svc, dir float64
 	for range 3 {
-		viaCPU := cpuPerGB(t, hops, measure(viaService))
+		viaCPU, viaBusy := cpuPerGB(t, hops, measure(viaService))
 		a := mbs
-		dirCPU := cpuPerGB(t, hops, measure(direct))
+		dirCPU, dirBusy := cpuPerGB(t, hops, measure(direct))
 		b := mbs
 		t.Logf("figures: via_service_mb_s=%.1f direct_mb_s=%.1f", a, b)
 		t.Logf("figures: core_s_per_gb via_service: %s; direct: %s", viaCPU, dirCPU)
+		t.Logf("figures: node_busy_cores via_service=%.2f direct=%.2f of %d; node CPU per GB direct/via_service=%.2f",
+			viaBusy, dirBusy, runtime.NumCPU(), dirCPU.of("node")/viaCPU.of("node"))
 		// In the path the activator took 1.0-2.1 core s per GB; out of
 		// it, its idle work reads as 0.0-0.13.
 		if a := viaCPU.of("activator"); a > 0.5 {

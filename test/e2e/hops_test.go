@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -47,7 +48,7 @@ func (h hop) cpu(t *testing.T) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ticks, found := 0.0, false
+	secs, found := 0.0, false
 	for _, d := range dirs {
 		if _, err := strconv.Atoi(d.Name()); err != nil {
 			continue
@@ -56,39 +57,95 @@ func (h hop) cpu(t *testing.T) float64 {
 		if err != nil || !bytes.Contains(cg, []byte(h.id)) {
 			continue
 		}
-		st, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		cpu, err := processCPU(d.Name())
 		if err != nil {
 			continue // gone meanwhile
 		}
-		// The fields after the command name (in parentheses).
-		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
-		u, err1 := strconv.ParseFloat(f[11], 64)
-		s, err2 := strconv.ParseFloat(f[12], 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("/proc/%s/stat: %q", d.Name(), st)
-		}
-		ticks, found = ticks+u+s, true
+		secs, found = secs+cpu, true
 	}
 	if !found {
 		t.Fatalf("no process of %s (container %s)", h.name, h.id)
 	}
-	return ticks / 100 // USER_HZ
+	return secs
 }
 
 // cpuPerGB runs f, which moves bytes, and returns each hop's CPU seconds
-// per GB of them, as "name=0.12".
-func cpuPerGB(t *testing.T, hops []hop, f func() int64) hopCPU {
+// per GB of them, as "name=0.12", then the reader's (this process) and the
+// whole node's (every process and the kernel), and how many of the node's
+// cores were busy over f on average: a node busy on all its cores is what
+// bounds the stream, and then the ratio of two paths is that of their CPU
+// per GB.
+func cpuPerGB(t *testing.T, hops []hop, f func() int64) (hopCPU, float64) {
 	t.Helper()
 	before := make([]float64, len(hops))
 	for i, h := range hops {
 		before[i] = h.cpu(t)
 	}
+	reader, node, start := selfCPU(t), nodeBusy(t), time.Now()
 	n := f()
-	out := make(hopCPU, len(hops))
+	took := time.Since(start).Seconds()
+	gb := float64(n) / 1e9
+	out := make(hopCPU, 0, len(hops)+2)
 	for i, h := range hops {
-		out[i] = hopFigure{h.name, (h.cpu(t) - before[i]) / (float64(n) / 1e9)}
+		out = append(out, hopFigure{h.name, (h.cpu(t) - before[i]) / gb})
 	}
-	return out
+	busy := nodeBusy(t) - node
+	out = append(out, hopFigure{"reader", (selfCPU(t) - reader) / gb}, hopFigure{"node", busy / gb})
+	return out, busy / took
+}
+
+// processCPU is the CPU time, user and system, of process pid ("self" for
+// this one) so far, in seconds.
+func processCPU(pid string) (float64, error) {
+	st, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (in parentheses).
+	f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%s/stat: %q", pid, st)
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	s, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%s/stat: %q", pid, st)
+	}
+	return (u + s) / 100, nil // USER_HZ
+}
+
+// selfCPU is this process's CPU time so far: the stream's reader.
+func selfCPU(t *testing.T) float64 {
+	t.Helper()
+	s, err := processCPU("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// nodeBusy is the time all the node's cores spent busy so far (neither
+// idle nor waiting on I/O), in seconds, from /proc/stat.
+func nodeBusy(t *testing.T) float64 {
+	t.Helper()
+	st, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(st), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		t.Fatalf("/proc/stat: %q", line)
+	}
+	busy := 0.0
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			t.Fatalf("/proc/stat: %q", line)
+		}
+		busy += v
+	}
+	return busy / 100 // USER_HZ
 }
 
 // hopCPU is each hop's CPU seconds per GB streamed, in the hops' order.
