@@ -21,6 +21,10 @@ const (
 	// BypassNoDirectory: the cache directory cannot be used, and no
 	// memory tier took the shard.
 	BypassNoDirectory Bypass = "no_directory"
+	// BypassFillWait: another read of the shard (in this process or
+	// another sharing the directory) was still filling its entry after
+	// Config.FillWait; this read went to S3 rather than wait longer.
+	BypassFillWait Bypass = "fill_wait"
 )
 
 // maxBypassesTold bounds the (job, reason) pairs remembered as logged; past
@@ -64,6 +68,8 @@ func (c *Cache) explain(why Bypass, size int64) string {
 			size, c.cfg.DiskBytes, c.cfg.MemoryBytes)
 	case BypassNoDirectory:
 		return fmt.Sprintf("the cache directory %q cannot be used (see the warning before)", c.cfg.Dir)
+	case BypassFillWait:
+		return fmt.Sprintf("another read of the shard was still caching it after %v (a slow consumer?), so this one read it from S3", c.cfg.FillWait)
 	}
 	return string(why)
 }

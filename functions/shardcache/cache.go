@@ -32,6 +32,10 @@ type Config struct {
 	// evicted; twice the longest reuse seen when that is longer (default
 	// one hour). See the package doc.
 	IdleHorizon time.Duration `json:"idle_horizon_ns"`
+	// FillWait bounds how long a read waits for another read of the same
+	// shard to cache it before reading S3 itself without caching
+	// (DefaultFillWait when 0).
+	FillWait time.Duration `json:"fill_wait_ns"`
 }
 
 // DefaultIdleHorizon is Config.IdleHorizon's default.
@@ -84,6 +88,7 @@ type Cache struct {
 	lastWarn time.Time
 
 	bypasses bypassLog
+	fills    fills
 }
 
 // New builds a cache reading through s3c. A cache directory that cannot be
@@ -100,10 +105,17 @@ func New(cfg Config, s3c ObjectAPI, logger *slog.Logger, reg prometheus.Register
 	if cfg.IdleHorizon <= 0 {
 		cfg.IdleHorizon = DefaultIdleHorizon
 	}
+	if cfg.FillWait <= 0 {
+		cfg.FillWait = DefaultFillWait
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{cfg: cfg, s3: s3c, log: logger, m: newMetrics(reg), now: time.Now}
+	c.fills = fills{m: map[string]chan struct{}{}, err: func(err error) {
+		c.m.errors.WithLabelValues("lock").Inc()
+		c.warn("a cache fill lock failed: other replicas may read the shard from S3 meanwhile", "err", err)
+	}}
 	if cfg.MemoryBytes > 0 {
 		c.mem = newMemTier(cfg.MemoryBytes, cfg.IdleHorizon)
 	}
@@ -115,6 +127,7 @@ func New(cfg Config, s3c ObjectAPI, logger *slog.Logger, reg prometheus.Register
 			logger.Warn("shard cache directory unusable: reading shards from S3", "dir", cfg.Dir, "err", err)
 		} else {
 			c.disk = d
+			c.fills.dir = cfg.Dir
 			if stale > 0 {
 				logger.Info("removed cache entries left unfinished by killed replicas", "dir", cfg.Dir, "files", stale)
 			}
@@ -161,15 +174,77 @@ func (r *Reader) Close() error {
 // meant to is counted, and logged once per job and reason (Bypass).
 // Errors from S3 are returned wrapped, with the SDK's error kept
 // (errors.As finds types.NoSuchKey).
+//
+// One read at a time fills an entry: a read that misses while another
+// read of the shard (in this process or another sharing the directory) is
+// filling it waits for that fill to end, at most Config.FillWait, and is
+// then a hit, or reads S3 as a miss does when no entry came. A wait that
+// ctx ends returns ctx's error.
 func (c *Cache) Open(ctx context.Context, job, bucket, key string) (*Reader, error) {
 	name := entryName(bucket, key)
-	if c.Enabled() {
-		r, err := c.openCached(ctx, bucket, key, name)
-		if r != nil || err != nil {
-			return r, err
+	if !c.Enabled() {
+		return c.openS3Logged(ctx, job, bucket, key, name, nil, "")
+	}
+	var waitStart time.Time // zero until this read first waits
+	ended := func(o fillOutcome) {
+		if !waitStart.IsZero() {
+			c.m.fillWaits.WithLabelValues(string(o)).Inc()
 		}
 	}
-	r, why, err := c.openS3(ctx, bucket, key, name)
+	for {
+		r, err := c.openCached(ctx, bucket, key, name)
+		if r != nil || err != nil {
+			if r != nil {
+				ended(fillHit)
+			}
+			return r, err
+		}
+		h, wake := c.fills.acquire(name)
+		if h != nil {
+			// A fill may have committed since openCached looked.
+			r, err := c.openCached(ctx, bucket, key, name)
+			if r != nil || err != nil {
+				h.release()
+				if r != nil {
+					ended(fillHit)
+				}
+				return r, err
+			}
+			ended(fillFallback)
+			return c.openS3Logged(ctx, job, bucket, key, name, h, "")
+		}
+		now := c.now()
+		if waitStart.IsZero() {
+			waitStart = now
+		}
+		poll := fillPoll // another process fills: try its lock again soon
+		if wake != nil {
+			poll = c.cfg.FillWait // this process fills: wake says when it ends
+		}
+		sleep, giveUp := waitStep(now.Sub(waitStart), c.cfg.FillWait, poll)
+		if giveUp {
+			ended(fillTimeout)
+			return c.openS3Logged(ctx, job, bucket, key, name, nil, BypassFillWait)
+		}
+		t := time.NewTimer(sleep)
+		c.fills.waits(1)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			c.fills.waits(-1)
+			ended(fillCancelled)
+			return nil, fmt.Errorf("waiting for another read to cache the shard: %w", ctx.Err())
+		}
+		t.Stop()
+		c.fills.waits(-1)
+	}
+}
+
+// openS3Logged is openS3, counting and logging a bypass.
+func (c *Cache) openS3Logged(ctx context.Context, job, bucket, key, name string, h *fill, force Bypass) (*Reader, error) {
+	r, why, err := c.openS3(ctx, bucket, key, name, h, force)
 	if why != "" {
 		c.bypassed(job, key, r.size, why)
 	}
@@ -281,10 +356,13 @@ func (c *Cache) diskHit(key, name, etag string, f *os.File, info entryInfo, last
 }
 
 // openS3 streams the object from S3, copying it into the tiers that admit
-// it; why says why it is not cached by a cache meant to cache.
-func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, Bypass, error) {
+// it; why says why it is not cached by a cache meant to cache. h is the
+// fill this read holds, released once the entry is committed or
+// abandoned; force, when set, is why this read does not cache.
+func (c *Cache) openS3(ctx context.Context, bucket, key, name string, h *fill, force Bypass) (*Reader, Bypass, error) {
 	obj, err := c.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
 	if err != nil {
+		h.release()
 		return nil, "", fmt.Errorf("getting object: %w", err)
 	}
 	etag, size := aws.ToString(obj.ETag), aws.ToInt64(obj.ContentLength)
@@ -293,6 +371,8 @@ func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, 
 	var w *entryWriter
 	var buf *bytes.Buffer
 	switch {
+	case force != "":
+		outcome, why = OutcomeBypass, force
 	case c.Enabled():
 		outcome = OutcomeBypass
 		if etag == "" || obj.ContentLength == nil {
@@ -316,6 +396,7 @@ func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, 
 	cr := &countingReader{r: obj.Body, n: fromS3, m: c.m.bytes.WithLabelValues("s3")}
 	r := &Reader{outcome: outcome, size: size, fromS3: fromS3, fromCache: &counter{}}
 	if w == nil && buf == nil {
+		h.release() // nothing to wait for: the others read S3 too
 		r.Reader = cr
 		r.closeFn = obj.Body.Close
 		return r, why, nil
@@ -326,6 +407,7 @@ func (c *Cache) openS3(ctx context.Context, bucket, key, name string) (*Reader, 
 	}}
 	r.Reader = tee
 	r.closeFn = func() error {
+		defer h.release() // after the entry is committed or abandoned
 		// A tar reader stops at the end-of-archive blocks, short of the
 		// object's end: read the rest (padding) to complete the entry.
 		if !cr.eof && size-fromS3.n <= drainOnClose {

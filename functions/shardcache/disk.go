@@ -78,7 +78,10 @@ func newDiskTier(dir string, budget int64, fallback time.Duration, now time.Time
 
 func (d *diskTier) path(name string) string { return filepath.Join(d.dir, name) }
 
-// removeStaleTemps deletes temporary files not written for staleTemp.
+// removeStaleTemps deletes temporary files not written for staleTemp, and
+// the lock files of fills that killed replicas left (a lock file is
+// removed when its fill ends; one older than staleTemp that no process
+// holds is a leftover).
 func (d *diskTier) removeStaleTemps(now time.Time) int {
 	des, err := os.ReadDir(d.dir)
 	if err != nil {
@@ -86,13 +89,16 @@ func (d *diskTier) removeStaleTemps(now time.Time) int {
 	}
 	n := 0
 	for _, de := range des {
-		if !strings.HasPrefix(de.Name(), tempPrefix) {
+		isTemp, isLock := strings.HasPrefix(de.Name(), tempPrefix), strings.HasPrefix(de.Name(), lockPrefix)
+		if !isTemp && !isLock {
 			continue
 		}
-		if fi, err := de.Info(); err == nil && now.Sub(fi.ModTime()) > staleTemp {
-			if os.Remove(d.path(de.Name())) == nil {
-				n++
-			}
+		fi, err := de.Info()
+		if err != nil || now.Sub(fi.ModTime()) <= staleTemp {
+			continue
+		}
+		if isLock && removeLockIfFree(d.path(de.Name())) || isTemp && os.Remove(d.path(de.Name())) == nil {
+			n++
 		}
 	}
 	return n
@@ -158,6 +164,7 @@ func (d *diskTier) admit(need int64, now time.Time) (ok bool, evicted int, err e
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	entries := make([]Entry, 0, len(des))
+	var staleLocks []string
 	for _, de := range des {
 		fi, err := de.Info()
 		if err != nil || !fi.Mode().IsRegular() {
@@ -165,11 +172,20 @@ func (d *diskTier) admit(need int64, now time.Time) (ok bool, evicted int, err e
 		}
 		n := de.Name()
 		switch {
+		case strings.HasPrefix(n, lockPrefix):
+			// Not an entry. A fill's lock file goes when the fill ends;
+			// an old one is a killed filler's leftover.
+			if now.Sub(fi.ModTime()) > staleTemp {
+				staleLocks = append(staleLocks, n)
+			}
 		case strings.HasPrefix(n, tempPrefix):
 			entries = append(entries, Entry{Name: n, Size: fi.Size(), LastUse: fi.ModTime(), Pinned: true})
 		case strings.HasSuffix(n, entrySuffix):
 			entries = append(entries, Entry{Name: n, Size: fi.Size(), LastUse: fi.ModTime(), Pinned: d.reading[n] > 0})
 		}
+	}
+	for _, n := range staleLocks {
+		removeLockIfFree(d.path(n))
 	}
 	evict, ok := Admit(entries, need, d.budget, now, d.reuse.horizon())
 	for _, n := range evict {

@@ -14,6 +14,7 @@ type metrics struct {
 	stale     prometheus.Counter
 	degraded  prometheus.Gauge
 	bypasses  *prometheus.CounterVec
+	fillWaits *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"tier"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_cache_errors_total",
-			Help: "Cache failures, each degraded to reading from S3, by operation (open, read, write, corrupt).",
+			Help: "Cache failures, each degraded to reading from S3, by operation (open, read, write, corrupt, lock).",
 		}, []string{"op"}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cache_stale_total",
@@ -44,8 +45,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		bypasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_cache_bypass_total",
-			Help: "Shard reads a cache meant to cache did not keep, by reason: no_etag, no_room, no_directory.",
+			Help: "Shard reads a cache meant to cache did not keep, by reason: no_etag, no_room, no_directory, fill_wait.",
 		}, []string{"reason"}),
+		fillWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cache_fill_waits_total",
+			Help: "Shard reads that waited for another read of the shard to fill the cache, by how the wait ended: hit (served from the entry), fallback (no entry came: read from S3), timeout (read from S3 after the bound), cancelled.",
+		}, []string{"outcome"}),
 	}
 	for _, o := range []Outcome{OutcomeOff, OutcomeHitMemory, OutcomeHitDisk, OutcomeMiss, OutcomeBypass} {
 		m.reads.WithLabelValues(string(o))
@@ -53,8 +58,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, s := range []string{"s3", "memory", "disk"} {
 		m.bytes.WithLabelValues(s)
 	}
-	for _, b := range []Bypass{BypassNoETag, BypassNoRoom, BypassNoDirectory} {
+	for _, b := range []Bypass{BypassNoETag, BypassNoRoom, BypassNoDirectory, BypassFillWait} {
 		m.bypasses.WithLabelValues(string(b))
+	}
+	for _, o := range []fillOutcome{fillHit, fillFallback, fillTimeout, fillCancelled} {
+		m.fillWaits.WithLabelValues(string(o))
 	}
 	m.reads = promreg.Register(reg, m.reads)
 	m.bytes = promreg.Register(reg, m.bytes)
@@ -63,5 +71,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.stale = promreg.Register(reg, m.stale)
 	m.degraded = promreg.Register(reg, m.degraded)
 	m.bypasses = promreg.Register(reg, m.bypasses)
+	m.fillWaits = promreg.Register(reg, m.fillWaits)
 	return m
 }
