@@ -53,6 +53,21 @@
 // The disk budget is checked against the whole directory, so concurrent
 // writers may overshoot it by the shards they are writing at that moment.
 //
+// One read fills an entry at a time. A read that misses takes the entry
+// name's fill: within the process a map of fills in progress, across the
+// processes sharing the directory an advisory lock (flock) on a lock file
+// per name, taken without blocking. Another read of the same shard that
+// misses meanwhile waits for that fill to end (woken in-process, polling
+// the lock every 15 ms across processes), then serves the entry, or reads
+// S3 as a miss does when none came (the fill aborted, was not admitted,
+// or the object changed). The wait is bounded by Config.FillWait (30 s): a
+// fill streams at its reader's pace, and a stalled reader must not stall
+// the others, so past it the waiter reads S3 without caching (bypass
+// reason fill_wait); ctx ends a wait at once. The kernel drops a killed
+// filler's lock, so a crashed replica never blocks the others. A filler
+// removes its lock file as it ends; one a killed filler left is removed
+// once stale, like temporary files. Lock files are never entries.
+//
 // A directory that cannot be created or written, or a full disk, degrades
 // the cache to reading from S3 with a logged warning; it never fails a
 // task.
@@ -60,7 +75,8 @@
 // A cache meant to cache that does not keep a shard says why, once per
 // job and reason, in a warning naming the job (Bypass: the object has no
 // ETag, as files dropped into a gateway's directory have; no tier has
-// room; the directory cannot be used), and counts every such read in
+// room; the directory cannot be used; another read's fill outlasted
+// Config.FillWait), and counts every such read in
 // sluice_cache_bypass_total{reason}: a dataset read from S3 every epoch
 // is never silent.
 package shardcache
