@@ -192,7 +192,8 @@ func TestIntegrationCacheTiers(t *testing.T) {
 		dir := t.TempDir()
 		c1, _ := newCache(t, Config{Dir: dir, DiskBytes: 1 << 20}, e.s3)
 		c2, _ := newCache(t, Config{Dir: dir, DiskBytes: 1 << 20}, e.s3)
-		// Both replicas miss the same shard at once: both write, one rename wins.
+		// Both replicas miss the same shard at once: one fills, the others
+		// wait for it (or come after it) and hit; one entry, no lock file left.
 		var wg sync.WaitGroup
 		for _, c := range []*Cache{c1, c2, c1, c2} {
 			wg.Add(1)
@@ -210,6 +211,7 @@ func TestIntegrationCacheTiers(t *testing.T) {
 		if final, temp := entries(t, dir); len(final) != 1 || len(temp) != 0 {
 			t.Errorf("cache dir holds %v and temporary files %v, want one entry", final, temp)
 		}
+		noLockFiles(t, dir)
 	})
 }
 
