@@ -329,17 +329,10 @@ func TestIntegrationCacheUnwritableDir(t *testing.T) {
 	}
 }
 
-// TestIntegrationCacheKilledMidWrite SIGKILLs a process of this test
-// binary halfway through caching a shard: no entry is left to serve, the
-// next read goes to S3 and caches the shard whole, and the temporary file
-// goes once stale.
-func TestIntegrationCacheKilledMidWrite(t *testing.T) { onServers(t, testKilledMidWrite) }
-
-func testKilledMidWrite(t *testing.T, e *env) {
-	a := randomBytes(8, 2<<20)
-	e.put("a.tar", a)
-	dir := t.TempDir()
-
+// startHalfWriter starts TestCacheWriterProcess in a process of this test
+// binary, caching a.tar into dir, and returns once it has written half.
+func startHalfWriter(t *testing.T, e *env, dir string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCacheWriterProcess$")
 	access, _ := e.cfg.Credentials.Retrieve(context.Background())
 	cmd.Env = append(os.Environ(), "SLUICE_CACHE_WRITER_DIR="+dir, "SLUICE_CACHE_WRITER_S3="+e.cfg.Endpoint,
@@ -356,6 +349,21 @@ func testKilledMidWrite(t *testing.T, e *env) {
 	sc := bufio.NewScanner(out)
 	for sc.Scan() && sc.Text() != "HALF" {
 	}
+	return cmd
+}
+
+// TestIntegrationCacheKilledMidWrite SIGKILLs a process of this test
+// binary halfway through caching a shard: no entry is left to serve, the
+// next read goes to S3 and caches the shard whole, and the temporary file
+// goes once stale.
+func TestIntegrationCacheKilledMidWrite(t *testing.T) { onServers(t, testKilledMidWrite) }
+
+func testKilledMidWrite(t *testing.T, e *env) {
+	a := randomBytes(8, 2<<20)
+	e.put("a.tar", a)
+	dir := t.TempDir()
+
+	cmd := startHalfWriter(t, e, dir)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

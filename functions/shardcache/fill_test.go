@@ -1,13 +1,11 @@
 package shardcache
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -285,22 +283,7 @@ func TestIntegrationCacheFillerKilled(t *testing.T) {
 	e.put("a.tar", a)
 	dir := t.TempDir()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCacheWriterProcess$")
-	access, _ := e.cfg.Credentials.Retrieve(context.Background())
-	cmd.Env = append(os.Environ(), "SLUICE_CACHE_WRITER_DIR="+dir, "SLUICE_CACHE_WRITER_S3="+e.cfg.Endpoint,
-		"SLUICE_CACHE_WRITER_KEYS="+access.AccessKeyID+":"+access.SecretAccessKey)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && sc.Text() != "HALF" {
-	}
+	cmd := startHalfWriter(t, e, dir)
 	c, _ := newCache(t, Config{Dir: dir, DiskBytes: 8 << 20}, e.s3)
 	ch := openBehind(context.Background(), c, "a.tar")
 	waitWaiting(t, c, ch)
