@@ -53,7 +53,7 @@ type Options struct {
 	AckWait      time.Duration // of the task consumer; in-progress pings every AckWait/3; default streams.DispatchAckWait
 	MaxDeliver   int           // failed sends of a task before it is Failed; default 20
 	LocalityWait time.Duration // how long a task waits for its busy home replica; default 100ms, negative: no wait
-	HTTPClient   *http.Client  // nil: a client without a total timeout (a shard may take long)
+	HTTPClient   *http.Client  // nil: NewHTTPClient()
 	// Token is the function token (bearer.Function) sent with every task;
 	// the zero Token sends none (replicas on loopback without one).
 	Token bearer.Token
@@ -202,15 +202,32 @@ func (o Options) withDefaults() Options {
 		o.StallTimeout = 0
 	}
 	if o.HTTPClient == nil {
-		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
-		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
-			tr = dt.Clone()
-		}
-		// Many sends go to few replicas at once: keep their connections.
-		tr.MaxIdleConnsPerHost = 256
-		o.HTTPClient = &http.Client{Transport: tr}
+		o.HTTPClient = NewHTTPClient()
 	}
 	return o
+}
+
+// ReadBufferSize is the read buffer of NewHTTPClient's connections.
+// Through a proxy (Knative's activator and queue-proxy, an ingress) a
+// shard's reply comes as HTTP chunks of at most 32 KB, and net/http's
+// default of 4 KB then reads the connection once per chunk or more; 1 MB
+// takes several hundred KB a read (BenchmarkSendStream: docs/knative.md).
+// It is 1 MB a connection, and a send holds a chunk of up to
+// ChunkMaxBytes (4 MB by default) anyway.
+const ReadBufferSize = 1 << 20
+
+// NewHTTPClient is the client for sends to function replicas: no total
+// timeout (a shard may take long), the connections to few replicas kept,
+// and a read buffer that spares the reader's CPU.
+func NewHTTPClient() *http.Client {
+	tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr = dt.Clone()
+	}
+	// Many sends go to few replicas at once: keep their connections.
+	tr.MaxIdleConnsPerHost = 256
+	tr.ReadBufferSize = ReadBufferSize
+	return &http.Client{Transport: tr}
 }
 
 // bindConsumer opens job id's task consumer, creating it with ackWait if

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
@@ -312,9 +313,13 @@ func truncate(s string, n int) string {
 // without the retries, the choice of replica and the acks: for tools and
 // tests that talk to one replica.
 type Sender struct {
-	Client *http.Client // nil: http.DefaultClient
+	Client *http.Client // nil: one NewHTTPClient shared by the Senders
 	Token  bearer.Token // the function token (bearer.Function), sent when set
 }
+
+// senderClient is the client of the Senders without one: shared, as
+// http.DefaultClient would be, so that they keep their connections.
+var senderClient = sync.OnceValue(NewHTTPClient)
 
 // Send posts task to endpoint once (a binary-mode CloudEvent) and reads
 // the shard's frames from the reply, handing each chunk to chunk (nil:
@@ -322,7 +327,7 @@ type Sender struct {
 func (s Sender) Send(ctx context.Context, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
 	hc := s.Client
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = senderClient()
 	}
 	take := func(int, []byte) error { return nil }
 	if chunk != nil {

@@ -98,7 +98,11 @@ func (e *env) sender(t *testing.T) dispatch.Sender {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dispatch.Sender{Client: &http.Client{Timeout: 5 * time.Minute}, Token: tok}
+	// The agent's client (its read buffer matters to the reader's CPU),
+	// with a bound on the whole send.
+	hc := dispatch.NewHTTPClient()
+	hc.Timeout = 5 * time.Minute
+	return dispatch.Sender{Client: hc, Token: tok}
 }
 
 // knDelete removes a Service kn created.
@@ -250,7 +254,7 @@ func TestResponseLongerThanKnativesDefaults(t *testing.T) {
 	task, samples := e.streamShard(t, "long-"+e.suffix+"/", 300)
 	activator := e.findHop(t, "activator", "knative-serving", "app=activator", "activator")
 	s := e.sender(t)
-	s.Client = &http.Client{} // no client timeout: the read is what is under test
+	s.Client = dispatch.NewHTTPClient() // no client timeout: the read is what is under test
 	const bytes = 300 * 224 * 224 * 3
 	slowly := func(_ int, b []byte) { time.Sleep(time.Duration(len(b)) * seconds * time.Second / bytes) }
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
