@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/autoscale/local"
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -30,11 +31,12 @@ func chaos(ctx context.Context, act *local.Actuator, every time.Duration, seed u
 	}
 }
 
-// chaosMidShard is the agent's transport to the replicas: it SIGKILLs a
-// random replica when a shard's first chunk arrives, up to kills times.
+// chaosMidShard is the agent's transport to the replicas (the
+// dispatcher's own, wrapped): it SIGKILLs a random replica when a shard's
+// first chunk arrives, up to kills times.
 func chaosMidShard(ctx context.Context, act *local.Actuator, kills int, seed uint64, logger *slog.Logger) http.RoundTripper {
 	return &chaosTransport{ctx: ctx, act: act, kills: kills, rng: rand.New(rand.NewPCG(seed, 0xc4a06)), log: logger,
-		next: http.DefaultTransport}
+		next: dispatch.NewHTTPClient().Transport}
 }
 
 type chaosTransport struct {
