@@ -9,7 +9,6 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
@@ -313,13 +312,9 @@ func truncate(s string, n int) string {
 // without the retries, the choice of replica and the acks: for tools and
 // tests that talk to one replica.
 type Sender struct {
-	Client *http.Client // nil: one NewHTTPClient shared by the Senders
+	Client *http.Client // nil: http.DefaultClient (the dispatcher's is NewHTTPClient)
 	Token  bearer.Token // the function token (bearer.Function), sent when set
 }
-
-// senderClient is the client of the Senders without one: shared, as
-// http.DefaultClient would be, so that they keep their connections.
-var senderClient = sync.OnceValue(NewHTTPClient)
 
 // Send posts task to endpoint once (a binary-mode CloudEvent) and reads
 // the shard's frames from the reply, handing each chunk to chunk (nil:
@@ -327,7 +322,7 @@ var senderClient = sync.OnceValue(NewHTTPClient)
 func (s Sender) Send(ctx context.Context, endpoint string, task wire.ShardTask, chunk func(index int, data []byte)) (wire.ShardEnd, error) {
 	hc := s.Client
 	if hc == nil {
-		hc = senderClient()
+		hc = http.DefaultClient
 	}
 	take := func(int, []byte) error { return nil }
 	if chunk != nil {
