@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,15 +10,14 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -112,33 +110,11 @@ func sbServe(t *testing.T, h http.Handler) string {
 // startSendBenchChild starts TestSendBenchChild and returns its URLs.
 func startSendBenchChild(b *testing.B) (direct, proxied string) {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSendBenchChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), sbChildEnv+"=1")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
+	_, urls := testenv.StartChild(b, "TestSendBenchChild", sbChildEnv+"=1")
+	if len(urls) != 2 {
+		b.Fatalf("the benchmark's child said it is ready at %q, want two URLs", urls)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Wait()
-	})
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "READY" {
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			return f[1], f[2]
-		}
-	}
-	b.Fatalf("the benchmark's child ended before it was ready: %v", sc.Err())
-	return "", ""
+	return urls[0], urls[1]
 }
 
 // cpuTime is this process's user plus system CPU time so far.

@@ -1,7 +1,6 @@
 package traineragent
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -436,42 +436,15 @@ func selfCPUTime(b *testing.B) time.Duration {
 
 // child is a child process of the benchmark.
 type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	cmd *exec.Cmd
 }
 
 // startChild runs TestTeamBenchChild in kind's role and returns the
 // addresses it prints.
 func startChild(b *testing.B, kind string) (*child, []string) {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTeamBenchChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), tbChildEnv+"="+kind)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	c := &child{cmd: cmd, stdin: stdin}
-	b.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Wait()
-	})
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) > 1 && f[0] == "READY" {
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			return c, f[1:]
-		}
-	}
-	b.Fatalf("the %s child process ended before it was ready: %v", kind, sc.Err())
-	return nil, nil
+	cmd, addrs := testenv.StartChild(b, "TestTeamBenchChild", tbChildEnv+"="+kind)
+	return &child{cmd: cmd}, addrs
 }
 
 // cpu is the child's user and system CPU time, from /proc.
