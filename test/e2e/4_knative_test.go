@@ -68,8 +68,12 @@ func (e *env) waitZeroPods(t *testing.T, service string) (scaled, gone time.Dura
 func TestImageJobFromZeroToNAndBack(t *testing.T) {
 	e := need(t)
 	d := e.dataset(t, "zero-to-n-"+e.suffix+"/", 1200, 24, 256, 512)
+	// No pod at all, terminating ones included: a kubelet still tearing
+	// down the scenario before's pods once took 11 s to report the first
+	// new pod ready, and the job had ended before the controller asked
+	// for a second.
 	t.Logf("waiting for %s to have no pods", fnService)
-	e.waitScaledToZero(t, fnService)
+	e.waitZeroPods(t, fnService)
 
 	js := e.jetStream(t)
 	s := e.sample(t, fnService)
