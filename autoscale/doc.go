@@ -19,7 +19,9 @@
 //     D = ConsumedPerS / max(1-StallFraction, 0.1), and one replica's
 //     throughput r is learned (a moving average) from ArrivedPerS / ready
 //     replicas, but only while the agent's buffer is below 75%: a full
-//     buffer throttles arrivals and would make replicas look slow.
+//     buffer throttles arrivals and would make replicas look slow. Samples
+//     arriving while none is reported ready count one as serving: Knative
+//     routes to a pod seconds before its kubelet reports it ready.
 //   - Stall above TargetStall: want ceil(Headroom * D / r), at least the
 //     current count. While r is unknown, or the trainer is starved (D = 0),
 //     add one replica per decision, unless replicas are still starting: a

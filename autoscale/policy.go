@@ -242,9 +242,12 @@ func wantFor(cfg Config, next *State, in Inputs, cur int) (int, string) {
 	d := in.Demand
 	stall := min(max(d.StallFraction, 0), 1)
 	fill := bufferFill(*d)
-	serving := cur
-	if in.Ready < cur {
-		serving = in.Ready
+	serving := min(in.Ready, cur)
+	if serving == 0 && cur > 0 && d.ArrivedPerS > 0 {
+		// The actuator's view lags: a kubelet can report a pod ready
+		// seconds after it serves through the activator. Samples arriving
+		// prove one replica serves.
+		serving = 1
 	}
 	if fill < bufferFull && serving > 0 && d.ArrivedPerS > 0 {
 		observed := d.ArrivedPerS / float64(serving)
@@ -263,8 +266,8 @@ func wantFor(cfg Config, next *State, in Inputs, cur int) (int, string) {
 	pct := func(f float64) float64 { return math.Round(f * 100) }
 
 	if stall > cfg.TargetStall {
-		if in.Ready < cur && (r == 0 || appetite == 0) {
-			return cur, fmt.Sprintf("trainer stalled %.0f%% while %d of %d replicas start: hold", pct(stall), cur-in.Ready, cur)
+		if serving < cur && (r == 0 || appetite == 0) {
+			return cur, fmt.Sprintf("trainer stalled %.0f%% while %d of %d replicas start: hold", pct(stall), cur-serving, cur)
 		}
 		if r == 0 {
 			return cur + 1, fmt.Sprintf("trainer stalled %.0f%% and no per-replica rate to size by yet: add one", pct(stall))

@@ -68,6 +68,11 @@ func TestDecide(t *testing.T) {
 		{name: "stall while replicas start holds",
 			st: State{Replicas: 3}, in: Inputs{Pending: 30, Ready: 1, Demand: demand(1, 0, 0, 0), DemandAt: fresh},
 			want: 3, reason: "while 2 of 3 replicas start: hold"},
+		{name: "samples arriving before the first replica is reported ready size the scale-up",
+			// appetite 40/(1-0.6) = 100/s; 40/s from the one replica that
+			// must serve; 1.2*100/40 = 3
+			st: State{Replicas: 1}, in: Inputs{Pending: 30, Ready: 0, Demand: demand(0.6, 40, 40, 0), DemandAt: fresh},
+			want: 3, reason: "trainer stalled 60%: need 3 (3.0 replicas of 40/s each)"},
 		{name: "starved trainer with every replica ready adds one",
 			st: State{Replicas: 3}, in: Inputs{Pending: 30, Ready: 3, Demand: demand(1, 0, 0, 0), DemandAt: fresh},
 			want: 4, reason: "no per-replica rate to size by yet: add one"},
