@@ -52,7 +52,7 @@ type env struct {
 	serving                servingclient.Interface
 	sluice                 string // the sluice binary built for the node's processes
 	dir                    string // logs and files of this run
-	suffix                 string // this run's suffix of job ids and dataset prefixes
+	suffix                 string // this test's suffix of job ids and dataset prefixes
 	artifacts              string // where charts go (SLUICE_E2E_ARTIFACTS, else dir)
 	secrets                map[string]string
 }
@@ -78,12 +78,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// need skips t without a real cluster.
+// need skips t without a real cluster. Each test gets a suffix of its own:
+// a job's id stays taken after it ends, and SLUICE_E2E_COUNT runs a test
+// again on the same cluster. The tests run one at a time.
 func need(t *testing.T) *env {
 	t.Helper()
 	if cluster == nil {
 		t.Skip("no real cluster (SLUICE_E2E_STATE unset): make e2e-knative runs this")
 	}
+	cluster.suffix = randomHex(3)
 	return cluster
 }
 
@@ -92,8 +95,7 @@ func setUp(state string) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, bin: vars["SLUICE_E2E_BIN"], kubeconfig: vars["KUBECONFIG"], secrets: map[string]string{},
-		suffix: randomHex(3)}
+	e := &env{state: state, bin: vars["SLUICE_E2E_BIN"], kubeconfig: vars["KUBECONFIG"], secrets: map[string]string{}}
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
