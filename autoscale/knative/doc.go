@@ -50,6 +50,14 @@
 //     containers, and a status written only at its next relist, once a
 //     second with containerd 1.6, which has no CRI events); the first
 //     batch followed 0.15-0.25 s later.
+//   - Ready can lag serving by 10 s: the kubelet probes queue-proxy every
+//     10 s with a 1 s timeout (Knative's probe for a period of 0), and
+//     queue-proxy answers once the function container is ready. When the
+//     container took longer than that first second, the pod served
+//     through the activator (which probes pods itself) for 10 s while
+//     actualReplicas said 0; in 2 of about 12 runs a whole 11 s job ran so.
+//     The policy therefore counts one replica as serving while samples
+//     arrive and none is ready.
 //   - With target-burst-capacity 0 the activator leaves the path once a
 //     pod is up (Knative's default, 200, keeps it there: it cost as much
 //     CPU per byte as each other proxy). Only for new connections:
