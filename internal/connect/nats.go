@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -19,10 +20,13 @@ import (
 
 // How a long-lived connection behaves.
 const (
-	dialTimeout      = 5 * time.Second // one connection attempt
-	reconnectWait    = 2 * time.Second // between attempts at the same server
-	reconnectJitter  = time.Second     // added at random, plain and TLS
-	jetStreamTimeout = 3 * time.Second // one attempt of the start-up JetStream check (retried)
+	dialTimeout     = 5 * time.Second // one connection attempt
+	reconnectWait   = 2 * time.Second // between attempts at the same server
+	reconnectJitter = time.Second     // added at random, plain and TLS
+	// firstReconnectJitter spreads the first reconnect of the clients a
+	// server dropped at once.
+	firstReconnectJitter = 100 * time.Millisecond
+	jetStreamTimeout     = 3 * time.Second // one attempt of the start-up JetStream check (retried)
 	// publishAsyncTimeout reclaims async publish futures never acked.
 	publishAsyncTimeout = 30 * time.Second
 )
@@ -174,14 +178,26 @@ func CheckJetStream(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
+// reconnectDelay is the wait of a reconnect before its attempt-th pass
+// over the server list after the first. nats.go waits before even the
+// first try when the list holds one server (a Kubernetes Service), so
+// every disconnect cost 2-3 s. The first wait is now under 100 ms: a login
+// that expired (controller.Options.AgentLoginTTL) is back at once, and a
+// server that is down refuses fast. Later waits are as before.
+func reconnectDelay(attempt int) time.Duration {
+	if attempt <= 1 {
+		return rand.N(firstReconnectJitter)
+	}
+	return reconnectWait + rand.N(reconnectJitter)
+}
+
 // options are the nats.go options for n.
 func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.Timeout(dialTimeout),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(reconnectWait),
-		nats.ReconnectJitter(reconnectJitter, reconnectJitter),
+		nats.CustomReconnectDelay(reconnectDelay),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("nats disconnected; reconnecting", "url", RedactURL(nc.ConnectedUrl()), "err", err)
