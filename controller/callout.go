@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
@@ -21,7 +22,9 @@ import (
 // compares the password's hash with the record's in constant time, and
 // answers with a user whose permissions are the agent role narrowed to
 // that job (natsperm.AgentFor), signed with the issuer's seed the server
-// trusts. Anything else is refused, logged and counted.
+// trusts, that expires after Options.AgentLoginTTL: the server then closes
+// the connection and the reconnect is asked again. Anything else is
+// refused, logged and counted.
 
 // calloutQueue is the queue group of the controllers' callout
 // subscriptions.
@@ -162,6 +165,8 @@ func (c *Controller) answerCallout(ctx context.Context, data []byte) ([]byte, er
 		user := jwt.NewUserClaims(req.UserNkey)
 		user.Audience = globalAccount
 		user.Name = login.User
+		// Rounded up to the second: a JWT's times are whole seconds.
+		user.Expires = (time.Now().Add(c.opts.AgentLoginTTL).UnixMilli() + 999) / 1000
 		role := natsperm.AgentFor(job)
 		user.Pub.Allow.Add(role.Publish...)
 		user.Sub.Allow.Add(role.Subscribe...)

@@ -289,3 +289,60 @@ func BenchmarkAgentLogin(b *testing.B) {
 		}
 	})
 }
+
+// TestAgentLoginExpiresAndIsCheckedAgain: an agent's login lasts
+// AgentLoginTTL. Its connection then closes and reconnects through the
+// callout: let in again while its job stands, refused once the job id was
+// deleted and submitted again with another team key, so the old agent
+// does not keep the new submission's subjects.
+func TestAgentLoginExpiresAndIsCheckedAgain(t *testing.T) {
+	e := newSecureEnv(t, 2)
+	const ttl = 2 * time.Second
+	e.startController(t, "c1", Options{AgentLoginTTL: ttl})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	ctx := context.Background()
+	if _, err := e.b.Submit(ctx, spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	c := connect.Default()
+	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser("a"), Password: wire.AgentNATSPassword(key),
+		InboxPrefix: natsperm.AgentFor("a").InboxPrefix, RetryAuth: true}
+	logger, logs := logbuf.Logger(slog.LevelDebug)
+	nc, _, err := c.ConnectNATS(ctx, "agent-a", logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	testenv.CheckFor(t, 4*ttl, 50*time.Millisecond, func() error {
+		if got := agentLogins(t, e, "accepted"); got < 2 {
+			return fmt.Errorf("accepted logins %v, want a second after the first expired", got)
+		}
+		if !nc.IsConnected() {
+			return errors.New("not connected again")
+		}
+		return nil
+	})
+	if !strings.Contains(logs.String(), "nats reconnected") {
+		t.Errorf("no reconnect logged:\n%s", logs)
+	}
+
+	if err := e.b.Delete(ctx, "a", true); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(ctx, spec("a", "img", 1), broker.WithTeamKey(other)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 4*ttl, 50*time.Millisecond, func() error {
+		if got := agentLogins(t, e, refusedWrongPassword); got < 1 {
+			return fmt.Errorf("the old agent's reconnect was not refused (refusals %v, connected %t)", got, nc.IsConnected())
+		}
+		return nil
+	})
+	// Refused at every try from then on: it never holds the new
+	// submission's subjects.
+	time.Sleep(ttl)
+	if nc.IsConnected() {
+		t.Error("the old submission's agent is connected to the new one")
+	}
+}

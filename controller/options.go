@@ -39,9 +39,13 @@ type ReadyReplicas interface {
 
 // Defaults of Options.
 const (
-	DefaultLeaseTTL    = 15 * time.Second
-	DefaultTick        = time.Second
-	DefaultMaxReplicas = 8
+	DefaultLeaseTTL = 15 * time.Second
+	// DefaultAgentLoginTTL bounds how long a deleted job's agents keep
+	// its subjects; each agent reconnects once per TTL (about a
+	// millisecond through the callout).
+	DefaultAgentLoginTTL = 15 * time.Minute
+	DefaultTick          = time.Second
+	DefaultMaxReplicas   = 8
 )
 
 // Options configure a controller. NC, JS, Broker and Actuator are required.
@@ -97,6 +101,13 @@ type Options struct {
 	// configuration names as the callout's issuer. Nil: no callout is
 	// served (a NATS server without one).
 	CalloutIssuer nkeys.KeyPair
+	// AgentLoginTTL is how long an agent's login through the callout
+	// lasts (the user JWT's expiry): the server then closes the
+	// connection, and the agent's reconnect is checked again against the
+	// job's record. So an agent of a deleted job, or of an earlier
+	// submission of a job id, loses the job's subjects within it (default
+	// DefaultAgentLoginTTL).
+	AgentLoginTTL time.Duration
 	// Abandon makes Run, when its context ends, stop its jobs and return
 	// without scaling replicas down, deleting plans or releasing leases,
 	// as if the process had died: a standby takes the jobs once the leases
@@ -107,11 +118,12 @@ type Options struct {
 // The options' ranges: validate holds them, and a command's flags check
 // them by these names, so that each bound has one owner.
 const (
-	MinLeaseTTL, MaxLeaseTTL       = 100 * time.Millisecond, time.Hour
-	MinTick, MaxTick               = 10 * time.Millisecond, time.Minute
-	MinTaskAckWait, MaxTaskAckWait = 100 * time.Millisecond, time.Hour
-	MaxMaxReplicas                 = 10000
-	MaxReplicaConcurrency          = 256
+	MinLeaseTTL, MaxLeaseTTL           = 100 * time.Millisecond, time.Hour
+	MinTick, MaxTick                   = 10 * time.Millisecond, time.Minute
+	MinTaskAckWait, MaxTaskAckWait     = 100 * time.Millisecond, time.Hour
+	MinAgentLoginTTL, MaxAgentLoginTTL = 2 * time.Second, 24 * time.Hour
+	MaxMaxReplicas                     = 10000
+	MaxReplicaConcurrency              = 256
 )
 
 func (o Options) withDefaults() Options {
@@ -126,6 +138,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LearnEvery == 0 {
 		o.LearnEvery = DefaultLearnEvery
+	}
+	if o.AgentLoginTTL == 0 {
+		o.AgentLoginTTL = DefaultAgentLoginTTL
 	}
 	if o.MaxReplicas == 0 {
 		o.MaxReplicas = DefaultMaxReplicas
@@ -156,6 +171,9 @@ func (o Options) validate() error {
 		if pub, err := o.CalloutIssuer.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
 			bad("callout issuer: want an account nkey (its seed starts with SA)")
 		}
+	}
+	if o.AgentLoginTTL < MinAgentLoginTTL || o.AgentLoginTTL > MaxAgentLoginTTL {
+		bad("agent login ttl %v: want %v..%v", o.AgentLoginTTL, MinAgentLoginTTL, MaxAgentLoginTTL)
 	}
 	if o.Broker == nil {
 		bad("a broker is required")

@@ -79,7 +79,7 @@ func runControllerWith(ctx context.Context, name string, args []string, stdout, 
 		Broker:   broker.New(js, nil, conn.Streams(), logger.With("component", "broker")),
 		Actuator: act, Dispatch: dispatch, LeaseTTL: *f.leaseTTL, Tick: *f.tick, TaskAckWait: *f.ackWait,
 		MaxReplicas: *f.maxReplicas, ReplicaConcurrency: *f.concurrency,
-		Autoscale: autoscaleConfig(*f.allocator), CalloutIssuer: f.callout,
+		Autoscale: autoscaleConfig(*f.allocator), CalloutIssuer: f.callout, AgentLoginTTL: *f.agentLoginTTL,
 	}, logger, reg)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func runControllerWith(ctx context.Context, name string, args []string, stdout, 
 type controllerFlags struct {
 	id, actuator, listen, logLevel, vocabDir, allocator *string
 	maxReplicas, replicaCPUs, concurrency               *int
-	leaseTTL, tick, ackWait                             *time.Duration
+	leaseTTL, tick, ackWait, agentLoginTTL              *time.Duration
 	kn                                                  knativeFlags
 	conn                                                *connect.Flags
 	cache                                               cacheFlags
@@ -153,6 +153,8 @@ func registerControllerFlags(fs *flag.FlagSet) *controllerFlags {
 		vocabDir:    fs.String("vocab-dir", "", "with --actuator local: the directory the replicas read WordPiece vocab and BPE tokenizer files from (fn serve --vocab-dir); empty: builtin only"),
 		calloutSeedFile: fs.String("nats-callout-seed-file", "", "`FILE` holding the account nkey seed (SA...) the NATS server's auth callout trusts: the controller then lets "+
 			"each job's agents in as their job, with that job's permissions only (deploy/knative/nats/nats.conf; env "+calloutSeedFileEnv+"; empty: no callout served)"),
+		agentLoginTTL: fs.Duration("agent-login-ttl", controller.DefaultAgentLoginTTL, "with --nats-callout-seed-file: how long an agent's NATS login lasts before its reconnect is checked "+
+			"again against its job's record (an agent of a deleted or resubmitted job loses the job within this)"),
 		allocator: fs.String("allocator", autoscale.AllocatorMarginal, "how replicas are shared when jobs want more than --max-replicas: marginal (each next replica to the job whose trainer gains most) or fair (weighted max-min)"),
 	}
 }
@@ -168,6 +170,7 @@ func (f *controllerFlags) checks(conn *connect.Config, cache *shardcache.Config,
 		intRange("replica-cpus", f.replicaCPUs, 1, 1024),
 		intRange("replica-concurrency", f.concurrency, 1, controller.MaxReplicaConcurrency),
 		durationRange("lease-ttl", f.leaseTTL, controller.MinLeaseTTL, controller.MaxLeaseTTL),
+		durationRange("agent-login-ttl", f.agentLoginTTL, controller.MinAgentLoginTTL, controller.MaxAgentLoginTTL),
 		durationRange("tick", f.tick, controller.MinTick, controller.MaxTick),
 		durationRange("task-ack-wait", f.ackWait, controller.MinTaskAckWait, controller.MaxTaskAckWait),
 		oneOf("log-level", f.logLevel, logLevels...),

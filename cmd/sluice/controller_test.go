@@ -390,11 +390,12 @@ func (r *agentReader) wait() (map[string]int, error) {
 }
 
 func TestControllerFlagErrorsNameTheFlag(t *testing.T) {
-	code, _, stderr := runCLI(t, "controller", "--actuator", "nomad", "--lease-ttl", "1ms", "--max-replicas", "0")
+	code, _, stderr := runCLI(t, "controller", "--actuator", "nomad", "--lease-ttl", "1ms", "--max-replicas", "0", "--agent-login-ttl", "1s")
 	if code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
-	for _, w := range []string{`--actuator "nomad": want one of local, knative`, "--lease-ttl 1ms: want 100ms..1h0m0s", "--max-replicas 0: want 1..10000"} {
+	for _, w := range []string{`--actuator "nomad": want one of local, knative`, "--lease-ttl 1ms: want 100ms..1h0m0s", "--max-replicas 0: want 1..10000",
+		"--agent-login-ttl 1s: want 2s..24h0m0s"} {
 		if !strings.Contains(stderr, w) {
 			t.Errorf("stderr %q lacks %q", stderr, w)
 		}
