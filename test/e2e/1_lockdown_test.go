@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -95,9 +96,19 @@ func TestLockedDownAsShipped(t *testing.T) {
 // host (when set) and the bearer token (when set); it returns the status.
 func postHost(t *testing.T, url, host, token string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
+	code, err := post(context.Background(), url, host, token)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return code
+}
+
+// post sends an empty task to url (with Host host and token where set)
+// and returns the status code.
+func post(ctx context.Context, url, host, token string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("{}"))
+	if err != nil {
+		return 0, err
 	}
 	if host != "" {
 		req.Host = host
@@ -109,8 +120,8 @@ func postHost(t *testing.T, url, host, token string) int {
 	c := &http.Client{Timeout: 2 * time.Minute}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s (Host %s): %v", url, host, err)
+		return 0, fmt.Errorf("POST %s (Host %s): %w", url, host, err)
 	}
 	resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }

@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,7 +248,27 @@ func (e *env) applySluice(ctx context.Context, root string) error {
 			return err
 		}
 	}
-	return nil
+	return waitRouted(ctx, "http://"+fnService+"."+namespace+".svc.cluster.local/")
+}
+
+// waitRouted waits until url reaches the function: a task without the
+// token is answered 401 by it. The ksvc is Ready when Traefik has taken
+// its KIngress, and Traefik once still answered 404 (no router) for that
+// Host right after.
+func waitRouted(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		code, err := post(ctx, url, "", "")
+		if err == nil && code == http.StatusUnauthorized {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not routed to the function within 2m: status %d, %v", url, code, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func randomHex(n int) string {
