@@ -13,6 +13,24 @@ import (
 // the autoscaler reads the backlog every tick, from what was read last.
 const backlogPoll = time.Second
 
+// A job's task consumer is read every firstTasksPoll while no task was
+// ever queued, for at most firstTasksWindow after its run started: a
+// submit queues the tasks after the record, and a controller that took
+// the job in between saw them a whole backlogPoll later (the first batch
+// 1 s late in about one cold start of three).
+const (
+	firstTasksPoll   = 50 * time.Millisecond
+	firstTasksWindow = 10 * time.Second
+)
+
+// pollEvery is the wait between reads of a job's task consumer.
+func pollEvery(seenTasks bool, sinceStart time.Duration) time.Duration {
+	if !seenTasks && sinceStart < firstTasksWindow {
+		return firstTasksPoll
+	}
+	return backlogPoll
+}
+
 // backlogOf is the autoscaler's view of a job's tasks
 // from its task consumer and its agents. queued is the consumer's tasks
 // not yet acked (pending + ack pending: waiting, or held by an agent);
@@ -68,6 +86,7 @@ type taskBacklog struct {
 	mu     sync.Mutex
 	known  bool
 	queued int
+	seen   bool // a task was queued at some read
 }
 
 // set records the task consumer's counts, and says whether the job has
@@ -78,7 +97,15 @@ func (b *taskBacklog) set(queued int) (arrived bool) {
 	defer b.mu.Unlock()
 	arrived = queued > 0 && (!b.known || b.queued == 0)
 	b.known, b.queued = true, queued
+	b.seen = b.seen || queued > 0
 	return arrived
+}
+
+// seenTasks says whether any read found a task queued.
+func (b *taskBacklog) seenTasks() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen
 }
 
 // counts are the job's tasks with the agents' load: what they have in

@@ -73,3 +73,27 @@ func TestBacklogSaysWhenTasksArrive(t *testing.T) {
 		t.Error("a first read with tasks queued: want arrived")
 	}
 }
+
+// TestTaskConsumerReadFastUntilTheFirstTasks: a run reads its task
+// consumer every 50 ms until a read finds a task (a submit queues them
+// after the record the controller took the job by), for at most 10 s, and
+// every second after.
+func TestTaskConsumerReadFastUntilTheFirstTasks(t *testing.T) {
+	var b taskBacklog
+	for i, c := range []struct {
+		queued int
+		since  time.Duration
+		want   time.Duration
+	}{
+		{0, 0, firstTasksPoll},
+		{0, 9 * time.Second, firstTasksPoll},
+		{0, 10 * time.Second, backlogPoll}, // a job with no task yet: as before
+		{3, time.Second, backlogPoll},
+		{0, 2 * time.Second, backlogPoll}, // drained, not yet queued
+	} {
+		b.set(c.queued)
+		if got := pollEvery(b.seenTasks(), c.since); got != c.want {
+			t.Errorf("step %d: queued %d at %v: every %v, want %v", i, c.queued, c.since, got, c.want)
+		}
+	}
+}

@@ -125,9 +125,11 @@ func (c *Controller) addToRunner(jr *jobRun, job wire.Job, cons jetstream.Consum
 // for every reader to be through; then notes the tasks given up.
 func (c *Controller) awaitReaders(ctx context.Context, jr *jobRun, job wire.Job, cons jetstream.Consumer, backlog *taskBacklog) *workEnd {
 	id := jr.id
-	polled := time.Now()
+	start := time.Now()
+	polled := start
 	for {
-		if now := time.Now(); now.Sub(polled) >= backlogPoll {
+		every := pollEvery(backlog.seenTasks(), time.Since(start))
+		if now := time.Now(); now.Sub(polled) >= every {
 			polled = now
 			if err := c.pollBacklog(ctx, cons, backlog); err != nil {
 				if ctx.Err() != nil {
@@ -159,7 +161,7 @@ func (c *Controller) awaitReaders(ctx context.Context, jr *jobRun, job wire.Job,
 		select {
 		case <-ctx.Done():
 			return stopWith(endStopped, wire.Job{})
-		case <-time.After(min(c.opts.Tick, backlogPoll)):
+		case <-time.After(min(c.opts.Tick, every)):
 		}
 	}
 }
