@@ -105,6 +105,15 @@ func TestCalloutLetsAgentsInAsTheirJobOnly(t *testing.T) {
 	}
 }
 
+// agentConfig is the connection an agent of job makes with key's
+// password, as `sluice agent` makes it (RetryAuth).
+func agentConfig(e *env, job string, key []byte) connect.Config {
+	c := connect.Default()
+	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser(job), Password: wire.AgentNATSPassword(key),
+		InboxPrefix: natsperm.AgentFor(job).InboxPrefix, RetryAuth: true}
+	return c
+}
+
 // agentLogins is the controller's count of agents' logins with result.
 func agentLogins(t *testing.T, e *env, result string) float64 {
 	t.Helper()
@@ -127,9 +136,7 @@ func TestAgentReconnectsOnceAControllerAnswers(t *testing.T) {
 	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
 		t.Fatal(err)
 	}
-	c := connect.Default()
-	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser("a"), Password: wire.AgentNATSPassword(key),
-		InboxPrefix: natsperm.AgentFor("a").InboxPrefix, RetryAuth: true}
+	c := agentConfig(e, "a", key)
 	logger, logs := logbuf.Logger(slog.LevelDebug)
 	nc, _, err := c.ConnectNATS(context.Background(), "agent-a", logger)
 	if err != nil {
@@ -176,9 +183,7 @@ func TestAgentFirstConnectWaitsForAController(t *testing.T) {
 	if _, err := e.b.Submit(context.Background(), spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
 		t.Fatal(err)
 	}
-	c := connect.Default()
-	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser("a"), Password: wire.AgentNATSPassword(key),
-		InboxPrefix: natsperm.AgentFor("a").InboxPrefix, RetryAuth: true}
+	c := agentConfig(e, "a", key)
 	logger, logs := logbuf.Logger(slog.LevelDebug)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -233,9 +238,7 @@ func TestAgentRefusedFailsWithoutRetrying(t *testing.T) {
 		{"unknown job", "nobody", refusedNoJob, key},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := connect.Default()
-			cfg.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser(c.job), Password: wire.AgentNATSPassword(c.key),
-				InboxPrefix: natsperm.AgentFor(c.job).InboxPrefix, RetryAuth: true}
+			cfg := agentConfig(e, c.job, c.key)
 			logger, logs := logbuf.Logger(slog.LevelDebug)
 			before := agentLogins(t, e, c.label)
 			nc, _, err := cfg.ConnectNATS(context.Background(), "agent-"+c.job, logger)
@@ -304,9 +307,7 @@ func TestAgentLoginExpiresAndIsCheckedAgain(t *testing.T) {
 	if _, err := e.b.Submit(ctx, spec("a", "img", 1), broker.WithTeamKey(key)); err != nil {
 		t.Fatal(err)
 	}
-	c := connect.Default()
-	c.NATS = connect.NATS{URLs: []string{e.secure.URL()}, User: wire.AgentNATSUser("a"), Password: wire.AgentNATSPassword(key),
-		InboxPrefix: natsperm.AgentFor("a").InboxPrefix, RetryAuth: true}
+	c := agentConfig(e, "a", key)
 	logger, logs := logbuf.Logger(slog.LevelDebug)
 	nc, _, err := c.ConnectNATS(ctx, "agent-a", logger)
 	if err != nil {

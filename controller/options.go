@@ -41,8 +41,8 @@ type ReadyReplicas interface {
 const (
 	DefaultLeaseTTL = 15 * time.Second
 	// DefaultAgentLoginTTL bounds how long a deleted job's agents keep
-	// its subjects; each agent reconnects once per TTL (about a
-	// millisecond through the callout).
+	// its subjects; each agent reconnects once per TTL (14-80 ms off
+	// NATS, measured: docs/design-multi-agent.md).
 	DefaultAgentLoginTTL = 15 * time.Minute
 	DefaultTick          = time.Second
 	DefaultMaxReplicas   = 8
