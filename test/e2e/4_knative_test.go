@@ -68,10 +68,10 @@ func (e *env) waitZeroPods(t *testing.T, service string) (scaled, gone time.Dura
 func TestImageJobFromZeroToNAndBack(t *testing.T) {
 	e := need(t)
 	d := e.dataset(t, "zero-to-n-"+e.suffix+"/", 1200, 24, 256, 512)
-	// No pod at all, terminating ones included: a kubelet still tearing
-	// down the scenario before's pods once took 11 s to report the first
-	// new pod ready, and the job had ended before the controller asked
-	// for a second.
+	// No pod at all, terminating ones included: the job starts on a node
+	// the scenario before has left. (The 11 s wait for a first pod's
+	// readiness once blamed on those pods was the kubelet's 10 s probe
+	// period: autoscale/knative/doc.go.)
 	t.Logf("waiting for %s to have no pods", fnService)
 	e.waitZeroPods(t, fnService)
 
