@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -364,4 +365,29 @@ func (e env) taskBacklog(t testing.TB, job string) int {
 		t.Fatal(err)
 	}
 	return int(info.NumPending) + info.NumAckPending
+}
+
+// resumeAgent resumes every rank agent a serves (its Options.Ranks, else
+// 0..world-1) from st at once, as each rank of a DDP job loads the same
+// checkpoint; it returns the lowest rank's result.
+func resumeAgent(ctx context.Context, a *Agent, st State, world int) (ResumeResult, error) {
+	ranks := a.opts.Ranks
+	if len(ranks) == 0 {
+		for r := range max(world, st.WorldSize, 1) {
+			ranks = append(ranks, r)
+		}
+	}
+	results := make([]ResumeResult, len(ranks))
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Go(func() { results[i], errs[i] = a.readers[0].Resume(ctx, st, world, r) })
+	}
+	wg.Wait()
+	for i := range results {
+		if errs[i] == nil && results[i] != results[0] {
+			return results[0], fmt.Errorf("rank %d was told %+v, rank %d %+v: want one resume", ranks[i], results[i], ranks[0], results[0])
+		}
+	}
+	return results[0], errors.Join(errs...)
 }

@@ -91,12 +91,14 @@ func DecodeBatch(data []byte) (Batch, error) {
 //	               Sluice-End): "delivered" once the rank got every step,
 //	               "ended" when the job was cancelled, failed or deleted
 //	               (the body says why). 503: the agent stopped otherwise.
-//	POST /v1/resume?world_size=W
-//	               body: a State; rewinds the reader to it (Resume).
-//	               200: ResumeResult as JSON. 400: a malformed state or
-//	               another job's or reader's. 409: batches were handed out
-//	               already, or another state was resumed from. 503: the
-//	               agent stopped.
+//	POST /v1/resume?rank=R&world_size=W
+//	               body: a State; rank R of a generation of W ranks
+//	               resumes from it (Resume): the generation's first
+//	               resume rewinds the reader, its other ranks' join it.
+//	               200: ResumeResult as JSON. 400: no rank, a malformed
+//	               state, or another job's or reader's. 409: the
+//	               generation's other ranks resumed from another state.
+//	               503: the agent stopped.
 //	GET /v1/stats  200: Stats as JSON (durations in seconds).
 func (a *Reader) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -280,12 +282,20 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 		}
 		world = n
 	}
+	// The rank: each rank of a generation resumes once (a client that sends
+	// none is older than the agent's resume per rank).
+	v := r.URL.Query().Get(wire.AgentParamRank)
+	rank, err := strconv.Atoi(v)
+	if err != nil || rank < 0 || rank >= MaxWorldSize {
+		http.Error(w, fmt.Sprintf("rank=%q: want the resuming rank, an integer in 0..%d (a client that sends none is older than this agent)", v, MaxWorldSize-1), http.StatusBadRequest)
+		return
+	}
 	var st State
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxStateBytes)).Decode(&st); err != nil {
 		http.Error(w, fmt.Sprintf("decoding the state: %v", err), http.StatusBadRequest)
 		return
 	}
-	res, err := a.Resume(r.Context(), st, world)
+	res, err := a.Resume(r.Context(), st, world, rank)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrBadState):

@@ -111,14 +111,17 @@ func TestRanksOverHTTP(t *testing.T) {
 	// its state, here the job's start, and what the old ranks took is
 	// theirs to lose.
 	state, _ := json.Marshal(State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 2})
-	resp, err := http.Post(srv.URL+"/v1/resume?world_size=2", "application/json", bytes.NewReader(state))
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(msg), `"resumed":true`) {
-		t.Errorf("POST /v1/resume after a batch: %s %s, want 200 with a rewind", resp.Status, msg)
+	// Each rank of it resumes; the second joins the first's resume.
+	for r := range 2 {
+		resp, err := http.Post(srv.URL+"/v1/resume?world_size=2&rank="+strconv.Itoa(r), "application/json", bytes.NewReader(state))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(msg), `"resumed":true`) {
+			t.Errorf("POST /v1/resume of rank %d after a batch: %s %s, want 200 with the rewind", r, resp.Status, msg)
+		}
 	}
 	parts = [][]rankPart{nil, nil}
 
@@ -147,7 +150,7 @@ func TestRanksOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	resp, err = http.Get(srv.URL + "/v1/stats")
+	resp, err := http.Get(srv.URL + "/v1/stats")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,15 +192,17 @@ func TestResumeOverHTTP(t *testing.T) {
 	for _, tc := range []struct {
 		name, query, body string
 	}{
-		{"not JSON", "", "{"},
-		{"another version", "", `{"v":2,"job":"http-resume","reader":"trainer"}`},
-		{"another job", "", `{"v":1,"job":"other","reader":"trainer"}`},
-		{"a position string that is no JSON", "", `{"v":1,"position":"{"}`},
-		{"another reader", "", `{"v":1,"job":"http-resume","reader":"eval"}`},
-		{"a bad position", "", `{"v":1,"job":"http-resume","reader":"trainer","position":{"v":1,"finished":7}}`},
-		{"a bad world size", "?world_size=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},
-		{"a world size beyond the bound", "?world_size=2000000000", `{"v":1,"job":"http-resume","reader":"trainer"}`},
-		{"a state's world size beyond the bound", "", `{"v":1,"job":"http-resume","reader":"trainer","world_size":2000000000}`},
+		{"not JSON", "?rank=0", "{"},
+		{"another version", "?rank=0", `{"v":2,"job":"http-resume","reader":"trainer"}`},
+		{"another job", "?rank=0", `{"v":1,"job":"other","reader":"trainer"}`},
+		{"a position string that is no JSON", "?rank=0", `{"v":1,"position":"{"}`},
+		{"another reader", "?rank=0", `{"v":1,"job":"http-resume","reader":"eval"}`},
+		{"a bad position", "?rank=0", `{"v":1,"job":"http-resume","reader":"trainer","position":{"v":1,"finished":7}}`},
+		{"no rank", "?world_size=2", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+		{"a rank beyond the world", "?world_size=2&rank=2", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+		{"a bad world size", "?world_size=0&rank=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+		{"a world size beyond the bound", "?world_size=2000000000&rank=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+		{"a state's world size beyond the bound", "?rank=0", `{"v":1,"job":"http-resume","reader":"trainer","world_size":2000000000}`},
 	} {
 		if code, msg := post(tc.query, tc.body); code != http.StatusBadRequest {
 			t.Errorf("resume with %s: %d %s, want 400", tc.name, code, msg)
@@ -205,15 +210,20 @@ func TestResumeOverHTTP(t *testing.T) {
 	}
 	// A fresh start: nothing to rewind; the world size changes to 3.
 	start := `{"v":1,"job":"http-resume","reader":"trainer","epoch":0,"step":0,"world_size":2,"position":null}`
-	for range 2 {
-		code, msg := post("?world_size=3", start)
+	for r := range 2 {
+		code, msg := post("?world_size=3&rank="+strconv.Itoa(r), start)
 		var res ResumeResult
 		if code != http.StatusOK || json.Unmarshal([]byte(msg), &res) != nil || res != (ResumeResult{}) {
-			t.Errorf("resume from the start: %d %s, want 200 with nothing resumed", code, msg)
+			t.Errorf("rank %d's resume from the start: %d %s, want 200 with nothing resumed", r, code, msg)
 		}
 	}
-	if code, msg := post("?world_size=2", start); code != http.StatusConflict {
-		t.Errorf("the same state with another world size: %d %s, want 409", code, msg)
+	// The third rank loads another checkpoint: refused, naming both.
+	other := `{"v":1,"job":"http-resume","reader":"trainer","epoch":0,"step":1,"world_size":2,"position":null}`
+	if code, msg := post("?world_size=3&rank=2", other); code != http.StatusConflict || !strings.Contains(msg, "epoch 0 step 1") || !strings.Contains(msg, "epoch 0 step 0") {
+		t.Errorf("a rank resuming from another state than its generation's: %d %s, want 409 naming both", code, msg)
+	}
+	if code, msg := post("?world_size=3&rank=2", start); code != http.StatusOK {
+		t.Errorf("rank 2's resume from the generation's state: %d %s, want 200", code, msg)
 	}
 	parts := make([][]rankPart, 3)
 	for r := range 3 {

@@ -834,13 +834,19 @@ func (a memberRole) nextPart(ctx context.Context, req rankRequest) (rankPart, er
 }
 
 // resume is a member's: it forwards a rank's resume to the planner.
-func (a memberRole) resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+func (a memberRole) resume(ctx context.Context, req resumeRequest) (ResumeResult, error) {
 	m := a.m
-	state, err := json.Marshal(st)
+	state, err := json.Marshal(req.state)
 	if err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
-	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: world}, positionWriteTimeout+10*time.Second)
+	if !slices.Contains(m.ranks, req.rank) {
+		return ResumeResult{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", ErrBadState, req.rank, m.ranks)
+	}
+	// An id for this resume: askUntil may send it again, and the planner
+	// answers a copy as the first (a second resume of a rank would be a
+	// new generation's).
+	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.world, Rank: req.rank, ID: newResumeID()}, positionWriteTimeout+10*time.Second)
 	if err != nil {
 		return ResumeResult{}, err
 	}

@@ -49,39 +49,48 @@ var ErrBadState = errors.New("bad trainer state")
 // batch already, or resumed from another state (POST /v1/resume answers 409).
 var ErrResumeConflict = errors.New("conflicting resume")
 
-// resumeRecord is the resume this agent did, to answer repeats of it.
+// resumeRecord is a generation's resume, to answer the ranks that join it.
 type resumeRecord struct {
 	state  State
 	world  int
 	result ResumeResult
 }
 
-// Resume rewinds the reader to a trainer's checkpointed state, so that
-// every sample the checkpointed model had not consumed is delivered exactly
-// once, to world ranks (0: the state's world size). The agent's recorded
-// position is at or past the state's: the shards whose messages it had
-// acked beyond the state's position are produced again (replaySet), the
-// chunks held are returned to the stream, and the state's position, with
-// those shards noted as replayed, becomes the reader's. Copies of what the
-// state's position already covers are dropped by ChunkRef, as ever.
+// resumeRequest is one rank's resume: the state it loaded, the world size
+// of its generation, and its request's id (a member's forward, which it
+// may send again; "" none).
+type resumeRequest struct {
+	state       State
+	world, rank int
+	id          string
+}
+
+// Resume rewinds the reader to a trainer's checkpointed state for rank of
+// a new generation of world ranks (0: the state's world size), so that
+// every sample the checkpointed model had not consumed is delivered
+// exactly once. The generation's first resume rewinds: the agent's
+// recorded position is at or past the state's, the shards whose messages
+// it had acked beyond the state's position are produced again
+// (replaySet), the chunks held are returned to the stream, and the
+// state's position, with those shards noted as replayed, becomes the
+// reader's. Copies of what the state's position already covers are
+// dropped by ChunkRef, as ever. Its other ranks' resumes join it and
+// rewind nothing, however late they come (generations says when a resume
+// is a new generation's).
 //
 // A resume claims the reader: the position is written even when nothing
 // is rewound, so that an agent of an earlier run still stopping cannot
 // write over it unseen (reproduction 7 of issue 24: a 2 x 2 -> 3 x 1
 // resume while the old planner stops).
-//
-// Every rank of a restarted trainer sends the same state: a repeat is
-// answered as the first was. A resume once the ranks took batches is a new
-// generation of ranks (any world size) and rewinds again; another state
-// before the resumed ranks took any batch is refused with
-// ErrResumeConflict.
-func (a *Reader) Resume(ctx context.Context, st State, world int) (ResumeResult, error) {
-	return a.role.resume(ctx, st, world)
+func (a *Reader) Resume(ctx context.Context, st State, world, rank int) (ResumeResult, error) {
+	return a.role.resume(ctx, resumeRequest{state: st, world: world, rank: rank})
 }
 
 // resumeHere is Resume on the agent that keeps the reader's position (a
-// lone agent, a team's planner).
-func (a *Reader) resumeHere(ctx context.Context, st State, world int) (ResumeResult, error) {
+// lone agent, a team's planner); agent is the member that forwarded it
+// ("": this agent's own rank).
+func (a *Reader) resumeHere(ctx context.Context, req resumeRequest, agent string) (ResumeResult, error) {
+	st, world := req.state, req.world
 	p, err := a.checkState(st)
 	if err != nil {
 		return ResumeResult{}, err
@@ -92,6 +101,9 @@ func (a *Reader) resumeHere(ctx context.Context, st State, world int) (ResumeRes
 	if world < 1 || world > MaxWorldSize {
 		return ResumeResult{}, fmt.Errorf("%w: world size %d: want 1..%d", ErrBadState, world, MaxWorldSize)
 	}
+	if req.rank < 0 || req.rank >= world {
+		return ResumeResult{}, fmt.Errorf("%w: rank %d: want 0..%d (world size %d)", ErrBadState, req.rank, world-1, world)
+	}
 	fresh := newAssembler(a.job)
 	if err := fresh.restore(p); err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
@@ -99,11 +111,11 @@ func (a *Reader) resumeHere(ctx context.Context, st State, world int) (ResumeRes
 	if err := a.lockForResume(ctx); err != nil {
 		return ResumeResult{}, err
 	}
-	if result, answered, err := a.st.answerResume(st, world); answered {
+	if result, answered, err := a.st.answerResume(req, agent); answered {
 		a.unlockResume()
 		return result, err
 	}
-	result, replay, err := a.st.rewind(st, world, fresh, a.pos.recorded, time.Now())
+	result, replay, err := a.st.rewind(req, world, fresh, a.pos.recorded, time.Now())
 	a.unlockResume()
 	switch {
 	case err != nil:
@@ -117,7 +129,7 @@ func (a *Reader) resumeHere(ctx context.Context, st State, world int) (ResumeRes
 		}
 		return result, nil
 	}
-	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step,
+	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step, "rank", req.rank,
 		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
 	return a.recordResume(ctx, st, world, p, replay, result)
 }
@@ -147,54 +159,68 @@ func (a *Reader) unlockResume() {
 }
 
 // answerResume answers a resume that rewinds nothing: the reader stopped,
-// or the ranks of this generation resumed already (the same state is a
-// repeat; another, before any of them took a batch, a genuine conflict).
-func (s *readerState) answerResume(st State, world int) (ResumeResult, bool, error) {
-	switch {
-	case s.runEnded:
+// the rank is not agent's, the rank joins the current generation, or its
+// state conflicts with the generation's.
+func (s *readerState) answerResume(req resumeRequest, agent string) (ResumeResult, bool, error) {
+	if s.runEnded {
 		return ResumeResult{}, true, s.stopped()
-	case s.resumed != nil && !s.ranks.formed:
-		r := s.resumed
-		if sameState(r.state, st) && r.world == world {
-			return r.result, true, nil
+	}
+	if agent != "" {
+		if err := s.steps.serves(req.rank, agent); err != nil {
+			return ResumeResult{}, true, fmt.Errorf("%w: %w", ErrBadState, err)
 		}
-		return ResumeResult{}, true, fmt.Errorf("%w: this agent's ranks resumed from another state (epoch %d step %d, world size %d) and took no batch since",
-			ErrResumeConflict, r.state.Epoch, r.state.Step, r.world)
+	}
+	world := req.world
+	if world == 0 {
+		world = req.state.WorldSize
+	}
+	v, err := s.gens.decide(req.state, world, req.rank, req.id)
+	switch {
+	case err != nil:
+		return ResumeResult{}, true, err
+	case v == resumeJoins:
+		s.gens.join(req.rank, req.id)
+		s.changed = true
+		return s.gens.from.result, true, nil
 	}
 	return ResumeResult{}, false, nil
 }
 
 // rewind makes the state's position (fresh) the reader's, for a new
-// generation of world ranks, the recorded position being recorded (nil:
-// none): what the ranks held and the steps they were in are forgotten.
-// It returns the shards to produce again, nil if the memory was already
-// there (the resume is then done); else the state is resuming until
-// resumeDone.
-func (s *readerState) rewind(st State, world int, fresh *assembler, recorded []byte, now time.Time) (ResumeResult, map[int][]int, error) {
+// generation of world ranks that req's rank starts, the recorded
+// position being recorded (nil: none): what the ranks held and the steps
+// they were in are forgotten. It returns the shards to produce again,
+// nil if the memory was already there (the resume is then done); else
+// the state is resuming until resumeDone.
+func (s *readerState) rewind(req resumeRequest, world int, fresh *assembler, recorded []byte, now time.Time) (ResumeResult, map[int][]int, error) {
+	st := req.state
 	// A new generation of ranks (a trainer restarted from its checkpoint
 	// by torchrun, the agent still running): the rewind owes them every
 	// sample past the checkpoint.
-	if s.ranks.formed || s.resumed != nil {
-		s.note(slog.LevelInfo, "a new generation of ranks resumes", "epoch", st.Epoch, "step", st.Step, "world_size", world)
+	if s.ranks.formed || s.gens.from != nil {
+		s.note(slog.LevelInfo, "a new generation of ranks resumes", "epoch", st.Epoch, "step", st.Step, "world_size", world, "rank", req.rank)
 	}
 	dropLast, dropFixed := s.ranks.dropLast, s.ranks.dropFixed
 	s.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
-	s.gen++
+	s.gens.start(&resumeRecord{state: st, world: world}, req.rank, req.id)
 	h := position{Version: positionVersion}
 	var err error
 	if recorded != nil {
 		if h, err = decodePosition(recorded); err != nil {
+			s.gens.settle(nil)
 			return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 		}
 	}
 	replay, err := replaySet(s.asm.snapshot(), fresh.snapshot(), s.job.Spec.Epochs, len(s.job.Shards))
 	if err != nil {
+		s.gens.settle(nil)
 		return ResumeResult{}, nil, err
 	}
 	// Resumed: the recorded position was past the state's. The memory is
 	// rewound whenever it differs (shard ends may have arrived since).
 	rec := newAssembler(s.job)
 	if err := rec.restore(h); err != nil {
+		s.gens.settle(nil)
 		return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 	}
 	want := mustEncode(fresh.snapshot())
@@ -208,7 +234,7 @@ func (s *readerState) rewind(st State, world int, fresh *assembler, recorded []b
 	}
 	s.changed = true
 	if bytes.Equal(mustEncode(s.asm.snapshot()), want) {
-		s.resumed = &resumeRecord{state: st, world: world, result: result}
+		s.gens.settle(&resumeRecord{state: st, world: world, result: result})
 		return result, nil, nil
 	}
 	s.rewindMemory(fresh, replay, now)
@@ -242,12 +268,10 @@ func (s *readerState) rewindMemory(fresh *assembler, replay map[int][]int, now t
 }
 
 // resumeDone ends a resume's rewind: steps are formed again, and r (nil:
-// the resume failed) answers its repeats.
+// the resume failed) answers the generation's other ranks.
 func (s *readerState) resumeDone(r *resumeRecord) {
 	s.resuming = false
-	if r != nil {
-		s.resumed = r
-	}
+	s.gens.settle(r)
 	s.changed = true
 }
 

@@ -39,7 +39,7 @@ type role interface {
 	// nextPart returns rank req.rank's next part (Reader.nextPart).
 	nextPart(ctx context.Context, req rankRequest) (rankPart, error)
 	// resume rewinds the reader to a trainer's state (Reader.Resume).
-	resume(ctx context.Context, st State, world int) (ResumeResult, error)
+	resume(ctx context.Context, req resumeRequest) (ResumeResult, error)
 	// done reports whether every rank this agent serves got every step
 	// of every epoch and its end (handedOut: every step); s is the
 	// reader's state, its lock held.
@@ -78,8 +78,8 @@ func (a solo) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
 	return a.cutPart(ctx, p)
 }
 
-func (a solo) resume(ctx context.Context, st State, world int) (ResumeResult, error) {
-	return a.resumeHere(ctx, st, world)
+func (a solo) resume(ctx context.Context, req resumeRequest) (ResumeResult, error) {
+	return a.resumeHere(ctx, req, "")
 }
 
 func (solo) done(s *readerState) bool      { return s.done() }
@@ -127,9 +127,16 @@ func (a planner) start(ctx context.Context, nc *nats.Conn, bg *sync.WaitGroup) (
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-func (a planner) resume(ctx context.Context, st State, world int) (ResumeResult, error) {
+func (a planner) resume(ctx context.Context, req resumeRequest) (ResumeResult, error) {
+	return a.resumeFor(ctx, req, "")
+}
+
+// resumeFor is the planner's resume of a rank of agent (a member that
+// forwarded it; "": the planner's own).
+func (a planner) resumeFor(ctx context.Context, req resumeRequest, agent string) (ResumeResult, error) {
+	world := req.world
 	if world == 0 {
-		world = st.WorldSize
+		world = req.state.WorldSize
 	}
 	// The team's size, fixed when it started (holders' length): the
 	// ranks' world is not read here, since a concurrent resume's rewind
@@ -138,7 +145,8 @@ func (a planner) resume(ctx context.Context, st State, world int) (ResumeResult,
 		return ResumeResult{}, fmt.Errorf("%w: world size %d, but the reader's team serves %d ranks: start its agents with --world-size %d and their --ranks",
 			ErrBadState, world, n, world)
 	}
-	return a.resumeHere(ctx, st, world)
+	req.world = world
+	return a.resumeHere(ctx, req, agent)
 }
 
 // memberRole is the role of a team's agent that does not plan.

@@ -31,16 +31,15 @@ type readerState struct {
 	steps stepPolicy
 	// rest is the plan of the rest of a cut epoch (a team's: stepRest).
 	rest *restPlan
-	// gen counts the generations of ranks (resumes): a part carries the
-	// one it was formed for.
-	gen uint64
+	// gens is the book of the generations of ranks: which state the
+	// current one resumed from, and which of its ranks resumed.
+	gens generations
 	// prefetch bounds the ready samples; prefetchAuto scales it with the
 	// world size.
 	prefetchSamples int
 	prefetchAuto    bool
 	loaded          bool // the recorded position was loaded
 	resuming        bool // a resume is rewinding the position: no step is formed
-	resumed         *resumeRecord
 	closing         bool // the agent is stopping: no more batches
 	runEnded        bool
 	runErr          error

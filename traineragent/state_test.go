@@ -260,7 +260,7 @@ func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 
 	// The new generation resumes from the checkpoint taken after step 0.
 	state, fresh := checkpointAfter(t, job, step0[0])
-	if _, replay, err := st.rewind(state, 4, fresh, step0[0].Position, stateNow); err != nil || replay != nil {
+	if _, replay, err := st.rewind(resumeRequest{state: state, world: 4}, 4, fresh, step0[0].Position, stateNow); err != nil || replay != nil {
 		t.Fatalf("rewind to the step the ranks were stateNow: replay %v, %v; want none", replay, err)
 	}
 	if !old() {
@@ -277,8 +277,8 @@ func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 		t.Fatal("no last step for the new generation")
 	}
 	for r, p := range step1 {
-		if p.gen != st.gen || p.Step != 1 || !p.Last {
-			t.Errorf("rank %d: generation %d step %d last %t; want generation %d, the last step 1", r, p.gen, p.Step, p.Last, st.gen)
+		if p.gen != st.gens.n || p.Step != 1 || !p.Last {
+			t.Errorf("rank %d: generation %d step %d last %t; want generation %d, the last step 1", r, p.gen, p.Step, p.Last, st.gens.n)
 		}
 		got = append(got, rowsOf(p)...)
 	}
@@ -306,7 +306,7 @@ func TestStateResumeRewindsAStepTakenByAGoneGeneration(t *testing.T) {
 		t.Fatal("no second step")
 	}
 	state, fresh := checkpointAfter(t, job, step0[0])
-	res, replay, err := st.rewind(state, 2, fresh, nil, stateNow)
+	res, replay, err := st.rewind(resumeRequest{state: state, world: 2}, 2, fresh, nil, stateNow)
 	if err != nil || replay == nil || !st.resuming {
 		t.Fatalf("rewind: %+v, replay %v, resuming %t, %v; want a replay", res, replay, st.resuming, err)
 	}

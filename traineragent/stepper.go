@@ -141,6 +141,8 @@ func (st *readerState) take(rank, world int, superseded bool, now time.Time) (p 
 			return rankPart{}, false, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
 		case st.resuming:
 			return rankPart{}, true, nil // the position is being rewound
+		case st.gens.mustResume(rank) != nil:
+			return rankPart{}, false, st.gens.mustResume(rank)
 		case len(s.queues[rank]) > 0:
 			return st.pop(rank, now), false, nil
 		case s.epoch >= st.job.Spec.Epochs:
@@ -386,7 +388,7 @@ func (st *readerState) pop(r int, now time.Time) rankPart {
 	s.queues[r][0] = rankPart{}
 	s.queues[r] = s.queues[r][1:]
 	s.queued -= len(p.Keys)
-	p.gen = st.gen
+	p.gen = st.gens.n
 	st.delivered(r, p, now)
 	return p
 }

@@ -310,11 +310,12 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			}
 			b := ag.readers[0]
 			wait := runAgent(t, ag)
-			// Every new rank sends the same state (re-encoded, maybe), at once.
+			// Every new rank but the last sends the same state
+			// (re-encoded, maybe), at once.
 			results := make([]ResumeResult, world)
 			errs := make([]error, world)
 			var wg sync.WaitGroup
-			for r := range world {
+			for r := range world - 1 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -324,10 +325,20 @@ func TestResumeFromACheckpoint(t *testing.T) {
 						// A client may keep the metadata's text as a string.
 						st.Position, _ = json.Marshal(string(state.Position))
 					}
-					results[r], errs[r] = b.Resume(context.Background(), st, world)
+					results[r], errs[r] = b.Resume(context.Background(), st, world, r)
 				}()
 			}
 			wg.Wait()
+			// The last rank loads another checkpoint: refused, naming
+			// both; then the generation's.
+			other := state
+			other.Step++
+			if _, err := b.Resume(context.Background(), other, world, world-1); !errors.Is(err, ErrResumeConflict) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", other.Epoch, other.Step)) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", state.Epoch, state.Step)) {
+				t.Errorf("a rank resuming from another state than its generation's: %v, want ErrResumeConflict naming both", err)
+			}
+			results[world-1], errs[world-1] = b.Resume(context.Background(), state, world, world-1)
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
@@ -335,15 +346,10 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			if !res.Resumed || res.ReplayedShards == 0 || slices.ContainsFunc(results, func(r ResumeResult) bool { return r != res }) {
 				t.Errorf("resumes: %+v, want one rewind with shards replayed, told to every rank", results)
 			}
-			other := state
-			other.Step++
-			if _, err := b.Resume(context.Background(), other, world); !errors.Is(err, ErrResumeConflict) {
-				t.Errorf("a resume from another state: %v, want ErrResumeConflict", err)
-			}
 
 			takeRanks(t, ag, world, 1) // a step the crashed generation's model never keeps
 			world++
-			if res, err := b.Resume(context.Background(), state, world); err != nil || !res.Resumed {
+			if res, err := resumeAgent(context.Background(), ag, state, world); err != nil || !res.Resumed {
 				t.Fatalf("a new generation's resume: %+v, %v; want a rewind", res, err)
 			}
 			rest := takeRanks(t, ag, world, -1)
@@ -403,7 +409,7 @@ func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 	bctx, bcancel := context.WithCancel(context.Background())
 	berr := make(chan error, 1)
 	go func() { berr <- b.Run(bctx) }()
-	res, err := b.readers[0].Resume(context.Background(), state, 2)
+	res, err := resumeAgent(context.Background(), b, state, 2)
 	if err != nil || res.ReplayedShards == 0 {
 		t.Fatalf("resume: %+v, %v; want shards replayed", res, err)
 	}
@@ -458,7 +464,7 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 		return nil
 	})
 	st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
-	if _, err := a.Resume(context.Background(), st, 2); err != nil {
+	if _, err := a.Resume(context.Background(), st, 2, 0); err != nil {
 		t.Fatal(err)
 	}
 	select {

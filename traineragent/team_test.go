@@ -191,7 +191,7 @@ func testTeamResumesOnAnotherLayout(t *testing.T, job wire.Job) {
 	results := make([]ResumeResult, 3)
 	errs := make([]error, 3)
 	for i := range agents {
-		wg.Go(func() { results[i], errs[i] = agents[i].readers[0].Resume(context.Background(), state, 3) })
+		wg.Go(func() { results[i], errs[i] = resumeAgent(context.Background(), agents[i], state, 3) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -414,7 +414,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, len(second))
 			for j := range second {
-				wg.Go(func() { _, errs[j] = second[j].readers[0].Resume(context.Background(), state, w2) })
+				wg.Go(func() { _, errs[j] = resumeAgent(context.Background(), second[j], state, w2) })
 			}
 			wg.Wait()
 			if err := errors.Join(errs...); err != nil {

@@ -163,7 +163,7 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 			wg.Go(func() {
 				rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
-				_, rerrs[i] = runs[i].a.readers[0].Resume(rctx, state, 4)
+				_, rerrs[i] = resumeAgent(rctx, runs[i].a, state, 4)
 			})
 		}
 		wg.Wait()

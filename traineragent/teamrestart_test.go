@@ -61,7 +61,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i := range agents {
-		wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(context.Background(), state, 4) })
+		wg.Go(func() { _, errs[i] = resumeAgent(context.Background(), agents[i], state, 4) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -168,7 +168,7 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i := range agents {
-		wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(context.Background(), state, 4) })
+		wg.Go(func() { _, errs[i] = resumeAgent(context.Background(), agents[i], state, 4) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -201,7 +201,7 @@ func TestTeamConcurrentResumes(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, len(agents))
 		for i := range agents {
-			wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(context.Background(), state, 3) })
+			wg.Go(func() { _, errs[i] = resumeAgent(context.Background(), agents[i], state, 3) })
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
@@ -236,7 +236,7 @@ func resumeThreeByOne(t *testing.T, e env, job wire.Job, state State) (ranks [][
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i := range agents {
-		wg.Go(func() { _, errs[i] = agents[i].readers[0].Resume(ctx, state, 3) })
+		wg.Go(func() { _, errs[i] = resumeAgent(ctx, agents[i], state, 3) })
 	}
 	wg.Wait()
 	return ranks, agents, waits, errors.Join(errs...)

@@ -286,12 +286,15 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		if err := json.Unmarshal(req.State, &st); err != nil {
 			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
 		}
-		res, err := a.Resume(ctx, st, req.World)
+		if len(req.ID) > maxResumeID {
+			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), maxResumeID)}
+		}
+		res, err := a.resumeFor(ctx, resumeRequest{state: st, world: req.World, rank: req.Rank, id: req.ID}, member)
 		if err != nil {
 			return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
 		}
 		a.mu.Lock()
-		gen := a.st.gen
+		gen := a.st.gens.n
 		a.mu.Unlock()
 		out, err := json.Marshal(res)
 		if err != nil {
@@ -398,12 +401,12 @@ func (t *teamState) addRemote(st *readerState, ref wire.ChunkRef, member string,
 // a resume or a re-join may have lost its requester (a trainer or a
 // member agent restarted), and the part would be lost with it.
 func (t *teamState) ticket(st *readerState, member string) (superseded func() bool) {
-	gen, mem := st.gen, t.members[member]
+	gen, mem := st.gens.n, t.members[member]
 	if mem == nil {
 		return nil
 	}
 	session := mem.session
-	return func() bool { return st.gen != gen || t.members[member] != mem || mem.session != session }
+	return func() bool { return st.gens.n != gen || t.members[member] != mem || mem.session != session }
 }
 
 // chunkMax is the job's chunk size limit.

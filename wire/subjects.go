@@ -52,8 +52,9 @@ func TeamSubject(job, reader, op string) string {
 
 // TeamProtocol is the version of the team protocol (the trainer agent's
 // team messages on TeamSubject, their envelope in NATS headers): agents
-// of one team must speak the same.
-const TeamProtocol = "1"
+// of one team must speak the same. 2: a resume names its rank and an id
+// (TeamResume), each rank of a generation joining its resume once.
+const TeamProtocol = "2"
 
 // TaskSubjects is the subject filter of TaskStream.
 const TaskSubjects = taskSubjectPrefix + ">"

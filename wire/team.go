@@ -75,6 +75,12 @@ type TeamPartRequest struct {
 type TeamResume struct {
 	State json.RawMessage `json:"state"`
 	World int             `json:"world"`
+	// Rank is the rank that resumes: a generation's resume is one event
+	// for the team, each of its ranks joining it once (TeamProtocol 2).
+	Rank int `json:"rank"`
+	// ID names the forward: the planner answers a copy of it (the member
+	// asks again when no answer came) as it answered the first.
+	ID string `json:"id"`
 }
 
 // TeamStatus asks which of the shards a member holds output of are

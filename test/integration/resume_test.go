@@ -1,0 +1,625 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/synth"
+)
+
+// The resume scenarios drive real sluice.Loader ranks (threads of
+// clients/python/tests/ranks.py, one process or several) against real
+// agents, kill them with requests in flight, and resume a new
+// generation of ranks from a checkpoint the way a DDP job does: every
+// rank loads a state at the same moment. What the model saw is the first
+// run's samples before the checkpoint and all of the last run's; it must
+// be every sample of every epoch exactly once, in steps taken in order.
+
+// rankLayout is a generation's ranks: which agent serves which (one
+// entry: a lone agent serving every rank) and which trainer process runs
+// which (threads of one process).
+type rankLayout struct {
+	world int
+	nodes [][]int
+	procs [][]int
+}
+
+func (l rankLayout) String() string {
+	return fmt.Sprintf("%d ranks, agents %v, processes %v", l.world, l.nodes, l.procs)
+}
+
+// resumeCase is one scenario.
+type resumeCase struct {
+	kind          string // "images", "mixed" or "packed"
+	before, after rankLayout
+	own           bool          // each rank loads its own state (else rank 0's)
+	stagger       float64       // the resumed ranks start up to this many seconds apart
+	ckptAfter     int           // batches each rank takes before the checkpoint
+	readOn        time.Duration // the first run reads on this long past its checkpoint
+	pause         time.Duration // between the kill and the resume
+	secondKill    time.Duration // > 0: the resumed run is killed this long after it starts, and resumed again
+}
+
+func (rc resumeCase) String() string {
+	s := fmt.Sprintf("%s: %v -> %v, checkpoint after %d batches, read on %v, resume after %v",
+		rc.kind, rc.before, rc.after, rc.ckptAfter, rc.readOn, rc.pause)
+	if rc.own {
+		s += ", each rank its own state"
+	}
+	if rc.stagger > 0 {
+		s += fmt.Sprintf(", staggered up to %.1fs", rc.stagger)
+	}
+	if rc.secondKill > 0 {
+		s += fmt.Sprintf(", killed again %v into the resume", rc.secondKill)
+	}
+	return s
+}
+
+// resumeData is what the scenarios' jobs read.
+type resumeData struct {
+	images    Dataset
+	web, code Dataset // the mixed jobs' sources, 3:1
+	corpus    string  // the packed jobs' dataset
+	vocab     string
+	lmRows    int // rows of an epoch of a packed job
+}
+
+const (
+	resumeEpochs = 2
+	resumeBatch  = 4
+)
+
+// uploadResumeData writes every kind's dataset once.
+func uploadResumeData(t *testing.T, c *Cluster) resumeData {
+	t.Helper()
+	d := resumeData{
+		images: c.UploadImages("resume", "img/", SmallImages(120, 4, 41)),
+		web:    c.UploadImages("resume", "web/", SmallImages(90, 6, 42)),
+		code:   c.UploadImages("resume", "code/", SmallImages(30, 2, 43)),
+		corpus: "s3://resume/lm/",
+		vocab:  filepath.Join(c.Dir, "vocab"),
+	}
+	if err := os.MkdirAll(d.vocab, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.vocab, "tokenizer.json"), synth.ByteTokenizerJSON(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lm := lmShards(t, "lm", 4, webDocs(t))
+	d.lmRows = len(lm) * lmRowsPerShard
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := synth.Upload(ctx, c.S3.Client(t), "resume", "lm/", lm); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// spec is job id's spec of kind.
+func (d resumeData) spec(id, kind string, batch int) Spec {
+	s := Spec{"id": id, "batch_size": batch, "epochs": resumeEpochs, "seed": 7, "max_replicas": 2}
+	switch kind {
+	case "images":
+		s["dataset"], s["pipeline"] = d.images.URL(), "imagenet-eval"
+	case "mixed":
+		s["pipeline"] = "imagenet-eval"
+		s["sources"] = []map[string]any{{"dataset": d.web.URL(), "weight": 3}, {"dataset": d.code.URL(), "weight": 1}}
+	case "packed":
+		s["dataset"], s["pipeline"] = d.corpus, lmPipeline
+	}
+	return s
+}
+
+// want is what every epoch of a job of kind holds: "source/key" of each
+// sample (nil for packed rows, whose keys only the replicas know), and
+// how many.
+func (d resumeData) want(kind string) ([]string, int) {
+	var keys []string
+	switch kind {
+	case "images":
+		for _, k := range d.images.Keys {
+			keys = append(keys, "-1/"+k)
+		}
+	case "mixed":
+		for src, ds := range []Dataset{d.web, d.code} {
+			for _, k := range ds.Keys {
+				keys = append(keys, strconv.Itoa(src)+"/"+k)
+			}
+		}
+	case "packed":
+		return nil, d.lmRows
+	}
+	return keys, len(keys)
+}
+
+// resumeEnv is a cluster the scenarios share: one controller (with the
+// packed jobs' vocabulary), the datasets, and Python.
+type resumeEnv struct {
+	c      *Cluster
+	data   resumeData
+	py     string
+	script string
+}
+
+func startResumeEnv(t *testing.T) *resumeEnv {
+	t.Helper()
+	py := pythonWithNumpy(t)
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := StartCluster(t, binaries(t), ClusterOptions{})
+	data := uploadResumeData(t, c)
+	c.StartController("controller", ControllerOptions{VocabDir: data.vocab})
+	return &resumeEnv{c: c, data: data, py: py, script: filepath.Join(root, "clients", "python", "tests", "ranks.py")}
+}
+
+// pythonWithNumpy is $SLUICE_PYTHON or /usr/bin/python3, with numpy (the
+// client's only dependency). Required on CI, skipped elsewhere.
+func pythonWithNumpy(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("SLUICE_PYTHON")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	if out, err := exec.Command(py, "-c", "import numpy").CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("%s with numpy is needed (set SLUICE_PYTHON): %v: %s", py, err, out)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return py
+}
+
+// run runs scenario rc as job id, with the resumed ranks' delays drawn
+// from seed, and returns what the check found.
+func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed uint64) {
+	c := e.c.For(t)
+	c.Submit(e.data.spec(id, rc.kind, batch))
+	dir := filepath.Join(c.Dir, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agents, urls := e.startAgents(c, id, "a", rc.before)
+	defer func() {
+		for _, a := range agents {
+			a.Stop(5 * time.Second)
+		}
+	}()
+
+	first := e.startRanks(c, dir, "run1", rc.before, urls, seed, "--ckpt-after", strconv.Itoa(rc.ckptAfter))
+	waitFiles(t, first, dir, "run1", rc.before.world, "state-rank%d.json")
+	time.Sleep(rc.readOn)
+	killAll(first) // requests in flight on every agent
+	state := readState(t, filepath.Join(dir, "run1-state-rank0.json"))
+
+	if !slices.EqualFunc(rc.before.nodes, rc.after.nodes, slices.Equal) && !(len(rc.before.nodes) == 1 && len(rc.after.nodes) == 1) {
+		for _, a := range agents {
+			_ = a.Kill()
+		}
+		agents, urls = e.startAgents(c, id, "b", rc.after)
+	}
+	time.Sleep(rc.pause)
+	resume := []string{"--resume", filepath.Join(dir, "run1-state-rank0.json")}
+	if rc.own {
+		resume = []string{"--resume-own", "run1"}
+	}
+	if rc.stagger > 0 {
+		resume = append(resume, "--stagger", strconv.FormatFloat(rc.stagger, 'f', 2, 64))
+	}
+	last := "run2"
+	final := e.startRanks(c, dir, last, rc.after, urls, seed, resume...)
+	if rc.secondKill > 0 {
+		time.Sleep(rc.secondKill)
+		killAll(final)
+		last = "run3"
+		final = e.startRanks(c, dir, last, rc.after, urls, seed+1, resume...)
+	}
+	for _, p := range final {
+		if err := p.Wait(jobTimeout); err != nil {
+			t.Fatalf("%s: %v\n%s", p.Name, err, p.Tail(20))
+		}
+	}
+	for r := range rc.after.world {
+		if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s-rank%d.err", last, r))); err == nil {
+			t.Fatalf("%s rank %d failed: %s", last, r, b)
+		}
+	}
+
+	keys, total := e.data.want(rc.kind)
+	before := readRankLines(t, dir, "run1", rc.before.world, func(l keyLine4) bool {
+		return l.epoch < state.Epoch || l.epoch == state.Epoch && l.step < state.Step
+	})
+	after := readRankLines(t, dir, last, rc.after.world, nil)
+	if err := checkResumed(before, after, state, keys, total); err != nil {
+		for _, a := range agents {
+			t.Logf("%s:\n%s", a.Name, grepLog(a.Log(), "resum", 12))
+		}
+		t.Fatal(err)
+	}
+	t.Logf("%s: checkpoint at epoch %d step %d; every sample of %d epochs once (%d before it, %d after)",
+		id, state.Epoch, state.Step, resumeEpochs, countLines(before), countLines(after))
+}
+
+// startAgents starts a generation's agents (named from tag) and returns
+// them and each rank's URL.
+func (e *resumeEnv) startAgents(c *Cluster, job, tag string, l rankLayout) ([]*Agent, []string) {
+	if len(l.nodes) == 1 {
+		a := c.StartAgent(fmt.Sprintf("%s-%s0", job, tag), job)
+		return []*Agent{a}, slices.Repeat([]string{a.URL}, l.world)
+	}
+	urls := make([]string, l.world)
+	var agents []*Agent
+	for i, ranks := range l.nodes {
+		list := make([]string, len(ranks))
+		for j, r := range ranks {
+			list[j] = strconv.Itoa(r)
+		}
+		a := c.StartAgent(fmt.Sprintf("%s-%s%d", job, tag, i), job,
+			"--world-size", strconv.Itoa(l.world), "--ranks", strings.Join(list, ","))
+		for _, r := range ranks {
+			urls[r] = a.URL
+		}
+		agents = append(agents, a)
+	}
+	return agents, urls
+}
+
+// startRanks starts a run's trainer processes.
+func (e *resumeEnv) startRanks(c *Cluster, dir, run string, l rankLayout, urls []string, seed uint64, extra ...string) []*Process {
+	var procs []*Process
+	for i, ranks := range l.procs {
+		args := []string{e.script, "--world-size", strconv.Itoa(l.world), "--out", dir, "--run", run,
+			"--seed", strconv.FormatUint(seed+uint64(i), 10)}
+		for _, r := range ranks {
+			args = append(args, "--rank", fmt.Sprintf("%d=%s", r, urls[r]))
+		}
+		args = append(args, extra...)
+		p := StartProcess(c.T, dir, fmt.Sprintf("%s-p%d", run, i), e.py, args, []string{"PYTHONUNBUFFERED=1"})
+		*c.procs = append(*c.procs, p)
+		procs = append(procs, p)
+	}
+	return procs
+}
+
+func killAll(procs []*Process) {
+	for _, p := range procs {
+		_ = p.Kill()
+	}
+}
+
+// waitFiles waits until each rank of run wrote the file named by pattern
+// (or one of its processes exited: then it fails).
+func waitFiles(t *testing.T, procs []*Process, dir, run string, world int, pattern string) {
+	t.Helper()
+	testenv.CheckFor(t, jobTimeout, 20*time.Millisecond, func() error {
+		for _, p := range procs {
+			if !p.Running() {
+				t.Fatalf("%s exited before its checkpoint: %v\n%s\n%s", p.Name, p.ExitErr(), p.Tail(20), rankErrs(dir, run, world))
+			}
+		}
+		for r := range world {
+			if _, err := os.Stat(filepath.Join(dir, run+"-"+fmt.Sprintf(pattern, r))); err != nil {
+				return fmt.Errorf("rank %d has not checkpointed", r)
+			}
+		}
+		return nil
+	})
+}
+
+func rankErrs(dir, run string, world int) string {
+	var out []string
+	for r := range world {
+		if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s-rank%d.err", run, r))); err == nil {
+			out = append(out, fmt.Sprintf("rank %d: %s", r, b))
+		}
+	}
+	return strings.Join(out, "")
+}
+
+func readState(t *testing.T, path string) loaderState {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s loaderState
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return s
+}
+
+// keyLine4 is one of ranks.py's "epoch step source key" lines (key "-":
+// a step of zero rows).
+type keyLine4 struct {
+	epoch, step, source int
+	key                 string
+}
+
+// readRankLines reads each rank's lines of run that keep (nil: all) keeps.
+func readRankLines(t *testing.T, dir, run string, world int, keep func(keyLine4) bool) [][]keyLine4 {
+	t.Helper()
+	out := make([][]keyLine4, world)
+	for r := range world {
+		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("%s-rank%d.keys", run, r)))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a rank that took nothing
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var l keyLine4
+			if _, err := fmt.Sscanf(sc.Text(), "%d %d %d %s", &l.epoch, &l.step, &l.source, &l.key); err != nil {
+				t.Fatalf("%s rank %d: line %q: %v", run, r, sc.Text(), err)
+			}
+			if keep == nil || keep(l) {
+				out[r] = append(out[r], l)
+			}
+		}
+		f.Close()
+	}
+	return out
+}
+
+func countLines(ranks [][]keyLine4) int {
+	n := 0
+	for _, ls := range ranks {
+		for _, l := range ls {
+			if l.key != "-" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// checkResumed checks what the model saw (before: the first run's lines
+// before the checkpoint; after: the last run's): every sample of every
+// epoch once (keys: "source/key" of an epoch's samples, or nil when only
+// their number total is known), and every rank of each run taking the
+// same steps in order: the first run's from the start to the
+// checkpoint, the last's from it to the end.
+func checkResumed(before, after [][]keyLine4, ckpt loaderState, keys []string, total int) error {
+	var errs []error
+	seen := map[string]int{}
+	for _, run := range [][][]keyLine4{before, after} {
+		for _, ls := range run {
+			for _, l := range ls {
+				if l.key != "-" {
+					seen[fmt.Sprintf("%d/%d/%s", l.epoch, l.source, l.key)]++
+				}
+			}
+		}
+	}
+	dups, n := 0, 0
+	var dupKeys []string
+	for k, c := range seen {
+		n += c
+		if c > 1 {
+			dups += c - 1
+			dupKeys = append(dupKeys, k)
+		}
+	}
+	if dups > 0 {
+		slices.Sort(dupKeys)
+		errs = append(errs, fmt.Errorf("%d samples delivered twice or more: %s", dups, first(dupKeys, 8)))
+	}
+	if want := resumeEpochs * total; len(seen) != want {
+		errs = append(errs, fmt.Errorf("%d distinct samples seen, want %d", len(seen), want))
+	}
+	if keys != nil {
+		var lost []string
+		for e := range resumeEpochs {
+			for _, k := range keys {
+				if seen[strconv.Itoa(e)+"/"+k] == 0 {
+					lost = append(lost, strconv.Itoa(e)+"/"+k)
+				}
+			}
+		}
+		if len(lost) > 0 {
+			errs = append(errs, fmt.Errorf("%d samples lost: %s", len(lost), first(lost, 8)))
+		}
+	}
+	errs = append(errs, checkStepOrder("before the checkpoint", before, [2]int{0, 0}, &[2]int{ckpt.Epoch, ckpt.Step}))
+	errs = append(errs, checkStepOrder("after the resume", after, [2]int{ckpt.Epoch, ckpt.Step}, nil))
+	return errors.Join(errs...)
+}
+
+// checkStepOrder checks that every rank took the same steps, from start
+// on in order (an epoch's next step, or the next epoch's first), and
+// before end (nil: no bound).
+func checkStepOrder(what string, ranks [][]keyLine4, start [2]int, end *[2]int) error {
+	var ref [][2]int
+	for r, ls := range ranks {
+		var steps [][2]int
+		for _, l := range ls {
+			s := [2]int{l.epoch, l.step}
+			if len(steps) == 0 || steps[len(steps)-1] != s {
+				steps = append(steps, s)
+			}
+		}
+		for i, s := range steps {
+			if i == 0 {
+				if s != start {
+					return fmt.Errorf("%s: rank %d's first step is %v, want %v (steps %v)", what, r, s, start, steps)
+				}
+				continue
+			}
+			prev := steps[i-1]
+			if s != [2]int{prev[0], prev[1] + 1} && s != [2]int{prev[0] + 1, 0} {
+				return fmt.Errorf("%s: rank %d took step %v after %v (steps %v)", what, r, s, prev, steps)
+			}
+		}
+		if end != nil && len(steps) > 0 {
+			if last := steps[len(steps)-1]; last[0] > end[0] || last[0] == end[0] && last[1] >= end[1] {
+				return fmt.Errorf("%s: rank %d took step %v, at or past the checkpoint's %v", what, r, last, *end)
+			}
+		}
+		if r == 0 {
+			ref = steps
+		} else if !slices.Equal(steps, ref) {
+			return fmt.Errorf("%s: rank %d took steps %v, rank 0 %v", what, r, steps, ref)
+		}
+	}
+	return nil
+}
+
+// grepLog is the last n lines of log that contain s.
+func grepLog(log, s string, n int) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(len(out)-n, 0):], "\n")
+}
+
+// nodesOf splits world ranks over n agents, in order.
+func nodesOf(world, n int) [][]int {
+	var out [][]int
+	for i := range n {
+		lo, hi := i*world/n, (i+1)*world/n
+		out = append(out, intRange(lo, hi))
+	}
+	return out
+}
+
+func intRange(lo, hi int) []int {
+	var out []int
+	for r := lo; r < hi; r++ {
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestIntegrationResumeDDPAtOnce (issue 31's report): a team of two
+// agents (2 nodes x 2 ranks), 600 images x 2 epochs in batches of 8. Four
+// ranks read 5 batches and each saves its state at the same step; they
+// read on for a moment and die with requests in flight; 0.5 s later four
+// new ranks each load rank 0's state at once, on the same agents, and
+// read to the end. Once with the ranks as threads of one process, once
+// as four processes; SLUICE_RESUME_RUNS repeats each (default 1).
+func TestIntegrationResumeDDPAtOnce(t *testing.T) {
+	e := startResumeEnv(t)
+	d := e.c.UploadImages("ddpatonce", "img/", SmallImages(600, 6, 44))
+	runs := 1
+	if v := os.Getenv("SLUICE_RESUME_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SLUICE_RESUME_RUNS=%q: want a count", v)
+		}
+		runs = n
+	}
+	nodes := [][]int{{0, 1}, {2, 3}}
+	for _, mode := range []struct {
+		name  string
+		procs [][]int
+	}{{"threads", [][]int{{0, 1, 2, 3}}}, {"processes", [][]int{{0}, {1}, {2}, {3}}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			for i := range runs {
+				l := rankLayout{world: 4, nodes: nodes, procs: mode.procs}
+				rc := resumeCase{kind: "images", before: l, after: l, ckptAfter: 5, readOn: 150 * time.Millisecond, pause: 500 * time.Millisecond}
+				env := *e
+				env.data.images = d
+				env.run(t, fmt.Sprintf("ddp%s%d", mode.name[:1], i), rc, 8, uint64(i))
+			}
+		})
+	}
+}
+
+// randomResumeCase is seed's scenario: world sizes before and after
+// (1-6 ranks on 1-3 agents), the trainer processes, whose state is
+// loaded, at once or staggered by up to 2 s, a second kill during the
+// resume, a checkpoint at an epoch's boundary, and the job's kind.
+func randomResumeCase(seed uint64) resumeCase {
+	rng := rand.New(rand.NewPCG(seed, 31))
+	layout := func() rankLayout {
+		w := 1 + rng.IntN(6)
+		l := rankLayout{world: w, nodes: nodesOf(w, 1+rng.IntN(min(w, 3)))}
+		switch rng.IntN(3) {
+		case 0:
+			l.procs = [][]int{intRange(0, w)} // every rank a thread of one process
+		case 1:
+			l.procs = l.nodes // a process per node
+		default:
+			for r := range w {
+				l.procs = append(l.procs, []int{r})
+			}
+		}
+		return l
+	}
+	rc := resumeCase{kind: []string{"images", "mixed", "packed"}[rng.IntN(3)], before: layout()}
+	rc.after = rc.before
+	if rng.IntN(2) == 0 {
+		rc.after = layout()
+	}
+	rc.own = rng.IntN(2) == 0
+	if rng.IntN(2) == 0 {
+		rc.stagger = 2 * rng.Float64()
+	}
+	// Steps of an epoch: 120 samples (images and mixed) or 64 rows
+	// (packed) in steps of world batches of resumeBatch.
+	per := 120
+	if rc.kind == "packed" {
+		per = 4 * lmRowsPerShard
+	}
+	steps := (per + rc.before.world*resumeBatch - 1) / (rc.before.world * resumeBatch)
+	if rng.IntN(4) == 0 {
+		rc.ckptAfter = steps // at the epoch's boundary
+	} else {
+		rc.ckptAfter = 1 + rng.IntN(steps+steps/2)
+	}
+	rc.readOn = time.Duration(rng.IntN(300)) * time.Millisecond
+	rc.pause = time.Duration(rng.IntN(500)) * time.Millisecond
+	if rng.IntN(3) == 0 {
+		rc.secondKill = time.Duration(100+rng.IntN(1400)) * time.Millisecond
+	}
+	return rc
+}
+
+// TestIntegrationResumeRandom: randomized resumes with the real Python
+// client, one cluster, a job per seed. SLUICE_RESUME_SEEDS=N runs seeds
+// 1..N (the long form: 500); SLUICE_RESUME_SEED=S runs seed S alone; the
+// short form, in make test, runs 4.
+func TestIntegrationResumeRandom(t *testing.T) {
+	seeds := intRange(1, 5)
+	if v := os.Getenv("SLUICE_RESUME_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SLUICE_RESUME_SEEDS=%q: want a count", v)
+		}
+		seeds = intRange(1, n+1)
+	}
+	if v := os.Getenv("SLUICE_RESUME_SEED"); v != "" {
+		s, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("SLUICE_RESUME_SEED=%q: want a seed", v)
+		}
+		seeds = []int{s}
+	}
+	e := startResumeEnv(t)
+	for _, s := range seeds {
+		rc := randomResumeCase(uint64(s))
+		t.Run(fmt.Sprintf("seed%d", s), func(t *testing.T) {
+			t.Logf("seed %d: %v", s, rc)
+			e.run(t, fmt.Sprintf("rz%d", s), rc, resumeBatch, uint64(s))
+		})
+	}
+}
