@@ -1,7 +1,7 @@
 # The README's test command is `make test`; .ci/run runs exactly that.
 GO ?= go
 
-.PHONY: test test-python deps build build-turbo image demo vet fmt-check e2e-knative
+.PHONY: test test-python test-python-torch deps build build-turbo image demo vet fmt-check e2e-knative
 
 # Everything, then the packages whose code differs under the turbojpeg tag
 # again in that build: functions/image and the functions and commands that
@@ -19,6 +19,12 @@ SLUICE_PYTHON ?= /usr/bin/python3
 test-python:
 	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && $(GO) build -o $$d/sluice ./cmd/sluice && \
 	PYTHONPATH=clients/python SLUICE_BIN=$$d/sluice $(SLUICE_PYTHON) -m unittest discover -s clients/python/tests -t clients/python/tests
+
+# The same tests with PyPI's current torch (.ci/torch-current/requirements.txt: torch 2.15.0,
+# torchvision 0.29.2, numpy 2.4.6) in a venv cached at ~/.cache/sluice/torch-current: about
+# 3 GB from PyPI (torch's CUDA wheels) the first time. Opt-in: not part of make test.
+test-python-torch:
+	@venv=$$(bash .ci/torch-current/install.sh) && $(MAKE) --no-print-directory test-python SLUICE_PYTHON=$$venv/bin/python
 
 deps:
 	@bash .ci/deps.sh
