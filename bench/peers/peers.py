@@ -1,0 +1,410 @@
+"""Sluice beside the systems users would run instead, on one dataset and
+the same two cores: `make bench-peers` (install.sh, then this, with the
+cached venv's python).
+
+    peers.py [--images 2048] [--epochs 2] [--systems a,b] [--dtypes uint8,f32]
+             [--json FILE] [--png FILE] [--skip-lm] [--skip-images]
+
+For each image system and each setting of its grid (workers, threads,
+replicas) it starts systems.py in a process of its own, pinned to the
+cores, samples the process tree (every process it starts, however
+deep: this process is their subreaper, so even daemons stay in it), and
+checks the output (check.py). The float32 pass runs each system at the
+setting that won its uint8 grid. Then the LM part (lm.py). It prints the
+tables, writes --json (snake_case) and --png.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import check  # noqa: E402
+
+CACHE = os.environ.get("SLUICE_PEERS_DIR", os.path.expanduser("~/.cache/sluice/peers"))
+VENVS = {"main": os.path.join(CACHE, "main", "bin", "python"), "tf": os.path.join(CACHE, "tf", "bin", "python")}
+
+# system -> (venv, grid of settings, what the setting is)
+GRID = {
+    "torch-pil": ("main", [2, 3], "DataLoader num_workers"),
+    "torch-decode_jpeg": ("main", [2, 3], "DataLoader num_workers"),
+    "torchdata-nodes": ("main", [2, 4], "ParallelMapper threads"),
+    "tf-local": ("tf", [0], "AUTOTUNE"),
+    "tf-service": ("tf", [1, 2], "workers"),
+    "ray-data": ("main", [1, 2], "map_batches actors"),
+    "dali-cpu": ("main", [2, 3], "num_threads"),
+    "spdl": ("main", [2, 4], "threads"),
+    "sluice-go": ("main", [1, 2], "replicas"),
+    "sluice-turbo": ("main", [1, 2], "replicas"),
+}
+CORES = sorted(os.sched_getaffinity(0))[:2]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# --- the dataset ------------------------------------------------------------------------------
+
+def prepare_images(n, shards, out):
+    """n ImageNet-like JPEGs (bench/genimages: synth's images, sides
+    375-500 px, quality 90) as files (files/KEY.jpg) and as WebDataset
+    shards (KEY.jpg, KEY.cls, KEY.idx: the key again, for readers that
+    cannot hand the key through), and manifest.json."""
+    man = os.path.join(out, "manifest.json")
+    if os.path.exists(man):
+        return json.load(open(man))
+    files = os.path.join(out, "files")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "shards"))
+    subprocess.run(["go", "run", "./bench/genimages", "--out", files, "--samples", str(n),
+                    "--min-side", "375", "--max-side", "500", "--quality", "90"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    keys = sorted(f[:-4] for f in os.listdir(files) if f.endswith(".jpg"))
+    labels = [int(open(os.path.join(files, k + ".cls")).read().strip()) for k in keys]
+    names = []
+    per = (len(keys) + shards - 1) // shards
+    for s in range(shards):
+        name = f"shard-{s:06d}.tar"
+        names.append(name)
+        with tarfile.open(os.path.join(out, "shards", name), "w", format=tarfile.USTAR_FORMAT) as t:
+            for k in keys[s * per:(s + 1) * per]:
+                t.add(os.path.join(files, k + ".jpg"), arcname=k + ".jpg")
+                t.add(os.path.join(files, k + ".cls"), arcname=k + ".cls")
+                idx = os.path.join(out, "idx.tmp")
+                with open(idx, "w") as f:
+                    f.write(k)
+                t.add(idx, arcname=k + ".idx")
+    os.remove(os.path.join(out, "idx.tmp"))
+    size = sum(os.path.getsize(os.path.join(files, k + ".jpg")) for k in keys)
+    m = {"keys": keys, "labels": labels, "shards": names, "jpeg_bytes": size}
+    json.dump(m, open(man, "w"))
+    return m
+
+
+def build_sluice(out):
+    """Both decoder builds, and the stack helper."""
+    bins = {"sluice-go": os.path.join(out, "sluice-go"), "sluice-turbo": os.path.join(out, "sluice-turbo"),
+            "stack": os.path.join(out, "stack")}
+    errors = {}
+    for name, args in [("sluice-go", ["./cmd/sluice"]), ("sluice-turbo", ["-tags", "turbojpeg", "./cmd/sluice"]),
+                       ("stack", ["./bench/peers/stack"])]:
+        tags, pkg = args[:-1], args[-1]
+        r = subprocess.run(["go", "build"] + tags + ["-o", bins[name], pkg], cwd=ROOT, capture_output=True, text=True)
+        if r.returncode:
+            errors[name] = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"go build exit {r.returncode}"
+    return bins, errors
+
+
+# --- running one system, measured --------------------------------------------------------------
+
+def become_subreaper():
+    # PR_SET_CHILD_SUBREAPER: orphans of the run (daemonized servers) are
+    # reparented to this process, so they stay in its tree and get counted.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except OSError:
+        pass
+
+
+class TreeMeter:
+    """Samples every descendant of this process: CPU (user + system) per
+    process, the last value kept for those that ended, and the peak of the
+    summed PSS (RSS where PSS is unreadable): forked workers share pages,
+    which RSS would count once per worker."""
+
+    def __init__(self, interval=0.25):
+        import psutil
+        self.psutil = psutil
+        self.me = psutil.Process()
+        self.cpu = {}
+        self.peak_mb = 0.0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.interval = interval
+        self.t = threading.Thread(target=self.loop, daemon=True)
+        self.t.start()
+
+    def sample(self):
+        ps = self.psutil
+        total = 0.0
+        with self.lock:
+            try:
+                kids = self.me.children(recursive=True)
+            except ps.Error:
+                kids = []
+            for p in kids:
+                try:
+                    key = (p.pid, p.create_time())
+                    c = p.cpu_times()
+                    self.cpu[key] = c.user + c.system
+                    try:
+                        total += p.memory_full_info().pss
+                    except (ps.AccessDenied, AttributeError):
+                        total += p.memory_info().rss
+                except ps.Error:
+                    pass
+            self.peak_mb = max(self.peak_mb, total / 2 ** 20)
+            return sum(self.cpu.values())
+
+    def loop(self):
+        while not self.stop.wait(self.interval):
+            self.sample()
+
+    def close(self):
+        self.stop.set()
+        self.t.join()
+
+
+def kill_tree():
+    import psutil
+    kids = psutil.Process().children(recursive=True)
+    for p in kids:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(kids, timeout=10)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def reap_all(root_pid, deadline):
+    """Reaps every child (the root and the orphans given to this
+    subreaper); returns the root's exit status and the CPU-seconds of all
+    reaped (rusage counts each process's waited-for descendants too)."""
+    status, cpu = None, 0.0
+    while True:
+        try:
+            pid, st, ru = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            if status is not None or time.time() > deadline:
+                import psutil
+                if not psutil.Process().children():
+                    break
+                if time.time() > deadline:
+                    kill_tree()
+            time.sleep(0.05)
+            continue
+        cpu += ru.ru_utime + ru.ru_stime
+        if pid == root_pid:
+            status = os.waitstatus_to_exitcode(st)
+            # The rest: whatever it left running is stopped now.
+            kill_tree()
+    return status, cpu
+
+
+def run_one(system, setting, dtype, args, bins, manifest, data):
+    venv = GRID[system][0]
+    py = VENVS[venv]
+    row = {"system": system, "dtype": dtype, "setting": setting, "setting_name": GRID[system][2], "ok": False}
+    if not os.path.exists(py):
+        row["error"] = f"no venv at {os.path.dirname(os.path.dirname(py))}: run bench/peers/install.sh"
+        return row
+    if system.startswith("sluice") and (system in args.build_errors or "stack" in args.build_errors):
+        row["error"] = "build: " + args.build_errors.get(system, args.build_errors.get("stack", ""))
+        return row
+    work = os.path.join(args.workdir, f"{system}-{dtype}-{setting}")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    cmd = [py, os.path.join(HERE, "systems.py"), system, "--data", data, "--setting", str(setting),
+           "--dtype", dtype, "--epochs", str(args.epochs), "--batch", str(args.batch),
+           "--sluice-bin", bins.get(system, ""), "--stack-bin", bins["stack"], "--work", work]
+    env = dict(os.environ, OMP_NUM_THREADS="2", TF_CPP_MIN_LOG_LEVEL="2", RAY_DISABLE_USAGE_STATS="1",
+               PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    errf = open(os.path.join(work, "stderr.log"), "w")
+    meter = TreeMeter()
+    m = {"t_start": time.time(), "first_batch_images": 0}
+    events = {}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=env,
+                         preexec_fn=lambda: os.sched_setaffinity(0, CORES))
+
+    def reader():
+        for line in p.stdout:
+            if not line.startswith("PEERS "):
+                continue
+            ev = json.loads(line[6:])
+            if ev["event"] in ("first", "end"):
+                # Sampled at once: every process is alive at both marks.
+                events[ev["event"]] = (time.time(), meter.sample())
+            else:
+                events["result"] = ev
+    rt = threading.Thread(target=reader, daemon=True)
+    rt.start()
+    status, total_cpu = reap_all(p.pid, time.time() + args.timeout)
+    rt.join(10)
+    meter.close()
+    errf.close()
+    row["total_cpu_s"] = round(total_cpu, 1)
+    res = events.get("result")
+    if status != 0 or not res or "first" not in events or "end" not in events:
+        tail = [ln.strip() for ln in open(os.path.join(work, "stderr.log"), errors="replace") if ln.strip()]
+        why = "timed out after %ds" % args.timeout if status is None else f"exit {status}"
+        # The last lines that say something (tracebacks end with the error).
+        msg = " | ".join(tail[-2:])[-400:] if tail else ""
+        row["error"] = f"{why}: {msg}" if msg else why
+        return row
+    if "decoder" in res:
+        row["decoder"] = res["decoder"]
+    m.update(images=res["images"], t_first=events["first"][0], t_end=events["end"][0],
+             tree_cpu_first=events["first"][1], tree_cpu_end=events["end"][1],
+             trainer_cpu_s=res["trainer_cpu_s"], peak_mem_mb=meter.peak_mb,
+             first_batch_images=res.get("first_batch_images", 0))
+    row.update(check.figures(m))
+    row["channel_means"] = res["channel_means"]
+    row["problems"] = check.check_images(res, manifest, args.epochs, args.batch, dtype)
+    row["ok"] = not row["problems"]
+    return row
+
+
+def versions():
+    out = {"python": platform.python_version()}
+    for venv in VENVS:
+        path = os.path.join(CACHE, f"freeze-{venv}.txt")
+        if os.path.exists(path):
+            for line in open(path):
+                name, _, ver = line.strip().partition("==")
+                if name.lower() in ("torch", "torchvision", "torchdata", "tensorflow-cpu", "ray", "nvidia-dali-cuda120",
+                                    "spdl-io", "spdl-core", "spdl", "tokenizers", "tiktoken", "datasets", "pillow", "numpy"):
+                    out[f"{name.lower().replace('-', '_')}_{venv}" if venv != "main" else name.lower().replace("-", "_")] = ver
+    r = subprocess.run(["go", "version"], capture_output=True, text=True)
+    out["go"] = r.stdout.split()[2] if r.returncode == 0 else None
+    return out
+
+
+def install_costs():
+    path = os.path.join(CACHE, "costs.json")
+    return json.load(open(path)) if os.path.exists(path) else {}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=2048)
+    ap.add_argument("--shards", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--systems", default=",".join(GRID))
+    ap.add_argument("--dtypes", default="uint8,f32")
+    ap.add_argument("--grid", default="", help="override every grid, e.g. 2")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds one run may take")
+    ap.add_argument("--workdir", default=os.path.join(CACHE, "runs"))
+    ap.add_argument("--json", default="", help="write the report here (- for stdout)")
+    ap.add_argument("--png", default="", help="write the chart here")
+    ap.add_argument("--skip-lm", action="store_true")
+    ap.add_argument("--skip-images", action="store_true")
+    args = ap.parse_args()
+    become_subreaper()
+    load = os.getloadavg()
+    report = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_at_start": list(load),
+              "cores": CORES, "cpu_model": cpu_model(), "versions": versions(), "install_costs": install_costs(),
+              "images": {}, "lm": {}}
+    log(f"peers: load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on cores {CORES}")
+    os.makedirs(args.workdir, exist_ok=True)
+    if not args.skip_images:
+        data = os.path.join(CACHE, f"data-images-{args.images}-{args.shards}")
+        manifest = prepare_images(args.images, args.shards, data)
+        bins, args.build_errors = build_sluice(os.path.join(CACHE, "bin"))
+        systems = [s for s in args.systems.split(",") if s]
+        rows = []
+        dtypes = args.dtypes.split(",")
+        best = {}
+        for dtype in dtypes:
+            for s in systems:
+                grid = GRID[s][1] if dtype == dtypes[0] else [best.get(s, GRID[s][1][-1])]
+                if args.grid:
+                    grid = [int(x) for x in args.grid.split(",")]
+                for setting in grid:
+                    log(f"peers: {s} {dtype} {GRID[s][2]}={setting} ...")
+                    r = run_one(s, setting, dtype, args, bins, manifest, data)
+                    log("peers:   " + (f"{r.get('images_per_s')} img/s" if r["ok"] else
+                                       "FAILED " + "; ".join(r.get("problems") or [r.get("error", "")])))
+                    rows.append(r)
+                if dtype == dtypes[0]:
+                    ok = [r for r in rows if r["system"] == s and r["ok"]]
+                    if ok:
+                        best[s] = max(ok, key=lambda r: r["images_per_s"])["setting"]
+        check.compare_means(rows)
+        report["images"] = {"dataset": {"images": len(manifest["keys"]), "shards": len(manifest["shards"]),
+                                        "mean_jpeg_kib": round(manifest["jpeg_bytes"] / len(manifest["keys"]) / 1024, 1),
+                                        "epochs": args.epochs, "batch": args.batch},
+                            "runs": rows, "best": check.pick_best(rows)}
+        print(f"\nImages: {len(manifest['keys'])} JPEGs (~{report['images']['dataset']['mean_jpeg_kib']} KiB), "
+              f"{args.epochs} epochs, batches of {args.batch}, cores {CORES}, load average at start {load[0]:.2f}")
+        print(check.format_table(report["images"]["best"]))
+    if not args.skip_lm:
+        import lm
+        report["lm"] = lm.run_all(args, CACHE, VENVS, run_measured)
+        print()
+        print(lm.format_report(report["lm"]))
+    print("\ninstall costs (MB on disk, minutes): " + ", ".join(
+        f"{k} {v['mb']:.0f} MB {v['minutes']:.1f} min" + ("" if v.get("rc") == 0 else " (FAILED)")
+        for k, v in sorted(report["install_costs"].items())))
+    report["load_avg_at_end"] = list(os.getloadavg())
+    bad = check.snake_case_keys(report)
+    if bad:
+        log("peers: keys not snake_case: " + ", ".join(bad[:5]))
+    if args.json:
+        text = check.to_json(report)
+        if args.json == "-":
+            print(text)
+        else:
+            open(args.json, "w").write(text + "\n")
+    if args.png and report["images"]:
+        import chart
+        chart.write(report, args.png)
+        log(f"peers: chart in {args.png}")
+
+
+def run_measured(cmd, env, timeout, work):
+    """Runs cmd as run_one does (pinned, its tree sampled); returns (exit
+    status, last result event or None, peak MB, CPU-s of every process,
+    stderr tail, wall s)."""
+    os.makedirs(work, exist_ok=True)
+    errf = open(os.path.join(work, "stderr.log"), "w")
+    meter = TreeMeter()
+    t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, env=env,
+                         preexec_fn=lambda: os.sched_setaffinity(0, CORES))
+    res = {}
+
+    def reader():
+        for line in p.stdout:
+            if line.startswith("PEERS "):
+                res["result"] = json.loads(line[6:])
+    rt = threading.Thread(target=reader, daemon=True)
+    rt.start()
+    status, cpu = reap_all(p.pid, time.time() + timeout)
+    rt.join(10)
+    meter.close()
+    errf.close()
+    tail = [ln.strip() for ln in open(os.path.join(work, "stderr.log"), errors="replace") if ln.strip()]
+    return status, res.get("result"), meter.peak_mb, cpu, " | ".join(tail[-2:])[-400:], time.time() - t0
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()
