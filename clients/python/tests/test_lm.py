@@ -105,7 +105,7 @@ def pack(test, docs, seq_len):
 
 def serve(test, tensors, keys, batch_size, epochs):
     """A stand-in agent serving the rows in order, batch_size a batch, for
-    epochs; its URL."""
+    epochs: its URL and the steps of an epoch."""
     index = {k: i for i, k in enumerate(keys)}
 
     def batch(ks):
