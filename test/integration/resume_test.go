@@ -48,14 +48,15 @@ type resumeCase struct {
 	own           bool          // each rank loads its own state (else rank 0's)
 	stagger       float64       // the resumed ranks start up to this many seconds apart
 	ckptAfter     int           // batches each rank takes before the checkpoint
-	readOn        time.Duration // the first run reads on this long past its checkpoint
+	stopAfter     int           // and before it stops (it does not finish the job: the agents would end)
+	readOn        time.Duration // the first run reads on this long past its checkpoint (at most to stopAfter)
 	pause         time.Duration // between the kill and the resume
 	secondKill    time.Duration // > 0: the resumed run is killed this long after it starts, and resumed again
 }
 
 func (rc resumeCase) String() string {
-	s := fmt.Sprintf("%s: %v -> %v, checkpoint after %d batches, read on %v, resume after %v",
-		rc.kind, rc.before, rc.after, rc.ckptAfter, rc.readOn, rc.pause)
+	s := fmt.Sprintf("%s: %v -> %v, checkpoint after %d batches, read on %v (at most %d batches), resume after %v",
+		rc.kind, rc.before, rc.after, rc.ckptAfter, rc.readOn, rc.stopAfter, rc.pause)
 	if rc.own {
 		s += ", each rank its own state"
 	}
@@ -201,7 +202,7 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 		}
 	}()
 
-	first := e.startRanks(c, dir, "run1", rc.before, urls, seed, "--ckpt-after", strconv.Itoa(rc.ckptAfter))
+	first := e.startRanks(c, dir, "run1", rc.before, urls, seed, "--ckpt-after", strconv.Itoa(rc.ckptAfter), "--stop-after", strconv.Itoa(rc.stopAfter))
 	waitFiles(t, first, dir, "run1", rc.before.world, "state-rank%d.json")
 	time.Sleep(rc.readOn)
 	killAll(first) // requests in flight on every agent
@@ -222,8 +223,12 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 		resume = append(resume, "--stagger", strconv.FormatFloat(rc.stagger, 'f', 2, 64))
 	}
 	last := "run2"
-	final := e.startRanks(c, dir, last, rc.after, urls, seed, resume...)
-	if rc.secondKill > 0 {
+	var final []*Process
+	if rc.secondKill == 0 {
+		final = e.startRanks(c, dir, last, rc.after, urls, seed, resume...)
+	} else {
+		// Killed a moment into the resume, before it could finish.
+		final = e.startRanks(c, dir, last, rc.after, urls, seed, append(resume, "--stop-after", strconv.Itoa(1+int(seed%3)))...)
 		time.Sleep(rc.secondKill)
 		killAll(final)
 		last = "run3"
@@ -535,7 +540,7 @@ func TestIntegrationResumeDDPAtOnce(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			for i := range runs {
 				l := rankLayout{world: 4, nodes: nodes, procs: mode.procs}
-				rc := resumeCase{kind: "images", before: l, after: l, ckptAfter: 5, readOn: 150 * time.Millisecond, pause: 500 * time.Millisecond}
+				rc := resumeCase{kind: "images", before: l, after: l, ckptAfter: 5, stopAfter: 8, readOn: 150 * time.Millisecond, pause: 500 * time.Millisecond}
 				env := *e
 				env.data.images = d
 				env.run(t, fmt.Sprintf("ddp%s%d", mode.name[:1], i), rc, 8, uint64(i))
@@ -586,6 +591,11 @@ func randomResumeCase(seed uint64) resumeCase {
 	} else {
 		rc.ckptAfter = 1 + rng.IntN(steps+steps/2)
 	}
+	// The first run must not finish the job (with what its ranks
+	// prefetch): its agents would end, delivered.
+	total := resumeEpochs * steps
+	rc.ckptAfter = min(rc.ckptAfter, total-4)
+	rc.stopAfter = min(rc.ckptAfter+rng.IntN(4), total-4)
 	rc.readOn = time.Duration(rng.IntN(300)) * time.Millisecond
 	rc.pause = time.Duration(rng.IntN(500)) * time.Millisecond
 	if rng.IntN(3) == 0 {

@@ -6,12 +6,15 @@ is the list of samples it took, appended to a keys file as
 "epoch step source key" lines, flushed after every batch.
 
     ranks.py --world-size W --rank R=URL [--rank R=URL ...] --out DIR --run NAME
-             [--ckpt-after N] [--resume STATE.json | --resume-own RUN]
+             [--ckpt-after N] [--stop-after N] [--resume STATE.json | --resume-own RUN]
              [--stagger S] [--seed N] [--prefetch N]
 
 --ckpt-after N: after its N-th batch each rank writes its state_dict() to
 DIR/NAME-state-rankR.json (atomically), as a DDP trainer's ranks each hold
 the same state at a checkpoint, and reads on until killed or done.
+--stop-after N: after its N-th batch a rank stops taking batches (its
+prefetched ones stay with it) and waits to be killed, as a crashed
+trainer's would.
 --resume: every rank loads that state (rank 0's checkpoint, DDP style);
 --resume-own RUN: rank R loads DIR/RUN-state-rankR.json (rank 0's if the
 checkpointed run had no rank R). The ranks start
@@ -40,6 +43,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--ckpt-after", type=int, default=0)
+    ap.add_argument("--stop-after", type=int, default=0)
     ap.add_argument("--resume")
     ap.add_argument("--resume-own")
     ap.add_argument("--stagger", type=float, default=0.0)
@@ -84,6 +88,10 @@ def main():
                         n += 1
                         if n == args.ckpt_after:
                             save(path(f"state-rank{rank}.json"), loader.state_dict())
+                        if n == args.stop_after:
+                            open(path(f"rank{rank}.stopped"), "w").close()
+                            while True:
+                                time.sleep(1)  # killed, its prefetched batches lost
             open(path(f"rank{rank}.done"), "w").close()
             loader.close()
         except BaseException as e:  # noqa: BLE001 - the test reads why
