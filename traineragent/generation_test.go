@@ -4,6 +4,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/wire"
 )
 
 // TestGenerations drives the book of generations through a DDP job's
@@ -98,5 +102,23 @@ func TestGenerationsConflictNamesBothPositions(t *testing.T) {
 	}
 	if describeState(a) == describeState(b) {
 		t.Errorf("two positions described alike: %s", describeState(a))
+	}
+}
+
+// TestTeamProtocolVersionRefused: a member of the protocol before the
+// rank-named resume (1) is refused with both versions named, and so a
+// planner of protocol 1 would refuse this one.
+func TestTeamProtocolVersionRefused(t *testing.T) {
+	auth := &teamAuth{key: testTeamKey, job: "v", reader: wire.DefaultReader}
+	m := nats.NewMsg(wire.TeamSubject("v", wire.DefaultReader, wire.TeamOpResume))
+	m.Data = []byte(`{"state":{},"world":2}`)
+	auth.seal(m, kindRequest, teamHead{op: wire.TeamOpResume, member: "old", session: "s", seq: 1})
+	if _, err := auth.open(m, kindRequest, wire.TeamOpResume); err != nil {
+		t.Fatalf("a message of this version: %v", err)
+	}
+	m.Header.Set(wire.TeamHeaderVersion, "1")
+	_, err := auth.open(m, kindRequest, wire.TeamOpResume)
+	if err == nil || !strings.Contains(err.Error(), `team protocol "1", want `+wire.TeamProtocol) || !strings.Contains(err.Error(), "same version") {
+		t.Errorf("a message of protocol 1: %v, want a refusal naming both versions", err)
 	}
 }

@@ -91,7 +91,7 @@ func (t *teamAuth) open(m *nats.Msg, kind, op string) (teamHead, error) {
 		return h, fmt.Errorf("%w: no team envelope (an agent of another version, or not an agent)", errTeamAuth)
 	}
 	if v := m.Header.Get(wire.TeamHeaderVersion); v != wire.TeamProtocol {
-		return h, fmt.Errorf("%w: team protocol %.16q, want %s", errTeamAuth, v, wire.TeamProtocol)
+		return h, fmt.Errorf("%w: team protocol %.16q, want %s: every agent of a team must run the same version of sluice", errTeamAuth, v, wire.TeamProtocol)
 	}
 	var err error
 	if h.member, err = get(wire.TeamHeaderMember); err != nil {
