@@ -526,3 +526,72 @@ func TestCutRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeOfALateRankJoinsItsGeneration (issue 31): a DDP job's ranks
+// each load rank 0's checkpoint; rank 0's resume rewinds and it takes a
+// step before rank 1's resume arrives. Rank 1's resume joins the
+// generation (nothing rewound again, the same answer), so rank 0 is not
+// served its step twice; a rank that took parts in the generation before
+// and resumes again starts the next one, and a rank of that one's
+// predecessor that did not resume again is refused a part.
+func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
+	e := newEnv(t)
+	job := testJob("late", 2, 2, rankLayout)
+	e.submit(t, job, newFunction(t, job, rankLayout), 2)
+	ag, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, ag)
+	kept := takeRanks(t, ag, 2, 2)
+	last := kept[0][1]
+	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
+	takeRanks(t, ag, 2, 1) // past the checkpoint: lost with the crash
+	b := ag.readers[0]
+	ctx := context.Background()
+	res0, err := b.Resume(ctx, state, 2, 0)
+	if err != nil || !res0.Resumed {
+		t.Fatalf("rank 0's resume: %+v, %v; want a rewind", res0, err)
+	}
+	first, err := b.nextPart(ctx, rankRequest{rank: 0, world: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	gen := b.st.gens.n
+	b.mu.Unlock()
+	res1, err := b.Resume(ctx, state, 2, 1)
+	b.mu.Lock()
+	joined := b.st.gens.n == gen
+	b.mu.Unlock()
+	if err != nil || res1 != res0 || !joined {
+		t.Fatalf("rank 1's late resume: %+v, %v (generation kept: %t); want rank 0's answer, no rewind", res1, err, joined)
+	}
+	rest := takeRanks(t, ag, 2, 1)
+	rest[0] = append([]rankPart{first}, rest[0]...)
+	second, err := b.nextPart(ctx, rankRequest{rank: 1, world: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest[1] = append(rest[1], second)
+	checkSteps(t, rest, 2, [2]int{state.Epoch, state.Step})
+
+	// Rank 0 restarts alone (a new process): the next generation. Rank
+	// 1, of the one before, must resume before it takes a part.
+	if _, err := b.Resume(ctx, state, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.nextPart(ctx, rankRequest{rank: 1, world: 2}); !errors.Is(err, ErrResumeConflict) || !strings.Contains(err.Error(), "load the checkpoint again") {
+		t.Fatalf("rank 1 of the generation before: %v, want ErrResumeConflict", err)
+	}
+	if _, err := b.Resume(ctx, state, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	all := takeRanks(t, ag, 2, -1)
+	checkSteps(t, all, 2, [2]int{state.Epoch, state.Step})
+	checkEveryOnce(t, job, rankLayout, seen(seen(nil, kept), all), 0)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
