@@ -633,3 +633,49 @@ func TestIntegrationResumeRandom(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationResumeMixtureRefused: two ranks of one generation load
+// different checkpoints (rank 1's a step later): the second to arrive
+// is refused with 409, naming both positions, never served a mixture.
+func TestIntegrationResumeMixtureRefused(t *testing.T) {
+	e := startResumeEnv(t)
+	c := e.c
+	c.Submit(e.data.spec("mixture", "images", resumeBatch))
+	dir := filepath.Join(c.Dir, "mixture")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := rankLayout{world: 2, nodes: [][]int{{0, 1}}, procs: [][]int{{0, 1}}}
+	_, urls := e.startAgents(c, "mixture", "a", l)
+	first := e.startRanks(c, dir, "run1", l, urls, 1, "--ckpt-after", "3", "--stop-after", "4")
+	waitFiles(t, first, dir, "run1", 2, "state-rank%d.json")
+	killAll(first)
+	st := readState(t, filepath.Join(dir, "run1-state-rank0.json"))
+	var raw map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, "run1-state-rank0.json"))
+	if err != nil || json.Unmarshal(b, &raw) != nil {
+		t.Fatalf("the state: %v", err)
+	}
+	raw["step"] = st.Step + 1 // another checkpoint's step
+	later, _ := json.Marshal(raw)
+	if err := os.WriteFile(filepath.Join(dir, "later.json"), later, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	one := rankLayout{world: 2, procs: [][]int{{0}}}
+	p0 := e.startRanks(c, dir, "run2", one, urls, 2, "--resume", filepath.Join(dir, "run1-state-rank0.json"))
+	waitFiles(t, p0, dir, "run2", 1, "rank%d.keys")
+	p1 := e.startRanks(c, dir, "run2b", rankLayout{world: 2, procs: [][]int{{1}}}, urls, 3, "--resume", filepath.Join(dir, "later.json"))
+	if err := p1[0].Wait(jobTimeout); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := os.ReadFile(filepath.Join(dir, "run2b-rank1.err"))
+	if err != nil {
+		t.Fatalf("rank 1, loading another checkpoint, was not refused: %v", err)
+	}
+	for _, want := range []string{"409", fmt.Sprintf("epoch %d step %d", st.Epoch, st.Step+1), fmt.Sprintf("epoch %d step %d", st.Epoch, st.Step)} {
+		if !strings.Contains(string(msg), want) {
+			t.Errorf("rank 1's error %q lacks %q", msg, want)
+		}
+	}
+	t.Logf("rank 1 was told: %s", strings.TrimSpace(string(msg)))
+}
