@@ -104,6 +104,7 @@ func (a *Reader) resumeHere(ctx context.Context, req resumeRequest, agent string
 	if req.rank < 0 || req.rank >= world {
 		return ResumeResult{}, fmt.Errorf("%w: rank %d: want 0..%d (world size %d)", ErrBadState, req.rank, world-1, world)
 	}
+	req.world = world
 	fresh := newAssembler(a.job)
 	if err := fresh.restore(p); err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
@@ -115,7 +116,7 @@ func (a *Reader) resumeHere(ctx context.Context, req resumeRequest, agent string
 		a.unlockResume()
 		return result, err
 	}
-	result, replay, err := a.st.rewind(req, world, fresh, a.pos.recorded, time.Now())
+	result, replay, err := a.st.rewind(req, fresh, a.pos.recorded, time.Now())
 	a.unlockResume()
 	switch {
 	case err != nil:
@@ -170,11 +171,7 @@ func (s *readerState) answerResume(req resumeRequest, agent string) (ResumeResul
 			return ResumeResult{}, true, fmt.Errorf("%w: %w", ErrBadState, err)
 		}
 	}
-	world := req.world
-	if world == 0 {
-		world = req.state.WorldSize
-	}
-	v, err := s.gens.decide(req.state, world, req.rank, req.id)
+	v, err := s.gens.decide(req.state, req.world, req.rank, req.id)
 	switch {
 	case err != nil:
 		return ResumeResult{}, true, err
@@ -187,13 +184,13 @@ func (s *readerState) answerResume(req resumeRequest, agent string) (ResumeResul
 }
 
 // rewind makes the state's position (fresh) the reader's, for a new
-// generation of world ranks that req's rank starts, the recorded
+// generation of req.world ranks that req's rank starts, the recorded
 // position being recorded (nil: none): what the ranks held and the steps
 // they were in are forgotten. It returns the shards to produce again,
 // nil if the memory was already there (the resume is then done); else
 // the state is resuming until resumeDone.
-func (s *readerState) rewind(req resumeRequest, world int, fresh *assembler, recorded []byte, now time.Time) (ResumeResult, map[int][]int, error) {
-	st := req.state
+func (s *readerState) rewind(req resumeRequest, fresh *assembler, recorded []byte, now time.Time) (ResumeResult, map[int][]int, error) {
+	st, world := req.state, req.world
 	// A new generation of ranks (a trainer restarted from its checkpoint
 	// by torchrun, the agent still running): the rewind owes them every
 	// sample past the checkpoint.

@@ -260,7 +260,7 @@ func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 
 	// The new generation resumes from the checkpoint taken after step 0.
 	state, fresh := checkpointAfter(t, job, step0[0])
-	if _, replay, err := st.rewind(resumeRequest{state: state, world: 4}, 4, fresh, step0[0].Position, stateNow); err != nil || replay != nil {
+	if _, replay, err := st.rewind(resumeRequest{state: state, world: 4}, fresh, step0[0].Position, stateNow); err != nil || replay != nil {
 		t.Fatalf("rewind to the step the ranks were stateNow: replay %v, %v; want none", replay, err)
 	}
 	if !old() {
@@ -306,7 +306,7 @@ func TestStateResumeRewindsAStepTakenByAGoneGeneration(t *testing.T) {
 		t.Fatal("no second step")
 	}
 	state, fresh := checkpointAfter(t, job, step0[0])
-	res, replay, err := st.rewind(resumeRequest{state: state, world: 2}, 2, fresh, nil, stateNow)
+	res, replay, err := st.rewind(resumeRequest{state: state, world: 2}, fresh, nil, stateNow)
 	if err != nil || replay == nil || !st.resuming {
 		t.Fatalf("rewind: %+v, replay %v, resuming %t, %v; want a replay", res, replay, st.resuming, err)
 	}
