@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -168,23 +167,8 @@ func startResumeEnv(t *testing.T) *resumeEnv {
 	return &resumeEnv{c: c, data: data, py: py, script: filepath.Join(root, "clients", "python", "tests", "ranks.py")}
 }
 
-// pythonWithNumpy is $SLUICE_PYTHON or /usr/bin/python3, with numpy (the
-// client's only dependency). Required on CI, skipped elsewhere.
-func pythonWithNumpy(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("SLUICE_PYTHON")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if out, err := exec.Command(py, "-c", "import numpy").CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("%s with numpy is needed (set SLUICE_PYTHON): %v: %s", py, err, out)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return py
-}
+// pythonWithNumpy is Python with the client's only dependency.
+func pythonWithNumpy(t *testing.T) string { return pythonWith(t, "numpy") }
 
 // run runs scenario rc as job id, with the resumed ranks' delays drawn
 // from seed, and returns what the check found.
@@ -195,7 +179,7 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	agents, urls := e.startAgents(c, id, "a", rc.before)
+	agents, urls := startLayout(c, id, "a", rc.before)
 	defer func() {
 		for _, a := range agents {
 			a.Stop(5 * time.Second)
@@ -212,7 +196,7 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 		for _, a := range agents {
 			_ = a.Kill()
 		}
-		agents, urls = e.startAgents(c, id, "b", rc.after)
+		agents, urls = startLayout(c, id, "b", rc.after)
 	}
 	time.Sleep(rc.pause)
 	resume := []string{"--resume", filepath.Join(dir, "run1-state-rank0.json")}
@@ -260,27 +244,14 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 		id, state.Epoch, state.Step, resumeEpochs, countLines(before), countLines(after))
 }
 
-// startAgents starts a generation's agents (named from tag) and returns
-// them and each rank's URL.
-func (e *resumeEnv) startAgents(c *Cluster, job, tag string, l rankLayout) ([]*Agent, []string) {
-	if len(l.nodes) == 1 {
-		a := c.StartAgent(fmt.Sprintf("%s-%s0", job, tag), job)
-		return []*Agent{a}, slices.Repeat([]string{a.URL}, l.world)
+// startLayout starts a generation's agents (named from tag): a lone
+// agent when it has one node.
+func startLayout(c *Cluster, job, tag string, l rankLayout) ([]*Agent, []string) {
+	nodes := l.nodes
+	if len(nodes) == 1 {
+		nodes = nil
 	}
-	urls := make([]string, l.world)
-	var agents []*Agent
-	for i, ranks := range l.nodes {
-		list := make([]string, len(ranks))
-		for j, r := range ranks {
-			list[j] = strconv.Itoa(r)
-		}
-		a := c.StartAgent(fmt.Sprintf("%s-%s%d", job, tag, i), job,
-			"--world-size", strconv.Itoa(l.world), "--ranks", strings.Join(list, ","))
-		for _, r := range ranks {
-			urls[r] = a.URL
-		}
-		agents = append(agents, a)
-	}
+	urls, agents := startNodes(c, job, tag, l.world, nodes)
 	return agents, urls
 }
 
@@ -646,7 +617,7 @@ func TestIntegrationResumeMixtureRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := rankLayout{world: 2, nodes: [][]int{{0, 1}}, procs: [][]int{{0, 1}}}
-	_, urls := e.startAgents(c, "mixture", "a", l)
+	_, urls := startLayout(c, "mixture", "a", l)
 	first := e.startRanks(c, dir, "run1", l, urls, 1, "--ckpt-after", "3", "--stop-after", "4")
 	waitFiles(t, first, dir, "run1", 2, "state-rank%d.json")
 	killAll(first)
