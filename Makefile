@@ -57,7 +57,7 @@ demo:
 
 # Sluice beside tf.data (local and service), Ray Data, DALI, SPDL, torch's
 # DataLoader, torchdata.nodes, HF datasets + tokenizers and tiktoken, on one
-# dataset and the same two cores (bench/peers/README.md). Installs the
+# dataset and the same two cores (bench/README.md, "Against the peers"). Installs the
 # peers' pinned versions into ~/.cache/sluice/peers the first time (about
 # 9 GB: PyPI's torch brings CUDA). Not part of test. PEERS_ARGS: e.g.
 # "--json peers.json --png peers.png".

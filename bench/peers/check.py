@@ -163,7 +163,8 @@ def format_table(rows, columns=IMAGE_COLUMNS):
         for key, _, nd in columns:
             v = r.get(key)
             if key == "setting" and r.get("setting_name"):
-                v = f"{r.get('setting_name')}={v}"
+                # A system with no grid (tf.data's AUTOTUNE) shows its name.
+                v = r["setting_name"] if not v else f"{r['setting_name']}={v}"
             line.append(_fmt(v, nd) if nd is not None else ("-" if v is None else str(v)))
         if r.get("ok"):
             note = "ok"

@@ -74,17 +74,17 @@ def vocab_dirs(out):
     return dirs
 
 
-def run_all(args, cache, venvs, run_measured):
+def run_all(args, cache, venvs, run_measured, bins):
     out = {"runs": []}
-    data = os.path.join(cache, "data-lm")
+    data = os.path.join(cache, f"data-lm-{args.lm_repeats}")
     try:
-        out["dataset"] = prepare_corpus(data)
+        out["dataset"] = prepare_corpus(data, repeats=args.lm_repeats)
         vocab = vocab_dirs(data)
     except Exception as e:  # a missing npm or corpus: said, not skipped
         out["error"] = f"{type(e).__name__}: {e}"
         return out
-    sluice_bin = os.path.join(cache, "bin", "sluice-go")
-    stack_bin = os.path.join(cache, "bin", "stack")
+    # Text takes no JPEG decoder: the pure-Go build.
+    sluice_bin, stack_bin = bins["sluice-go"], bins["stack"]
     for tok in TOKENIZERS:
         for system in SYSTEMS:
             work = os.path.join(args.workdir, f"lm-{system}-{tok}")
@@ -103,7 +103,8 @@ def run_all(args, cache, venvs, run_measured):
                 row.update(ok=True, rows=res["rows"], tokens=res["tokens"], digest=res["digest"],
                            wall_s=round(res["wall_s"], 2),
                            tokens_per_s=round(res["tokens"] / res["wall_s"]),
-                           tokens_per_cpu_s=round(res["tokens"] / cpu) if cpu else None)
+                           tokens_per_cpu_s=round(res["tokens"] / cpu) if cpu else None,
+                           cpu_by_process=res.get("cpu_by_process"))
             print("peers:   " + (f"{row.get('tokens_per_s')} tokens/s" if row["ok"] else "FAILED " + row["error"]),
                   file=sys.stderr, flush=True)
             out["runs"].append(row)

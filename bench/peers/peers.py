@@ -118,17 +118,22 @@ def become_subreaper():
 
 
 class TreeMeter:
-    """Samples every descendant of this process: CPU (user + system) per
-    process, the last value kept for those that ended, and the peak of the
-    summed PSS (RSS where PSS is unreadable): forked workers share pages,
-    which RSS would count once per worker."""
+    """Samples every descendant of this process. CPU: each listed process's
+    own (user + system) plus what it reaped of its children (psutil's
+    children_user/system), plus what this process reaped since the meter
+    started (the orphans it was given): exact at any moment, whichever
+    processes ended. Memory: the peak of the summed PSS (RSS where PSS is
+    unreadable), since forked workers share pages that RSS would count once
+    per worker."""
 
     def __init__(self, interval=0.25):
         import psutil
         self.psutil = psutil
         self.me = psutil.Process()
-        self.cpu = {}
+        t = os.times()
+        self.base = t.children_user + t.children_system
         self.peak_mb = 0.0
+        self.by_name = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.interval = interval
@@ -137,25 +142,33 @@ class TreeMeter:
 
     def sample(self):
         ps = self.psutil
-        total = 0.0
+        cpu = mem = 0.0
         with self.lock:
             try:
                 kids = self.me.children(recursive=True)
             except ps.Error:
                 kids = []
+            by = {}
             for p in kids:
                 try:
-                    key = (p.pid, p.create_time())
                     c = p.cpu_times()
-                    self.cpu[key] = c.user + c.system
-                    try:
-                        total += p.memory_full_info().pss
-                    except (ps.AccessDenied, AttributeError):
-                        total += p.memory_info().rss
+                    own = c.user + c.system + c.children_user + c.children_system
+                    cpu += own
+                    by[proc_name(p)] = by.get(proc_name(p), 0.0) + own
                 except ps.Error:
-                    pass
-            self.peak_mb = max(self.peak_mb, total / 2 ** 20)
-            return sum(self.cpu.values())
+                    continue
+                try:
+                    mem += p.memory_full_info().pss
+                except ps.Error:
+                    try:
+                        mem += p.memory_info().rss
+                    except ps.Error:
+                        pass
+            t = os.times()
+            cpu += t.children_user + t.children_system - self.base
+            self.peak_mb = max(self.peak_mb, mem / 2 ** 20)
+            self.by_name = by
+            return cpu
 
     def loop(self):
         while not self.stop.wait(self.interval):
@@ -164,6 +177,33 @@ class TreeMeter:
     def close(self):
         self.stop.set()
         self.t.join()
+
+
+def proc_name(p):
+    """What a process is, for the CPU breakdown: the command and, for
+    Sluice's binary and Python scripts, what it runs."""
+    try:
+        cmd = p.cmdline()
+    except Exception:
+        cmd = []
+    if not cmd:
+        return p.name()
+    base = os.path.basename(cmd[0])
+    if base.startswith("sluice"):
+        return "sluice " + " ".join(cmd[1:3] if cmd[1:2] == ["fn"] else cmd[1:2])
+    if base.startswith("python") and len(cmd) > 1:
+        arg = cmd[1] if cmd[1] != "-c" else "-c"
+        if arg.endswith(".py"):
+            return os.path.basename(arg)
+        return p.name()
+    return p.name()
+
+
+def breakdown(first, end):
+    """CPU-s per kind of process between two samples, largest first."""
+    names = set(first) | set(end)
+    out = [[n, round(end.get(n, 0.0) - first.get(n, 0.0), 2)] for n in names]
+    return sorted([x for x in out if x[1] > 0.005], key=lambda x: -x[1])
 
 
 def kill_tree():
@@ -239,9 +279,13 @@ def run_one(system, setting, dtype, args, bins, manifest, data):
             if not line.startswith("PEERS "):
                 continue
             ev = json.loads(line[6:])
-            if ev["event"] in ("first", "end"):
-                # Sampled at once: every process is alive at both marks.
-                events[ev["event"]] = (time.time(), meter.sample())
+            if ev["event"] in ("mark", "end"):
+                # Sampled at once: every process is alive at the marks.
+                sample = (time.time(), meter.sample(), dict(meter.by_name), ev.get("images_before"))
+                if ev["event"] == "end":
+                    events["end"] = sample
+                else:
+                    events.setdefault("marks", {})[ev["epoch"]] = sample
             else:
                 events["result"] = ev
     rt = threading.Thread(target=reader, daemon=True)
@@ -252,7 +296,8 @@ def run_one(system, setting, dtype, args, bins, manifest, data):
     errf.close()
     row["total_cpu_s"] = round(total_cpu, 1)
     res = events.get("result")
-    if status != 0 or not res or "first" not in events or "end" not in events:
+    marks = events.get("marks", {})
+    if status != 0 or not res or 0 not in marks or "end" not in events:
         tail = [ln.strip() for ln in open(os.path.join(work, "stderr.log"), errors="replace") if ln.strip()]
         why = "timed out after %ds" % args.timeout if status is None else f"exit {status}"
         # The last lines that say something (tracebacks end with the error).
@@ -261,12 +306,25 @@ def run_one(system, setting, dtype, args, bins, manifest, data):
         return row
     if "decoder" in res:
         row["decoder"] = res["decoder"]
-    m.update(images=res["images"], t_first=events["first"][0], t_end=events["end"][0],
-             tree_cpu_first=events["first"][1], tree_cpu_end=events["end"][1],
-             trainer_cpu_s=res["trainer_cpu_s"], peak_mem_mb=meter.peak_mb,
-             first_batch_images=res.get("first_batch_images", 0))
+    # The window: one whole epoch, from the first batch of epoch 1 to the
+    # first of epoch 2, so that what the system had made ahead at its start
+    # (prefetch, buffers) is about what it has made ahead at its end, and
+    # startup is left out. With fewer epochs: the first batch to the last.
+    tm = res.get("trainer_cpu_at_marks", {})
+    if 1 in marks and 2 in marks:
+        a, b = marks[1], marks[2]
+        m.update(images=b[3] - a[3], first_batch_images=0, trainer_cpu_s=tm["2"] - tm["1"], window="epoch 1")
+    else:
+        a, b = marks[0], events["end"]
+        m.update(images=res["images"], first_batch_images=res.get("first_batch_images", 0),
+                 trainer_cpu_s=res["trainer_cpu_s"], window="first batch to last")
+    m.update(t_first=a[0], t_end=b[0], tree_cpu_first=a[1], tree_cpu_end=b[1], peak_mem_mb=meter.peak_mb)
+    m["t_start"] = m.pop("t_start")
     row.update(check.figures(m))
+    row["first_batch_s"] = round(marks[0][0] - m["t_start"], 2)
+    row["window"] = m["window"]
     row["channel_means"] = res["channel_means"]
+    row["cpu_by_process"] = breakdown(a[2], b[2])
     row["problems"] = check.check_images(res, manifest, args.epochs, args.batch, dtype)
     row["ok"] = not row["problems"]
     return row
@@ -296,7 +354,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=2048)
     ap.add_argument("--shards", type=int, default=16)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=3, help="3 or more: the figures are epoch 1's")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--systems", default=",".join(GRID))
     ap.add_argument("--dtypes", default="uint8,f32")
@@ -305,6 +363,7 @@ def main():
     ap.add_argument("--workdir", default=os.path.join(CACHE, "runs"))
     ap.add_argument("--json", default="", help="write the report here (- for stdout)")
     ap.add_argument("--png", default="", help="write the chart here")
+    ap.add_argument("--lm-repeats", type=int, default=16, help="times the 1.8 MB corpus is taken (shuffled anew each time)")
     ap.add_argument("--skip-lm", action="store_true")
     ap.add_argument("--skip-images", action="store_true")
     args = ap.parse_args()
@@ -315,10 +374,11 @@ def main():
               "images": {}, "lm": {}}
     log(f"peers: load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on cores {CORES}")
     os.makedirs(args.workdir, exist_ok=True)
+    bins, args.build_errors = build_sluice(os.path.join(CACHE, "bin"))
+    report["build_errors"] = args.build_errors
     if not args.skip_images:
         data = os.path.join(CACHE, f"data-images-{args.images}-{args.shards}")
         manifest = prepare_images(args.images, args.shards, data)
-        bins, args.build_errors = build_sluice(os.path.join(CACHE, "bin"))
         systems = [s for s in args.systems.split(",") if s]
         rows = []
         dtypes = args.dtypes.split(",")
@@ -348,7 +408,7 @@ def main():
         print(check.format_table(report["images"]["best"]))
     if not args.skip_lm:
         import lm
-        report["lm"] = lm.run_all(args, CACHE, VENVS, run_measured)
+        report["lm"] = lm.run_all(args, CACHE, VENVS, run_measured, bins)
         print()
         print(lm.format_report(report["lm"]))
     print("\ninstall costs (MB on disk, minutes): " + ", ".join(
@@ -372,8 +432,9 @@ def main():
 
 def run_measured(cmd, env, timeout, work):
     """Runs cmd as run_one does (pinned, its tree sampled); returns (exit
-    status, last result event or None, peak MB, CPU-s of every process,
-    stderr tail, wall s)."""
+    status, the result event or None, peak MB, CPU-s of every process from
+    the start to the "end" event (the teardown left out; the whole run
+    where no end came), stderr tail, wall s)."""
     os.makedirs(work, exist_ok=True)
     errf = open(os.path.join(work, "stderr.log"), "w")
     meter = TreeMeter()
@@ -385,7 +446,12 @@ def run_measured(cmd, env, timeout, work):
     def reader():
         for line in p.stdout:
             if line.startswith("PEERS "):
-                res["result"] = json.loads(line[6:])
+                ev = json.loads(line[6:])
+                if ev["event"] == "end":
+                    res["cpu_at_end"] = meter.sample()
+                    res["by_name"] = breakdown({}, meter.by_name)
+                else:
+                    res["result"] = ev
     rt = threading.Thread(target=reader, daemon=True)
     rt.start()
     status, cpu = reap_all(p.pid, time.time() + timeout)
@@ -393,7 +459,10 @@ def run_measured(cmd, env, timeout, work):
     meter.close()
     errf.close()
     tail = [ln.strip() for ln in open(os.path.join(work, "stderr.log"), errors="replace") if ln.strip()]
-    return status, res.get("result"), meter.peak_mb, cpu, " | ".join(tail[-2:])[-400:], time.time() - t0
+    if res.get("result") is not None:
+        res["result"]["cpu_by_process"] = res.get("by_name")
+    return (status, res.get("result"), meter.peak_mb, res.get("cpu_at_end", cpu), " | ".join(tail[-2:])[-400:],
+            time.time() - t0)
 
 
 def cpu_model():

@@ -7,9 +7,9 @@ measures. The process is the training process: it iterates the system's
 batches ([B,224,224,3] uint8, or normalized [B,3,224,224] float32) for E
 epochs and hands each to Probe, which keeps what the checks need (shapes,
 dtypes, each sample's key and label, a subsampled per-channel mean). It
-prints "PEERS {json}" lines: {"event": "first"} at the first batch (the
-harness samples the process tree then), {"event": "end"} after the last
-batch, then {"event": "result", ...}. Everything else it prints is the
+prints "PEERS {json}" lines: {"event": "mark"} at the first batch of each
+epoch (the harness samples the process tree then), {"event": "end"} after
+the last batch (before the system's teardown), then {"event": "result"}. Everything else it prints is the
 system's own chatter.
 
 The pipeline everywhere: decode, RandomResizedCrop(224, scale (0.08, 1),
@@ -53,14 +53,19 @@ class Probe:
         self.chan_n = 0
         self.first_cpu = None
         self.first_n = 0
+        self.marks = {}
         self.images = 0
 
     def batch(self, epoch, images, keys, labels):
         import numpy as np
         if self.first_cpu is None:
-            emit({"event": "first", "t": time.time()})
             self.first_cpu = time.process_time()
             self.first_n = len(keys)
+        if epoch not in self.marks:
+            # The first batch of each epoch: the harness samples the process
+            # tree here, and measures over a whole epoch between two marks.
+            self.marks[epoch] = time.process_time()
+            emit({"event": "mark", "epoch": epoch, "images_before": self.images, "t": time.time()})
         a = images.numpy() if hasattr(images, "numpy") and not isinstance(images, np.ndarray) else np.asarray(images)
         self.shapes[str(list(a.shape))] = self.shapes.get(str(list(a.shape)), 0) + 1
         self.dtypes.add(str(a.dtype))
@@ -74,13 +79,23 @@ class Probe:
         self.labels[epoch].extend(int(x) for x in labels)
         self.images += len(a)
 
+    def end(self):
+        """After the last batch, before the system's teardown (stopping
+        servers is not what a training step pays)."""
+        if not hasattr(self, "cpu"):
+            self.cpu_end = time.process_time()
+            self.cpu = self.cpu_end - (self.first_cpu or 0.0)
+            emit({"event": "end", "t": time.time()})
+
     def finish(self, **extra):
-        emit({"event": "end", "t": time.time()})
-        cpu = time.process_time() - (self.first_cpu or 0.0)
+        self.end()
+        cpu = self.cpu
         emit(dict({"event": "result", "images": self.images, "keys": self.keys, "labels": self.labels,
                    "shapes": self.shapes, "dtypes": sorted(self.dtypes),
                    "channel_means": [c / self.chan_n for c in self.chan] if self.chan_n else None,
-                   "trainer_cpu_s": cpu, "first_batch_images": self.first_n}, **extra))
+                   "trainer_cpu_s": cpu, "first_batch_images": self.first_n,
+                   "trainer_cpu_at_marks": {str(e): c for e, c in self.marks.items()},
+                   "trainer_cpu_at_end": self.cpu_end}, **extra))
 
 
 def load_manifest(data):
@@ -172,6 +187,7 @@ def run_dataloader(a, probe, decoder):
     for e in range(a.epochs):
         for x, k, y in dl:
             probe.batch(e, x, k.tolist(), y.tolist())
+    probe.end()
     return {"setting_name": "num_workers"}
 
 
@@ -195,6 +211,7 @@ def run_torchdata(a, probe):
         node = tn.Prefetcher(tn.Mapper(node, collate), prefetch_factor=2)
         for x, k, y in tn.Loader(node):
             probe.batch(e, x, k, y)
+    probe.end()
     return {"setting_name": "threads"}
 
 
@@ -235,6 +252,7 @@ def run_tf_local(a, probe):
     for e in range(a.epochs):
         for x, k, y in tf_dataset(a).as_numpy_iterator():
             probe.batch(e, x, k, y)
+    probe.end()
     return {"setting_name": "AUTOTUNE"}
 
 
@@ -275,6 +293,7 @@ def run_tf_service(a, probe):
                 processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=svc))
             for x, k, y in ds.as_numpy_iterator():
                 probe.batch(e, x, k, y)
+        probe.end()
     finally:
         for p in procs:
             p.terminate()
@@ -314,11 +333,16 @@ def run_ray(a, probe):
             labels = np.array([int(bytes(c).decode()) if isinstance(c, (bytes, bytearray)) else int(c) for c in batch["cls"]])
             return {"image": np.stack(out), "key": keys, "label": labels}
 
+    # The actors share one of the two logical CPUs and the read tasks take
+    # the other: actors of num_cpus=1 each would leave the reads none, and
+    # the run waits forever.
     ds = ray.data.read_webdataset(shards, decoder=None).map_batches(
-        Aug, batch_format="numpy", batch_size=64, concurrency=a.setting, num_cpus=1)
+        Aug, batch_format="numpy", batch_size=64, compute=ray.data.ActorPoolStrategy(size=a.setting),
+        num_cpus=1.0 / a.setting)
     for e in range(a.epochs):
         for b in ds.iter_torch_batches(batch_size=a.batch):
             probe.batch(e, b["image"], b["key"].tolist(), b["label"].tolist())
+    probe.end()
     ray.shutdown()
     return {"setting_name": "map_batches actors"}
 
@@ -361,6 +385,7 @@ def run_dali(a, probe):
                 return [int(bytes(row[row > 0].tolist()).decode()) for row in t.numpy()]
             probe.batch(e, d["image"], text(d["idx"]), text(d["cls"]))
         it.reset()
+    probe.end()
     return {"setting_name": "num_threads", "decoder": "decoders.image_random_crop (fused decode+crop)"}
 
 
@@ -418,6 +443,7 @@ def run_spdl(a, probe):
         with p.auto_stop():
             for x, k, y in p:
                 probe.batch(e, x, k, y)
+    probe.end()
     return {"setting_name": "decode concurrency = threads", "decoder": "FFmpeg (libavcodec) crop,scale,hflip filter"}
 
 
@@ -456,8 +482,7 @@ def run_sluice(a, probe):
         spec = os.path.join(work, "job.json")
         with open(spec, "w") as f:
             json.dump({"id": "peers", "dataset": info["dataset"], "batch_size": a.batch, "epochs": a.epochs,
-                       "seed": 1, "min_replicas": a.setting, "max_replicas": a.setting,
-                       "output_buffer_bytes": "2GiB"}, f)
+                       "seed": 1, "min_replicas": a.setting, "max_replicas": a.setting}, f)
         r = subprocess.run([binary, "job", "submit", spec, "--pipeline", pipeline], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if r.returncode:
@@ -472,6 +497,7 @@ def run_sluice(a, probe):
             for e, batches in enumerate(ld.epochs()):
                 for b in batches:
                     probe.batch(e, b["image"], b["__key__"], b["label"])
+            probe.end()
     finally:
         for p in reversed(procs):
             p.terminate()
