@@ -20,15 +20,24 @@ import (
 // decide, started and settle; the reader's state holds it under the
 // reader's lock (docs/architecture.md).
 //
-// A rank's resume joins the current generation when the generation
-// resumed from the same state with the same world size and the rank has
-// not resumed in it yet: it rewinds nothing, so the rank's peers, served
+// When the client names the trainer's run (a generation token, the same
+// for every rank of one launch), that decides: a resume of the current
+// generation's run joins it (refused, naming both, if its state or world
+// size is another), one of another run starts a new generation, which
+// rewinds. Without a token, the book tells by which ranks resumed: a
+// rank's resume joins the current generation when the generation resumed
+// from the same state with the same world size and the rank has not
+// resumed in it yet: it rewinds nothing, so the rank's peers, served
 // already, keep their place. A rank resuming a second time in one
 // generation (a new process: the client resumes once) starts a new
-// generation, which rewinds; so does a resume with another world size,
-// or the first resume of an agent's life. A rank new to the generation
-// with another state is refused, naming both: ranks of one generation
-// loading different checkpoints would get a mixture.
+// generation; so does a resume with another world size, or the first
+// resume of an agent's life. A rank new to the generation with another
+// state is refused, naming both: ranks of one generation loading
+// different checkpoints would get a mixture. What no token can tell: a
+// rank of a new launch whose resume comes before any of its peers' that
+// resumed in the generation before, while that generation's ranks (of a
+// launch killed during its resume) had not all resumed, joins the dying
+// generation; tokens make that exact.
 //
 // A rank that resumed in the generation before must resume again before
 // it takes a part (mustResume): its process is of the old generation (a
@@ -51,6 +60,23 @@ type generations struct {
 	earlier map[int]bool
 }
 
+// maxGeneration bounds a generation token from a client.
+const maxGeneration = 128
+
+// checkGeneration checks a generation token from a client: printable
+// ASCII, at most maxGeneration bytes.
+func checkGeneration(token string) error {
+	if len(token) > maxGeneration {
+		return fmt.Errorf("%w: a generation of %d bytes: want at most %d", ErrBadState, len(token), maxGeneration)
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: a generation with byte %#x: want printable ASCII", ErrBadState, c)
+		}
+	}
+	return nil
+}
+
 // maxResumeID bounds a forwarded resume's id (newResumeID makes 16 hex
 // digits).
 const maxResumeID = 64
@@ -70,16 +96,25 @@ const (
 	resumeNew                        // it starts a new generation: the reader rewinds
 )
 
-// decide says what rank's resume from st for world ranks is (id: its
-// request's, to answer a retry as the first; "" none), without changing
-// the book: a resume that fails before it rewinds leaves it as it was.
-func (g *generations) decide(st State, world, rank int, id string) (resumeVerdict, error) {
+// decide says what a rank's resume is (req.id: its request's, to answer
+// a retry as the first; "" none), without changing the book: a resume
+// that fails before it rewinds leaves it as it was.
+func (g *generations) decide(req resumeRequest) (resumeVerdict, error) {
+	st, world, rank := req.state, req.world, req.rank
 	prev, resumed := g.resumed[rank]
+	sameRun := g.from != nil && req.token != "" && req.token == g.from.token
 	switch {
-	case id != "" && resumed && prev == id:
+	case req.id != "" && resumed && prev == req.id:
 		return resumeJoins, nil // the same request again (a member's retry)
-	case g.from == nil || g.from.world != world || resumed:
+	case g.from == nil:
 		return resumeNew, nil
+	case req.token != "" && !sameRun:
+		return resumeNew, nil // another launch of the trainer
+	case !sameRun && (g.from.world != world || resumed):
+		return resumeNew, nil
+	case g.from.world != world:
+		return 0, fmt.Errorf("%w: rank %d resumes with world size %d, but this generation of ranks (run %.64q) has %d",
+			ErrResumeConflict, rank, world, req.token, g.from.world)
 	case !sameState(g.from.state, st):
 		return 0, fmt.Errorf("%w: rank %d resumes from %s, but this generation of ranks resumed from %s (ranks %s): "+
 			"every rank of a generation must load the same checkpoint", ErrResumeConflict, rank, describeState(st), describeState(g.from.state), g.ranks())

@@ -20,7 +20,7 @@ func TestGenerations(t *testing.T) {
 	var g generations
 	// do applies rank's resume as the reader does and says what it was.
 	do := func(st State, world, rank int, id string) string {
-		v, err := g.decide(st, world, rank, id)
+		v, err := g.decide(resumeRequest{state: st, world: world, rank: rank, id: id})
 		switch {
 		case err != nil:
 			return "conflict"
@@ -91,7 +91,7 @@ func TestGenerationsConflictNamesBothPositions(t *testing.T) {
 	var g generations
 	g.start(&resumeRecord{state: a, world: 2}, 0, "")
 	g.settle(&resumeRecord{state: a, world: 2})
-	_, err := g.decide(b, 2, 1, "")
+	_, err := g.decide(resumeRequest{state: b, world: 2, rank: 1})
 	if !errors.Is(err, ErrResumeConflict) {
 		t.Fatalf("a second checkpoint: %v, want ErrResumeConflict", err)
 	}
@@ -120,5 +120,65 @@ func TestTeamProtocolVersionRefused(t *testing.T) {
 	_, err := auth.open(m, kindRequest, wire.TeamOpResume)
 	if err == nil || !strings.Contains(err.Error(), `team protocol "1", want `+wire.TeamProtocol) || !strings.Contains(err.Error(), "same version") {
 		t.Errorf("a message of protocol 1: %v, want a refusal naming both versions", err)
+	}
+}
+
+// TestGenerationsWithTokens: when the client names the trainer's run, a
+// resume of another run starts a generation whoever resumed before, and
+// one of the same run joins it, checked against its state and world
+// size. The case tokens exist for: a launch killed during its resume,
+// and a rank of the next launch that never resumed in it arriving first.
+func TestGenerationsWithTokens(t *testing.T) {
+	s0 := State{Version: StateVersion, Epoch: 1, Step: 0, WorldSize: 4, Position: []byte(`{"v":1,"a":1}`)}
+	s1 := s0
+	s1.Step = 3
+	var g generations
+	do := func(st State, world, rank int, token string) string {
+		req := resumeRequest{state: st, world: world, rank: rank, token: token}
+		v, err := g.decide(req)
+		switch {
+		case err != nil:
+			return "conflict"
+		case v == resumeJoins:
+			g.join(rank, "")
+			return "join"
+		}
+		g.start(&resumeRecord{state: st, world: world, token: token}, rank, "")
+		g.settle(&resumeRecord{state: st, world: world, token: token})
+		return "new"
+	}
+	for i, step := range []struct {
+		st          State
+		world, rank int
+		token, want string
+		gen         uint64
+	}{
+		{s0, 4, 1, "run2", "new", 1},
+		{s0, 4, 2, "run2", "join", 1},
+		// Run 2 is killed while ranks 0 and 3 had not resumed; run 3's
+		// rank 0 comes first: without a token it would join run 2.
+		{s0, 4, 0, "run3", "new", 2},
+		{s0, 4, 2, "run3", "join", 2},
+		{s0, 4, 1, "run3", "join", 2},
+		// A rank of the run with another checkpoint or world size: refused.
+		{s1, 4, 3, "run3", "conflict", 2},
+		{s0, 2, 3, "run3", "conflict", 2},
+		{s0, 4, 3, "run3", "join", 2},
+		// A retried resume of a rank of the run joins again.
+		{s0, 4, 3, "run3", "join", 2},
+		// A client without a token goes by the ranks that resumed.
+		{s0, 4, 0, "", "new", 3},
+	} {
+		if got := do(step.st, step.world, step.rank, step.token); got != step.want || g.n != step.gen {
+			t.Fatalf("step %d: rank %d of %q: %s in generation %d, want %s in %d", i, step.rank, step.token, got, g.n, step.want, step.gen)
+		}
+	}
+	for _, bad := range []string{strings.Repeat("x", maxGeneration+1), "a b", "r\n", "é"} {
+		if err := checkGeneration(bad); !errors.Is(err, ErrBadState) {
+			t.Errorf("generation %q: %v, want ErrBadState", bad, err)
+		}
+	}
+	if err := checkGeneration("torchrun-3f2a/0"); err != nil {
+		t.Error(err)
 	}
 }

@@ -846,7 +846,7 @@ func (a memberRole) resume(ctx context.Context, req resumeRequest) (ResumeResult
 	// An id for this resume: askUntil may send it again, and the planner
 	// answers a copy as the first (a second resume of a rank would be a
 	// new generation's).
-	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.world, Rank: req.rank, ID: newResumeID()}, positionWriteTimeout+10*time.Second)
+	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.world, Rank: req.rank, Generation: req.token, ID: newResumeID()}, positionWriteTimeout+10*time.Second)
 	if err != nil {
 		return ResumeResult{}, err
 	}

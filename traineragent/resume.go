@@ -53,16 +53,17 @@ var ErrResumeConflict = errors.New("conflicting resume")
 type resumeRecord struct {
 	state  State
 	world  int
+	token  string // the trainer's run it is of ("": none given)
 	result ResumeResult
 }
 
 // resumeRequest is one rank's resume: the state it loaded, the world size
-// of its generation, and its request's id (a member's forward, which it
-// may send again; "" none).
+// of its generation, the trainer's run it is of (token; "" none), and its
+// request's id (a member's forward, which it may send again; "" none).
 type resumeRequest struct {
 	state       State
 	world, rank int
-	id          string
+	token, id   string
 }
 
 // Resume rewinds the reader to a trainer's checkpointed state for rank of
@@ -82,8 +83,16 @@ type resumeRequest struct {
 // is rewound, so that an agent of an earlier run still stopping cannot
 // write over it unseen (reproduction 7 of issue 24: a 2 x 2 -> 3 x 1
 // resume while the old planner stops).
-func (a *Reader) Resume(ctx context.Context, st State, world, rank int) (ResumeResult, error) {
-	return a.role.resume(ctx, resumeRequest{state: st, world: world, rank: rank})
+//
+// generation names the trainer's run the rank is of (every rank of one
+// launch the same; "" when the client has none): a resume naming another
+// run than the current generation's starts a new one, whichever ranks
+// resumed before.
+func (a *Reader) Resume(ctx context.Context, st State, world, rank int, generation string) (ResumeResult, error) {
+	if err := checkGeneration(generation); err != nil {
+		return ResumeResult{}, err
+	}
+	return a.role.resume(ctx, resumeRequest{state: st, world: world, rank: rank, token: generation})
 }
 
 // resumeHere is Resume on the agent that keeps the reader's position (a
@@ -132,7 +141,7 @@ func (a *Reader) resumeHere(ctx context.Context, req resumeRequest, agent string
 	}
 	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step, "rank", req.rank,
 		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
-	return a.recordResume(ctx, st, world, p, replay, result)
+	return a.recordResume(ctx, req, p, replay, result)
 }
 
 // lockForResume waits for the recorded position, and for a concurrent
@@ -171,7 +180,7 @@ func (s *readerState) answerResume(req resumeRequest, agent string) (ResumeResul
 			return ResumeResult{}, true, fmt.Errorf("%w: %w", ErrBadState, err)
 		}
 	}
-	v, err := s.gens.decide(req.state, req.world, req.rank, req.id)
+	v, err := s.gens.decide(req)
 	switch {
 	case err != nil:
 		return ResumeResult{}, true, err
@@ -199,7 +208,7 @@ func (s *readerState) rewind(req resumeRequest, fresh *assembler, recorded []byt
 	}
 	dropLast, dropFixed := s.ranks.dropLast, s.ranks.dropFixed
 	s.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
-	s.gens.start(&resumeRecord{state: st, world: world}, req.rank, req.id)
+	s.gens.start(&resumeRecord{state: st, world: world, token: req.token}, req.rank, req.id)
 	h := position{Version: positionVersion}
 	var err error
 	if recorded != nil {
@@ -231,7 +240,7 @@ func (s *readerState) rewind(req resumeRequest, fresh *assembler, recorded []byt
 	}
 	s.changed = true
 	if bytes.Equal(mustEncode(s.asm.snapshot()), want) {
-		s.gens.settle(&resumeRecord{state: st, world: world, result: result})
+		s.gens.settle(&resumeRecord{state: st, world: world, token: req.token, result: result})
 		return result, nil, nil
 	}
 	s.rewindMemory(fresh, replay, now)
@@ -276,7 +285,7 @@ func (s *readerState) resumeDone(r *resumeRecord) {
 // replayed: an agent that crashes now leaves a position that sends them
 // again), then asks for the replay. It finishes even if the client goes
 // away: the memory is rewound already.
-func (a *Reader) recordResume(ctx context.Context, st State, world int, p position, replay map[int][]int, result ResumeResult) (ResumeResult, error) {
+func (a *Reader) recordResume(ctx context.Context, req resumeRequest, p position, replay map[int][]int, result ResumeResult) (ResumeResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionWriteTimeout)
 	defer cancel()
 	base := newAssembler(a.job)
@@ -305,7 +314,7 @@ func (a *Reader) recordResume(ctx context.Context, st State, world int, p positi
 	result.ReplayedShards = len(tasks)
 	a.replay(tasks)
 	a.mu.Lock()
-	a.st.resumeDone(&resumeRecord{state: st, world: world, result: result})
+	a.st.resumeDone(&resumeRecord{state: req.state, world: req.world, token: req.token, result: result})
 	a.unlock()
 	a.log.Info("resumed", "replayed_shards", result.ReplayedShards)
 	return result, nil

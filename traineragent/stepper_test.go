@@ -325,7 +325,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 						// A client may keep the metadata's text as a string.
 						st.Position, _ = json.Marshal(string(state.Position))
 					}
-					results[r], errs[r] = b.Resume(context.Background(), st, world, r)
+					results[r], errs[r] = b.Resume(context.Background(), st, world, r, "")
 				}()
 			}
 			wg.Wait()
@@ -333,12 +333,12 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			// both; then the generation's.
 			other := state
 			other.Step++
-			if _, err := b.Resume(context.Background(), other, world, world-1); !errors.Is(err, ErrResumeConflict) ||
+			if _, err := b.Resume(context.Background(), other, world, world-1, ""); !errors.Is(err, ErrResumeConflict) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", other.Epoch, other.Step)) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", state.Epoch, state.Step)) {
 				t.Errorf("a rank resuming from another state than its generation's: %v, want ErrResumeConflict naming both", err)
 			}
-			results[world-1], errs[world-1] = b.Resume(context.Background(), state, world, world-1)
+			results[world-1], errs[world-1] = b.Resume(context.Background(), state, world, world-1, "")
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
@@ -464,7 +464,7 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 		return nil
 	})
 	st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
-	if _, err := a.Resume(context.Background(), st, 2, 0); err != nil {
+	if _, err := a.Resume(context.Background(), st, 2, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -550,7 +550,7 @@ func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
 	takeRanks(t, ag, 2, 1) // past the checkpoint: lost with the crash
 	b := ag.readers[0]
 	ctx := context.Background()
-	res0, err := b.Resume(ctx, state, 2, 0)
+	res0, err := b.Resume(ctx, state, 2, 0, "")
 	if err != nil || !res0.Resumed {
 		t.Fatalf("rank 0's resume: %+v, %v; want a rewind", res0, err)
 	}
@@ -561,7 +561,7 @@ func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
 	b.mu.Lock()
 	gen := b.st.gens.n
 	b.mu.Unlock()
-	res1, err := b.Resume(ctx, state, 2, 1)
+	res1, err := b.Resume(ctx, state, 2, 1, "")
 	b.mu.Lock()
 	joined := b.st.gens.n == gen
 	b.mu.Unlock()
@@ -579,13 +579,13 @@ func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
 
 	// Rank 0 restarts alone (a new process): the next generation. Rank
 	// 1, of the one before, must resume before it takes a part.
-	if _, err := b.Resume(ctx, state, 2, 0); err != nil {
+	if _, err := b.Resume(ctx, state, 2, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.nextPart(ctx, rankRequest{rank: 1, world: 2}); !errors.Is(err, ErrResumeConflict) || !strings.Contains(err.Error(), "load the checkpoint again") {
 		t.Fatalf("rank 1 of the generation before: %v, want ErrResumeConflict", err)
 	}
-	if _, err := b.Resume(ctx, state, 2, 1); err != nil {
+	if _, err := b.Resume(ctx, state, 2, 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	all := takeRanks(t, ag, 2, -1)

@@ -289,7 +289,10 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		if len(req.ID) > maxResumeID {
 			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), maxResumeID)}
 		}
-		res, err := a.resumeFor(ctx, resumeRequest{state: st, world: req.World, rank: req.Rank, id: req.ID}, member)
+		if err := checkGeneration(req.Generation); err != nil {
+			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
+		}
+		res, err := a.resumeFor(ctx, resumeRequest{state: st, world: req.World, rank: req.Rank, token: req.Generation, id: req.ID}, member)
 		if err != nil {
 			return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
 		}

@@ -7,7 +7,7 @@ is the list of samples it took, appended to a keys file as
 
     ranks.py --world-size W --rank R=URL [--rank R=URL ...] --out DIR --run NAME
              [--ckpt-after N] [--stop-after N] [--resume STATE.json | --resume-own RUN]
-             [--stagger S] [--seed N] [--prefetch N]
+             [--stagger S] [--seed N] [--prefetch N] [--generation G]
 
 --ckpt-after N: after its N-th batch each rank writes its state_dict() to
 DIR/NAME-state-rankR.json (atomically), as a DDP trainer's ranks each hold
@@ -19,6 +19,8 @@ trainer's would.
 --resume-own RUN: rank R loads DIR/RUN-state-rankR.json (rank 0's if the
 checkpointed run had no rank R). The ranks start
 at once (a barrier), each after a random delay of up to --stagger seconds.
+--generation G is the launch's (sluice.Loader's generation), as torchrun
+or sluice.torch give every rank of one launch.
 A rank that is done writes DIR/NAME-rankR.done; one that fails writes its
 error to DIR/NAME-rankR.err and the process exits 3.
 """
@@ -49,6 +51,7 @@ def main():
     ap.add_argument("--stagger", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prefetch", type=int, default=2)
+    ap.add_argument("--generation")
     args = ap.parse_args()
 
     ranks = []
@@ -65,7 +68,8 @@ def main():
 
     def rank_main(rank, url):
         try:
-            loader = Loader(url, rank=rank, world_size=args.world_size, prefetch=args.prefetch, timeout=120)
+            loader = Loader(url, rank=rank, world_size=args.world_size, prefetch=args.prefetch, timeout=120,
+                            generation=args.generation)
             if args.resume or args.resume_own:
                 src = args.resume
                 if args.resume_own:
