@@ -75,9 +75,15 @@ func (e *env) floorCreate(t *testing.T) string {
 // while the KPA starts a pod).
 func (e *env) floorColdStart(t *testing.T, url string) time.Duration {
 	t.Helper()
-	e.waitScaledToZero(t, floorService)
+	// No pod at all, draining ones included: after the scale to zero
+	// alone, a first response took 0.00 s once (not a cold start).
+	e.waitZeroPods(t, floorService)
 	c := &http.Client{Timeout: 3 * time.Minute}
 	start := time.Now()
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	tl := e.watchPods(wctx, t, floorService, start)
+	defer func() { t.Logf("figures: floor_pod_since_request %s", tl) }()
 	resp, err := c.Get(url + "/")
 	if err != nil {
 		t.Fatalf("the minimal Service from zero: %v", err)
@@ -177,7 +183,7 @@ func TestColdStartThroughTheActivator(t *testing.T) {
 		floor = append(floor, e.floorColdStart(t, floorURL))
 
 		// No pod at all, the last one's 30 s drain included: a cold start.
-		e.waitScaledToZero(t, fnService)
+		e.waitZeroPods(t, fnService)
 		wctx, stopWatch := context.WithCancel(context.Background())
 		tl := e.watchPods(wctx, t, fnService, time.Now())
 		j := e.startJob(t, "cold-"+string(rune('a'+round)), kd, epochs, 2)
