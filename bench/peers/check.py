@@ -132,7 +132,18 @@ def pick_best(rows):
     for (_, _), rs in groups.items():
         ok = [r for r in rs if r.get("ok") and r.get("images_per_s")]
         pick = dict(max(ok, key=lambda r: r["images_per_s"]) if ok else rs[0])
-        pick["grid"] = {str(r["setting"]): (r["images_per_s"] if r.get("ok") else "failed") for r in rs}
+        # Each setting's best rate over the passes, "failed" where none ran.
+        grid = {}
+        for r in rs:
+            k = str(r["setting"])
+            v = r["images_per_s"] if r.get("ok") and r.get("images_per_s") else None
+            if v is not None and not isinstance(grid.get(k), float):
+                grid[k] = v
+            elif v is not None:
+                grid[k] = max(grid[k], v)
+            else:
+                grid.setdefault(k, "failed")
+        pick["grid"] = grid
         best.append(pick)
     return best
 

@@ -488,7 +488,7 @@ def run_sluice(a, probe):
         if r.returncode:
             raise RuntimeError("sluice job submit: " + r.stderr.strip().replace("\n", " | "))
         ctl = start("controller", [binary, "controller", "--actuator", "local", "--listen", "127.0.0.1:0",
-                                   "--max-replicas", str(a.setting)], env)
+                                   "--max-replicas", str(a.setting), "--replica-concurrency", str(a.concurrency)], env)
         procs.append(ctl)
         agent_addr = f"127.0.0.1:{free_port()}"
         agent = start("agent", [binary, "agent", "--job", "peers", "--listen", agent_addr, "--world-size", "1"], env)
@@ -508,7 +508,7 @@ def run_sluice(a, probe):
                 p.kill()
         for log in logs:
             log.close()
-    return {"setting_name": "replicas (1 core each)"}
+    return {"setting_name": "replicas x concurrency"}
 
 
 SYSTEMS = {
@@ -529,7 +529,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("system", choices=sorted(SYSTEMS))
     ap.add_argument("--data", required=True)
-    ap.add_argument("--setting", type=int, default=2)
+    ap.add_argument("--setting", default="2", help="the grid's value: workers, threads, replicas; for Sluice "
+                    "REPLICAS or REPLICASxCONCURRENCY (shards one replica processes at once)")
     ap.add_argument("--dtype", choices=["uint8", "f32"], default="uint8")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=256)
@@ -537,6 +538,8 @@ def main():
     ap.add_argument("--stack-bin", default="")
     ap.add_argument("--work", default="")
     a = ap.parse_args()
+    a.setting, _, conc = a.setting.partition("x")
+    a.setting, a.concurrency = int(a.setting), int(conc or 1)
     probe = Probe(a.dtype, a.epochs)
     extra = SYSTEMS[a.system](a, probe) or {}
     probe.finish(**extra)

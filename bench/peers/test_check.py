@@ -131,6 +131,13 @@ class Output(unittest.TestCase):
         self.assertEqual(len(best), 1)
         self.assertEqual(best[0]["setting"], 2)
         self.assertEqual(best[0]["grid"], {"1": 900.0, "2": 1234.5, "3": "failed"})
+        # A second pass: each setting keeps its best, a failure does not
+        # hide a run that passed.
+        rows += [dict(self.ROWS[0], setting=1, images_per_s=1300.0), dict(self.ROWS[0], setting=2, ok=False),
+                 dict(self.ROWS[0], setting=3, images_per_s=1000.0)]
+        best = check.pick_best(rows)
+        self.assertEqual((best[0]["setting"], best[0]["images_per_s"]), (1, 1300.0))
+        self.assertEqual(best[0]["grid"], {"1": 1300.0, "2": 1234.5, "3": 1000.0})
 
     def test_figures(self):
         f = check.figures({"images": 1100, "first_batch_images": 100, "t_start": 0.0, "t_first": 2.0, "t_end": 4.0,
