@@ -30,14 +30,17 @@ def write(report, path):
             ys = [i + (j - 0.5) * h for i in range(len(systems))]
             bars = ax.barh(ys, vals, height=h, label=dt, color=("#4477aa" if dt == "uint8" else "#ee7733"))
             for b, v, lab in zip(bars, vals, labels):
-                ax.text(b.get_width(), b.get_y() + h / 2, f" {v:,.0f}" if v else " " + lab, va="center", fontsize=7)
+                txt = (f" {v:,.0f}" if key == "images_per_s" else f" {v:.2f}") if v else " " + lab
+                ax.text(b.get_width(), b.get_y() + h / 2, txt, va="center", fontsize=7)
         ax.set_yticks(range(len(systems)))
         ax.set_yticklabels(systems, fontsize=8)
         ax.invert_yaxis()
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
     load = report.get("load_avg_at_start", [0])[0]
-    fig.suptitle(f"bench/peers: {report['images']['dataset']['images']} JPEGs, cores {report['cores']}, "
-                 f"load average {load:.1f} at start ({report['started_utc']})", fontsize=9)
+    passes = report["images"].get("passes", 1)
+    fig.suptitle(f"bench/peers: {report['images']['dataset']['images']} JPEGs, epoch 1 of 3, each system's best setting"
+                 f"{' of %d passes' % passes if passes > 1 else ''}, 2 shared cores, load average {load:.1f} at start "
+                 f"({report['started_utc']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

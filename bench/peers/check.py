@@ -217,3 +217,45 @@ def snake_case_keys(obj, path="$"):
         for i, v in enumerate(obj):
             bad += snake_case_keys(v, f"{path}[{i}]")
     return bad
+
+
+def targets(best, lm_runs):
+    """Issue 32's targets, from the same run: Sluice's best build against
+    the best peer, per output dtype. Lines of text; a target with nothing
+    to compare says so."""
+    out = []
+    for dtype in ("uint8", "f32"):
+        ok = [r for r in best if r["dtype"] == dtype and r.get("ok") and r.get("cpu_s_per_1k")]
+        ours = [r for r in ok if r["system"].startswith("sluice")]
+        peers = [r for r in ok if not r["system"].startswith("sluice")]
+        if not ours or not peers:
+            out.append(f"{dtype}: nothing to compare (Sluice ran: {bool(ours)}, a peer ran: {bool(peers)})")
+            continue
+        s = min(ours, key=lambda r: r["cpu_s_per_1k"])
+        p = min(peers, key=lambda r: r["cpu_s_per_1k"])
+        ratio = p["cpu_s_per_1k"] / s["cpu_s_per_1k"]
+        out.append(f"{dtype}: images per CPU-second {s['system']} {1000 / s['cpu_s_per_1k']:.0f}, best peer "
+                   f"{p['system']} {1000 / p['cpu_s_per_1k']:.0f}: {ratio:.2f}x (target 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})")
+        pt = min(peers, key=lambda r: r["trainer_cpu_s_per_1k"])
+        tr = s["trainer_cpu_s_per_1k"] / pt["trainer_cpu_s_per_1k"] if pt["trainer_cpu_s_per_1k"] else float("inf")
+        out.append(f"{dtype}: trainer CPU-s/1k {s['system']} {s['trainer_cpu_s_per_1k']:.2f}, lowest peer {pt['system']} "
+                   f"{pt['trainer_cpu_s_per_1k']:.2f}: {tr:.2f}x (target <= 0.5x: {'met' if tr <= 0.5 else 'NOT met'})")
+        pf = min(peers, key=lambda r: r["first_batch_s"])
+        out.append(f"{dtype}: first batch {s['system']} {s['first_batch_s']:.2f}s, earliest peer {pf['system']} "
+                   f"{pf['first_batch_s']:.2f}s (target no later: {'met' if s['first_batch_s'] <= pf['first_batch_s'] else 'NOT met'})")
+        pr = max(peers, key=lambda r: r["images_per_s"])
+        sr = max(ours, key=lambda r: r["images_per_s"])
+        out.append(f"{dtype}: images/s {sr['system']} {sr['images_per_s']:.0f}, fastest peer {pr['system']} "
+                   f"{pr['images_per_s']:.0f}: {sr['images_per_s'] / pr['images_per_s']:.2f}x (no target; the cores were shared)")
+    for tok in sorted({r["tokenizer"] for r in lm_runs}):
+        rs = [r for r in lm_runs if r["tokenizer"] == tok and r.get("ok") and r.get("tokens_per_cpu_s")]
+        ours = [r for r in rs if r["system"] == "sluice"]
+        peers = [r for r in rs if r["system"] != "sluice"]
+        if not ours or not peers:
+            out.append(f"lm {tok}: nothing to compare")
+            continue
+        p = max(peers, key=lambda r: r["tokens_per_cpu_s"])
+        ratio = ours[0]["tokens_per_cpu_s"] / p["tokens_per_cpu_s"]
+        out.append(f"lm {tok}: tokens per CPU-second sluice {ours[0]['tokens_per_cpu_s'] / 1e6:.2f}M, best peer {p['system']} "
+                   f"{p['tokens_per_cpu_s'] / 1e6:.2f}M: {ratio:.2f}x (target 2x: {'met' if ratio >= 2 else 'NOT met'})")
+    return out

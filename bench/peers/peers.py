@@ -120,21 +120,28 @@ def become_subreaper():
 
 
 class TreeMeter:
-    """Samples every descendant of this process. CPU: each listed process's
-    own (user + system) plus what it reaped of its children (psutil's
-    children_user/system), plus what this process reaped since the meter
-    started (the orphans it was given): exact at any moment, whichever
-    processes ended. Memory: the peak of the summed PSS (RSS where PSS is
-    unreadable), since forked workers share pages that RSS would count once
-    per worker."""
+    """Samples every descendant of this process.
 
-    def __init__(self, interval=0.25):
+    CPU, two ways, the larger counted: (a) each listed process's own user +
+    system time plus its reaped children's (psutil's children_user/system),
+    plus what this process reaped since the meter started (orphans given to
+    it): exact while every parent waits for its children; (b) the last
+    value seen of each process's own time, summed over every process seen:
+    short by what a process spent after its last sample, but it keeps the
+    children of a parent that does not wait for them (auto-reaped: Ray's
+    workers), which (a) loses. The breakdown by process is (b)'s.
+
+    Memory: the peak of the summed PSS (RSS where PSS is unreadable), since
+    forked workers share pages that RSS would count once per worker."""
+
+    def __init__(self, interval=0.15):
         import psutil
         self.psutil = psutil
         self.me = psutil.Process()
         t = os.times()
         self.base = t.children_user + t.children_system
         self.peak_mb = 0.0
+        self.own = {}  # (pid, start time) -> [name, last own CPU seen]
         self.by_name = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -144,21 +151,22 @@ class TreeMeter:
 
     def sample(self):
         ps = self.psutil
-        cpu = mem = 0.0
+        exact = mem = 0.0
         with self.lock:
             try:
                 kids = self.me.children(recursive=True)
             except ps.Error:
                 kids = []
-            by = {}
             for p in kids:
                 try:
                     c = p.cpu_times()
-                    own = c.user + c.system + c.children_user + c.children_system
-                    cpu += own
-                    by[proc_name(p)] = by.get(proc_name(p), 0.0) + own
+                    key = (p.pid, p.create_time())
                 except ps.Error:
                     continue
+                exact += c.user + c.system + c.children_user + c.children_system
+                if key not in self.own:
+                    self.own[key] = [proc_name(p), 0.0]
+                self.own[key][1] = c.user + c.system
                 try:
                     mem += p.memory_full_info().pss
                 except ps.Error:
@@ -167,10 +175,15 @@ class TreeMeter:
                     except ps.Error:
                         pass
             t = os.times()
-            cpu += t.children_user + t.children_system - self.base
-            self.peak_mb = max(self.peak_mb, mem / 2 ** 20)
+            exact += t.children_user + t.children_system - self.base
+            seen = 0.0
+            by = {}
+            for name, cpu in self.own.values():
+                seen += cpu
+                by[name] = by.get(name, 0.0) + cpu
             self.by_name = by
-            return cpu
+            self.peak_mb = max(self.peak_mb, mem / 2 ** 20)
+            return max(exact, seen)
 
     def loop(self):
         while not self.stop.wait(self.interval):
@@ -368,9 +381,19 @@ def main():
     ap.add_argument("--lm-repeats", type=int, default=16, help="times the 1.8 MB corpus is taken (shuffled anew each time)")
     ap.add_argument("--merge", default="", help="a report of an earlier pass (--json): its image runs join this "
                     "pass's before each system's best is picked (best of both: on shared cores one pass is noisy)")
+    ap.add_argument("--replace", action="store_true", help="with --merge: the merged report's runs of the systems "
+                    "this pass runs are dropped, not joined (a rerun after a fix)")
     ap.add_argument("--skip-lm", action="store_true")
     ap.add_argument("--skip-images", action="store_true")
+    ap.add_argument("--report", default="", help="print the tables of a report written with --json (and --png), run nothing")
     args = ap.parse_args()
+    if args.report:
+        report = json.load(open(args.report))
+        print_report(report)
+        if args.png:
+            import chart
+            chart.write(report, args.png)
+        return
     become_subreaper()
     load = os.getloadavg()
     report = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_at_start": list(load),
@@ -410,27 +433,25 @@ def main():
             passes = 1 + max((r.get("pass", 1) for r in prev["images"]["runs"]), default=1)
             for r in rows:
                 r["pass"] = passes
-            rows = prev["images"]["runs"] + rows
+            kept = [r for r in prev["images"]["runs"] if not (args.replace and r["system"] in systems)]
+            rows = kept + rows
             report["merged_from"] = {"file": args.merge, "started_utc": prev.get("started_utc"),
-                                     "load_avg_at_start": prev.get("load_avg_at_start")}
+                                     "load_avg_at_start": prev.get("load_avg_at_start"),
+                                     "replaced_systems": sorted({r["system"] for r in prev["images"]["runs"]} - {r["system"] for r in kept}),
+                                     "merged_from": prev.get("merged_from")}
+            if args.skip_lm and prev.get("lm"):
+                report["lm"] = prev["lm"]
         check.compare_means(rows)
         report["images"] = {"dataset": {"images": len(manifest["keys"]), "shards": len(manifest["shards"]),
                                         "mean_jpeg_kib": round(manifest["jpeg_bytes"] / len(manifest["keys"]) / 1024, 1),
                                         "epochs": args.epochs, "batch": args.batch},
                             "runs": rows, "best": check.pick_best(rows)}
         report["images"]["passes"] = passes
-        print(f"\nImages ({'best of %d passes, ' % passes if passes > 1 else ''}figures of epoch 1): {len(manifest['keys'])} JPEGs (~{report['images']['dataset']['mean_jpeg_kib']} KiB), "
-              f"{args.epochs} epochs, batches of {args.batch}, cores {CORES}, load average at start {load[0]:.2f}")
-        print(check.format_table(report["images"]["best"]))
     if not args.skip_lm:
         import lm
         report["lm"] = lm.run_all(args, CACHE, VENVS, run_measured, bins)
-        print()
-        print(lm.format_report(report["lm"]))
-    print("\ninstall costs (MB on disk, minutes): " + ", ".join(
-        f"{k} {v['mb']:.0f} MB {v['minutes']:.1f} min" + ("" if v.get("rc") == 0 else " (FAILED)")
-        for k, v in sorted(report["install_costs"].items())))
     report["load_avg_at_end"] = list(os.getloadavg())
+    print_report(report)
     bad = check.snake_case_keys(report)
     if bad:
         log("peers: keys not snake_case: " + ", ".join(bad[:5]))
@@ -444,6 +465,45 @@ def main():
         import chart
         chart.write(report, args.png)
         log(f"peers: chart in {args.png}")
+
+
+def merged_note(m):
+    out = ""
+    while m:
+        out += (f"; merged with the pass of {m['started_utc']} (load average {m['load_avg_at_start'][0]:.2f} at its start"
+                + (f"; its runs of {', '.join(m['replaced_systems'])} replaced by this pass's" if m.get("replaced_systems") else "")
+                + ")")
+        m = m.get("merged_from")
+    return out
+
+
+def print_report(report):
+    """The tables, the targets and the install costs, from a report (this
+    run's, or one --report reads back)."""
+    load = report["load_avg_at_start"]
+    print(f"bench/peers {report['started_utc']}: {report.get('cpu_model')}, cores {report['cores']}, load average "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start, {report['load_avg_at_end'][0]:.2f} at end"
+          + merged_note(report.get("merged_from")))
+    v = report["versions"]
+    print("versions: " + ", ".join(f"{k} {v[k]}" for k in sorted(v)))
+    im = report.get("images") or {}
+    if im:
+        d, passes = im["dataset"], im.get("passes", 1)
+        print(f"\nImages ({'best of %d passes; ' % passes if passes > 1 else ''}figures of epoch 1 of {d['epochs']}): "
+              f"{d['images']} JPEGs (~{d['mean_jpeg_kib']} KiB), batches of {d['batch']}")
+        print(check.format_table(im["best"]))
+        print("grids (img/s per setting): " + "; ".join(
+            f"{r['system']} {r['dtype']} {r['grid']}" for r in im["best"]))
+    if report.get("lm"):
+        import lm
+        print()
+        print(lm.format_report(report["lm"]))
+    print("\nagainst the targets:")
+    for line in check.targets(im.get("best", []), (report.get("lm") or {}).get("runs", [])):
+        print("  " + line)
+    print("\ninstall costs (MB on disk, minutes): " + ", ".join(
+        f"{k} {c['mb']:.0f} MB {c['minutes']:.1f} min" + ("" if c.get("rc") == 0 else " (FAILED)")
+        for k, c in sorted(report["install_costs"].items())))
 
 
 def run_measured(cmd, env, timeout, work):

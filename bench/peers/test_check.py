@@ -139,6 +139,17 @@ class Output(unittest.TestCase):
         self.assertEqual((best[0]["setting"], best[0]["images_per_s"]), (1, 1300.0))
         self.assertEqual(best[0]["grid"], {"1": 1300.0, "2": 1234.5, "3": 1000.0})
 
+    def test_targets(self):
+        best = [dict(self.ROWS[0]), {"system": "dali-cpu", "dtype": "uint8", "ok": True, "images_per_s": 900.0,
+                                     "cpu_s_per_1k": 2.0, "trainer_cpu_s_per_1k": 2.0, "first_batch_s": 3.0}]
+        lines = check.targets(best, [{"system": "sluice", "tokenizer": "gpt2", "ok": True, "tokens_per_cpu_s": 3e6},
+                                     {"system": "tiktoken", "tokenizer": "gpt2", "ok": True, "tokens_per_cpu_s": 4e6}])
+        self.assertIn("images per CPU-second sluice-turbo 667, best peer dali-cpu 500: 1.33x (target 1.5x: NOT met)", lines[0])
+        self.assertIn("0.03x (target <= 0.5x: met)", lines[1])
+        self.assertIn("(target no later: met)", lines[2])
+        self.assertIn("f32: nothing to compare", lines[4])
+        self.assertIn("lm gpt2: tokens per CPU-second sluice 3.00M, best peer tiktoken 4.00M: 0.75x (target 2x: NOT met)", lines[5])
+
     def test_figures(self):
         f = check.figures({"images": 1100, "first_batch_images": 100, "t_start": 0.0, "t_first": 2.0, "t_end": 4.0,
                            "tree_cpu_first": 10.0, "tree_cpu_end": 13.0, "trainer_cpu_s": 0.5, "peak_mem_mb": 99.6})
