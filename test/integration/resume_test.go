@@ -593,7 +593,24 @@ func randomResumeCase(seed uint64) resumeCase {
 	// A launch killed during its resume needs names (generations);
 	// otherwise half the seeds go by which ranks resumed.
 	rc.tokens = rc.secondKill > 0 || rng.IntN(2) == 0
+	if rc.secondKill > 0 && stepsLeft(per, rc.before.world, rc.after.world, rc.ckptAfter) < 5 {
+		// The killed resume would be handed every step left (see above)
+		// and its agents end, delivered.
+		rc.secondKill = 0
+	}
 	return rc
+}
+
+// stepsLeft is how many steps of after ranks follow a checkpoint taken
+// after ckpt steps of before ranks, with per samples an epoch.
+func stepsLeft(per, before, after, ckpt int) int {
+	stepsOf := func(rows, world int) int { return (rows + world*resumeBatch - 1) / (world * resumeBatch) }
+	sb := stepsOf(per, before)
+	e, s := ckpt/sb, ckpt%sb
+	if e >= resumeEpochs {
+		return 0
+	}
+	return stepsOf(per-min(s*before*resumeBatch, per), after) + (resumeEpochs-1-e)*stepsOf(per, after)
 }
 
 // TestIntegrationResumeRandom: randomized resumes with the real Python
