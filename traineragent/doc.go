@@ -38,7 +38,7 @@
 // Ranks: by default one agent serves every rank of each reader (ranks on
 // other nodes reach it over TCP). The job's batch size is per rank. The
 // assembler cuts batches of that size per epoch; the rank layer
-// (planStep, a pure policy) groups world-size consecutive batches of one
+// (stepplan.Step, a pure policy) groups world-size consecutive batches of one
 // epoch into a global step and gives rank r the r-th. Epochs go to the
 // ranks strictly in order. When an epoch is cut and fewer than a full
 // step of samples (n) remain, they form its last step, split so that
@@ -58,9 +58,9 @@
 // serving rank 0 plans: the others (members) tell it each chunk's row count
 // over core NATS requests (wire.TeamSubject), and it runs the reader as
 // above (positions, resume, settling, the done key) with every batch
-// labelled by the agent holding it. The team policy (planTeamStep) gives
+// labelled by the agent holding it. The team policy (stepplan.TeamStep) gives
 // each rank its own agent's next full batch; once an epoch is cut its
-// rest is planned at once (planRest): full steps, then the tail split
+// rest is planned at once (stepplan.Rest): full steps, then the tail split
 // evenly over all ranks, each rank taking its own agent's rows while its
 // agent has rows its ranks need, and the surplus of others otherwise.
 // Rows are drawn from each agent's front, step by step, so every chunk's

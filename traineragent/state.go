@@ -29,7 +29,7 @@ type readerState struct {
 	// steps forms the ranks' steps: one agent's (soloSteps) or a team's
 	// (teamSteps, which holds the team's holders and members).
 	steps stepPolicy
-	// rest is the plan of the rest of a cut epoch (a team's: stepRest).
+	// rest is the plan of the rest of a cut epoch (a team's: stepplan.StepRest).
 	rest *restPlan
 	// gens is the book of the generations of ranks: which state the
 	// current one resumed from, and which of its ranks resumed.

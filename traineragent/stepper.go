@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 )
 
 // ErrWorldMismatch means a request's world size, rank or drop_last does
@@ -158,8 +159,8 @@ func (st *readerState) take(rank, world int, superseded bool, now time.Time) (p 
 }
 
 // supply is what the ranks' current epoch e has ready.
-func (st *readerState) supply(e int) epochSupply {
-	var sup epochSupply
+func (st *readerState) supply(e int) stepplan.EpochSupply {
+	var sup stepplan.EpochSupply
 	for _, b := range st.ready[e] {
 		sup.Ready = append(sup.Ready, len(b.Keys))
 	}
@@ -179,7 +180,7 @@ func (st *readerState) stepReady() bool {
 	if s.epoch >= st.job.Spec.Epochs {
 		return true
 	}
-	return planStep(st.supply(s.epoch), max(s.world, 1), st.job.Spec.BatchSize, s.dropLast).Action != stepWait
+	return stepplan.Step(st.supply(s.epoch), max(s.world, 1), st.job.Spec.BatchSize, s.dropLast).Action != stepplan.StepWait
 }
 
 // stepPolicy forms a reader's global steps from what it holds: one agent
@@ -202,7 +203,7 @@ type stepPolicy interface {
 	serves(r int, agent string) error
 }
 
-// soloSteps is the step policy of a lone agent (planStep).
+// soloSteps is the step policy of a lone agent (stepplan.Step).
 type soloSteps struct{}
 
 // pull: wanted while the prefetch has room, or the ranks' epoch has no
@@ -224,22 +225,22 @@ func (soloSteps) form(st *readerState, now time.Time) bool {
 	changed := false
 	for s.epoch < st.job.Spec.Epochs {
 		e := s.epoch
-		plan := planStep(st.supply(e), s.world, st.job.Spec.BatchSize, s.dropLast)
+		plan := stepplan.Step(st.supply(e), s.world, st.job.Spec.BatchSize, s.dropLast)
 		switch plan.Action {
-		case stepWait:
+		case stepplan.StepWait:
 			return changed
-		case stepEpochDone:
+		case stepplan.StepEpochDone:
 			s.epoch, s.step = e+1, 0
 			changed = true
 			continue
-		case stepDrop:
+		case stepplan.StepDrop:
 			st.dropTail(e, now)
 			changed = true
 			continue
 		}
 		batches := st.takeReady(e, plan.Batches, now)
 		var parts []Batch
-		if plan.Action == stepFull {
+		if plan.Action == stepplan.StepFull {
 			for _, b := range batches {
 				parts = append(parts, b.Batch)
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -206,10 +207,10 @@ func (t *teamState) checkJoin(st *readerState, name, nonce string, ranks []int, 
 }
 
 // supply is what the team policy sees of epoch e.
-func (t *teamState) supply(st *readerState, e int) teamSupply {
-	var sup teamSupply
+func (t *teamState) supply(st *readerState, e int) stepplan.TeamSupply {
+	var sup stepplan.TeamSupply
 	for _, b := range st.ready[e] {
-		sup.Ready = append(sup.Ready, teamBatch{Holder: b.holder(), Rows: len(b.Keys)})
+		sup.Ready = append(sup.Ready, stepplan.TeamBatch{Holder: b.holder(), Rows: len(b.Keys)})
 	}
 	if e < st.asm.finished {
 		sup.Cut = true
@@ -234,8 +235,8 @@ func (t *teamState) pull(st *readerState) (wants, starved bool) {
 }
 
 // form is the team's stepPolicy.form: full steps of each rank's own
-// agent's batches (planTeamStep) until the epoch is cut, then the rest
-// of it as planRest plans it.
+// agent's batches (stepplan.TeamStep) until the epoch is cut, then the rest
+// of it as stepplan.Rest plans it.
 func (t *teamState) form(st *readerState, now time.Time) bool {
 	s := &st.ranks
 	changed := false
@@ -248,15 +249,15 @@ func (t *teamState) form(st *readerState, now time.Time) bool {
 		if !t.complete() {
 			return changed
 		}
-		plan := planTeamStep(t.supply(st, e), t.holders, st.job.Spec.BatchSize, s.dropLast)
+		plan := stepplan.TeamStep(t.supply(st, e), t.holders, st.job.Spec.BatchSize, s.dropLast)
 		switch plan.Action {
-		case stepWait:
+		case stepplan.StepWait:
 			return changed
-		case stepEpochDone:
+		case stepplan.StepEpochDone:
 			s.epoch, s.step = e+1, 0
 			changed = true
 			continue
-		case stepRest:
+		case stepplan.StepRest:
 			st.rest = st.planRestOf(t, e)
 			changed = true
 			continue
@@ -312,7 +313,7 @@ type rowItem struct {
 	idx int // its row in c
 }
 
-// restPlan is what is left of a cut epoch, planned by planRest.
+// restPlan is what is left of a cut epoch, planned by stepplan.Rest.
 type restPlan struct {
 	epoch   int
 	steps   [][][]rowItem // per step, per rank
@@ -339,7 +340,7 @@ func (st *readerState) planRestOf(t *teamState, e int) *restPlan {
 	for h, l := range rows {
 		counts[h] = len(l)
 	}
-	steps, dropped := planRest(counts, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast)
+	steps, dropped := stepplan.Rest(counts, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast)
 	next := map[string]int{}
 	takeRows := func(h string, n int) []rowItem {
 		l := rows[h][next[h] : next[h]+n]
@@ -532,7 +533,7 @@ func (t *teamState) wants(st *readerState, h string) bool {
 		return false
 	}
 	sup := t.supply(st, e)
-	if planTeamStep(sup, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast).Action != stepWait {
+	if stepplan.TeamStep(sup, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast).Action != stepplan.StepWait {
 		return false
 	}
 	full := map[string]int{}

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -598,7 +599,7 @@ func (f *readyFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // BenchmarkPlanTeamStep is the planner's per-request policy work at scale:
-// planTeamStep over the ready batches of N agents of 8 ranks each, 4
+// stepplan.TeamStep over the ready batches of N agents of 8 ranks each, 4
 // global steps ready (the default prefetch), as teamWants runs it (under
 // the reader's lock) for every chunk note, shard end and status a member
 // sends, and formTeamStep for every step.
@@ -610,17 +611,17 @@ func BenchmarkPlanTeamStep(b *testing.B) {
 			for r := range holders {
 				holders[r] = fmt.Sprintf("node%d", r/perNode)
 			}
-			var sup teamSupply
+			var sup stepplan.TeamSupply
 			for range steps * perNode {
 				for n := range nodes {
-					sup.Ready = append(sup.Ready, teamBatch{Holder: fmt.Sprintf("node%d", n), Rows: batch})
+					sup.Ready = append(sup.Ready, stepplan.TeamBatch{Holder: fmt.Sprintf("node%d", n), Rows: batch})
 				}
 			}
 			// The last agent is one batch short: the step waits, as it
 			// does whenever teamWants asks whether that agent should take more.
 			sup.Ready = sup.Ready[:len(sup.Ready)-1]
 			for b.Loop() {
-				if p := planTeamStep(sup, holders, batch, false); p.Action != stepFull && p.Action != stepWait {
+				if p := stepplan.TeamStep(sup, holders, batch, false); p.Action != stepplan.StepFull && p.Action != stepplan.StepWait {
 					b.Fatalf("action %v", p.Action)
 				}
 			}

@@ -1,4 +1,4 @@
-package traineragent
+package stepplan
 
 import (
 	"math/rand/v2"
@@ -8,32 +8,32 @@ import (
 
 func TestPlanTeamStep(t *testing.T) {
 	const b = 4
-	full := func(h string) teamBatch { return teamBatch{h, b} }
+	full := func(h string) TeamBatch { return TeamBatch{h, b} }
 	for _, tc := range []struct {
 		name     string
-		s        teamSupply
+		s        TeamSupply
 		holders  []string
 		dropLast bool
-		want     teamPlan
+		want     TeamPlan
 	}{
-		{"each rank its own agent's batch", teamSupply{Ready: []teamBatch{full("a"), full("b"), full("a"), full("b"), full("a")}},
-			[]string{"a", "a", "b"}, false, teamPlan{Action: stepFull, Take: []int{0, 2, 1}}},
-		{"an agent without a batch for each of its ranks", teamSupply{Ready: []teamBatch{full("a"), full("a"), full("a"), full("b")}, Pending: 9},
-			[]string{"a", "b", "b"}, false, teamPlan{Action: stepWait}},
-		{"no step known to follow", teamSupply{Ready: []teamBatch{full("a"), full("b")}},
-			[]string{"a", "b"}, false, teamPlan{Action: stepWait}},
-		{"pending samples follow", teamSupply{Ready: []teamBatch{full("a"), full("b")}, Pending: 1},
-			[]string{"a", "b"}, false, teamPlan{Action: stepFull, Take: []int{0, 1}}},
-		{"drop_last: a full step's worth must follow", teamSupply{Ready: []teamBatch{full("a"), full("b"), full("a")}, Pending: 3},
-			[]string{"a", "b"}, true, teamPlan{Action: stepWait}},
-		{"drop_last: it does", teamSupply{Ready: []teamBatch{full("a"), full("b"), full("a")}, Pending: 4},
-			[]string{"a", "b"}, true, teamPlan{Action: stepFull, Take: []int{0, 1}}},
-		{"cut: the rest is planned at once", teamSupply{Ready: []teamBatch{full("a"), full("b"), {"a", 1}}, Cut: true},
-			[]string{"a", "b"}, false, teamPlan{Action: stepRest}},
-		{"cut and nothing left", teamSupply{Cut: true}, []string{"a", "b"}, false, teamPlan{Action: stepEpochDone}},
+		{"each rank its own agent's batch", TeamSupply{Ready: []TeamBatch{full("a"), full("b"), full("a"), full("b"), full("a")}},
+			[]string{"a", "a", "b"}, false, TeamPlan{Action: StepFull, Take: []int{0, 2, 1}}},
+		{"an agent without a batch for each of its ranks", TeamSupply{Ready: []TeamBatch{full("a"), full("a"), full("a"), full("b")}, Pending: 9},
+			[]string{"a", "b", "b"}, false, TeamPlan{Action: StepWait}},
+		{"no step known to follow", TeamSupply{Ready: []TeamBatch{full("a"), full("b")}},
+			[]string{"a", "b"}, false, TeamPlan{Action: StepWait}},
+		{"pending samples follow", TeamSupply{Ready: []TeamBatch{full("a"), full("b")}, Pending: 1},
+			[]string{"a", "b"}, false, TeamPlan{Action: StepFull, Take: []int{0, 1}}},
+		{"drop_last: a full step's worth must follow", TeamSupply{Ready: []TeamBatch{full("a"), full("b"), full("a")}, Pending: 3},
+			[]string{"a", "b"}, true, TeamPlan{Action: StepWait}},
+		{"drop_last: it does", TeamSupply{Ready: []TeamBatch{full("a"), full("b"), full("a")}, Pending: 4},
+			[]string{"a", "b"}, true, TeamPlan{Action: StepFull, Take: []int{0, 1}}},
+		{"cut: the rest is planned at once", TeamSupply{Ready: []TeamBatch{full("a"), full("b"), {"a", 1}}, Cut: true},
+			[]string{"a", "b"}, false, TeamPlan{Action: StepRest}},
+		{"cut and nothing left", TeamSupply{Cut: true}, []string{"a", "b"}, false, TeamPlan{Action: StepEpochDone}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := planTeamStep(tc.s, tc.holders, b, tc.dropLast)
+			got := TeamStep(tc.s, tc.holders, b, tc.dropLast)
 			if got.Action != tc.want.Action || !slices.Equal(got.Take, tc.want.Take) {
 				t.Errorf("got %v %v, want %v %v", got.Action, got.Take, tc.want.Action, tc.want.Take)
 			}
@@ -49,7 +49,7 @@ func TestPlanRestOneHolderIsPlanStep(t *testing.T) {
 		for total := 0; total <= 40; total++ {
 			for _, dropLast := range []bool{false, true} {
 				holders := make([]string, world)
-				steps, dropped := planRest(map[string]int{"": total}, holders, 3, dropLast)
+				steps, dropped := Rest(map[string]int{"": total}, holders, 3, dropLast)
 				full := total / (world * 3)
 				rest := total - full*world*3
 				wantSteps := full
@@ -110,7 +110,7 @@ func TestPlanRestProperties(t *testing.T) {
 		}
 		batch := 1 + rng.IntN(5)
 		dropLast := rng.IntN(3) == 0
-		steps, dropped := planRest(rows, holders, batch, dropLast)
+		steps, dropped := Rest(rows, holders, batch, dropLast)
 
 		full := total / (world * batch)
 		rest := total - full*world*batch

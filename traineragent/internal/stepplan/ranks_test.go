@@ -1,4 +1,4 @@
-package traineragent
+package stepplan
 
 import (
 	"testing"
@@ -10,40 +10,40 @@ func TestPlanStep(t *testing.T) {
 	const b = 4
 	for _, tc := range []struct {
 		name     string
-		supply   epochSupply
+		supply   EpochSupply
 		world    int
 		dropLast bool
-		want     stepPlan
+		want     Plan
 	}{
-		{"nothing yet", epochSupply{}, 2, false, stepPlan{Action: stepWait}},
-		{"one rank short", epochSupply{Ready: []int{b}, Pending: 3}, 2, false, stepPlan{Action: stepWait}},
-		{"full step, more ready", epochSupply{Ready: []int{b, b, b}}, 2, false, stepPlan{Action: stepFull, Batches: 2}},
-		{"full step, more pending", epochSupply{Ready: []int{b, b}, Pending: 1}, 2, false, stepPlan{Action: stepFull, Batches: 2}},
+		{"nothing yet", EpochSupply{}, 2, false, Plan{Action: StepWait}},
+		{"one rank short", EpochSupply{Ready: []int{b}, Pending: 3}, 2, false, Plan{Action: StepWait}},
+		{"full step, more ready", EpochSupply{Ready: []int{b, b, b}}, 2, false, Plan{Action: StepFull, Batches: 2}},
+		{"full step, more pending", EpochSupply{Ready: []int{b, b}, Pending: 1}, 2, false, Plan{Action: StepFull, Batches: 2}},
 		// Nothing known to follow: it could be the epoch's last step.
-		{"full step held back", epochSupply{Ready: []int{b, b}}, 2, false, stepPlan{Action: stepWait}},
-		{"last full step", epochSupply{Ready: []int{b, b}, Cut: true}, 2, false, stepPlan{Action: stepFull, Batches: 2, Last: true}},
-		{"full step before the tail", epochSupply{Ready: []int{b, b, 3}, Cut: true}, 2, false, stepPlan{Action: stepFull, Batches: 2}},
-		{"full step before a dropped tail is last", epochSupply{Ready: []int{b, b, b, 3}, Cut: true}, 3, true,
-			stepPlan{Action: stepFull, Batches: 3, Last: true}},
-		{"tail of full and partial", epochSupply{Ready: []int{b, 3}, Cut: true}, 3, false,
-			stepPlan{Action: stepTail, Batches: 2, Sizes: []int{3, 2, 2}, Last: true}},
-		{"tail smaller than the world", epochSupply{Ready: []int{2}, Cut: true}, 3, false,
-			stepPlan{Action: stepTail, Batches: 1, Sizes: []int{1, 1, 0}, Last: true}},
-		{"tail of one rank", epochSupply{Ready: []int{3}, Cut: true}, 1, false,
-			stepPlan{Action: stepTail, Batches: 1, Sizes: []int{3}, Last: true}},
-		{"tail dropped", epochSupply{Ready: []int{b, 3}, Cut: true}, 3, true, stepPlan{Action: stepDrop, Batches: 2}},
-		{"epoch done", epochSupply{Cut: true}, 2, false, stepPlan{Action: stepEpochDone}},
-		{"one rank, full batch", epochSupply{Ready: []int{b}, Pending: 1}, 1, false, stepPlan{Action: stepFull, Batches: 1}},
+		{"full step held back", EpochSupply{Ready: []int{b, b}}, 2, false, Plan{Action: StepWait}},
+		{"last full step", EpochSupply{Ready: []int{b, b}, Cut: true}, 2, false, Plan{Action: StepFull, Batches: 2, Last: true}},
+		{"full step before the tail", EpochSupply{Ready: []int{b, b, 3}, Cut: true}, 2, false, Plan{Action: StepFull, Batches: 2}},
+		{"full step before a dropped tail is last", EpochSupply{Ready: []int{b, b, b, 3}, Cut: true}, 3, true,
+			Plan{Action: StepFull, Batches: 3, Last: true}},
+		{"tail of full and partial", EpochSupply{Ready: []int{b, 3}, Cut: true}, 3, false,
+			Plan{Action: StepTail, Batches: 2, Sizes: []int{3, 2, 2}, Last: true}},
+		{"tail smaller than the world", EpochSupply{Ready: []int{2}, Cut: true}, 3, false,
+			Plan{Action: StepTail, Batches: 1, Sizes: []int{1, 1, 0}, Last: true}},
+		{"tail of one rank", EpochSupply{Ready: []int{3}, Cut: true}, 1, false,
+			Plan{Action: StepTail, Batches: 1, Sizes: []int{3}, Last: true}},
+		{"tail dropped", EpochSupply{Ready: []int{b, 3}, Cut: true}, 3, true, Plan{Action: StepDrop, Batches: 2}},
+		{"epoch done", EpochSupply{Cut: true}, 2, false, Plan{Action: StepEpochDone}},
+		{"one rank, full batch", EpochSupply{Ready: []int{b}, Pending: 1}, 1, false, Plan{Action: StepFull, Batches: 1}},
 		// drop_last: samples that may all be dropped do not make another
 		// step certain, so the step waits for the cut (the arrival order
 		// once left it unmarked as last: a CI flake of TestRanksDropLast).
-		{"drop_last, too few pending for another step", epochSupply{Ready: []int{b, b, b}, Pending: 2}, 3, true, stepPlan{Action: stepWait}},
-		{"drop_last, a full step more pending", epochSupply{Ready: []int{b, b, b, b}, Pending: 2*b + 1}, 3, true,
-			stepPlan{Action: stepFull, Batches: 3}},
-		{"drop_last, another full step ready", epochSupply{Ready: []int{b, b, b, b, b, b}}, 3, true, stepPlan{Action: stepFull, Batches: 3}},
+		{"drop_last, too few pending for another step", EpochSupply{Ready: []int{b, b, b}, Pending: 2}, 3, true, Plan{Action: StepWait}},
+		{"drop_last, a full step more pending", EpochSupply{Ready: []int{b, b, b, b}, Pending: 2*b + 1}, 3, true,
+			Plan{Action: StepFull, Batches: 3}},
+		{"drop_last, another full step ready", EpochSupply{Ready: []int{b, b, b, b, b, b}}, 3, true, Plan{Action: StepFull, Batches: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := planStep(tc.supply, tc.world, b, tc.dropLast)
+			got := Step(tc.supply, tc.world, b, tc.dropLast)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("planStep(%+v, world %d, drop_last %t) (-want +got):\n%s", tc.supply, tc.world, tc.dropLast, diff)
 			}
@@ -51,7 +51,7 @@ func TestPlanStep(t *testing.T) {
 	}
 }
 
-// TestPlanStepServesAnEpochEvenly plays whole epochs through planStep:
+// TestPlanStepServesAnEpochEvenly plays whole epochs through Step:
 // every sample goes to exactly one rank, every rank takes the same number
 // of steps, and a step's parts differ by at most one sample.
 func TestPlanStepServesAnEpochEvenly(t *testing.T) {
@@ -65,8 +65,8 @@ func TestPlanStepServesAnEpochEvenly(t *testing.T) {
 				}
 				served, dropped, steps, lasts := 0, 0, 0, 0
 				for range 100 {
-					plan := planStep(epochSupply{Ready: ready, Cut: true}, world, b, dropLast)
-					if plan.Action == stepEpochDone {
+					plan := Step(EpochSupply{Ready: ready, Cut: true}, world, b, dropLast)
+					if plan.Action == StepEpochDone {
 						break
 					}
 					n := 0
@@ -75,20 +75,20 @@ func TestPlanStepServesAnEpochEvenly(t *testing.T) {
 					}
 					ready = ready[plan.Batches:]
 					switch plan.Action {
-					case stepFull:
+					case StepFull:
 						if n != world*b {
 							t.Fatalf("%d samples, world %d: a full step of %d samples", samples, world, n)
 						}
 						served += n
 						steps++
-					case stepTail:
+					case StepTail:
 						lo, hi := plan.Sizes[0], plan.Sizes[len(plan.Sizes)-1]
 						if len(plan.Sizes) != world || lo-hi > 1 || lo < hi {
 							t.Fatalf("%d samples, world %d: tail sizes %v", samples, world, plan.Sizes)
 						}
 						served += n
 						steps++
-					case stepDrop:
+					case StepDrop:
 						dropped += n
 					default:
 						t.Fatalf("%d samples, world %d: %v with the epoch cut", samples, world, plan.Action)

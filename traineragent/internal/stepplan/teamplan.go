@@ -1,4 +1,4 @@
-package traineragent
+package stepplan
 
 import (
 	"maps"
@@ -14,46 +14,46 @@ import (
 // epoch one agent may hold rows another agent's ranks need, and those are
 // produced again there (functions are deterministic).
 
-// teamBatch is one ready batch as the team policy sees it: which agent
+// TeamBatch is one ready batch as the team policy sees it: which agent
 // holds its rows and how many there are.
-type teamBatch struct {
+type TeamBatch struct {
 	Holder string
 	Rows   int
 }
 
-// teamSupply is what the team policy knows of the epoch the ranks are in.
-type teamSupply struct {
+// TeamSupply is what the team policy knows of the epoch the ranks are in.
+type TeamSupply struct {
 	// Ready are the epoch's ready batches in order: full (batchSize) but,
 	// once the epoch is cut, each holder's last.
-	Ready []teamBatch
+	Ready []TeamBatch
 	// Pending are the samples waiting in partial batches, every holder's.
 	Pending int
 	// Cut says every chunk of the epoch arrived.
 	Cut bool
 }
 
-// teamPlan is planTeamStep's decision.
-type teamPlan struct {
-	// Action is stepWait, stepFull (Take), stepRest (the epoch is cut:
-	// planRest plans all that is left of it) or stepEpochDone.
-	Action stepAction
-	// Take is, per rank, the index in Ready of its batch (stepFull).
+// TeamPlan is TeamStep's decision.
+type TeamPlan struct {
+	// Action is StepWait, StepFull (Take), StepRest (the epoch is cut:
+	// Rest plans all that is left of it) or StepEpochDone.
+	Action Action
+	// Take is, per rank, the index in Ready of its batch (StepFull).
 	Take []int
 }
 
-// planTeamStep decides the epoch's next step for ranks whose agents are
+// TeamStep decides the epoch's next step for ranks whose agents are
 // holders[r], of batchSize samples each. Before the epoch is cut a step
 // is full: each rank gets the next full batch its own agent holds, and it
 // is formed only if every agent has one for each of its ranks and another
-// step is known to follow (as planStep). Once the epoch is cut, all that
-// is left of it is planned at once (planRest).
-func planTeamStep(s teamSupply, holders []string, batchSize int, dropLast bool) teamPlan {
+// step is known to follow (as Step). Once the epoch is cut, all that
+// is left of it is planned at once (Rest).
+func TeamStep(s TeamSupply, holders []string, batchSize int, dropLast bool) TeamPlan {
 	world := len(holders)
 	if s.Cut {
 		if len(s.Ready) == 0 {
-			return teamPlan{Action: stepEpochDone}
+			return TeamPlan{Action: StepEpochDone}
 		}
-		return teamPlan{Action: stepRest}
+		return TeamPlan{Action: StepRest}
 	}
 	full := map[string][]int{} // per holder, its full batches in order
 	rows := s.Pending
@@ -66,7 +66,7 @@ func planTeamStep(s teamSupply, holders []string, batchSize int, dropLast bool) 
 	take := make([]int, world)
 	for r, h := range holders {
 		if len(full[h]) == 0 {
-			return teamPlan{Action: stepWait}
+			return TeamPlan{Action: StepWait}
 		}
 		take[r], full[h] = full[h][0], full[h][1:]
 		rows -= batchSize
@@ -76,18 +76,18 @@ func planTeamStep(s teamSupply, holders []string, batchSize int, dropLast bool) 
 		more = rows >= world*batchSize
 	}
 	if !more {
-		return teamPlan{Action: stepWait}
+		return TeamPlan{Action: StepWait}
 	}
-	return teamPlan{Action: stepFull, Take: take}
+	return TeamPlan{Action: StepFull, Take: take}
 }
 
-// draw says that a rank's part takes the next n rows of holder's rows.
-type draw struct {
+// Draw says that a rank's part takes the next n rows of holder's rows.
+type Draw struct {
 	Holder string
 	N      int
 }
 
-// planRest plans every step left of a cut epoch whose holders hold rows[h]
+// Rest plans every step left of a cut epoch whose holders hold rows[h]
 // samples (each in order): steps[j][r] are the draws of rank r in step j,
 // and dropped[h] the rows of h that drop_last leaves out (the last of each
 // holder's). The steps are full but the last, which splits the rest by
@@ -96,7 +96,7 @@ type draw struct {
 // rows takes, for its ranks, the surplus of others. Every holder's rows
 // are drawn from the front, step by step and rank by rank, so the rows of
 // each chunk are handed out in order (a position records leading rows).
-func planRest(rows map[string]int, holders []string, batchSize int, dropLast bool) (steps [][][]draw, dropped map[string]int) {
+func Rest(rows map[string]int, holders []string, batchSize int, dropLast bool) (steps [][][]Draw, dropped map[string]int) {
 	world := len(holders)
 	total := 0
 	for _, n := range rows {
@@ -147,11 +147,11 @@ func planRest(rows map[string]int, holders []string, batchSize int, dropLast boo
 		}
 	}
 	for j := range nSteps {
-		step := make([][]draw, world)
+		step := make([][]Draw, world)
 		for r, h := range holders {
 			q := sizes(j, r)
 			if k := min(q, own[h]); k > 0 {
-				step[r] = append(step[r], draw{h, k})
+				step[r] = append(step[r], Draw{h, k})
 				own[h] -= k
 				q -= k
 			}
@@ -160,7 +160,7 @@ func planRest(rows map[string]int, holders []string, batchSize int, dropLast boo
 					break
 				}
 				if k := min(q, surplus[g]-dropped[g]); k > 0 {
-					step[r] = append(step[r], draw{g, k})
+					step[r] = append(step[r], Draw{g, k})
 					surplus[g] -= k
 					q -= k
 				}
