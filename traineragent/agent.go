@@ -282,7 +282,7 @@ func (a *Agent) run(ctx context.Context) error {
 			return err
 		}
 		stops = append(stops, stop)
-		bg.Go(func() { r.gpu.run(bgCtx) })
+		bg.Go(func() { r.gpu.Run(bgCtx) })
 	}
 	demandCtx, stopDemand := context.WithCancel(bgCtx)
 	var demandDone sync.WaitGroup

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
@@ -538,5 +539,18 @@ func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
 	}
 	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
 		t.Errorf("%d tasks left unsettled, want 0", n)
+	}
+}
+
+// TestDispatchLoad: the work an agent's demand reports counts what its
+// queue no longer shows: shards produced again and replays not started,
+// so that the autoscaler keeps or brings back a replica for them.
+func TestDispatchLoad(t *testing.T) {
+	inFlight, pending := dispatchLoad(dispatch.Stats{InFlight: 2, Producing: 1, Queued: 5, Replays: 3, Held: 9, Share: 4})
+	if inFlight != 3 || pending != 8 {
+		t.Errorf("in flight %d, pending %d; want 3 and 8", inFlight, pending)
+	}
+	if inFlight, pending := dispatchLoad(dispatch.Stats{Producing: 1}); inFlight != 1 || pending != 0 {
+		t.Errorf("a production alone: in flight %d, pending %d; want 1 and 0", inFlight, pending)
 	}
 }

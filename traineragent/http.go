@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -115,7 +116,7 @@ func (a *Reader) Handler() http.Handler {
 
 // parseBatchQuery reads GET /v1/batch's parameters; report is nil when
 // the client sent none.
-func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err error) {
+func parseBatchQuery(q url.Values) (req rankRequest, report *demand.StepReport, err error) {
 	intParam := func(name string, lo, hi int) (int, bool, error) {
 		v := q.Get(name)
 		if v == "" {
@@ -155,7 +156,7 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 	default:
 		errs = append(errs, fmt.Errorf("drop_last=%q: want 0 or 1", v))
 	}
-	var r StepReport
+	var r demand.StepReport
 	var steps int
 	steps, ok[0], e = intParam(wire.AgentParamSteps, 0, math.MaxInt32)
 	errs = append(errs, e)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -108,7 +109,7 @@ type Stats struct {
 	// Ranks has what each rank took.
 	Ranks []RankStats
 	// Steps are the step times each rank's client reported, by rank.
-	Steps []RankSteps
+	Steps []demand.RankSteps
 }
 
 // RankStats is what one rank took: parts (batches) and samples, the epoch
@@ -151,7 +152,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		DropLast           bool                `json:"drop_last"`
 		DroppedSamples     int64               `json:"dropped_samples"`
 		Ranks              []RankStats         `json:"ranks"`
-		Steps              []RankSteps         `json:"steps"`
+		Steps              []demand.RankSteps  `json:"steps"`
 	}{
 		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.ShedShards, failed, s.FailedSamplesOmitted,
 		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
@@ -194,7 +195,7 @@ func ratio(a, b time.Duration) float64 {
 //  3. The leaves, each held only for a few fields and never while taking
 //     another: recordedShards.mu (under positionStore.mu: a write's
 //     shards), member.mu and Agent.roomMu (under Reader.mu: a member's
-//     settle, a change's wake), producer.mu, gpuMeter.mu. The
+//     settle, a change's wake), producer.mu, demand.GPUMeter.mu. The
 //     dispatcher's own lock is a leaf too: it calls the sink with it
 //     released.
 //
@@ -221,11 +222,11 @@ type Reader struct {
 	pos      *positionStore
 	recorded recordedShards
 
-	mu   sync.Mutex    // lock order: see above
-	st   *readerState  // guarded by mu
-	wake chan struct{} // closed and replaced on every change (mu)
-	gpu  *gpuMeter     // readings of the GPU for the demand window
-	fail func(error)   // stops the agent
+	mu   sync.Mutex       // lock order: see above
+	st   *readerState     // guarded by mu
+	wake chan struct{}    // closed and replaced on every change (mu)
+	gpu  *demand.GPUMeter // readings of the GPU for the demand window
+	fail func(error)      // stops the agent
 	// role is the reader's kind: a lone agent, a team's planner or
 	// member (role.go).
 	role role
@@ -251,7 +252,7 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 		fail:      func(error) {},
 		st:        st,
 		wake:      make(chan struct{}),
-		gpu:       newGPUMeter(opts.GPU, opts.DemandInterval, log),
+		gpu:       demand.NewGPUMeter(opts.GPU, opts.DemandInterval, log),
 	}
 	r.role = solo{r}
 	return r
@@ -546,7 +547,7 @@ func (a *Reader) Stats() Stats {
 // demand closes the reader's demand window at now: the signal the agent
 // publishes for it.
 func (a *Reader) demand(now time.Time, done bool) wire.Demand {
-	gpu := a.gpu.take()
+	gpu := a.gpu.Take()
 	a.mu.Lock()
 	d, perRank := a.st.closeWindow(now, gpu)
 	a.unlock()
@@ -557,4 +558,16 @@ func (a *Reader) demand(now time.Time, done bool) wire.Demand {
 	d.Reader = a.reader
 	d.Done = done
 	return d
+}
+
+// reportStep takes a rank's report (the query of GET /v1/batch). An
+// invalid one (negative or not finite) is dropped.
+func (a *Reader) reportStep(r demand.StepReport) {
+	if !r.Valid() {
+		a.log.Debug("dropping an invalid step report", "rank", r.Rank, "steps", r.Steps, "wait_s", r.WaitS, "compute_s", r.ComputeS)
+		return
+	}
+	a.mu.Lock()
+	defer a.unlock()
+	a.st.book.Report(r)
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -45,8 +46,8 @@ type readerState struct {
 	runErr          error
 	blocked         int // callers waiting for a part
 	blockStart      time.Time
-	window          stallWindow
-	book            stepBook // the ranks' step reports
+	window          demand.StallWindow
+	book            demand.StepBook // the ranks' step reports
 	stats           Stats
 	// failedIn counts, per epoch, the samples functions could not
 	// preprocess or that were lost with their shard: an epoch's last
@@ -75,7 +76,7 @@ func newReaderState(job wire.Job, opts Options, now time.Time) *readerState {
 	s := &readerState{
 		job: job, asm: newAssembler(job), ready: map[int][]readyBatch{}, failedIn: map[int]int64{},
 		steps: soloSteps{}, prefetchSamples: opts.PrefetchSamples, prefetchAuto: auto,
-		window: stallWindow{Start: now, Capacity: opts.PrefetchSamples}, created: now,
+		window: demand.StallWindow{Start: now, Capacity: opts.PrefetchSamples}, created: now,
 	}
 	if opts.WorldSize > 0 {
 		s.ranks.setWorld(opts.WorldSize)
@@ -258,7 +259,7 @@ func (s *readerState) block(now time.Time) {
 	s.blocked++
 	if s.blocked == 1 {
 		s.blockStart = now
-		s.window.block(now)
+		s.window.Block(now)
 	}
 }
 
@@ -266,7 +267,7 @@ func (s *readerState) unblock(now time.Time) {
 	s.blocked--
 	if s.blocked == 0 {
 		s.stats.StallTime += now.Sub(s.blockStart)
-		s.window.unblock(now)
+		s.window.Unblock(now)
 	}
 }
 
@@ -329,17 +330,17 @@ func (s *readerState) snapshot(now time.Time) Stats {
 	for r, c := range s.ranks.counts {
 		st.Ranks = append(st.Ranks, RankStats{Rank: r, Batches: c.batches, Samples: c.samples, Epoch: c.epoch, Step: c.step, Ended: c.ended})
 	}
-	st.Steps = s.book.totals()
+	st.Steps = s.book.Totals()
 	return st
 }
 
 // closeWindow ends the demand window at now with the GPU's mean
 // utilisation gpu (negative: none read): it returns the window's demand
 // and the step reports of the window, split per rank.
-func (s *readerState) closeWindow(now time.Time, gpu float64) (wire.Demand, map[int]stepParts) {
+func (s *readerState) closeWindow(now time.Time, gpu float64) (wire.Demand, map[int]demand.StepParts) {
 	s.window.Buffered = s.buffered()
-	c := s.book.closeWindow(now.Sub(s.window.Start), gpu)
-	return s.window.roll(now, c, gpu), c.PerRank
+	c := s.book.CloseWindow(now.Sub(s.window.Start), gpu)
+	return s.window.Roll(now, c, gpu), c.PerRank
 }
 
 // forWrite is what a write of the position takes: the assembler's

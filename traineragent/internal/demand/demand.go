@@ -1,4 +1,4 @@
-package traineragent
+package demand
 
 import (
 	"time"
@@ -6,8 +6,8 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// stallWindow accumulates what happens between two demand signals.
-type stallWindow struct {
+// StallWindow accumulates what happens between two demand signals.
+type StallWindow struct {
 	Start    time.Time
 	Consumed int64 // samples handed to the trainer in the window
 	Arrived  int64 // samples received from functions in the window
@@ -28,7 +28,7 @@ type stallWindow struct {
 
 // blockedIn is the agent-measured blocked time in [w.Start, now], an
 // ongoing block included.
-func (w stallWindow) blockedIn(now time.Time) time.Duration {
+func (w StallWindow) blockedIn(now time.Time) time.Duration {
 	stalled := w.Stalled
 	if !w.BlockedSince.IsZero() {
 		from := w.BlockedSince
@@ -53,7 +53,7 @@ func (w stallWindow) blockedIn(now time.Time) time.Duration {
 // window without a report takes the agent's blocked time, and the wait the
 // next report brings is counted less that credit, not twice. (Credit is
 // kept for the agent, not per rank; DDP ranks starve together.)
-func waitOf(w stallWindow, c clientWindow, now time.Time) (wait time.Duration, source string, credit time.Duration) {
+func waitOf(w StallWindow, c clientWindow, now time.Time) (wait time.Duration, source string, credit time.Duration) {
 	blocked := w.blockedIn(now)
 	switch {
 	case !c.Reporting:
@@ -89,7 +89,7 @@ func stallFraction(wait, gpu float64) float64 {
 // [w.Start, now], with what the clients reported of it and the GPU's mean
 // utilisation in it (negative: no GPU read). It is a pure function so the
 // arithmetic can be tested with scripted time.
-func demandOf(w stallWindow, c clientWindow, gpu float64, now time.Time) wire.Demand {
+func demandOf(w StallWindow, c clientWindow, gpu float64, now time.Time) wire.Demand {
 	d := wire.Demand{
 		Time:            now,
 		BufferedSamples: w.Buffered,
@@ -117,10 +117,10 @@ func demandOf(w stallWindow, c clientWindow, gpu float64, now time.Time) wire.De
 }
 
 // block records that the trainer started waiting at t.
-func (w *stallWindow) block(t time.Time) { w.BlockedSince = t }
+func (w *StallWindow) Block(t time.Time) { w.BlockedSince = t }
 
 // unblock records that the trainer stopped waiting at t.
-func (w *stallWindow) unblock(t time.Time) {
+func (w *StallWindow) Unblock(t time.Time) {
 	if w.BlockedSince.IsZero() {
 		return
 	}
@@ -136,12 +136,12 @@ func (w *stallWindow) unblock(t time.Time) {
 
 // roll closes the window at now, returns its demand and starts the next
 // window at now (an ongoing block and the credit carry over).
-func (w *stallWindow) roll(now time.Time, c clientWindow, gpu float64) wire.Demand {
+func (w *StallWindow) Roll(now time.Time, c clientWindow, gpu float64) wire.Demand {
 	d := demandOf(*w, c, gpu, now)
 	credit := w.Credit
 	if now.After(w.Start) {
 		_, _, credit = waitOf(*w, c, now)
 	}
-	*w = stallWindow{Start: now, BlockedSince: w.BlockedSince, Capacity: w.Capacity, Done: w.Done, Credit: credit}
+	*w = StallWindow{Start: now, BlockedSince: w.BlockedSince, Capacity: w.Capacity, Done: w.Done, Credit: credit}
 	return d
 }

@@ -1,4 +1,4 @@
-package traineragent
+package demand
 
 import (
 	"os"

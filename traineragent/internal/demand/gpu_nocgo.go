@@ -1,6 +1,6 @@
 //go:build !cgo
 
-package traineragent
+package demand
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package traineragent
+package demand
 
 import (
 	"math"
@@ -54,10 +54,10 @@ func TestStepReportsCountOnce(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var b stepBook
+			var b StepBook
 			var got []stepDelta
 			for _, r := range tc.reports {
-				got = append(got, b.report(r))
+				got = append(got, b.Report(r))
 			}
 			if diff := cmp.Diff(tc.want, got, approx); diff != "" {
 				t.Errorf("deltas (-want +got):\n%s", diff)
@@ -78,11 +78,11 @@ func TestStepReportsCountOnce(t *testing.T) {
 
 func TestStepReportValid(t *testing.T) {
 	for _, r := range []StepReport{rep(-1, 0, 0, 0), rep(0, -1, 0, 0), rep(0, 0, -0.1, 0), rep(0, 0, math.NaN(), 0), rep(0, 0, 0, math.Inf(1))} {
-		if r.valid() {
+		if r.Valid() {
 			t.Errorf("%+v is valid, want invalid", r)
 		}
 	}
-	if !rep(3, 0, 0, 0).valid() {
+	if !rep(3, 0, 0, 0).Valid() {
 		t.Error("a fresh client's report is invalid")
 	}
 }
@@ -92,12 +92,12 @@ func TestSplitCompute(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		busyS float64
-		want  stepParts
+		want  StepParts
 	}{
-		{"no gpu: all compute", -1, stepParts{4, 1, 2, 0}},
-		{"gpu busy part of the compute", 1.5, stepParts{4, 1, 1.5, 0.5}},
-		{"gpu busy longer than the compute", 3, stepParts{4, 1, 2, 0}},
-		{"idle gpu: all other", 0, stepParts{4, 1, 0, 2}},
+		{"no gpu: all compute", -1, StepParts{4, 1, 2, 0}},
+		{"gpu busy part of the compute", 1.5, StepParts{4, 1, 1.5, 0.5}},
+		{"gpu busy longer than the compute", 3, StepParts{4, 1, 2, 0}},
+		{"idle gpu: all other", 0, StepParts{4, 1, 0, 2}},
 	} {
 		if diff := cmp.Diff(tc.want, splitCompute(d, tc.busyS)); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
@@ -107,30 +107,30 @@ func TestSplitCompute(t *testing.T) {
 
 func TestStepBookWindows(t *testing.T) {
 	approx := cmpopts.EquateApprox(0, 1e-9)
-	var b stepBook
-	if c := b.closeWindow(time.Second, -1); c.Reporting || c.Reported {
+	var b StepBook
+	if c := b.CloseWindow(time.Second, -1); c.Reporting || c.Reported {
 		t.Errorf("no reports: %+v, want nothing", c)
 	}
 	// Two ranks start, then step in a 2 s window on a GPU 60% busy: 1.2 s
 	// of GPU time per rank.
-	b.report(rep(0, 0, 0, 0))
-	b.report(rep(1, 0, 0, 0))
-	if c := b.closeWindow(time.Second, 0.5); c.Reporting || c.Reported {
+	b.Report(rep(0, 0, 0, 0))
+	b.Report(rep(1, 0, 0, 0))
+	if c := b.CloseWindow(time.Second, 0.5); c.Reporting || c.Reported {
 		t.Errorf("reports of zeros: %+v, want not reporting (a client that does not measure)", c)
 	}
-	b.report(rep(1, 0, 0, 0.1)) // rank 1 computes its first step
-	c := b.closeWindow(time.Second, 0.5)
+	b.Report(rep(1, 0, 0, 0.1)) // rank 1 computes its first step
+	c := b.CloseWindow(time.Second, 0.5)
 	if !c.Reporting || !c.Reported || c.Times != (wire.StepTimes{}) || c.MaxWait != 0 {
 		t.Errorf("a report of compute only: %+v, want reporting, no step, no wait", c)
 	}
-	b.report(rep(0, 1, 0.2, 0.7))
-	b.report(rep(0, 2, 0.3, 1.4)) // rank 0: 2 steps, 0.3 s wait, 1.4 s compute
-	b.report(rep(1, 1, 0.6, 1.0)) // rank 1: 1 step, 0.6 s wait, 1 s compute
-	c = b.closeWindow(2*time.Second, 0.6)
+	b.Report(rep(0, 1, 0.2, 0.7))
+	b.Report(rep(0, 2, 0.3, 1.4)) // rank 0: 2 steps, 0.3 s wait, 1.4 s compute
+	b.Report(rep(1, 1, 0.6, 1.0)) // rank 1: 1 step, 0.6 s wait, 1 s compute
+	c = b.CloseWindow(2*time.Second, 0.6)
 	want := clientWindow{
 		Reporting: true, Reported: true, MaxWait: 600 * time.Millisecond,
 		Times: wire.StepTimes{Steps: 3, Ranks: 2, WaitS: 0.3, ComputeS: 2.1 / 3, OtherS: 0.2 / 3},
-		PerRank: map[int]stepParts{
+		PerRank: map[int]StepParts{
 			0: {Steps: 2, WaitS: 0.3, ComputeS: 1.2, OtherS: 0.2},
 			1: {Steps: 1, WaitS: 0.6, ComputeS: 0.9},
 		},
@@ -139,16 +139,16 @@ func TestStepBookWindows(t *testing.T) {
 		t.Errorf("window (-want +got):\n%s", diff)
 	}
 	// The next window starts empty; the totals keep the closed ones.
-	b.report(rep(1, 2, 0.6, 2.0))
-	c = b.closeWindow(time.Second, -1)
-	if c.Times.Steps != 1 || c.Times.Ranks != 1 || c.PerRank[0] != (stepParts{}) {
+	b.Report(rep(1, 2, 0.6, 2.0))
+	c = b.CloseWindow(time.Second, -1)
+	if c.Times.Steps != 1 || c.Times.Ranks != 1 || c.PerRank[0] != (StepParts{}) {
 		t.Errorf("next window %+v, want rank 1's one step", c)
 	}
 	wantTotals := []RankSteps{
 		{Rank: 0, Steps: 2, WaitS: 0.3, ComputeS: 1.2, OtherS: 0.2},
 		{Rank: 1, Steps: 2, WaitS: 0.6, ComputeS: 2.0},
 	}
-	if diff := cmp.Diff(wantTotals, b.totals(), approx); diff != "" {
+	if diff := cmp.Diff(wantTotals, b.Totals(), approx); diff != "" {
 		t.Errorf("totals (-want +got):\n%s", diff)
 	}
 }

@@ -1,4 +1,4 @@
-package traineragent
+package demand
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ func TestGPUMeter(t *testing.T) {
 		readings: []float64{0.2, 0.4, 0.9, 0, 0.5, 0, 1.5, 0.7},
 		errs:     []error{nil, nil, nil, broken, nil, broken, nil, nil},
 	}
-	g := newGPUMeter(gpu, time.Second, slog.New(slog.DiscardHandler))
+	g := NewGPUMeter(gpu, time.Second, slog.New(slog.DiscardHandler))
 	if g.every != 250*time.Millisecond {
 		t.Errorf("reading every %v, want 250ms for a 1 s window", g.every)
 	}
@@ -37,31 +37,31 @@ func TestGPUMeter(t *testing.T) {
 	g.sample()
 	g.sample()
 	g.sample() // fails: not counted
-	if got := g.take(); !near(got, 0.5) {
+	if got := g.Take(); !near(got, 0.5) {
 		t.Errorf("window 1: %v, want the mean of 0.2, 0.4 and 0.9", got)
 	}
 	// No reading in window 2: take reads once itself.
-	if got := g.take(); !near(got, 0.5) || gpu.calls != 5 {
+	if got := g.Take(); !near(got, 0.5) || gpu.calls != 5 {
 		t.Errorf("window 2: %v after %d readings, want 0.5 read by take", got, gpu.calls)
 	}
 	// The only reading fails: no GPU figure rather than an idle GPU.
-	if got := g.take(); got != -1 {
+	if got := g.Take(); got != -1 {
 		t.Errorf("window 3: %v, want -1 (no reading)", got)
 	}
 	g.sample() // 1.5 is clamped to 1
 	g.sample()
-	if got := g.take(); !near(got, 0.85) {
+	if got := g.Take(); !near(got, 0.85) {
 		t.Errorf("window 4: %v, want 0.85", got)
 	}
 }
 
 func TestGPUMeterWithoutGPU(t *testing.T) {
-	g := newGPUMeter(nil, 100*time.Millisecond, slog.New(slog.DiscardHandler))
+	g := NewGPUMeter(nil, 100*time.Millisecond, slog.New(slog.DiscardHandler))
 	if g.every != gpuMinSampleEvery {
 		t.Errorf("reading every %v, want no faster than NVML's shortest period %v", g.every, gpuMinSampleEvery)
 	}
-	g.run(t.Context()) // returns at once
-	if got := g.take(); got != -1 {
+	g.Run(t.Context()) // returns at once
+	if got := g.Take(); got != -1 {
 		t.Errorf("no gpu: %v, want -1", got)
 	}
 }

@@ -1,9 +1,8 @@
-package traineragent
+package demand
 
 import (
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/sluice-project/sluice/wire"
@@ -22,7 +21,7 @@ type StepReport struct {
 }
 
 // valid reports whether r can be a client's totals.
-func (r StepReport) valid() bool {
+func (r StepReport) Valid() bool {
 	finite := func(x float64) bool { return x >= 0 && !math.IsInf(x, 1) } // NaN fails x >= 0
 	return r.Rank >= 0 && r.Steps >= 0 && finite(r.WaitS) && finite(r.ComputeS)
 }
@@ -52,14 +51,14 @@ func (d *stepDelta) add(o stepDelta) {
 	d.ComputeS += o.ComputeS
 }
 
-// stepParts is a stretch of a rank's steps split as wire.StepTimes splits
+// StepParts is a stretch of a rank's steps split as wire.StepTimes splits
 // a step: data wait, GPU compute and the rest, in seconds.
-type stepParts struct {
+type StepParts struct {
 	Steps                   int64
 	WaitS, ComputeS, OtherS float64
 }
 
-func (p *stepParts) add(o stepParts) {
+func (p *StepParts) add(o StepParts) {
 	p.Steps += o.Steps
 	p.WaitS += o.WaitS
 	p.ComputeS += o.ComputeS
@@ -73,8 +72,8 @@ func (p *stepParts) add(o stepParts) {
 // busy share of the compute is min(1, busy/compute), and the rest of the
 // compute is host work with the GPU idle. Without a GPU reading all of it
 // counts as compute.
-func splitCompute(d stepDelta, busyS float64) stepParts {
-	p := stepParts{Steps: d.Steps, WaitS: d.WaitS, ComputeS: d.ComputeS}
+func splitCompute(d stepDelta, busyS float64) StepParts {
+	p := StepParts{Steps: d.Steps, WaitS: d.WaitS, ComputeS: d.ComputeS}
 	if busyS >= 0 {
 		p.ComputeS = min(d.ComputeS, busyS)
 		p.OtherS = d.ComputeS - p.ComputeS
@@ -90,7 +89,7 @@ type rankSteps struct {
 	behind    StepReport
 	hasBehind bool
 	window    stepDelta // counted in the current demand window
-	total     stepParts // in the windows closed so far
+	total     StepParts // in the windows closed so far
 }
 
 // advance applies a report of the rank and returns what it adds. A report
@@ -123,9 +122,9 @@ func (s *rankSteps) advance(r StepReport) stepDelta {
 	}
 }
 
-// stepBook keeps the step reports of every rank the agent serves; the
+// StepBook keeps the step reports of every rank the agent serves; the
 // Agent's mu guards it.
-type stepBook struct {
+type StepBook struct {
 	ranks map[int]*rankSteps
 	// reporting is set by the first report with a total above zero: a
 	// client that does not measure its steps may still send zeros, and
@@ -134,7 +133,7 @@ type stepBook struct {
 }
 
 // report applies r (valid) and returns what it adds.
-func (b *stepBook) report(r StepReport) stepDelta {
+func (b *StepBook) Report(r StepReport) stepDelta {
 	if r.Steps > 0 || r.WaitS > 0 || r.ComputeS > 0 {
 		b.reporting = true
 	}
@@ -168,20 +167,20 @@ type clientWindow struct {
 	// Times is the window's mean step over every rank's steps in it.
 	Times wire.StepTimes
 	// PerRank has the split of each rank that reported in the window.
-	PerRank map[int]stepParts
+	PerRank map[int]StepParts
 }
 
 // closeWindow ends a demand window of length interval in which the GPU was
 // busy the share gpu (negative: no GPU read): it splits each rank's
 // window (splitCompute), adds it to the rank's totals and starts the
 // next window.
-func (b *stepBook) closeWindow(interval time.Duration, gpu float64) clientWindow {
+func (b *StepBook) CloseWindow(interval time.Duration, gpu float64) clientWindow {
 	c := clientWindow{Reporting: b.reporting}
 	busyS := -1.0
 	if gpu >= 0 {
 		busyS = gpu * max(interval, 0).Seconds()
 	}
-	var sum stepParts
+	var sum StepParts
 	for rank, s := range b.ranks {
 		if s.window.zero() {
 			continue
@@ -190,7 +189,7 @@ func (b *stepBook) closeWindow(interval time.Duration, gpu float64) clientWindow
 		s.total.add(p)
 		s.window = stepDelta{}
 		if c.PerRank == nil {
-			c.PerRank = map[int]stepParts{}
+			c.PerRank = map[int]StepParts{}
 		}
 		c.PerRank[rank] = p
 		c.Reported = true
@@ -219,7 +218,7 @@ type RankSteps struct {
 }
 
 // totals lists every rank's totals by rank.
-func (b *stepBook) totals() []RankSteps {
+func (b *StepBook) Totals() []RankSteps {
 	out := make([]RankSteps, 0, len(b.ranks))
 	for rank, s := range b.ranks {
 		t := s.total
@@ -227,27 +226,4 @@ func (b *stepBook) totals() []RankSteps {
 	}
 	slices.SortFunc(out, func(a, b RankSteps) int { return a.Rank - b.Rank })
 	return out
-}
-
-// reportStep takes a rank's report (the query of GET /v1/batch). An
-// invalid one (negative or not finite) is dropped.
-func (a *Reader) reportStep(r StepReport) {
-	if !r.valid() {
-		a.log.Debug("dropping an invalid step report", "rank", r.Rank, "steps", r.Steps, "wait_s", r.WaitS, "compute_s", r.ComputeS)
-		return
-	}
-	a.mu.Lock()
-	defer a.unlock()
-	a.st.book.report(r)
-}
-
-// countSteps adds a closed window's split to the step series.
-func (m jobMetrics) countSteps(perRank map[int]stepParts) {
-	for rank, p := range perRank {
-		r := strconv.Itoa(rank)
-		m.steps.WithLabelValues(r).Add(float64(p.Steps))
-		m.stepSeconds.WithLabelValues(r, "wait").Add(p.WaitS)
-		m.stepSeconds.WithLabelValues(r, "compute").Add(p.ComputeS)
-		m.stepSeconds.WithLabelValues(r, "other").Add(p.OtherS)
-	}
 }

@@ -1,4 +1,4 @@
-package traineragent
+package demand
 
 import (
 	"testing"
@@ -7,7 +7,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -19,43 +18,43 @@ func TestDemandOf(t *testing.T) {
 	approx := cmpopts.EquateApprox(0, 1e-9)
 	for _, tc := range []struct {
 		name string
-		w    stallWindow
+		w    StallWindow
 		now  time.Time
 		want wire.Demand
 	}{
 		{
 			name: "rates over the interval",
-			w:    stallWindow{Start: at(0), Consumed: 64, Arrived: 96, Buffered: 100, Capacity: 256, Done: 1000},
+			w:    StallWindow{Start: at(0), Consumed: 64, Arrived: 96, Buffered: 100, Capacity: 256, Done: 1000},
 			now:  at(2000),
 			want: wire.Demand{Time: at(2000), IntervalS: 2, ConsumedPerS: 32, ArrivedPerS: 48, BufferedSamples: 100, BufferCapacity: 256, SamplesDone: 1000, WaitSource: wire.WaitAgent, GPUUtilization: -1},
 		},
 		{
 			name: "finished blocks",
-			w:    stallWindow{Start: at(0), Stalled: 250 * time.Millisecond},
+			w:    StallWindow{Start: at(0), Stalled: 250 * time.Millisecond},
 			now:  at(1000),
 			want: wire.Demand{Time: at(1000), IntervalS: 1, StallFraction: 0.25, WaitFraction: 0.25, WaitSource: wire.WaitAgent, GPUUtilization: -1},
 		},
 		{
 			name: "ongoing block counts up to now",
-			w:    stallWindow{Start: at(0), Stalled: 100 * time.Millisecond, BlockedSince: at(600)},
+			w:    StallWindow{Start: at(0), Stalled: 100 * time.Millisecond, BlockedSince: at(600)},
 			now:  at(1000),
 			want: wire.Demand{Time: at(1000), IntervalS: 1, StallFraction: 0.5, WaitFraction: 0.5, WaitSource: wire.WaitAgent, GPUUtilization: -1},
 		},
 		{
 			name: "a block that began before the window counts from the window's start",
-			w:    stallWindow{Start: at(1000), BlockedSince: at(200)},
+			w:    StallWindow{Start: at(1000), BlockedSince: at(200)},
 			now:  at(2000),
 			want: wire.Demand{Time: at(2000), IntervalS: 1, StallFraction: 1, WaitFraction: 1, WaitSource: wire.WaitAgent, GPUUtilization: -1},
 		},
 		{
 			name: "never more than the whole interval",
-			w:    stallWindow{Start: at(0), Stalled: 3 * time.Second},
+			w:    StallWindow{Start: at(0), Stalled: 3 * time.Second},
 			now:  at(1000),
 			want: wire.Demand{Time: at(1000), IntervalS: 1, StallFraction: 1, WaitFraction: 1, WaitSource: wire.WaitAgent, GPUUtilization: -1},
 		},
 		{
 			name: "empty interval has no rates",
-			w:    stallWindow{Start: at(1000), Consumed: 5, Buffered: 7},
+			w:    StallWindow{Start: at(1000), Consumed: 5, Buffered: 7},
 			now:  at(1000),
 			want: wire.Demand{Time: at(1000), BufferedSamples: 7, GPUUtilization: -1},
 		},
@@ -70,19 +69,19 @@ func TestDemandOf(t *testing.T) {
 
 func TestStallWindowAcrossRolls(t *testing.T) {
 	approx := cmpopts.EquateApprox(0, 1e-9)
-	w := stallWindow{Start: at(0), Capacity: 10}
-	w.block(at(200))
-	w.unblock(at(500)) // 300 ms in window 1
+	w := StallWindow{Start: at(0), Capacity: 10}
+	w.Block(at(200))
+	w.Unblock(at(500)) // 300 ms in window 1
 	w.Consumed += 4
-	w.block(at(900)) // 100 ms in window 1, 400 ms in window 2
+	w.Block(at(900)) // 100 ms in window 1, 400 ms in window 2
 	w.Done = 4
-	d1 := w.roll(at(1000), clientWindow{}, -1)
-	w.unblock(at(1400))
+	d1 := w.Roll(at(1000), clientWindow{}, -1)
+	w.Unblock(at(1400))
 	w.Consumed += 8
 	w.Arrived += 20
 	w.Done = 12
-	d2 := w.roll(at(2000), clientWindow{}, -1)
-	d3 := w.roll(at(3000), clientWindow{}, -1) // idle: not waiting, nothing moved
+	d2 := w.Roll(at(2000), clientWindow{}, -1)
+	d3 := w.Roll(at(3000), clientWindow{}, -1) // idle: not waiting, nothing moved
 
 	want := []wire.Demand{
 		{Time: at(1000), IntervalS: 1, ConsumedPerS: 4, StallFraction: 0.4, WaitFraction: 0.4, BufferCapacity: 10, SamplesDone: 4},
@@ -123,26 +122,26 @@ func TestClientWaitAcrossRolls(t *testing.T) {
 		return clientWindow{Reporting: true, Reported: true, MaxWait: wait}
 	}
 	silent := clientWindow{Reporting: true}
-	w := stallWindow{Start: at(0)}
+	w := StallWindow{Start: at(0)}
 	var got []wire.Demand
 	// 1: the agent was blocked 600 ms (a prefetching client), the loop
 	// waited 100 ms; the GPU was 50% busy.
-	w.block(at(100))
-	w.unblock(at(700))
-	got = append(got, w.roll(at(1000), reported(100*time.Millisecond), 0.5))
+	w.Block(at(100))
+	w.Unblock(at(700))
+	got = append(got, w.Roll(at(1000), reported(100*time.Millisecond), 0.5))
 	// 2: the loop waited 700 ms; the GPU was 80% busy: the stall is its
 	// idle 20%.
-	got = append(got, w.roll(at(2000), reported(700*time.Millisecond), 0.8))
+	got = append(got, w.Roll(at(2000), reported(700*time.Millisecond), 0.8))
 	// 3, 4: starved from 2500 ms, no report: the agent's blocked time.
-	w.block(at(2500))
-	got = append(got, w.roll(at(3000), silent, 0))
-	got = append(got, w.roll(at(4000), silent, 0))
+	w.Block(at(2500))
+	got = append(got, w.Roll(at(3000), silent, 0))
+	got = append(got, w.Roll(at(4000), silent, 0))
 	// 5: the batch comes at 4200 ms; the report brings the whole 1.7 s
 	// wait, of which 1.5 s were counted already.
-	w.unblock(at(4200))
-	got = append(got, w.roll(at(5000), reported(1700*time.Millisecond), -1))
+	w.Unblock(at(4200))
+	got = append(got, w.Roll(at(5000), reported(1700*time.Millisecond), -1))
 	// 6: credit does not outlive a reported window.
-	got = append(got, w.roll(at(6000), reported(300*time.Millisecond), -1))
+	got = append(got, w.Roll(at(6000), reported(300*time.Millisecond), -1))
 
 	want := []wire.Demand{
 		{Time: at(1000), IntervalS: 1, WaitFraction: 0.1, StallFraction: 0.1, WaitSource: wire.WaitClient, GPUUtilization: 0.5},
@@ -159,21 +158,8 @@ func TestClientWaitAcrossRolls(t *testing.T) {
 
 func TestDemandCarriesStepTimes(t *testing.T) {
 	times := wire.StepTimes{Steps: 6, Ranks: 2, WaitS: 0.1, ComputeS: 0.3, OtherS: 0.05}
-	d := demandOf(stallWindow{Start: at(0)}, clientWindow{Reporting: true, Reported: true, Times: times}, 0.7, at(1000))
+	d := demandOf(StallWindow{Start: at(0)}, clientWindow{Reporting: true, Reported: true, Times: times}, 0.7, at(1000))
 	if d.Step != times {
 		t.Errorf("step times %+v, want %+v", d.Step, times)
-	}
-}
-
-// TestDispatchLoad: the work an agent's demand reports counts what its
-// queue no longer shows: shards produced again and replays not started,
-// so that the autoscaler keeps or brings back a replica for them.
-func TestDispatchLoad(t *testing.T) {
-	inFlight, pending := dispatchLoad(dispatch.Stats{InFlight: 2, Producing: 1, Queued: 5, Replays: 3, Held: 9, Share: 4})
-	if inFlight != 3 || pending != 8 {
-		t.Errorf("in flight %d, pending %d; want 3 and 8", inFlight, pending)
-	}
-	if inFlight, pending := dispatchLoad(dispatch.Stats{Producing: 1}); inFlight != 1 || pending != 0 {
-		t.Errorf("a production alone: in flight %d, pending %d; want 1 and 0", inFlight, pending)
 	}
 }

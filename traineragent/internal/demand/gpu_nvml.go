@@ -1,6 +1,6 @@
 //go:build cgo
 
-package traineragent
+package demand
 
 import (
 	"fmt"
@@ -72,7 +72,7 @@ var _ GPUSampler = (*nvmlSampler)(nil)
 // Utilization averages the devices' utilisation over NVML's last sample
 // period (between 1/6 s and 1 s depending on the GPU): the share of it in
 // which a kernel ran. The agent reads it several times a demand window
-// (gpuMeter) to cover the window.
+// (GPUMeter) to cover the window.
 func (s *nvmlSampler) Utilization() (float64, error) {
 	sum := 0.0
 	for i, d := range s.devices {
