@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -326,7 +327,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	}
 	for _, r := range a.readers {
 		r.mu.Lock()
-		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
+		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[assembly.ShardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
 		r.st.changed = true
 		r.unlock()
 		r.role.dispatching(d)
@@ -414,21 +415,21 @@ func (a *Agent) release(err error) {
 // has it recorded. Settling a task the dispatcher does not hold (settled
 // before, its copy come again and gone) does nothing, so a task delivered
 // again after its shard was recorded settles as soon as its end comes.
-func (a *Agent) shardsRecorded(shards []shardRef) {
+func (a *Agent) shardsRecorded(shards []assembly.ShardRef) {
 	d := a.disp.Load()
 	if d == nil {
 		return
 	}
 	for _, s := range shards {
 		if a.everyReaderRecorded(s) {
-			d.Settle(s.epoch, s.shard)
+			d.Settle(s.Epoch, s.Shard)
 		}
 	}
 }
 
-func (a *Agent) everyReaderRecorded(s shardRef) bool {
+func (a *Agent) everyReaderRecorded(s assembly.ShardRef) bool {
 	for _, r := range a.readers {
-		if !r.recorded.has(s) {
+		if !r.recorded.Has(s) {
 			return false
 		}
 	}
@@ -562,7 +563,7 @@ func (s *sink) Room() bool {
 	if bound == 0 {
 		bound = buffer / 2
 	}
-	lag := shedding(held, wants, bound)
+	lag := assembly.Shedding(held, wants, bound)
 	var kept int64
 	want := false
 	for i, r := range s.readers {
@@ -595,12 +596,12 @@ func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {
 	// after its settle was lost) settles at once; others once recorded (a
 	// member's position is its planner's: it records none, and settles
 	// what the planner says is complete).
-	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
+	(*Agent)(s).shardsRecorded([]assembly.ShardRef{{Epoch: task.Epoch, Shard: task.Shard}})
 }
 
 func (s *sink) Failed(task wire.ShardTask, reason string) {
 	for _, r := range s.readers {
 		r.role.end(task, nil, reason)
 	}
-	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
+	(*Agent)(s).shardsRecorded([]assembly.ShardRef{{Epoch: task.Epoch, Shard: task.Shard}})
 }

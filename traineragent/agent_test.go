@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -205,10 +206,10 @@ func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
 	// The agent may start before the job is submitted.
 	wait := runAgent(t, a)
 	rng := rand.New(rand.NewPCG(7, 7))
-	var order []shardRef
+	var order []assembly.ShardRef
 	for ep := range job.Spec.Epochs {
 		for s := range job.Shards {
-			order = append(order, shardRef{ep, s})
+			order = append(order, assembly.ShardRef{Epoch: ep, Shard: s})
 		}
 	}
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -430,7 +431,7 @@ func TestAgentHTTP(t *testing.T) {
 		}
 		switch resp.StatusCode {
 		case http.StatusOK:
-			return DecodeBatch(body)
+			return assembly.DecodeBatch(body)
 		case http.StatusGone:
 			return Batch{}, io.EOF
 		}
@@ -499,7 +500,7 @@ func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
 	l := layout{{3, 2}, {4}, {1, 2, 3}}
 	job := testJob("gone-shard", 1, 4, l)
 	f := newFunction(t, job, l)
-	f.status = map[shardRef]int{{0, 1}: http.StatusNotFound}
+	f.status = map[assembly.ShardRef]int{{Epoch: 0, Shard: 1}: http.StatusNotFound}
 	e.submit(t, job, f, 2)
 	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {

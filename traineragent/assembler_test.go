@@ -10,26 +10,27 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // feed applies msgs in order, hands every batch out at once and collects
 // the batches and the epochs cut.
-func feed(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
+func feed(t *testing.T, a *assembly.Assembler, msgs []outputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
 	t.Helper()
 	for _, m := range msgs {
 		out, err := applyMsg(a, m)
 		if err != nil {
 			t.Fatalf("add %s: %v", m.ref, err)
 		}
-		for _, b := range out.batches {
+		for _, b := range out.Batches {
 			checkBatch(t, b.Batch)
-			a.handOut(b)
+			a.HandOut(b)
 			batches = append(batches, b.Batch)
 		}
-		completed = append(completed, out.cut...)
-		failed = append(failed, out.failed...)
-		if out.duplicate {
+		completed = append(completed, out.Cut...)
+		failed = append(failed, out.Failed...)
+		if out.Duplicate {
 			dups++
 		}
 	}
@@ -50,7 +51,7 @@ func TestAssemblerBatchesPerEpochExactlyOnce(t *testing.T) {
 			break
 		}
 	}
-	a := newAssembler(job)
+	a := assembly.NewAssembler(job)
 	batches, completed, dups, failed := feed(t, a, msgs)
 
 	if dups != 3 {
@@ -62,8 +63,8 @@ func TestAssemblerBatchesPerEpochExactlyOnce(t *testing.T) {
 	if diff := cmp.Diff([]int{0, 1}, slices.Sorted(slices.Values(completed))); diff != "" {
 		t.Errorf("completed epochs (-want +got):\n%s", diff)
 	}
-	if !a.allCut() || !a.allFinished() || a.pending != 0 || len(a.open) != 0 {
-		t.Errorf("after all: cut=%v finished=%v pending=%d open=%d", a.allCut(), a.allFinished(), a.pending, len(a.open))
+	if !a.AllCut() || !a.AllFinished() || a.Pending != 0 || len(a.Open) != 0 {
+		t.Errorf("after all: cut=%v finished=%v pending=%d open=%d", a.AllCut(), a.AllFinished(), a.Pending, len(a.Open))
 	}
 	seen := map[string]bool{}
 	perEpoch := map[int][]int{}
@@ -90,7 +91,7 @@ func TestAssemblerWaitsForEveryChunkTheShardEndAnnounces(t *testing.T) {
 	l := layout{{2, 2}}
 	job := testJob("j", 1, 3, l)
 	msgs := outputs(t, job, l) // chunk 0, chunk 1, end
-	a := newAssembler(job)
+	a := assembly.NewAssembler(job)
 	// The end first, then chunk 1: the shard still misses chunk 0.
 	batches, completed, _, _ := feed(t, a, []outputMsg{msgs[2], msgs[1]})
 	if len(batches) != 0 || len(completed) != 0 {
@@ -102,8 +103,8 @@ func TestAssemblerWaitsForEveryChunkTheShardEndAnnounces(t *testing.T) {
 	}
 	// Anything of a complete epoch is a duplicate.
 	out, err := applyMsg(a, msgs[1])
-	if err != nil || !out.duplicate {
-		t.Fatalf("chunk of a complete epoch: duplicate=%v err=%v", out.duplicate, err)
+	if err != nil || !out.Duplicate {
+		t.Fatalf("chunk of a complete epoch: duplicate=%v err=%v", out.Duplicate, err)
 	}
 }
 
@@ -111,43 +112,43 @@ func TestAssemblerReportsBadMessages(t *testing.T) {
 	l := layout{{2}, {2}}
 	job := testJob("j", 1, 2, l)
 	msgs := outputs(t, job, l)
-	a := newAssembler(job)
+	a := assembly.NewAssembler(job)
 
 	for _, ref := range []wire.ChunkRef{{Job: "j", Epoch: 1, Shard: 0, Chunk: 0}, {Job: "j", Epoch: 0, Shard: 2, Chunk: 0}} {
-		if _, err := a.add(ref, msgs[0].data); err == nil {
+		if _, err := a.Add(ref, msgs[0].data); err == nil {
 			t.Errorf("%s: out of range, want an error", ref)
 		}
 	}
-	if _, err := a.end(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, wire.ShardEnd{Chunks: -1}, true); err == nil || !strings.Contains(err.Error(), "shard end") {
+	if _, err := a.End(wire.ChunkRef{Job: "j", Shard: 0, Chunk: -1}, wire.ShardEnd{Chunks: -1}, true); err == nil || !strings.Contains(err.Error(), "shard end") {
 		t.Errorf("shard end of -1 chunks: err = %v", err)
 	}
 
 	// A corrupt chunk is refused (where its rows fall is not known): its
 	// send fails, and the shard comes again.
-	out, err := a.add(msgs[0].ref, []byte("not safetensors"))
+	out, err := a.Add(msgs[0].ref, []byte("not safetensors"))
 	if err == nil || !strings.Contains(err.Error(), "corrupt chunk") {
 		t.Fatalf("corrupt chunk: out=%+v err=%v", out, err)
 	}
 	// So is a chunk after a gap that does not say its first row.
-	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: 1}, chunkBytes(t, "j", 0, 0, 1, []string{"x"})); err == nil || !strings.Contains(err.Error(), "not known") {
+	if _, err := a.Add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: 1}, chunkBytes(t, "j", 0, 0, 1, []string{"x"})); err == nil || !strings.Contains(err.Error(), "not known") {
 		t.Errorf("chunk 1 first, not saying its row: err = %v", err)
 	}
 	// A chunk whose tensors differ from the first chunk's cannot be stacked.
 	other := chunkBytes(t, "j", 0, 1, 0, []string{"a", "b"})
-	if _, err := a.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other); err != nil {
+	if _, err := a.Add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other); err != nil {
 		t.Fatal(err)
 	}
-	a2 := newAssembler(job)
-	a2.schema = &schema{names: []string{"image"}}
-	out, err = a2.add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other)
-	if err != nil || len(out.failed) != 2 || out.arrived != 0 || !strings.Contains(out.failed[0].Reason, "cannot stack") {
+	a2 := assembly.NewAssembler(job)
+	a2.Schema = &assembly.Schema{Names: []string{"image"}}
+	out, err = a2.Add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other)
+	if err != nil || len(out.Failed) != 2 || out.Arrived != 0 || !strings.Contains(out.Failed[0].Reason, "cannot stack") {
 		t.Fatalf("mismatched chunk: out=%+v err=%v", out, err)
 	}
 }
 
 func TestAssemblerJobWithoutShardsIsCompleteAtOnce(t *testing.T) {
-	a := newAssembler(testJob("j", 3, 2, layout{}))
-	if diff := cmp.Diff([]int{0, 1, 2}, a.start()); diff != "" || !a.allCut() || !a.allFinished() {
+	a := assembly.NewAssembler(testJob("j", 3, 2, layout{}))
+	if diff := cmp.Diff([]int{0, 1, 2}, a.Start()); diff != "" || !a.AllCut() || !a.AllFinished() {
 		t.Errorf("start (-want +got):\n%s", diff)
 	}
 }
@@ -158,7 +159,7 @@ func TestSplitChunkRejectsRowMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := splitChunk(bad); err == nil || !strings.Contains(err.Error(), "want 3 rows") {
+	if _, _, err := assembly.SplitChunk(bad); err == nil || !strings.Contains(err.Error(), "want 3 rows") {
 		t.Errorf("3 keys and 2 rows: err = %v", err)
 	}
 }

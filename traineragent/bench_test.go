@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -297,28 +298,28 @@ func BenchmarkAssembleAndWrite(b *testing.B) {
 			b.SetBytes(size)
 			b.ReportAllocs()
 			for b.Loop() {
-				a := newAssembler(job)
+				a := assembly.NewAssembler(job)
 				for _, m := range msgs {
 					out, err := applySent(a, m, true)
 					if err != nil {
 						b.Fatal(err)
 					}
-					for _, rb := range out.batches {
-						a.handOut(rb)
+					for _, rb := range out.Batches {
+						a.HandOut(rb)
 						bt := rb.Batch
 						if mode == "copy" {
-							bt.materialize()
+							bt.Materialize()
 						}
-						head, _, err := bt.header(meta)
+						head, _, err := bt.Header(meta)
 						if err == nil {
-							err = bt.write(bc.to, head)
+							err = bt.WriteFile(bc.to, head)
 						}
 						if err != nil {
 							b.Fatal(err)
 						}
 					}
 				}
-				if !a.allFinished() {
+				if !a.AllFinished() {
 					b.Fatal("not every row handed out")
 				}
 			}

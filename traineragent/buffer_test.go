@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -117,7 +118,7 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 		r := a.readers[0]
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.st.asm.heldBytes
+		return r.st.asm.HeldBytes
 	}
 	var most int64
 	testenv.CheckFor(t, 20*time.Second, 5*time.Millisecond, func() error {
@@ -170,38 +171,38 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 // TestBatchWrittenFromRunsIsItsFile: a batch of rows of several chunks,
 // written from the chunks' bytes, is the file Encode makes of its copy.
 func TestBatchWrittenFromRunsIsItsFile(t *testing.T) {
-	var samples []sample
+	var samples []assembly.Sample
 	for c, n := range []int{3, 4} {
 		keys := make([]string, n)
 		for i := range keys {
 			keys[i] = sampleKey(0, c, i)
 		}
-		rows, _, err := splitChunk(chunkBytes(t, "j", 0, 0, c, keys))
+		rows, _, err := assembly.SplitChunk(chunkBytes(t, "j", 0, 0, c, keys))
 		if err != nil {
 			t.Fatal(err)
 		}
 		samples = append(samples, rows[1:]...) // runs not at a chunk's start
 	}
-	rows, sc, err := splitChunk(chunkBytes(t, "j", 0, 0, 0, []string{sampleKey(0, 0, 0), sampleKey(0, 0, 1), sampleKey(0, 0, 2)}))
+	rows, sc, err := assembly.SplitChunk(chunkBytes(t, "j", 0, 0, 0, []string{sampleKey(0, 0, 0), sampleKey(0, 0, 1), sampleKey(0, 0, 2)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	samples = append(samples, rows[0]) // a run of another decode of a chunk
-	b := stack(0, sc, samples).Batch
-	if len(b.runs) != 2 || len(b.runs[0]) != 3 {
-		t.Fatalf("runs %d, of image %d: want 2 tensors of 3 runs", len(b.runs), len(b.runs[0]))
+	b := assembly.Stack(0, sc, samples).Batch
+	if len(b.Runs) != 2 || len(b.Runs[0]) != 3 {
+		t.Fatalf("runs %d, of image %d: want 2 tensors of 3 runs", len(b.Runs), len(b.Runs[0]))
 	}
 	meta := map[string]string{wire.MetaBatchJob: "j"}
-	head, size, err := b.header(meta)
+	head, size, err := b.Header(meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if err := b.write(&got, head); err != nil {
+	if err := b.WriteFile(&got, head); err != nil {
 		t.Fatal(err)
 	}
 	whole := b
-	whole.materialize()
+	whole.Materialize()
 	checkBatch(t, whole)
 	want, err := safetensors.Encode(whole.Tensors, meta)
 	if err != nil {

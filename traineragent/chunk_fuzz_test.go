@@ -3,6 +3,7 @@ package traineragent
 import (
 	"testing"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -29,7 +30,7 @@ func FuzzAssemblerChunk(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, index uint8, samples uint16) {
 		// A key names one row: skip chunks that give a key two rows (a
 		// row handed out twice would then be two rows).
-		if rows, _, at, err := splitChunkAt(data); err == nil {
+		if rows, _, at, err := assembly.SplitChunkAt(data); err == nil {
 			if at < 0 { // after the first chunk's 4 rows, as its send goes on
 				at = 4 * min(int(index), 1)
 			}
@@ -38,54 +39,54 @@ func FuzzAssemblerChunk(f *testing.F) {
 				names[k] = i
 			}
 			for i, r := range rows {
-				if row, ok := names[r.key]; ok && row != at+i {
+				if row, ok := names[r.Key]; ok && row != at+i {
 					t.Skip("a key of two rows")
 				}
-				names[r.key] = at + i
+				names[r.Key] = at + i
 			}
 		}
-		a := newAssembler(job)
+		a := assembly.NewAssembler(job)
 		seen := map[string]bool{}
-		hand := func(out outcome) {
-			for _, b := range out.batches {
+		hand := func(out assembly.Outcome) {
+			for _, b := range out.Batches {
 				for _, k := range b.Keys {
 					if seen[k] {
 						t.Fatalf("row %s handed out twice", k)
 					}
 					seen[k] = true
 				}
-				a.handOut(b)
+				a.HandOut(b)
 			}
 		}
-		out, err := a.add(wire.ChunkRef{Job: "j", Chunk: 0}, first)
+		out, err := a.Add(wire.ChunkRef{Job: "j", Chunk: 0}, first)
 		if err != nil {
 			t.Fatal(err)
 		}
 		hand(out)
-		if out, err := a.add(wire.ChunkRef{Job: "j", Chunk: int(index)}, data); err == nil {
+		if out, err := a.Add(wire.ChunkRef{Job: "j", Chunk: int(index)}, data); err == nil {
 			hand(out)
 		}
-		out, err = a.end(wire.ChunkRef{Job: "j", Chunk: -1}, wire.ShardEnd{Job: "j", Chunks: int(index) + 1, Samples: int(samples)}, true)
+		out, err = a.End(wire.ChunkRef{Job: "j", Chunk: -1}, wire.ShardEnd{Job: "j", Chunks: int(index) + 1, Samples: int(samples)}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		hand(out)
-		if a.pending < 0 || a.heldBytes < 0 {
-			t.Fatalf("pending %d, held %d bytes", a.pending, a.heldBytes)
+		if a.Pending < 0 || a.HeldBytes < 0 {
+			t.Fatalf("pending %d, held %d bytes", a.Pending, a.HeldBytes)
 		}
-		p, err := decodePosition(encodeForTest(t, a.snapshot()))
+		p, err := assembly.DecodePosition(encodeForTest(t, a.Snapshot()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := newAssembler(job).restore(p); err != nil {
+		if err := assembly.NewAssembler(job).Restore(p); err != nil {
 			t.Fatalf("restoring the position recorded: %v", err)
 		}
 	})
 }
 
-func encodeForTest(t *testing.T, p position) []byte {
+func encodeForTest(t *testing.T, p assembly.Position) []byte {
 	t.Helper()
-	data, err := encodePosition(p)
+	data, err := assembly.EncodePosition(p)
 	if err != nil {
 		t.Fatal(err)
 	}

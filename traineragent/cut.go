@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -18,20 +19,20 @@ import (
 // are deterministic, so a shard produced again has the same rows); rows
 // gives each span's rows. A part of no rows has sc's tensors with no rows
 // (stack makes them).
-func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *schema, rows func(context.Context, rowSpan) ([]sample, *schema, error)) (Batch, error) {
-	var samples []sample
+func cutRows(ctx context.Context, e int, keys []string, spans []assembly.RowSpan, sc *assembly.Schema, rows func(context.Context, assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error)) (Batch, error) {
+	var samples []assembly.Sample
 	for _, sp := range spans {
 		got, csc, err := rows(ctx, sp)
 		switch {
 		case err != nil:
 			return Batch{}, err
-		case len(got) != sp.n:
-			return Batch{}, fmt.Errorf("chunk %s: %d rows for a span of %d", sp.ref, len(got), sp.n)
-		case sp.n == 0:
+		case len(got) != sp.N:
+			return Batch{}, fmt.Errorf("chunk %s: %d rows for a span of %d", sp.Ref, len(got), sp.N)
+		case sp.N == 0:
 		case sc == nil:
 			sc = csc
-		case !sc.equal(csc):
-			return Batch{}, fmt.Errorf("chunk %s has tensors %s, the job's %s: cannot stack", sp.ref, csc, sc)
+		case !sc.Equal(csc):
+			return Batch{}, fmt.Errorf("chunk %s has tensors %s, the job's %s: cannot stack", sp.Ref, csc, sc)
 		}
 		samples = append(samples, got...)
 	}
@@ -39,26 +40,26 @@ func cutRows(ctx context.Context, e int, keys []string, spans []rowSpan, sc *sch
 		return Batch{}, fmt.Errorf("the chunks give %d rows, the part has %d", len(samples), len(keys))
 	}
 	for i, s := range samples {
-		if keys[i] != "" && keys[i] != s.key {
-			return Batch{}, fmt.Errorf("row %d of the part is sample %q, its chunk's %q (produced again differently?)", i, keys[i], s.key)
+		if keys[i] != "" && keys[i] != s.Key {
+			return Batch{}, fmt.Errorf("row %d of the part is sample %q, its chunk's %q (produced again differently?)", i, keys[i], s.Key)
 		}
 	}
 	if sc == nil {
 		return Batch{Epoch: e, Keys: keys}, nil
 	}
-	return stack(e, sc, samples).Batch, nil
+	return assembly.Stack(e, sc, samples).Batch, nil
 }
 
 // spanRows is span sp's rows of its chunk data.
-func spanRows(sp rowSpan, data []byte) ([]sample, *schema, error) {
-	rows, sc, err := splitChunk(data)
+func spanRows(sp assembly.RowSpan, data []byte) ([]assembly.Sample, *assembly.Schema, error) {
+	rows, sc, err := assembly.SplitChunk(data)
 	switch {
 	case err != nil:
-		return nil, nil, fmt.Errorf("chunk %s: %w", sp.ref, err)
-	case sp.lo < 0 || sp.n < 0 || sp.lo+sp.n > len(rows):
-		return nil, nil, fmt.Errorf("chunk %s has %d rows, the part wants rows %d..%d", sp.ref, len(rows), sp.lo, sp.lo+sp.n-1)
+		return nil, nil, fmt.Errorf("chunk %s: %w", sp.Ref, err)
+	case sp.Lo < 0 || sp.N < 0 || sp.Lo+sp.N > len(rows):
+		return nil, nil, fmt.Errorf("chunk %s has %d rows, the part wants rows %d..%d", sp.Ref, len(rows), sp.Lo, sp.Lo+sp.N-1)
 	}
-	return rows[sp.lo : sp.lo+sp.n], sc, nil
+	return rows[sp.Lo : sp.Lo+sp.N], sc, nil
 }
 
 // cutPart cuts a part of this (planner) agent's rank given as spans:
@@ -67,11 +68,11 @@ func spanRows(sp rowSpan, data []byte) ([]sample, *schema, error) {
 // reported failed.
 func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 	a.mu.Lock()
-	sc, prod := a.st.asm.schema, a.producer
+	sc, prod := a.st.asm.Schema, a.producer
 	a.mu.Unlock()
-	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
-		if sp.data != nil {
-			return spanRows(sp, sp.data)
+	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
+		if sp.Data != nil {
+			return spanRows(sp, sp.Data)
 		}
 		return prod.rows(ctx, sp)
 	})
@@ -81,17 +82,17 @@ func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 		a.unlock()
 		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, p.Step, err)
 	}
-	b.Sources = spanSources(a.job, p.Spans)
+	b.Sources = assembly.SpanSources(a.job, p.Spans)
 	p.Batch, p.Spans = b, nil
 	return p, nil
 }
 
 // spanKeys names the rows of spans whose keys are not known here.
-func spanKeys(spans []rowSpan) []string {
+func spanKeys(spans []assembly.RowSpan) []string {
 	var keys []string
 	for _, sp := range spans {
-		for i := range sp.n {
-			keys = append(keys, fmt.Sprintf("%s row %d", sp.ref, sp.lo+i))
+		for i := range sp.N {
+			keys = append(keys, fmt.Sprintf("%s row %d", sp.Ref, sp.Lo+i))
 		}
 	}
 	return keys
@@ -111,8 +112,8 @@ type producer struct {
 	maxBytes int64
 
 	mu     sync.Mutex // a leaf (see Reader): nothing is locked under it
-	shards map[shardRef]*production
-	order  []shardRef
+	shards map[assembly.ShardRef]*production
+	order  []assembly.ShardRef
 }
 
 type production struct {
@@ -158,46 +159,46 @@ func (p *producer) evict() {
 
 // rows is span sp's rows, produced again: found by their shard rows when
 // the span says them, else by chunk index (as chunked the first time).
-func (p *producer) rows(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
-	if sp.row < 0 {
-		data, err := p.chunk(ctx, sp.ref)
+func (p *producer) rows(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
+	if sp.Row < 0 {
+		data, err := p.chunk(ctx, sp.Ref)
 		if err != nil {
 			return nil, nil, err
 		}
 		return spanRows(sp, data)
 	}
-	pr, err := p.produced(ctx, sp.ref)
+	pr, err := p.produced(ctx, sp.Ref)
 	if err != nil {
 		return nil, nil, err
 	}
-	byRow := map[int]sample{}
-	var sc *schema
+	byRow := map[int]assembly.Sample{}
+	var sc *assembly.Schema
 	for i, data := range pr.chunks {
 		first := pr.firsts[i]
 		if first < 0 {
 			continue
 		}
-		rows, csc, err := splitChunk(data)
+		rows, csc, err := assembly.SplitChunk(data)
 		if err != nil {
-			return nil, nil, fmt.Errorf("chunk %d of shard %d of epoch %d produced again: %w", i, sp.ref.Shard, sp.ref.Epoch, err)
+			return nil, nil, fmt.Errorf("chunk %d of shard %d of epoch %d produced again: %w", i, sp.Ref.Shard, sp.Ref.Epoch, err)
 		}
-		lo, hi := max(sp.row, first), min(sp.row+sp.n, first+len(rows))
+		lo, hi := max(sp.Row, first), min(sp.Row+sp.N, first+len(rows))
 		if lo >= hi {
 			continue
 		}
-		if sc != nil && !sc.equal(csc) {
-			return nil, nil, fmt.Errorf("shard %d of epoch %d produced again: its chunks have tensors %s and %s", sp.ref.Shard, sp.ref.Epoch, sc, csc)
+		if sc != nil && !sc.Equal(csc) {
+			return nil, nil, fmt.Errorf("shard %d of epoch %d produced again: its chunks have tensors %s and %s", sp.Ref.Shard, sp.Ref.Epoch, sc, csc)
 		}
 		sc = csc
 		for r := lo; r < hi; r++ {
 			byRow[r] = rows[r-first]
 		}
 	}
-	out := make([]sample, 0, sp.n)
-	for r := sp.row; r < sp.row+sp.n; r++ {
+	out := make([]assembly.Sample, 0, sp.N)
+	for r := sp.Row; r < sp.Row+sp.N; r++ {
 		s, ok := byRow[r]
 		if !ok {
-			return nil, nil, fmt.Errorf("shard %d of epoch %d produced again has no row %d", sp.ref.Shard, sp.ref.Epoch, r)
+			return nil, nil, fmt.Errorf("shard %d of epoch %d produced again has no row %d", sp.Ref.Shard, sp.Ref.Epoch, r)
 		}
 		out = append(out, s)
 	}
@@ -222,7 +223,7 @@ func (p *producer) produced(ctx context.Context, ref wire.ChunkRef) (*production
 	if p == nil {
 		return nil, errors.New("no dispatcher to produce a chunk again")
 	}
-	k := shardRef{ref.Epoch, ref.Shard}
+	k := assembly.ShardRef{Epoch: ref.Epoch, Shard: ref.Shard}
 	p.mu.Lock()
 	pr := p.shards[k]
 	if pr == nil || isDone(pr) && pr.err != nil {
@@ -256,12 +257,12 @@ func isDone(pr *production) bool {
 	}
 }
 
-func (p *producer) run(k shardRef, pr *production) {
+func (p *producer) run(k assembly.ShardRef, pr *production) {
 	defer close(pr.done)
 	var mu sync.Mutex
 	next := 0 // the next chunk's first row, for chunks that do not say
-	_, err := p.produce(p.ctx, p.job.Task(k.epoch, k.shard), func(i int, data []byte) {
-		rows, _, first, err := splitChunkAt(data)
+	_, err := p.produce(p.ctx, p.job.Task(k.Epoch, k.Shard), func(i int, data []byte) {
+		rows, _, first, err := assembly.SplitChunkAt(data)
 		if i == 0 {
 			next = 0
 		}

@@ -117,7 +117,7 @@
 // took (the client's state dict, State) and, restarted, posts it to
 // POST /v1/resume. The reader's recorded position is at or past it; every
 // shard the recorded position has anything of beyond the state's, or that
-// the reader holds chunks of (replaySet), is produced again (the agent
+// the reader holds chunks of (assembly.ReplaySet), is produced again (the agent
 // sends it itself: dispatch.Replay), and the state's position, with those
 // shards noted as replayed, becomes the reader's: every sample the
 // checkpointed model had not consumed comes exactly once, to the new world

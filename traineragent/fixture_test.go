@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -134,7 +135,7 @@ func outputs(t testing.TB, job wire.Job, l layout) []outputMsg {
 // checkBatch verifies a batch's tensors against its keys and epoch.
 func checkBatch(t testing.TB, b Batch) {
 	t.Helper()
-	b.materialize()
+	b.Materialize()
 	if len(b.Tensors) != 2 || b.Tensors[0].Name != "image" || b.Tensors[1].Name != "label" {
 		t.Fatalf("batch tensors %v: want image and label", b.Tensors)
 	}
@@ -160,19 +161,21 @@ func checkBatch(t testing.TB, b Batch) {
 
 // applyMsg applies one output message to an assembler as a reader's
 // intake does, a shard end as a member's (its chunks may come later).
-func applyMsg(a *assembler, m outputMsg) (outcome, error) { return applySent(a, m, false) }
+func applyMsg(a *assembly.Assembler, m outputMsg) (assembly.Outcome, error) {
+	return applySent(a, m, false)
+}
 
 // applySent is applyMsg, a shard end as the end of a send of the agent
 // (sent) or not.
-func applySent(a *assembler, m outputMsg, sent bool) (outcome, error) {
+func applySent(a *assembly.Assembler, m outputMsg, sent bool) (assembly.Outcome, error) {
 	if m.ref.Chunk >= 0 {
-		return a.add(m.ref, m.data)
+		return a.Add(m.ref, m.data)
 	}
 	var end wire.ShardEnd
 	if err := json.Unmarshal(m.data, &end); err != nil {
-		return outcome{}, err
+		return assembly.Outcome{}, err
 	}
-	return a.end(m.ref, end, sent)
+	return a.End(m.ref, end, sent)
 }
 
 // function is a hand-written function replica: it answers each shard task
@@ -181,22 +184,22 @@ func applySent(a *assembler, m outputMsg, sent bool) (outcome, error) {
 type function struct {
 	t   testing.TB
 	job wire.Job
-	out map[shardRef][]outputMsg
+	out map[assembly.ShardRef][]outputMsg
 	srv *httptest.Server
 
 	mu    sync.Mutex
-	sends map[shardRef]int
+	sends map[assembly.ShardRef]int
 	// cutAfter, when set for a shard, cuts its next response after that
 	// many chunks (then forgets it): a replica killed mid-shard.
-	cutAfter map[shardRef]int
+	cutAfter map[assembly.ShardRef]int
 	// retry, when set for a shard, is its output from its second send on
 	// (another function version, which cuts the rows into other chunks).
-	retry map[shardRef][]outputMsg
+	retry map[assembly.ShardRef][]outputMsg
 	// hold blocks every response before its first frame until closed.
 	hold chan struct{}
 	// status, when set for a shard, is the HTTP status every request for
 	// it gets (404: the shard's object is gone).
-	status map[shardRef]int
+	status map[assembly.ShardRef]int
 }
 
 // newFunction serves job's layout l on loopback.
@@ -208,9 +211,9 @@ func newFunction(t testing.TB, job wire.Job, l layout) *function {
 // newFunctionOf serves the output msgs (each shard's chunks, then its end).
 func newFunctionOf(t testing.TB, job wire.Job, msgs []outputMsg) *function {
 	t.Helper()
-	f := &function{t: t, job: job, out: map[shardRef][]outputMsg{}, sends: map[shardRef]int{}, cutAfter: map[shardRef]int{}, retry: map[shardRef][]outputMsg{}}
+	f := &function{t: t, job: job, out: map[assembly.ShardRef][]outputMsg{}, sends: map[assembly.ShardRef]int{}, cutAfter: map[assembly.ShardRef]int{}, retry: map[assembly.ShardRef][]outputMsg{}}
 	for _, m := range msgs {
-		k := shardRef{m.ref.Epoch, m.ref.Shard}
+		k := assembly.ShardRef{Epoch: m.ref.Epoch, Shard: m.ref.Shard}
 		f.out[k] = append(f.out[k], m)
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
@@ -228,7 +231,7 @@ func (f *function) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("bad task: %v", err), http.StatusBadRequest)
 		return
 	}
-	k := shardRef{task.Epoch, task.Shard}
+	k := assembly.ShardRef{Epoch: task.Epoch, Shard: task.Shard}
 	f.mu.Lock()
 	f.sends[k]++
 	cut, cutting := f.cutAfter[k]
@@ -278,33 +281,33 @@ func (f *function) serve(w http.ResponseWriter, r *http.Request) {
 func (f *function) cut(epoch, shard, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.cutAfter[shardRef{epoch, shard}] = n
+	f.cutAfter[assembly.ShardRef{Epoch: epoch, Shard: shard}] = n
 }
 
 // setRetry makes the sends of (epoch, shard) after the first answer msgs.
 func (f *function) setRetry(epoch, shard int, msgs []outputMsg) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.retry[shardRef{epoch, shard}] = msgs
+	f.retry[assembly.ShardRef{Epoch: epoch, Shard: shard}] = msgs
 }
 
 // sendsOf is how often (epoch, shard) was asked for.
 func (f *function) sendsOf(epoch, shard int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.sends[shardRef{epoch, shard}]
+	return f.sends[assembly.ShardRef{Epoch: epoch, Shard: shard}]
 }
 
 // submit does what broker.Submit and a controller do for job: record it,
 // queue its tasks (every epoch, in order, or as order says), and publish a
 // dispatch plan sending them to f with inFlight tasks at once.
-func (e env) submit(t testing.TB, job wire.Job, f *function, inFlight int, order ...shardRef) {
+func (e env) submit(t testing.TB, job wire.Job, f *function, inFlight int, order ...assembly.ShardRef) {
 	t.Helper()
 	e.submitTo(t, job, f.srv.URL, inFlight, order...)
 }
 
 // submitTo is submit with the tasks sent to the function at url.
-func (e env) submitTo(t testing.TB, job wire.Job, url string, inFlight int, order ...shardRef) {
+func (e env) submitTo(t testing.TB, job wire.Job, url string, inFlight int, order ...assembly.ShardRef) {
 	t.Helper()
 	ctx := context.Background()
 	e.record(t, job)
@@ -314,12 +317,12 @@ func (e env) submitTo(t testing.TB, job wire.Job, url string, inFlight int, orde
 	if len(order) == 0 {
 		for ep := range job.Spec.Epochs {
 			for s := range job.Shards {
-				order = append(order, shardRef{ep, s})
+				order = append(order, assembly.ShardRef{Epoch: ep, Shard: s})
 			}
 		}
 	}
 	for _, k := range order {
-		data, err := json.Marshal(job.Task(k.epoch, k.shard))
+		data, err := json.Marshal(job.Task(k.Epoch, k.Shard))
 		if err != nil {
 			t.Fatal(err)
 		}

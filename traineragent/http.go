@@ -8,73 +8,11 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 
-	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// Encode writes b as a safetensors file with the job, epoch and keys in its metadata.
-func (b Batch) Encode(job string) ([]byte, error) {
-	b.materialize()
-	meta, err := b.metadata(job)
-	if err != nil {
-		return nil, err
-	}
-	return safetensors.Encode(b.Tensors, meta)
-}
-
-func (b Batch) metadata(job string) (map[string]string, error) {
-	keys, err := json.Marshal(b.Keys)
-	if err != nil {
-		return nil, fmt.Errorf("encoding batch keys: %w", err)
-	}
-	meta := map[string]string{
-		wire.MetaBatchJob:   job,
-		wire.MetaBatchEpoch: strconv.Itoa(b.Epoch),
-		wire.MetaBatchKeys:  string(keys),
-	}
-	if b.Sources != nil {
-		sources, err := json.Marshal(b.Sources)
-		if err != nil {
-			return nil, fmt.Errorf("encoding batch sources: %w", err)
-		}
-		meta[wire.MetaBatchSources] = string(sources)
-	}
-	return meta, nil
-}
-
-// DecodeBatch reads a batch written by Batch.Encode; tensors alias data and
-// come sorted by name.
-func DecodeBatch(data []byte) (Batch, error) {
-	f, err := safetensors.Decode(data)
-	if err != nil {
-		return Batch{}, err
-	}
-	var b Batch
-	if b.Epoch, err = strconv.Atoi(f.Metadata[wire.MetaBatchEpoch]); err != nil {
-		return Batch{}, fmt.Errorf("batch metadata %q: %w", wire.MetaBatchEpoch, err)
-	}
-	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaBatchKeys]), &b.Keys); err != nil {
-		return Batch{}, fmt.Errorf("batch metadata %q: %w", wire.MetaBatchKeys, err)
-	}
-	if src, ok := f.Metadata[wire.MetaBatchSources]; ok {
-		if err := json.Unmarshal([]byte(src), &b.Sources); err != nil || len(b.Sources) != len(b.Keys) {
-			return Batch{}, fmt.Errorf("batch metadata %q: want one source per key: %v", wire.MetaBatchSources, err)
-		}
-	}
-	names := make([]string, 0, len(f.Tensors))
-	for name := range f.Tensors {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		b.Tensors = append(b.Tensors, f.Tensors[name])
-	}
-	return b, nil
-}
 
 // Handler serves the agent to a trainer's ranks in other processes:
 //
@@ -206,7 +144,7 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	b := p.Batch
 	// The file as Encode writes it, without copying the tensors into one
 	// buffer first: a batch is MBs.
-	meta, err := b.metadata(a.job.Spec.ID)
+	meta, err := b.Metadata(a.job.Spec.ID)
 	var head []byte
 	var size int
 	if err == nil {
@@ -219,7 +157,7 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 		if p.Last {
 			meta[wire.MetaBatchEpochFailed] = strconv.FormatInt(p.EpochFailed, 10)
 		}
-		head, size, err = b.header(meta)
+		head, size, err = b.Header(meta)
 	}
 	if err != nil {
 		// The batch is lost to this trainer; say so rather than hide it.
@@ -236,37 +174,13 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	// The position already counts this batch as delivered: a trainer
 	// that loses it here does not get it from a restarted agent either
 	// (it resumes from its checkpoint instead).
-	if err := b.write(w, head); err != nil {
+	if err := b.WriteFile(w, head); err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
 		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.rank, "samples", len(b.Keys), "err", err)
 		for _, k := range b.Keys {
 			a.Fail(k, "sending batch to the trainer: "+err.Error())
 		}
 	}
-}
-
-// header is the start of b's safetensors file with meta, and the file's size.
-func (b *Batch) header(meta map[string]string) (head []byte, size int, err error) {
-	lengths := make([]int, len(b.Tensors))
-	for j := range b.Tensors {
-		lengths[j] = b.dataLen(j)
-	}
-	return safetensors.HeaderLengths(b.Tensors, lengths, meta)
-}
-
-// write writes b's file, head then the tensors' data, straight from the
-// chunks it came in.
-func (b *Batch) write(w io.Writer, head []byte) error {
-	_, err := w.Write(head)
-	for j := range b.Tensors {
-		for _, run := range b.data(j) {
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(run)
-		}
-	}
-	return err
 }
 
 // maxStateBytes bounds a resume's body: a state is under 64 KiB at

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -43,7 +44,7 @@ func (h httpRank) get(world int, extra string) (int, http.Header, []byte) {
 // the headers.
 func (h httpRank) part(hdr http.Header, body []byte) rankPart {
 	h.t.Helper()
-	b, err := DecodeBatch(body)
+	b, err := assembly.DecodeBatch(body)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -64,12 +65,12 @@ type member struct {
 	want      bool
 	store     map[wire.ChunkRef]*storedChunk
 	bytes     int64
-	ends      map[shardRef]wire.TeamNote // shard ends and failures told, to tell a new planner run again
-	held      map[shardRef]bool          // shards it received output of, not settled
-	cursor    map[shardRef]sendCursor    // per shard, where its send's next chunk starts (for chunks that do not say)
-	inbox     string                     // where replies come (inbox.SEQ), once subscribed
-	waits     map[uint64]*teamWait       // requests waiting for a reply, by sequence number
-	polls     map[int]*rankPoll          // per rank, its poll for the next part
+	ends      map[assembly.ShardRef]wire.TeamNote       // shard ends and failures told, to tell a new planner run again
+	held      map[assembly.ShardRef]bool                // shards it received output of, not settled
+	cursor    map[assembly.ShardRef]assembly.SendCursor // per shard, where its send's next chunk starts (for chunks that do not say)
+	inbox     string                                    // where replies come (inbox.SEQ), once subscribed
+	waits     map[uint64]*teamWait                      // requests waiting for a reply, by sequence number
+	polls     map[int]*rankPoll                         // per rank, its poll for the next part
 	// resumes counts the resumes forwarded; resumePlanner and resumeGen
 	// are the planner run that answered the last and its generation of
 	// ranks (a part asked for before it is of an earlier generation
@@ -96,7 +97,7 @@ func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
 		auth: &teamAuth{job: job.Spec.ID, reader: reader}, m: NewMetrics(nil).forJob(job.Spec.ID, reader),
 		nonce: newNonce(), runCtx: ctx, stopRun: stop,
-		store: map[wire.ChunkRef]*storedChunk{}, ends: map[shardRef]wire.TeamNote{}, held: map[shardRef]bool{}, cursor: map[shardRef]sendCursor{},
+		store: map[wire.ChunkRef]*storedChunk{}, ends: map[assembly.ShardRef]wire.TeamNote{}, held: map[assembly.ShardRef]bool{}, cursor: map[assembly.ShardRef]assembly.SendCursor{},
 		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 }
@@ -356,11 +357,11 @@ func (m *member) join(ctx context.Context) error {
 // send fails, and the shard comes again.
 func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	samples, sc, first, err := splitChunkAt(data)
+	samples, sc, first, err := assembly.SplitChunkAt(data)
 	if err != nil {
 		return fmt.Errorf("output %s: corrupt chunk: %w", ref, err)
 	}
-	k := shardRef{task.Epoch, task.Shard}
+	k := assembly.ShardRef{Epoch: task.Epoch, Shard: task.Shard}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if first < 0 {
@@ -368,13 +369,13 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 		switch {
 		case index == 0:
 			first = 0
-		case ok && c.next == index:
-			first = c.row
+		case ok && c.Next == index:
+			first = c.Row
 		default:
 			return fmt.Errorf("output %s: where its rows fall in the shard is not known: it does not say, and chunk %d of its send did not come", ref, index-1)
 		}
 	}
-	m.cursor[k] = sendCursor{next: index + 1, row: first + len(samples)}
+	m.cursor[k] = assembly.SendCursor{Next: index + 1, Row: first + len(samples)}
 	n := wire.TeamNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index, First: &first, Rows: len(samples), Schema: noteOf(sc)}
 	m.held[k] = true
 	if c := m.store[ref]; c != nil {
@@ -395,7 +396,7 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 				alt = max(alt, r.Chunk+1)
 			}
 		}
-		if alt >= maxChunksPerShard {
+		if alt >= assembly.MaxChunksPerShard {
 			return fmt.Errorf("output %s: too many chunks of the shard chunked differently", ref)
 		}
 		ref.Chunk, n.Chunk = alt, alt
@@ -410,12 +411,12 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 // altChunks is the first chunk index a member gives a chunk of a retry
 // chunked differently whose index it holds already (functions send far
 // fewer chunks a shard).
-const altChunks = maxChunksPerShard / 2
+const altChunks = assembly.MaxChunksPerShard / 2
 
 // end queues task's shard end, or (end nil) that it failed for good.
 func (m *member) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
 	n := wire.TeamNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: -1, End: end, Reason: reason, Key: task.Key}
-	k := shardRef{task.Epoch, task.Shard}
+	k := assembly.ShardRef{Epoch: task.Epoch, Shard: task.Shard}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.held[k] = true
@@ -540,7 +541,7 @@ func (m *member) keepStatus(ctx context.Context) {
 		m.mu.Lock()
 		held := make([][2]int, 0, len(m.held))
 		for k := range m.held {
-			held = append(held, [2]int{k.epoch, k.shard})
+			held = append(held, [2]int{k.Epoch, k.Shard})
 		}
 		m.mu.Unlock()
 		slices.SortFunc(held, func(x, y [2]int) int { return x[0]*1<<20 + x[1] - y[0]*1<<20 - y[1] })
@@ -572,12 +573,12 @@ func (m *member) settled(r wire.TeamReply, asked [][2]int) {
 	m.mu.Lock()
 	m.want = r.Want
 	for _, c := range r.Complete {
-		k := shardRef{c[0], c[1]}
+		k := assembly.ShardRef{Epoch: c[0], Shard: c[1]}
 		delete(m.held, k)
 		delete(m.ends, k)
 		delete(m.cursor, k)
 		for ref, sc := range m.store {
-			if ref.Epoch == k.epoch && ref.Shard == k.shard {
+			if ref.Epoch == k.Epoch && ref.Shard == k.Shard {
 				sc.settled = true
 			}
 		}
@@ -607,7 +608,7 @@ func (m *member) settleAll() {
 	m.mu.Lock()
 	var done [][2]int
 	for k := range m.held {
-		done = append(done, [2]int{k.epoch, k.shard})
+		done = append(done, [2]int{k.Epoch, k.Shard})
 	}
 	m.mu.Unlock()
 	m.settled(wire.TeamReply{Complete: done}, nil)
@@ -723,11 +724,11 @@ func (m *member) checkPart(n wire.TeamPart) error {
 	}
 	rows := 0
 	for _, sp := range n.Spans {
-		if sp.Shard < 0 || sp.Shard >= len(m.job.Shards) || sp.Chunk < 0 || sp.Chunk >= maxChunksPerShard ||
-			sp.Lo < 0 || sp.N < 1 || sp.Lo > maxRowsPerChunk || sp.N > maxRowsPerChunk-sp.Lo {
+		if sp.Shard < 0 || sp.Shard >= len(m.job.Shards) || sp.Chunk < 0 || sp.Chunk >= assembly.MaxChunksPerShard ||
+			sp.Lo < 0 || sp.N < 1 || sp.Lo > assembly.MaxRowsPerChunk || sp.N > assembly.MaxRowsPerChunk-sp.Lo {
 			return fmt.Errorf("span %+v out of range", sp)
 		}
-		if sp.Row != nil && (*sp.Row < 0 || *sp.Row > maxRowsPerShard) {
+		if sp.Row != nil && (*sp.Row < 0 || *sp.Row > assembly.MaxRowsPerShard) {
 			return fmt.Errorf("span %+v: shard row %d out of range", sp, *sp.Row)
 		}
 		rows += sp.N
@@ -751,15 +752,15 @@ func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer
 		if s.Row != nil && *s.Row >= 0 {
 			row = *s.Row
 		}
-		p.Spans = append(p.Spans, rowSpan{ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, lo: s.Lo, n: s.N, row: row})
+		p.Spans = append(p.Spans, assembly.RowSpan{Ref: wire.ChunkRef{Job: m.job.Spec.ID, Epoch: n.Epoch, Shard: s.Shard, Chunk: s.Chunk}, Lo: s.Lo, N: s.N, Row: row})
 	}
-	var sc *schema
+	var sc *assembly.Schema
 	if n.Schema != nil {
 		sc, _ = schemaOf(n.Schema)
 	}
-	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp rowSpan) ([]sample, *schema, error) {
+	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
 		m.mu.Lock()
-		c := m.store[sp.ref]
+		c := m.store[sp.Ref]
 		m.mu.Unlock()
 		if c != nil {
 			return spanRows(sp, c.data)
@@ -772,15 +773,15 @@ func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer
 	}
 	m.mu.Lock()
 	for _, sp := range p.Spans {
-		if c := m.store[sp.ref]; c != nil {
-			if c.cut += sp.n; c.cut >= c.note.Rows {
+		if c := m.store[sp.Ref]; c != nil {
+			if c.cut += sp.N; c.cut >= c.note.Rows {
 				m.bytes -= int64(len(c.data))
-				delete(m.store, sp.ref)
+				delete(m.store, sp.Ref)
 			}
 		}
 	}
 	m.mu.Unlock()
-	b.Sources = spanSources(m.job, p.Spans)
+	b.Sources = assembly.SpanSources(m.job, p.Spans)
 	p.Batch, p.Spans = b, nil
 	return p, nil
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
 )
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -77,7 +78,7 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 				}
 				msgs = append(first, rest...)
 			}
-			a := newAssembler(job)
+			a := assembly.NewAssembler(job)
 			batches, _, _, _ := feed(t, a, msgs)
 			rows := map[int][]int{}
 			seenKeys := map[string]int{}
@@ -98,8 +99,8 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 				rows[b.Epoch] = append(rows[b.Epoch], b.Sources...)
 			}
 			checkEveryOnce(t, job, l, seenKeys, 0)
-			if !a.allFinished() || a.pending != 0 {
-				t.Errorf("finished %v, %d rows pending: want every row handed out", a.allFinished(), a.pending)
+			if !a.AllFinished() || a.Pending != 0 {
+				t.Errorf("finished %v, %d rows pending: want every row handed out", a.AllFinished(), a.Pending)
 			}
 			for e := range 2 {
 				if len(rows[e]) != 320 {
@@ -117,15 +118,15 @@ func TestAssemblerMixReleasesRowsWhenASourceIsDone(t *testing.T) {
 	l := layout{{20}, {20}, {4}} // source 0: 40 rows; source 1: 4
 	job := testMixedJob("mixdone", 1, 8, l, 2, 1, 1)
 	msgs := outputs(t, job, l)
-	a := newAssembler(job)
+	a := assembly.NewAssembler(job)
 	// Source 0's first shard: the schedule (seed 0) starts with source
 	// 1, so all of it waits.
 	out, err := applyMsg(a, msgs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.batches) != 0 || a.pending != 20 {
-		t.Fatalf("%d batches, %d pending: want none batched, 20 rows waiting for source 1", len(out.batches), a.pending)
+	if len(out.Batches) != 0 || a.Pending != 20 {
+		t.Fatalf("%d batches, %d pending: want none batched, 20 rows waiting for source 1", len(out.Batches), a.Pending)
 	}
 	// Source 1's only shard (chunk and end): its 4 rows alternate with
 	// source 0's, then source 0's 16 others go on alone.
@@ -135,9 +136,9 @@ func TestAssemblerMixReleasesRowsWhenASourceIsDone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, b := range out.batches {
+		for _, b := range out.Batches {
 			got = append(got, b.Sources...)
-			a.handOut(b)
+			a.HandOut(b)
 		}
 	}
 	want := "101010100000000000000000"
@@ -165,13 +166,13 @@ func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
 	}{{0, 0}, {1, 16}} { // no bound: all 20 rows wait; 1 byte: 2 batches of 8 go on
 		job := testMixedJob("mixfull", 1, 8, l, 2, 1, 1)
 		job.Spec.OutputBufferBytes = tc.buffer
-		a := newAssembler(job)
+		a := assembly.NewAssembler(job)
 		out, err := applyMsg(a, outputs(t, job, l)[0])
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := 0
-		for _, b := range out.batches {
+		for _, b := range out.Batches {
 			got += len(b.Keys)
 		}
 		if got != tc.want {
@@ -185,17 +186,17 @@ func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
 func TestAssemblerMixRestoredSourceDone(t *testing.T) {
 	l := layout{{20}, {20}, {4}}
 	job := testMixedJob("mixrestore", 1, 8, l, 2, 1, 1)
-	a := newAssembler(job)
-	if err := a.restore(position{Version: positionVersion, Epochs: map[int]epochPosition{0: {Complete: "2"}}}); err != nil {
+	a := assembly.NewAssembler(job)
+	if err := a.Restore(assembly.Position{Version: assembly.PositionVersion, Epochs: map[int]assembly.EpochPosition{0: {Complete: "2"}}}); err != nil {
 		t.Fatal(err)
 	}
-	a.start()
+	a.Start()
 	out, err := applyMsg(a, outputs(t, job, l)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := 0
-	for _, b := range out.batches {
+	for _, b := range out.Batches {
 		got += len(b.Keys)
 	}
 	if got != 16 {
@@ -217,25 +218,25 @@ func TestAssemblerMixResumesTheSchedule(t *testing.T) {
 	job := testMixedJob("mixresume", 1, 10, l, 17, 0.85, 0.15)
 	msgs := outputs(t, job, l)
 	for k := 1; k < 30; k++ {
-		a := newAssembler(job)
-		var ready []readyBatch
+		a := assembly.NewAssembler(job)
+		var ready []assembly.ReadyBatch
 		for _, m := range msgs {
 			out, err := applyMsg(a, m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ready = append(ready, out.batches...)
+			ready = append(ready, out.Batches...)
 		}
 		var stream []int
 		for _, b := range ready[:k] {
-			a.handOut(b)
+			a.HandOut(b)
 			stream = append(stream, b.Sources...)
 		}
-		b := newAssembler(job)
-		if err := b.restore(a.snapshot()); err != nil {
+		b := assembly.NewAssembler(job)
+		if err := b.Restore(a.Snapshot()); err != nil {
 			t.Fatal(err)
 		}
-		b.start()
+		b.Start()
 		rest, _, _, _ := feed(t, b, msgs)
 		for _, batch := range rest {
 			stream = append(stream, batch.Sources...)

@@ -165,7 +165,7 @@ func TestTeamResumesAPackedJobExactlyOnce(t *testing.T) {
 // attention_mask is 1.
 func realTokens(t *testing.T, b *Batch, i, seqLen int) []int32 {
 	t.Helper()
-	b.materialize()
+	b.Materialize()
 	var ids, mask []byte
 	for _, tn := range b.Tensors {
 		switch tn.Name {

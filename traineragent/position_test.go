@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 )
 
 func TestSetEncodingRoundTrips(t *testing.T) {
@@ -23,21 +25,21 @@ func TestSetEncodingRoundTrips(t *testing.T) {
 		{"word boundary", []int{62, 63, 64, 65, 127, 128}, "62-65,127-128"},
 		{"scattered", everyOther(0, 2000), "b:"},
 	} {
-		var b bitset
+		var b assembly.Bitset
 		for _, m := range tc.members {
-			b.add(m)
+			b.Add(m)
 		}
-		s := encodeSet(b)
+		s := assembly.EncodeSet(b)
 		if tc.want != "" && !strings.HasPrefix(s, tc.want) || tc.want == "" && len(tc.members) == 0 && s != "" {
 			t.Errorf("%s: encoded %q, want %q", tc.name, s, tc.want)
 		}
-		got, err := decodeSet(s, 4000)
+		got, err := assembly.DecodeSet(s, 4000)
 		if err != nil {
 			t.Fatalf("%s: decoding %q: %v", tc.name, s, err)
 		}
 		var members []int
 		for i := range 4000 {
-			if got.has(i) {
+			if got.Has(i) {
 				members = append(members, i)
 			}
 		}
@@ -46,7 +48,7 @@ func TestSetEncodingRoundTrips(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"1-", "-1", "3-2", "a", "b:!!", "9"} {
-		if _, err := decodeSet(bad, 5); err == nil {
+		if _, err := assembly.DecodeSet(bad, 5); err == nil {
 			t.Errorf("decodeSet(%q, 5) succeeded", bad)
 		}
 	}
@@ -78,28 +80,28 @@ func everyOther(from, to int) []int {
 func TestAssemblerResumesExactlyOnce(t *testing.T) {
 	l := layout{{3, 2}, {4}, {1, 2, 3}, {0}, {5, 5}, {}} // a chunk without rows, a shard without chunks
 	job := testJob("j", 3, 4, l)
-	byShard := map[shardRef][]outputMsg{}
+	byShard := map[assembly.ShardRef][]outputMsg{}
 	for _, m := range outputs(t, job, l) {
-		k := shardRef{m.ref.Epoch, m.ref.Shard}
+		k := assembly.ShardRef{Epoch: m.ref.Epoch, Shard: m.ref.Shard}
 		byShard[k] = append(byShard[k], m)
 	}
 	for trial := range 200 {
 		rng := rand.New(rand.NewPCG(uint64(trial), 42))
-		settled := map[shardRef]bool{}
+		settled := map[assembly.ShardRef]bool{}
 		delivered := map[string]int{}
 		var stored []byte
 		for run := 0; ; run++ {
-			a := newAssembler(job)
+			a := assembly.NewAssembler(job)
 			if stored != nil {
-				p, err := decodePosition(stored)
+				p, err := assembly.DecodePosition(stored)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := a.restore(p); err != nil {
+				if err := a.Restore(p); err != nil {
 					t.Fatalf("trial %d run %d: restore %s: %v", trial, run, stored, err)
 				}
 			}
-			a.start()
+			a.Start()
 			// Every task not settled is sent again, a few of them twice
 			// (a redelivery racing a retry); the responses interleave.
 			var queues [][]outputMsg
@@ -125,14 +127,14 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 			if !last && len(todo) > 0 {
 				crashAt = rng.IntN(len(todo) + 1)
 			}
-			var ready []readyBatch
+			var ready []assembly.ReadyBatch
 			sync := func() {
-				data, err := encodePosition(a.snapshot())
+				data, err := assembly.EncodePosition(a.Snapshot())
 				if err != nil {
 					t.Fatal(err)
 				}
 				stored = data
-				for _, s := range a.takeCompleted() {
+				for _, s := range a.TakeCompleted() {
 					settled[s] = true
 				}
 			}
@@ -140,7 +142,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 				for ; n > 0 && len(ready) > 0; n-- {
 					b := ready[0]
 					ready = ready[1:]
-					a.handOut(b)
+					a.HandOut(b)
 					sync() // before the batch is returned
 					for _, k := range b.Keys {
 						delivered[fmt.Sprintf("%d/%s", b.Epoch, k)]++
@@ -152,7 +154,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ready = append(ready, out.batches...)
+				ready = append(ready, out.Batches...)
 				handOut(rng.IntN(3))
 				if rng.IntN(4) == 0 {
 					sync() // the keep-alive flush
@@ -163,8 +165,8 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 			}
 			handOut(len(ready))
 			sync()
-			if !a.allFinished() || a.heldBytes != 0 {
-				t.Fatalf("trial %d: after the last run: finished %v, %d bytes held: %s", trial, a.allFinished(), a.heldBytes, stored)
+			if !a.AllFinished() || a.HeldBytes != 0 {
+				t.Fatalf("trial %d: after the last run: finished %v, %d bytes held: %s", trial, a.AllFinished(), a.HeldBytes, stored)
 			}
 			break
 		}
@@ -186,7 +188,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 		}
 		for k := range byShard {
 			if !settled[k] {
-				t.Fatalf("trial %d: shard %d of epoch %d never settled", trial, k.shard, k.epoch)
+				t.Fatalf("trial %d: shard %d of epoch %d never settled", trial, k.Shard, k.Epoch)
 			}
 		}
 	}
@@ -213,19 +215,19 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 		{"every other shard", func(s int) bool { return s%2 == 0 }, false},
 		{"every other shard, the others replayed", func(s int) bool { return s%2 == 0 }, true},
 	} {
-		a := newAssembler(job)
-		a.start()
-		a.finished = 1 // epoch 0 finished
-		add := func(ref outputMsg) []readyBatch {
+		a := assembly.NewAssembler(job)
+		a.Start()
+		a.Finished = 1 // epoch 0 finished
+		add := func(ref outputMsg) []assembly.ReadyBatch {
 			out, err := applyMsg(a, ref)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return out.batches
+			return out.Batches
 		}
 		msgs := outputs(t, testJob("big", 2, 1, l[:1]), l[:1]) // epoch 0 and 1 of shard 0: c0, c1, end
 		for s := range shards {
-			var batches []readyBatch
+			var batches []assembly.ReadyBatch
 			flight := !tc.done(s) && s >= 6000 && s < 6016
 			if !tc.done(s) && !flight {
 				continue
@@ -239,7 +241,7 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 				n = 3 // chunk 0 in full, the first row of chunk 1
 			}
 			for _, b := range batches[:n] {
-				a.handOut(b)
+				a.HandOut(b)
 			}
 		}
 		if tc.replay {
@@ -247,9 +249,9 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 			for s := 1; s < shards; s += 2 {
 				odd = append(odd, s)
 			}
-			a.markReplayed(map[int][]int{1: odd})
+			a.MarkReplayed(map[int][]int{1: odd})
 		}
-		data, err := encodePosition(a.snapshot())
+		data, err := assembly.EncodePosition(a.Snapshot())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,15 +268,15 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 			t.Errorf("%s: trainer state is %d bytes, want well under 64 KiB", tc.name, len(state))
 		}
 		// It restores to the same position.
-		p, err := decodePosition(data)
+		p, err := assembly.DecodePosition(data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := newAssembler(job)
-		if err := b.restore(p); err != nil {
+		b := assembly.NewAssembler(job)
+		if err := b.Restore(p); err != nil {
 			t.Fatal(err)
 		}
-		again, _ := encodePosition(b.snapshot())
+		again, _ := assembly.EncodePosition(b.Snapshot())
 		if string(again) != string(data) {
 			t.Errorf("%s: restored position differs:\n%s\n%s", tc.name, data, again)
 		}
@@ -294,11 +296,11 @@ func TestRestoreRejectsForeignPositions(t *testing.T) {
 		`{"v":1,"epochs":{"0":{"shards":{"1":{"end":1,"chunks":"1"}}}}}`,
 		`{"v":1,"epochs":{"0":{"shards":{"1":{"chunks":"0","rows":{"0":1}}}}}}`,
 	} {
-		p, err := decodePosition([]byte(bad))
+		p, err := assembly.DecodePosition([]byte(bad))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := newAssembler(job).restore(p); err == nil {
+		if err := assembly.NewAssembler(job).Restore(p); err == nil {
 			t.Errorf("restore(%s) succeeded", bad)
 		}
 	}

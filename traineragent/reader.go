@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -193,7 +194,7 @@ func ratio(a, b time.Duration) float64 {
 //     a member's last end settles its tasks (dispatch.Dispatcher.Settle,
 //     an ack) before the agent can see it is done.
 //  3. The leaves, each held only for a few fields and never while taking
-//     another: recordedShards.mu (under positionStore.mu: a write's
+//     another: assembly.RecordedShards.mu (under positionStore.mu: a write's
 //     shards), member.mu and Agent.roomMu (under Reader.mu: a member's
 //     settle, a change's wake), producer.mu, demand.GPUMeter.mu. The
 //     dispatcher's own lock is a leaf too: it calls the sink with it
@@ -210,7 +211,7 @@ type Reader struct {
 	// completed is told the shards whose every row the position now
 	// records as handed out (after the write): the agent settles their
 	// tasks once every reader it serves has them.
-	completed func([]shardRef)
+	completed func([]assembly.ShardRef)
 	// replay asks the agent to produce shards again for this reader.
 	replay func([]wire.ShardTask)
 	// changed is told every change notify signals (the agent's sends
@@ -220,7 +221,7 @@ type Reader struct {
 	// pos keeps the position (its mutex serialises writes); recorded
 	// says which shards the written position has complete.
 	pos      *positionStore
-	recorded recordedShards
+	recorded assembly.RecordedShards
 
 	mu   sync.Mutex       // lock order: see above
 	st   *readerState     // guarded by mu
@@ -246,7 +247,7 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 	r := &Reader{
 		job: job, reader: name, opts: opts, log: log,
 		m:         m.forJob(job.Spec.ID, name),
-		completed: func([]shardRef) {},
+		completed: func([]assembly.ShardRef) {},
 		replay:    func([]wire.ShardTask) {},
 		changed:   func() {},
 		fail:      func(error) {},
@@ -343,7 +344,7 @@ func (a *Reader) meter() {
 		a.metered = now
 	}
 	a.m.bufferedSamples.Set(float64(a.st.buffered()))
-	a.m.heldBytes.Set(float64(a.st.asm.heldBytes))
+	a.m.heldBytes.Set(float64(a.st.asm.HeldBytes))
 }
 
 // stop ends the agent's run with err.
@@ -376,35 +377,35 @@ func (a *Reader) handedOut() bool {
 // must not reuse it); an error refuses it (see assembler.add).
 func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	_, err := a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.add(ref, data) })
+	_, err := a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.Add(ref, data) })
 	return err
 }
 
 // addEnd applies task's shard end.
 func (a *Reader) addEnd(task wire.ShardTask, end wire.ShardEnd) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
-	_, _ = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.end(ref, end, true) }) // logged
+	_, _ = a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.End(ref, end, true) }) // logged
 }
 
 // addFailed ends task's shard, which failed for good.
 func (a *Reader) addFailed(task wire.ShardTask, reason string) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
 	a.log.Warn("shard failed for good; its samples are reported failed", "epoch", task.Epoch, "shard", task.Shard, "key", task.Key, "reason", reason)
-	_, _ = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.fail(ref, task.Key, reason) }) // logged
+	_, _ = a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.Fail(ref, task.Key, reason) }) // logged
 }
 
 // intake applies output to the state (apply changes it, a.mu held).
-func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (outcome, error)) (outcome, error) {
+func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (assembly.Outcome, error)) (assembly.Outcome, error) {
 	now := time.Now()
 	shedding := a.shedding.Load()
 	a.mu.Lock()
-	out, err := a.st.intake(ref, shedding, now, func() (outcome, error) { return apply(a.st) })
+	out, err := a.st.intake(ref, shedding, now, func() (assembly.Outcome, error) { return apply(a.st) })
 	a.unlock()
 	if err != nil {
 		a.log.Warn("refusing output", "chunk", ref.String(), "err", err)
 		return out, err
 	}
-	if out.duplicate {
+	if out.Duplicate {
 		a.log.Debug("dropping a copy", "chunk", ref.String())
 	}
 	return out, nil
@@ -415,7 +416,7 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (outcome, er
 func (a *Reader) shardComplete(e, s int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.asm.shardComplete(e, s)
+	return a.st.asm.ShardComplete(e, s)
 }
 
 // arrived counts samples received (a member's chunks: the planner
@@ -455,7 +456,7 @@ func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 // samples again.
 func (a *Reader) Next(ctx context.Context) (Batch, error) {
 	p, err := a.nextPart(ctx, rankRequest{rank: 0, world: 1})
-	p.Batch.materialize()
+	p.Batch.Materialize()
 	return p.Batch, err
 }
 
@@ -570,4 +571,21 @@ func (a *Reader) reportStep(r demand.StepReport) {
 	a.mu.Lock()
 	defer a.unlock()
 	a.st.book.Report(r)
+}
+
+// askOwed asks for the owed shards of the ranks' epoch once no step of it
+// is ready: they are noted replayed (and so never shed), the position is
+// written, and the agent produces them again.
+func (r *Reader) askOwed(ctx context.Context) {
+	r.mu.Lock()
+	tasks := r.st.owedDue()
+	r.unlock()
+	if len(tasks) == 0 {
+		return
+	}
+	if err := r.sync(ctx, false); err != nil {
+		r.stop(err)
+		return
+	}
+	r.replay(tasks)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -39,7 +40,7 @@ func take(t *testing.T, a interface {
 }
 
 // storedPosition reads a reader's recorded position.
-func (e env) storedPosition(t *testing.T, job, reader string) position {
+func (e env) storedPosition(t *testing.T, job, reader string) assembly.Position {
 	t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
 	if err != nil {
@@ -49,7 +50,7 @@ func (e env) storedPosition(t *testing.T, job, reader string) position {
 	if err != nil {
 		t.Fatalf("position of %s: %v", reader, err)
 	}
-	p, err := decodePosition(entry.Value())
+	p, err := assembly.DecodePosition(entry.Value())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -45,7 +46,7 @@ func chunked(t testing.TB, job wire.Job, e, s int, sizes []int, withFirst bool) 
 
 // feedSafely applies the messages of sends in order, as the agent's
 // intake does, handing every batch out at once; a panic fails the test.
-func feedSafely(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, failed []wire.FailedSample, ok bool) {
+func feedSafely(t *testing.T, a *assembly.Assembler, msgs []outputMsg) (batches []Batch, failed []wire.FailedSample, ok bool) {
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
@@ -58,12 +59,12 @@ func feedSafely(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, 
 		if err != nil {
 			t.Fatalf("add %s: %v", m.ref, err)
 		}
-		for _, b := range out.batches {
+		for _, b := range out.Batches {
 			checkBatch(t, b.Batch)
-			a.handOut(b)
+			a.HandOut(b)
 			batches = append(batches, b.Batch)
 		}
-		failed = append(failed, out.failed...)
+		failed = append(failed, out.Failed...)
 	}
 	return batches, failed, true
 }
@@ -88,7 +89,7 @@ func TestAssemblerTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 					t.Run(name, func(t *testing.T) {
 						l := layout{{12}, {2}}
 						job := testJob("j", 1, batch, l)
-						a := newAssembler(job)
+						a := assembly.NewAssembler(job)
 						msgs := chunked(t, job, 0, 0, tc.first, withFirst)[:cut]
 						msgs = append(msgs, chunked(t, job, 0, 0, tc.retry, withFirst)...)
 						msgs = append(msgs, chunked(t, job, 0, 1, []int{2}, withFirst)...)
@@ -110,7 +111,7 @@ func TestAssemblerTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 								t.Errorf("row %d handed out %d times, want once", r, n)
 							}
 						}
-						if !a.allFinished() {
+						if !a.AllFinished() {
 							t.Errorf("epoch not finished after every row came")
 						}
 					})
@@ -134,7 +135,7 @@ func TestAssemblerReportsAShardEndThatContradictsItsRows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := testJob("j", 1, 5, layout{{12}})
-			a := newAssembler(job)
+			a := assembly.NewAssembler(job)
 			msgs := chunked(t, job, 0, 0, []int{4, 4, 4}, true)
 			var end wire.ShardEnd
 			if err := json.Unmarshal(msgs[3].data, &end); err != nil {
@@ -150,8 +151,8 @@ func TestAssemblerReportsAShardEndThatContradictsItsRows(t *testing.T) {
 			for _, b := range batches {
 				n += len(b.Keys)
 			}
-			if n != 12 || !a.allFinished() {
-				t.Errorf("handed out %d rows, finished %t: want the 12 that came, the shard complete", n, a.allFinished())
+			if n != 12 || !a.AllFinished() {
+				t.Errorf("handed out %d rows, finished %t: want the 12 that came, the shard complete", n, a.AllFinished())
 			}
 			if len(failed) != 1 || !strings.Contains(failed[0].Reason, tc.want) {
 				t.Errorf("failed = %v, want one report saying %q", failed, tc.want)
@@ -219,12 +220,12 @@ func TestAgentTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 func TestAssemblerReadsAFormat1Position(t *testing.T) {
 	l := layout{{3, 2, 4}, {2}}
 	job := testJob("j", 1, 2, l)
-	p, err := decodePosition([]byte(`{"v":1,"epochs":{"0":{"shards":{"0":{"end":3,"chunks":"0","rows":{"1":1}}}}}}`))
+	p, err := assembly.DecodePosition([]byte(`{"v":1,"epochs":{"0":{"shards":{"0":{"end":3,"chunks":"0","rows":{"1":1}}}}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAssembler(job)
-	if err := a.restore(p); err != nil {
+	a := assembly.NewAssembler(job)
+	if err := a.Restore(p); err != nil {
 		t.Fatal(err)
 	}
 	msgs := outputs(t, job, l)
@@ -234,11 +235,11 @@ func TestAssemblerReadsAFormat1Position(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
-	for _, b := range out.batches {
-		a.handOut(b)
+	for _, b := range out.Batches {
+		a.HandOut(b)
 		keys = append(keys, b.Keys...)
 	}
-	if got := a.snapshot().Epochs[0].Shards[0]; got.Chunks != "0" || fmt.Sprint(got.Rows) != "map[1:1]" {
+	if got := a.Snapshot().Epochs[0].Shards[0]; got.Chunks != "0" || fmt.Sprint(got.Rows) != "map[1:1]" {
 		t.Errorf("position before chunks 0 and 1 came = %+v, want their format 1 entries kept", got)
 	}
 	for _, m := range []outputMsg{msgs[0], msgs[1], msgs[3], msgs[4], msgs[5]} {
@@ -246,8 +247,8 @@ func TestAssemblerReadsAFormat1Position(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, b := range out.batches {
-			a.handOut(b)
+		for _, b := range out.Batches {
+			a.HandOut(b)
 			keys = append(keys, b.Keys...)
 		}
 	}
@@ -255,7 +256,7 @@ func TestAssemblerReadsAFormat1Position(t *testing.T) {
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("rows handed out after the restore (-want +got):\n%s", diff)
 	}
-	if !a.allFinished() {
+	if !a.AllFinished() {
 		t.Errorf("not finished")
 	}
 }
@@ -333,12 +334,12 @@ func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
 // is input) may not make the agent hold row bitmaps without bound.
 func TestRestoreBoundsTheRowsAPositionRecords(t *testing.T) {
 	job := testJob("j", 1, 4, make(layout, 8))
-	shards := map[int]shardPosition{}
+	shards := map[int]assembly.ShardPosition{}
 	for s := range 8 {
-		shards[s] = shardPosition{Handed: fmt.Sprint(maxRowsPerShard - 1)} // one row, an 8 MiB bitmap
+		shards[s] = assembly.ShardPosition{Handed: fmt.Sprint(assembly.MaxRowsPerShard - 1)} // one row, an 8 MiB bitmap
 	}
-	p := position{Version: positionVersion, Epochs: map[int]epochPosition{0: {Shards: shards}}}
-	err := newAssembler(job).restore(p)
+	p := assembly.Position{Version: assembly.PositionVersion, Epochs: map[int]assembly.EpochPosition{0: {Shards: shards}}}
+	err := assembly.NewAssembler(job).Restore(p)
 	if err == nil || !strings.Contains(err.Error(), "more rows handed out than a position may record") {
 		t.Errorf("restore of 8 shards of 8 MiB bitmaps: err = %v", err)
 	}

@@ -7,10 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -71,7 +70,7 @@ type resumeRequest struct {
 // exactly once. The generation's first resume rewinds: the agent's
 // recorded position is at or past the state's, the shards whose messages
 // it had acked beyond the state's position are produced again
-// (replaySet), the chunks held are returned to the stream, and the
+// (assembly.ReplaySet), the chunks held are returned to the stream, and the
 // state's position, with those shards noted as replayed, becomes the
 // reader's. Copies of what the state's position already covers are
 // dropped by ChunkRef, as ever. Its other ranks' resumes join it and
@@ -104,8 +103,8 @@ func (a *Reader) resumeHere(ctx context.Context, req resumeRequest, agent string
 	if req.rank < 0 || req.rank >= world {
 		return ResumeResult{}, fmt.Errorf("%w: rank %d: want 0..%d (world size %d)", ErrBadState, req.rank, world-1, world)
 	}
-	fresh := newAssembler(a.job)
-	if err := fresh.restore(p); err != nil {
+	fresh := assembly.NewAssembler(a.job)
+	if err := fresh.Restore(p); err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
 	if err := a.lockForResume(ctx); err != nil {
@@ -192,7 +191,7 @@ func (s *readerState) answerResume(req resumeRequest, agent string) (ResumeResul
 // they were in are forgotten. It returns the shards to produce again,
 // nil if the memory was already there (the resume is then done); else
 // the state is resuming until resumeDone.
-func (s *readerState) rewind(req resumeRequest, world int, fresh *assembler, recorded []byte, now time.Time) (ResumeResult, map[int][]int, error) {
+func (s *readerState) rewind(req resumeRequest, world int, fresh *assembly.Assembler, recorded []byte, now time.Time) (ResumeResult, map[int][]int, error) {
 	st := req.state
 	// A new generation of ranks (a trainer restarted from its checkpoint
 	// by torchrun, the agent still running): the rewind owes them every
@@ -203,37 +202,37 @@ func (s *readerState) rewind(req resumeRequest, world int, fresh *assembler, rec
 	dropLast, dropFixed := s.ranks.dropLast, s.ranks.dropFixed
 	s.ranks = stepper{dropLast: dropLast, dropFixed: dropFixed}
 	s.gens.start(&resumeRecord{state: st, world: world}, req.rank, req.id)
-	h := position{Version: positionVersion}
+	h := assembly.Position{Version: assembly.PositionVersion}
 	var err error
 	if recorded != nil {
-		if h, err = decodePosition(recorded); err != nil {
+		if h, err = assembly.DecodePosition(recorded); err != nil {
 			s.gens.settle(nil)
 			return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 		}
 	}
-	replay, err := replaySet(s.asm.snapshot(), fresh.snapshot(), s.job.Spec.Epochs, len(s.job.Shards))
+	replay, err := assembly.ReplaySet(s.asm.Snapshot(), fresh.Snapshot(), s.job.Spec.Epochs, len(s.job.Shards))
 	if err != nil {
 		s.gens.settle(nil)
 		return ResumeResult{}, nil, err
 	}
 	// Resumed: the recorded position was past the state's. The memory is
 	// rewound whenever it differs (shard ends may have arrived since).
-	rec := newAssembler(s.job)
-	if err := rec.restore(h); err != nil {
+	rec := assembly.NewAssembler(s.job)
+	if err := rec.Restore(h); err != nil {
 		s.gens.settle(nil)
 		return ResumeResult{}, nil, fmt.Errorf("the recorded position: %w", err)
 	}
-	want := mustEncode(fresh.snapshot())
-	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(rec.snapshot()), want)}
+	want := mustEncode(fresh.Snapshot())
+	result := ResumeResult{Resumed: !bytes.Equal(mustEncode(rec.Snapshot()), want)}
 	s.ranks.setWorld(world)
 	s.ranks.epoch, s.ranks.step = 0, 0
-	if st.Epoch == fresh.finished {
+	if st.Epoch == fresh.Finished {
 		// The step index goes on from the checkpoint's (with the new
 		// world size, steps hold a different number of samples).
 		s.ranks.epoch, s.ranks.step = st.Epoch, st.Step
 	}
 	s.changed = true
-	if bytes.Equal(mustEncode(s.asm.snapshot()), want) {
+	if bytes.Equal(mustEncode(s.asm.Snapshot()), want) {
 		s.gens.settle(&resumeRecord{state: st, world: world, result: result})
 		return result, nil, nil
 	}
@@ -249,11 +248,11 @@ func (s *readerState) rewind(req resumeRequest, world int, fresh *assembler, rec
 // them again) and the shards whose handed-out chunks are gone replayed;
 // the ready batches are re-formed, and no step is formed until the replay
 // is asked for (resumeDone).
-func (s *readerState) rewindMemory(fresh *assembler, replay map[int][]int, now time.Time) {
-	fresh.version = s.asm.version + 1
-	fresh.schema = s.asm.schema
-	carried := carry(s.asm, fresh)
-	fresh.markReplayed(replay)
+func (s *readerState) rewindMemory(fresh *assembly.Assembler, replay map[int][]int, now time.Time) {
+	fresh.Version = s.asm.Version + 1
+	fresh.Schema = s.asm.Schema
+	carried := assembly.Carry(s.asm, fresh)
+	fresh.MarkReplayed(replay)
 	s.asm = fresh
 	s.rest = nil
 	clear(s.ready)
@@ -262,7 +261,7 @@ func (s *readerState) rewindMemory(fresh *assembler, replay map[int][]int, now t
 		s.ready[b.Epoch] = append(s.ready[b.Epoch], b)
 		s.readySamples += len(b.Keys)
 	}
-	s.epochsFinished(s.asm.start(), now)
+	s.epochsFinished(s.asm.Start(), now)
 	s.resuming = true
 	s.changed = true
 }
@@ -279,14 +278,14 @@ func (s *readerState) resumeDone(r *resumeRecord) {
 // replayed: an agent that crashes now leaves a position that sends them
 // again), then asks for the replay. It finishes even if the client goes
 // away: the memory is rewound already.
-func (a *Reader) recordResume(ctx context.Context, st State, world int, p position, replay map[int][]int, result ResumeResult) (ResumeResult, error) {
+func (a *Reader) recordResume(ctx context.Context, st State, world int, p assembly.Position, replay map[int][]int, result ResumeResult) (ResumeResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionWriteTimeout)
 	defer cancel()
-	base := newAssembler(a.job)
-	if err := base.restore(p); err == nil {
-		a.recorded.reset(base)
+	base := assembly.NewAssembler(a.job)
+	if err := base.Restore(p); err == nil {
+		a.recorded.Reset(base)
 	} else {
-		a.recorded.reset(nil) // cannot be: fresh was restored from p
+		a.recorded.Reset(nil) // cannot be: fresh was restored from p
 	}
 	if err := a.sync(ctx, false); err != nil {
 		// The memory says the replay is queued: the agent cannot go on.
@@ -316,30 +315,30 @@ func (a *Reader) recordResume(ctx context.Context, st State, world int, p positi
 
 // checkState validates st against the agent's job and reader and returns
 // its position (the start of the job for null).
-func (a *Reader) checkState(st State) (position, error) {
+func (a *Reader) checkState(st State) (assembly.Position, error) {
 	switch {
 	case st.Version != StateVersion:
-		return position{}, fmt.Errorf("%w: version %d: this agent reads %d", ErrBadState, st.Version, StateVersion)
+		return assembly.Position{}, fmt.Errorf("%w: version %d: this agent reads %d", ErrBadState, st.Version, StateVersion)
 	case st.Job != "" && st.Job != a.job.Spec.ID:
-		return position{}, fmt.Errorf("%w: a state of job %q, this agent reads %q", ErrBadState, st.Job, a.job.Spec.ID)
+		return assembly.Position{}, fmt.Errorf("%w: a state of job %q, this agent reads %q", ErrBadState, st.Job, a.job.Spec.ID)
 	case st.Reader != "" && st.Reader != a.reader:
-		return position{}, fmt.Errorf("%w: a state of reader %q, this agent is %q", ErrBadState, st.Reader, a.reader)
+		return assembly.Position{}, fmt.Errorf("%w: a state of reader %q, this agent is %q", ErrBadState, st.Reader, a.reader)
 	case st.Epoch < 0 || st.Step < 0 || st.WorldSize < 0 || st.WorldSize > MaxWorldSize:
-		return position{}, fmt.Errorf("%w: epoch %d step %d world size %d: want >= 0 (world size at most %d)", ErrBadState, st.Epoch, st.Step, st.WorldSize, MaxWorldSize)
+		return assembly.Position{}, fmt.Errorf("%w: epoch %d step %d world size %d: want >= 0 (world size at most %d)", ErrBadState, st.Epoch, st.Step, st.WorldSize, MaxWorldSize)
 	}
 	raw, err := positionJSON(st.Position)
 	if err != nil {
-		return position{}, fmt.Errorf("%w: position: %w", ErrBadState, err)
+		return assembly.Position{}, fmt.Errorf("%w: position: %w", ErrBadState, err)
 	}
 	if bytes.Equal(raw, []byte("null")) {
-		return position{Version: positionVersion, Submitted: a.st.submitted()}, nil
+		return assembly.Position{Version: assembly.PositionVersion, Submitted: a.st.submitted()}, nil
 	}
-	p, err := decodePosition(raw)
+	p, err := assembly.DecodePosition(raw)
 	if err != nil {
-		return position{}, fmt.Errorf("%w: %w", ErrBadState, err)
+		return assembly.Position{}, fmt.Errorf("%w: %w", ErrBadState, err)
 	}
 	if p.Submitted != a.st.submitted() {
-		return position{}, fmt.Errorf("%w: a state of the job submitted at %q, this one was submitted at %q",
+		return assembly.Position{}, fmt.Errorf("%w: a state of the job submitted at %q, this one was submitted at %q",
 			ErrBadState, p.Submitted, a.st.submitted())
 	}
 	return p, nil
@@ -382,54 +381,4 @@ func positionJSON(raw json.RawMessage) ([]byte, error) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
-}
-
-// carry applies to fresh (a rewound position) what from holds that fresh
-// lacks: the chunks held and the shard ends seen of shards fresh has not
-// complete, in order; it returns the batches they make. Rows fresh records
-// as handed out are skipped by fresh's own bookkeeping.
-func carry(from, fresh *assembler) []readyBatch {
-	var out []readyBatch
-	epochs := slices.Sorted(maps.Keys(from.open))
-	for _, e := range epochs {
-		ep := from.open[e]
-		for _, s := range slices.Sorted(maps.Keys(ep.shards)) {
-			if fresh.shardComplete(e, s) {
-				continue
-			}
-			sh := ep.shards[s]
-			for _, h := range sh.held {
-				add := func() (outcome, error) { return fresh.addAt(h.ref, h.first, h.data) }
-				if h.holder != "" {
-					add = func() (outcome, error) { return fresh.addRemote(h.ref, h.holder, h.first, h.rows, from.schema, "") }
-				}
-				if o, err := add(); err == nil {
-					out = append(out, o.batches...)
-				}
-			}
-			if sh.total >= 0 {
-				ref := wire.ChunkRef{Job: fresh.job, Epoch: e, Shard: s, Chunk: -1}
-				if o, err := fresh.end(ref, wire.ShardEnd{Samples: sh.total}, false); err == nil {
-					out = append(out, o.batches...)
-				}
-			}
-		}
-	}
-	return out
-}
-
-// markReplayed notes shards as being replayed.
-func (a *assembler) markReplayed(shards map[int][]int) {
-	for e, ss := range shards {
-		if e < a.finished || e >= a.epochs {
-			continue
-		}
-		ep := a.epoch(e)
-		for _, s := range ss {
-			if !ep.complete.has(s) {
-				ep.replayed.add(s)
-			}
-		}
-	}
-	a.version++
 }

@@ -106,7 +106,7 @@ func (a solo) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
 
 func (a solo) buffer() (held int64, wants, starved bool) {
 	a.mu.Lock()
-	held, prod := a.st.asm.heldBytes, a.producer
+	held, prod := a.st.asm.HeldBytes, a.producer
 	wants, starved = a.st.pull()
 	a.mu.Unlock()
 	return held + prod.heldBytes(), wants, starved

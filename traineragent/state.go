@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -21,10 +22,10 @@ import (
 // Reader.meter). Times come in as arguments.
 type readerState struct {
 	job wire.Job
-	asm *assembler
+	asm *assembly.Assembler
 	// ready are the batches ready for a step, per epoch, in order;
 	// readySamples their samples.
-	ready        map[int][]readyBatch
+	ready        map[int][]assembly.ReadyBatch
 	readySamples int
 	ranks        stepper
 	// steps forms the ranks' steps: one agent's (soloSteps) or a team's
@@ -74,7 +75,7 @@ func newReaderState(job wire.Job, opts Options, now time.Time) *readerState {
 		opts.PrefetchSamples = max(4*max(opts.WorldSize, 1)*job.Spec.BatchSize, 256)
 	}
 	s := &readerState{
-		job: job, asm: newAssembler(job), ready: map[int][]readyBatch{}, failedIn: map[int]int64{},
+		job: job, asm: assembly.NewAssembler(job), ready: map[int][]assembly.ReadyBatch{}, failedIn: map[int]int64{},
 		steps: soloSteps{}, prefetchSamples: opts.PrefetchSamples, prefetchAuto: auto,
 		window: demand.StallWindow{Start: now, Capacity: opts.PrefetchSamples}, created: now,
 	}
@@ -108,13 +109,13 @@ func (s *readerState) submitted() string {
 }
 
 // load restores the recorded position p (nil: none) at now.
-func (s *readerState) load(p *position, now time.Time) error {
+func (s *readerState) load(p *assembly.Position, now time.Time) error {
 	if p != nil {
-		if err := s.asm.restore(*p); err != nil {
+		if err := s.asm.Restore(*p); err != nil {
 			return err
 		}
 	}
-	s.epochsFinished(s.asm.start(), now)
+	s.epochsFinished(s.asm.Start(), now)
 	s.loaded = true
 	s.changed = true
 	return nil
@@ -129,15 +130,15 @@ func (s *readerState) end(err error) {
 
 // intake applies a shard's output (apply, which changes the assembler) at
 // now, unless the reader lags (shedding) and does not keep the shard.
-func (s *readerState) intake(ref wire.ChunkRef, shedding bool, now time.Time, apply func() (outcome, error)) (outcome, error) {
+func (s *readerState) intake(ref wire.ChunkRef, shedding bool, now time.Time, apply func() (assembly.Outcome, error)) (assembly.Outcome, error) {
 	if shedding {
-		owed := s.asm.owes(ref.Epoch, ref.Shard)
-		if s.asm.shed(ref) {
+		owed := s.asm.Owes(ref.Epoch, ref.Shard)
+		if s.asm.Shed(ref) {
 			if !owed {
 				s.stats.ShedShards++
 				s.note(slog.LevelDebug, "lagging: not keeping a shard, owed", "epoch", ref.Epoch, "shard", ref.Shard)
 			}
-			return outcome{}, nil
+			return assembly.Outcome{}, nil
 		}
 	}
 	out, err := apply()
@@ -148,30 +149,30 @@ func (s *readerState) intake(ref wire.ChunkRef, shedding bool, now time.Time, ap
 }
 
 // apply records an outcome of the assembler.
-func (s *readerState) apply(out outcome, now time.Time) {
-	if out.duplicate {
+func (s *readerState) apply(out assembly.Outcome, now time.Time) {
+	if out.Duplicate {
 		s.stats.DuplicateChunks++
 	}
-	if out.arrived > 0 {
-		s.arrived(out.arrived)
+	if out.Arrived > 0 {
+		s.arrived(out.Arrived)
 	}
-	if len(out.failed) > 0 {
-		s.recordFailed(out.failed...)
-		for _, f := range out.failed {
+	if len(out.Failed) > 0 {
+		s.recordFailed(out.Failed...)
+		for _, f := range out.Failed {
 			s.failedIn[f.Epoch]++
 		}
-		if out.omitted > 0 {
-			s.failedIn[out.failed[0].Epoch] += int64(out.omitted) - 1
+		if out.Omitted > 0 {
+			s.failedIn[out.Failed[0].Epoch] += int64(out.Omitted) - 1
 		}
 	}
-	for _, b := range out.batches {
+	for _, b := range out.Batches {
 		s.ready[b.Epoch] = append(s.ready[b.Epoch], b)
 		s.readySamples += len(b.Keys)
 	}
-	for _, e := range out.cut {
+	for _, e := range out.Cut {
 		s.note(slog.LevelInfo, "every chunk of the epoch arrived", "epoch", e)
 	}
-	s.epochsFinished(out.finished, now)
+	s.epochsFinished(out.Finished, now)
 	s.changed = true
 }
 
@@ -187,14 +188,14 @@ func (s *readerState) epochsFinished(epochs []int, now time.Time) {
 	for _, e := range epochs {
 		s.note(slog.LevelInfo, "epoch delivered", "epoch", e)
 	}
-	if len(epochs) > 0 && s.asm.allFinished() && s.finished.IsZero() {
+	if len(epochs) > 0 && s.asm.AllFinished() && s.finished.IsZero() {
 		s.finished = now
 	}
 }
 
 // buffered are the samples held: ready, in partial batches, and in parts
 // the ranks have not taken.
-func (s *readerState) buffered() int { return s.readySamples + s.asm.pending + s.ranks.queued }
+func (s *readerState) buffered() int { return s.readySamples + s.asm.Pending + s.ranks.queued }
 
 // prefetch is the bound on ready samples.
 func (s *readerState) prefetch() int {
@@ -217,11 +218,11 @@ func (s *readerState) pull() (wants, starved bool) {
 }
 
 // handedOut reports whether every sample of every epoch was handed out.
-func (s *readerState) handedOut() bool { return s.asm.allFinished() }
+func (s *readerState) handedOut() bool { return s.asm.AllFinished() }
 
 // done reports whether every sample of every epoch was handed out and
 // every rank was told so.
-func (s *readerState) done() bool { return s.asm.allFinished() && s.ranks.allEnded() }
+func (s *readerState) done() bool { return s.asm.AllFinished() && s.ranks.allEnded() }
 
 // ranksEnded reports whether each of ranks got its end.
 func (s *readerState) ranksEnded(ranks []int) bool {
@@ -324,7 +325,7 @@ func (s *readerState) snapshot(now time.Time) Stats {
 	if !s.firstBatch.IsZero() {
 		st.TimeToFirstBatch = s.firstBatch.Sub(s.created)
 	}
-	st.Epochs = s.asm.finishedCount()
+	st.Epochs = s.asm.FinishedCount()
 	st.BufferedSamples = s.buffered()
 	st.WorldSize, st.DropLast = s.ranks.world, s.ranks.dropLast
 	for r, c := range s.ranks.counts {
@@ -348,29 +349,29 @@ func (s *readerState) closeWindow(now time.Time, gpu float64) (wire.Demand, map[
 // force (nil if not), the shards it completes and the epochs it has
 // finished. The completed shards are the caller's: unrecorded gives them
 // back if the write fails.
-func (s *readerState) forWrite(written uint64, force bool) (version uint64, data []byte, completed []shardRef, finished int, err error) {
-	version = s.asm.version
+func (s *readerState) forWrite(written uint64, force bool) (version uint64, data []byte, completed []assembly.ShardRef, finished int, err error) {
+	version = s.asm.Version
 	if version != written || force {
-		p := s.asm.snapshot()
+		p := s.asm.Snapshot()
 		p.Submitted = s.submitted()
-		data, err = encodePosition(p)
+		data, err = assembly.EncodePosition(p)
 	}
-	return version, data, s.asm.takeCompleted(), s.asm.finished, err
+	return version, data, s.asm.TakeCompleted(), s.asm.Finished, err
 }
 
 // unrecorded gives back shards forWrite took whose write failed: they are
 // reported after the next write.
-func (s *readerState) unrecorded(completed []shardRef) {
-	s.asm.completed = append(completed, s.asm.completed...)
+func (s *readerState) unrecorded(completed []assembly.ShardRef) {
+	s.asm.Completed = append(completed, s.asm.Completed...)
 }
 
 // replaysOwed are the tasks of the shards the position notes as being
 // replayed and not complete: an agent that restarts sends them again.
 func (s *readerState) replaysOwed() []wire.ShardTask {
 	var out []wire.ShardTask
-	for e, ep := range s.asm.open {
-		for sh := range s.asm.shards {
-			if ep.replayed.has(sh) && !ep.complete.has(sh) {
+	for e, ep := range s.asm.Open {
+		for sh := range s.asm.Shards {
+			if ep.Replayed.Has(sh) && !ep.Complete.Has(sh) {
 				out = append(out, s.job.Task(e, sh))
 			}
 		}
@@ -386,17 +387,17 @@ func (s *readerState) owedDue() []wire.ShardTask {
 	if e >= s.job.Spec.Epochs || s.stepReady() {
 		return nil
 	}
-	due := s.asm.owedDue(e)
+	due := s.asm.OwedDue(e)
 	if len(due) == 0 {
 		return nil
 	}
-	ep := s.asm.epoch(e)
+	ep := s.asm.Epoch(e)
 	tasks := make([]wire.ShardTask, len(due))
 	for i, sh := range due {
-		ep.replayed.add(sh)
+		ep.Replayed.Add(sh)
 		tasks[i] = s.job.Task(e, sh)
 	}
-	s.asm.version++
+	s.asm.Version++
 	s.note(slog.LevelInfo, "asking for the owed shards again", "epoch", e, "shards", len(due))
 	return tasks
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -30,7 +31,7 @@ func loadedState(t *testing.T, job wire.Job, opts Options) *readerState {
 func feedState(t *testing.T, st *readerState, msgs []outputMsg) {
 	t.Helper()
 	for _, m := range msgs {
-		if _, err := st.intake(m.ref, false, stateNow, func() (outcome, error) { return applySent(st.asm, m, true) }); err != nil {
+		if _, err := st.intake(m.ref, false, stateNow, func() (assembly.Outcome, error) { return applySent(st.asm, m, true) }); err != nil {
 			t.Fatalf("intake of %s: %v", m.ref, err)
 		}
 	}
@@ -72,8 +73,8 @@ func rowsOf(p rankPart) []string {
 	}
 	var out []string
 	for _, sp := range p.Spans {
-		for i := range sp.n {
-			out = append(out, rowKey(sp.ref.Shard, sp.row+i))
+		for i := range sp.N {
+			out = append(out, rowKey(sp.Ref.Shard, sp.Row+i))
 		}
 	}
 	return out
@@ -191,14 +192,14 @@ func TestStateTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 
 // checkpointAfter is the state a trainer checkpoints after part p's step,
 // and its position restored.
-func checkpointAfter(t *testing.T, job wire.Job, p rankPart) (State, *assembler) {
+func checkpointAfter(t *testing.T, job wire.Job, p rankPart) (State, *assembly.Assembler) {
 	t.Helper()
-	pos, err := decodePosition(p.Position)
+	pos, err := assembly.DecodePosition(p.Position)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := newAssembler(job)
-	if err := fresh.restore(pos); err != nil {
+	fresh := assembly.NewAssembler(job)
+	if err := fresh.Restore(pos); err != nil {
 		t.Fatal(err)
 	}
 	return State{Version: StateVersion, Epoch: p.Epoch, Step: p.Step + 1, WorldSize: p.World, Position: json.RawMessage(p.Position)}, fresh
@@ -224,12 +225,12 @@ func teamOfTwo(t *testing.T) (*readerState, *teamState, wire.Job, []outputMsg) {
 			feedState(t, st, msgs[:1])
 			continue
 		}
-		_, sc, first, err := splitChunkAt(msgs[0].data)
+		_, sc, first, err := assembly.SplitChunkAt(msgs[0].data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ref := msgs[0].ref
-		if _, err := st.intake(ref, false, stateNow, func() (outcome, error) { return team.addRemote(st, ref, "m", first, 4, sc, "") }); err != nil {
+		if _, err := st.intake(ref, false, stateNow, func() (assembly.Outcome, error) { return team.addRemote(st, ref, "m", first, 4, sc, "") }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 )
 
@@ -33,7 +34,7 @@ type rankPart struct {
 	// Spans, when set, are the part's rows as chunk rows (Batch has its
 	// keys, no tensors yet): rows another agent of the reader holds, or
 	// rows of this agent for a rank another agent serves (team.go).
-	Spans []rowSpan
+	Spans []assembly.RowSpan
 	// gen is the team's generation of ranks it was formed for (team.go).
 	gen uint64
 }
@@ -164,10 +165,10 @@ func (st *readerState) supply(e int) stepplan.EpochSupply {
 	for _, b := range st.ready[e] {
 		sup.Ready = append(sup.Ready, len(b.Keys))
 	}
-	if e < st.asm.finished {
+	if e < st.asm.Finished {
 		sup.Cut = true
-	} else if ep := st.asm.open[e]; ep != nil {
-		sup.Pending, sup.Cut = ep.pendingRows(), ep.cut
+	} else if ep := st.asm.Open[e]; ep != nil {
+		sup.Pending, sup.Cut = ep.PendingRows(), ep.Cut
 	}
 	return sup
 }
@@ -210,7 +211,7 @@ type soloSteps struct{}
 // step ready (then starved too), and not every epoch arrived.
 func (soloSteps) pull(st *readerState) (wants, starved bool) {
 	ready := st.stepReady()
-	return !st.asm.allCut() && (st.readySamples < st.prefetch() || !ready), !ready
+	return !st.asm.AllCut() && (st.readySamples < st.prefetch() || !ready), !ready
 }
 
 func (soloSteps) serves(r int, agent string) error {
@@ -272,9 +273,9 @@ func (st *readerState) queueStep(parts []rankPart, last bool) {
 	} else {
 		s.step++
 	}
-	pos := st.asm.snapshot()
+	pos := st.asm.Snapshot()
 	pos.Submitted = st.submitted()
-	data, err := encodePosition(pos)
+	data, err := assembly.EncodePosition(pos)
 	if err != nil {
 		data = nil // cannot happen: the position is plain data
 	}
@@ -292,7 +293,7 @@ func (st *readerState) queueStep(parts []rankPart, last bool) {
 
 // takeReady removes the first n ready batches of epoch e and records them
 // as handed out.
-func (st *readerState) takeReady(e, n int, now time.Time) []readyBatch {
+func (st *readerState) takeReady(e, n int, now time.Time) []assembly.ReadyBatch {
 	batches := st.ready[e][:n:n]
 	st.ready[e] = st.ready[e][n:]
 	if len(st.ready[e]) == 0 {
@@ -300,7 +301,7 @@ func (st *readerState) takeReady(e, n int, now time.Time) []readyBatch {
 	}
 	for _, b := range batches {
 		st.readySamples -= len(b.Keys)
-		st.epochsFinished(st.asm.handOut(b), now)
+		st.epochsFinished(st.asm.HandOut(b), now)
 	}
 	return batches
 }
@@ -321,7 +322,7 @@ func (st *readerState) dropTail(e int, now time.Time) {
 // in, as a whole batch is: nothing is copied (copying a step of
 // ImageNet-size rows was the agent's largest cost while serving, page
 // faults included).
-func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
+func splitRows(e int, batches []assembly.ReadyBatch, sizes []int) []Batch {
 	var keys []string
 	var sources []int
 	for _, b := range batches {
@@ -341,22 +342,22 @@ func splitRows(e int, batches []readyBatch, sizes []int) []Batch {
 				rowBytes = append(rowBytes, 0)
 			}
 			if rowBytes[j] == 0 && len(b.Keys) > 0 {
-				rowBytes[j] = b.dataLen(j) / len(b.Keys)
+				rowBytes[j] = b.DataLen(j) / len(b.Keys)
 			}
-			runs[j] = append(runs[j], b.data(j)...)
+			runs[j] = append(runs[j], b.Data(j)...)
 		}
 	}
 	parts := make([]Batch, len(sizes))
 	lo := 0
 	for r, n := range sizes {
-		p := Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], runs: make([][][]byte, len(tensors))}
+		p := Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], Runs: make([][][]byte, len(tensors))}
 		if len(sources) == len(keys) {
 			p.Sources = sources[lo : lo+n : lo+n]
 		}
 		for j, t := range tensors {
 			p.Tensors = append(p.Tensors, safetensors.Tensor{
 				Name: t.Name, DType: t.DType, Shape: append([]int{n}, t.Shape...)})
-			p.runs[j] = cutRuns(runs[j], lo*rowBytes[j], (lo+n)*rowBytes[j])
+			p.Runs[j] = cutRuns(runs[j], lo*rowBytes[j], (lo+n)*rowBytes[j])
 		}
 		parts[r] = p
 		lo += n

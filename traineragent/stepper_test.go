@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -59,8 +60,8 @@ func checkSteps(t *testing.T, parts [][]rankPart, batch int, first [2]int) {
 		if p0.Last && (sizes[0]-sizes[world-1] > 1 || !slices.IsSortedFunc(sizes, func(a, b int) int { return b - a })) {
 			t.Errorf("epoch %d last step %d: sizes %v, want them to differ by at most one, lower ranks larger", p0.Epoch, p0.Step, sizes)
 		}
-		var p position
-		if err := json.Unmarshal(p0.Position, &p); err != nil || p.Version != positionVersion {
+		var p assembly.Position
+		if err := json.Unmarshal(p0.Position, &p); err != nil || p.Version != assembly.PositionVersion {
 			t.Errorf("epoch %d step %d: position %q: %v", p0.Epoch, p0.Step, p0.Position, err)
 		}
 		want := first
@@ -227,7 +228,7 @@ func TestRanksGetEpochsInOrder(t *testing.T) {
 	e := newEnv(t)
 	l := layout{{2, 2}, {2}}
 	job := testJob("order", 2, 2, l)
-	e.submit(t, job, newFunction(t, job, l), 1, shardRef{1, 0}, shardRef{1, 1}, shardRef{0, 0}, shardRef{0, 1})
+	e.submit(t, job, newFunction(t, job, l), 1, assembly.ShardRef{Epoch: 1, Shard: 0}, assembly.ShardRef{Epoch: 1, Shard: 1}, assembly.ShardRef{Epoch: 0, Shard: 0}, assembly.ShardRef{Epoch: 0, Shard: 1})
 	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -482,26 +483,26 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 // batches' own memory.
 func TestSplitRowsAliasesTheChunks(t *testing.T) {
 	chunk := []byte("aaBBccDDee") // 5 rows of 2 bytes
-	a := readyBatch{Batch: Batch{Epoch: 1, Keys: []string{"a", "b", "c"},
+	a := assembly.ReadyBatch{Batch: Batch{Epoch: 1, Keys: []string{"a", "b", "c"},
 		Tensors: []safetensors.Tensor{{Name: "x", DType: safetensors.U8, Shape: []int{3, 2}}},
-		runs:    [][][]byte{{chunk[0:4:4], chunk[4:6:6]}}}}
-	b := readyBatch{Batch: Batch{Epoch: 1, Keys: []string{"d", "e"},
+		Runs:    [][][]byte{{chunk[0:4:4], chunk[4:6:6]}}}}
+	b := assembly.ReadyBatch{Batch: Batch{Epoch: 1, Keys: []string{"d", "e"},
 		Tensors: []safetensors.Tensor{{Name: "x", DType: safetensors.U8, Shape: []int{2, 2}, Data: chunk[6:10:10]}}}}
-	parts := splitRows(1, []readyBatch{a, b}, []int{2, 3, 0})
+	parts := splitRows(1, []assembly.ReadyBatch{a, b}, []int{2, 3, 0})
 	want := []struct {
 		keys []string
 		data string
 	}{{[]string{"a", "b"}, "aaBB"}, {[]string{"c", "d", "e"}, "ccDDee"}, {nil, ""}}
 	for r, p := range parts {
-		if p.dataLen(0) != len(want[r].data) {
-			t.Errorf("part %d: %d bytes, want %d", r, p.dataLen(0), len(want[r].data))
+		if p.DataLen(0) != len(want[r].data) {
+			t.Errorf("part %d: %d bytes, want %d", r, p.DataLen(0), len(want[r].data))
 		}
-		for _, run := range p.data(0) {
+		for _, run := range p.Data(0) {
 			if &run[0] != &chunk[bytes.Index(chunk, run)] {
 				t.Errorf("part %d: run %q is a copy", r, run)
 			}
 		}
-		p.materialize()
+		p.Materialize()
 		if !slices.Equal(p.Keys, want[r].keys) && len(want[r].keys)+len(p.Keys) > 0 {
 			t.Errorf("part %d: keys %v, want %v", r, p.Keys, want[r].keys)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -133,23 +134,23 @@ func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error
 	if err != nil {
 		return fmt.Errorf("reader %s: %w", a.reader, err)
 	}
-	var base *assembler
+	var base *assembly.Assembler
 	if p != nil {
-		base = newAssembler(a.job)
-		if err := base.restore(*p); err != nil {
+		base = assembly.NewAssembler(a.job)
+		if err := base.Restore(*p); err != nil {
 			return fmt.Errorf("position of reader %s (key %s): %w", a.reader, key, err)
 		}
 	}
-	a.recorded.reset(base)
+	a.recorded.Reset(base)
 
 	a.mu.Lock()
 	defer a.unlock()
 	_ = a.st.load(p, time.Now()) // as base did
 	if p != nil {
-		a.log.Info("resuming from the recorded position", "finished_epochs", a.st.asm.finished,
+		a.log.Info("resuming from the recorded position", "finished_epochs", a.st.asm.Finished,
 			"bytes", len(store.recorded))
 	}
-	store.written = a.st.asm.version
+	store.written = a.st.asm.Version
 	a.pos = store
 	return nil
 }
@@ -167,8 +168,8 @@ func (a *Reader) writeDone(ctx context.Context) error {
 	return a.pos.put(ctx, wire.ReaderDoneKey(a.job.Spec.ID, a.reader), data)
 }
 
-func mustEncode(p position) []byte {
-	data, _ := encodePosition(p)
+func mustEncode(p assembly.Position) []byte {
+	data, _ := assembly.EncodePosition(p)
 	return data
 }
 
@@ -219,7 +220,7 @@ func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 		a.pos.written = version
 		a.m.positionBytes.Set(float64(len(data)))
 	}
-	a.recorded.add(completed, finished)
+	a.recorded.Add(completed, finished)
 	a.completed(completed)
 	return nil
 }

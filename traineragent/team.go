@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
-	"github.com/sluice-project/sluice/wire"
 )
 
 // A reader's team: the agents that serve its ranks, one per node (`sluice
@@ -210,12 +210,12 @@ func (t *teamState) checkJoin(st *readerState, name, nonce string, ranks []int, 
 func (t *teamState) supply(st *readerState, e int) stepplan.TeamSupply {
 	var sup stepplan.TeamSupply
 	for _, b := range st.ready[e] {
-		sup.Ready = append(sup.Ready, stepplan.TeamBatch{Holder: b.holder(), Rows: len(b.Keys)})
+		sup.Ready = append(sup.Ready, stepplan.TeamBatch{Holder: b.Holder(), Rows: len(b.Keys)})
 	}
-	if e < st.asm.finished {
+	if e < st.asm.Finished {
 		sup.Cut = true
-	} else if ep := st.asm.open[e]; ep != nil {
-		sup.Pending, sup.Cut = ep.pendingRows(), ep.cut
+	} else if ep := st.asm.Open[e]; ep != nil {
+		sup.Pending, sup.Cut = ep.PendingRows(), ep.Cut
 	}
 	return sup
 }
@@ -268,7 +268,7 @@ func (t *teamState) form(st *readerState, now time.Time) bool {
 			if t.holders[r] == "" {
 				parts[r].Batch = b.Batch
 			} else {
-				parts[r] = rankPart{Batch: Batch{Epoch: e, Keys: b.Keys}, Spans: spansOf(b.from, false)}
+				parts[r] = rankPart{Batch: Batch{Epoch: e, Keys: b.Keys}, Spans: assembly.SpansOf(b.From, false)}
 			}
 		}
 		st.queueStep(parts, false)
@@ -280,14 +280,14 @@ func (t *teamState) form(st *readerState, now time.Time) bool {
 // takeReadyAt removes the ready batches of epoch e at idx (per rank) and
 // records them as handed out, in rank order (each holder's in the order
 // they were cut).
-func (st *readerState) takeReadyAt(e int, idx []int, now time.Time) []readyBatch {
-	out := make([]readyBatch, len(idx))
+func (st *readerState) takeReadyAt(e int, idx []int, now time.Time) []assembly.ReadyBatch {
+	out := make([]assembly.ReadyBatch, len(idx))
 	taken := map[int]bool{}
 	for r, i := range idx {
 		out[r] = st.ready[e][i]
 		taken[i] = true
 	}
-	var keep []readyBatch
+	var keep []assembly.ReadyBatch
 	for i, b := range st.ready[e] {
 		if !taken[i] {
 			keep = append(keep, b)
@@ -300,16 +300,16 @@ func (st *readerState) takeReadyAt(e int, idx []int, now time.Time) []readyBatch
 	}
 	for _, b := range out {
 		st.readySamples -= len(b.Keys)
-		st.epochsFinished(st.asm.handOut(b), now)
+		st.epochsFinished(st.asm.HandOut(b), now)
 	}
 	return out
 }
 
 // rowItem is one row of a ready batch.
 type rowItem struct {
-	b   *readyBatch
+	b   *assembly.ReadyBatch
 	i   int // its row in b
-	c   *heldChunk
+	c   *assembly.HeldChunk
 	idx int // its row in c
 }
 
@@ -328,10 +328,10 @@ func (st *readerState) planRestOf(t *teamState, e int) *restPlan {
 	rows := map[string][]rowItem{}
 	for bi := range batches {
 		b := &batches[bi]
-		h, i := b.holder(), 0
-		for _, f := range b.from {
-			for k := range f.n {
-				rows[h] = append(rows[h], rowItem{b: b, i: i, c: f.c, idx: f.lo + k})
+		h, i := b.Holder(), 0
+		for _, f := range b.From {
+			for k := range f.N {
+				rows[h] = append(rows[h], rowItem{b: b, i: i, c: f.C, idx: f.Lo + k})
 				i++
 			}
 		}
@@ -364,7 +364,7 @@ func (st *readerState) planRestOf(t *teamState, e int) *restPlan {
 	for _, step := range p.steps {
 		for r, items := range step {
 			for _, it := range items {
-				if it.c.holder != t.holders[r] {
+				if it.c.Holder != t.holders[r] {
 					moved++
 				}
 			}
@@ -403,8 +403,8 @@ func (st *readerState) formRestStep(t *teamState, now time.Time) {
 	parts := make([]rankPart, len(step))
 	for r, items := range step {
 		st.readySamples -= len(items)
-		st.epochsFinished(st.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
-		parts[r] = partOf(p.epoch, items, t.holders[r] == "", st.asm.schema)
+		st.epochsFinished(st.asm.HandOut(assembly.ReadyBatch{From: rowsFrom(items)}), now)
+		parts[r] = partOf(p.epoch, items, t.holders[r] == "", st.asm.Schema)
 	}
 	if last {
 		st.dropRows(p.epoch, p.dropped, now)
@@ -419,20 +419,20 @@ func (st *readerState) dropRows(e int, items []rowItem, now time.Time) {
 		return
 	}
 	st.readySamples -= len(items)
-	st.epochsFinished(st.asm.handOut(readyBatch{from: rowsFrom(items)}), now)
+	st.epochsFinished(st.asm.HandOut(assembly.ReadyBatch{From: rowsFrom(items)}), now)
 	st.stats.DroppedSamples += int64(len(items))
 	st.note(slog.LevelInfo, "dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", len(items))
 }
 
 // rowsFrom is items as chunk rows, consecutive rows of a chunk merged.
-func rowsFrom(items []rowItem) []chunkRows {
-	var out []chunkRows
+func rowsFrom(items []rowItem) []assembly.ChunkRows {
+	var out []assembly.ChunkRows
 	for _, it := range items {
-		if k := len(out) - 1; k >= 0 && out[k].c == it.c && out[k].lo+out[k].n == it.idx {
-			out[k].n++
+		if k := len(out) - 1; k >= 0 && out[k].C == it.c && out[k].Lo+out[k].N == it.idx {
+			out[k].N++
 			continue
 		}
-		out = append(out, chunkRows{c: it.c, lo: it.idx, n: 1})
+		out = append(out, assembly.ChunkRows{C: it.c, Lo: it.idx, N: 1})
 	}
 	return out
 }
@@ -441,12 +441,12 @@ func rowsFrom(items []rowItem) []chunkRows {
 // agent serves the rank and holds them all (a part of no rows has sc's
 // tensors with no rows), else as spans (with the chunks' bytes where this
 // agent holds them and serves the rank).
-func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
+func partOf(e int, items []rowItem, local bool, sc *assembly.Schema) rankPart {
 	p := rankPart{Batch: Batch{Epoch: e, Keys: make([]string, len(items))}}
 	allHeld := true
 	for i, it := range items {
 		p.Keys[i] = it.b.Keys[it.i]
-		allHeld = allHeld && it.c.holder == ""
+		allHeld = allHeld && it.c.Holder == ""
 		if it.b.Sources != nil {
 			if p.Sources == nil {
 				p.Sources = make([]int, len(items))
@@ -455,17 +455,17 @@ func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 		}
 	}
 	if !local || !allHeld {
-		p.Spans = spansOf(rowsFrom(items), local)
+		p.Spans = assembly.SpansOf(rowsFrom(items), local)
 		return p
 	}
 	if len(items) == 0 {
 		if sc != nil {
-			p.Batch = stack(e, sc, nil).Batch
+			p.Batch = assembly.Stack(e, sc, nil).Batch
 		}
 		return p
 	}
 	for _, it := range items {
-		it.b.materialize()
+		it.b.Materialize()
 	}
 	for j, t := range items[0].b.Tensors {
 		row := len(t.Data) / len(items[0].b.Keys)
@@ -480,50 +480,25 @@ func partOf(e int, items []rowItem, local bool, sc *schema) rankPart {
 	return p
 }
 
-// rowSpan is n rows of a chunk from its row lo: a part's rows as the agent
-// that serves the rank cuts them. row is the shard row of the first (-1
-// when not known): a shard produced again is found by it, whatever chunks
-// the function cuts this time. data is the chunk when this agent holds
-// it (nil: the agent looks it up, or has it produced again).
-type rowSpan struct {
-	ref   wire.ChunkRef
-	lo, n int
-	row   int
-	data  []byte
-}
-
-// spansOf is chunk rows as spans, with the bytes this agent holds when
-// withData.
-func spansOf(from []chunkRows, withData bool) []rowSpan {
-	out := make([]rowSpan, len(from))
-	for i, f := range from {
-		out[i] = rowSpan{ref: f.c.ref, lo: f.lo, n: f.n, row: f.c.first + f.lo}
-		if withData && f.c.holder == "" {
-			out[i].data = f.c.data
-		}
-	}
-	return out
-}
-
 // wants says whether agent h should take more tasks: the rows it
 // holds are below its share of the prefetch, or the ranks' step waits
 // for its rows (or for more rows of any agent, to know it is not the
 // epoch's last).
 func (t *teamState) wants(st *readerState, h string) bool {
 	n := t.ranksOf(h)
-	if n == 0 || st.asm.allCut() {
+	if n == 0 || st.asm.AllCut() {
 		return false
 	}
 	held := 0
 	for _, bs := range st.ready {
 		for _, b := range bs {
-			if b.holder() == h {
+			if b.Holder() == h {
 				held += len(b.Keys)
 			}
 		}
 	}
-	for _, ep := range st.asm.open {
-		held += ep.pendingOf(h)
+	for _, ep := range st.asm.Open {
+		held += ep.PendingOf(h)
 	}
 	if held < st.prefetch()*n/max(st.ranks.world, 1) {
 		return true

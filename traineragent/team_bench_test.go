@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -187,14 +188,14 @@ func runTeam(ctx context.Context, b *testing.B, runs []agentRun, planning func()
 							return
 						}
 						n := len(p.Keys)
-						if len(p.Tensors) != 2 || p.dataLen(0) != n*224*224*3 {
+						if len(p.Tensors) != 2 || p.DataLen(0) != n*224*224*3 {
 							errs[rank] = fmt.Errorf("rank %d: a part of %d samples with tensors %v", rank, n, p.Tensors)
 							cancel()
 							return
 						}
 						samples.Add(int64(n))
 						for j := range p.Tensors {
-							bytes.Add(int64(p.dataLen(j)))
+							bytes.Add(int64(p.DataLen(j)))
 						}
 					}
 				})
@@ -518,13 +519,13 @@ func serveLoopback(t *testing.T, h http.Handler) string {
 type readyFunction struct {
 	chunks [][][]byte // per shard, per chunk
 	mu     sync.Mutex
-	sends  map[string]map[shardRef]int
-	first  map[string]map[shardRef]string // the agent sent it first
+	sends  map[string]map[assembly.ShardRef]int
+	first  map[string]map[assembly.ShardRef]string // the agent sent it first
 	again  map[string]int
 }
 
 func newReadyFunction(t *testing.T) *readyFunction {
-	f := &readyFunction{sends: map[string]map[shardRef]int{}, first: map[string]map[shardRef]string{}, again: map[string]int{}}
+	f := &readyFunction{sends: map[string]map[assembly.ShardRef]int{}, first: map[string]map[assembly.ShardRef]string{}, again: map[string]int{}}
 	img := make([]byte, tbPerChunk*224*224*3)
 	lab := make([]byte, tbPerChunk*8)
 	for s := range tbShards {
@@ -567,9 +568,9 @@ func (f *readyFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	k, agent := shardRef{task.Epoch, task.Shard}, r.Header.Get("X-Bench-Agent")
+	k, agent := assembly.ShardRef{Epoch: task.Epoch, Shard: task.Shard}, r.Header.Get("X-Bench-Agent")
 	if f.sends[task.Job] == nil {
-		f.sends[task.Job], f.first[task.Job] = map[shardRef]int{}, map[shardRef]string{}
+		f.sends[task.Job], f.first[task.Job] = map[assembly.ShardRef]int{}, map[assembly.ShardRef]string{}
 	}
 	f.sends[task.Job][k]++
 	n := f.sends[task.Job][k]

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -279,7 +280,7 @@ func TestTeamEndsAnEpochWithoutAShardThatFailed(t *testing.T) {
 	e := newEnv(t)
 	job := testJob("teamgone", 2, 2, teamLayout)
 	f := newFunction(t, job, teamLayout)
-	f.status = map[shardRef]int{{0, 3}: http.StatusNotFound, {1, 5}: http.StatusNotFound}
+	f.status = map[assembly.ShardRef]int{{Epoch: 0, Shard: 3}: http.StatusNotFound, {Epoch: 1, Shard: 5}: http.StatusNotFound}
 	e.submit(t, job, f, 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -59,10 +60,10 @@ func FuzzTeamRequest(f *testing.F) {
 		if name != wire.TeamOpJoin && (pl.team.holders[2] != "m" || pl.team.holders[3] != "m") {
 			t.Errorf("%s changed the holders: %q", name, pl.team.holders)
 		}
-		if r.st.readySamples < 0 || r.st.asm.pending < 0 {
-			t.Errorf("%s: %d ready, %d pending samples", name, r.st.readySamples, r.st.asm.pending)
+		if r.st.readySamples < 0 || r.st.asm.Pending < 0 {
+			t.Errorf("%s: %d ready, %d pending samples", name, r.st.readySamples, r.st.asm.Pending)
 		}
-		if m := pl.team.members["m"]; m.rows > maxMemberRows+maxRowsPerChunk {
+		if m := pl.team.members["m"]; m.rows > maxMemberRows+assembly.MaxRowsPerChunk {
 			t.Errorf("%s: member m holds %d rows at the planner", name, m.rows)
 		}
 	})

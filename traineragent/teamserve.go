@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -60,12 +61,12 @@ func noteFirstRow(n wire.TeamNote) int {
 	return *n.First
 }
 
-func noteOf(sc *schema) *wire.TeamSchema {
+func noteOf(sc *assembly.Schema) *wire.TeamSchema {
 	if sc == nil {
 		return nil
 	}
-	n := &wire.TeamSchema{Names: sc.names, DTypes: make([]string, len(sc.dtypes)), Shapes: sc.shapes}
-	for i, d := range sc.dtypes {
+	n := &wire.TeamSchema{Names: sc.Names, DTypes: make([]string, len(sc.Dtypes)), Shapes: sc.Shapes}
+	for i, d := range sc.Dtypes {
 		n.DTypes[i] = string(d)
 	}
 	return n
@@ -78,7 +79,7 @@ const (
 )
 
 // schemaOf is the schema a note gives, checked.
-func schemaOf(n *wire.TeamSchema) (*schema, error) {
+func schemaOf(n *wire.TeamSchema) (*assembly.Schema, error) {
 	if n == nil || len(n.Names) == 0 || len(n.DTypes) != len(n.Names) || len(n.Shapes) != len(n.Names) {
 		return nil, errors.New("a chunk's schema needs a dtype and a shape per tensor")
 	}
@@ -97,18 +98,18 @@ func schemaOf(n *wire.TeamSchema) (*schema, error) {
 	for i, d := range n.DTypes {
 		dtypes[i] = safetensors.DType(d)
 	}
-	return &schema{names: n.Names, dtypes: dtypes, shapes: n.Shapes}, nil
+	return &assembly.Schema{Names: n.Names, Dtypes: dtypes, Shapes: n.Shapes}, nil
 }
 
 // rowBound is how many rows a chunk of schema sc can have within the
 // job's chunk size limit: each row takes its tensors' bytes and at least 3
 // bytes of its key in the chunk's metadata.
-func rowBound(sc *schema, chunkMax int) int {
+func rowBound(sc *assembly.Schema, chunkMax int) int {
 	row := 3
-	for i, d := range sc.dtypes {
-		row += max(d.Bytes(sc.shapes[i]), 0)
+	for i, d := range sc.Dtypes {
+		row += max(d.Bytes(sc.Shapes[i]), 0)
 	}
-	return min(chunkMax/row, maxRowsPerChunk)
+	return min(chunkMax/row, assembly.MaxRowsPerChunk)
 }
 
 // serveTeam answers the team's requests for this reader (its planner)
@@ -318,13 +319,13 @@ func notMember(name string) wire.TeamReply {
 // planner already.
 func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
-	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard || n.Chunk < -1 {
+	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= assembly.MaxChunksPerShard || n.Chunk < -1 {
 		return false, false, fmt.Errorf("note of %s: out of range", ref)
 	}
-	var out outcome
+	var out assembly.Outcome
 	switch {
 	case n.Chunk >= 0:
-		var sc *schema
+		var sc *assembly.Schema
 		if n.Corrupt == "" && n.Rows != 0 {
 			if sc, err = schemaOf(n.Schema); err != nil {
 				return false, false, fmt.Errorf("chunk %s: %w", ref, err)
@@ -340,7 +341,7 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 		if deferred {
 			return false, true, nil
 		}
-		out, err = a.intake(ref, func(st *readerState) (outcome, error) {
+		out, err = a.intake(ref, func(st *readerState) (assembly.Outcome, error) {
 			return a.team.addRemote(st, ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
 		})
 	case n.End != nil:
@@ -353,13 +354,13 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 		// and reports it (assembler.end): nothing is lost to it, and a
 		// member's end of a retry may say less than an earlier send gave
 		// (an object rewritten), so it is not refused either.
-		out, err = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.end(ref, end, false) })
+		out, err = a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.End(ref, end, false) })
 	case n.Reason != "":
 		a.addFailed(a.job.Task(n.Epoch, n.Shard), cutText(n.Reason))
 	default:
 		return false, false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
 	}
-	return out.duplicate && !out.heldThere, false, err
+	return out.Duplicate && !out.HeldThere, false, err
 }
 
 // admit checks request h's sender against the members that joined, and
@@ -385,9 +386,9 @@ func (t *teamState) done(mem *teamMember) { mem.busy-- }
 
 // addRemote applies member's note of a chunk it holds, counting its rows
 // at the planner (memberRoom).
-func (t *teamState) addRemote(st *readerState, ref wire.ChunkRef, member string, first, rows int, sc *schema, corrupt string) (outcome, error) {
-	out, err := st.asm.addRemote(ref, member, first, rows, sc, corrupt)
-	if m := t.members[member]; err == nil && !out.duplicate && m != nil {
+func (t *teamState) addRemote(st *readerState, ref wire.ChunkRef, member string, first, rows int, sc *assembly.Schema, corrupt string) (assembly.Outcome, error) {
+	out, err := st.asm.AddRemote(ref, member, first, rows, sc, corrupt)
+	if m := t.members[member]; err == nil && !out.Duplicate && m != nil {
 		m.chunks++
 		m.rows += rows
 	}
@@ -429,12 +430,12 @@ func (t *teamState) memberRoom(st *readerState, member string, rows int) bool {
 		return true
 	}
 	m.chunks, m.rows = 0, 0
-	for _, ep := range st.asm.open {
-		for _, sh := range ep.shards {
-			for _, h := range sh.held {
-				if h.holder == member {
+	for _, ep := range st.asm.Open {
+		for _, sh := range ep.Shards {
+			for _, h := range sh.Held {
+				if h.Holder == member {
 					m.chunks++
-					m.rows += h.rows - h.handed
+					m.rows += h.Rows - h.Handed
 				}
 			}
 		}
@@ -451,7 +452,7 @@ func (a planner) memberStatus(member string, req wire.TeamStatus) wire.TeamReply
 	r.Want = a.team.wants(a.st, member)
 	a.mu.Unlock()
 	for _, h := range req.Held {
-		if a.recorded.has(shardRef{h[0], h[1]}) {
+		if a.recorded.Has(assembly.ShardRef{Epoch: h[0], Shard: h[1]}) {
 			r.Complete = append(r.Complete, h)
 		}
 	}
@@ -481,12 +482,12 @@ func (a planner) memberPartReply(ctx context.Context, member string, req wire.Te
 		return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
 	}
 	a.mu.Lock()
-	sc := noteOf(a.st.asm.schema)
+	sc := noteOf(a.st.asm.Schema)
 	a.mu.Unlock()
 	n := &wire.TeamPart{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
 	for _, s := range p.Spans {
-		row := s.row
-		n.Spans = append(n.Spans, wire.TeamSpan{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})
+		row := s.Row
+		n.Spans = append(n.Spans, wire.TeamSpan{Shard: s.Ref.Shard, Chunk: s.Ref.Chunk, Lo: s.Lo, N: s.N, Row: &row})
 	}
 	return wire.TeamReply{Status: statusOK, Part: n}
 }

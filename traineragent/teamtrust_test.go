@@ -157,7 +157,7 @@ func TestTeamNoteBounds(t *testing.T) {
 		t.Errorf("an end of 4 samples with 6 rows held: %v", err)
 	}
 	r.mu.Lock()
-	total := r.st.asm.open[0].shards[0].total
+	total := r.st.asm.Open[0].Shards[0].Total
 	r.mu.Unlock()
 	reported := slices.ContainsFunc(r.Stats().FailedSamples, func(f wire.FailedSample) bool { return strings.Contains(f.Reason, "says 4 samples") })
 	if total != 6 || !reported {

@@ -1,4 +1,4 @@
-package traineragent
+package assembly
 
 import (
 	"maps"
@@ -62,17 +62,17 @@ func (m *mixer) sourceOf(s int) int {
 // mixQueue is one holder's rows of an epoch not yet in its batch stream,
 // per source, and how many rows of each the stream took.
 type mixQueue struct {
-	bySource [][]sample
+	bySource [][]Sample
 	drawn    []int
 	n        int // rows waiting
 }
 
 // stage queues fresh rows of shard s of epoch e that holder holds.
-func (a *assembler) stage(ep *epochState, holder string, s int, fresh []sample) {
+func (a *Assembler) stage(ep *epochState, holder string, s int, fresh []Sample) {
 	q := ep.staged[holder]
 	if q == nil {
 		n := len(a.mix.slots)
-		q = &mixQueue{bySource: make([][]sample, n), drawn: make([]int, n)}
+		q = &mixQueue{bySource: make([][]Sample, n), drawn: make([]int, n)}
 		if holder == "" {
 			// After a restore, this agent's stream goes on from what was
 			// handed out (a lone agent's is exactly its stream so far).
@@ -88,7 +88,7 @@ func (a *assembler) stage(ep *epochState, holder string, s int, fresh []sample) 
 // release moves holder's staged rows of epoch e into its batch stream in
 // the schedule's order, as far as the sources the schedule names have
 // rows, and cuts the full batches.
-func (a *assembler) release(e int, ep *epochState, holder string, out *outcome) {
+func (a *Assembler) release(e int, ep *epochState, holder string, out *Outcome) {
 	q := ep.staged[holder]
 	if q == nil {
 		return
@@ -112,14 +112,14 @@ func (a *assembler) release(e int, ep *epochState, holder string, out *outcome) 
 			break // wait for source i's rows
 		}
 		pending = append(pending, q.bySource[i][0])
-		q.bySource[i][0] = sample{}
+		q.bySource[i][0] = Sample{}
 		q.bySource[i] = q.bySource[i][1:]
 		q.drawn[i]++
 		q.n--
 		if len(pending) == a.batchSize {
-			out.batches = append(out.batches, a.stack(e, pending))
+			out.Batches = append(out.Batches, a.stack(e, pending))
 			pending = nil
-			a.pending -= a.batchSize
+			a.Pending -= a.batchSize
 		}
 	}
 	ep.pending[holder] = pending
@@ -134,14 +134,14 @@ const maxStagedRows = 1 << 16
 // whose shards hold far fewer samples than its weight asks for would
 // otherwise have the agent hold the others' rows without bound (its
 // ranks starved, it takes tasks past the buffer: buffer.go).
-func (a *assembler) mixFull(q *mixQueue) bool {
-	return q.n >= maxStagedRows || a.mix.holdBytes > 0 && a.heldBytes >= a.mix.holdBytes
+func (a *Assembler) mixFull(q *mixQueue) bool {
+	return q.n >= maxStagedRows || a.mix.holdBytes > 0 && a.HeldBytes >= a.mix.holdBytes
 }
 
 // releaseAll releases every holder's staged rows of epoch e (a source's
 // last shard arrived: the others may go on without it), holders in
 // order.
-func (a *assembler) releaseAll(e int, ep *epochState, out *outcome) {
+func (a *Assembler) releaseAll(e int, ep *epochState, out *Outcome) {
 	for _, h := range slices.Sorted(maps.Keys(ep.staged)) {
 		a.release(e, ep, h, out)
 	}
@@ -149,7 +149,7 @@ func (a *assembler) releaseAll(e int, ep *epochState, out *outcome) {
 
 // sourceArrived counts shard s of epoch e as arrived for its source and
 // releases the rows that waited for the source, if it was its last.
-func (a *assembler) sourceArrived(e int, ep *epochState, s int, out *outcome) {
+func (a *Assembler) sourceArrived(e int, ep *epochState, s int, out *Outcome) {
 	if a.mix == nil {
 		return
 	}
@@ -162,8 +162,8 @@ func (a *assembler) sourceArrived(e int, ep *epochState, s int, out *outcome) {
 
 // stack stacks samples into a batch of epoch e, noting each row's source
 // in a mixed job.
-func (a *assembler) stack(e int, samples []sample) readyBatch {
-	b := stack(e, a.schema, samples)
+func (a *Assembler) stack(e int, samples []Sample) ReadyBatch {
+	b := Stack(e, a.Schema, samples)
 	if a.mix != nil {
 		b.Sources = make([]int, len(samples))
 		for i, s := range samples {
@@ -175,16 +175,16 @@ func (a *assembler) stack(e int, samples []sample) readyBatch {
 	return b
 }
 
-// spanSources are the sources of the rows of spans, in order (nil for a
+// SpanSources are the sources of the rows of spans, in order (nil for a
 // job of one dataset).
-func spanSources(job wire.Job, spans []rowSpan) []int {
+func SpanSources(job wire.Job, spans []RowSpan) []int {
 	if len(job.Sources) == 0 {
 		return nil
 	}
 	var out []int
 	for _, sp := range spans {
-		src := job.SourceOf(sp.ref.Shard)
-		for range sp.n {
+		src := job.SourceOf(sp.Ref.Shard)
+		for range sp.N {
 			out = append(out, src)
 		}
 	}

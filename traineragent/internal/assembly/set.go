@@ -1,4 +1,4 @@
-package traineragent
+package assembly
 
 import (
 	"encoding/base64"
@@ -9,9 +9,9 @@ import (
 )
 
 // bitset is a set of small non-negative integers (shard or chunk indices).
-type bitset []uint64
+type Bitset []uint64
 
-func (b *bitset) add(i int) {
+func (b *Bitset) Add(i int) {
 	w := i / 64
 	if w >= len(*b) {
 		*b = append(*b, make([]uint64, w+1-len(*b))...)
@@ -19,20 +19,20 @@ func (b *bitset) add(i int) {
 	(*b)[w] |= 1 << (i % 64)
 }
 
-func (b bitset) remove(i int) {
+func (b Bitset) remove(i int) {
 	if w := i / 64; i >= 0 && w < len(b) {
 		b[w] &^= 1 << (i % 64)
 	}
 }
 
-func (b bitset) has(i int) bool {
+func (b Bitset) Has(i int) bool {
 	w := i / 64
 	return i >= 0 && w < len(b) && b[w]&(1<<(i%64)) != 0
 }
 
 // minus is b without the members of o.
-func (b bitset) minus(o bitset) bitset {
-	var out bitset
+func (b Bitset) minus(o Bitset) Bitset {
+	var out Bitset
 	for i, w := range b {
 		if i < len(o) {
 			w &^= o[i]
@@ -43,7 +43,7 @@ func (b bitset) minus(o bitset) bitset {
 }
 
 // countBelow counts the members < n.
-func (b bitset) countBelow(n int) int {
+func (b Bitset) countBelow(n int) int {
 	c := 0
 	for w, word := range b {
 		if w*64 >= n {
@@ -60,11 +60,11 @@ func (b bitset) countBelow(n int) int {
 // bitmapPrefix marks a set written as a bitmap rather than as ranges.
 const bitmapPrefix = "b:"
 
-// encodeSet writes b in whichever form is shorter: ranges ("0-4999,5002",
+// EncodeSet writes b in whichever form is shorter: ranges ("0-4999,5002",
 // small when the members are mostly contiguous, as shards completing
 // roughly in order are) or a bitmap ("b:" and unpadded base64 of bit i in
 // byte i/8, bit i%8: at most n/6 characters however scattered the set is).
-func encodeSet(b bitset) string {
+func EncodeSet(b Bitset) string {
 	var r strings.Builder
 	last := -1
 	for w := len(b) - 1; w >= 0; w-- {
@@ -78,11 +78,11 @@ func encodeSet(b bitset) string {
 	}
 	maxLen := len(bitmapPrefix) + base64.RawStdEncoding.EncodedLen(last/8+1)
 	for i := 0; i <= last && r.Len() <= maxLen; i++ {
-		if !b.has(i) {
+		if !b.Has(i) {
 			continue
 		}
 		j := i
-		for j+1 <= last && b.has(j+1) {
+		for j+1 <= last && b.Has(j+1) {
 			j++
 		}
 		if r.Len() > 0 {
@@ -105,9 +105,9 @@ func encodeSet(b bitset) string {
 	return bitmapPrefix + base64.RawStdEncoding.EncodeToString(raw)
 }
 
-// decodeSet reads encodeSet's output; every member must be below limit.
-func decodeSet(s string, limit int) (bitset, error) {
-	var b bitset
+// DecodeSet reads EncodeSet's output; every member must be below limit.
+func DecodeSet(s string, limit int) (Bitset, error) {
+	var b Bitset
 	if s == "" {
 		return b, nil
 	}
@@ -122,7 +122,7 @@ func decodeSet(s string, limit int) (bitset, error) {
 					continue
 				}
 				if m := 8*i + k; m < limit {
-					b.add(m)
+					b.Add(m)
 				} else {
 					return nil, fmt.Errorf("set %.20q: member %d: want < %d", s, m, limit)
 				}
@@ -144,7 +144,7 @@ func decodeSet(s string, limit int) (bitset, error) {
 			return nil, fmt.Errorf("set %.20q: member %d: want < %d", s, to, limit)
 		}
 		for i := from; i <= to; i++ {
-			b.add(i)
+			b.Add(i)
 		}
 	}
 	return b, nil

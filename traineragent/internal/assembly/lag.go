@@ -1,8 +1,6 @@
-package traineragent
+package assembly
 
 import (
-	"context"
-
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -21,7 +19,7 @@ import (
 // shedding says, per reader, whether it lags: the job has several
 // readers, the reader wants no more (its prefetch is full), it holds at
 // least bound bytes, and another reader wants more. It is pure.
-func shedding(held []int64, wants []bool, bound int64) []bool {
+func Shedding(held []int64, wants []bool, bound int64) []bool {
 	out := make([]bool, len(held))
 	if len(held) < 2 || bound <= 0 {
 		return out
@@ -45,35 +43,35 @@ func shedding(held []int64, wants []bool, bound int64) []bool {
 // out, no end) and is not waiting for it as a replay: the shard is noted
 // owed, and, for the settling of its task, complete for this reader. It
 // reports whether it dropped it (an owed shard's output is dropped).
-func (a *assembler) shed(ref wire.ChunkRef) bool {
-	if ref.Epoch < a.finished || ref.Epoch >= a.epochs || ref.Shard < 0 || ref.Shard >= a.shards {
+func (a *Assembler) Shed(ref wire.ChunkRef) bool {
+	if ref.Epoch < a.Finished || ref.Epoch >= a.epochs || ref.Shard < 0 || ref.Shard >= a.Shards {
 		return false
 	}
-	ep := a.epoch(ref.Epoch)
+	ep := a.Epoch(ref.Epoch)
 	switch {
-	case ep.complete.has(ref.Shard) || ep.replayed.has(ref.Shard):
+	case ep.Complete.Has(ref.Shard) || ep.Replayed.Has(ref.Shard):
 		return false
-	case ep.owed.has(ref.Shard):
+	case ep.owed.Has(ref.Shard):
 		return true
 	}
-	if sh := ep.shards[ref.Shard]; sh != nil && !sh.empty() {
+	if sh := ep.Shards[ref.Shard]; sh != nil && !sh.empty() {
 		return false
 	}
-	ep.owed.add(ref.Shard)
-	a.version++
-	a.completed = append(a.completed, shardRef{ref.Epoch, ref.Shard})
+	ep.owed.Add(ref.Shard)
+	a.Version++
+	a.Completed = append(a.Completed, ShardRef{ref.Epoch, ref.Shard})
 	return true
 }
 
 // owedDue are the shards of epoch e owed and not asked for yet.
-func (a *assembler) owedDue(e int) []int {
-	ep := a.open[e]
+func (a *Assembler) OwedDue(e int) []int {
+	ep := a.Open[e]
 	if ep == nil {
 		return nil
 	}
 	var out []int
-	for s := range a.shards {
-		if ep.owed.has(s) && !ep.replayed.has(s) && !ep.complete.has(s) {
+	for s := range a.Shards {
+		if ep.owed.Has(s) && !ep.Replayed.Has(s) && !ep.Complete.Has(s) {
 			out = append(out, s)
 		}
 	}
@@ -82,24 +80,7 @@ func (a *assembler) owedDue(e int) []int {
 
 // owes reports whether the reader owes shard s of epoch e (a settled task
 // needs nothing more from it).
-func (a *assembler) owes(e, s int) bool {
-	ep := a.open[e]
-	return ep != nil && ep.owed.has(s) && !ep.complete.has(s)
-}
-
-// askOwed asks for the owed shards of the ranks' epoch once no step of it
-// is ready: they are noted replayed (and so never shed), the position is
-// written, and the agent produces them again.
-func (r *Reader) askOwed(ctx context.Context) {
-	r.mu.Lock()
-	tasks := r.st.owedDue()
-	r.unlock()
-	if len(tasks) == 0 {
-		return
-	}
-	if err := r.sync(ctx, false); err != nil {
-		r.stop(err)
-		return
-	}
-	r.replay(tasks)
+func (a *Assembler) Owes(e, s int) bool {
+	ep := a.Open[e]
+	return ep != nil && ep.owed.Has(s) && !ep.Complete.Has(s)
 }

@@ -1,4 +1,4 @@
-package traineragent
+package assembly
 
 import (
 	"encoding/json"
@@ -7,12 +7,12 @@ import (
 	"slices"
 )
 
-// positionVersion is the format of a position record: 2 records a
+// PositionVersion is the format of a position record: 2 records a
 // shard's rows by shard row; 1 (still read) by chunk index.
-const positionVersion = 2
+const PositionVersion = 2
 
-// maxChunksPerShard bounds chunk indices read from a position record.
-const maxChunksPerShard = 1 << 24
+// MaxChunksPerShard bounds chunk indices read from a position record.
+const MaxChunksPerShard = 1 << 24
 
 // maxPositionRows bounds the rows (and format 1 chunks) a position
 // records as handed out over its shards in progress, counted as the
@@ -31,29 +31,29 @@ const maxPositionRows = 1 << 28
 // 40 rows, rows 0 to 16 were handed out. Rows are shard rows (a chunk's
 // wire.MetaFirst plus its row in the chunk), whatever chunks brought
 // them. Shard and row sets are written as ranges, or as a base64 bitmap
-// where that is shorter (encodeSet), so an epoch of 10,000 shards takes
+// where that is shorter (EncodeSet), so an epoch of 10,000 shards takes
 // at most about 1.7 KB whatever order its shards complete in.
 //
 // Format 1 recorded a shard by chunk index ("end": the chunk count,
 // "chunks": chunks handed out in full, "rows": leading rows handed out
 // per chunk); such entries are still read, and applied to the chunks of
 // those indices when they come.
-type position struct {
+type Position struct {
 	Version int `json:"v"`
 	// Submitted is the submission time of the job the position is of: a
 	// job deleted and submitted again under its id starts afresh.
 	Submitted string                `json:"submitted,omitempty"`
 	Finished  int                   `json:"finished"` // epochs 0..Finished-1
-	Epochs    map[int]epochPosition `json:"epochs,omitempty"`
+	Epochs    map[int]EpochPosition `json:"epochs,omitempty"`
 }
 
-type epochPosition struct {
+type EpochPosition struct {
 	Complete string                `json:"complete,omitempty"`
-	Shards   map[int]shardPosition `json:"shards,omitempty"`
+	Shards   map[int]ShardPosition `json:"shards,omitempty"`
 	// Replayed are shards (not complete) that a resume asked to be
 	// re-produced: their tasks may be settled, so an agent that restarts
 	// with this position sends them again, and a later resume from a
-	// position before them asks again (see replaySet).
+	// position before them asks again (see ReplaySet).
 	Replayed string `json:"replayed,omitempty"`
 	// Owed are shards (not complete) a lagging reader did not keep: their
 	// tasks may be settled, and the reader asks for them again when its
@@ -65,7 +65,7 @@ type epochPosition struct {
 	Sources []int `json:"sources,omitempty"`
 }
 
-type shardPosition struct {
+type ShardPosition struct {
 	// Samples is the rows the shard has, once its end was seen.
 	Samples *int `json:"samples,omitempty"`
 	// Handed are the shard rows handed out.
@@ -79,37 +79,37 @@ type shardPosition struct {
 }
 
 // snapshot is the current position.
-func (a *assembler) snapshot() position {
-	p := position{Version: positionVersion, Finished: a.finished}
-	for e, ep := range a.open {
-		var out epochPosition
-		out.Complete = encodeSet(ep.complete)
-		out.Replayed = encodeSet(ep.replayed.minus(ep.complete))
-		out.Owed = encodeSet(ep.owed.minus(ep.complete))
+func (a *Assembler) Snapshot() Position {
+	p := Position{Version: PositionVersion, Finished: a.Finished}
+	for e, ep := range a.Open {
+		var out EpochPosition
+		out.Complete = EncodeSet(ep.Complete)
+		out.Replayed = EncodeSet(ep.Replayed.minus(ep.Complete))
+		out.Owed = EncodeSet(ep.owed.minus(ep.Complete))
 		if slices.ContainsFunc(ep.handedBySrc, func(n int) bool { return n > 0 }) {
 			out.Sources = slices.Clone(ep.handedBySrc)
 		}
-		for s, sh := range ep.shards {
-			var sp shardPosition
-			if sh.total >= 0 {
-				total := sh.total
+		for s, sh := range ep.Shards {
+			var sp ShardPosition
+			if sh.Total >= 0 {
+				total := sh.Total
 				sp.Samples = &total
 			}
-			sp.Handed = encodeSet(sh.handed)
+			sp.Handed = EncodeSet(sh.handed)
 			for c, n := range sh.legacyRows {
 				sp.rows(c, n)
 			}
-			sp.Chunks = encodeSet(sh.legacyFull)
+			sp.Chunks = EncodeSet(sh.legacyFull)
 			if sp.Samples != nil || sp.Handed != "" || sp.Chunks != "" || sp.Rows != nil {
 				if out.Shards == nil {
-					out.Shards = map[int]shardPosition{}
+					out.Shards = map[int]ShardPosition{}
 				}
 				out.Shards[s] = sp
 			}
 		}
 		if out.Complete != "" || out.Shards != nil || out.Replayed != "" || out.Owed != "" || out.Sources != nil {
 			if p.Epochs == nil {
-				p.Epochs = map[int]epochPosition{}
+				p.Epochs = map[int]EpochPosition{}
 			}
 			p.Epochs[e] = out
 		}
@@ -117,7 +117,7 @@ func (a *assembler) snapshot() position {
 	return p
 }
 
-func (sp *shardPosition) rows(c, n int) {
+func (sp *ShardPosition) rows(c, n int) {
 	if sp.Rows == nil {
 		sp.Rows = map[int]int{}
 	}
@@ -125,34 +125,34 @@ func (sp *shardPosition) rows(c, n int) {
 }
 
 // restore loads a position into an assembler that has seen no message yet.
-func (a *assembler) restore(p position) error {
-	if p.Version != positionVersion && p.Version != 1 {
-		return fmt.Errorf("position format %d: this agent reads 1 and %d", p.Version, positionVersion)
+func (a *Assembler) Restore(p Position) error {
+	if p.Version != PositionVersion && p.Version != 1 {
+		return fmt.Errorf("position format %d: this agent reads 1 and %d", p.Version, PositionVersion)
 	}
 	if p.Finished < 0 || p.Finished > a.epochs {
 		return fmt.Errorf("position: finished epochs %d: the job has %d", p.Finished, a.epochs)
 	}
-	a.finished = p.Finished
-	clear(a.open)
+	a.Finished = p.Finished
+	clear(a.Open)
 	rowWords := maxPositionRows / 64 // a position from a trainer's state is input
 	for _, e := range slices.Sorted(maps.Keys(p.Epochs)) {
 		ep := p.Epochs[e]
 		if e < p.Finished || e >= a.epochs {
 			return fmt.Errorf("position: epoch %d: want %d..%d", e, p.Finished, a.epochs-1)
 		}
-		complete, err := decodeSet(ep.Complete, a.shards)
+		complete, err := DecodeSet(ep.Complete, a.Shards)
 		if err != nil {
 			return fmt.Errorf("position: epoch %d: complete shards: %w", e, err)
 		}
-		replayed, err := decodeSet(ep.Replayed, a.shards)
+		replayed, err := DecodeSet(ep.Replayed, a.Shards)
 		if err != nil {
 			return fmt.Errorf("position: epoch %d: replayed shards: %w", e, err)
 		}
-		owed, err := decodeSet(ep.Owed, a.shards)
+		owed, err := DecodeSet(ep.Owed, a.Shards)
 		if err != nil {
 			return fmt.Errorf("position: epoch %d: owed shards: %w", e, err)
 		}
-		st := a.epoch(e)
+		st := a.Epoch(e)
 		if len(ep.Sources) > 0 {
 			if a.mix == nil || len(ep.Sources) != len(a.mix.slots) {
 				return fmt.Errorf("position: epoch %d: rows of %d sources: the job mixes %d", e, len(ep.Sources), len(st.handedBySrc))
@@ -164,39 +164,39 @@ func (a *assembler) restore(p position) error {
 			}
 			copy(st.handedBySrc, ep.Sources)
 		}
-		st.complete = complete
-		st.replayed = replayed
+		st.Complete = complete
+		st.Replayed = replayed
 		st.owed = owed
-		st.nComplete = complete.countBelow(a.shards)
+		st.nComplete = complete.countBelow(a.Shards)
 		st.arrived = st.nComplete
 		if a.mix != nil {
-			for s := range a.shards {
-				if complete.has(s) {
+			for s := range a.Shards {
+				if complete.Has(s) {
 					st.srcArrived[a.mix.sourceOf(s)]++
 				}
 			}
 		}
 		for s, sp := range ep.Shards {
-			if s < 0 || s >= a.shards || complete.has(s) {
+			if s < 0 || s >= a.Shards || complete.Has(s) {
 				return fmt.Errorf("position: epoch %d: shard %d: out of range or also complete", e, s)
 			}
 			sh := newShardState()
-			limit := maxRowsPerShard
+			limit := MaxRowsPerShard
 			if sp.Samples != nil {
-				if *sp.Samples < 0 || *sp.Samples > maxRowsPerShard {
-					return fmt.Errorf("position: epoch %d: shard %d: samples %d: want 0..%d", e, s, *sp.Samples, maxRowsPerShard)
+				if *sp.Samples < 0 || *sp.Samples > MaxRowsPerShard {
+					return fmt.Errorf("position: epoch %d: shard %d: samples %d: want 0..%d", e, s, *sp.Samples, MaxRowsPerShard)
 				}
-				sh.total = *sp.Samples
-				limit = sh.total
+				sh.Total = *sp.Samples
+				limit = sh.Total
 			}
-			if sh.handed, err = decodeSet(sp.Handed, limit); err != nil {
+			if sh.handed, err = DecodeSet(sp.Handed, limit); err != nil {
 				return fmt.Errorf("position: epoch %d: shard %d: rows handed out: %w", e, s, err)
 			}
 			if rowWords -= len(sh.handed); rowWords < 0 {
 				return fmt.Errorf("position: epoch %d: shard %d: more rows handed out than a position may record (%d in all)", e, s, maxPositionRows)
 			}
 			sh.got = slices.Clone(sh.handed)
-			full, err := decodeSet(sp.Chunks, maxChunksPerShard)
+			full, err := DecodeSet(sp.Chunks, MaxChunksPerShard)
 			if err != nil {
 				return fmt.Errorf("position: epoch %d: shard %d: chunks: %w", e, s, err)
 			}
@@ -207,7 +207,7 @@ func (a *assembler) restore(p position) error {
 			if len(sp.Rows) > 0 {
 				sh.legacyRows = map[int]int{}
 			}
-			chunks := maxChunksPerShard
+			chunks := MaxChunksPerShard
 			if sp.End != nil && *sp.End >= 0 {
 				chunks = min(chunks, *sp.End)
 			}
@@ -215,12 +215,12 @@ func (a *assembler) restore(p position) error {
 				return fmt.Errorf("position: epoch %d: shard %d: chunks %q: beyond its end's %d", e, s, sp.Chunks, chunks)
 			}
 			for c, n := range sp.Rows {
-				if c < 0 || c >= chunks || n <= 0 || n > maxRowsPerChunk || full.has(c) {
+				if c < 0 || c >= chunks || n <= 0 || n > MaxRowsPerChunk || full.Has(c) {
 					return fmt.Errorf("position: epoch %d: shard %d: rows of chunk %d: %d: out of range", e, s, c, n)
 				}
 				sh.legacyRows[c] = n
 			}
-			st.shards[s] = sh
+			st.Shards[s] = sh
 			if sh.arrivedEvery() {
 				sh.arrivedAll = true
 				st.arrived++
@@ -228,16 +228,16 @@ func (a *assembler) restore(p position) error {
 			}
 			a.checkShard(e, s)
 		}
-		if st.arrived == a.shards {
-			st.cut = true
+		if st.arrived == a.Shards {
+			st.Cut = true
 		}
 	}
 	a.compact()
 	return nil
 }
 
-// encodePosition is the stored form of p.
-func encodePosition(p position) ([]byte, error) {
+// EncodePosition is the stored form of p.
+func EncodePosition(p Position) ([]byte, error) {
 	data, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("encoding position: %w", err)
@@ -245,9 +245,9 @@ func encodePosition(p position) ([]byte, error) {
 	return data, nil
 }
 
-// decodePosition reads a stored position.
-func decodePosition(data []byte) (position, error) {
-	var p position
+// DecodePosition reads a stored position.
+func DecodePosition(data []byte) (Position, error) {
+	var p Position
 	if err := json.Unmarshal(data, &p); err != nil {
 		return p, fmt.Errorf("decoding position: %w", err)
 	}
