@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -71,8 +72,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		return nil, fmt.Errorf("trainer agent: job %s: batch size %d: want >= 1", job.Spec.ID, job.Spec.BatchSize)
 	case job.Spec.Epochs < 1:
 		return nil, fmt.Errorf("trainer agent: job %s: epochs %d: want >= 1", job.Spec.ID, job.Spec.Epochs)
-	case opts.WorldSize < 0 || opts.WorldSize > MaxWorldSize:
-		return nil, fmt.Errorf("trainer agent: world size %d: want 0..%d (0: from the first request)", opts.WorldSize, MaxWorldSize)
+	case opts.WorldSize < 0 || opts.WorldSize > readerstate.MaxWorldSize:
+		return nil, fmt.Errorf("trainer agent: world size %d: want 0..%d (0: from the first request)", opts.WorldSize, readerstate.MaxWorldSize)
 	case opts.PrefetchSamples < 0:
 		return nil, fmt.Errorf("trainer agent: prefetch samples %d: want >= 0 (0 for the default)", opts.PrefetchSamples)
 	case opts.DemandInterval < 0:
@@ -123,7 +124,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r.completed = a.shardsRecorded
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
-			r.st.ranks.dropFixed = true // the team's agents share it
+			r.st.Ranks.DropFixed = true // the team's agents share it
 			auth := &teamAuth{key: opts.TeamKey, job: job.Spec.ID, reader: name}
 			if slices.Contains(opts.Ranks, 0) {
 				r.planAsTeam(newTeam(opts.WorldSize, opts.Ranks, auth))
@@ -328,7 +329,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	for _, r := range a.readers {
 		r.mu.Lock()
 		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[assembly.ShardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
-		r.st.changed = true
+		r.st.Changed = true
 		r.unlock()
 		r.role.dispatching(d)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -394,7 +395,7 @@ func TestAgentNextReportsStallAndStop(t *testing.T) {
 	if err := <-runErr; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run after cancel = %v, want context.Canceled", err)
 	}
-	if _, err := a.Next(context.Background()); !errors.Is(err, ErrStopped) {
+	if _, err := a.Next(context.Background()); !errors.Is(err, readerstate.ErrStopped) {
 		t.Errorf("Next after Run stopped = %v, want ErrStopped", err)
 	}
 	if err := a.Run(context.Background()); err == nil {

@@ -118,7 +118,7 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 		r := a.readers[0]
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.st.asm.HeldBytes
+		return r.st.Asm.HeldBytes
 	}
 	var most int64
 	testenv.CheckFor(t, 20*time.Second, 5*time.Millisecond, func() error {

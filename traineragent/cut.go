@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -66,9 +67,9 @@ func spanRows(sp assembly.RowSpan, data []byte) ([]assembly.Sample, *assembly.Sc
 // from the chunks it holds, or produced again. A part that cannot be cut
 // is lost to the trainer (it counts as handed out): its samples are
 // reported failed.
-func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
+func (a *Reader) cutPart(ctx context.Context, p readerstate.RankPart) (readerstate.RankPart, error) {
 	a.mu.Lock()
-	sc, prod := a.st.asm.Schema, a.producer
+	sc, prod := a.st.Asm.Schema, a.producer
 	a.mu.Unlock()
 	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
 		if sp.Data != nil {
@@ -78,24 +79,13 @@ func (a *Reader) cutPart(ctx context.Context, p rankPart) (rankPart, error) {
 	})
 	if err != nil {
 		a.mu.Lock()
-		a.st.lost(p, err)
+		a.st.Lost(p, err)
 		a.unlock()
-		return rankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, p.Step, err)
+		return readerstate.RankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", readerstate.ErrStopped, p.Step, err)
 	}
 	b.Sources = assembly.SpanSources(a.job, p.Spans)
 	p.Batch, p.Spans = b, nil
 	return p, nil
-}
-
-// spanKeys names the rows of spans whose keys are not known here.
-func spanKeys(spans []assembly.RowSpan) []string {
-	var keys []string
-	for _, sp := range spans {
-		for i := range sp.N {
-			keys = append(keys, fmt.Sprintf("%s row %d", sp.Ref, sp.Lo+i))
-		}
-	}
-	return keys
 }
 
 // producer has shards produced again for the chunks an agent needs and

@@ -11,7 +11,7 @@
 //
 // Files: agent.go (the Agent: its dispatcher as the readers' sink, the
 // settling of tasks, demand), state.go (a reader's bookkeeping,
-// readerState: no lock, no I/O), reader.go (the Reader, the shell around
+// readerstate.State: no lock, no I/O), reader.go (the Reader, the shell around
 // it: the lock, waiters, logs, metrics; and the agent's lock order),
 // role.go (a reader's role: a lone agent, a team's planner or member),
 // stepper.go and ranks.go (steps per rank), store.go, posstore.go

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -54,7 +55,7 @@ func (a *Reader) Handler() http.Handler {
 
 // parseBatchQuery reads GET /v1/batch's parameters; report is nil when
 // the client sent none.
-func parseBatchQuery(q url.Values) (req rankRequest, report *demand.StepReport, err error) {
+func parseBatchQuery(q url.Values) (req readerstate.RankRequest, report *demand.StepReport, err error) {
 	intParam := func(name string, lo, hi int) (int, bool, error) {
 		v := q.Get(name)
 		if v == "" {
@@ -80,17 +81,17 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *demand.StepReport, 
 	var errs []error
 	var ok [3]bool
 	var e error
-	req.rank, _, e = intParam(wire.AgentParamRank, 0, MaxWorldSize-1)
+	req.Rank, _, e = intParam(wire.AgentParamRank, 0, readerstate.MaxWorldSize-1)
 	errs = append(errs, e)
-	req.world, _, e = intParam(wire.AgentParamWorldSize, 1, MaxWorldSize)
+	req.World, _, e = intParam(wire.AgentParamWorldSize, 1, readerstate.MaxWorldSize)
 	errs = append(errs, e)
 	switch v := q.Get(wire.AgentParamDropLast); v {
 	case "":
 	case "1", "true":
-		req.dropLast = new(bool)
-		*req.dropLast = true
+		req.DropLast = new(bool)
+		*req.DropLast = true
 	case "0", "false":
-		req.dropLast = new(bool)
+		req.DropLast = new(bool)
 	default:
 		errs = append(errs, fmt.Errorf("drop_last=%q: want 0 or 1", v))
 	}
@@ -106,7 +107,7 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *demand.StepReport, 
 		return req, nil, err
 	}
 	if ok[0] || ok[1] || ok[2] {
-		r.Rank, r.Steps = req.rank, int64(steps)
+		r.Rank, r.Steps = req.Rank, int64(steps)
 		report = &r
 	}
 	return req, report, nil
@@ -126,13 +127,13 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case errors.Is(err, io.EOF):
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndDelivered)
-		http.Error(w, fmt.Sprintf("job %s: rank %d got every step of every epoch", a.job.Spec.ID, req.rank), http.StatusGone)
+		http.Error(w, fmt.Sprintf("job %s: rank %d got every step of every epoch", a.job.Spec.ID, req.Rank), http.StatusGone)
 		return
 	case errors.Is(err, ErrJobEnded):
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
 		return
-	case errors.Is(err, ErrWorldMismatch):
+	case errors.Is(err, readerstate.ErrWorldMismatch):
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	case r.Context().Err() != nil:
@@ -150,7 +151,7 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		meta[wire.MetaBatchReader] = a.reader
 		meta[wire.MetaBatchStep] = strconv.Itoa(p.Step)
-		meta[wire.MetaBatchRank] = strconv.Itoa(req.rank)
+		meta[wire.MetaBatchRank] = strconv.Itoa(req.Rank)
 		meta[wire.MetaBatchWorldSize] = strconv.Itoa(p.World)
 		meta[wire.MetaBatchLastStep] = strconv.FormatBool(p.Last)
 		meta[wire.MetaBatchPosition] = string(p.Position)
@@ -176,7 +177,7 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	// (it resumes from its checkpoint instead).
 	if err := b.WriteFile(w, head); err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
-		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.rank, "samples", len(b.Keys), "err", err)
+		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.Rank, "samples", len(b.Keys), "err", err)
 		for _, k := range b.Keys {
 			a.Fail(k, "sending batch to the trainer: "+err.Error())
 		}
@@ -191,8 +192,8 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	world := 0
 	if v := r.URL.Query().Get(wire.AgentParamWorldSize); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxWorldSize {
-			http.Error(w, fmt.Sprintf("world_size=%q: want an integer in 1..%d", v, MaxWorldSize), http.StatusBadRequest)
+		if err != nil || n < 1 || n > readerstate.MaxWorldSize {
+			http.Error(w, fmt.Sprintf("world_size=%q: want an integer in 1..%d", v, readerstate.MaxWorldSize), http.StatusBadRequest)
 			return
 		}
 		world = n
@@ -201,8 +202,8 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	// none is older than the agent's resume per rank).
 	v := r.URL.Query().Get(wire.AgentParamRank)
 	rank, err := strconv.Atoi(v)
-	if err != nil || rank < 0 || rank >= MaxWorldSize {
-		http.Error(w, fmt.Sprintf("rank=%q: want the resuming rank, an integer in 0..%d (a client that sends none is older than this agent)", v, MaxWorldSize-1), http.StatusBadRequest)
+	if err != nil || rank < 0 || rank >= readerstate.MaxWorldSize {
+		http.Error(w, fmt.Sprintf("rank=%q: want the resuming rank, an integer in 0..%d (a client that sends none is older than this agent)", v, readerstate.MaxWorldSize-1), http.StatusBadRequest)
 		return
 	}
 	var st State
@@ -213,10 +214,10 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	res, err := a.Resume(r.Context(), st, world, rank)
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrBadState):
+	case errors.Is(err, readerstate.ErrBadState):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
-	case errors.Is(err, ErrResumeConflict):
+	case errors.Is(err, readerstate.ErrResumeConflict):
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	case errors.Is(err, ErrJobEnded):

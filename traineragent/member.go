@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -96,7 +97,7 @@ func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 	return &member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
 		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
 		auth: &teamAuth{job: job.Spec.ID, reader: reader}, m: NewMetrics(nil).forJob(job.Spec.ID, reader),
-		nonce: newNonce(), runCtx: ctx, stopRun: stop,
+		nonce: readerstate.NewNonce(), runCtx: ctx, stopRun: stop,
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[assembly.ShardRef]wire.TeamNote{}, held: map[assembly.ShardRef]bool{}, cursor: map[assembly.ShardRef]assembly.SendCursor{},
 		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
@@ -140,7 +141,7 @@ func (m *member) onReply(msg *nats.Msg) {
 	}
 	if why := msg.Header.Get(wire.TeamHeaderRefused); why != "" {
 		m.mu.Lock()
-		w.refusal = cutText(why)
+		w.refusal = readerstate.CutText(why)
 		m.mu.Unlock()
 		return
 	}
@@ -623,7 +624,7 @@ type rankPoll struct {
 	asked   uint64 // the member's resumes when it last asked
 	planner string // the planner run that gave its part, and its generation of ranks
 	gen     uint64
-	p       rankPart
+	p       readerstate.RankPart
 	err     error
 	taken   bool
 }
@@ -631,24 +632,24 @@ type rankPoll struct {
 // part returns rank req.rank's next part: the part its last poll got if
 // no request took it (unless a resume forwarded since rewound it), or
 // that of a new poll.
-func (m *member) part(ctx context.Context, req rankRequest, prod func() *producer) (rankPart, error) {
+func (m *member) part(ctx context.Context, req readerstate.RankRequest, prod func() *producer) (readerstate.RankPart, error) {
 	for {
 		m.mu.Lock()
-		pl := m.polls[req.rank]
+		pl := m.polls[req.Rank]
 		if pl == nil {
 			pl = &rankPoll{done: make(chan struct{}), asked: m.resumes}
-			m.polls[req.rank] = pl
+			m.polls[req.Rank] = pl
 			go m.poll(pl, req, prod)
 		}
 		m.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return rankPart{}, ctx.Err() // the poll goes on: its part waits for the rank's next request
+			return readerstate.RankPart{}, ctx.Err() // the poll goes on: its part waits for the rank's next request
 		case <-pl.done:
 		}
 		m.mu.Lock()
-		if m.polls[req.rank] == pl {
-			delete(m.polls, req.rank)
+		if m.polls[req.Rank] == pl {
+			delete(m.polls, req.Rank)
 		}
 		// Asked for before the last resume, its part is of an earlier
 		// generation (rewound by the resume; its requester went away)
@@ -663,7 +664,7 @@ func (m *member) part(ctx context.Context, req rankRequest, prod func() *produce
 		case stale:
 			if pl.err == nil {
 				m.log.Info("dropping a part of an earlier generation of ranks (its requester went away; the resume rewound it)",
-					"rank", req.rank, "epoch", pl.p.Epoch, "step", pl.p.Step)
+					"rank", req.Rank, "epoch", pl.p.Epoch, "step", pl.p.Step)
 			}
 			continue
 		}
@@ -673,16 +674,16 @@ func (m *member) part(ctx context.Context, req rankRequest, prod func() *produce
 
 // poll asks the planner for rank req.rank's next part until it has one,
 // and cuts it.
-func (m *member) poll(pl *rankPoll, req rankRequest, prod func() *producer) {
+func (m *member) poll(pl *rankPoll, req readerstate.RankRequest, prod func() *producer) {
 	defer close(pl.done)
 	ctx := m.runCtx
 	for {
 		m.mu.Lock()
 		pl.asked = m.resumes
 		m.mu.Unlock()
-		r, err := m.askUntil(ctx, wire.TeamOpPart, wire.TeamPartRequest{Rank: req.rank, World: req.world, DropLast: req.dropLast}, partWait+5*time.Second)
+		r, err := m.askUntil(ctx, wire.TeamOpPart, wire.TeamPartRequest{Rank: req.Rank, World: req.World, DropLast: req.DropLast}, partWait+5*time.Second)
 		if err != nil {
-			pl.err = fmt.Errorf("%w: %w", ErrStopped, err)
+			pl.err = fmt.Errorf("%w: %w", readerstate.ErrStopped, err)
 			return
 		}
 		switch {
@@ -692,11 +693,11 @@ func (m *member) poll(pl *rankPoll, req rankRequest, prod func() *producer) {
 			pl.err = errOf(r.Status, r.Error)
 			return
 		case r.Part == nil:
-			pl.err = fmt.Errorf("%w: the planner's part has no rows", ErrStopped)
+			pl.err = fmt.Errorf("%w: the planner's part has no rows", readerstate.ErrStopped)
 			return
 		}
 		if err := m.checkPart(*r.Part); err != nil {
-			pl.err = fmt.Errorf("%w: the planner's part of rank %d: %w", ErrStopped, req.rank, err)
+			pl.err = fmt.Errorf("%w: the planner's part of rank %d: %w", readerstate.ErrStopped, req.Rank, err)
 			return
 		}
 		m.mu.Lock()
@@ -745,8 +746,8 @@ func (m *member) checkPart(n wire.TeamPart) error {
 }
 
 // cut makes the batch of a part the planner gave.
-func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer) (rankPart, error) {
-	p := rankPart{Batch: Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
+func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer) (readerstate.RankPart, error) {
+	p := readerstate.RankPart{Batch: Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
 	for _, s := range n.Spans {
 		row := -1
 		if s.Row != nil && *s.Row >= 0 {
@@ -768,8 +769,8 @@ func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer
 		return prod().rows(ctx, sp)
 	})
 	if err != nil {
-		err = fmt.Errorf("%w: cutting a part of step %d: %w", ErrStopped, n.Step, err)
-		return rankPart{Batch: Batch{Keys: p.Keys}, Spans: p.Spans}, err
+		err = fmt.Errorf("%w: cutting a part of step %d: %w", readerstate.ErrStopped, n.Step, err)
+		return readerstate.RankPart{Batch: Batch{Keys: p.Keys}, Spans: p.Spans}, err
 	}
 	m.mu.Lock()
 	for _, sp := range p.Spans {
@@ -788,24 +789,24 @@ func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer
 
 // nextPart is a member's: the planner's part for the rank, cut here; the
 // wait counts as the trainer's.
-func (a memberRole) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a memberRole) nextPart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	m := a.m
-	if req.world == 0 {
-		req.world = m.world
+	if req.World == 0 {
+		req.World = m.world
 	}
 	switch {
-	case req.world != m.world:
-		return rankPart{}, fmt.Errorf("%w: world size %d, but this agent serves ranks of a world of %d", ErrWorldMismatch, req.world, m.world)
-	case !slices.Contains(m.ranks, req.rank):
-		return rankPart{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", ErrWorldMismatch, req.rank, m.ranks)
+	case req.World != m.world:
+		return readerstate.RankPart{}, fmt.Errorf("%w: world size %d, but this agent serves ranks of a world of %d", readerstate.ErrWorldMismatch, req.World, m.world)
+	case !slices.Contains(m.ranks, req.Rank):
+		return readerstate.RankPart{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", readerstate.ErrWorldMismatch, req.Rank, m.ranks)
 	}
 	a.mu.Lock()
-	a.st.block(time.Now())
+	a.st.Block(time.Now())
 	a.unlock()
 	p, err := m.part(ctx, req, func() *producer {
 		// A rank may ask before the agent dispatches: wait for it (the
 		// poll outlives the request: the member's run, not ctx).
-		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.st.runEnded })
+		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.st.RunEnded })
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return a.producer
@@ -813,41 +814,41 @@ func (a memberRole) nextPart(ctx context.Context, req rankRequest) (rankPart, er
 	now := time.Now()
 	a.mu.Lock()
 	defer a.unlock()
-	a.st.unblock(now)
+	a.st.Unblock(now)
 	if errors.Is(err, io.EOF) {
-		if a.st.rankEnded(req.rank) && a.st.ranksEnded(m.ranks) {
+		if a.st.RankEnded(req.Rank) && a.st.RanksEnded(m.ranks) {
 			// The planner recorded every step before it told a rank
 			// the end: every shard is complete. (Settled before the
 			// agent sees it is done and returns what it holds.)
 			m.settleAll()
 		}
-		return rankPart{}, err
+		return readerstate.RankPart{}, err
 	}
 	if err != nil {
 		if len(p.Keys) > 0 {
-			a.st.lost(p, err) // the planner counts the part as handed out
+			a.st.Lost(p, err) // the planner counts the part as handed out
 		}
-		return rankPart{}, err
+		return readerstate.RankPart{}, err
 	}
-	a.st.delivered(req.rank, p, now)
-	go m.dropSettled(a.st.slowestEpoch(m.ranks))
+	a.st.Delivered(req.Rank, p, now)
+	go m.dropSettled(a.st.SlowestEpoch(m.ranks))
 	return p, nil
 }
 
 // resume is a member's: it forwards a rank's resume to the planner.
-func (a memberRole) resume(ctx context.Context, req resumeRequest) (ResumeResult, error) {
+func (a memberRole) resume(ctx context.Context, req readerstate.ResumeRequest) (ResumeResult, error) {
 	m := a.m
-	state, err := json.Marshal(req.state)
+	state, err := json.Marshal(req.State)
 	if err != nil {
-		return ResumeResult{}, fmt.Errorf("%w: %w", ErrBadState, err)
+		return ResumeResult{}, fmt.Errorf("%w: %w", readerstate.ErrBadState, err)
 	}
-	if !slices.Contains(m.ranks, req.rank) {
-		return ResumeResult{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", ErrBadState, req.rank, m.ranks)
+	if !slices.Contains(m.ranks, req.Rank) {
+		return ResumeResult{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", readerstate.ErrBadState, req.Rank, m.ranks)
 	}
 	// An id for this resume: askUntil may send it again, and the planner
 	// answers a copy as the first (a second resume of a rank would be a
 	// new generation's).
-	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.world, Rank: req.rank, ID: newResumeID()}, positionWriteTimeout+10*time.Second)
+	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.World, Rank: req.Rank, ID: readerstate.NewResumeID()}, positionWriteTimeout+10*time.Second)
 	if err != nil {
 		return ResumeResult{}, err
 	}
@@ -856,7 +857,7 @@ func (a memberRole) resume(ctx context.Context, req resumeRequest) (ResumeResult
 		return ResumeResult{}, errOf(r.Status, r.Error)
 	}
 	if err := json.Unmarshal(r.Resume, &res); err != nil {
-		return ResumeResult{}, fmt.Errorf("%w: the planner's resume answer: %w", ErrStopped, err)
+		return ResumeResult{}, fmt.Errorf("%w: the planner's resume answer: %w", readerstate.ErrStopped, err)
 	}
 	// Parts formed before this generation, which no request took, are
 	// dropped (part).

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 )
 
 func TestSetEncodingRoundTrips(t *testing.T) {
@@ -259,7 +260,7 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 		if len(data) > 4<<10 {
 			t.Errorf("%s: position is %d bytes, want at most 4 KiB", tc.name, len(data))
 		}
-		state, err := json.Marshal(State{Version: StateVersion, Job: "big", Reader: "trainer", Epoch: 1, Step: 1234,
+		state, err := json.Marshal(State{Version: readerstate.StateVersion, Job: "big", Reader: "trainer", Epoch: 1, Step: 1234,
 			WorldSize: 8, Position: data})
 		if err != nil {
 			t.Fatal(err)

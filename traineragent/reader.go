@@ -2,7 +2,6 @@ package traineragent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,11 +14,9 @@ import (
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// ErrStopped is returned by Next once Run has ended before the job was delivered.
-var ErrStopped = errors.New("trainer agent stopped")
 
 // ErrJobEnded means the job was cancelled, failed or deleted while the agent
 // read it: its output is gone and nothing more will come.
@@ -74,100 +71,6 @@ type Options struct {
 	Dispatch dispatch.Options
 }
 
-// Stats describe the agent's progress.
-type Stats struct {
-	SamplesArrived   int64 // samples received from functions (duplicates excluded)
-	SamplesDelivered int64
-	BatchesDelivered int64
-	// ShedShards counts the shards this reader did not keep while it
-	// lagged (lag.go): they were produced again when its ranks got there.
-	ShedShards int64
-	// DuplicateChunks counts output messages (chunks and shard ends)
-	// dropped because the agent had already seen them.
-	DuplicateChunks int64
-	// FailedSamples are those that functions could not preprocess (from
-	// ShardEnd messages), lost in a corrupt chunk, or reported with Fail:
-	// the first MaxFailedSamplesListed; FailedSamplesOmitted counts the
-	// rest.
-	FailedSamples        []wire.FailedSample
-	FailedSamplesOmitted int64
-	// StallTime is the time the trainer spent waiting in Next, an ongoing
-	// wait included; RunTime and TimeToFirstBatch count from New.
-	StallTime        time.Duration
-	RunTime          time.Duration
-	TimeToFirstBatch time.Duration
-	// Epochs is the number of epochs whose every batch was handed out.
-	Epochs int
-	// BufferedSamples are held by the agent: in ready batches, in partial
-	// ones and in ranks' parts not taken yet.
-	BufferedSamples int
-	// WorldSize is the number of ranks served (0 until fixed), DropLast
-	// their drop_last setting, DroppedSamples the samples of epochs'
-	// partial last steps that drop_last left out.
-	WorldSize      int
-	DropLast       bool
-	DroppedSamples int64
-	// Ranks has what each rank took.
-	Ranks []RankStats
-	// Steps are the step times each rank's client reported, by rank.
-	Steps []demand.RankSteps
-}
-
-// RankStats is what one rank took: parts (batches) and samples, the epoch
-// and step of its last part (-1 before the first), and whether it was told
-// that every step was delivered.
-type RankStats struct {
-	Rank    int   `json:"rank"`
-	Batches int64 `json:"batches"`
-	Samples int64 `json:"samples"`
-	Epoch   int   `json:"epoch"`
-	Step    int   `json:"step"`
-	Ended   bool  `json:"ended"`
-}
-
-// MarshalJSON writes durations in seconds, for trainers in any language.
-func (s Stats) MarshalJSON() ([]byte, error) {
-	failed := s.FailedSamples
-	if failed == nil {
-		failed = []wire.FailedSample{}
-	}
-	ranks := s.Ranks
-	if ranks == nil {
-		ranks = []RankStats{}
-	}
-	return json.Marshal(struct {
-		SamplesArrived     int64               `json:"samples_arrived"`
-		SamplesDelivered   int64               `json:"samples_delivered"`
-		BatchesDelivered   int64               `json:"batches_delivered"`
-		DuplicateChunks    int64               `json:"duplicate_chunks"`
-		ShedShards         int64               `json:"shed_shards"`
-		FailedSamples      []wire.FailedSample `json:"failed_samples"`
-		FailedOmitted      int64               `json:"failed_samples_omitted,omitempty"`
-		StallS             float64             `json:"stall_s"`
-		RunS               float64             `json:"run_s"`
-		TimeToFirstBatchS  float64             `json:"time_to_first_batch_s"`
-		Epochs             int                 `json:"epochs"`
-		BufferedSamples    int                 `json:"buffered_samples"`
-		StallFractionTotal float64             `json:"stall_fraction_total"`
-		WorldSize          int                 `json:"world_size"`
-		DropLast           bool                `json:"drop_last"`
-		DroppedSamples     int64               `json:"dropped_samples"`
-		Ranks              []RankStats         `json:"ranks"`
-		Steps              []demand.RankSteps  `json:"steps"`
-	}{
-		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.ShedShards, failed, s.FailedSamplesOmitted,
-		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
-		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks, s.Steps,
-	})
-}
-
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a.Seconds() / b.Seconds()
-}
-
 // Reader feeds one job to the ranks of one trainer, as one of the job's
 // readers; an Agent runs one per reader it serves and feeds every one of
 // them each shard's chunks.
@@ -180,7 +83,7 @@ func ratio(a, b time.Duration) float64 {
 // its part. A trainer that resumes from its checkpoint (Resume) closes
 // that gap.
 //
-// The Reader is a shell around its state (readerState, which has every
+// The Reader is a shell around its state (readerstate.State, which has every
 // piece of bookkeeping and no I/O): it holds the lock, does the NATS, KV
 // and HTTP work, wakes waiters, writes the state's log lines and keeps
 // the metrics in step with the state's counters.
@@ -190,7 +93,7 @@ func ratio(a, b time.Duration) float64 {
 //
 //  1. positionStore.mu: a write of the position, or a resume's rewind
 //     (lockForResume), which must see no write.
-//  2. Reader.mu: the state (readerState). Never held across I/O but one:
+//  2. Reader.mu: the state (readerstate.State). Never held across I/O but one:
 //     a member's last end settles its tasks (dispatch.Dispatcher.Settle,
 //     an ack) before the agent can see it is done.
 //  3. The leaves, each held only for a few fields and never while taking
@@ -223,11 +126,11 @@ type Reader struct {
 	pos      *positionStore
 	recorded assembly.RecordedShards
 
-	mu   sync.Mutex       // lock order: see above
-	st   *readerState     // guarded by mu
-	wake chan struct{}    // closed and replaced on every change (mu)
-	gpu  *demand.GPUMeter // readings of the GPU for the demand window
-	fail func(error)      // stops the agent
+	mu   sync.Mutex         // lock order: see above
+	st   *readerstate.State // guarded by mu
+	wake chan struct{}      // closed and replaced on every change (mu)
+	gpu  *demand.GPUMeter   // readings of the GPU for the demand window
+	fail func(error)        // stops the agent
 	// role is the reader's kind: a lone agent, a team's planner or
 	// member (role.go).
 	role role
@@ -241,8 +144,8 @@ type Reader struct {
 // newReader prepares reader name of job.
 func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *Metrics) *Reader {
 	now := time.Now()
-	st := newReaderState(job, opts, now)
-	opts.PrefetchSamples = st.prefetchSamples
+	st := readerstate.NewReaderState(job, opts.stateConfig(), now)
+	opts.PrefetchSamples = st.PrefetchSamples
 	log := logger.With("job", job.Spec.ID, "reader", name)
 	r := &Reader{
 		job: job, reader: name, opts: opts, log: log,
@@ -262,7 +165,7 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 // planAsTeam makes the reader its team's planner.
 func (a *Reader) planAsTeam(t *team) planner {
 	p := planner{solo{a}, t}
-	a.role, a.st.steps = p, t.teamState
+	a.role, a.st.Steps = p, t.TeamState
 	return p
 }
 
@@ -278,7 +181,7 @@ func (a *Reader) Name() string { return a.reader }
 func (a *Reader) Ready() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.loaded && !a.st.runEnded
+	return a.st.Loaded && !a.st.RunEnded
 }
 
 // unlock ends a change of the state: waiters are woken if it changed, the
@@ -290,22 +193,22 @@ func (a *Reader) unlock() {
 
 // unlockToWait is unlock, returning the channel closed at the next change.
 func (a *Reader) unlockToWait() <-chan struct{} {
-	if a.st.changed {
+	if a.st.Changed {
 		a.notify()
 	}
 	a.meter()
 	wake := a.wake
-	events := a.st.takeEvents()
+	events := a.st.TakeEvents()
 	a.mu.Unlock()
 	for _, e := range events {
-		a.log.Log(context.Background(), e.level, e.msg, e.args...)
+		a.log.Log(context.Background(), e.Level, e.Msg, e.Args...)
 	}
 	return wake
 }
 
 // notify wakes every waiter; a.mu must be held.
 func (a *Reader) notify() {
-	a.st.changed = false
+	a.st.Changed = false
 	close(a.wake)
 	a.wake = make(chan struct{})
 	a.changed()
@@ -319,13 +222,13 @@ type meterMarks struct {
 
 // marksOf are the counters of s.
 func marksOf(s *Stats) meterMarks {
-	return meterMarks{s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.DroppedSamples, s.failedCount(), s.StallTime}
+	return meterMarks{s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.DroppedSamples, s.FailedCount(), s.StallTime}
 }
 
 // meter brings the metrics in step with the state's counters, which only
 // grow; a.mu must be held.
 func (a *Reader) meter() {
-	now, was := marksOf(&a.st.stats), a.metered
+	now, was := marksOf(&a.st.Stats), a.metered
 	if now != was {
 		add := func(c prometheus.Counter, now, was int64) {
 			if now > was {
@@ -343,8 +246,8 @@ func (a *Reader) meter() {
 		}
 		a.metered = now
 	}
-	a.m.bufferedSamples.Set(float64(a.st.buffered()))
-	a.m.heldBytes.Set(float64(a.st.asm.HeldBytes))
+	a.m.bufferedSamples.Set(float64(a.st.Buffered()))
+	a.m.heldBytes.Set(float64(a.st.Asm.HeldBytes))
 }
 
 // stop ends the agent's run with err.
@@ -353,7 +256,7 @@ func (a *Reader) stop(err error) { a.fail(err) }
 // end marks the reader stopped (err nil: every rank got every step).
 func (a *Reader) end(err error) {
 	a.mu.Lock()
-	a.st.end(err)
+	a.st.End(err)
 	a.unlock()
 }
 
@@ -377,29 +280,29 @@ func (a *Reader) handedOut() bool {
 // must not reuse it); an error refuses it (see assembler.add).
 func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	_, err := a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.Add(ref, data) })
+	_, err := a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.Add(ref, data) })
 	return err
 }
 
 // addEnd applies task's shard end.
 func (a *Reader) addEnd(task wire.ShardTask, end wire.ShardEnd) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
-	_, _ = a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.End(ref, end, true) }) // logged
+	_, _ = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.End(ref, end, true) }) // logged
 }
 
 // addFailed ends task's shard, which failed for good.
 func (a *Reader) addFailed(task wire.ShardTask, reason string) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
 	a.log.Warn("shard failed for good; its samples are reported failed", "epoch", task.Epoch, "shard", task.Shard, "key", task.Key, "reason", reason)
-	_, _ = a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.Fail(ref, task.Key, reason) }) // logged
+	_, _ = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.Fail(ref, task.Key, reason) }) // logged
 }
 
 // intake applies output to the state (apply changes it, a.mu held).
-func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (assembly.Outcome, error)) (assembly.Outcome, error) {
+func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerstate.State) (assembly.Outcome, error)) (assembly.Outcome, error) {
 	now := time.Now()
 	shedding := a.shedding.Load()
 	a.mu.Lock()
-	out, err := a.st.intake(ref, shedding, now, func() (assembly.Outcome, error) { return apply(a.st) })
+	out, err := a.st.Intake(ref, shedding, now, func() (assembly.Outcome, error) { return apply(a.st) })
 	a.unlock()
 	if err != nil {
 		a.log.Warn("refusing output", "chunk", ref.String(), "err", err)
@@ -416,14 +319,14 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (assembly.Ou
 func (a *Reader) shardComplete(e, s int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.asm.ShardComplete(e, s)
+	return a.st.Asm.ShardComplete(e, s)
 }
 
 // arrived counts samples received (a member's chunks: the planner
 // batches them).
 func (a *Reader) arrived(n int) {
 	a.mu.Lock()
-	a.st.arrived(n)
+	a.st.Arrived(n)
 	a.unlock()
 }
 
@@ -455,7 +358,7 @@ func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 // position is written first, so a restarted agent will not hand out its
 // samples again.
 func (a *Reader) Next(ctx context.Context) (Batch, error) {
-	p, err := a.nextPart(ctx, rankRequest{rank: 0, world: 1})
+	p, err := a.nextPart(ctx, readerstate.RankRequest{Rank: 0, World: 1})
 	p.Batch.Materialize()
 	return p.Batch, err
 }
@@ -468,16 +371,16 @@ func (a *Reader) Next(ctx context.Context) (Batch, error) {
 //
 // The part counts as delivered once nextPart returns it: the reader's
 // position, covering the part's whole step, is written first.
-func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a *Reader) nextPart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	return a.role.nextPart(ctx, req)
 }
 
 // takeAndRecord pops rank req.rank's next part once the position that
 // covers its step is written.
-func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a *Reader) takeAndRecord(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	p, err := a.takePart(ctx, req)
 	if err != nil {
-		return rankPart{}, err
+		return readerstate.RankPart{}, err
 	}
 	// Not cancelled with Run: a step taken is recorded and returned even
 	// while the agent stops (else a later write could record it unreturned).
@@ -485,7 +388,7 @@ func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, 
 	if err := a.sync(context.WithoutCancel(ctx), true); err != nil {
 		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
 		a.stop(err)
-		return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, err)
+		return readerstate.RankPart{}, fmt.Errorf("%w: %w", readerstate.ErrStopped, err)
 	}
 	return p, nil
 }
@@ -493,37 +396,37 @@ func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, 
 // takePart pops rank req.rank's next part, forming the next step if the
 // rank has none queued, waiting for a change of the state while there is
 // none.
-func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a *Reader) takePart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	a.mu.Lock()
 	defer a.unlock()
-	if err := a.st.join(req); err != nil {
-		return rankPart{}, err
+	if err := a.st.Join(req); err != nil {
+		return readerstate.RankPart{}, err
 	}
-	world := a.st.ranks.world
+	world := a.st.Ranks.World
 	// A member's rank waits at its own agent, which counts that wait.
-	remote := req.agent != ""
+	remote := req.Agent != ""
 	waiting := false
 	for {
-		superseded := req.superseded != nil && req.superseded()
-		p, wait, err := a.st.take(req.rank, world, superseded, time.Now())
+		superseded := req.Superseded != nil && req.Superseded()
+		p, wait, err := a.st.Take(req.Rank, world, superseded, time.Now())
 		if !wait {
 			if waiting {
-				a.st.unblock(time.Now())
+				a.st.Unblock(time.Now())
 			}
 			return p, err
 		}
 		if !waiting && !remote {
 			waiting = true
-			a.st.block(time.Now())
+			a.st.Block(time.Now())
 		}
 		wake := a.unlockToWait()
 		select {
 		case <-ctx.Done():
 			a.mu.Lock()
 			if waiting {
-				a.st.unblock(time.Now())
+				a.st.Unblock(time.Now())
 			}
-			return rankPart{}, ctx.Err()
+			return readerstate.RankPart{}, ctx.Err()
 		case <-wake:
 		}
 		a.mu.Lock()
@@ -534,7 +437,7 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error
 func (a *Reader) Fail(key, reason string) {
 	a.mu.Lock()
 	defer a.unlock()
-	a.st.recordFailed(wire.FailedSample{Key: key, Reason: reason})
+	a.st.RecordFailed(wire.FailedSample{Key: key, Reason: reason})
 }
 
 // Stats returns a snapshot of the agent's progress.
@@ -542,7 +445,7 @@ func (a *Reader) Stats() Stats {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.snapshot(now)
+	return a.st.Snapshot(now)
 }
 
 // demand closes the reader's demand window at now: the signal the agent
@@ -550,7 +453,7 @@ func (a *Reader) Stats() Stats {
 func (a *Reader) demand(now time.Time, done bool) wire.Demand {
 	gpu := a.gpu.Take()
 	a.mu.Lock()
-	d, perRank := a.st.closeWindow(now, gpu)
+	d, perRank := a.st.CloseWindow(now, gpu)
 	a.unlock()
 	a.m.countSteps(perRank)
 	a.m.gpuUtilization.Set(d.GPUUtilization)
@@ -570,7 +473,7 @@ func (a *Reader) reportStep(r demand.StepReport) {
 	}
 	a.mu.Lock()
 	defer a.unlock()
-	a.st.book.Report(r)
+	a.st.Book.Report(r)
 }
 
 // askOwed asks for the owed shards of the ranks' epoch once no step of it
@@ -578,7 +481,7 @@ func (a *Reader) reportStep(r demand.StepReport) {
 // written, and the agent produces them again.
 func (r *Reader) askOwed(ctx context.Context) {
 	r.mu.Lock()
-	tasks := r.st.owedDue()
+	tasks := r.st.OwedDue()
 	r.unlock()
 	if len(tasks) == 0 {
 		return
@@ -588,4 +491,9 @@ func (r *Reader) askOwed(ctx context.Context) {
 		return
 	}
 	r.replay(tasks)
+}
+
+// readerstate.Config is what opts fix of a reader's state.
+func (o Options) stateConfig() readerstate.Config {
+	return readerstate.Config{PrefetchSamples: o.PrefetchSamples, WorldSize: o.WorldSize, DropLast: o.DropLast}
 }

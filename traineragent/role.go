@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -37,14 +38,14 @@ type role interface {
 	// releases what start took.
 	start(ctx context.Context, nc *nats.Conn, bg *sync.WaitGroup) (stop func(), err error)
 	// nextPart returns rank req.rank's next part (Reader.nextPart).
-	nextPart(ctx context.Context, req rankRequest) (rankPart, error)
+	nextPart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error)
 	// resume rewinds the reader to a trainer's state (Reader.Resume).
-	resume(ctx context.Context, req resumeRequest) (ResumeResult, error)
+	resume(ctx context.Context, req readerstate.ResumeRequest) (ResumeResult, error)
 	// done reports whether every rank this agent serves got every step
 	// of every epoch and its end (handedOut: every step); s is the
 	// reader's state, its lock held.
-	done(s *readerState) bool
-	handedOut(s *readerState) bool
+	done(s *readerstate.State) bool
+	handedOut(s *readerstate.State) bool
 	// finish records the reader as delivered: its position, and its
 	// done key (a member: nothing, its planner does).
 	finish(ctx context.Context) error
@@ -70,7 +71,7 @@ func (a solo) start(ctx context.Context, _ *nats.Conn, bg *sync.WaitGroup) (func
 	return func() {}, nil
 }
 
-func (a solo) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a solo) nextPart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	p, err := a.takeAndRecord(ctx, req)
 	if err != nil || p.Spans == nil {
 		return p, err
@@ -78,12 +79,12 @@ func (a solo) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
 	return a.cutPart(ctx, p)
 }
 
-func (a solo) resume(ctx context.Context, req resumeRequest) (ResumeResult, error) {
+func (a solo) resume(ctx context.Context, req readerstate.ResumeRequest) (ResumeResult, error) {
 	return a.resumeHere(ctx, req, "")
 }
 
-func (solo) done(s *readerState) bool      { return s.done() }
-func (solo) handedOut(s *readerState) bool { return s.handedOut() }
+func (solo) done(s *readerstate.State) bool      { return s.Done() }
+func (solo) handedOut(s *readerstate.State) bool { return s.HandedOut() }
 
 func (a solo) finish(ctx context.Context) error {
 	if err := a.sync(ctx, false); err != nil {
@@ -106,8 +107,8 @@ func (a solo) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
 
 func (a solo) buffer() (held int64, wants, starved bool) {
 	a.mu.Lock()
-	held, prod := a.st.asm.HeldBytes, a.producer
-	wants, starved = a.st.pull()
+	held, prod := a.st.Asm.HeldBytes, a.producer
+	wants, starved = a.st.Pull()
 	a.mu.Unlock()
 	return held + prod.heldBytes(), wants, starved
 }
@@ -127,25 +128,25 @@ func (a planner) start(ctx context.Context, nc *nats.Conn, bg *sync.WaitGroup) (
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-func (a planner) resume(ctx context.Context, req resumeRequest) (ResumeResult, error) {
+func (a planner) resume(ctx context.Context, req readerstate.ResumeRequest) (ResumeResult, error) {
 	return a.resumeFor(ctx, req, "")
 }
 
 // resumeFor is the planner's resume of a rank of agent (a member that
 // forwarded it; "": the planner's own).
-func (a planner) resumeFor(ctx context.Context, req resumeRequest, agent string) (ResumeResult, error) {
-	world := req.world
+func (a planner) resumeFor(ctx context.Context, req readerstate.ResumeRequest, agent string) (ResumeResult, error) {
+	world := req.World
 	if world == 0 {
-		world = req.state.WorldSize
+		world = req.State.WorldSize
 	}
 	// The team's size, fixed when it started (holders' length): the
 	// ranks' world is not read here, since a concurrent resume's rewind
 	// zeroes it for a moment (reproduction 7 of issue 24).
-	if n := len(a.team.holders); world != n {
+	if n := len(a.team.Holders); world != n {
 		return ResumeResult{}, fmt.Errorf("%w: world size %d, but the reader's team serves %d ranks: start its agents with --world-size %d and their --ranks",
-			ErrBadState, world, n, world)
+			readerstate.ErrBadState, world, n, world)
 	}
-	req.world = world
+	req.World = world
 	return a.resumeHere(ctx, req, agent)
 }
 
@@ -158,7 +159,7 @@ type memberRole struct {
 func (a memberRole) open(context.Context, jetstream.JetStream) error {
 	a.mu.Lock()
 	defer a.unlock()
-	return a.st.load(nil, time.Now()) // the planner keeps the position
+	return a.st.Load(nil, time.Now()) // the planner keeps the position
 }
 
 func (a memberRole) dispatching(d *dispatch.Dispatcher) {
@@ -171,8 +172,8 @@ func (a memberRole) start(ctx context.Context, _ *nats.Conn, bg *sync.WaitGroup)
 	return a.m.stopRun, nil
 }
 
-func (a memberRole) done(s *readerState) bool      { return s.ranksEnded(a.m.ranks) }
-func (a memberRole) handedOut(s *readerState) bool { return s.ranksEnded(a.m.ranks) }
+func (a memberRole) done(s *readerstate.State) bool      { return s.RanksEnded(a.m.ranks) }
+func (a memberRole) handedOut(s *readerstate.State) bool { return s.RanksEnded(a.m.ranks) }
 
 func (memberRole) finish(context.Context) error { return nil } // the planner records the reader
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -18,20 +19,20 @@ import (
 var stateNow = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 
 // loadedState is the state of a reader of job with nothing recorded.
-func loadedState(t *testing.T, job wire.Job, opts Options) *readerState {
+func loadedState(t *testing.T, job wire.Job, opts Options) *readerstate.State {
 	t.Helper()
-	st := newReaderState(job, opts, stateNow)
-	if err := st.load(nil, stateNow); err != nil {
+	st := readerstate.NewReaderState(job, opts.stateConfig(), stateNow)
+	if err := st.Load(nil, stateNow); err != nil {
 		t.Fatal(err)
 	}
 	return st
 }
 
 // feedState applies msgs to st as the agent's intake does.
-func feedState(t *testing.T, st *readerState, msgs []outputMsg) {
+func feedState(t *testing.T, st *readerstate.State, msgs []outputMsg) {
 	t.Helper()
 	for _, m := range msgs {
-		if _, err := st.intake(m.ref, false, stateNow, func() (assembly.Outcome, error) { return applySent(st.asm, m, true) }); err != nil {
+		if _, err := st.Intake(m.ref, false, stateNow, func() (assembly.Outcome, error) { return applySent(st.Asm, m, true) }); err != nil {
 			t.Fatalf("intake of %s: %v", m.ref, err)
 		}
 	}
@@ -40,18 +41,18 @@ func feedState(t *testing.T, st *readerState, msgs []outputMsg) {
 // takeStep takes one part for each of ranks (the world's size world), in
 // rank order, each asked for by the agent holders names (nil: this one):
 // nil if the first has none ready.
-func takeStep(t *testing.T, st *readerState, world int, ranks []int, holders []string, superseded bool) []rankPart {
+func takeStep(t *testing.T, st *readerstate.State, world int, ranks []int, holders []string, superseded bool) []readerstate.RankPart {
 	t.Helper()
-	var parts []rankPart
+	var parts []readerstate.RankPart
 	for _, r := range ranks {
-		req := rankRequest{rank: r, world: world}
+		req := readerstate.RankRequest{Rank: r, World: world}
 		if holders != nil {
-			req.agent = holders[r]
+			req.Agent = holders[r]
 		}
-		if err := st.join(req); err != nil {
+		if err := st.Join(req); err != nil {
 			t.Fatalf("rank %d joins: %v", r, err)
 		}
-		p, wait, err := st.take(r, world, superseded, stateNow)
+		p, wait, err := st.Take(r, world, superseded, stateNow)
 		switch {
 		case wait && len(parts) == 0:
 			return nil
@@ -67,7 +68,7 @@ func takeStep(t *testing.T, st *readerState, world int, ranks []int, holders []s
 
 // rowsOf names the rows of a part: its keys, or the rows of its spans
 // (rowKey of shard and row) where another agent holds them.
-func rowsOf(p rankPart) []string {
+func rowsOf(p readerstate.RankPart) []string {
 	if p.Spans == nil {
 		return p.Keys
 	}
@@ -116,9 +117,9 @@ func shardRows(rows int, ss ...int) []string {
 func TestStateHandsEveryRowOnceInEqualSteps(t *testing.T) {
 	job := testJob("state", 2, 2, layout{{3, 2}, {4}})
 	st := loadedState(t, job, Options{WorldSize: 2})
-	st.changed = false
-	if parts := takeStep(t, st, 2, []int{0, 1}, nil, false); parts != nil || st.changed {
-		t.Fatalf("before any row: parts %v, changed %t; want a wait and no change", parts, st.changed)
+	st.Changed = false
+	if parts := takeStep(t, st, 2, []int{0, 1}, nil, false); parts != nil || st.Changed {
+		t.Fatalf("before any row: parts %v, changed %t; want a wait and no change", parts, st.Changed)
 	}
 	var msgs []outputMsg
 	for e := range 2 {
@@ -143,17 +144,17 @@ func TestStateHandsEveryRowOnceInEqualSteps(t *testing.T) {
 		checkOnce(t, got[e], append(shardRows(5, 0), shardRows(4, 1)...))
 	}
 	for _, r := range []int{0, 1} {
-		if _, _, err := st.take(r, 2, false, stateNow); !errors.Is(err, io.EOF) {
+		if _, _, err := st.Take(r, 2, false, stateNow); !errors.Is(err, io.EOF) {
 			t.Errorf("rank %d after the last step: %v, want io.EOF", r, err)
 		}
 	}
 	if steps[0][0] != steps[1][0] || steps[0][1] != steps[1][1] {
 		t.Errorf("steps per epoch: rank 0 %v, rank 1 %v", steps[0], steps[1])
 	}
-	if !st.done() {
+	if !st.Done() {
 		t.Error("every row handed out and every rank told: not done")
 	}
-	if s := st.snapshot(stateNow); s.SamplesDelivered != 18 || s.Epochs != 2 {
+	if s := st.Snapshot(stateNow); s.SamplesDelivered != 18 || s.Epochs != 2 {
 		t.Errorf("stats: %d delivered, %d epochs; want 18, 2", s.SamplesDelivered, s.Epochs)
 	}
 }
@@ -185,14 +186,14 @@ func TestStateTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 		}
 	}
 	checkOnce(t, got, shardRows(12, 0))
-	if s := st.snapshot(stateNow); len(s.FailedSamples) > 0 || s.SamplesDelivered != 12 {
+	if s := st.Snapshot(stateNow); len(s.FailedSamples) > 0 || s.SamplesDelivered != 12 {
 		t.Errorf("%d delivered, failed %v; want 12, none", s.SamplesDelivered, s.FailedSamples)
 	}
 }
 
 // checkpointAfter is the state a trainer checkpoints after part p's step,
 // and its position restored.
-func checkpointAfter(t *testing.T, job wire.Job, p rankPart) (State, *assembly.Assembler) {
+func checkpointAfter(t *testing.T, job wire.Job, p readerstate.RankPart) (State, *assembly.Assembler) {
 	t.Helper()
 	pos, err := assembly.DecodePosition(p.Position)
 	if err != nil {
@@ -202,19 +203,19 @@ func checkpointAfter(t *testing.T, job wire.Job, p rankPart) (State, *assembly.A
 	if err := fresh.Restore(pos); err != nil {
 		t.Fatal(err)
 	}
-	return State{Version: StateVersion, Epoch: p.Epoch, Step: p.Step + 1, WorldSize: p.World, Position: json.RawMessage(p.Position)}, fresh
+	return State{Version: readerstate.StateVersion, Epoch: p.Epoch, Step: p.Step + 1, WorldSize: p.World, Position: json.RawMessage(p.Position)}, fresh
 }
 
 // teamOfTwo is a team's state: the planner serves ranks 0,1 and holds
 // shards 0,1; member m serves ranks 2,3 and holds shards 2,3 (told as
 // notes); each shard is one chunk of 4 rows, batches of 2: two steps.
-func teamOfTwo(t *testing.T) (*readerState, *teamState, wire.Job, []outputMsg) {
+func teamOfTwo(t *testing.T) (*readerstate.State, *readerstate.TeamState, wire.Job, []outputMsg) {
 	t.Helper()
 	job := testJob("state-team", 1, 2, layout{{4}, {4}, {4}, {4}})
 	st := loadedState(t, job, Options{WorldSize: 4})
-	team := newTeamState(4, []int{0, 1})
-	st.steps = team
-	if _, err := team.joinMember(st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, stateNow); err != nil {
+	team := readerstate.NewTeamState(4, []int{0, 1})
+	st.Steps = team
+	if _, err := team.JoinMember(st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, stateNow); err != nil {
 		t.Fatal(err)
 	}
 	var ends []outputMsg
@@ -230,7 +231,7 @@ func teamOfTwo(t *testing.T) (*readerState, *teamState, wire.Job, []outputMsg) {
 			t.Fatal(err)
 		}
 		ref := msgs[0].ref
-		if _, err := st.intake(ref, false, stateNow, func() (assembly.Outcome, error) { return team.addRemote(st, ref, "m", first, 4, sc, "") }); err != nil {
+		if _, err := st.Intake(ref, false, stateNow, func() (assembly.Outcome, error) { return team.AddRemote(st, ref, "m", first, 4, sc, "") }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,7 +247,7 @@ func teamOfTwo(t *testing.T) (*readerState, *teamState, wire.Job, []outputMsg) {
 // part carrying the new generation.
 func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 	st, team, job, ends := teamOfTwo(t)
-	step0 := takeStep(t, st, 4, []int{0, 1, 2, 3}, team.holders, false)
+	step0 := takeStep(t, st, 4, []int{0, 1, 2, 3}, team.Holders, false)
 	if step0 == nil {
 		t.Fatal("no first step: every agent holds two full batches")
 	}
@@ -254,38 +255,38 @@ func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 	for _, p := range step0 {
 		got = append(got, rowsOf(p)...)
 	}
-	old := team.ticket(st, "m") // the member's poll, its trainer killed
+	old := team.Ticket(st, "m") // the member's poll, its trainer killed
 	if old == nil || old() {
 		t.Fatal("the member's ticket of the first generation is superseded before any resume")
 	}
 
 	// The new generation resumes from the checkpoint taken after step 0.
 	state, fresh := checkpointAfter(t, job, step0[0])
-	if _, replay, err := st.rewind(resumeRequest{state: state, world: 4}, 4, fresh, step0[0].Position, stateNow); err != nil || replay != nil {
+	if _, replay, err := st.Rewind(readerstate.ResumeRequest{State: state, World: 4}, 4, fresh, step0[0].Position, stateNow); err != nil || replay != nil {
 		t.Fatalf("rewind to the step the ranks were stateNow: replay %v, %v; want none", replay, err)
 	}
 	if !old() {
 		t.Fatal("the first generation's ticket is not superseded by the resume")
 	}
-	if _, wait, err := st.take(2, 4, old(), stateNow); !errors.Is(err, errSuperseded) || wait {
+	if _, wait, err := st.Take(2, 4, old(), stateNow); !errors.Is(err, readerstate.ErrSuperseded) || wait {
 		t.Fatalf("the old generation's request for rank 2: wait %t, %v; want errSuperseded", wait, err)
 	}
 
 	feedState(t, st, ends) // the epoch is cut: its last step is planned
-	now := team.ticket(st, "m")
-	step1 := takeStep(t, st, 4, []int{0, 1, 2, 3}, team.holders, now())
+	now := team.Ticket(st, "m")
+	step1 := takeStep(t, st, 4, []int{0, 1, 2, 3}, team.Holders, now())
 	if step1 == nil {
 		t.Fatal("no last step for the new generation")
 	}
 	for r, p := range step1 {
-		if p.gen != st.gens.n || p.Step != 1 || !p.Last {
-			t.Errorf("rank %d: generation %d step %d last %t; want generation %d, the last step 1", r, p.gen, p.Step, p.Last, st.gens.n)
+		if p.Gen != st.Gens.N || p.Step != 1 || !p.Last {
+			t.Errorf("rank %d: generation %d step %d last %t; want generation %d, the last step 1", r, p.Gen, p.Step, p.Last, st.Gens.N)
 		}
 		got = append(got, rowsOf(p)...)
 	}
 	checkOnce(t, got, shardRows(4, 0, 1, 2, 3))
-	if !slices.Equal(team.holders, []string{"", "", "m", "m"}) {
-		t.Errorf("holders %q after the resume", team.holders)
+	if !slices.Equal(team.Holders, []string{"", "", "m", "m"}) {
+		t.Errorf("holders %q after the resume", team.Holders)
 	}
 }
 
@@ -307,14 +308,14 @@ func TestStateResumeRewindsAStepTakenByAGoneGeneration(t *testing.T) {
 		t.Fatal("no second step")
 	}
 	state, fresh := checkpointAfter(t, job, step0[0])
-	res, replay, err := st.rewind(resumeRequest{state: state, world: 2}, 2, fresh, nil, stateNow)
-	if err != nil || replay == nil || !st.resuming {
-		t.Fatalf("rewind: %+v, replay %v, resuming %t, %v; want a replay", res, replay, st.resuming, err)
+	res, replay, err := st.Rewind(readerstate.ResumeRequest{State: state, World: 2}, 2, fresh, nil, stateNow)
+	if err != nil || replay == nil || !st.Resuming {
+		t.Fatalf("rewind: %+v, replay %v, resuming %t, %v; want a replay", res, replay, st.Resuming, err)
 	}
 	if parts := takeStep(t, st, 2, []int{0, 1}, nil, false); parts != nil {
 		t.Fatal("a step formed while the resume is not done")
 	}
-	st.resumeDone(&resumeRecord{state: state, world: 2, result: res})
+	st.ResumeDone(&readerstate.ResumeRecord{State: state, World: 2, Result: res})
 	for e, ss := range replay { // the dispatcher produces them again
 		for _, s := range ss {
 			feedState(t, st, chunked(t, job, e, s, []int{4}, true))

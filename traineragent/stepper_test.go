@@ -18,12 +18,13 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // takeRanks runs world ranks against ag at once, each taking n parts (n <
 // 0: until io.EOF), and returns each rank's parts, checked.
-func takeRanks(t *testing.T, ag *Agent, world, n int) [][]rankPart {
+func takeRanks(t *testing.T, ag *Agent, world, n int) [][]readerstate.RankPart {
 	t.Helper()
 	all := make([]int, world)
 	for r := range all {
@@ -36,7 +37,7 @@ func takeRanks(t *testing.T, ag *Agent, world, n int) [][]rankPart {
 // (epoch, step) first on: parts of a step share epoch, step, last flag and
 // position; all are full batches but an epoch's last step's, whose sizes
 // differ by at most one (larger for lower ranks).
-func checkSteps(t *testing.T, parts [][]rankPart, batch int, first [2]int) {
+func checkSteps(t *testing.T, parts [][]readerstate.RankPart, batch int, first [2]int) {
 	t.Helper()
 	world := len(parts)
 	for r := range parts {
@@ -79,7 +80,7 @@ func checkSteps(t *testing.T, parts [][]rankPart, batch int, first [2]int) {
 }
 
 // stepsPerEpoch counts rank 0's parts per epoch.
-func stepsPerEpoch(parts [][]rankPart) map[int]int {
+func stepsPerEpoch(parts [][]readerstate.RankPart) map[int]int {
 	n := map[int]int{}
 	for _, p := range parts[0] {
 		n[p.Epoch]++
@@ -88,7 +89,7 @@ func stepsPerEpoch(parts [][]rankPart) map[int]int {
 }
 
 // seen counts the (epoch, sample) pairs in parts.
-func seen(got map[string]int, parts [][]rankPart) map[string]int {
+func seen(got map[string]int, parts [][]readerstate.RankPart) map[string]int {
 	if got == nil {
 		got = map[string]int{}
 	}
@@ -287,7 +288,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			kept := takeRanks(t, a, 2, 3)
 			checkSteps(t, kept, 2, [2]int{0, 0})
 			last := kept[0][2]
-			state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+			state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 				Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
 			takeRanks(t, a, 2, tc.past) // past the checkpoint: lost with the crash
 			cancel()
@@ -334,7 +335,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			// both; then the generation's.
 			other := state
 			other.Step++
-			if _, err := b.Resume(context.Background(), other, world, world-1); !errors.Is(err, ErrResumeConflict) ||
+			if _, err := b.Resume(context.Background(), other, world, world-1); !errors.Is(err, readerstate.ErrResumeConflict) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", other.Epoch, other.Step)) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", state.Epoch, state.Step)) {
 				t.Errorf("a rank resuming from another state than its generation's: %v, want ErrResumeConflict naming both", err)
@@ -390,7 +391,7 @@ func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 	go func() { errc <- a.Run(ctx) }()
 	kept := takeRanks(t, a, 2, 2)
 	last := kept[0][1]
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
 	takeRanks(t, a, 2, 2)
 	cancel()
@@ -453,24 +454,24 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 	a := ag.readers[0]
 	got := make(chan error, 1)
 	go func() {
-		_, err := a.nextPart(context.Background(), rankRequest{rank: 2, world: 3})
+		_, err := a.nextPart(context.Background(), readerstate.RankRequest{Rank: 2, World: 3})
 		got <- err
 	}()
 	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if a.st.blocked == 0 {
+		if a.st.Blocked == 0 {
 			return errors.New("rank 2 is not waiting yet")
 		}
 		return nil
 	})
-	st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
+	st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
 	if _, err := a.Resume(context.Background(), st, 2, 0); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-got:
-		if !errors.Is(err, ErrWorldMismatch) {
+		if !errors.Is(err, readerstate.ErrWorldMismatch) {
 			t.Errorf("the waiting rank of the old world: %v, want ErrWorldMismatch", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -488,7 +489,7 @@ func TestSplitRowsAliasesTheChunks(t *testing.T) {
 		Runs:    [][][]byte{{chunk[0:4:4], chunk[4:6:6]}}}}
 	b := assembly.ReadyBatch{Batch: Batch{Epoch: 1, Keys: []string{"d", "e"},
 		Tensors: []safetensors.Tensor{{Name: "x", DType: safetensors.U8, Shape: []int{2, 2}, Data: chunk[6:10:10]}}}}
-	parts := splitRows(1, []assembly.ReadyBatch{a, b}, []int{2, 3, 0})
+	parts := readerstate.SplitRows(1, []assembly.ReadyBatch{a, b}, []int{2, 3, 0})
 	want := []struct {
 		keys []string
 		data string
@@ -519,7 +520,7 @@ func TestCutRuns(t *testing.T) {
 		want     string
 	}{{0, 9, "abc|de|fghi"}, {1, 4, "bc|d"}, {3, 5, "de"}, {4, 4, ""}, {5, 7, "fg"}, {8, 9, "i"}} {
 		var got []string
-		for _, r := range cutRuns(runs, c.from, c.to) {
+		for _, r := range readerstate.CutRuns(runs, c.from, c.to) {
 			got = append(got, string(r))
 		}
 		if g := strings.Join(got, "|"); g != c.want {

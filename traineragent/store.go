@@ -130,7 +130,7 @@ func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 // restores it, so the agent resumes where its predecessor's batches ended.
 func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error {
 	key := wire.ReaderKey(a.job.Spec.ID, a.reader)
-	store, p, err := openPositionStore(ctx, js, key, a.st.submitted(), a.log)
+	store, p, err := openPositionStore(ctx, js, key, a.st.Submitted(), a.log)
 	if err != nil {
 		return fmt.Errorf("reader %s: %w", a.reader, err)
 	}
@@ -145,12 +145,12 @@ func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error
 
 	a.mu.Lock()
 	defer a.unlock()
-	_ = a.st.load(p, time.Now()) // as base did
+	_ = a.st.Load(p, time.Now()) // as base did
 	if p != nil {
-		a.log.Info("resuming from the recorded position", "finished_epochs", a.st.asm.Finished,
+		a.log.Info("resuming from the recorded position", "finished_epochs", a.st.Asm.Finished,
 			"bytes", len(store.recorded))
 	}
-	store.written = a.st.asm.Version
+	store.written = a.st.Asm.Version
 	a.pos = store
 	return nil
 }
@@ -166,11 +166,6 @@ func (a *Reader) writeDone(ctx context.Context) error {
 		return fmt.Errorf("encoding the done record: %w", err)
 	}
 	return a.pos.put(ctx, wire.ReaderDoneKey(a.job.Spec.ID, a.reader), data)
-}
-
-func mustEncode(p assembly.Position) []byte {
-	data, _ := assembly.EncodePosition(p)
-	return data
 }
 
 // sync writes the position if it changed since the last write, then
@@ -203,7 +198,7 @@ func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 		return errors.New("an earlier position write failed")
 	}
 	a.mu.Lock()
-	version, data, completed, finished, err := a.st.forWrite(a.pos.written, force)
+	version, data, completed, finished, err := a.st.ForWrite(a.pos.written, force)
 	a.mu.Unlock()
 	if err != nil {
 		return err
@@ -213,7 +208,7 @@ func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 			a.pos.broken = a.pos.broken || forBatch
 			// Not recorded: report them after the next write.
 			a.mu.Lock()
-			a.st.unrecorded(completed)
+			a.st.Unrecorded(completed)
 			a.mu.Unlock()
 			return fmt.Errorf("job %s reader %s: %w", a.job.Spec.ID, a.reader, err)
 		}
@@ -230,7 +225,7 @@ func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 func (a *Reader) replaysOwed() []wire.ShardTask {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.replaysOwed()
+	return a.st.ReplaysOwed()
 }
 
 // keepAlive writes the position when it changed without a batch (shard

@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -178,7 +179,7 @@ func runTeam(ctx context.Context, b *testing.B, runs []agentRun, planning func()
 			for _, rank := range ar.ranks {
 				wg.Go(func() {
 					for {
-						p, err := r.nextPart(ctx, rankRequest{rank: rank, world: tbWorld})
+						p, err := r.nextPart(ctx, readerstate.RankRequest{Rank: rank, World: tbWorld})
 						if errors.Is(err, io.EOF) {
 							return
 						}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -51,7 +52,7 @@ func startTeam(t *testing.T, e env, job wire.Job, world int, ranks [][]int, dela
 
 // takeTeam runs every rank against the agent serving it, each taking n
 // parts (n < 0: until io.EOF), and returns each rank's parts, checked.
-func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]rankPart {
+func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]readerstate.RankPart {
 	t.Helper()
 	out := takeTeamParts(t, agents, ranks, world, n)
 	for _, parts := range out {
@@ -64,11 +65,11 @@ func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]ra
 
 // takeTeamParts is takeTeam without checking the batches' tensors
 // against the test layout's.
-func takeTeamParts(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]rankPart {
+func takeTeamParts(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]readerstate.RankPart {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out := make([][]rankPart, world)
+	out := make([][]readerstate.RankPart, world)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for i, rs := range ranks {
@@ -76,7 +77,7 @@ func takeTeamParts(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [
 		for _, r := range rs {
 			wg.Go(func() {
 				for n < 0 || len(out[r]) < n {
-					p, err := a.nextPart(ctx, rankRequest{rank: r, world: world})
+					p, err := a.nextPart(ctx, readerstate.RankRequest{Rank: r, World: world})
 					if errors.Is(err, io.EOF) && n < 0 {
 						return
 					}
@@ -180,7 +181,7 @@ func testTeamResumesOnAnotherLayout(t *testing.T, job wire.Job) {
 	kept := takeTeam(t, first, ranks, 4, 3)
 	checkSteps(t, kept, 2, [2]int{0, 0})
 	last := kept[0][2]
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 	takeTeam(t, first, ranks, 4, 2) // past the checkpoint: lost with the crash
 	cancel()
@@ -402,7 +403,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 			}
 			kept := takeTeam(t, first, r1, w1, took)
 			last := kept[0][took-1]
-			state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+			state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 				Epoch: last.Epoch, Step: last.Step + 1, WorldSize: w1, Position: last.Position}
 			if last.Last {
 				state.Epoch, state.Step = last.Epoch+1, 0
@@ -441,9 +442,9 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 func TestJoinMember(t *testing.T) {
 	job := testJob("join", 1, 2, layout{{2}})
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	st := newReaderState(job, Options{WorldSize: 4}, now)
-	team := newTeamState(4, []int{0, 1})
-	st.steps = team
+	st := readerstate.NewReaderState(job, readerstate.Config{WorldSize: 4}, now)
+	team := readerstate.NewTeamState(4, []int{0, 1})
+	st.Steps = team
 	const na, nb, nc = "nonce-of-a-0000000", "nonce-of-b-0000000", "nonce-of-c-0000000"
 	for _, tc := range []struct {
 		name, agent string
@@ -459,39 +460,39 @@ func TestJoinMember(t *testing.T) {
 		{"no rank", "b", nil, 4, false, "serves no rank"},
 		{"no name", "", []int{2}, 4, false, "needs a name"},
 	} {
-		if _, err := team.joinMember(st, tc.agent, nb, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := team.JoinMember(st, tc.agent, nb, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := team.joinMember(st, "a", "short", []int{2, 3}, 4, false, now); err == nil || !strings.Contains(err.Error(), "nonce") {
+	if _, err := team.JoinMember(st, "a", "short", []int{2, 3}, 4, false, now); err == nil || !strings.Contains(err.Error(), "nonce") {
 		t.Errorf("a join without a nonce: %v", err)
 	}
-	sa, err := team.joinMember(st, "a", na, []int{2, 3}, 4, false, now)
+	sa, err := team.JoinMember(st, "a", na, []int{2, 3}, 4, false, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !team.complete() {
-		t.Errorf("holders %q: want every rank served", team.holders)
+	if !team.Complete() {
+		t.Errorf("holders %q: want every rank served", team.Holders)
 	}
-	if again, err := team.joinMember(st, "a", na, []int{2, 3}, 4, false, now.Add(time.Second)); err != nil || again != sa {
+	if again, err := team.JoinMember(st, "a", na, []int{2, 3}, 4, false, now.Add(time.Second)); err != nil || again != sa {
 		t.Errorf("a's join again with its nonce: session %q, %v; want %q", again, err, sa)
 	}
-	if _, err := team.joinMember(st, "a", nc, []int{2}, 4, false, now.Add(time.Second)); !errors.Is(err, ErrNameTaken) {
+	if _, err := team.JoinMember(st, "a", nc, []int{2}, 4, false, now.Add(time.Second)); !errors.Is(err, readerstate.ErrNameTaken) {
 		t.Errorf("a join under a live member's name with fewer ranks: %v, want ErrNameTaken", err)
 	}
-	if got := team.holders; got[2] != "a" || got[3] != "a" || team.members["a"].session != sa {
-		t.Errorf("after a refused join under a's name: holders %q, session changed %t", got, team.members["a"].session != sa)
+	if got := team.Holders; got[2] != "a" || got[3] != "a" || team.Members["a"].Session != sa {
+		t.Errorf("after a refused join under a's name: holders %q, session changed %t", got, team.Members["a"].Session != sa)
 	}
-	if _, err := team.joinMember(st, "b", nb, []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
+	if _, err := team.JoinMember(st, "b", nb, []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
 		t.Errorf("another agent claiming a live member's rank: %v", err)
 	}
-	if _, err := team.joinMember(st, "b", nb, []int{3}, 4, false, now.Add(memberStale+time.Second)); err != nil {
+	if _, err := team.JoinMember(st, "b", nb, []int{3}, 4, false, now.Add(readerstate.MemberStale+time.Second)); err != nil {
 		t.Fatalf("taking over a quiet member's rank: %v", err)
 	}
-	if got := team.holders; got[2] != "a" || got[3] != "b" {
+	if got := team.Holders; got[2] != "a" || got[3] != "b" {
 		t.Errorf("holders %q, want rank 2 still a's and rank 3 b's", got)
 	}
-	sa2, err := team.joinMember(st, "a", nc, []int{2}, 4, false, now.Add(memberStale+2*time.Second))
+	sa2, err := team.JoinMember(st, "a", nc, []int{2}, 4, false, now.Add(readerstate.MemberStale+2*time.Second))
 	if err != nil {
 		t.Errorf("a restarted (another nonce) joining again with fewer ranks once quiet: %v", err)
 	}
@@ -501,7 +502,7 @@ func TestJoinMember(t *testing.T) {
 }
 
 // checkPartSources checks that every part names each row's source.
-func checkPartSources(t *testing.T, job wire.Job, runs ...[][]rankPart) {
+func checkPartSources(t *testing.T, job wire.Job, runs ...[][]readerstate.RankPart) {
 	t.Helper()
 	for _, parts := range runs {
 		for r, rank := range parts {

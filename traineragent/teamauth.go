@@ -2,7 +2,6 @@ package traineragent
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -118,43 +117,4 @@ func (t *teamAuth) open(m *nats.Msg, kind, op string) (teamHead, error) {
 		return h, fmt.Errorf("%w: its MAC does not match the job's team key (an agent of another job, or started with another key)", errTeamAuth)
 	}
 	return h, nil
-}
-
-// seqWindow accepts each sequence number of a session once, within a
-// window below the highest seen (requests of one member run concurrently
-// and may arrive out of order): a copy of a message is refused.
-type seqWindow struct {
-	max  uint64
-	seen map[uint64]bool
-}
-
-// teamSeqWindow is how far below the highest a sequence number may be.
-const teamSeqWindow = 1024
-
-func (w *seqWindow) accept(seq uint64) bool {
-	if seq == 0 || w.max >= teamSeqWindow && seq <= w.max-teamSeqWindow || w.seen[seq] {
-		return false
-	}
-	if w.seen == nil {
-		w.seen = map[uint64]bool{}
-	}
-	w.seen[seq] = true
-	if seq > w.max {
-		w.max = seq
-		if len(w.seen) > 2*teamSeqWindow {
-			for s := range w.seen {
-				if w.max >= teamSeqWindow && s <= w.max-teamSeqWindow {
-					delete(w.seen, s)
-				}
-			}
-		}
-	}
-	return true
-}
-
-// newNonce is a random hex token.
-func newNonce() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -33,13 +34,13 @@ func FuzzTeamRequest(f *testing.F) {
 	seed(1, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 0, Shard: 1, Chunk: 0, Rows: 1 << 24, Schema: sc}}})
 	seed(2, wire.TeamStatus{Held: [][2]int{{0, 0}, {1, 1}}})
 	seed(3, wire.TeamPartRequest{Rank: 2, World: 4})
-	seed(4, wire.TeamResume{State: mustJSONRaw(State{Version: StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
+	seed(4, wire.TeamResume{State: mustJSONRaw(State{Version: readerstate.StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
 		pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey}))
 		r.mu.Lock()
-		if _, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
+		if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		r.mu.Unlock()
@@ -57,14 +58,14 @@ func FuzzTeamRequest(f *testing.F) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if name != wire.TeamOpJoin && (pl.team.holders[2] != "m" || pl.team.holders[3] != "m") {
-			t.Errorf("%s changed the holders: %q", name, pl.team.holders)
+		if name != wire.TeamOpJoin && (pl.team.Holders[2] != "m" || pl.team.Holders[3] != "m") {
+			t.Errorf("%s changed the holders: %q", name, pl.team.Holders)
 		}
-		if r.st.readySamples < 0 || r.st.asm.Pending < 0 {
-			t.Errorf("%s: %d ready, %d pending samples", name, r.st.readySamples, r.st.asm.Pending)
+		if r.st.ReadySamples < 0 || r.st.Asm.Pending < 0 {
+			t.Errorf("%s: %d ready, %d pending samples", name, r.st.ReadySamples, r.st.Asm.Pending)
 		}
-		if m := pl.team.members["m"]; m.rows > maxMemberRows+assembly.MaxRowsPerChunk {
-			t.Errorf("%s: member m holds %d rows at the planner", name, m.rows)
+		if m := pl.team.Members["m"]; m.Rows > readerstate.MaxMemberRows+assembly.MaxRowsPerChunk {
+			t.Errorf("%s: member m holds %d rows at the planner", name, m.Rows)
 		}
 	})
 }

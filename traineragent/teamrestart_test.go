@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -41,7 +42,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 	ctx, kill := context.WithCancel(context.Background())
 	died := make(chan error, 1)
 	go func() {
-		_, err := agents[1].readers[0].nextPart(ctx, rankRequest{rank: 2, world: 4})
+		_, err := agents[1].readers[0].nextPart(ctx, readerstate.RankRequest{Rank: 2, World: 4})
 		died <- err
 	}()
 	select {
@@ -57,7 +58,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 
 	// The new generation resumes from the start (its checkpoint saw no
 	// step), on every agent, then takes every step.
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i := range agents {
@@ -109,7 +110,7 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 	}
 	kept := takeTeam(t, old, oldRanks, 4, 2)
 	last := kept[0][1]
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 
 	// The new layout starts and resumes while the old team still runs.
@@ -143,7 +144,7 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	m := agents[1].readers[0].role.(memberRole).m
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := agents[1].readers[0].nextPart(gone, rankRequest{rank: 2, world: 4}); !errors.Is(err, context.Canceled) {
+	if _, err := agents[1].readers[0].nextPart(gone, readerstate.RankRequest{Rank: 2, World: 4}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a request of a trainer gone: %v", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -164,7 +165,7 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 		}
 		break
 	}
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i := range agents {
@@ -196,7 +197,7 @@ func TestTeamConcurrentResumes(t *testing.T) {
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0}, {1}, {2}}
 	agents, _ := startTeam(t, e, job, 3, ranks, 0, false)
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
 	for round := range 40 {
 		var wg sync.WaitGroup
 		errs := make([]error, len(agents))
@@ -209,7 +210,7 @@ func TestTeamConcurrentResumes(t *testing.T) {
 		}
 		parts := takeTeam(t, agents, ranks, 3, 1)
 		last := parts[0][0]
-		state = State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+		state = State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 			Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 3, Position: last.Position}
 		if last.Last {
 			state.Epoch, state.Step = last.Epoch+1, 0

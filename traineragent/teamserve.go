@@ -2,17 +2,21 @@ package traineragent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -42,14 +46,11 @@ const (
 
 // Bounds on what a member may ask of the planner: requests in progress per
 // member (two per rank: its long poll and its resume, plus notes and
-// status), joins in progress, and chunks and rows a member may hold at the
-// planner before its further notes are deferred (it tells them again
-// later).
+// status), joins in progress, and a request's body (the chunks and rows a
+// member may hold at the planner are the team state's: readerstate.MaxMemberRows).
 const (
 	maxMemberRequests = 8 // and 2 per rank
 	maxJoins          = 4
-	maxMemberChunks   = 1 << 16
-	maxMemberRows     = 1 << 21
 	maxTeamRequest    = 1 << 20 // bytes of a request body
 )
 
@@ -186,7 +187,7 @@ func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 	a.m.teamRefused.Inc()
 	now := time.Now().UnixNano()
 	if last := t.refusedLog.Load(); now-last > int64(time.Second) && t.refusedLog.CompareAndSwap(last, now) {
-		a.log.Warn("refused a team message", "op", cutText(op), "member", cutText(member), "reason", reason, "refused_total", n, "err", err)
+		a.log.Warn("refused a team message", "op", readerstate.CutText(op), "member", readerstate.CutText(member), "reason", reason, "refused_total", n, "err", err)
 	}
 	if m.Reply == "" {
 		return
@@ -220,12 +221,12 @@ func (a planner) teamJoin(h teamHead, data []byte) wire.TeamReply {
 	}
 	a.mu.Lock()
 	defer a.unlock()
-	session, err := a.team.joinMember(a.st, h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
+	session, err := a.team.JoinMember(a.st, h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
 	switch {
-	case errors.Is(err, ErrNameTaken):
+	case errors.Is(err, readerstate.ErrNameTaken):
 		a.team.refused.Add(1)
 		a.m.teamRefused.Inc()
-		a.log.Warn("refused a join under a live member's name", "agent", cutText(h.member), "err", err)
+		a.log.Warn("refused a join under a live member's name", "agent", readerstate.CutText(h.member), "err", err)
 		return wire.TeamReply{Status: statusTaken, Error: err.Error()}
 	case err != nil:
 		return wire.TeamReply{Status: statusMismatch, Error: err.Error()}
@@ -261,7 +262,7 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		r.Want = a.team.wants(a.st, member)
+		r.Want = a.team.Wants(a.st, member)
 		return r
 	case wire.TeamOpStatus:
 		var req wire.TeamStatus
@@ -287,15 +288,15 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		if err := json.Unmarshal(req.State, &st); err != nil {
 			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
 		}
-		if len(req.ID) > maxResumeID {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), maxResumeID)}
+		if len(req.ID) > readerstate.MaxResumeID {
+			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), readerstate.MaxResumeID)}
 		}
-		res, err := a.resumeFor(ctx, resumeRequest{state: st, world: req.World, rank: req.Rank, id: req.ID}, member)
+		res, err := a.resumeFor(ctx, readerstate.ResumeRequest{State: st, World: req.World, Rank: req.Rank, ID: req.ID}, member)
 		if err != nil {
 			return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
 		}
 		a.mu.Lock()
-		gen := a.st.gens.n
+		gen := a.st.Gens.N
 		a.mu.Unlock()
 		out, err := json.Marshal(res)
 		if err != nil {
@@ -305,10 +306,6 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 	}
 	return bad(fmt.Errorf("unknown request %.32q", op))
 }
-
-// errSuperseded is a member's part request from before a resume or a
-// re-join: it may take no part.
-var errSuperseded = errors.New("a part request of an earlier generation of ranks or session")
 
 func notMember(name string) wire.TeamReply {
 	return wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
@@ -334,15 +331,15 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 		if n.Rows < 0 || sc != nil && n.Rows > rowBound(sc, a.chunkMax()) {
 			return false, false, fmt.Errorf("chunk %s: %d rows: a chunk of this schema within %d bytes has at most %d", ref, n.Rows, a.chunkMax(), rowBound(sc, a.chunkMax()))
 		}
-		corrupt := cutText(n.Corrupt)
+		corrupt := readerstate.CutText(n.Corrupt)
 		a.mu.Lock()
-		deferred = !a.team.memberRoom(a.st, member, n.Rows)
+		deferred = !a.team.MemberRoom(a.st, member, n.Rows)
 		a.mu.Unlock()
 		if deferred {
 			return false, true, nil
 		}
-		out, err = a.intake(ref, func(st *readerState) (assembly.Outcome, error) {
-			return a.team.addRemote(st, ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
+		out, err = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) {
+			return a.team.AddRemote(st, ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
 		})
 	case n.End != nil:
 		ref.Chunk = -1
@@ -354,9 +351,9 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 		// and reports it (assembler.end): nothing is lost to it, and a
 		// member's end of a retry may say less than an earlier send gave
 		// (an object rewritten), so it is not refused either.
-		out, err = a.intake(ref, func(st *readerState) (assembly.Outcome, error) { return st.asm.End(ref, end, false) })
+		out, err = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.End(ref, end, false) })
 	case n.Reason != "":
-		a.addFailed(a.job.Task(n.Epoch, n.Shard), cutText(n.Reason))
+		a.addFailed(a.job.Task(n.Epoch, n.Shard), readerstate.CutText(n.Reason))
 	default:
 		return false, false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
 	}
@@ -365,50 +362,24 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 
 // admit checks request h's sender against the members that joined, and
 // counts it in progress (the caller's busy-- ends it), unless refused.
-func (t *teamState) admit(h teamHead, now time.Time) (*teamMember, *wire.TeamReply) {
-	mem := t.members[h.member]
+func (t *team) admit(h teamHead, now time.Time) (*readerstate.TeamMember, *wire.TeamReply) {
+	mem := t.Members[h.member]
 	switch {
-	case mem == nil || mem.session != h.session:
+	case mem == nil || mem.Session != h.session:
 		r := notMember(h.member)
 		return nil, &r
-	case !mem.seqs.accept(h.seq):
+	case !mem.Seqs.Accept(h.seq):
 		return nil, &wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
-	case mem.busy >= maxMemberRequests+2*mem.ranks:
-		return nil, &wire.TeamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
+	case mem.Busy >= maxMemberRequests+2*mem.Ranks:
+		return nil, &wire.TeamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.Busy)}
 	}
-	mem.busy++
-	mem.seen = now
+	mem.Busy++
+	mem.Seen = now
 	return mem, nil
 }
 
 // done ends a request admit admitted.
-func (t *teamState) done(mem *teamMember) { mem.busy-- }
-
-// addRemote applies member's note of a chunk it holds, counting its rows
-// at the planner (memberRoom).
-func (t *teamState) addRemote(st *readerState, ref wire.ChunkRef, member string, first, rows int, sc *assembly.Schema, corrupt string) (assembly.Outcome, error) {
-	out, err := st.asm.AddRemote(ref, member, first, rows, sc, corrupt)
-	if m := t.members[member]; err == nil && !out.Duplicate && m != nil {
-		m.chunks++
-		m.rows += rows
-	}
-	return out, err
-}
-
-// ticket is what a part request of member takes: superseded says (the
-// reader's lock held) that its session or generation of ranks ended, and
-// is nil when member has not joined. A part goes only to a request of
-// the member's current session and generation of ranks: one from before
-// a resume or a re-join may have lost its requester (a trainer or a
-// member agent restarted), and the part would be lost with it.
-func (t *teamState) ticket(st *readerState, member string) (superseded func() bool) {
-	gen, mem := st.gens.n, t.members[member]
-	if mem == nil {
-		return nil
-	}
-	session := mem.session
-	return func() bool { return st.gens.n != gen || t.members[member] != mem || mem.session != session }
-}
+func (t *team) done(mem *readerstate.TeamMember) { mem.Busy-- }
 
 // chunkMax is the job's chunk size limit.
 func (a planner) chunkMax() int {
@@ -418,38 +389,13 @@ func (a planner) chunkMax() int {
 	return wire.DefaultChunkMaxBytes
 }
 
-// memberRoom says whether member may hold another chunk of rows at the
-// planner. The counts only grow between recounts, which are made when
-// they reach a bound (rows handed out or rewound leave them).
-func (t *teamState) memberRoom(st *readerState, member string, rows int) bool {
-	m := t.members[member]
-	if m == nil {
-		return false
-	}
-	if m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows {
-		return true
-	}
-	m.chunks, m.rows = 0, 0
-	for _, ep := range st.asm.Open {
-		for _, sh := range ep.Shards {
-			for _, h := range sh.Held {
-				if h.Holder == member {
-					m.chunks++
-					m.rows += h.Rows - h.Handed
-				}
-			}
-		}
-	}
-	return m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows
-}
-
 // memberStatus says which of a member's shards every rank's position has
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
 func (a planner) memberStatus(member string, req wire.TeamStatus) wire.TeamReply {
 	r := wire.TeamReply{Status: statusOK}
 	a.mu.Lock()
-	r.Want = a.team.wants(a.st, member)
+	r.Want = a.team.Wants(a.st, member)
 	a.mu.Unlock()
 	for _, h := range req.Held {
 		if a.recorded.Has(assembly.ShardRef{Epoch: h[0], Shard: h[1]}) {
@@ -469,22 +415,22 @@ func (a planner) memberPartReply(ctx context.Context, member string, req wire.Te
 	// lost its requester (a trainer or a member agent restarted), and the
 	// part would be lost with it. Such a request is told to ask again.
 	a.mu.Lock()
-	superseded := a.team.ticket(a.st, member)
+	superseded := a.team.Ticket(a.st, member)
 	a.mu.Unlock()
 	if superseded == nil {
 		return notMember(member)
 	}
-	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member, superseded: superseded})
+	p, err := a.takeAndRecord(ctx, readerstate.RankRequest{Rank: req.Rank, World: req.World, DropLast: req.DropLast, Agent: member, Superseded: superseded})
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errSuperseded) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, readerstate.ErrSuperseded) {
 			return wire.TeamReply{Status: statusWait}
 		}
 		return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
 	}
 	a.mu.Lock()
-	sc := noteOf(a.st.asm.Schema)
+	sc := noteOf(a.st.Asm.Schema)
 	a.mu.Unlock()
-	n := &wire.TeamPart{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
+	n := &wire.TeamPart{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.Gen}
 	for _, s := range p.Spans {
 		row := s.Row
 		n.Spans = append(n.Spans, wire.TeamSpan{Shard: s.Ref.Shard, Chunk: s.Ref.Chunk, Lo: s.Lo, N: s.N, Row: &row})
@@ -499,11 +445,11 @@ func statusOf(err error) string {
 		return statusEOF
 	case errors.Is(err, ErrJobEnded):
 		return statusEnded
-	case errors.Is(err, ErrWorldMismatch):
+	case errors.Is(err, readerstate.ErrWorldMismatch):
 		return statusMismatch
-	case errors.Is(err, ErrBadState):
+	case errors.Is(err, readerstate.ErrBadState):
 		return statusBadState
-	case errors.Is(err, ErrResumeConflict):
+	case errors.Is(err, readerstate.ErrResumeConflict):
 		return statusConflict
 	}
 	return statusStopped
@@ -517,11 +463,38 @@ func errOf(status, msg string) error {
 	case statusEnded:
 		return fmt.Errorf("%w: %s", ErrJobEnded, msg)
 	case statusMismatch:
-		return fmt.Errorf("%w: the reader's planner says: %s", ErrWorldMismatch, msg)
+		return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrWorldMismatch, msg)
 	case statusBadState:
-		return fmt.Errorf("%w: the reader's planner says: %s", ErrBadState, msg)
+		return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrBadState, msg)
 	case statusConflict:
-		return fmt.Errorf("%w: the reader's planner says: %s", ErrResumeConflict, msg)
+		return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrResumeConflict, msg)
 	}
-	return fmt.Errorf("%w: the reader's planner says: %s", ErrStopped, msg)
+	return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrStopped, msg)
+}
+
+// team is the planner's side of its reader's team: what answers the
+// members over NATS (teamserve.go). Its bookkeeping, readerstate.TeamState, is part
+// of the reader's state.
+type team struct {
+	*readerstate.TeamState
+	// id names this planner's run: members that see another id re-join
+	// and announce again the chunks they hold.
+	id   string
+	auth *teamAuth
+	// joins bounds the joins in progress.
+	joins chan struct{}
+	// refused counts team messages refused (envelope, session, copies,
+	// joins under a live member's name); refusedLog is when one was last
+	// logged (unix ns).
+	refused, refusedLog atomic.Int64
+}
+
+func newTeam(world int, own []int, auth *teamAuth) *team {
+	return &team{TeamState: readerstate.NewTeamState(world, own), id: newTeamID(), auth: auth, joins: make(chan struct{}, maxJoins)}
+}
+
+func newTeamID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

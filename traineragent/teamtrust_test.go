@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -50,7 +51,7 @@ func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead,
 func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 	other := []byte("the key of another job, 32 bytes")
 	attackTeam(t, "otherkey", 1, func(e env, job wire.Job, agents []*Agent) {
-		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		for _, op := range []struct {
 			op   string
 			body any
@@ -78,7 +79,7 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 // one of the member's own requests is refused.
 func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 	attackTeam(t, "insider", 1, func(e env, job wire.Job, agents []*Agent) {
-		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		for _, op := range []struct {
 			op   string
 			body any
@@ -133,7 +134,7 @@ func TestTeamNoteBounds(t *testing.T) {
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
 	pl := r.planAsTeam(newTeam(2, []int{0}, &teamAuth{key: testTeamKey}))
 	r.mu.Lock()
-	if _, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
+	if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Unlock()
@@ -157,7 +158,7 @@ func TestTeamNoteBounds(t *testing.T) {
 		t.Errorf("an end of 4 samples with 6 rows held: %v", err)
 	}
 	r.mu.Lock()
-	total := r.st.asm.Open[0].Shards[0].Total
+	total := r.st.Asm.Open[0].Shards[0].Total
 	r.mu.Unlock()
 	reported := slices.ContainsFunc(r.Stats().FailedSamples, func(f wire.FailedSample) bool { return strings.Contains(f.Reason, "says 4 samples") })
 	if total != 6 || !reported {
@@ -211,7 +212,7 @@ func TestTeamBoundsAMembersRequests(t *testing.T) {
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
 	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader}))
 	r.mu.Lock()
-	session, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
+	session, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
 	r.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +227,7 @@ func TestTeamBoundsAMembersRequests(t *testing.T) {
 		pl.admitTeam(ctx, m)
 	}
 	r.mu.Lock()
-	busy := pl.team.members["m"].busy
+	busy := pl.team.Members["m"].Busy
 	r.mu.Unlock()
 	if want := maxMemberRequests + 2*2; busy != want {
 		t.Errorf("%d requests of the member in progress, want %d", busy, want)

@@ -1,4 +1,4 @@
-package traineragent
+package readerstate
 
 import (
 	"crypto/rand"
@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // A reader's team: the agents that serve its ranks, one per node (`sluice
@@ -32,68 +32,41 @@ import (
 // unjoined marks a rank whose agent has not joined the team yet.
 const unjoined = "\x00"
 
-// team is the planner's side of its reader's team: what answers the
-// members over NATS (teamserve.go). Its bookkeeping, teamState, is part
-// of the reader's state.
-type team struct {
-	*teamState
-	// id names this planner's run: members that see another id re-join
-	// and announce again the chunks they hold.
-	id   string
-	auth *teamAuth
-	// joins bounds the joins in progress.
-	joins chan struct{}
-	// refused counts team messages refused (envelope, session, copies,
-	// joins under a live member's name); refusedLog is when one was last
-	// logged (unix ns).
-	refused, refusedLog atomic.Int64
-}
-
-// teamState is the planner's bookkeeping of its team, and the team's step
+// TeamState is the planner's bookkeeping of its team, and the team's step
 // policy (stepPolicy): which agent serves each rank, and the members that
 // joined.
-type teamState struct {
+type TeamState struct {
 	// holders is, per rank, the agent serving it: "" for this one, a
 	// member's name, or unjoined.
-	holders []string
-	members map[string]*teamMember
+	Holders []string
+	Members map[string]*TeamMember
 }
 
-// teamMember is a member agent as the planner knows it (its ranks are
+// TeamMember is a member agent as the planner knows it (its ranks are
 // those holders names it for).
-type teamMember struct {
-	seen time.Time // its last request
+type TeamMember struct {
+	Seen time.Time // its last request
 	// nonce is the one its join carried (a join that comes again with it,
 	// its reply lost, gets the same session); session is what its requests
 	// must carry, seqs their sequence numbers seen.
-	nonce, session string
-	seqs           seqWindow
-	busy           int // requests in progress
-	ranks          int // how many it serves
+	nonce, Session string
+	Seqs           seqWindow
+	Busy           int // requests in progress
+	Ranks          int // how many it serves
 	// chunks and rows it holds at the planner, at least (memberRoom).
-	chunks, rows int
+	chunks, Rows int
 }
 
-func newTeam(world int, own []int, auth *teamAuth) *team {
-	return &team{teamState: newTeamState(world, own), id: newTeamID(), auth: auth, joins: make(chan struct{}, maxJoins)}
-}
-
-// newTeamState is a team of world ranks of which this agent serves own.
-func newTeamState(world int, own []int) *teamState {
-	t := &teamState{holders: make([]string, world), members: map[string]*teamMember{}}
-	for r := range t.holders {
-		t.holders[r] = unjoined
+// NewTeamState is a team of world ranks of which this agent serves own.
+func NewTeamState(world int, own []int) *TeamState {
+	t := &TeamState{Holders: make([]string, world), Members: map[string]*TeamMember{}}
+	for r := range t.Holders {
+		t.Holders[r] = unjoined
 	}
 	for _, r := range own {
-		t.holders[r] = ""
+		t.Holders[r] = ""
 	}
 	return t
-}
-
-func newTeamID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // agentName names holder h of a team in messages.
@@ -108,12 +81,12 @@ func agentName(h string) string {
 }
 
 // complete reports whether every rank's agent joined.
-func (t *teamState) complete() bool { return !slices.Contains(t.holders, unjoined) }
+func (t *TeamState) Complete() bool { return !slices.Contains(t.Holders, unjoined) }
 
 // ranksOf counts the ranks agent h serves.
-func (t *teamState) ranksOf(h string) int {
+func (t *TeamState) ranksOf(h string) int {
 	n := 0
-	for _, x := range t.holders {
+	for _, x := range t.Holders {
 		if x == h {
 			n++
 		}
@@ -121,13 +94,13 @@ func (t *teamState) ranksOf(h string) int {
 	return n
 }
 
-// memberStale is how long a member may go without a request before
+// MemberStale is how long a member may go without a request before
 // another agent may take over its ranks, or another join its name (a
 // member asks for its status every statusEvery).
-const memberStale = 10 * time.Second
+const MemberStale = 10 * time.Second
 
 // memberLive is how long after a member's last request a join under its
-// name is refused: shorter than memberStale, so that a member agent
+// name is refused: shorter than MemberStale, so that a member agent
 // restarted under its name joins soon.
 const memberLive = 3 * time.Second
 
@@ -140,51 +113,51 @@ var ErrNameTaken = errors.New("another agent of the team has this name")
 // under the name of a member heard from within memberLive is refused
 // (ErrNameTaken) unless it carries that member's nonce (its reply was
 // lost): the live member keeps its ranks and its session.
-func (t *teamState) joinMember(st *readerState, name, nonce string, ranks []int, world int, dropLast bool, now time.Time) (string, error) {
-	if m := t.members[name]; m != nil && now.Sub(m.seen) < memberLive && m.nonce != nonce {
+func (t *TeamState) JoinMember(st *State, name, nonce string, ranks []int, world int, dropLast bool, now time.Time) (string, error) {
+	if m := t.Members[name]; m != nil && now.Sub(m.Seen) < memberLive && m.nonce != nonce {
 		return "", fmt.Errorf("%w: agent %.64q was heard from %.1fs ago; give each agent its own --name (a restarted agent joins once the old one is quiet for %v)",
-			ErrNameTaken, name, now.Sub(m.seen).Seconds(), memberLive)
+			ErrNameTaken, name, now.Sub(m.Seen).Seconds(), memberLive)
 	}
 	if err := t.checkJoin(st, name, nonce, ranks, world, dropLast, now); err != nil {
 		return "", err
 	}
-	for r, h := range t.holders {
+	for r, h := range t.Holders {
 		if h == name && !slices.Contains(ranks, r) {
-			t.holders[r] = unjoined
+			t.Holders[r] = unjoined
 		}
 	}
 	for _, r := range ranks {
-		if h := t.holders[r]; h != unjoined && h != name {
+		if h := t.Holders[r]; h != unjoined && h != name {
 			st.note(slog.LevelWarn, "a member takes over ranks of a member gone quiet", "rank", r, "from", h, "to", name)
 		}
-		t.holders[r] = name
+		t.Holders[r] = name
 	}
-	for h := range t.members {
+	for h := range t.Members {
 		if h != name && t.ranksOf(h) == 0 {
-			delete(t.members, h) // every rank of it taken over: its session ends
+			delete(t.Members, h) // every rank of it taken over: its session ends
 		}
 	}
-	m := t.members[name]
+	m := t.Members[name]
 	if m == nil || m.nonce != nonce {
-		m = &teamMember{nonce: nonce, session: newNonce()}
-		t.members[name] = m
+		m = &TeamMember{nonce: nonce, Session: NewNonce()}
+		t.Members[name] = m
 	}
-	m.seen, m.ranks = now, len(ranks)
-	st.note(slog.LevelInfo, "a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.complete())
-	st.changed = true
-	return m.session, nil
+	m.Seen, m.Ranks = now, len(ranks)
+	st.note(slog.LevelInfo, "a member joined the reader's team", "agent", name, "ranks", ranks, "complete", t.Complete())
+	st.Changed = true
+	return m.Session, nil
 }
 
 // checkJoin checks a join.
-func (t *teamState) checkJoin(st *readerState, name, nonce string, ranks []int, world int, dropLast bool, now time.Time) error {
-	s := &st.ranks
+func (t *TeamState) checkJoin(st *State, name, nonce string, ranks []int, world int, dropLast bool, now time.Time) error {
+	s := &st.Ranks
 	switch {
 	case name == "" || name == unjoined:
 		return fmt.Errorf("%w: a member needs a name", ErrWorldMismatch)
 	case len(nonce) < 16:
 		return fmt.Errorf("%w: a join needs a nonce", ErrWorldMismatch)
-	case world != s.world:
-		return fmt.Errorf("%w: world size %d, but the reader's planner serves a world of %d", ErrWorldMismatch, world, s.world)
+	case world != s.World:
+		return fmt.Errorf("%w: world size %d, but the reader's planner serves a world of %d", ErrWorldMismatch, world, s.World)
 	case dropLast != s.dropLast:
 		return fmt.Errorf("%w: drop_last %t, but the reader's planner has %t", ErrWorldMismatch, dropLast, s.dropLast)
 	case len(ranks) == 0:
@@ -194,11 +167,11 @@ func (t *teamState) checkJoin(st *readerState, name, nonce string, ranks []int, 
 		if r < 0 || r >= world {
 			return fmt.Errorf("%w: rank %d: want 0..%d", ErrWorldMismatch, r, world-1)
 		}
-		switch h := t.holders[r]; {
+		switch h := t.Holders[r]; {
 		case h == "":
 			return fmt.Errorf("%w: rank %d is served by the planner", ErrWorldMismatch, r)
 		case h != unjoined && h != name:
-			if m := t.members[h]; m != nil && now.Sub(m.seen) < memberStale {
+			if m := t.Members[h]; m != nil && now.Sub(m.Seen) < MemberStale {
 				return fmt.Errorf("%w: rank %d is served by agent %s", ErrWorldMismatch, r, h)
 			}
 		}
@@ -207,38 +180,38 @@ func (t *teamState) checkJoin(st *readerState, name, nonce string, ranks []int, 
 }
 
 // supply is what the team policy sees of epoch e.
-func (t *teamState) supply(st *readerState, e int) stepplan.TeamSupply {
+func (t *TeamState) supply(st *State, e int) stepplan.TeamSupply {
 	var sup stepplan.TeamSupply
 	for _, b := range st.ready[e] {
 		sup.Ready = append(sup.Ready, stepplan.TeamBatch{Holder: b.Holder(), Rows: len(b.Keys)})
 	}
-	if e < st.asm.Finished {
+	if e < st.Asm.Finished {
 		sup.Cut = true
-	} else if ep := st.asm.Open[e]; ep != nil {
+	} else if ep := st.Asm.Open[e]; ep != nil {
 		sup.Pending, sup.Cut = ep.PendingRows(), ep.Cut
 	}
 	return sup
 }
 
 // serves checks that agent ("": this one) serves rank r.
-func (t *teamState) serves(r int, agent string) error {
-	if t.holders[r] != agent {
-		return fmt.Errorf("%w: rank %d is served by %s", ErrWorldMismatch, r, agentName(t.holders[r]))
+func (t *TeamState) serves(r int, agent string) error {
+	if t.Holders[r] != agent {
+		return fmt.Errorf("%w: rank %d is served by %s", ErrWorldMismatch, r, agentName(t.Holders[r]))
 	}
 	return nil
 }
 
 // pull: the planner's own ranks want its rows, and wait for them.
-func (t *teamState) pull(st *readerState) (wants, starved bool) {
-	w := t.wants(st, "")
+func (t *TeamState) Pull(st *State) (wants, starved bool) {
+	w := t.Wants(st, "")
 	return w, w
 }
 
 // form is the team's stepPolicy.form: full steps of each rank's own
 // agent's batches (stepplan.TeamStep) until the epoch is cut, then the rest
 // of it as stepplan.Rest plans it.
-func (t *teamState) form(st *readerState, now time.Time) bool {
-	s := &st.ranks
+func (t *TeamState) form(st *State, now time.Time) bool {
+	s := &st.Ranks
 	changed := false
 	for s.epoch < st.job.Spec.Epochs {
 		e := s.epoch
@@ -246,10 +219,10 @@ func (t *teamState) form(st *readerState, now time.Time) bool {
 			st.formRestStep(t, now)
 			return true
 		}
-		if !t.complete() {
+		if !t.Complete() {
 			return changed
 		}
-		plan := stepplan.TeamStep(t.supply(st, e), t.holders, st.job.Spec.BatchSize, s.dropLast)
+		plan := stepplan.TeamStep(t.supply(st, e), t.Holders, st.job.Spec.BatchSize, s.dropLast)
 		switch plan.Action {
 		case stepplan.StepWait:
 			return changed
@@ -263,12 +236,12 @@ func (t *teamState) form(st *readerState, now time.Time) bool {
 			continue
 		}
 		batches := st.takeReadyAt(e, plan.Take, now)
-		parts := make([]rankPart, len(batches))
+		parts := make([]RankPart, len(batches))
 		for r, b := range batches {
-			if t.holders[r] == "" {
+			if t.Holders[r] == "" {
 				parts[r].Batch = b.Batch
 			} else {
-				parts[r] = rankPart{Batch: Batch{Epoch: e, Keys: b.Keys}, Spans: assembly.SpansOf(b.From, false)}
+				parts[r] = RankPart{Batch: assembly.Batch{Epoch: e, Keys: b.Keys}, Spans: assembly.SpansOf(b.From, false)}
 			}
 		}
 		st.queueStep(parts, false)
@@ -280,7 +253,7 @@ func (t *teamState) form(st *readerState, now time.Time) bool {
 // takeReadyAt removes the ready batches of epoch e at idx (per rank) and
 // records them as handed out, in rank order (each holder's in the order
 // they were cut).
-func (st *readerState) takeReadyAt(e int, idx []int, now time.Time) []assembly.ReadyBatch {
+func (st *State) takeReadyAt(e int, idx []int, now time.Time) []assembly.ReadyBatch {
 	out := make([]assembly.ReadyBatch, len(idx))
 	taken := map[int]bool{}
 	for r, i := range idx {
@@ -299,8 +272,8 @@ func (st *readerState) takeReadyAt(e int, idx []int, now time.Time) []assembly.R
 		st.ready[e] = keep
 	}
 	for _, b := range out {
-		st.readySamples -= len(b.Keys)
-		st.epochsFinished(st.asm.HandOut(b), now)
+		st.ReadySamples -= len(b.Keys)
+		st.epochsFinished(st.Asm.HandOut(b), now)
 	}
 	return out
 }
@@ -322,7 +295,7 @@ type restPlan struct {
 
 // planRestOf plans the rest of cut epoch e over team t. Its rows stay
 // counted as ready until their step is formed.
-func (st *readerState) planRestOf(t *teamState, e int) *restPlan {
+func (st *State) planRestOf(t *TeamState, e int) *restPlan {
 	batches := st.ready[e]
 	delete(st.ready, e)
 	rows := map[string][]rowItem{}
@@ -340,7 +313,7 @@ func (st *readerState) planRestOf(t *teamState, e int) *restPlan {
 	for h, l := range rows {
 		counts[h] = len(l)
 	}
-	steps, dropped := stepplan.Rest(counts, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast)
+	steps, dropped := stepplan.Rest(counts, t.Holders, st.job.Spec.BatchSize, st.Ranks.dropLast)
 	next := map[string]int{}
 	takeRows := func(h string, n int) []rowItem {
 		l := rows[h][next[h] : next[h]+n]
@@ -364,7 +337,7 @@ func (st *readerState) planRestOf(t *teamState, e int) *restPlan {
 	for _, step := range p.steps {
 		for r, items := range step {
 			for _, it := range items {
-				if it.c.Holder != t.holders[r] {
+				if it.c.Holder != t.Holders[r] {
 					moved++
 				}
 			}
@@ -387,24 +360,24 @@ func sumOthers(counts map[string]int) int {
 
 // formRestStep forms the next planned step of the cut epoch the ranks
 // are in (with its drop_last rows after the last) over team t.
-func (st *readerState) formRestStep(t *teamState, now time.Time) {
-	s := &st.ranks
+func (st *State) formRestStep(t *TeamState, now time.Time) {
+	s := &st.Ranks
 	p := st.rest
 	if len(p.steps) == 0 {
 		st.dropRows(p.epoch, p.dropped, now)
 		st.rest = nil
 		s.epoch, s.step = p.epoch+1, 0
-		st.changed = true
+		st.Changed = true
 		return
 	}
 	step := p.steps[0]
 	p.steps = p.steps[1:]
 	last := len(p.steps) == 0
-	parts := make([]rankPart, len(step))
+	parts := make([]RankPart, len(step))
 	for r, items := range step {
-		st.readySamples -= len(items)
-		st.epochsFinished(st.asm.HandOut(assembly.ReadyBatch{From: rowsFrom(items)}), now)
-		parts[r] = partOf(p.epoch, items, t.holders[r] == "", st.asm.Schema)
+		st.ReadySamples -= len(items)
+		st.epochsFinished(st.Asm.HandOut(assembly.ReadyBatch{From: rowsFrom(items)}), now)
+		parts[r] = partOf(p.epoch, items, t.Holders[r] == "", st.Asm.Schema)
 	}
 	if last {
 		st.dropRows(p.epoch, p.dropped, now)
@@ -414,13 +387,13 @@ func (st *readerState) formRestStep(t *teamState, now time.Time) {
 }
 
 // dropRows hands out rows of epoch e to no rank (drop_last).
-func (st *readerState) dropRows(e int, items []rowItem, now time.Time) {
+func (st *State) dropRows(e int, items []rowItem, now time.Time) {
 	if len(items) == 0 {
 		return
 	}
-	st.readySamples -= len(items)
-	st.epochsFinished(st.asm.HandOut(assembly.ReadyBatch{From: rowsFrom(items)}), now)
-	st.stats.DroppedSamples += int64(len(items))
+	st.ReadySamples -= len(items)
+	st.epochsFinished(st.Asm.HandOut(assembly.ReadyBatch{From: rowsFrom(items)}), now)
+	st.Stats.DroppedSamples += int64(len(items))
 	st.note(slog.LevelInfo, "dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", len(items))
 }
 
@@ -441,8 +414,8 @@ func rowsFrom(items []rowItem) []assembly.ChunkRows {
 // agent serves the rank and holds them all (a part of no rows has sc's
 // tensors with no rows), else as spans (with the chunks' bytes where this
 // agent holds them and serves the rank).
-func partOf(e int, items []rowItem, local bool, sc *assembly.Schema) rankPart {
-	p := rankPart{Batch: Batch{Epoch: e, Keys: make([]string, len(items))}}
+func partOf(e int, items []rowItem, local bool, sc *assembly.Schema) RankPart {
+	p := RankPart{Batch: assembly.Batch{Epoch: e, Keys: make([]string, len(items))}}
 	allHeld := true
 	for i, it := range items {
 		p.Keys[i] = it.b.Keys[it.i]
@@ -484,9 +457,9 @@ func partOf(e int, items []rowItem, local bool, sc *assembly.Schema) rankPart {
 // holds are below its share of the prefetch, or the ranks' step waits
 // for its rows (or for more rows of any agent, to know it is not the
 // epoch's last).
-func (t *teamState) wants(st *readerState, h string) bool {
+func (t *TeamState) Wants(st *State, h string) bool {
 	n := t.ranksOf(h)
-	if n == 0 || st.asm.AllCut() {
+	if n == 0 || st.Asm.AllCut() {
 		return false
 	}
 	held := 0
@@ -497,18 +470,18 @@ func (t *teamState) wants(st *readerState, h string) bool {
 			}
 		}
 	}
-	for _, ep := range st.asm.Open {
+	for _, ep := range st.Asm.Open {
 		held += ep.PendingOf(h)
 	}
-	if held < st.prefetch()*n/max(st.ranks.world, 1) {
+	if held < st.prefetch()*n/max(st.Ranks.World, 1) {
 		return true
 	}
-	e := st.ranks.epoch
+	e := st.Ranks.epoch
 	if st.rest != nil || e >= st.job.Spec.Epochs {
 		return false
 	}
 	sup := t.supply(st, e)
-	if stepplan.TeamStep(sup, t.holders, st.job.Spec.BatchSize, st.ranks.dropLast).Action != stepplan.StepWait {
+	if stepplan.TeamStep(sup, t.Holders, st.job.Spec.BatchSize, st.Ranks.dropLast).Action != stepplan.StepWait {
 		return false
 	}
 	full := map[string]int{}
@@ -518,5 +491,102 @@ func (t *teamState) wants(st *readerState, h string) bool {
 		}
 	}
 	short := func(x string) bool { return full[x] < t.ranksOf(x) }
-	return short(h) || !slices.ContainsFunc(t.holders, short)
+	return short(h) || !slices.ContainsFunc(t.Holders, short)
+}
+
+// addRemote applies member's note of a chunk it holds, counting its rows
+// at the planner (memberRoom).
+func (t *TeamState) AddRemote(st *State, ref wire.ChunkRef, member string, first, rows int, sc *assembly.Schema, corrupt string) (assembly.Outcome, error) {
+	out, err := st.Asm.AddRemote(ref, member, first, rows, sc, corrupt)
+	if m := t.Members[member]; err == nil && !out.Duplicate && m != nil {
+		m.chunks++
+		m.Rows += rows
+	}
+	return out, err
+}
+
+// ticket is what a part request of member takes: superseded says (the
+// reader's lock held) that its session or generation of ranks ended, and
+// is nil when member has not joined. A part goes only to a request of
+// the member's current session and generation of ranks: one from before
+// a resume or a re-join may have lost its requester (a trainer or a
+// member agent restarted), and the part would be lost with it.
+func (t *TeamState) Ticket(st *State, member string) (superseded func() bool) {
+	gen, mem := st.Gens.N, t.Members[member]
+	if mem == nil {
+		return nil
+	}
+	session := mem.Session
+	return func() bool { return st.Gens.N != gen || t.Members[member] != mem || mem.Session != session }
+}
+
+// memberRoom says whether member may hold another chunk of rows at the
+// planner. The counts only grow between recounts, which are made when
+// they reach a bound (rows handed out or rewound leave them).
+func (t *TeamState) MemberRoom(st *State, member string, rows int) bool {
+	m := t.Members[member]
+	if m == nil {
+		return false
+	}
+	if m.chunks < maxMemberChunks && m.Rows+rows <= MaxMemberRows {
+		return true
+	}
+	m.chunks, m.Rows = 0, 0
+	for _, ep := range st.Asm.Open {
+		for _, sh := range ep.Shards {
+			for _, h := range sh.Held {
+				if h.Holder == member {
+					m.chunks++
+					m.Rows += h.Rows - h.Handed
+				}
+			}
+		}
+	}
+	return m.chunks < maxMemberChunks && m.Rows+rows <= MaxMemberRows
+}
+
+// seqWindow accepts each sequence number of a session once, within a
+// window below the highest seen (requests of one member run concurrently
+// and may arrive out of order): a copy of a message is refused.
+type seqWindow struct {
+	max  uint64
+	seen map[uint64]bool
+}
+
+// teamSeqWindow is how far below the highest a sequence number may be.
+const teamSeqWindow = 1024
+
+func (w *seqWindow) Accept(seq uint64) bool {
+	if seq == 0 || w.max >= teamSeqWindow && seq <= w.max-teamSeqWindow || w.seen[seq] {
+		return false
+	}
+	if w.seen == nil {
+		w.seen = map[uint64]bool{}
+	}
+	w.seen[seq] = true
+	if seq > w.max {
+		w.max = seq
+		if len(w.seen) > 2*teamSeqWindow {
+			for s := range w.seen {
+				if w.max >= teamSeqWindow && s <= w.max-teamSeqWindow {
+					delete(w.seen, s)
+				}
+			}
+		}
+	}
+	return true
+}
+
+// maxMemberChunks and MaxMemberRows bound the chunks and rows a member may
+// hold at the planner before its further notes are deferred (memberRoom).
+const (
+	maxMemberChunks = 1 << 16
+	MaxMemberRows   = 1 << 21
+)
+
+// newNonce is a random hex token.
+func NewNonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -1,4 +1,4 @@
-package traineragent
+package readerstate
 
 import (
 	"errors"
@@ -17,9 +17,9 @@ import (
 // request or a resume). GET /v1/batch answers 409.
 var ErrWorldMismatch = errors.New("world mismatch")
 
-// rankPart is one rank's part of a global step.
-type rankPart struct {
-	Batch
+// RankPart is one rank's part of a global step.
+type RankPart struct {
+	assembly.Batch
 	Step  int  // the global step's index within its epoch
 	Last  bool // the epoch's last step
 	World int  // the world size it was formed for
@@ -36,7 +36,7 @@ type rankPart struct {
 	// rows of this agent for a rank another agent serves (team.go).
 	Spans []assembly.RowSpan
 	// gen is the team's generation of ranks it was formed for (team.go).
-	gen uint64
+	Gen uint64
 }
 
 // rankCount is what one rank took.
@@ -48,14 +48,14 @@ type rankCount struct {
 
 // stepper is the rank layer's state: which epoch and step the ranks are
 // in, and the parts formed that their ranks have not taken yet (part of
-// readerState).
+// State).
 type stepper struct {
-	world     int // 0 until fixed
+	World     int // 0 until fixed
 	dropLast  bool
-	dropFixed bool
+	DropFixed bool
 	epoch     int // the epoch the ranks are in; epochs are served in order
 	step      int // its next global step
-	queues    [][]rankPart
+	queues    [][]RankPart
 	queued    int // samples in queues
 	counts    []rankCount
 	nEnded    int
@@ -64,8 +64,8 @@ type stepper struct {
 
 // setWorld fixes the world size; only while no part is queued.
 func (s *stepper) setWorld(w int) {
-	s.world = w
-	s.queues = make([][]rankPart, w)
+	s.World = w
+	s.queues = make([][]RankPart, w)
 	s.counts = make([]rankCount, w)
 	for r := range s.counts {
 		s.counts[r].epoch, s.counts[r].step = -1, -1
@@ -73,7 +73,7 @@ func (s *stepper) setWorld(w int) {
 	s.nEnded = 0
 }
 
-func (s *stepper) allEnded() bool { return s.world > 0 && s.nEnded == s.world }
+func (s *stepper) allEnded() bool { return s.World > 0 && s.nEnded == s.World }
 
 // MaxWorldSize bounds the ranks of one reader: the agent keeps a queue
 // and counters per rank, so a world size from a request is memory it
@@ -81,50 +81,50 @@ func (s *stepper) allEnded() bool { return s.world > 0 && s.nEnded == s.world }
 // largest data-parallel jobs run today.
 const MaxWorldSize = 1 << 16
 
-// rankRequest is a rank's request for its next part. World 0 takes the
+// RankRequest is a rank's request for its next part. World 0 takes the
 // agent's world size (1 if none is fixed yet); a nil dropLast takes the
 // agent's setting.
-type rankRequest struct {
-	rank, world int
-	dropLast    *bool
+type RankRequest struct {
+	Rank, World int
+	DropLast    *bool
 	// agent is the member agent asking for its rank (team.go); "" for a
 	// rank of this agent.
-	agent string
+	Agent string
 	// superseded, if set, says (the reader's lock held) that the request
 	// may no longer take a part: a member's request from before a resume
 	// or a re-join, whose requester may be gone (teamserve.go).
-	superseded func() bool
+	Superseded func() bool
 }
 
 // join checks req against the ranks' world, fixing what is not fixed yet.
-func (st *readerState) join(req rankRequest) error {
-	s := &st.ranks
-	w := req.world
+func (st *State) Join(req RankRequest) error {
+	s := &st.Ranks
+	w := req.World
 	if w == 0 {
-		w = max(s.world, 1)
+		w = max(s.World, 1)
 	}
 	switch {
 	case w < 1 || w > MaxWorldSize:
 		return fmt.Errorf("%w: world size %d: want 1..%d", ErrWorldMismatch, w, MaxWorldSize)
-	case s.world == 0:
+	case s.World == 0:
 		s.setWorld(w)
-	case w != s.world:
-		return fmt.Errorf("%w: world size %d, but the agent serves %d ranks (resume from a checkpoint to change it)", ErrWorldMismatch, w, s.world)
+	case w != s.World:
+		return fmt.Errorf("%w: world size %d, but the agent serves %d ranks (resume from a checkpoint to change it)", ErrWorldMismatch, w, s.World)
 	}
-	if req.rank < 0 || req.rank >= w {
-		return fmt.Errorf("%w: rank %d: want 0..%d", ErrWorldMismatch, req.rank, w-1)
+	if req.Rank < 0 || req.Rank >= w {
+		return fmt.Errorf("%w: rank %d: want 0..%d", ErrWorldMismatch, req.Rank, w-1)
 	}
-	if err := st.steps.serves(req.rank, req.agent); err != nil {
+	if err := st.Steps.serves(req.Rank, req.Agent); err != nil {
 		return err
 	}
 	switch {
-	case req.dropLast == nil:
-	case !s.dropFixed:
-		s.dropLast = *req.dropLast
-	case *req.dropLast != s.dropLast:
-		return fmt.Errorf("%w: drop_last %t, but the agent's ranks have %t", ErrWorldMismatch, *req.dropLast, s.dropLast)
+	case req.DropLast == nil:
+	case !s.DropFixed:
+		s.dropLast = *req.DropLast
+	case *req.DropLast != s.dropLast:
+		return fmt.Errorf("%w: drop_last %t, but the agent's ranks have %t", ErrWorldMismatch, *req.DropLast, s.dropLast)
 	}
-	s.dropFixed = true
+	s.DropFixed = true
 	return nil
 }
 
@@ -132,42 +132,42 @@ func (st *readerState) join(req rankRequest) error {
 // has none queued, for a request that joined a world of world ranks
 // (superseded: it may no longer take a part). wait says there is none
 // yet: the caller waits for a change and asks again.
-func (st *readerState) take(rank, world int, superseded bool, now time.Time) (p rankPart, wait bool, err error) {
-	s := &st.ranks
+func (st *State) Take(rank, world int, superseded bool, now time.Time) (p RankPart, wait bool, err error) {
+	s := &st.Ranks
 	for {
 		switch {
 		case superseded:
-			return rankPart{}, false, errSuperseded
-		case s.world != world:
+			return RankPart{}, false, ErrSuperseded
+		case s.World != world:
 			// A resume changed the world size while the rank waited.
-			return rankPart{}, false, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.world)
-		case st.resuming:
-			return rankPart{}, true, nil // the position is being rewound
-		case st.gens.mustResume(rank) != nil:
-			return rankPart{}, false, st.gens.mustResume(rank)
+			return RankPart{}, false, fmt.Errorf("%w: world size %d, but a resume set %d", ErrWorldMismatch, world, s.World)
+		case st.Resuming:
+			return RankPart{}, true, nil // the position is being rewound
+		case st.Gens.mustResume(rank) != nil:
+			return RankPart{}, false, st.Gens.mustResume(rank)
 		case len(s.queues[rank]) > 0:
 			return st.pop(rank, now), false, nil
 		case s.epoch >= st.job.Spec.Epochs:
-			st.rankEnded(rank)
-			return rankPart{}, false, io.EOF
-		case st.runEnded || st.closing:
-			return rankPart{}, false, st.stopped()
-		case st.steps.form(st, now):
+			st.RankEnded(rank)
+			return RankPart{}, false, io.EOF
+		case st.RunEnded || st.closing:
+			return RankPart{}, false, st.stopped()
+		case st.Steps.form(st, now):
 			continue
 		}
-		return rankPart{}, true, nil
+		return RankPart{}, true, nil
 	}
 }
 
 // supply is what the ranks' current epoch e has ready.
-func (st *readerState) supply(e int) stepplan.EpochSupply {
+func (st *State) supply(e int) stepplan.EpochSupply {
 	var sup stepplan.EpochSupply
 	for _, b := range st.ready[e] {
 		sup.Ready = append(sup.Ready, len(b.Keys))
 	}
-	if e < st.asm.Finished {
+	if e < st.Asm.Finished {
 		sup.Cut = true
-	} else if ep := st.asm.Open[e]; ep != nil {
+	} else if ep := st.Asm.Open[e]; ep != nil {
 		sup.Pending, sup.Cut = ep.PendingRows(), ep.Cut
 	}
 	return sup
@@ -176,12 +176,12 @@ func (st *readerState) supply(e int) stepplan.EpochSupply {
 // stepReady reports whether the ranks' current epoch has a step (or its
 // end) ready. While it has not, the agent pulls past its prefetch bound:
 // later epochs' batches must not starve the current.
-func (st *readerState) stepReady() bool {
-	s := &st.ranks
+func (st *State) stepReady() bool {
+	s := &st.Ranks
 	if s.epoch >= st.job.Spec.Epochs {
 		return true
 	}
-	return stepplan.Step(st.supply(s.epoch), max(s.world, 1), st.job.Spec.BatchSize, s.dropLast).Action != stepplan.StepWait
+	return stepplan.Step(st.supply(s.epoch), max(s.World, 1), st.job.Spec.BatchSize, s.dropLast).Action != stepplan.StepWait
 }
 
 // stepPolicy forms a reader's global steps from what it holds: one agent
@@ -196,10 +196,10 @@ type stepPolicy interface {
 	// form forms the ranks' next global step and queues its parts,
 	// moving through finished epochs and dropped tails; it reports
 	// whether anything changed. The world must be fixed.
-	form(s *readerState, now time.Time) bool
+	form(s *State, now time.Time) bool
 	// pull says whether this agent should take more tasks (wants), and
 	// whether its ranks wait for rows it lacks (starved: buffer.go).
-	pull(s *readerState) (wants, starved bool)
+	Pull(s *State) (wants, starved bool)
 	// serves checks that agent ("": this one) serves rank r.
 	serves(r int, agent string) error
 }
@@ -209,9 +209,9 @@ type soloSteps struct{}
 
 // pull: wanted while the prefetch has room, or the ranks' epoch has no
 // step ready (then starved too), and not every epoch arrived.
-func (soloSteps) pull(st *readerState) (wants, starved bool) {
+func (soloSteps) Pull(st *State) (wants, starved bool) {
 	ready := st.stepReady()
-	return !st.asm.AllCut() && (st.readySamples < st.prefetch() || !ready), !ready
+	return !st.Asm.AllCut() && (st.ReadySamples < st.prefetch() || !ready), !ready
 }
 
 func (soloSteps) serves(r int, agent string) error {
@@ -221,12 +221,12 @@ func (soloSteps) serves(r int, agent string) error {
 	return nil
 }
 
-func (soloSteps) form(st *readerState, now time.Time) bool {
-	s := &st.ranks
+func (soloSteps) form(st *State, now time.Time) bool {
+	s := &st.Ranks
 	changed := false
 	for s.epoch < st.job.Spec.Epochs {
 		e := s.epoch
-		plan := stepplan.Step(st.supply(e), s.world, st.job.Spec.BatchSize, s.dropLast)
+		plan := stepplan.Step(st.supply(e), s.World, st.job.Spec.BatchSize, s.dropLast)
 		switch plan.Action {
 		case stepplan.StepWait:
 			return changed
@@ -240,19 +240,19 @@ func (soloSteps) form(st *readerState, now time.Time) bool {
 			continue
 		}
 		batches := st.takeReady(e, plan.Batches, now)
-		var parts []Batch
+		var parts []assembly.Batch
 		if plan.Action == stepplan.StepFull {
 			for _, b := range batches {
 				parts = append(parts, b.Batch)
 			}
 		} else {
-			parts = splitRows(e, batches, plan.Sizes)
+			parts = SplitRows(e, batches, plan.Sizes)
 		}
 		if plan.Last && len(st.ready[e]) > 0 {
 			// The rest of a cut epoch after its last step is a dropped tail.
 			st.dropTail(e, now)
 		}
-		rp := make([]rankPart, len(parts))
+		rp := make([]RankPart, len(parts))
 		for r, b := range parts {
 			rp[r].Batch = b
 		}
@@ -265,22 +265,22 @@ func (soloSteps) form(st *readerState, now time.Time) bool {
 // queueStep queues the parts of the ranks' next step, one per rank (each
 // carrying the position once the whole step is handed out), and moves the
 // ranks on.
-func (st *readerState) queueStep(parts []rankPart, last bool) {
-	s := &st.ranks
+func (st *State) queueStep(parts []RankPart, last bool) {
+	s := &st.Ranks
 	idx, e := s.step, s.epoch
 	if last {
 		s.epoch, s.step = s.epoch+1, 0
 	} else {
 		s.step++
 	}
-	pos := st.asm.Snapshot()
-	pos.Submitted = st.submitted()
+	pos := st.Asm.Snapshot()
+	pos.Submitted = st.Submitted()
 	data, err := assembly.EncodePosition(pos)
 	if err != nil {
 		data = nil // cannot happen: the position is plain data
 	}
 	for r, p := range parts {
-		p.Step, p.Last, p.World, p.Position = idx, last, s.world, data
+		p.Step, p.Last, p.World, p.Position = idx, last, s.World, data
 		if last {
 			p.EpochFailed = st.failedIn[e]
 		}
@@ -288,41 +288,41 @@ func (st *readerState) queueStep(parts []rankPart, last bool) {
 		s.queued += len(p.Keys)
 	}
 	s.formed = true
-	st.changed = true
+	st.Changed = true
 }
 
 // takeReady removes the first n ready batches of epoch e and records them
 // as handed out.
-func (st *readerState) takeReady(e, n int, now time.Time) []assembly.ReadyBatch {
+func (st *State) takeReady(e, n int, now time.Time) []assembly.ReadyBatch {
 	batches := st.ready[e][:n:n]
 	st.ready[e] = st.ready[e][n:]
 	if len(st.ready[e]) == 0 {
 		delete(st.ready, e)
 	}
 	for _, b := range batches {
-		st.readySamples -= len(b.Keys)
-		st.epochsFinished(st.asm.HandOut(b), now)
+		st.ReadySamples -= len(b.Keys)
+		st.epochsFinished(st.Asm.HandOut(b), now)
 	}
 	return batches
 }
 
 // dropTail hands out the rest of a cut epoch e to no rank (drop_last) and
 // counts its samples as dropped.
-func (st *readerState) dropTail(e int, now time.Time) {
+func (st *State) dropTail(e int, now time.Time) {
 	n := 0
 	for _, b := range st.takeReady(e, len(st.ready[e]), now) {
 		n += len(b.Keys)
 	}
-	st.stats.DroppedSamples += int64(n)
+	st.Stats.DroppedSamples += int64(n)
 	st.note(slog.LevelInfo, "dropping the epoch's last, partial step (drop_last)", "epoch", e, "samples", n)
 }
 
-// splitRows stacks the rows of batches (all of epoch e) into one part per
+// SplitRows stacks the rows of batches (all of epoch e) into one part per
 // entry of sizes, in order. A part is runs of rows in the chunks they came
 // in, as a whole batch is: nothing is copied (copying a step of
 // ImageNet-size rows was the agent's largest cost while serving, page
 // faults included).
-func splitRows(e int, batches []assembly.ReadyBatch, sizes []int) []Batch {
+func SplitRows(e int, batches []assembly.ReadyBatch, sizes []int) []assembly.Batch {
 	var keys []string
 	var sources []int
 	for _, b := range batches {
@@ -347,17 +347,17 @@ func splitRows(e int, batches []assembly.ReadyBatch, sizes []int) []Batch {
 			runs[j] = append(runs[j], b.Data(j)...)
 		}
 	}
-	parts := make([]Batch, len(sizes))
+	parts := make([]assembly.Batch, len(sizes))
 	lo := 0
 	for r, n := range sizes {
-		p := Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], Runs: make([][][]byte, len(tensors))}
+		p := assembly.Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], Runs: make([][][]byte, len(tensors))}
 		if len(sources) == len(keys) {
 			p.Sources = sources[lo : lo+n : lo+n]
 		}
 		for j, t := range tensors {
 			p.Tensors = append(p.Tensors, safetensors.Tensor{
 				Name: t.Name, DType: t.DType, Shape: append([]int{n}, t.Shape...)})
-			p.Runs[j] = cutRuns(runs[j], lo*rowBytes[j], (lo+n)*rowBytes[j])
+			p.Runs[j] = CutRuns(runs[j], lo*rowBytes[j], (lo+n)*rowBytes[j])
 		}
 		parts[r] = p
 		lo += n
@@ -365,9 +365,9 @@ func splitRows(e int, batches []assembly.ReadyBatch, sizes []int) []Batch {
 	return parts
 }
 
-// cutRuns is bytes [from, to) of the concatenation of runs, as runs
+// CutRuns is bytes [from, to) of the concatenation of runs, as runs
 // aliasing them.
-func cutRuns(runs [][]byte, from, to int) [][]byte {
+func CutRuns(runs [][]byte, from, to int) [][]byte {
 	var out [][]byte
 	off := 0
 	for _, r := range runs {
@@ -384,31 +384,35 @@ func cutRuns(runs [][]byte, from, to int) [][]byte {
 }
 
 // pop hands rank r its oldest queued part.
-func (st *readerState) pop(r int, now time.Time) rankPart {
-	s := &st.ranks
+func (st *State) pop(r int, now time.Time) RankPart {
+	s := &st.Ranks
 	p := s.queues[r][0]
-	s.queues[r][0] = rankPart{}
+	s.queues[r][0] = RankPart{}
 	s.queues[r] = s.queues[r][1:]
 	s.queued -= len(p.Keys)
-	p.gen = st.gens.n
-	st.delivered(r, p, now)
+	p.Gen = st.Gens.N
+	st.Delivered(r, p, now)
 	return p
 }
 
 // delivered counts part p as handed to rank r.
-func (st *readerState) delivered(r int, p rankPart, now time.Time) {
-	s := &st.ranks
+func (st *State) Delivered(r int, p RankPart, now time.Time) {
+	s := &st.Ranks
 	n := len(p.Keys)
 	c := &s.counts[r]
 	c.batches++
 	c.samples += int64(n)
 	c.epoch, c.step = p.Epoch, p.Step
-	st.stats.SamplesDelivered += int64(n)
-	st.stats.BatchesDelivered++
+	st.Stats.SamplesDelivered += int64(n)
+	st.Stats.BatchesDelivered++
 	st.window.Consumed += int64(n)
-	st.window.Done = st.stats.SamplesDelivered
+	st.window.Done = st.Stats.SamplesDelivered
 	if st.firstBatch.IsZero() {
 		st.firstBatch = now
 	}
-	st.changed = true
+	st.Changed = true
 }
+
+// ErrSuperseded is a member's part request from before a resume or a
+// re-join: it may take no part.
+var ErrSuperseded = errors.New("a part request of an earlier generation of ranks or session")

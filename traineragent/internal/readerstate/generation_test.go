@@ -1,4 +1,4 @@
-package traineragent
+package readerstate
 
 import (
 	"errors"
@@ -9,27 +9,27 @@ import (
 // TestGenerations drives the book of generations through a DDP job's
 // life, step by step, with values.
 func TestGenerations(t *testing.T) {
-	s0 := State{Version: StateVersion, Epoch: 0, Step: 5, WorldSize: 4, Position: []byte(`{"v":1,"a":1}`)}
+	s0 := TrainerState{Version: StateVersion, Epoch: 0, Step: 5, WorldSize: 4, Position: []byte(`{"v":1,"a":1}`)}
 	s0again := s0
 	s0again.Position = []byte(` { "a": 1, "v": 1 } `) // the same position, re-encoded
-	s1 := State{Version: StateVersion, Epoch: 1, Step: 2, WorldSize: 4, Position: []byte(`{"v":1,"a":2}`)}
+	s1 := TrainerState{Version: StateVersion, Epoch: 1, Step: 2, WorldSize: 4, Position: []byte(`{"v":1,"a":2}`)}
 	var g generations
 	// do applies rank's resume as the reader does and says what it was.
-	do := func(st State, world, rank int, id string) string {
+	do := func(st TrainerState, world, rank int, id string) string {
 		v, err := g.decide(st, world, rank, id)
 		switch {
 		case err != nil:
 			return "conflict"
 		case v == resumeJoins:
-			g.join(rank, id)
+			g.Join(rank, id)
 			return "join"
 		}
-		g.start(&resumeRecord{state: st, world: world}, rank, id)
-		g.settle(&resumeRecord{state: st, world: world, result: ResumeResult{Resumed: true, ReplayedShards: 3}})
+		g.start(&ResumeRecord{State: st, World: world}, rank, id)
+		g.settle(&ResumeRecord{State: st, World: world, Result: ResumeResult{Resumed: true, ReplayedShards: 3}})
 		return "new"
 	}
 	for i, step := range []struct {
-		st          State
+		st          TrainerState
 		world, rank int
 		id, want    string
 		gen         uint64
@@ -54,8 +54,8 @@ func TestGenerations(t *testing.T) {
 		{s1, 3, 2, "", "new", 3},
 		{s1, 3, 0, "", "join", 3},
 	} {
-		if got := do(step.st, step.world, step.rank, step.id); got != step.want || g.n != step.gen {
-			t.Fatalf("step %d: rank %d's resume: %s in generation %d, want %s in %d", i, step.rank, got, g.n, step.want, step.gen)
+		if got := do(step.st, step.world, step.rank, step.id); got != step.want || g.N != step.gen {
+			t.Fatalf("step %d: rank %d's resume: %s in generation %d, want %s in %d", i, step.rank, got, g.N, step.want, step.gen)
 		}
 	}
 	// Ranks of the generation before that did not resume in this one
@@ -71,7 +71,7 @@ func TestGenerations(t *testing.T) {
 		t.Errorf("rank 1 resumed in generation 3: it may take parts")
 	}
 	// A failed resume leaves no generation to join: the next rewinds.
-	g.start(&resumeRecord{state: s0, world: 4}, 0, "")
+	g.start(&ResumeRecord{State: s0, World: 4}, 0, "")
 	g.settle(nil)
 	if got := do(s0, 4, 1, ""); got != "new" {
 		t.Errorf("after a failed resume: %s, want new", got)
@@ -82,11 +82,11 @@ func TestGenerations(t *testing.T) {
 // names the rank's state and the generation's, and the ranks that
 // resumed from it.
 func TestGenerationsConflictNamesBothPositions(t *testing.T) {
-	a := State{Version: StateVersion, Epoch: 0, Step: 5, WorldSize: 2, Position: []byte(`{"v":1,"a":1}`)}
-	b := State{Version: StateVersion, Epoch: 0, Step: 7, WorldSize: 2, Position: []byte(`{"v":1,"a":2}`)}
+	a := TrainerState{Version: StateVersion, Epoch: 0, Step: 5, WorldSize: 2, Position: []byte(`{"v":1,"a":1}`)}
+	b := TrainerState{Version: StateVersion, Epoch: 0, Step: 7, WorldSize: 2, Position: []byte(`{"v":1,"a":2}`)}
 	var g generations
-	g.start(&resumeRecord{state: a, world: 2}, 0, "")
-	g.settle(&resumeRecord{state: a, world: 2})
+	g.start(&ResumeRecord{State: a, World: 2}, 0, "")
+	g.settle(&ResumeRecord{State: a, World: 2})
 	_, err := g.decide(b, 2, 1, "")
 	if !errors.Is(err, ErrResumeConflict) {
 		t.Fatalf("a second checkpoint: %v, want ErrResumeConflict", err)

@@ -1,4 +1,4 @@
-package traineragent
+package readerstate
 
 import (
 	"crypto/rand"
@@ -38,11 +38,11 @@ import (
 type generations struct {
 	// n counts the generations (rewinds): a part carries the one it was
 	// formed for, and a member's part request the one it was admitted in.
-	n uint64
+	N uint64
 	// from is the resume the current generation started with (nil: none
 	// yet, or it failed), its result filled in once its replay is asked
 	// for (settle).
-	from *resumeRecord
+	from *ResumeRecord
 	// resumed are the ranks that resumed in the current generation, each
 	// with the id of its request ("": none given, so never a repeat).
 	resumed map[int]string
@@ -51,12 +51,12 @@ type generations struct {
 	earlier map[int]bool
 }
 
-// maxResumeID bounds a forwarded resume's id (newResumeID makes 16 hex
+// MaxResumeID bounds a forwarded resume's id (NewResumeID makes 16 hex
 // digits).
-const maxResumeID = 64
+const MaxResumeID = 64
 
-// newResumeID is a random id for a member's forward of a resume.
-func newResumeID() string {
+// NewResumeID is a random id for a member's forward of a resume.
+func NewResumeID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(b[:])
@@ -73,30 +73,30 @@ const (
 // decide says what rank's resume from st for world ranks is (id: its
 // request's, to answer a retry as the first; "" none), without changing
 // the book: a resume that fails before it rewinds leaves it as it was.
-func (g *generations) decide(st State, world, rank int, id string) (resumeVerdict, error) {
+func (g *generations) decide(st TrainerState, world, rank int, id string) (resumeVerdict, error) {
 	prev, resumed := g.resumed[rank]
 	switch {
 	case id != "" && resumed && prev == id:
 		return resumeJoins, nil // the same request again (a member's retry)
-	case g.from == nil || g.from.world != world || resumed:
+	case g.from == nil || g.from.World != world || resumed:
 		return resumeNew, nil
-	case !sameState(g.from.state, st):
+	case !sameState(g.from.State, st):
 		return 0, fmt.Errorf("%w: rank %d resumes from %s, but this generation of ranks resumed from %s (ranks %s): "+
-			"every rank of a generation must load the same checkpoint", ErrResumeConflict, rank, describeState(st), describeState(g.from.state), g.ranks())
+			"every rank of a generation must load the same checkpoint", ErrResumeConflict, rank, describeState(st), describeState(g.from.State), g.ranks())
 	}
 	return resumeJoins, nil
 }
 
 // join records rank's resume in the current generation.
-func (g *generations) join(rank int, id string) {
+func (g *generations) Join(rank int, id string) {
 	g.resumed[rank] = id
 	delete(g.earlier, rank)
 }
 
 // start begins a new generation with rank's resume r (its result not
 // yet known): the ranks that resumed in the one before must resume again.
-func (g *generations) start(r *resumeRecord, rank int, id string) {
-	g.n++
+func (g *generations) start(r *ResumeRecord, rank int, id string) {
+	g.N++
 	g.earlier = map[int]bool{}
 	for q := range g.resumed {
 		if q != rank {
@@ -109,7 +109,7 @@ func (g *generations) start(r *resumeRecord, rank int, id string) {
 
 // settle ends the current generation's resume: r is its record with its
 // result, nil if it failed (the next resume starts a generation again).
-func (g *generations) settle(r *resumeRecord) {
+func (g *generations) settle(r *ResumeRecord) {
 	g.from = r
 	if r == nil {
 		g.resumed = nil
@@ -122,7 +122,7 @@ func (g *generations) mustResume(rank int) error {
 		return nil
 	}
 	return fmt.Errorf("%w: rank %d resumed in the generation of ranks before this one, which a rank's new resume from %s started: "+
-		"the parts it took there were rewound; load the checkpoint again", ErrResumeConflict, rank, describeState(g.from.state))
+		"the parts it took there were rewound; load the checkpoint again", ErrResumeConflict, rank, describeState(g.from.State))
 }
 
 // ranks lists the ranks that resumed in the current generation.
@@ -134,10 +134,10 @@ func (g *generations) ranks() string {
 	return strings.Join(rs, ",")
 }
 
-// describeState names a state's place: its step, world size and
+// DescribeState names a state's place: its step, world size and
 // position (a digest of it: a position is up to 64 KiB).
-func describeState(st State) string {
-	pos, err := positionJSON(st.Position)
+func describeState(st TrainerState) string {
+	pos, err := PositionJSON(st.Position)
 	var v any
 	if err == nil {
 		err = json.Unmarshal(pos, &v)
