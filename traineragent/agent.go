@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -125,12 +126,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
 			r.st.Ranks.DropFixed = true // the team's agents share it
-			auth := &teamAuth{key: opts.TeamKey, job: job.Spec.ID, reader: name}
+			auth := teamproto.NewAuth(opts.TeamKey, job.Spec.ID, name)
 			if slices.Contains(opts.Ranks, 0) {
 				r.planAsTeam(newTeam(opts.WorldSize, opts.Ranks, auth))
 			} else {
-				m := newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
-				m.auth, m.m = auth, r.m
+				m := teamproto.NewMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
+				m.Secure(auth, r.m.teamRefused)
 				r.joinTeam(m)
 			}
 		}
@@ -231,7 +232,7 @@ func (a *Agent) Handler() http.Handler {
 // the readers until every rank of every reader got every step; it then
 // records each reader as done, publishes the final demand (Done) and
 // returns nil. It returns early with ctx's error, an error wrapping
-// ErrJobEnded when the job is cancelled or deleted, or another error; the
+// readerstate.ErrJobEnded when the job is cancelled or deleted, or another error; the
 // readers' Next then fails with ErrStopped. The tasks it holds unsettled
 // go back to the queue at once, so another agent (or this one restarted)
 // takes them.
@@ -328,7 +329,7 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	}
 	for _, r := range a.readers {
 		r.mu.Lock()
-		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[assembly.ShardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
+		r.producer = teamproto.NewProducer(ctx, a.job, d.Produce)
 		r.st.Changed = true
 		r.unlock()
 		r.role.dispatching(d)
@@ -356,7 +357,7 @@ func (a *Agent) waitDelivered(ctx context.Context, jobs jetstream.KeyValue, disp
 				if ended := checkJob(ctx, jobs, id); ended != nil {
 					return ended
 				}
-				return fmt.Errorf("%w: job %s: %w", ErrJobEnded, id, err)
+				return fmt.Errorf("%w: job %s: %w", readerstate.ErrJobEnded, id, err)
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -399,7 +400,7 @@ func (a *Agent) allDone() bool {
 // records its position once more. (The dispatcher has returned its
 // unsettled tasks to the queue.)
 func (a *Agent) release(err error) {
-	if err == nil || errors.Is(err, ErrJobEnded) {
+	if err == nil || errors.Is(err, readerstate.ErrJobEnded) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -470,7 +471,7 @@ func (a *Agent) watchJob(ctx context.Context, jobs jetstream.KeyValue) {
 			}
 			err := jobEnded(a.job.Spec.ID, e)
 			if err == nil && a.succeededWithoutMe(e) {
-				err = fmt.Errorf("%w: job %s succeeded: another agent delivered what this one had not", ErrJobEnded, a.job.Spec.ID)
+				err = fmt.Errorf("%w: job %s succeeded: another agent delivered what this one had not", readerstate.ErrJobEnded, a.job.Spec.ID)
 			}
 			if err != nil {
 				a.log.Warn("stopping", "reason", err)

@@ -167,6 +167,6 @@
 // carried in the demand signal and counted in sluice_agent_step_seconds_total.
 //
 // A job cancelled, failed or deleted while the agent reads it stops the
-// agent with an error wrapping ErrJobEnded; GET /v1/batch then answers 410
+// agent with an error wrapping readerstate.ErrJobEnded; GET /v1/batch then answers 410
 // (Sluice-End: ended) with the reason.
 package traineragent

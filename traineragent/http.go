@@ -129,7 +129,7 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndDelivered)
 		http.Error(w, fmt.Sprintf("job %s: rank %d got every step of every epoch", a.job.Spec.ID, req.Rank), http.StatusGone)
 		return
-	case errors.Is(err, ErrJobEnded):
+	case errors.Is(err, readerstate.ErrJobEnded):
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
 		return
@@ -220,7 +220,7 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, readerstate.ErrResumeConflict):
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
-	case errors.Is(err, ErrJobEnded):
+	case errors.Is(err, readerstate.ErrJobEnded):
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
@@ -144,7 +145,7 @@ func (s *positionStore) put(ctx context.Context, key string, data []byte) error 
 			return nil
 		}
 		s.log.Warn("writing "+key+"; retrying", "err", err)
-		if err := sleepCtx(wctx, wait); err != nil {
+		if err := retry.Sleep(wctx, wait); err != nil {
 			return fmt.Errorf("writing %s: %w", key, err)
 		}
 	}

@@ -2,7 +2,6 @@ package traineragent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -15,12 +14,9 @@ import (
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// ErrJobEnded means the job was cancelled, failed or deleted while the agent
-// read it: its output is gone and nothing more will come.
-var ErrJobEnded = errors.New("job ended")
 
 // Options tune an Agent; zero values take the defaults.
 type Options struct {
@@ -136,7 +132,7 @@ type Reader struct {
 	role role
 	// producer has shards produced again for parts whose rows this agent
 	// does not hold (set once the agent dispatches; mu).
-	producer *producer
+	producer *teamproto.Producer
 	// shedding is set by the agent while the reader lags (lag.go).
 	shedding atomic.Bool
 }
@@ -170,7 +166,7 @@ func (a *Reader) planAsTeam(t *team) planner {
 }
 
 // joinTeam makes the reader a member of its team.
-func (a *Reader) joinTeam(m *member) {
+func (a *Reader) joinTeam(m *teamproto.Member) {
 	a.role = memberRole{a, m}
 }
 
@@ -351,7 +347,7 @@ func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 // ErrWorldMismatch), blocking until one is ready; the time spent blocked
 // is the trainer's stall time. It
 // returns io.EOF after the last batch of the last epoch, and an error
-// wrapping ErrStopped if Run ended before that (wrapping ErrJobEnded too if
+// wrapping ErrStopped if Run ended before that (wrapping readerstate.ErrJobEnded too if
 // that is why).
 //
 // The batch counts as delivered once Next returns it: the reader's
@@ -496,4 +492,29 @@ func (r *Reader) askOwed(ctx context.Context) {
 // readerstate.Config is what opts fix of a reader's state.
 func (o Options) stateConfig() readerstate.Config {
 	return readerstate.Config{PrefetchSamples: o.PrefetchSamples, WorldSize: o.WorldSize, DropLast: o.DropLast}
+}
+
+// cutPart cuts a part of this (planner) agent's rank given as spans:
+// from the chunks it holds, or produced again. A part that cannot be cut
+// is lost to the trainer (it counts as handed out): its samples are
+// reported failed.
+func (a *Reader) cutPart(ctx context.Context, p readerstate.RankPart) (readerstate.RankPart, error) {
+	a.mu.Lock()
+	sc, prod := a.st.Asm.Schema, a.producer
+	a.mu.Unlock()
+	b, err := teamproto.CutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
+		if sp.Data != nil {
+			return teamproto.SpanRows(sp, sp.Data)
+		}
+		return prod.Rows(ctx, sp)
+	})
+	if err != nil {
+		a.mu.Lock()
+		a.st.Lost(p, err)
+		a.unlock()
+		return readerstate.RankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", readerstate.ErrStopped, p.Step, err)
+	}
+	b.Sources = assembly.SpanSources(a.job, p.Spans)
+	p.Batch, p.Spans = b, nil
+	return p, nil
 }

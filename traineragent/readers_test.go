@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -336,10 +337,10 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 			} else if err := kv.Purge(context.Background(), job.Spec.ID); err != nil {
 				t.Fatal(err)
 			}
-			if err := wait(); !errors.Is(err, ErrJobEnded) {
-				t.Fatalf("Run after the job was %s: %v, want ErrJobEnded", end, err)
+			if err := wait(); !errors.Is(err, readerstate.ErrJobEnded) {
+				t.Fatalf("Run after the job was %s: %v, want readerstate.ErrJobEnded", end, err)
 			}
-			if _, err := a.Next(context.Background()); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), end) {
+			if _, err := a.Next(context.Background()); !errors.Is(err, readerstate.ErrJobEnded) || !strings.Contains(err.Error(), end) {
 				t.Errorf("Next after the job was %s: %v", end, err)
 			}
 			resp, err := http.Get(srv.URL + "/v1/batch")
@@ -365,7 +366,7 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := runAgent(t, a)(); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "succeeded") {
+		if err := runAgent(t, a)(); !errors.Is(err, readerstate.ErrJobEnded) || !strings.Contains(err.Error(), "succeeded") {
 			t.Errorf("Run of an agent with nothing delivered of a succeeded job: %v", err)
 		}
 	})
@@ -375,7 +376,7 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 		job.State, job.Reason = wire.JobFailed, "no sample could be processed"
 		e.record(t, job)
 		_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
-		if !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "no sample could be processed") {
+		if !errors.Is(err, readerstate.ErrJobEnded) || !strings.Contains(err.Error(), "no sample could be processed") {
 			t.Errorf("Open of a failed job: %v", err)
 		}
 	})

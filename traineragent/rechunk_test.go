@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -351,14 +352,14 @@ func TestRestoreBoundsTheRowsAPositionRecords(t *testing.T) {
 // not told again.
 func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
 	job := testJob("j", 1, 4, layout{{12}})
-	m := newMember(nil, job, wire.DefaultReader, "node1", []int{1}, 2, false, slog.New(slog.DiscardHandler))
+	m := teamproto.NewMember(nil, job, wire.DefaultReader, "node1", []int{1}, 2, false, slog.New(slog.DiscardHandler))
 	task := job.Task(0, 0)
 	feed := func(msgs []outputMsg) {
 		for _, msg := range msgs {
 			if msg.ref.Chunk < 0 {
 				continue
 			}
-			if err := m.chunk(task, msg.ref.Chunk, msg.data); err != nil {
+			if err := m.Chunk(task, msg.ref.Chunk, msg.data); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -367,11 +368,11 @@ func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
 	feed(chunked(t, job, 0, 0, []int{6, 6}, false))
 	feed(chunked(t, job, 0, 0, []int{6, 6}, true)) // the same again: copies
 	var got []string
-	for _, n := range m.queue {
-		got = append(got, fmt.Sprintf("chunk %d first %d rows %d", n.Chunk, noteFirstRow(n), n.Rows))
+	for _, n := range m.Queue {
+		got = append(got, fmt.Sprintf("chunk %d first %d rows %d", n.Chunk, teamproto.NoteFirstRow(n), n.Rows))
 	}
 	want := []string{"chunk 0 first 0 rows 4", "chunk 1 first 4 rows 4",
-		fmt.Sprintf("chunk %d first 0 rows 6", altChunks), fmt.Sprintf("chunk %d first 6 rows 6", altChunks+1)}
+		fmt.Sprintf("chunk %d first 0 rows 6", teamproto.AltChunks), fmt.Sprintf("chunk %d first 6 rows 6", teamproto.AltChunks+1)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("notes (-want +got):\n%s", diff)
 	}

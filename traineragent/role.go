@@ -2,7 +2,9 @@ package traineragent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -110,7 +113,7 @@ func (a solo) buffer() (held int64, wants, starved bool) {
 	held, prod := a.st.Asm.HeldBytes, a.producer
 	wants, starved = a.st.Pull()
 	a.mu.Unlock()
-	return held + prod.heldBytes(), wants, starved
+	return held + prod.HeldBytes(), wants, starved
 }
 
 // planner is the role of the agent that plans a team's steps (rank 0's).
@@ -153,7 +156,7 @@ func (a planner) resumeFor(ctx context.Context, req readerstate.ResumeRequest, a
 // memberRole is the role of a team's agent that does not plan.
 type memberRole struct {
 	*Reader
-	m *member
+	m *teamproto.Member
 }
 
 func (a memberRole) open(context.Context, jetstream.JetStream) error {
@@ -163,32 +166,80 @@ func (a memberRole) open(context.Context, jetstream.JetStream) error {
 }
 
 func (a memberRole) dispatching(d *dispatch.Dispatcher) {
-	a.m.settle, a.m.arrived = d.Settle, a.arrived
+	a.m.Dispatching(d.Settle, a.arrived)
 }
 
 func (a memberRole) start(ctx context.Context, _ *nats.Conn, bg *sync.WaitGroup) (func(), error) {
-	bg.Go(func() { a.m.keepStatus(ctx) })
-	bg.Go(func() { a.m.keepNotes(ctx) })
-	return a.m.stopRun, nil
+	bg.Go(func() { a.m.KeepStatus(ctx) })
+	bg.Go(func() { a.m.KeepNotes(ctx) })
+	return a.m.Stop, nil
 }
 
-func (a memberRole) done(s *readerstate.State) bool      { return s.RanksEnded(a.m.ranks) }
-func (a memberRole) handedOut(s *readerstate.State) bool { return s.RanksEnded(a.m.ranks) }
+func (a memberRole) done(s *readerstate.State) bool      { return s.RanksEnded(a.m.ServedRanks()) }
+func (a memberRole) handedOut(s *readerstate.State) bool { return s.RanksEnded(a.m.ServedRanks()) }
 
 func (memberRole) finish(context.Context) error { return nil } // the planner records the reader
 
 func (a memberRole) chunk(task wire.ShardTask, index int, data []byte) error {
-	return a.m.chunk(task, index, data)
+	return a.m.Chunk(task, index, data)
 }
 
 func (a memberRole) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
-	a.m.end(task, end, reason) // settled once the planner's position has it
+	a.m.End(task, end, reason) // settled once the planner's position has it
 }
 
 // buffer: the chunks it stores; it wants more, and its ranks wait, when
 // the planner wants its rows.
 func (a memberRole) buffer() (held int64, wants, starved bool) {
-	a.m.mu.Lock()
-	defer a.m.mu.Unlock()
-	return a.m.bytes, a.m.want, a.m.want
+	held, wants = a.m.Buffer()
+	return held, wants, wants
+}
+
+// nextPart is a member's: the planner's part for the rank, cut here; the
+// wait counts as the trainer's.
+func (a memberRole) nextPart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
+	m := a.m
+	req, err := m.Serves(req)
+	if err != nil {
+		return readerstate.RankPart{}, err
+	}
+	a.mu.Lock()
+	a.st.Block(time.Now())
+	a.unlock()
+	p, err := m.Part(ctx, req, func() *teamproto.Producer {
+		// A rank may ask before the agent dispatches: wait for it (the
+		// poll outlives the request: the member's run, not ctx).
+		_ = a.waitFor(m.Running(), func() bool { return a.producer != nil || a.st.RunEnded })
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.producer
+	})
+	now := time.Now()
+	a.mu.Lock()
+	defer a.unlock()
+	a.st.Unblock(now)
+	if errors.Is(err, io.EOF) {
+		if a.st.RankEnded(req.Rank) && a.st.RanksEnded(m.ServedRanks()) {
+			// The planner recorded every step before it told a rank
+			// the end: every shard is complete. (Settled before the
+			// agent sees it is done and returns what it holds.)
+			m.SettleAll()
+		}
+		return readerstate.RankPart{}, err
+	}
+	if err != nil {
+		if len(p.Keys) > 0 {
+			a.st.Lost(p, err) // the planner counts the part as handed out
+		}
+		return readerstate.RankPart{}, err
+	}
+	a.st.Delivered(req.Rank, p, now)
+	go m.DropSettled(a.st.SlowestEpoch(m.ServedRanks()))
+	return p, nil
+}
+
+// resume is a member's: it forwards a rank's resume to the planner, which
+// writes the position (its write's timeout, and some).
+func (a memberRole) resume(ctx context.Context, req readerstate.ResumeRequest) (ResumeResult, error) {
+	return a.m.Resume(ctx, req, positionWriteTimeout+10*time.Second)
 }

@@ -14,3 +14,7 @@ type (
 	// ResumeResult is what a resume did.
 	ResumeResult = readerstate.ResumeResult
 )
+
+// ErrJobEnded is readerstate.ErrJobEnded: the job was cancelled, failed
+// or deleted while the agent served it.
+var ErrJobEnded = readerstate.ErrJobEnded

@@ -14,13 +14,14 @@ import (
 
 	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // Open waits for job id's record to appear in wire.JobsBucket (logging
 // that it waits) and prepares an agent for it, as New does: a process
 // separate from the broker needs only the job id. A job already cancelled
-// or failed is refused with an error wrapping ErrJobEnded.
+// or failed is refused with an error wrapping readerstate.ErrJobEnded.
 func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string, opts Options, logger *slog.Logger, m *Metrics, reg prometheus.Registerer) (*Agent, error) {
 	if err := wire.ValidateJobID(id); err != nil {
 		return nil, fmt.Errorf("trainer agent: %w", err)
@@ -88,11 +89,11 @@ func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string,
 	}
 }
 
-// jobEnded returns an error wrapping ErrJobEnded if entry (of the job's
+// jobEnded returns an error wrapping readerstate.ErrJobEnded if entry (of the job's
 // record) says the job is gone: deleted, cancelled or failed.
 func jobEnded(id string, e jetstream.KeyValueEntry) error {
 	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
-		return fmt.Errorf("%w: job %s was deleted", ErrJobEnded, id)
+		return fmt.Errorf("%w: job %s was deleted", readerstate.ErrJobEnded, id)
 	}
 	var job wire.Job
 	if err := json.Unmarshal(e.Value(), &job); err != nil {
@@ -103,13 +104,13 @@ func jobEnded(id string, e jetstream.KeyValueEntry) error {
 		if reason == "" {
 			reason = "no reason given"
 		}
-		return fmt.Errorf("%w: job %s was %s: %s", ErrJobEnded, id, job.State, reason)
+		return fmt.Errorf("%w: job %s was %s: %s", readerstate.ErrJobEnded, id, job.State, reason)
 	}
 	return nil
 }
 
 // checkJob reads the job's record once and returns an error wrapping
-// ErrJobEnded if the job is gone, else nil.
+// readerstate.ErrJobEnded if the job is gone, else nil.
 func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 	if ctx.Err() != nil {
 		return nil
@@ -119,7 +120,7 @@ func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 	e, err := jobs.Get(gctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return fmt.Errorf("%w: job %s was deleted", ErrJobEnded, id)
+		return fmt.Errorf("%w: job %s was deleted", readerstate.ErrJobEnded, id)
 	case err != nil:
 		return nil
 	}
@@ -251,14 +252,5 @@ func (a *Reader) keepAlive(ctx context.Context) {
 			a.stop(fmt.Errorf("job %s reader %s: %w", a.job.Spec.ID, a.reader, err))
 			return
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -38,7 +39,7 @@ func FuzzTeamRequest(f *testing.F) {
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-		pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey}))
+		pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamproto.Auth{Key: testTeamKey}))
 		r.mu.Lock()
 		if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
 			t.Fatal(err)
@@ -49,7 +50,7 @@ func FuzzTeamRequest(f *testing.F) {
 		name := teamOps[int(op)%len(teamOps)]
 		var reply wire.TeamReply
 		if name == wire.TeamOpJoin {
-			reply = pl.teamJoin(teamHead{op: name, member: "x", session: "nonce-of-x-000000"}, body)
+			reply = pl.teamJoin(teamproto.Head{Op: name, Member: "x", Session: "nonce-of-x-000000"}, body)
 		} else {
 			reply = pl.teamRequest(ctx, name, "m", body)
 		}
@@ -73,10 +74,10 @@ func FuzzTeamRequest(f *testing.F) {
 // FuzzTeamEnvelope: any headers and body are opened without a panic, and
 // only a message sealed with the key opens.
 func FuzzTeamEnvelope(f *testing.F) {
-	auth := &teamAuth{key: testTeamKey, job: "fuzz", reader: wire.DefaultReader}
+	auth := &teamproto.Auth{Key: testTeamKey, Job: "fuzz", Reader: wire.DefaultReader}
 	m := nats.NewMsg("x")
 	m.Data = []byte(`{"rank":2}`)
-	auth.seal(m, kindRequest, teamHead{op: wire.TeamOpPart, member: "m", session: "s", seq: 7})
+	auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpPart, Member: "m", Session: "s", Seq: 7})
 	f.Add(m.Header.Get(wire.TeamHeaderVersion), "m", "s", "7", "", m.Header.Get(wire.TeamHeaderMAC), m.Data)
 	f.Add("1", "", "", "", "", "", []byte{})
 	f.Fuzz(func(t *testing.T, version, member, session, seq, planner, mac string, body []byte) {
@@ -85,11 +86,11 @@ func FuzzTeamEnvelope(f *testing.F) {
 		for k, v := range map[string]string{wire.TeamHeaderVersion: version, wire.TeamHeaderMember: member, wire.TeamHeaderSession: session, wire.TeamHeaderSeq: seq, wire.TeamHeaderPlanner: planner, wire.TeamHeaderMAC: mac} {
 			m.Header.Set(k, v)
 		}
-		h, err := auth.open(m, kindRequest, wire.TeamOpPart)
+		h, err := auth.Open(m, teamproto.KindRequest, wire.TeamOpPart)
 		if err != nil {
 			return
 		}
-		want := auth.sum(kindRequest, h, body)
+		want := auth.Sum(teamproto.KindRequest, h, body)
 		if got := m.Header.Get(wire.TeamHeaderMAC); got == "" || len(want) == 0 {
 			t.Fatalf("opened without a MAC")
 		}
@@ -100,8 +101,8 @@ func FuzzTeamEnvelope(f *testing.F) {
 // checked without a panic or an allocation of its claimed size.
 func FuzzTeamReply(f *testing.F) {
 	job := testJob("fuzz", 2, 4, layout{{3, 2}, {4}})
-	mem := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	good, _ := json.Marshal(wire.TeamReply{Status: statusOK, Part: &wire.TeamPart{World: 2, Rows: 3, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, N: 3}}}})
+	mem := teamproto.NewMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
+	good, _ := json.Marshal(wire.TeamReply{Status: teamproto.StatusOK, Part: &wire.TeamPart{World: 2, Rows: 3, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, N: 3}}}})
 	f.Add(good)
 	f.Add([]byte(`{"status":"ok","part":{"rows":1000000000000,"world":2}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -109,7 +110,7 @@ func FuzzTeamReply(f *testing.F) {
 		if json.Unmarshal(body, &r) != nil || r.Part == nil {
 			return
 		}
-		if err := mem.checkPart(*r.Part); err == nil && r.Part.Rows > job.Spec.BatchSize {
+		if err := mem.CheckPart(*r.Part); err == nil && r.Part.Rows > job.Spec.BatchSize {
 			t.Fatalf("a part of %d rows passed", r.Part.Rows)
 		}
 	})

@@ -149,19 +149,17 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		m.mu.Lock()
-		pl := m.polls[2]
-		m.mu.Unlock()
+		pl := m.PollOf(2)
 		if pl == nil {
 			t.Fatal("no poll for rank 2")
 		}
 		select {
-		case <-pl.done:
+		case <-pl.Done:
 		case <-time.After(time.Until(deadline)):
 			t.Fatal("rank 2's poll got no part")
 		}
-		if pl.err != nil {
-			t.Fatal(pl.err)
+		if pl.Err != nil {
+			t.Fatal(pl.Err)
 		}
 		break
 	}

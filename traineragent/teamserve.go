@@ -7,117 +7,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// The team protocol: JSON requests from a member agent to its reader's
-// planner on wire.TeamSubject(job, reader, op), each answered with a
-// wire.TeamReply, both in the envelope of teamauth.go (who sent it, the
-// session, a sequence number, a MAC under the job's team key).
-const (
-	partWait  = 5 * time.Second // the longest a part request waits
-	teamRetry = 250 * time.Millisecond
-)
-
-// Outcomes of a team request (wire.TeamReply.Status).
-const (
-	statusOK        = "ok"
-	statusWait      = "wait"       // no part yet: ask again
-	statusEOF       = "eof"        // the rank got every step
-	statusMismatch  = "mismatch"   // ErrWorldMismatch
-	statusNotMember = "not_member" // the asking agent has not joined this planner run (or its session is not the member's)
-	statusTaken     = "name_taken" // a join under the name of a member that is still heard from
-	statusBusy      = "busy"       // the member has too many requests in progress: ask again
-	statusBadState  = "bad_state"
-	statusConflict  = "conflict"
-	statusEnded     = "ended" // ErrJobEnded
-	statusStopped   = "stopped"
-)
-
-// Bounds on what a member may ask of the planner: requests in progress per
-// member (two per rank: its long poll and its resume, plus notes and
-// status), joins in progress, and a request's body (the chunks and rows a
-// member may hold at the planner are the team state's: readerstate.MaxMemberRows).
-const (
-	maxMemberRequests = 8 // and 2 per rank
-	maxJoins          = 4
-	maxTeamRequest    = 1 << 20 // bytes of a request body
-)
-
-// noteFirstRow is a note's first shard row, -1 when it does not say.
-func noteFirstRow(n wire.TeamNote) int {
-	if n.First == nil || *n.First < 0 {
-		return -1
-	}
-	return *n.First
-}
-
-func noteOf(sc *assembly.Schema) *wire.TeamSchema {
-	if sc == nil {
-		return nil
-	}
-	n := &wire.TeamSchema{Names: sc.Names, DTypes: make([]string, len(sc.Dtypes)), Shapes: sc.Shapes}
-	for i, d := range sc.Dtypes {
-		n.DTypes[i] = string(d)
-	}
-	return n
-}
-
-// maxNoteTensors and maxNoteDims bound a schema note.
-const (
-	maxNoteTensors = 64
-	maxNoteDims    = 8
-)
-
-// schemaOf is the schema a note gives, checked.
-func schemaOf(n *wire.TeamSchema) (*assembly.Schema, error) {
-	if n == nil || len(n.Names) == 0 || len(n.DTypes) != len(n.Names) || len(n.Shapes) != len(n.Names) {
-		return nil, errors.New("a chunk's schema needs a dtype and a shape per tensor")
-	}
-	if len(n.Names) > maxNoteTensors {
-		return nil, fmt.Errorf("a chunk's schema has %d tensors: want at most %d", len(n.Names), maxNoteTensors)
-	}
-	for i, sh := range n.Shapes { // a row's shape
-		if len(sh) > maxNoteDims {
-			return nil, fmt.Errorf("tensor %.64q has %d dimensions a row: want at most %d", n.Names[i], len(sh), maxNoteDims)
-		}
-		if safetensors.DType(n.DTypes[i]).Bytes(sh) < 0 {
-			return nil, fmt.Errorf("tensor %.64q: dtype %.16q, shape %v: not a tensor this agent can stack", n.Names[i], n.DTypes[i], sh)
-		}
-	}
-	dtypes := make([]safetensors.DType, len(n.DTypes))
-	for i, d := range n.DTypes {
-		dtypes[i] = safetensors.DType(d)
-	}
-	return &assembly.Schema{Names: n.Names, Dtypes: dtypes, Shapes: n.Shapes}, nil
-}
-
-// rowBound is how many rows a chunk of schema sc can have within the
-// job's chunk size limit: each row takes its tensors' bytes and at least 3
-// bytes of its key in the chunk's metadata.
-func rowBound(sc *assembly.Schema, chunkMax int) int {
-	row := 3
-	for i, d := range sc.Dtypes {
-		row += max(d.Bytes(sc.Shapes[i]), 0)
-	}
-	return min(chunkMax/row, assembly.MaxRowsPerChunk)
-}
 
 // serveTeam answers the team's requests for this reader (its planner)
 // until ctx ends. Each request's envelope is checked in the subscription's
 // callback, before its body is read; a request that passes runs in its
 // own goroutine, within the bounds of its member's requests in progress
-// (joins: maxJoins), so the goroutines are bounded by the members. What
+// (joins: teamproto.MaxJoins), so the goroutines are bounded by the members. What
 // waits beyond is NATS's pending limit (a slow consumer drops it).
 func (a planner) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	subj := wire.TeamSubject(a.job.Spec.ID, a.reader, "*")
@@ -136,20 +42,20 @@ func (a planner) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscripti
 func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 	t := a.team
 	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	h, err := t.auth.open(m, kindRequest, op)
+	h, err := t.auth.Open(m, teamproto.KindRequest, op)
 	if err != nil {
-		a.refuseTeam(m, op, h.member, "auth", err)
+		a.refuseTeam(m, op, h.Member, "auth", err)
 		return
 	}
-	if len(m.Data) > maxTeamRequest {
-		a.refuseTeam(m, op, h.member, "size", fmt.Errorf("%w: %d bytes: want at most %d", errTeamAuth, len(m.Data), maxTeamRequest))
+	if len(m.Data) > teamproto.MaxTeamRequest {
+		a.refuseTeam(m, op, h.Member, "size", fmt.Errorf("%w: %d bytes: want at most %d", teamproto.ErrAuth, len(m.Data), teamproto.MaxTeamRequest))
 		return
 	}
 	if op == wire.TeamOpJoin {
 		select {
 		case t.joins <- struct{}{}:
 		default:
-			a.respondTeam(m, h, wire.TeamReply{Status: statusBusy, Error: "too many joins in progress"})
+			a.respondTeam(m, h, wire.TeamReply{Status: teamproto.StatusBusy, Error: "too many joins in progress"})
 			return
 		}
 		go func() {
@@ -162,7 +68,7 @@ func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 	mem, refusal := t.admit(h, time.Now())
 	a.mu.Unlock()
 	if refusal != nil {
-		if refusal.Status == statusNotMember {
+		if refusal.Status == teamproto.StatusNotMember {
 			t.refused.Add(1)
 			a.m.teamRefused.Inc()
 		}
@@ -170,7 +76,7 @@ func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	go func() {
-		r := a.teamRequest(ctx, op, h.member, m.Data)
+		r := a.teamRequest(ctx, op, h.Member, m.Data)
 		a.mu.Lock()
 		t.done(mem)
 		a.mu.Unlock()
@@ -198,54 +104,56 @@ func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 }
 
 // respondTeam answers request h with r, sealed.
-func (a planner) respondTeam(m *nats.Msg, h teamHead, r wire.TeamReply) {
+func (a planner) respondTeam(m *nats.Msg, h teamproto.Head, r wire.TeamReply) {
 	r.Planner = a.team.id
 	data, err := json.Marshal(r)
 	if err == nil {
 		out := nats.NewMsg(m.Reply)
 		out.Data = data
-		h.planner = a.team.id
-		a.team.auth.seal(out, kindReply, h)
+		h.Planner = a.team.id
+		a.team.auth.Seal(out, teamproto.KindReply, h)
 		err = m.RespondMsg(out)
 	}
 	if err != nil {
-		a.log.Warn("answering a member", "op", h.op, "err", err)
+		a.log.Warn("answering a member", "op", h.Op, "err", err)
 	}
 }
 
 // teamJoin answers a join of member h.member, whose h.session is its nonce.
-func (a planner) teamJoin(h teamHead, data []byte) wire.TeamReply {
+func (a planner) teamJoin(h teamproto.Head, data []byte) wire.TeamReply {
 	var req wire.TeamJoin
 	if err := json.Unmarshal(data, &req); err != nil {
-		return wire.TeamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
+		return wire.TeamReply{Status: teamproto.StatusMismatch, Error: fmt.Sprintf("join: %v", err)}
 	}
 	a.mu.Lock()
 	defer a.unlock()
-	session, err := a.team.JoinMember(a.st, h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
+	session, err := a.team.JoinMember(a.st, h.Member, h.Session, req.Ranks, req.World, req.DropLast, time.Now())
 	switch {
 	case errors.Is(err, readerstate.ErrNameTaken):
 		a.team.refused.Add(1)
 		a.m.teamRefused.Inc()
-		a.log.Warn("refused a join under a live member's name", "agent", readerstate.CutText(h.member), "err", err)
-		return wire.TeamReply{Status: statusTaken, Error: err.Error()}
+		a.log.Warn("refused a join under a live member's name", "agent", readerstate.CutText(h.Member), "err", err)
+		return wire.TeamReply{Status: teamproto.StatusTaken, Error: err.Error()}
 	case err != nil:
-		return wire.TeamReply{Status: statusMismatch, Error: err.Error()}
+		return wire.TeamReply{Status: teamproto.StatusMismatch, Error: err.Error()}
 	}
-	return wire.TeamReply{Status: statusOK, Session: session}
+	return wire.TeamReply{Status: teamproto.StatusOK, Session: session}
 }
 
 func (a planner) teamRequest(ctx context.Context, op, member string, data []byte) wire.TeamReply {
-	bad := func(err error) wire.TeamReply { return wire.TeamReply{Status: statusMismatch, Error: err.Error()} }
+	bad := func(err error) wire.TeamReply {
+		return wire.TeamReply{Status: teamproto.StatusMismatch, Error: err.Error()}
+	}
 	switch op {
 	case wire.TeamOpNotes:
 		var req wire.TeamNotes
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("notes: %w", err))
 		}
-		if len(req.Notes) > maxNotes {
-			return bad(fmt.Errorf("notes: %d in one request: want at most %d", len(req.Notes), maxNotes))
+		if len(req.Notes) > teamproto.MaxNotes {
+			return bad(fmt.Errorf("notes: %d in one request: want at most %d", len(req.Notes), teamproto.MaxNotes))
 		}
-		r := wire.TeamReply{Status: statusOK}
+		r := wire.TeamReply{Status: teamproto.StatusOK}
 		for i, n := range req.Notes {
 			dup, deferred, err := a.addNote(member, n)
 			switch {
@@ -283,32 +191,28 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		var req wire.TeamResume
 		var st State
 		if err := json.Unmarshal(data, &req); err != nil {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: %v", err)}
 		}
 		if err := json.Unmarshal(req.State, &st); err != nil {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
 		}
 		if len(req.ID) > readerstate.MaxResumeID {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), readerstate.MaxResumeID)}
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), readerstate.MaxResumeID)}
 		}
 		res, err := a.resumeFor(ctx, readerstate.ResumeRequest{State: st, World: req.World, Rank: req.Rank, ID: req.ID}, member)
 		if err != nil {
-			return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
+			return wire.TeamReply{Status: teamproto.StatusOf(err), Error: err.Error()}
 		}
 		a.mu.Lock()
 		gen := a.st.Gens.N
 		a.mu.Unlock()
 		out, err := json.Marshal(res)
 		if err != nil {
-			return wire.TeamReply{Status: statusStopped, Error: err.Error()}
+			return wire.TeamReply{Status: teamproto.StatusStopped, Error: err.Error()}
 		}
-		return wire.TeamReply{Status: statusOK, Resume: out, Gen: gen}
+		return wire.TeamReply{Status: teamproto.StatusOK, Resume: out, Gen: gen}
 	}
 	return bad(fmt.Errorf("unknown request %.32q", op))
-}
-
-func notMember(name string) wire.TeamReply {
-	return wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
 }
 
 // addNote applies member's note of a chunk, a shard end or a failed
@@ -324,12 +228,12 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 	case n.Chunk >= 0:
 		var sc *assembly.Schema
 		if n.Corrupt == "" && n.Rows != 0 {
-			if sc, err = schemaOf(n.Schema); err != nil {
+			if sc, err = teamproto.SchemaOf(n.Schema); err != nil {
 				return false, false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
 		}
-		if n.Rows < 0 || sc != nil && n.Rows > rowBound(sc, a.chunkMax()) {
-			return false, false, fmt.Errorf("chunk %s: %d rows: a chunk of this schema within %d bytes has at most %d", ref, n.Rows, a.chunkMax(), rowBound(sc, a.chunkMax()))
+		if n.Rows < 0 || sc != nil && n.Rows > teamproto.RowBound(sc, a.chunkMax()) {
+			return false, false, fmt.Errorf("chunk %s: %d rows: a chunk of this schema within %d bytes has at most %d", ref, n.Rows, a.chunkMax(), teamproto.RowBound(sc, a.chunkMax()))
 		}
 		corrupt := readerstate.CutText(n.Corrupt)
 		a.mu.Lock()
@@ -339,7 +243,7 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 			return false, true, nil
 		}
 		out, err = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) {
-			return a.team.AddRemote(st, ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
+			return a.team.AddRemote(st, ref, member, teamproto.NoteFirstRow(n), n.Rows, sc, corrupt)
 		})
 	case n.End != nil:
 		ref.Chunk = -1
@@ -362,16 +266,16 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 
 // admit checks request h's sender against the members that joined, and
 // counts it in progress (the caller's busy-- ends it), unless refused.
-func (t *team) admit(h teamHead, now time.Time) (*readerstate.TeamMember, *wire.TeamReply) {
-	mem := t.Members[h.member]
+func (t *team) admit(h teamproto.Head, now time.Time) (*readerstate.TeamMember, *wire.TeamReply) {
+	mem := t.Members[h.Member]
 	switch {
-	case mem == nil || mem.Session != h.session:
-		r := notMember(h.member)
+	case mem == nil || mem.Session != h.Session:
+		r := teamproto.NotMember(h.Member)
 		return nil, &r
-	case !mem.Seqs.Accept(h.seq):
-		return nil, &wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
-	case mem.Busy >= maxMemberRequests+2*mem.Ranks:
-		return nil, &wire.TeamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.Busy)}
+	case !mem.Seqs.Accept(h.Seq):
+		return nil, &wire.TeamReply{Status: teamproto.StatusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.Seq, h.Member)}
+	case mem.Busy >= teamproto.MaxMemberRequests+2*mem.Ranks:
+		return nil, &wire.TeamReply{Status: teamproto.StatusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.Member, mem.Busy)}
 	}
 	mem.Busy++
 	mem.Seen = now
@@ -393,7 +297,7 @@ func (a planner) chunkMax() int {
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
 func (a planner) memberStatus(member string, req wire.TeamStatus) wire.TeamReply {
-	r := wire.TeamReply{Status: statusOK}
+	r := wire.TeamReply{Status: teamproto.StatusOK}
 	a.mu.Lock()
 	r.Want = a.team.Wants(a.st, member)
 	a.mu.Unlock()
@@ -406,9 +310,9 @@ func (a planner) memberStatus(member string, req wire.TeamStatus) wire.TeamReply
 }
 
 // memberPartReply takes a member rank's next part, waiting up to
-// partWait, and records it as handed out before answering.
+// teamproto.PartWait, and records it as handed out before answering.
 func (a planner) memberPartReply(ctx context.Context, member string, req wire.TeamPartRequest) wire.TeamReply {
-	ctx, cancel := context.WithTimeout(ctx, partWait)
+	ctx, cancel := context.WithTimeout(ctx, teamproto.PartWait)
 	defer cancel()
 	// A part goes only to a request of the member's current session and
 	// generation of ranks: one from before a resume or a re-join may have
@@ -418,58 +322,24 @@ func (a planner) memberPartReply(ctx context.Context, member string, req wire.Te
 	superseded := a.team.Ticket(a.st, member)
 	a.mu.Unlock()
 	if superseded == nil {
-		return notMember(member)
+		return teamproto.NotMember(member)
 	}
 	p, err := a.takeAndRecord(ctx, readerstate.RankRequest{Rank: req.Rank, World: req.World, DropLast: req.DropLast, Agent: member, Superseded: superseded})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, readerstate.ErrSuperseded) {
-			return wire.TeamReply{Status: statusWait}
+			return wire.TeamReply{Status: teamproto.StatusWait}
 		}
-		return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
+		return wire.TeamReply{Status: teamproto.StatusOf(err), Error: err.Error()}
 	}
 	a.mu.Lock()
-	sc := noteOf(a.st.Asm.Schema)
+	sc := teamproto.NoteOf(a.st.Asm.Schema)
 	a.mu.Unlock()
 	n := &wire.TeamPart{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.Gen}
 	for _, s := range p.Spans {
 		row := s.Row
 		n.Spans = append(n.Spans, wire.TeamSpan{Shard: s.Ref.Shard, Chunk: s.Ref.Chunk, Lo: s.Lo, N: s.N, Row: &row})
 	}
-	return wire.TeamReply{Status: statusOK, Part: n}
-}
-
-// statusOf is the team status of a reader's error.
-func statusOf(err error) string {
-	switch {
-	case errors.Is(err, io.EOF):
-		return statusEOF
-	case errors.Is(err, ErrJobEnded):
-		return statusEnded
-	case errors.Is(err, readerstate.ErrWorldMismatch):
-		return statusMismatch
-	case errors.Is(err, readerstate.ErrBadState):
-		return statusBadState
-	case errors.Is(err, readerstate.ErrResumeConflict):
-		return statusConflict
-	}
-	return statusStopped
-}
-
-// errOf is the reader's error of a team status, for the member's caller.
-func errOf(status, msg string) error {
-	switch status {
-	case statusEOF:
-		return io.EOF
-	case statusEnded:
-		return fmt.Errorf("%w: %s", ErrJobEnded, msg)
-	case statusMismatch:
-		return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrWorldMismatch, msg)
-	case statusBadState:
-		return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrBadState, msg)
-	case statusConflict:
-		return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrResumeConflict, msg)
-	}
-	return fmt.Errorf("%w: the reader's planner says: %s", readerstate.ErrStopped, msg)
+	return wire.TeamReply{Status: teamproto.StatusOK, Part: n}
 }
 
 // team is the planner's side of its reader's team: what answers the
@@ -480,7 +350,7 @@ type team struct {
 	// id names this planner's run: members that see another id re-join
 	// and announce again the chunks they hold.
 	id   string
-	auth *teamAuth
+	auth *teamproto.Auth
 	// joins bounds the joins in progress.
 	joins chan struct{}
 	// refused counts team messages refused (envelope, session, copies,
@@ -489,8 +359,8 @@ type team struct {
 	refused, refusedLog atomic.Int64
 }
 
-func newTeam(world int, own []int, auth *teamAuth) *team {
-	return &team{TeamState: readerstate.NewTeamState(world, own), id: newTeamID(), auth: auth, joins: make(chan struct{}, maxJoins)}
+func newTeam(world int, own []int, auth *teamproto.Auth) *team {
+	return &team{TeamState: readerstate.NewTeamState(world, own), id: newTeamID(), auth: auth, joins: make(chan struct{}, teamproto.MaxJoins)}
 }
 
 func newTeamID() string {

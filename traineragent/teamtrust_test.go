@@ -13,13 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // sealed sends a team request on op signed with key, with envelope h, and
 // returns the reply's body (nil: no reply, or an unsigned refusal) and the
 // refusal's text.
-func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead, body any) (*wire.TeamReply, string) {
+func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamproto.Head, body any) (*wire.TeamReply, string) {
 	t.Helper()
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -27,8 +28,8 @@ func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead,
 	}
 	m := nats.NewMsg(wire.TeamSubject(job, wire.DefaultReader, op))
 	m.Data = data
-	h.op = op
-	(&teamAuth{key: key, job: job, reader: wire.DefaultReader}).seal(m, kindRequest, h)
+	h.Op = op
+	(&teamproto.Auth{Key: key, Job: job, Reader: wire.DefaultReader}).Seal(m, teamproto.KindRequest, h)
 	r, err := nc.RequestMsg(m, 3*time.Second)
 	if err != nil {
 		t.Fatalf("%s: %v", op, err)
@@ -61,7 +62,7 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
 			{wire.TeamOpNotes, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 1, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 1}}}}},
 		} {
-			r, why := sealed(t, e.nc, job.Spec.ID, op.op, other, teamHead{member: "node1", session: "0123456789abcdef0123", seq: 1}, op.body)
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, other, teamproto.Head{Member: "node1", Session: "0123456789abcdef0123", Seq: 1}, op.body)
 			if r != nil || !strings.Contains(why, "team key") {
 				t.Errorf("%s signed with another job's key: reply %+v, refusal %q; want refused for its key", op.op, r, why)
 			}
@@ -88,14 +89,14 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
 			{wire.TeamOpStatus, wire.TeamStatus{}},
 		} {
-			r, why := sealed(t, e.nc, job.Spec.ID, op.op, testTeamKey, teamHead{member: "node1", session: "not-the-session-0000", seq: 1 << 40}, op.body)
-			if r == nil || r.Status != statusNotMember {
-				t.Errorf("%s under a member's name without its session: reply %+v (%q), want %s", op.op, r, why, statusNotMember)
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, testTeamKey, teamproto.Head{Member: "node1", Session: "not-the-session-0000", Seq: 1 << 40}, op.body)
+			if r == nil || r.Status != teamproto.StatusNotMember {
+				t.Errorf("%s under a member's name without its session: reply %+v (%q), want %s", op.op, r, why, teamproto.StatusNotMember)
 			}
 		}
-		r, why := sealed(t, e.nc, job.Spec.ID, wire.TeamOpJoin, testTeamKey, teamHead{member: "node1", session: "another-nonce-0000000", seq: 1}, wire.TeamJoin{Ranks: []int{2}, World: 4})
-		if r == nil || r.Status != statusTaken {
-			t.Errorf("a join under a live member's name: reply %+v (%q), want %s", r, why, statusTaken)
+		r, why := sealed(t, e.nc, job.Spec.ID, wire.TeamOpJoin, testTeamKey, teamproto.Head{Member: "node1", Session: "another-nonce-0000000", Seq: 1}, wire.TeamJoin{Ranks: []int{2}, World: 4})
+		if r == nil || r.Status != teamproto.StatusTaken {
+			t.Errorf("a join under a live member's name: reply %+v (%q), want %s", r, why, teamproto.StatusTaken)
 		}
 
 		// A copy of the member's own status request, its envelope intact.
@@ -118,7 +119,7 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		var rr wire.TeamReply
-		if err := json.Unmarshal(reply.Data, &rr); err != nil || rr.Status != statusNotMember || !strings.Contains(rr.Error, "copy") {
+		if err := json.Unmarshal(reply.Data, &rr); err != nil || rr.Status != teamproto.StatusNotMember || !strings.Contains(rr.Error, "copy") {
 			t.Errorf("a copy of the member's request: %s (%v), want refused as a copy", reply.Data, err)
 		}
 	})
@@ -132,7 +133,7 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 func TestTeamNoteBounds(t *testing.T) {
 	job := testJob("bounds", 1, 2, layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	pl := r.planAsTeam(newTeam(2, []int{0}, &teamAuth{key: testTeamKey}))
+	pl := r.planAsTeam(newTeam(2, []int{0}, &teamproto.Auth{Key: testTeamKey}))
 	r.mu.Lock()
 	if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
 		t.Fatal(err)
@@ -174,9 +175,9 @@ func TestTeamNoteBounds(t *testing.T) {
 // rows killed a member).
 func TestMemberChecksPartSizes(t *testing.T) {
 	job := testJob("part", 1, 4, layout{{3, 3}, {2}})
-	m := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
+	m := teamproto.NewMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
 	good := wire.TeamPart{Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, Lo: 0, N: 3}, {Shard: 1, Chunk: 0, Lo: 0, N: 1}}}
-	if err := m.checkPart(good); err != nil {
+	if err := m.CheckPart(good); err != nil {
 		t.Fatalf("a good part: %v", err)
 	}
 	for name, n := range map[string]wire.TeamPart{
@@ -188,7 +189,7 @@ func TestMemberChecksPartSizes(t *testing.T) {
 		"another epoch":       {Epoch: 1, World: 2, Rows: 0},
 		"a shard beyond":      {Epoch: 0, World: 2, Rows: 1, Spans: []wire.TeamSpan{{Shard: 2, N: 1}}},
 	} {
-		if err := m.checkPart(n); err == nil {
+		if err := m.CheckPart(n); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -210,7 +211,7 @@ func mustJSONRaw(v any) json.RawMessage {
 func TestTeamBoundsAMembersRequests(t *testing.T) {
 	job := testJob("flood", 1, 2, layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader}))
+	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamproto.Auth{Key: testTeamKey, Job: job.Spec.ID, Reader: wire.DefaultReader}))
 	r.mu.Lock()
 	session, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
 	r.mu.Unlock()
@@ -223,16 +224,16 @@ func TestTeamBoundsAMembersRequests(t *testing.T) {
 	for seq := range uint64(1000) {
 		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, wire.TeamOpPart))
 		m.Data = []byte(`{"rank":2,"world":4}`)
-		pl.team.auth.seal(m, kindRequest, teamHead{op: wire.TeamOpPart, member: "m", session: session, seq: seq + 1})
+		pl.team.auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpPart, Member: "m", Session: session, Seq: seq + 1})
 		pl.admitTeam(ctx, m)
 	}
 	r.mu.Lock()
 	busy := pl.team.Members["m"].Busy
 	r.mu.Unlock()
-	if want := maxMemberRequests + 2*2; busy != want {
+	if want := teamproto.MaxMemberRequests + 2*2; busy != want {
 		t.Errorf("%d requests of the member in progress, want %d", busy, want)
 	}
-	if n := runtime.NumGoroutine(); n > base+2*(maxMemberRequests+4) {
+	if n := runtime.NumGoroutine(); n > base+2*(teamproto.MaxMemberRequests+4) {
 		t.Errorf("%d goroutines after 1,000 part requests of one member, %d before", n, base)
 	}
 }

@@ -21,7 +21,7 @@ type HeldChunk struct {
 	Handed int           // of those, handed out
 	bytes  int           // size of the chunk
 	data   []byte        // the chunk, which its rows not handed out point into
-	// holder is the agent of the reader that holds the chunk's bytes
+	// Holder is the agent of the reader that holds the chunk's bytes
 	// ("" this one; see team.go): the reader knows only its rows' keys.
 	Holder string
 }
@@ -36,7 +36,7 @@ type ShardRef struct{ Epoch, Shard int }
 
 // shardState is a shard of an unfinished epoch that is not complete yet.
 type shardState struct {
-	// total is the rows the shard has: its end's sample count (or the rows
+	// Total is the rows the shard has: its end's sample count (or the rows
 	// that came, should those be more), or what a failed shard got; -1
 	// until known.
 	Total  int
@@ -110,7 +110,7 @@ type epochState struct {
 	handedBySrc []int
 }
 
-// assembler turns a reader's chunks into batches and keeps its position:
+// Assembler turns a reader's chunks into batches and keeps its position:
 // which samples were handed out. It dedupes by ChunkRef, tracks shard and
 // epoch completion, cuts batches per epoch and collects the shards that
 // completed, whose tasks may be settled once the position is recorded. It
@@ -130,10 +130,10 @@ type Assembler struct {
 	Open      map[int]*epochState // epochs >= finished with anything recorded or held
 	Pending   int                 // samples in partial batches over all open epochs
 	HeldBytes int64               // bytes of the chunks held
-	// completed are shards that completed since the last TakeCompleted:
+	// Completed are shards that completed since the last TakeCompleted:
 	// their tasks may be settled once the position is written.
 	Completed []ShardRef
-	// version counts changes to the position.
+	// Version counts changes to the position.
 	Version uint64
 }
 
@@ -148,7 +148,7 @@ func NewAssembler(job wire.Job) *Assembler {
 	}
 }
 
-// outcome is what one chunk or shard end changed.
+// Outcome is what one chunk or shard end changed.
 type Outcome struct {
 	Duplicate bool
 	HeldThere bool // a copy of a chunk its holder told of before: it keeps it
@@ -160,7 +160,7 @@ type Outcome struct {
 	Finished  []int // epochs whose every row was handed out
 }
 
-// allCut reports whether every chunk of every epoch arrived.
+// AllCut reports whether every chunk of every epoch arrived.
 func (a *Assembler) AllCut() bool {
 	for e := a.Finished; e < a.epochs; e++ {
 		if ep := a.Open[e]; ep == nil || !ep.Cut {
@@ -170,10 +170,10 @@ func (a *Assembler) AllCut() bool {
 	return true
 }
 
-// allFinished reports whether every sample of every epoch was handed out.
+// AllFinished reports whether every sample of every epoch was handed out.
 func (a *Assembler) AllFinished() bool { return a.Finished == a.epochs }
 
-// finishedCount is the number of finished epochs, those finished out of order included.
+// FinishedCount is the number of finished epochs, those finished out of order included.
 func (a *Assembler) FinishedCount() int {
 	n := a.Finished
 	for _, ep := range a.Open {
@@ -184,7 +184,7 @@ func (a *Assembler) FinishedCount() int {
 	return n
 }
 
-// start finishes the epochs of a job without shards, which have nothing to
+// Start finishes the epochs of a job without shards, which have nothing to
 // wait for, and those a restored position says are complete.
 func (a *Assembler) Start() []int {
 	var out []int
@@ -217,7 +217,7 @@ func (a *Assembler) Epoch(e int) *epochState {
 	return ep
 }
 
-// pendingRows counts the samples waiting in the epoch's partial batches
+// PendingRows counts the samples waiting in the epoch's partial batches
 // (and a mixed job's, for their turn in one).
 func (ep *epochState) PendingRows() int {
 	n := 0
@@ -230,7 +230,7 @@ func (ep *epochState) PendingRows() int {
 	return n
 }
 
-// pendingOf counts holder's samples waiting in the epoch's partial batch.
+// PendingOf counts holder's samples waiting in the epoch's partial batch.
 func (ep *epochState) PendingOf(holder string) int {
 	n := len(ep.pending[holder])
 	if q := ep.staged[holder]; q != nil {
@@ -248,7 +248,7 @@ func (ep *epochState) shard(s int) *shardState {
 	return sh
 }
 
-// add applies one chunk of a send of this agent, in the send's order. An
+// Add applies one chunk of a send of this agent, in the send's order. An
 // error means it was rejected and left unrecorded (it names the problem:
 // a corrupt chunk, one whose place in the shard is not known); its send
 // should fail, so that the shard comes again. Rows received before are
@@ -266,7 +266,7 @@ func (a *Assembler) addAt(ref wire.ChunkRef, first int, data []byte) (Outcome, e
 	return a.addChunk(ref, "", first, data, func() ([]Sample, *Schema, int, error) { return SplitChunkAt(data) })
 }
 
-// addRemote applies a chunk that agent holder of the reader holds (see
+// AddRemote applies a chunk that agent holder of the reader holds (see
 // team.go): its first shard row (< 0: after the holder's previous chunk
 // of the shard), how many samples it has and their schema, or why it is
 // corrupt (refused: its rows' place is not known). Its samples' keys stay
@@ -427,7 +427,7 @@ func rowName(ref wire.ChunkRef, s Sample) string {
 	return fmt.Sprintf("%s row %d", ref, s.idx)
 }
 
-// end applies a shard's end: how many rows it has, and its failed
+// End applies a shard's end: how many rows it has, and its failed
 // samples. sent says the end closes a send of this agent (Sink.End): if
 // this assembler saw every chunk of that send, rows it announced that did
 // not come never will, and are reported lost. A member's end (its chunks
@@ -479,7 +479,7 @@ func (a *Assembler) End(ref wire.ChunkRef, end wire.ShardEnd, sent bool) (Outcom
 	return out, nil
 }
 
-// fail ends a shard that failed for good: the rows it has so far are all
+// Fail ends a shard that failed for good: the rows it has so far are all
 // it will have, and the rest of its samples are reported failed under the
 // shard's key.
 func (a *Assembler) Fail(ref wire.ChunkRef, key, reason string) (Outcome, error) {
@@ -524,7 +524,7 @@ func (a *Assembler) shardOf(ref wire.ChunkRef) (*epochState, *shardState, bool, 
 	return ep, ep.shard(ref.Shard), false, nil
 }
 
-// shardComplete reports whether every row of shard s of epoch e was handed
+// ShardComplete reports whether every row of shard s of epoch e was handed
 // out (its end seen).
 func (a *Assembler) ShardComplete(e, s int) bool {
 	if e < a.Finished {

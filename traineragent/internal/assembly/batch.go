@@ -21,14 +21,14 @@ type Batch struct {
 	// job spec's sources (nil for a job of one dataset).
 	Sources []int
 	Tensors []safetensors.Tensor
-	// runs, when set, holds each tensor's data as runs of rows in the
+	// Runs, when set, holds each tensor's data as runs of rows in the
 	// chunks they came from, and Tensors have no Data yet: a batch served
 	// over HTTP is written from the chunks' own bytes, never copied
 	// (materialize makes the tensors whole, for a caller in process).
 	Runs [][][]byte
 }
 
-// materialize makes b's tensors whole (copying its runs into one buffer
+// Materialize makes b's tensors whole (copying its runs into one buffer
 // each), once.
 func (b *Batch) Materialize() {
 	if b.Runs == nil {
@@ -50,7 +50,7 @@ func (b *Batch) Materialize() {
 	b.Tensors, b.Runs = tensors, nil
 }
 
-// dataLen is the size of tensor j's data.
+// DataLen is the size of tensor j's data.
 func (b *Batch) DataLen(j int) int {
 	if b.Runs == nil {
 		return len(b.Tensors[j].Data)
@@ -62,7 +62,7 @@ func (b *Batch) DataLen(j int) int {
 	return n
 }
 
-// data is tensor j's data, as one buffer or as runs.
+// Data is tensor j's data, as one buffer or as runs.
 func (b *Batch) Data(j int) [][]byte {
 	if b.Runs == nil {
 		return [][]byte{b.Tensors[j].Data}
@@ -70,7 +70,7 @@ func (b *Batch) Data(j int) [][]byte {
 	return b.Runs[j]
 }
 
-// sample is one row of a chunk: its key, its index in the chunk and its
+// Sample is one row of a chunk: its key, its index in the chunk and its
 // bytes in each tensor of the job's schema (aliasing the chunk's payload;
 // nil for a chunk another agent of the reader holds), each tensor's
 // data in the chunk (shared by its rows), and the chunk it came from.
@@ -82,7 +82,7 @@ type Sample struct {
 	src  *HeldChunk
 }
 
-// schema is the tensor layout all samples of a job share, so that they can
+// Schema is the tensor layout all samples of a job share, so that they can
 // be stacked. Names are sorted; shapes exclude the sample dimension.
 type Schema struct {
 	Names  []string
@@ -176,7 +176,7 @@ type ReadyBatch struct {
 	From []ChunkRows
 }
 
-// holder is the agent holding the batch's rows ("" this one).
+// Holder is the agent holding the batch's rows ("" this one).
 func (b ReadyBatch) Holder() string {
 	if len(b.From) == 0 {
 		return ""
@@ -191,7 +191,7 @@ type ChunkRows struct {
 	Lo, N int
 }
 
-// stack makes samples (all of one holder) one batch, its tensors' data
+// Stack makes samples (all of one holder) one batch, its tensors' data
 // the runs of consecutive rows of each chunk (no copy); samples of a chunk
 // held elsewhere give keys and sources only.
 func Stack(epoch int, sc *Schema, samples []Sample) ReadyBatch {

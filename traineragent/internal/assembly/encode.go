@@ -71,7 +71,7 @@ func DecodeBatch(data []byte) (Batch, error) {
 	return b, nil
 }
 
-// header is the start of b's safetensors file with meta, and the file's size.
+// Header is the start of b's safetensors file with meta, and the file's size.
 func (b *Batch) Header(meta map[string]string) (head []byte, size int, err error) {
 	lengths := make([]int, len(b.Tensors))
 	for j := range b.Tensors {

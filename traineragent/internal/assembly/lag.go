@@ -16,7 +16,7 @@ import (
 // readers go on at their pace; the laggard pays with those shards
 // produced twice and a replay's latency.
 
-// shedding says, per reader, whether it lags: the job has several
+// Shedding says, per reader, whether it lags: the job has several
 // readers, the reader wants no more (its prefetch is full), it holds at
 // least bound bytes, and another reader wants more. It is pure.
 func Shedding(held []int64, wants []bool, bound int64) []bool {
@@ -38,7 +38,7 @@ func Shedding(held []int64, wants []bool, bound int64) []bool {
 	return out
 }
 
-// shed drops the output of shard ref.Shard of epoch ref.Epoch for a
+// Shed drops the output of shard ref.Shard of epoch ref.Epoch for a
 // lagging reader if the reader has nothing of it (no chunk held or handed
 // out, no end) and is not waiting for it as a replay: the shard is noted
 // owed, and, for the settling of its task, complete for this reader. It
@@ -63,7 +63,7 @@ func (a *Assembler) Shed(ref wire.ChunkRef) bool {
 	return true
 }
 
-// owedDue are the shards of epoch e owed and not asked for yet.
+// OwedDue are the shards of epoch e owed and not asked for yet.
 func (a *Assembler) OwedDue(e int) []int {
 	ep := a.Open[e]
 	if ep == nil {
@@ -78,7 +78,7 @@ func (a *Assembler) OwedDue(e int) []int {
 	return out
 }
 
-// owes reports whether the reader owes shard s of epoch e (a settled task
+// Owes reports whether the reader owes shard s of epoch e (a settled task
 // needs nothing more from it).
 func (a *Assembler) Owes(e, s int) bool {
 	ep := a.Open[e]

@@ -19,7 +19,7 @@ const MaxChunksPerShard = 1 << 24
 // bitmaps they take (32 MiB): a resume's state comes from the trainer.
 const maxPositionRows = 1 << 28
 
-// position is a reader's place in a job's output, stored as JSON in
+// Position is a reader's place in a job's output, stored as JSON in
 // wire.ReadersBucket under wire.ReaderKey(job, reader): what was handed out
 // to the trainer, nothing about what merely arrived. Example:
 //
@@ -78,7 +78,7 @@ type ShardPosition struct {
 	Rows   map[int]int `json:"rows,omitempty"`   // chunk -> leading rows handed out
 }
 
-// snapshot is the current position.
+// Snapshot is the current position.
 func (a *Assembler) Snapshot() Position {
 	p := Position{Version: PositionVersion, Finished: a.Finished}
 	for e, ep := range a.Open {
@@ -124,7 +124,7 @@ func (sp *ShardPosition) rows(c, n int) {
 	sp.Rows[c] = n
 }
 
-// restore loads a position into an assembler that has seen no message yet.
+// Restore loads a position into an assembler that has seen no message yet.
 func (a *Assembler) Restore(p Position) error {
 	if p.Version != PositionVersion && p.Version != 1 {
 		return fmt.Errorf("position format %d: this agent reads 1 and %d", p.Version, PositionVersion)

@@ -14,7 +14,7 @@ type RecordedShards struct {
 	base     *Assembler // the position loaded (or rewound to); nil: none
 }
 
-// has reports whether s is complete (or owed) in the recorded position.
+// Has reports whether s is complete (or owed) in the recorded position.
 func (r *RecordedShards) Has(s ShardRef) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -22,7 +22,7 @@ func (r *RecordedShards) Has(s ShardRef) bool {
 		r.base != nil && (r.base.ShardComplete(s.Epoch, s.Shard) || r.base.Owes(s.Epoch, s.Shard))
 }
 
-// add notes shards a write recorded complete, and the epochs it has finished.
+// Add notes shards a write recorded complete, and the epochs it has finished.
 func (r *RecordedShards) Add(shards []ShardRef, finished int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -42,7 +42,7 @@ func (r *RecordedShards) Add(shards []ShardRef, finished int) {
 	}
 }
 
-// reset starts the notes from base, a position restored (nil: none): a
+// Reset starts the notes from base, a position restored (nil: none): a
 // load, or a resume's rewind, after which shards complete before may be
 // owed again.
 func (r *RecordedShards) Reset(base *Assembler) {

@@ -114,7 +114,7 @@ func ackedMore(h, p ShardPosition) (bool, error) {
 	return false, nil
 }
 
-// carry applies to fresh (a rewound position) what from holds that fresh
+// Carry applies to fresh (a rewound position) what from holds that fresh
 // lacks: the chunks held and the shard ends seen of shards fresh has not
 // complete, in order; it returns the batches they make. Rows fresh records
 // as handed out are skipped by fresh's own bookkeeping.

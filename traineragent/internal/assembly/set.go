@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// bitset is a set of small non-negative integers (shard or chunk indices).
+// Bitset is a set of small non-negative integers (shard or chunk indices).
 type Bitset []uint64
 
 func (b *Bitset) Add(i int) {

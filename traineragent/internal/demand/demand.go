@@ -116,10 +116,10 @@ func demandOf(w StallWindow, c clientWindow, gpu float64, now time.Time) wire.De
 	return d
 }
 
-// block records that the trainer started waiting at t.
+// Block records that the trainer started waiting at t.
 func (w *StallWindow) Block(t time.Time) { w.BlockedSince = t }
 
-// unblock records that the trainer stopped waiting at t.
+// Unblock records that the trainer stopped waiting at t.
 func (w *StallWindow) Unblock(t time.Time) {
 	if w.BlockedSince.IsZero() {
 		return
@@ -134,7 +134,7 @@ func (w *StallWindow) Unblock(t time.Time) {
 	w.BlockedSince = time.Time{}
 }
 
-// roll closes the window at now, returns its demand and starts the next
+// Roll closes the window at now, returns its demand and starts the next
 // window at now (an ongoing block and the credit carry over).
 func (w *StallWindow) Roll(now time.Time, c clientWindow, gpu float64) wire.Demand {
 	d := demandOf(*w, c, gpu, now)

@@ -39,7 +39,7 @@ func NewGPUMeter(gpu GPUSampler, window time.Duration, logger *slog.Logger) *GPU
 	return &GPUMeter{gpu: gpu, every: max(window/gpuSamplesPerWindow, gpuMinSampleEvery), log: logger}
 }
 
-// run reads the GPU every g.every until ctx ends.
+// Run reads the GPU every g.every until ctx ends.
 func (g *GPUMeter) Run(ctx context.Context) {
 	if g.gpu == nil {
 		return
@@ -76,7 +76,7 @@ func (g *GPUMeter) sample() {
 	g.n++
 }
 
-// take returns the mean of the readings since the last take and starts
+// Take returns the mean of the readings since the last take and starts
 // over; with none yet (a window shorter than a reading's period, or run
 // not started) it reads once. It returns -1 when there is no GPU or no
 // reading succeeded: the demand signal then says "no GPU" rather than

@@ -20,7 +20,7 @@ type StepReport struct {
 	ComputeS float64
 }
 
-// valid reports whether r can be a client's totals.
+// Valid reports whether r can be a client's totals.
 func (r StepReport) Valid() bool {
 	finite := func(x float64) bool { return x >= 0 && !math.IsInf(x, 1) } // NaN fails x >= 0
 	return r.Rank >= 0 && r.Steps >= 0 && finite(r.WaitS) && finite(r.ComputeS)
@@ -132,7 +132,7 @@ type StepBook struct {
 	reporting bool
 }
 
-// report applies r (valid) and returns what it adds.
+// Report applies r (valid) and returns what it adds.
 func (b *StepBook) Report(r StepReport) stepDelta {
 	if r.Steps > 0 || r.WaitS > 0 || r.ComputeS > 0 {
 		b.reporting = true
@@ -170,7 +170,7 @@ type clientWindow struct {
 	PerRank map[int]StepParts
 }
 
-// closeWindow ends a demand window of length interval in which the GPU was
+// CloseWindow ends a demand window of length interval in which the GPU was
 // busy the share gpu (negative: no GPU read): it splits each rank's
 // window (splitCompute), adds it to the rank's totals and starts the
 // next window.
@@ -217,7 +217,7 @@ type RankSteps struct {
 	OtherS   float64 `json:"other_s"`
 }
 
-// totals lists every rank's totals by rank.
+// Totals lists every rank's totals by rank.
 func (b *StepBook) Totals() []RankSteps {
 	out := make([]RankSteps, 0, len(b.ranks))
 	for rank, s := range b.ranks {

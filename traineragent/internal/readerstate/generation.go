@@ -36,7 +36,7 @@ import (
 // before a peer's started this one), and the parts it took there were
 // rewound.
 type generations struct {
-	// n counts the generations (rewinds): a part carries the one it was
+	// N counts the generations (rewinds): a part carries the one it was
 	// formed for, and a member's part request the one it was admitted in.
 	N uint64
 	// from is the resume the current generation started with (nil: none
@@ -87,7 +87,7 @@ func (g *generations) decide(st TrainerState, world, rank int, id string) (resum
 	return resumeJoins, nil
 }
 
-// join records rank's resume in the current generation.
+// Join records rank's resume in the current generation.
 func (g *generations) Join(rank int, id string) {
 	g.resumed[rank] = id
 	delete(g.earlier, rank)

@@ -62,7 +62,7 @@ type ResumeRequest struct {
 	ID          string
 }
 
-// answerResume answers a resume that rewinds nothing: the reader stopped,
+// AnswerResume answers a resume that rewinds nothing: the reader stopped,
 // the rank is not agent's, the rank joins the current generation, or its
 // state conflicts with the generation's.
 func (s *State) AnswerResume(req ResumeRequest, agent string) (ResumeResult, bool, error) {
@@ -90,7 +90,7 @@ func (s *State) AnswerResume(req ResumeRequest, agent string) (ResumeResult, boo
 	return ResumeResult{}, false, nil
 }
 
-// rewind makes the state's position (fresh) the reader's, for a new
+// Rewind makes the state's position (fresh) the reader's, for a new
 // generation of world ranks that req's rank starts, the recorded
 // position being recorded (nil: none): what the ranks held and the steps
 // they were in are forgotten. It returns the shards to produce again,
@@ -171,7 +171,7 @@ func (s *State) rewindMemory(fresh *assembly.Assembler, replay map[int][]int, no
 	s.Changed = true
 }
 
-// resumeDone ends a resume's rewind: steps are formed again, and r (nil:
+// ResumeDone ends a resume's rewind: steps are formed again, and r (nil:
 // the resume failed) answers the generation's other ranks.
 func (s *State) ResumeDone(r *ResumeRecord) {
 	s.Resuming = false

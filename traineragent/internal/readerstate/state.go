@@ -28,12 +28,12 @@ type State struct {
 	ready        map[int][]assembly.ReadyBatch
 	ReadySamples int
 	Ranks        stepper
-	// steps forms the ranks' steps: one agent's (soloSteps) or a team's
+	// Steps forms the ranks' steps: one agent's (soloSteps) or a team's
 	// (teamSteps, which holds the team's holders and members).
 	Steps stepPolicy
 	// rest is the plan of the rest of a cut epoch (a team's: stepplan.StepRest).
 	rest *restPlan
-	// gens is the book of the generations of ranks: which state the
+	// Gens is the book of the generations of ranks: which state the
 	// current one resumed from, and which of its ranks resumed.
 	Gens generations
 	// prefetch bounds the ready samples; prefetchAuto scales it with the
@@ -57,11 +57,11 @@ type State struct {
 	created, firstBatch, finished time.Time
 
 	Changed bool
-	events  []stateEvent
+	events  []Event
 }
 
-// stateEvent is a log line the state asks its shell to write.
-type stateEvent struct {
+// Event is a log line the state asks its shell to write.
+type Event struct {
 	Level slog.Level
 	Msg   string
 	Args  []any
@@ -98,17 +98,17 @@ func NewReaderState(job wire.Job, c Config, now time.Time) *State {
 
 // note queues a log line for the shell.
 func (s *State) note(level slog.Level, msg string, args ...any) {
-	s.events = append(s.events, stateEvent{level, msg, args})
+	s.events = append(s.events, Event{level, msg, args})
 }
 
-// takeEvents returns the log lines queued and forgets them.
-func (s *State) TakeEvents() []stateEvent {
+// TakeEvents returns the log lines queued and forgets them.
+func (s *State) TakeEvents() []Event {
 	ev := s.events
 	s.events = nil
 	return ev
 }
 
-// submitted identifies the job's submission in its position.
+// Submitted identifies the job's submission in its position.
 func (s *State) Submitted() string {
 	if s.job.Submitted.IsZero() {
 		return ""
@@ -116,7 +116,7 @@ func (s *State) Submitted() string {
 	return s.job.Submitted.UTC().Format(time.RFC3339Nano)
 }
 
-// load restores the recorded position p (nil: none) at now.
+// Load restores the recorded position p (nil: none) at now.
 func (s *State) Load(p *assembly.Position, now time.Time) error {
 	if p != nil {
 		if err := s.Asm.Restore(*p); err != nil {
@@ -129,14 +129,14 @@ func (s *State) Load(p *assembly.Position, now time.Time) error {
 	return nil
 }
 
-// end marks the reader stopped (err nil: every rank got every step).
+// End marks the reader stopped (err nil: every rank got every step).
 func (s *State) End(err error) {
 	s.closing = true
 	s.RunEnded, s.runErr = true, err
 	s.Changed = true
 }
 
-// intake applies a shard's output (apply, which changes the assembler) at
+// Intake applies a shard's output (apply, which changes the assembler) at
 // now, unless the reader lags (shedding) and does not keep the shard.
 func (s *State) Intake(ref wire.ChunkRef, shedding bool, now time.Time, apply func() (assembly.Outcome, error)) (assembly.Outcome, error) {
 	if shedding {
@@ -184,7 +184,7 @@ func (s *State) apply(out assembly.Outcome, now time.Time) {
 	s.Changed = true
 }
 
-// arrived counts samples received (a member's chunks: the planner
+// Arrived counts samples received (a member's chunks: the planner
 // batches them).
 func (s *State) Arrived(n int) {
 	s.Stats.SamplesArrived += int64(n)
@@ -201,7 +201,7 @@ func (s *State) epochsFinished(epochs []int, now time.Time) {
 	}
 }
 
-// buffered are the samples held: ready, in partial batches, and in parts
+// Buffered are the samples held: ready, in partial batches, and in parts
 // the ranks have not taken.
 func (s *State) Buffered() int { return s.ReadySamples + s.Asm.Pending + s.Ranks.queued }
 
@@ -213,7 +213,7 @@ func (s *State) prefetch() int {
 	return s.PrefetchSamples
 }
 
-// pull says whether the reader wants more tasks taken, and whether it is
+// Pull says whether the reader wants more tasks taken, and whether it is
 // starved: its ranks' next step cannot be formed from what it holds (a
 // team's planner: its own ranks' share). Its steps' policy decides. Past
 // the prefetch bound a reader still pulls while the ranks' epoch has no
@@ -225,14 +225,14 @@ func (s *State) Pull() (wants, starved bool) {
 	return wants, starved || s.closing
 }
 
-// handedOut reports whether every sample of every epoch was handed out.
+// HandedOut reports whether every sample of every epoch was handed out.
 func (s *State) HandedOut() bool { return s.Asm.AllFinished() }
 
-// done reports whether every sample of every epoch was handed out and
+// Done reports whether every sample of every epoch was handed out and
 // every rank was told so.
 func (s *State) Done() bool { return s.Asm.AllFinished() && s.Ranks.allEnded() }
 
-// ranksEnded reports whether each of ranks got its end.
+// RanksEnded reports whether each of ranks got its end.
 func (s *State) RanksEnded(ranks []int) bool {
 	for _, r := range ranks {
 		if !s.Ranks.counts[r].ended {
@@ -242,7 +242,7 @@ func (s *State) RanksEnded(ranks []int) bool {
 	return true
 }
 
-// slowestEpoch is the epoch of the last part the slowest of ranks took
+// SlowestEpoch is the epoch of the last part the slowest of ranks took
 // (-1 before its first).
 func (s *State) SlowestEpoch(ranks []int) int {
 	past := s.job.Spec.Epochs
@@ -252,7 +252,7 @@ func (s *State) SlowestEpoch(ranks []int) int {
 	return past
 }
 
-// rankEnded notes that rank r got its end; it reports whether it is new.
+// RankEnded notes that rank r got its end; it reports whether it is new.
 func (s *State) RankEnded(r int) bool {
 	c := &s.Ranks.counts[r]
 	if c.ended {
@@ -284,7 +284,7 @@ func (s *State) Unblock(now time.Time) {
 // chunks and trainers may report failures without end over a long job.
 const MaxFailedSamplesListed = 1000
 
-// recordFailed lists failures within MaxFailedSamplesListed (each one's
+// RecordFailed lists failures within MaxFailedSamplesListed (each one's
 // key and reason cut to wire.MaxReasonBytes) and counts the rest.
 func (s *State) RecordFailed(fs ...wire.FailedSample) {
 	room := max(MaxFailedSamplesListed-len(s.Stats.FailedSamples), 0)
@@ -295,7 +295,7 @@ func (s *State) RecordFailed(fs ...wire.FailedSample) {
 	s.Stats.FailedSamplesOmitted += int64(len(fs) - min(room, len(fs)))
 }
 
-// failedCount is every failure recorded, listed or not.
+// FailedCount is every failure recorded, listed or not.
 func (st Stats) FailedCount() int64 { return int64(len(st.FailedSamples)) + st.FailedSamplesOmitted }
 
 func CutText(s string) string {
@@ -305,7 +305,7 @@ func CutText(s string) string {
 	return s
 }
 
-// lost reports the samples of a part the trainer will not get (a row
+// Lost reports the samples of a part the trainer will not get (a row
 // whose key another agent holds is named by its chunk and row).
 func (s *State) Lost(p RankPart, err error) {
 	s.note(slog.LevelWarn, "a part could not be cut; its samples are reported failed", "samples", len(p.Keys), "err", err)
@@ -318,7 +318,7 @@ func (s *State) Lost(p RankPart, err error) {
 	}
 }
 
-// snapshot is Stats at now.
+// Snapshot is Stats at now.
 func (s *State) Snapshot(now time.Time) Stats {
 	st := s.Stats
 	st.FailedSamples = append([]wire.FailedSample(nil), s.Stats.FailedSamples...)
@@ -343,7 +343,7 @@ func (s *State) Snapshot(now time.Time) Stats {
 	return st
 }
 
-// closeWindow ends the demand window at now with the GPU's mean
+// CloseWindow ends the demand window at now with the GPU's mean
 // utilisation gpu (negative: none read): it returns the window's demand
 // and the step reports of the window, split per rank.
 func (s *State) CloseWindow(now time.Time, gpu float64) (wire.Demand, map[int]demand.StepParts) {
@@ -352,7 +352,7 @@ func (s *State) CloseWindow(now time.Time, gpu float64) (wire.Demand, map[int]de
 	return s.window.Roll(now, c, gpu), c.PerRank
 }
 
-// forWrite is what a write of the position takes: the assembler's
+// ForWrite is what a write of the position takes: the assembler's
 // version, the position's encoding if it changed since version written or
 // force (nil if not), the shards it completes and the epochs it has
 // finished. The completed shards are the caller's: unrecorded gives them
@@ -367,13 +367,13 @@ func (s *State) ForWrite(written uint64, force bool) (version uint64, data []byt
 	return version, data, s.Asm.TakeCompleted(), s.Asm.Finished, err
 }
 
-// unrecorded gives back shards forWrite took whose write failed: they are
+// Unrecorded gives back shards forWrite took whose write failed: they are
 // reported after the next write.
 func (s *State) Unrecorded(completed []assembly.ShardRef) {
 	s.Asm.Completed = append(completed, s.Asm.Completed...)
 }
 
-// replaysOwed are the tasks of the shards the position notes as being
+// ReplaysOwed are the tasks of the shards the position notes as being
 // replayed and not complete: an agent that restarts sends them again.
 func (s *State) ReplaysOwed() []wire.ShardTask {
 	var out []wire.ShardTask
@@ -387,7 +387,7 @@ func (s *State) ReplaysOwed() []wire.ShardTask {
 	return out
 }
 
-// owedDue notes as replayed the owed shards of the ranks' epoch once no
+// OwedDue notes as replayed the owed shards of the ranks' epoch once no
 // step of it is ready, and returns them (the shell writes the position,
 // then has them produced again).
 func (s *State) OwedDue() []wire.ShardTask {

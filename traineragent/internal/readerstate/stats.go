@@ -105,3 +105,7 @@ func ratio(a, b time.Duration) float64 {
 	}
 	return a.Seconds() / b.Seconds()
 }
+
+// ErrJobEnded means the job was cancelled, failed or deleted while the agent
+// read it: its output is gone and nothing more will come.
+var ErrJobEnded = errors.New("job ended")

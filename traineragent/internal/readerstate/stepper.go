@@ -35,7 +35,7 @@ type RankPart struct {
 	// keys, no tensors yet): rows another agent of the reader holds, or
 	// rows of this agent for a rank another agent serves (team.go).
 	Spans []assembly.RowSpan
-	// gen is the team's generation of ranks it was formed for (team.go).
+	// Gen is the team's generation of ranks it was formed for (team.go).
 	Gen uint64
 }
 
@@ -87,16 +87,16 @@ const MaxWorldSize = 1 << 16
 type RankRequest struct {
 	Rank, World int
 	DropLast    *bool
-	// agent is the member agent asking for its rank (team.go); "" for a
+	// Agent is the member agent asking for its rank (team.go); "" for a
 	// rank of this agent.
 	Agent string
-	// superseded, if set, says (the reader's lock held) that the request
+	// Superseded, if set, says (the reader's lock held) that the request
 	// may no longer take a part: a member's request from before a resume
 	// or a re-join, whose requester may be gone (teamserve.go).
 	Superseded func() bool
 }
 
-// join checks req against the ranks' world, fixing what is not fixed yet.
+// Join checks req against the ranks' world, fixing what is not fixed yet.
 func (st *State) Join(req RankRequest) error {
 	s := &st.Ranks
 	w := req.World
@@ -128,7 +128,7 @@ func (st *State) Join(req RankRequest) error {
 	return nil
 }
 
-// take pops rank's next part at now, forming the next step if the rank
+// Take pops rank's next part at now, forming the next step if the rank
 // has none queued, for a request that joined a world of world ranks
 // (superseded: it may no longer take a part). wait says there is none
 // yet: the caller waits for a change and asks again.
@@ -197,7 +197,7 @@ type stepPolicy interface {
 	// moving through finished epochs and dropped tails; it reports
 	// whether anything changed. The world must be fixed.
 	form(s *State, now time.Time) bool
-	// pull says whether this agent should take more tasks (wants), and
+	// Pull says whether this agent should take more tasks (wants), and
 	// whether its ranks wait for rows it lacks (starved: buffer.go).
 	Pull(s *State) (wants, starved bool)
 	// serves checks that agent ("": this one) serves rank r.
@@ -207,7 +207,7 @@ type stepPolicy interface {
 // soloSteps is the step policy of a lone agent (stepplan.Step).
 type soloSteps struct{}
 
-// pull: wanted while the prefetch has room, or the ranks' epoch has no
+// Pull: wanted while the prefetch has room, or the ranks' epoch has no
 // step ready (then starved too), and not every epoch arrived.
 func (soloSteps) Pull(st *State) (wants, starved bool) {
 	ready := st.stepReady()
@@ -395,7 +395,7 @@ func (st *State) pop(r int, now time.Time) RankPart {
 	return p
 }
 
-// delivered counts part p as handed to rank r.
+// Delivered counts part p as handed to rank r.
 func (st *State) Delivered(r int, p RankPart, now time.Time) {
 	s := &st.Ranks
 	n := len(p.Keys)

@@ -36,7 +36,7 @@ const unjoined = "\x00"
 // policy (stepPolicy): which agent serves each rank, and the members that
 // joined.
 type TeamState struct {
-	// holders is, per rank, the agent serving it: "" for this one, a
+	// Holders is, per rank, the agent serving it: "" for this one, a
 	// member's name, or unjoined.
 	Holders []string
 	Members map[string]*TeamMember
@@ -80,7 +80,7 @@ func agentName(h string) string {
 	return "agent " + h
 }
 
-// complete reports whether every rank's agent joined.
+// Complete reports whether every rank's agent joined.
 func (t *TeamState) Complete() bool { return !slices.Contains(t.Holders, unjoined) }
 
 // ranksOf counts the ranks agent h serves.
@@ -108,7 +108,7 @@ const memberLive = 3 * time.Second
 // from: two agents started with one --name, or a forged join.
 var ErrNameTaken = errors.New("another agent of the team has this name")
 
-// joinMember records member name serving ranks, joining with nonce, and
+// JoinMember records member name serving ranks, joining with nonce, and
 // returns the session its requests must carry. A join
 // under the name of a member heard from within memberLive is refused
 // (ErrNameTaken) unless it carries that member's nonce (its reply was
@@ -201,7 +201,7 @@ func (t *TeamState) serves(r int, agent string) error {
 	return nil
 }
 
-// pull: the planner's own ranks want its rows, and wait for them.
+// Pull: the planner's own ranks want its rows, and wait for them.
 func (t *TeamState) Pull(st *State) (wants, starved bool) {
 	w := t.Wants(st, "")
 	return w, w
@@ -453,7 +453,7 @@ func partOf(e int, items []rowItem, local bool, sc *assembly.Schema) RankPart {
 	return p
 }
 
-// wants says whether agent h should take more tasks: the rows it
+// Wants says whether agent h should take more tasks: the rows it
 // holds are below its share of the prefetch, or the ranks' step waits
 // for its rows (or for more rows of any agent, to know it is not the
 // epoch's last).
@@ -494,7 +494,7 @@ func (t *TeamState) Wants(st *State, h string) bool {
 	return short(h) || !slices.ContainsFunc(t.Holders, short)
 }
 
-// addRemote applies member's note of a chunk it holds, counting its rows
+// AddRemote applies member's note of a chunk it holds, counting its rows
 // at the planner (memberRoom).
 func (t *TeamState) AddRemote(st *State, ref wire.ChunkRef, member string, first, rows int, sc *assembly.Schema, corrupt string) (assembly.Outcome, error) {
 	out, err := st.Asm.AddRemote(ref, member, first, rows, sc, corrupt)
@@ -505,7 +505,7 @@ func (t *TeamState) AddRemote(st *State, ref wire.ChunkRef, member string, first
 	return out, err
 }
 
-// ticket is what a part request of member takes: superseded says (the
+// Ticket is what a part request of member takes: superseded says (the
 // reader's lock held) that its session or generation of ranks ended, and
 // is nil when member has not joined. A part goes only to a request of
 // the member's current session and generation of ranks: one from before
@@ -520,7 +520,7 @@ func (t *TeamState) Ticket(st *State, member string) (superseded func() bool) {
 	return func() bool { return st.Gens.N != gen || t.Members[member] != mem || mem.Session != session }
 }
 
-// memberRoom says whether member may hold another chunk of rows at the
+// MemberRoom says whether member may hold another chunk of rows at the
 // planner. The counts only grow between recounts, which are made when
 // they reach a bound (rows handed out or rewound leave them).
 func (t *TeamState) MemberRoom(st *State, member string, rows int) bool {
@@ -584,7 +584,7 @@ const (
 	MaxMemberRows   = 1 << 21
 )
 
-// newNonce is a random hex token.
+// NewNonce is a random hex token.
 func NewNonce() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)

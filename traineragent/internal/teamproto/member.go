@@ -1,11 +1,10 @@
-package traineragent
+package teamproto
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -15,17 +14,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
-// member is a reader's side on an agent of its team that does not plan
+// Member is a reader's side on an agent of its team that does not plan
 // (team.go): it tells the planner each chunk it receives and keeps the
 // bytes, asks it for its ranks' parts and cuts them, and settles the
 // tasks it holds once the planner's position has their shards complete.
-type member struct {
+type Member struct {
 	nc       *nats.Conn
 	job      wire.Job
 	reader   string
@@ -36,8 +37,8 @@ type member struct {
 	log      *slog.Logger
 	settle   func(epoch, shard int)
 	arrived  func(samples int) // counts the samples of a chunk it keeps
-	auth     *teamAuth
-	m        jobMetrics
+	auth     *Auth
+	refused  prometheus.Counter // team replies refused (Metrics.teamRefused)
 	// nonce is what its joins carry (one per run of the agent).
 	nonce string
 	seq   atomic.Uint64
@@ -54,7 +55,7 @@ type member struct {
 	// nothing else is locked while it is held (see Reader for the lock
 	// order); the Reader's mu may be held when it is taken.
 	mu      sync.Mutex
-	queue   []wire.TeamNote // notes not yet told, in order (keepNotes takes from its head)
+	Queue   []wire.TeamNote // notes not yet told, in order (keepNotes takes from its head)
 	again   bool            // tell the planner everything again (it restarted)
 	kick    chan struct{}   // wakes keepNotes
 	planner string          // the planner's run it joined ("" none)
@@ -92,12 +93,14 @@ type storedChunk struct {
 	settled bool
 }
 
-func newMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *member {
+func NewMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *Member {
 	ctx, stop := context.WithCancel(context.Background())
-	return &member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
+	return &Member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
 		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
-		auth: &teamAuth{job: job.Spec.ID, reader: reader}, m: NewMetrics(nil).forJob(job.Spec.ID, reader),
-		nonce: readerstate.NewNonce(), runCtx: ctx, stopRun: stop,
+		auth: &Auth{Job: job.Spec.ID, Reader: reader},
+		// The agent counts refusals in its own series (Agent: m.refused); this one is no registry's.
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_agent_team_refused_total"}),
+		nonce:   readerstate.NewNonce(), runCtx: ctx, stopRun: stop,
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[assembly.ShardRef]wire.TeamNote{}, held: map[assembly.ShardRef]bool{}, cursor: map[assembly.ShardRef]assembly.SendCursor{},
 		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
@@ -122,7 +125,7 @@ const maxTeamReply = 1 << 20
 // onReply takes a reply on the member's inbox: one that is not signed
 // with the job's key, for a request waiting, by the planner run it was
 // sent to, is dropped (counted, and logged at most once a second).
-func (m *member) onReply(msg *nats.Msg) {
+func (m *Member) onReply(msg *nats.Msg) {
 	seq, err := strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
 	m.mu.Lock()
 	w := m.waits[seq]
@@ -146,39 +149,39 @@ func (m *member) onReply(msg *nats.Msg) {
 		return
 	}
 	refuse := func(err error) {
-		m.m.teamRefused.Inc()
+		m.refused.Inc()
 		now := time.Now().UnixNano()
 		if last := m.refusedLog.Load(); now-last > int64(time.Second) && m.refusedLog.CompareAndSwap(last, now) {
 			m.log.Warn("dropped a reply that is not the planner's", "op", w.op, "err", err)
 		}
 	}
-	h, err := m.auth.open(msg, kindReply, w.op)
+	h, err := m.auth.Open(msg, KindReply, w.op)
 	switch {
 	case err != nil:
 		refuse(err)
 		return
-	case h.member != m.name || h.session != w.session || h.seq != seq:
-		refuse(fmt.Errorf("%w: a reply to another request", errTeamAuth))
+	case h.Member != m.name || h.Session != w.session || h.Seq != seq:
+		refuse(fmt.Errorf("%w: a reply to another request", ErrAuth))
 		return
 	case len(msg.Data) > maxTeamReply:
-		refuse(fmt.Errorf("%w: a reply of %d bytes", errTeamAuth, len(msg.Data)))
+		refuse(fmt.Errorf("%w: a reply of %d bytes", ErrAuth, len(msg.Data)))
 		return
 	}
 	var r wire.TeamReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil || r.Planner != h.planner {
-		refuse(fmt.Errorf("%w: reading the planner's %s reply: %v", errTeamAuth, w.op, err))
+	if err := json.Unmarshal(msg.Data, &r); err != nil || r.Planner != h.Planner {
+		refuse(fmt.Errorf("%w: reading the planner's %s reply: %v", ErrAuth, w.op, err))
 		return
 	}
 	switch {
-	case w.op == wire.TeamOpJoin && r.Status != statusOK:
+	case w.op == wire.TeamOpJoin && r.Status != StatusOK:
 		// Another planner run (one stopping, of another world) may refuse
 		// first: wait for one that takes the member.
 		m.mu.Lock()
 		w.refusal, w.joinReply = r.Error, &r
 		m.mu.Unlock()
 		return
-	case w.op != wire.TeamOpJoin && h.planner != w.planner:
-		if r.Status == statusNotMember {
+	case w.op != wire.TeamOpJoin && h.Planner != w.planner:
+		if r.Status == StatusNotMember {
 			select {
 			case w.other <- struct{}{}:
 			default:
@@ -197,7 +200,7 @@ func (m *member) onReply(msg *nats.Msg) {
 // taken; if one of them says the member has not joined it and the joined
 // one does not answer within a second, the planner restarted: the member
 // joins again.
-func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, error) {
+func (m *Member) ask(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return wire.TeamReply{}, fmt.Errorf("encoding a %s request: %w", op, err)
@@ -229,7 +232,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 	}()
 	msg := nats.NewMsg(wire.TeamSubject(m.job.Spec.ID, m.reader, op))
 	msg.Reply, msg.Data = inbox+"."+strconv.FormatUint(seq, 10), data
-	m.auth.seal(msg, kindRequest, teamHead{op: op, member: m.name, session: w.session, seq: seq})
+	m.auth.Seal(msg, KindRequest, Head{Op: op, Member: m.name, Session: w.session, Seq: seq})
 	if err := m.nc.PublishMsg(msg); err != nil {
 		return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
 	}
@@ -239,7 +242,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 	for {
 		select {
 		case r := <-w.ch:
-			if op != wire.TeamOpJoin && r.Status == statusNotMember {
+			if op != wire.TeamOpJoin && r.Status == StatusNotMember {
 				m.mu.Lock()
 				m.joined = false
 				m.mu.Unlock()
@@ -248,7 +251,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 		case <-replanned:
 			// The member joined another run of the planner (this one
 			// stopped): ask that one.
-			return wire.TeamReply{Status: statusNotMember, Error: "the member joined another run of the planner"}, nil
+			return wire.TeamReply{Status: StatusNotMember, Error: "the member joined another run of the planner"}, nil
 		case <-w.none:
 			m.mu.Lock()
 			m.joined = false
@@ -256,7 +259,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 			return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): no planner runs", m.reader, op)
 		case <-w.other:
 			// Not a part: one the planner hands to a request given up
-			// would be lost (it waits partWait at most, well within the
+			// would be lost (it waits PartWait at most, well within the
 			// timeout).
 			if !other && op != wire.TeamOpPart {
 				other = true
@@ -273,7 +276,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 				m.mu.Lock()
 				m.joined = false
 				m.mu.Unlock()
-				return wire.TeamReply{Status: statusNotMember, Error: "another run of the planner answers"}, nil
+				return wire.TeamReply{Status: StatusNotMember, Error: "another run of the planner answers"}, nil
 			case refusal != "":
 				return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): refused: %s", m.reader, op, refusal)
 			}
@@ -286,7 +289,7 @@ func (m *member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 
 // askUntil repeats a request until the planner answers it (with a
 // retry between tries) or ctx ends, joining first when needed.
-func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, error) {
+func (m *Member) askUntil(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, error) {
 	warned := false
 	for {
 		err := m.join(ctx)
@@ -294,7 +297,7 @@ func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Du
 		if err == nil {
 			r, err = m.ask(ctx, op, v, timeout)
 		}
-		if err == nil && r.Status != statusNotMember && r.Status != statusBusy {
+		if err == nil && r.Status != StatusNotMember && r.Status != StatusBusy {
 			return r, nil
 		}
 		if ctx.Err() != nil {
@@ -307,7 +310,7 @@ func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Du
 			m.log.Warn("the reader's planner does not answer yet; retrying", "op", op, "err", err)
 			warned = true
 		}
-		if err := sleepCtx(ctx, teamRetry); err != nil {
+		if err := retry.Sleep(ctx, teamRetry); err != nil {
 			return wire.TeamReply{}, err
 		}
 	}
@@ -316,7 +319,7 @@ func (m *member) askUntil(ctx context.Context, op string, v any, timeout time.Du
 // join joins the planner's team if this member has not (or the planner
 // restarted), and then tells it again every chunk, end and failure it
 // holds.
-func (m *member) join(ctx context.Context) error {
+func (m *Member) join(ctx context.Context) error {
 	m.mu.Lock()
 	joined := m.joined
 	m.mu.Unlock()
@@ -329,8 +332,8 @@ func (m *member) join(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.Status != statusOK {
-		if r.Status == statusTaken && m.takenLogged.CompareAndSwap(false, true) {
+	if r.Status != StatusOK {
+		if r.Status == StatusTaken && m.takenLogged.CompareAndSwap(false, true) {
 			// Once: it asks again every teamRetry until the other is quiet.
 			m.log.Warn("the reader's planner refuses this agent's name; asking again until the agent of that name is quiet", "err", r.Error)
 		}
@@ -352,11 +355,11 @@ func (m *member) join(ctx context.Context) error {
 	return nil
 }
 
-// chunk stores chunk index of task's shard and queues its note for the
+// Chunk stores chunk index of task's shard and queues its note for the
 // planner (the dispatcher's sink does not wait for it). A corrupt chunk,
 // or one whose rows' place in the shard is not known, is refused: its
 // send fails, and the shard comes again.
-func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
+func (m *Member) Chunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
 	samples, sc, first, err := assembly.SplitChunkAt(data)
 	if err != nil {
@@ -377,21 +380,21 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 		}
 	}
 	m.cursor[k] = assembly.SendCursor{Next: index + 1, Row: first + len(samples)}
-	n := wire.TeamNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index, First: &first, Rows: len(samples), Schema: noteOf(sc)}
+	n := wire.TeamNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: index, First: &first, Rows: len(samples), Schema: NoteOf(sc)}
 	m.held[k] = true
 	if c := m.store[ref]; c != nil {
-		if noteFirstRow(c.note) == first && c.note.Rows == n.Rows {
+		if NoteFirstRow(c.note) == first && c.note.Rows == n.Rows {
 			return nil // a copy: the planner is told of the first
 		}
 		// The same index with other rows: a retry chunked differently
 		// (another function version). Stored under an index no function
 		// sends, unless a copy of it is stored already; the planner takes
 		// the rows it lacks.
-		alt := altChunks
+		alt := AltChunks
 		for r, c := range m.store {
 			switch {
-			case r.Epoch != ref.Epoch || r.Shard != ref.Shard || r.Chunk < altChunks:
-			case noteFirstRow(c.note) == first && c.note.Rows == n.Rows:
+			case r.Epoch != ref.Epoch || r.Shard != ref.Shard || r.Chunk < AltChunks:
+			case NoteFirstRow(c.note) == first && c.note.Rows == n.Rows:
 				return nil
 			default:
 				alt = max(alt, r.Chunk+1)
@@ -404,44 +407,44 @@ func (m *member) chunk(task wire.ShardTask, index int, data []byte) error {
 	}
 	m.store[ref] = &storedChunk{note: n, data: data}
 	m.bytes += int64(len(data))
-	m.queue = append(m.queue, n)
+	m.Queue = append(m.Queue, n)
 	m.kickNotes()
 	return nil
 }
 
-// altChunks is the first chunk index a member gives a chunk of a retry
+// AltChunks is the first chunk index a member gives a chunk of a retry
 // chunked differently whose index it holds already (functions send far
 // fewer chunks a shard).
-const altChunks = assembly.MaxChunksPerShard / 2
+const AltChunks = assembly.MaxChunksPerShard / 2
 
-// end queues task's shard end, or (end nil) that it failed for good.
-func (m *member) end(task wire.ShardTask, end *wire.ShardEnd, reason string) {
+// End queues task's shard end, or (end nil) that it failed for good.
+func (m *Member) End(task wire.ShardTask, end *wire.ShardEnd, reason string) {
 	n := wire.TeamNote{Epoch: task.Epoch, Shard: task.Shard, Chunk: -1, End: end, Reason: reason, Key: task.Key}
 	k := assembly.ShardRef{Epoch: task.Epoch, Shard: task.Shard}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.held[k] = true
 	m.ends[k] = n
-	m.queue = append(m.queue, n)
+	m.Queue = append(m.Queue, n)
 	m.kickNotes()
 }
 
 // kickNotes wakes keepNotes; m.mu must be held.
-func (m *member) kickNotes() {
+func (m *Member) kickNotes() {
 	select {
 	case m.kick <- struct{}{}:
 	default:
 	}
 }
 
-// maxNotes bounds the notes of one request (a chunk's note is about 200
+// MaxNotes bounds the notes of one request (a chunk's note is about 200
 // bytes: well within a NATS message).
-const maxNotes = 512
+const MaxNotes = 512
 
-// keepNotes tells the planner the queued notes until ctx ends: all that
+// KeepNotes tells the planner the queued notes until ctx ends: all that
 // queued while the last request was on its way go in the next, so a busy
 // member asks about once per round trip, not once per chunk.
-func (m *member) keepNotes(ctx context.Context) {
+func (m *Member) KeepNotes(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -453,15 +456,15 @@ func (m *member) keepNotes(ctx context.Context) {
 			if m.again {
 				// Every queued note is of a chunk stored or an end kept:
 				// the queue becomes all of them.
-				m.queue, m.again = m.queue[:0:0], false
+				m.Queue, m.again = m.Queue[:0:0], false
 				for _, c := range m.store {
-					m.queue = append(m.queue, c.note)
+					m.Queue = append(m.Queue, c.note)
 				}
 				for _, n := range m.ends {
-					m.queue = append(m.queue, n)
+					m.Queue = append(m.Queue, n)
 				}
 			}
-			batch := m.queue[:min(len(m.queue), maxNotes)]
+			batch := m.Queue[:min(len(m.Queue), MaxNotes)]
 			m.mu.Unlock()
 			if len(batch) == 0 {
 				break
@@ -473,7 +476,7 @@ func (m *member) keepNotes(ctx context.Context) {
 			if m.told(batch, r) {
 				// The planner holds enough of this member's rows: tell
 				// the rest once some are handed out.
-				if err := sleepCtx(ctx, teamRetry); err != nil {
+				if err := retry.Sleep(ctx, teamRetry); err != nil {
 					return
 				}
 			}
@@ -484,18 +487,18 @@ func (m *member) keepNotes(ctx context.Context) {
 // told applies the planner's answer to a batch of notes, the queue's
 // head: copies and refused chunks are dropped, deferred ones queued
 // again (it reports whether there were), the rest counted.
-func (m *member) told(batch []wire.TeamNote, r wire.TeamReply) (deferred bool) {
+func (m *Member) told(batch []wire.TeamNote, r wire.TeamReply) (deferred bool) {
 	m.mu.Lock()
-	m.queue = m.queue[len(batch):]
+	m.Queue = m.Queue[len(batch):]
 	for _, i := range r.Deferred {
-		if i >= 0 && i < len(batch) && r.Status == statusOK {
-			m.queue = append(m.queue, batch[i])
+		if i >= 0 && i < len(batch) && r.Status == StatusOK {
+			m.Queue = append(m.Queue, batch[i])
 			deferred = true
 		}
 	}
 	m.want = r.Want
 	m.mu.Unlock()
-	if r.Status != statusOK {
+	if r.Status != StatusOK {
 		m.log.Warn("the planner refused notes", "notes", len(batch), "err", r.Error)
 	}
 	for i, reason := range r.Refused {
@@ -509,7 +512,7 @@ func (m *member) told(batch []wire.TeamNote, r wire.TeamReply) (deferred bool) {
 		_, refused := r.Refused[i]
 		switch {
 		case n.Chunk < 0 || slices.Contains(r.Deferred, i):
-		case r.Status != statusOK || refused || slices.Contains(r.Duplicates, i):
+		case r.Status != StatusOK || refused || slices.Contains(r.Duplicates, i):
 			m.drop(ref)
 		default:
 			rows += n.Rows
@@ -519,7 +522,7 @@ func (m *member) told(batch []wire.TeamNote, r wire.TeamReply) (deferred bool) {
 	return deferred
 }
 
-func (m *member) drop(ref wire.ChunkRef) {
+func (m *Member) drop(ref wire.ChunkRef) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c := m.store[ref]; c != nil {
@@ -532,10 +535,10 @@ func (m *member) drop(ref wire.ChunkRef) {
 // are settled and whether to take more tasks.
 const statusEvery = 100 * time.Millisecond
 
-// keepStatus asks the planner for its status every statusEvery until ctx
+// KeepStatus asks the planner for its status every statusEvery until ctx
 // ends: it settles the tasks of shards the planner's position has
 // complete and drops their chunks.
-func (m *member) keepStatus(ctx context.Context) {
+func (m *Member) KeepStatus(ctx context.Context) {
 	t := time.NewTicker(statusEvery)
 	defer t.Stop()
 	for {
@@ -547,7 +550,7 @@ func (m *member) keepStatus(ctx context.Context) {
 		m.mu.Unlock()
 		slices.SortFunc(held, func(x, y [2]int) int { return x[0]*1<<20 + x[1] - y[0]*1<<20 - y[1] })
 		if err := m.join(ctx); err == nil {
-			if r, err := m.ask(ctx, wire.TeamOpStatus, wire.TeamStatus{Held: held}, 5*time.Second); err == nil && r.Status == statusOK {
+			if r, err := m.ask(ctx, wire.TeamOpStatus, wire.TeamStatus{Held: held}, 5*time.Second); err == nil && r.Status == StatusOK {
 				m.settled(r, held)
 			}
 		}
@@ -561,7 +564,7 @@ func (m *member) keepStatus(ctx context.Context) {
 
 // settled settles the shards the planner says are complete, of those the
 // member asked about (asked nil: every one).
-func (m *member) settled(r wire.TeamReply, asked [][2]int) {
+func (m *Member) settled(r wire.TeamReply, asked [][2]int) {
 	if asked != nil {
 		var ok [][2]int
 		for _, c := range r.Complete {
@@ -590,9 +593,9 @@ func (m *member) settled(r wire.TeamReply, asked [][2]int) {
 	}
 }
 
-// dropSettled drops the chunks of settled shards of epochs before e:
+// DropSettled drops the chunks of settled shards of epochs before e:
 // every rank of this member is past them, so no part will need them.
-func (m *member) dropSettled(e int) {
+func (m *Member) DropSettled(e int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for ref, c := range m.store {
@@ -603,9 +606,9 @@ func (m *member) dropSettled(e int) {
 	}
 }
 
-// settleAll settles every task the member holds output of: every step
+// SettleAll settles every task the member holds output of: every step
 // of every epoch was recorded.
-func (m *member) settleAll() {
+func (m *Member) SettleAll() {
 	m.mu.Lock()
 	var done [][2]int
 	for k := range m.held {
@@ -620,24 +623,24 @@ func (m *member) settleAll() {
 // restarted by torchrun) leaves its part here for the rank's next
 // request rather than on a closed connection.
 type rankPoll struct {
-	done    chan struct{}
+	Done    chan struct{}
 	asked   uint64 // the member's resumes when it last asked
 	planner string // the planner run that gave its part, and its generation of ranks
 	gen     uint64
 	p       readerstate.RankPart
-	err     error
+	Err     error
 	taken   bool
 }
 
-// part returns rank req.rank's next part: the part its last poll got if
+// Part returns rank req.rank's next part: the part its last poll got if
 // no request took it (unless a resume forwarded since rewound it), or
 // that of a new poll.
-func (m *member) part(ctx context.Context, req readerstate.RankRequest, prod func() *producer) (readerstate.RankPart, error) {
+func (m *Member) Part(ctx context.Context, req readerstate.RankRequest, prod func() *Producer) (readerstate.RankPart, error) {
 	for {
 		m.mu.Lock()
 		pl := m.polls[req.Rank]
 		if pl == nil {
-			pl = &rankPoll{done: make(chan struct{}), asked: m.resumes}
+			pl = &rankPoll{Done: make(chan struct{}), asked: m.resumes}
 			m.polls[req.Rank] = pl
 			go m.poll(pl, req, prod)
 		}
@@ -645,7 +648,7 @@ func (m *member) part(ctx context.Context, req readerstate.RankRequest, prod fun
 		select {
 		case <-ctx.Done():
 			return readerstate.RankPart{}, ctx.Err() // the poll goes on: its part waits for the rank's next request
-		case <-pl.done:
+		case <-pl.Done:
 		}
 		m.mu.Lock()
 		if m.polls[req.Rank] == pl {
@@ -655,62 +658,62 @@ func (m *member) part(ctx context.Context, req readerstate.RankRequest, prod fun
 		// generation (rewound by the resume; its requester went away)
 		// unless the run that answered the resume formed it since.
 		taken := pl.taken
-		stale := pl.asked < m.resumes && (pl.err != nil || pl.planner != m.resumePlanner || pl.gen < m.resumeGen)
+		stale := pl.asked < m.resumes && (pl.Err != nil || pl.planner != m.resumePlanner || pl.gen < m.resumeGen)
 		pl.taken = true
 		m.mu.Unlock()
 		switch {
 		case taken:
 			continue
 		case stale:
-			if pl.err == nil {
+			if pl.Err == nil {
 				m.log.Info("dropping a part of an earlier generation of ranks (its requester went away; the resume rewound it)",
 					"rank", req.Rank, "epoch", pl.p.Epoch, "step", pl.p.Step)
 			}
 			continue
 		}
-		return pl.p, pl.err
+		return pl.p, pl.Err
 	}
 }
 
 // poll asks the planner for rank req.rank's next part until it has one,
 // and cuts it.
-func (m *member) poll(pl *rankPoll, req readerstate.RankRequest, prod func() *producer) {
-	defer close(pl.done)
+func (m *Member) poll(pl *rankPoll, req readerstate.RankRequest, prod func() *Producer) {
+	defer close(pl.Done)
 	ctx := m.runCtx
 	for {
 		m.mu.Lock()
 		pl.asked = m.resumes
 		m.mu.Unlock()
-		r, err := m.askUntil(ctx, wire.TeamOpPart, wire.TeamPartRequest{Rank: req.Rank, World: req.World, DropLast: req.DropLast}, partWait+5*time.Second)
+		r, err := m.askUntil(ctx, wire.TeamOpPart, wire.TeamPartRequest{Rank: req.Rank, World: req.World, DropLast: req.DropLast}, PartWait+5*time.Second)
 		if err != nil {
-			pl.err = fmt.Errorf("%w: %w", readerstate.ErrStopped, err)
+			pl.Err = fmt.Errorf("%w: %w", readerstate.ErrStopped, err)
 			return
 		}
 		switch {
-		case r.Status == statusWait:
+		case r.Status == StatusWait:
 			continue
-		case r.Status != statusOK:
-			pl.err = errOf(r.Status, r.Error)
+		case r.Status != StatusOK:
+			pl.Err = errOf(r.Status, r.Error)
 			return
 		case r.Part == nil:
-			pl.err = fmt.Errorf("%w: the planner's part has no rows", readerstate.ErrStopped)
+			pl.Err = fmt.Errorf("%w: the planner's part has no rows", readerstate.ErrStopped)
 			return
 		}
-		if err := m.checkPart(*r.Part); err != nil {
-			pl.err = fmt.Errorf("%w: the planner's part of rank %d: %w", readerstate.ErrStopped, req.Rank, err)
+		if err := m.CheckPart(*r.Part); err != nil {
+			pl.Err = fmt.Errorf("%w: the planner's part of rank %d: %w", readerstate.ErrStopped, req.Rank, err)
 			return
 		}
 		m.mu.Lock()
 		pl.planner, pl.gen = r.Planner, r.Part.Gen
 		m.mu.Unlock()
-		pl.p, pl.err = m.cut(ctx, *r.Part, prod)
+		pl.p, pl.Err = m.cut(ctx, *r.Part, prod)
 		return
 	}
 }
 
-// checkPart checks the sizes of a part the planner gave: a rank's part is
+// CheckPart checks the sizes of a part the planner gave: a rank's part is
 // at most a batch, in spans of chunks within the job's bounds.
-func (m *member) checkPart(n wire.TeamPart) error {
+func (m *Member) CheckPart(n wire.TeamPart) error {
 	switch {
 	case n.Epoch < 0 || n.Epoch >= m.job.Spec.Epochs:
 		return fmt.Errorf("epoch %d: want 0..%d", n.Epoch, m.job.Spec.Epochs-1)
@@ -738,7 +741,7 @@ func (m *member) checkPart(n wire.TeamPart) error {
 		return fmt.Errorf("its spans have %d rows, the part %d", rows, n.Rows)
 	}
 	if n.Schema != nil {
-		if _, err := schemaOf(n.Schema); err != nil {
+		if _, err := SchemaOf(n.Schema); err != nil {
 			return err
 		}
 	}
@@ -746,8 +749,8 @@ func (m *member) checkPart(n wire.TeamPart) error {
 }
 
 // cut makes the batch of a part the planner gave.
-func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer) (readerstate.RankPart, error) {
-	p := readerstate.RankPart{Batch: Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
+func (m *Member) cut(ctx context.Context, n wire.TeamPart, prod func() *Producer) (readerstate.RankPart, error) {
+	p := readerstate.RankPart{Batch: assembly.Batch{Epoch: n.Epoch, Keys: make([]string, n.Rows)}, Step: n.Step, Last: n.Last, EpochFailed: n.Failed, World: n.World, Position: n.Position}
 	for _, s := range n.Spans {
 		row := -1
 		if s.Row != nil && *s.Row >= 0 {
@@ -757,20 +760,20 @@ func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer
 	}
 	var sc *assembly.Schema
 	if n.Schema != nil {
-		sc, _ = schemaOf(n.Schema)
+		sc, _ = SchemaOf(n.Schema)
 	}
-	b, err := cutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
+	b, err := CutRows(ctx, n.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
 		m.mu.Lock()
 		c := m.store[sp.Ref]
 		m.mu.Unlock()
 		if c != nil {
-			return spanRows(sp, c.data)
+			return SpanRows(sp, c.data)
 		}
-		return prod().rows(ctx, sp)
+		return prod().Rows(ctx, sp)
 	})
 	if err != nil {
 		err = fmt.Errorf("%w: cutting a part of step %d: %w", readerstate.ErrStopped, n.Step, err)
-		return readerstate.RankPart{Batch: Batch{Keys: p.Keys}, Spans: p.Spans}, err
+		return readerstate.RankPart{Batch: assembly.Batch{Keys: p.Keys}, Spans: p.Spans}, err
 	}
 	m.mu.Lock()
 	for _, sp := range p.Spans {
@@ -787,77 +790,43 @@ func (m *member) cut(ctx context.Context, n wire.TeamPart, prod func() *producer
 	return p, nil
 }
 
-// nextPart is a member's: the planner's part for the rank, cut here; the
-// wait counts as the trainer's.
-func (a memberRole) nextPart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
-	m := a.m
+// Serves checks that req is for a rank of this member's world (world 0:
+// the member's), and returns it with its world set.
+func (m *Member) Serves(req readerstate.RankRequest) (readerstate.RankRequest, error) {
 	if req.World == 0 {
 		req.World = m.world
 	}
 	switch {
 	case req.World != m.world:
-		return readerstate.RankPart{}, fmt.Errorf("%w: world size %d, but this agent serves ranks of a world of %d", readerstate.ErrWorldMismatch, req.World, m.world)
+		return req, fmt.Errorf("%w: world size %d, but this agent serves ranks of a world of %d", readerstate.ErrWorldMismatch, req.World, m.world)
 	case !slices.Contains(m.ranks, req.Rank):
-		return readerstate.RankPart{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", readerstate.ErrWorldMismatch, req.Rank, m.ranks)
+		return req, fmt.Errorf("%w: rank %d: this agent serves ranks %v", readerstate.ErrWorldMismatch, req.Rank, m.ranks)
 	}
-	a.mu.Lock()
-	a.st.Block(time.Now())
-	a.unlock()
-	p, err := m.part(ctx, req, func() *producer {
-		// A rank may ask before the agent dispatches: wait for it (the
-		// poll outlives the request: the member's run, not ctx).
-		_ = a.waitFor(m.runCtx, func() bool { return a.producer != nil || a.st.RunEnded })
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.producer
-	})
-	now := time.Now()
-	a.mu.Lock()
-	defer a.unlock()
-	a.st.Unblock(now)
-	if errors.Is(err, io.EOF) {
-		if a.st.RankEnded(req.Rank) && a.st.RanksEnded(m.ranks) {
-			// The planner recorded every step before it told a rank
-			// the end: every shard is complete. (Settled before the
-			// agent sees it is done and returns what it holds.)
-			m.settleAll()
-		}
-		return readerstate.RankPart{}, err
-	}
-	if err != nil {
-		if len(p.Keys) > 0 {
-			a.st.Lost(p, err) // the planner counts the part as handed out
-		}
-		return readerstate.RankPart{}, err
-	}
-	a.st.Delivered(req.Rank, p, now)
-	go m.dropSettled(a.st.SlowestEpoch(m.ranks))
-	return p, nil
+	return req, nil
 }
 
-// resume is a member's: it forwards a rank's resume to the planner.
-func (a memberRole) resume(ctx context.Context, req readerstate.ResumeRequest) (ResumeResult, error) {
-	m := a.m
+// Resume forwards a rank's resume to the planner, waiting up to timeout.
+func (m *Member) Resume(ctx context.Context, req readerstate.ResumeRequest, timeout time.Duration) (readerstate.ResumeResult, error) {
 	state, err := json.Marshal(req.State)
 	if err != nil {
-		return ResumeResult{}, fmt.Errorf("%w: %w", readerstate.ErrBadState, err)
+		return readerstate.ResumeResult{}, fmt.Errorf("%w: %w", readerstate.ErrBadState, err)
 	}
 	if !slices.Contains(m.ranks, req.Rank) {
-		return ResumeResult{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", readerstate.ErrBadState, req.Rank, m.ranks)
+		return readerstate.ResumeResult{}, fmt.Errorf("%w: rank %d: this agent serves ranks %v", readerstate.ErrBadState, req.Rank, m.ranks)
 	}
 	// An id for this resume: askUntil may send it again, and the planner
 	// answers a copy as the first (a second resume of a rank would be a
 	// new generation's).
-	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.World, Rank: req.Rank, ID: readerstate.NewResumeID()}, positionWriteTimeout+10*time.Second)
+	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.World, Rank: req.Rank, ID: readerstate.NewResumeID()}, timeout)
 	if err != nil {
-		return ResumeResult{}, err
+		return readerstate.ResumeResult{}, err
 	}
-	var res ResumeResult
-	if r.Status != statusOK || r.Resume == nil {
-		return ResumeResult{}, errOf(r.Status, r.Error)
+	var res readerstate.ResumeResult
+	if r.Status != StatusOK || r.Resume == nil {
+		return readerstate.ResumeResult{}, errOf(r.Status, r.Error)
 	}
 	if err := json.Unmarshal(r.Resume, &res); err != nil {
-		return ResumeResult{}, fmt.Errorf("%w: the planner's resume answer: %w", readerstate.ErrStopped, err)
+		return readerstate.ResumeResult{}, fmt.Errorf("%w: the planner's resume answer: %w", readerstate.ErrStopped, err)
 	}
 	// Parts formed before this generation, which no request took, are
 	// dropped (part).
@@ -866,4 +835,40 @@ func (a memberRole) resume(ctx context.Context, req readerstate.ResumeRequest) (
 	m.resumePlanner, m.resumeGen = r.Planner, r.Gen
 	m.mu.Unlock()
 	return res, nil
+}
+
+// Secure gives the member its reader's team key (auth) and the agent's
+// count of refused replies.
+func (m *Member) Secure(auth *Auth, refused prometheus.Counter) {
+	m.auth, m.refused = auth, refused
+}
+
+// Dispatching wires the member to its dispatcher: settle acks a shard's
+// tasks once settled, arrived counts the samples of a chunk it keeps.
+func (m *Member) Dispatching(settle func(epoch, shard int), arrived func(samples int)) {
+	m.settle, m.arrived = settle, arrived
+}
+
+// Stop ends the member's run: the ranks' polls for parts.
+func (m *Member) Stop() { m.stopRun() }
+
+// Running ends when the member's run does (a poll outlives its request).
+func (m *Member) Running() context.Context { return m.runCtx }
+
+// ServedRanks are the ranks the member serves, in order.
+func (m *Member) ServedRanks() []int { return m.ranks }
+
+// Buffer is the bytes of the chunks the member stores, and whether the
+// planner wants its rows.
+func (m *Member) Buffer() (held int64, wants bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bytes, m.want
+}
+
+// PollOf is rank r's poll for a part, in progress or done (nil: none).
+func (m *Member) PollOf(r int) *rankPoll {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.polls[r]
 }

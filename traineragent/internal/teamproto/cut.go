@@ -1,4 +1,4 @@
-package traineragent
+package teamproto
 
 import (
 	"context"
@@ -8,51 +8,50 @@ import (
 	"sync"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
-	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // Cutting a part given as spans (team.go): each span's rows are cut from
 // its chunk, which the agent holds or has produced again.
 
-// cutRows is the batch of epoch e made of spans' rows, whose keys must be
+// CutRows is the batch of epoch e made of spans' rows, whose keys must be
 // keys where those are known ("" where a member holds the row: functions
 // are deterministic, so a shard produced again has the same rows); rows
 // gives each span's rows. A part of no rows has sc's tensors with no rows
 // (stack makes them).
-func cutRows(ctx context.Context, e int, keys []string, spans []assembly.RowSpan, sc *assembly.Schema, rows func(context.Context, assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error)) (Batch, error) {
+func CutRows(ctx context.Context, e int, keys []string, spans []assembly.RowSpan, sc *assembly.Schema, rows func(context.Context, assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error)) (assembly.Batch, error) {
 	var samples []assembly.Sample
 	for _, sp := range spans {
 		got, csc, err := rows(ctx, sp)
 		switch {
 		case err != nil:
-			return Batch{}, err
+			return assembly.Batch{}, err
 		case len(got) != sp.N:
-			return Batch{}, fmt.Errorf("chunk %s: %d rows for a span of %d", sp.Ref, len(got), sp.N)
+			return assembly.Batch{}, fmt.Errorf("chunk %s: %d rows for a span of %d", sp.Ref, len(got), sp.N)
 		case sp.N == 0:
 		case sc == nil:
 			sc = csc
 		case !sc.Equal(csc):
-			return Batch{}, fmt.Errorf("chunk %s has tensors %s, the job's %s: cannot stack", sp.Ref, csc, sc)
+			return assembly.Batch{}, fmt.Errorf("chunk %s has tensors %s, the job's %s: cannot stack", sp.Ref, csc, sc)
 		}
 		samples = append(samples, got...)
 	}
 	if len(samples) != len(keys) {
-		return Batch{}, fmt.Errorf("the chunks give %d rows, the part has %d", len(samples), len(keys))
+		return assembly.Batch{}, fmt.Errorf("the chunks give %d rows, the part has %d", len(samples), len(keys))
 	}
 	for i, s := range samples {
 		if keys[i] != "" && keys[i] != s.Key {
-			return Batch{}, fmt.Errorf("row %d of the part is sample %q, its chunk's %q (produced again differently?)", i, keys[i], s.Key)
+			return assembly.Batch{}, fmt.Errorf("row %d of the part is sample %q, its chunk's %q (produced again differently?)", i, keys[i], s.Key)
 		}
 	}
 	if sc == nil {
-		return Batch{Epoch: e, Keys: keys}, nil
+		return assembly.Batch{Epoch: e, Keys: keys}, nil
 	}
 	return assembly.Stack(e, sc, samples).Batch, nil
 }
 
-// spanRows is span sp's rows of its chunk data.
-func spanRows(sp assembly.RowSpan, data []byte) ([]assembly.Sample, *assembly.Schema, error) {
+// SpanRows is span sp's rows of its chunk data.
+func SpanRows(sp assembly.RowSpan, data []byte) ([]assembly.Sample, *assembly.Schema, error) {
 	rows, sc, err := assembly.SplitChunk(data)
 	switch {
 	case err != nil:
@@ -63,36 +62,11 @@ func spanRows(sp assembly.RowSpan, data []byte) ([]assembly.Sample, *assembly.Sc
 	return rows[sp.Lo : sp.Lo+sp.N], sc, nil
 }
 
-// cutPart cuts a part of this (planner) agent's rank given as spans:
-// from the chunks it holds, or produced again. A part that cannot be cut
-// is lost to the trainer (it counts as handed out): its samples are
-// reported failed.
-func (a *Reader) cutPart(ctx context.Context, p readerstate.RankPart) (readerstate.RankPart, error) {
-	a.mu.Lock()
-	sc, prod := a.st.Asm.Schema, a.producer
-	a.mu.Unlock()
-	b, err := cutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
-		if sp.Data != nil {
-			return spanRows(sp, sp.Data)
-		}
-		return prod.rows(ctx, sp)
-	})
-	if err != nil {
-		a.mu.Lock()
-		a.st.Lost(p, err)
-		a.unlock()
-		return readerstate.RankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", readerstate.ErrStopped, p.Step, err)
-	}
-	b.Sources = assembly.SpanSources(a.job, p.Spans)
-	p.Batch, p.Spans = b, nil
-	return p, nil
-}
-
-// producer has shards produced again for the chunks an agent needs and
+// Producer has shards produced again for the chunks an agent needs and
 // does not hold, one send per shard however many parts wait for it, and
 // keeps the last few shards produced (the ranks of one step often need
 // the same one).
-type producer struct {
+type Producer struct {
 	job     wire.Job
 	produce func(ctx context.Context, task wire.ShardTask, chunk func(int, []byte)) (wire.ShardEnd, error)
 	ctx     context.Context // the agent's run: a production outlives the part that asked for it
@@ -119,8 +93,8 @@ type production struct {
 // keepProduced is how many shards produced again a producer keeps.
 const keepProduced = 8
 
-// heldBytes is the size of the shards the producer keeps (nil: none).
-func (p *producer) heldBytes() int64 {
+// HeldBytes is the size of the shards the producer keeps (nil: none).
+func (p *Producer) HeldBytes() int64 {
 	if p == nil {
 		return 0
 	}
@@ -135,7 +109,7 @@ func (p *producer) heldBytes() int64 {
 
 // evict drops the oldest shards kept beyond keepProduced or maxBytes,
 // never the newest; p.mu must be held.
-func (p *producer) evict() {
+func (p *Producer) evict() {
 	total := int64(0)
 	for _, pr := range p.shards {
 		total += pr.bytes
@@ -147,15 +121,15 @@ func (p *producer) evict() {
 	}
 }
 
-// rows is span sp's rows, produced again: found by their shard rows when
+// Rows is span sp's rows, produced again: found by their shard rows when
 // the span says them, else by chunk index (as chunked the first time).
-func (p *producer) rows(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
+func (p *Producer) Rows(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
 	if sp.Row < 0 {
-		data, err := p.chunk(ctx, sp.Ref)
+		data, err := p.Chunk(ctx, sp.Ref)
 		if err != nil {
 			return nil, nil, err
 		}
-		return spanRows(sp, data)
+		return SpanRows(sp, data)
 	}
 	pr, err := p.produced(ctx, sp.Ref)
 	if err != nil {
@@ -195,8 +169,8 @@ func (p *producer) rows(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sa
 	return out, sc, nil
 }
 
-// chunk is chunk ref, produced again.
-func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error) {
+// Chunk is chunk ref, produced again.
+func (p *Producer) Chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error) {
 	pr, err := p.produced(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -209,7 +183,7 @@ func (p *producer) chunk(ctx context.Context, ref wire.ChunkRef) ([]byte, error)
 }
 
 // produced is ref's shard produced again, once done.
-func (p *producer) produced(ctx context.Context, ref wire.ChunkRef) (*production, error) {
+func (p *Producer) produced(ctx context.Context, ref wire.ChunkRef) (*production, error) {
 	if p == nil {
 		return nil, errors.New("no dispatcher to produce a chunk again")
 	}
@@ -247,7 +221,7 @@ func isDone(pr *production) bool {
 	}
 }
 
-func (p *producer) run(k assembly.ShardRef, pr *production) {
+func (p *Producer) run(k assembly.ShardRef, pr *production) {
 	defer close(pr.done)
 	var mu sync.Mutex
 	next := 0 // the next chunk's first row, for chunks that do not say
@@ -271,4 +245,10 @@ func (p *producer) run(k assembly.ShardRef, pr *production) {
 		p.mu.Unlock()
 	})
 	pr.err = err
+}
+
+// NewProducer produces chunks again for job with produce, within ctx,
+// keeping a quarter of the job's output buffer.
+func NewProducer(ctx context.Context, job wire.Job, produce func(context.Context, wire.ShardTask, func(int, []byte)) (wire.ShardEnd, error)) *Producer {
+	return &Producer{job: job, produce: produce, ctx: ctx, shards: map[assembly.ShardRef]*production{}, maxBytes: job.Spec.OutputBufferBytes / 4}
 }
