@@ -553,7 +553,7 @@ var _ dispatch.Sink = (*sink)(nil)
 
 // Room: some reader wants more and the chunks held stay within the job's
 // output buffer, not counting those of readers that lag (they keep no
-// new shard: lag.go).
+// new shard: assembly's lag.go).
 func (s *sink) Room() bool {
 	held := make([]int64, len(s.readers))
 	wants := make([]bool, len(s.readers))

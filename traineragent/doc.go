@@ -9,18 +9,24 @@
 // its own process. No preprocessed byte passes through NATS: JetStream
 // holds only tasks, positions, job records and signals.
 //
-// Files: agent.go (the Agent: its dispatcher as the readers' sink, the
-// settling of tasks, demand), state.go (a reader's bookkeeping,
-// readerstate.State: no lock, no I/O), reader.go (the Reader, the shell around
-// it: the lock, waiters, logs, metrics; and the agent's lock order),
-// role.go (a reader's role: a lone agent, a team's planner or member),
-// stepper.go and ranks.go (steps per rank), store.go, posstore.go
-// and recorded.go (the position: loading, writing, what it has
-// complete), resume.go and replayset.go (resume), lag.go (shedding),
-// mix.go (the order of a mixed job's rows: docs/mixing.md),
-// team.go, teamplan.go, teamserve.go, member.go and cut.go (a reader's
-// team of agents, one per node).
-//
+// Packages, from the ground up (each imports only those below it;
+// test/layout TestTrainerAgentFloors): internal/stepplan (the pure rank
+// policies: a lone agent's steps, a team's), internal/assembly (batch
+// assembly: chunks in, batches out in the schedule's order, mixing, the
+// position and a resume's replay set, lag shedding), internal/demand (the
+// demand signals: stall window, step reports, GPU meter), beside them;
+// internal/readerstate (a reader's plain state: no lock, no I/O, times
+// given: the ranks, the step policy, the team's state, the generations of
+// ranks and a resume's rewind, Stats); internal/teamproto (the team
+// protocol: the envelope and its MAC, a member agent's side, the producer
+// of chunks made again); and this package, the shell: agent.go (the
+// Agent: its dispatcher as the readers' sink, the settling of tasks,
+// demand), reader.go (the Reader around its state: the lock, waiters,
+// logs, metrics; and the agent's lock order), role.go (a reader's role: a
+// lone agent, a team's planner or member), teamserve.go (the planner
+// answering its members), store.go and posstore.go (the position's KV),
+// resume.go (a resume's I/O), http.go (the HTTP API).
+
 // Readers: a job declares its readers (wire.JobSpec.Readers; one per
 // trainer or sweep trial), and an agent serves all of them, each a Reader
 // with its own position, ranks and HTTP API (/r/NAME/v1/...; the first
@@ -30,7 +36,7 @@
 // row of it as handed out, or noted it owed (below), and the agent takes
 // no task while the chunks its readers hold fill the job's output buffer
 // (OutputBufferBytes). A lagging reader does not set the others' pace
-// (lag.go): while its prefetch is full, it holds half the buffer and
+// (assembly's lag.go): while its prefetch is full, it holds half the buffer and
 // another reader wants more, it keeps nothing of shards it has not
 // started and notes them owed; when its ranks reach them it asks for them
 // again, produced for it alone (the other readers drop the copies).
@@ -51,7 +57,8 @@
 // else by the first request; another world size gets 409 until a resume
 // changes it. Next is rank 0 of a world of 1.
 //
-// Teams (team.go, teamplan.go, teamserve.go, member.go, cut.go): with
+// Teams (readerstate.TeamState, stepplan.TeamStep, teamserve.go,
+// teamproto.Member): with
 // Options.Ranks an agent serves only its node's ranks, and the agents of
 // one reader form its team, sharing the job's queue (a fast node takes
 // more shards) and each keeping the bytes of what it took. The agent
@@ -99,11 +106,11 @@
 // before returning the part. A shard's task is settled (acked to the queue)
 // only once every reader's recorded position has the shard complete; until
 // then the dispatcher keeps it alive. Each part carries that position
-// (metadata "position"). The position (see position) holds, per
+// (metadata "position"). The position (assembly.Position) holds, per
 // unfinished epoch, the complete shards as ranges or a bitmap, the shard
 // ends seen, the chunks handed out in full, the leading rows handed out of
 // the others and the shards being replayed (and in a mixed job the rows
-// handed out per source, which order what comes next: mix.go); finished
+// handed out per source, which order what comes next: assembly's mix.go); finished
 // epochs are a count. A restarted agent loads it, drops what was handed
 // out, skips the rows already handed out of chunks that come again, and
 // sends again the shards it notes as replayed.
@@ -154,7 +161,7 @@
 // batch do not count against the prefetch, so an epoch can always
 // complete.
 //
-// Stall accounting (demand.go, steptime.go, gpu.go): without step reports
+// Stall accounting (package demand): without step reports
 // the time the trainer spends blocked in Next (or in GET /v1/batch) is its
 // wait: the share of a demand interval during which at least one caller
 // was blocked, an ongoing block included. Clients that report step times
@@ -167,6 +174,6 @@
 // carried in the demand signal and counted in sluice_agent_step_seconds_total.
 //
 // A job cancelled, failed or deleted while the agent reads it stops the
-// agent with an error wrapping readerstate.ErrJobEnded; GET /v1/batch then answers 410
+// agent with an error wrapping ErrJobEnded; GET /v1/batch then answers 410
 // (Sluice-End: ended) with the reason.
 package traineragent

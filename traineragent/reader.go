@@ -43,7 +43,7 @@ type Options struct {
 	TeamKey []byte
 	// Ranks are the ranks of WorldSize this agent serves, those of its
 	// node (nil: all). The agents serving the other ranks form the
-	// reader's team with it (team.go): the one serving rank 0 plans. A
+	// reader's team with it (readerstate's team.go): the one serving rank 0 plans. A
 	// team serves a job with one reader; its agents share DropLast.
 	Ranks []int
 	// DropLast drops each epoch's last step when it would be partial
@@ -59,7 +59,7 @@ type Options struct {
 	// GPU reads GPU utilisation; nil reports -1 (no GPU).
 	GPU GPUSampler
 	// MaxLagBytes is what a reader may hold, its prefetch full, before it
-	// lags and keeps no new shard while another reader wants more (lag.go).
+	// lags and keeps no new shard while another reader wants more (assembly's lag.go).
 	// 0: half the job's output buffer; < 0: never (the slowest reader
 	// then sets every reader's pace once the buffer is full).
 	MaxLagBytes int64
@@ -94,8 +94,8 @@ type Options struct {
 //     an ack) before the agent can see it is done.
 //  3. The leaves, each held only for a few fields and never while taking
 //     another: assembly.RecordedShards.mu (under positionStore.mu: a write's
-//     shards), member.mu and Agent.roomMu (under Reader.mu: a member's
-//     settle, a change's wake), producer.mu, demand.GPUMeter.mu. The
+//     shards), teamproto.Member.mu and Agent.roomMu (under Reader.mu: a member's
+//     settle, a change's wake), teamproto.Producer.mu, demand.GPUMeter.mu. The
 //     dispatcher's own lock is a leaf too: it calls the sink with it
 //     released.
 //
@@ -133,7 +133,7 @@ type Reader struct {
 	// producer has shards produced again for parts whose rows this agent
 	// does not hold (set once the agent dispatches; mu).
 	producer *teamproto.Producer
-	// shedding is set by the agent while the reader lags (lag.go).
+	// shedding is set by the agent while the reader lags (assembly's lag.go).
 	shedding atomic.Bool
 }
 

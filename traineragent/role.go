@@ -27,7 +27,7 @@ import (
 //     (teamSteps) and the team's requests answered (teamserve.go);
 //   - memberRole: another agent of a team: it keeps its chunks' bytes,
 //     tells the planner of them, and asks it for its ranks' parts
-//     (member.go); the planner keeps the position.
+//     (teamproto.Member); the planner keeps the position.
 //
 // A role is chosen once, by New, from Options.Ranks.
 type role interface {

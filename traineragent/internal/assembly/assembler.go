@@ -22,7 +22,7 @@ type HeldChunk struct {
 	bytes  int           // size of the chunk
 	data   []byte        // the chunk, which its rows not handed out point into
 	// Holder is the agent of the reader that holds the chunk's bytes
-	// ("" this one; see team.go): the reader knows only its rows' keys.
+	// ("" this one; see readerstate's team.go): the reader knows only its rows' keys.
 	Holder string
 }
 
@@ -267,7 +267,7 @@ func (a *Assembler) addAt(ref wire.ChunkRef, first int, data []byte) (Outcome, e
 }
 
 // AddRemote applies a chunk that agent holder of the reader holds (see
-// team.go): its first shard row (< 0: after the holder's previous chunk
+// readerstate's team.go): its first shard row (< 0: after the holder's previous chunk
 // of the shard), how many samples it has and their schema, or why it is
 // corrupt (refused: its rows' place is not known). Its samples' keys stay
 // with the holder ("" here).

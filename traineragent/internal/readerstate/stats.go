@@ -18,7 +18,7 @@ type Stats struct {
 	SamplesDelivered int64
 	BatchesDelivered int64
 	// ShedShards counts the shards this reader did not keep while it
-	// lagged (lag.go): they were produced again when its ranks got there.
+	// lagged (assembly's lag.go): they were produced again when its ranks got there.
 	ShedShards int64
 	// DuplicateChunks counts output messages (chunks and shard ends)
 	// dropped because the agent had already seen them.

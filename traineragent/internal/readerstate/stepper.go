@@ -92,7 +92,7 @@ type RankRequest struct {
 	Agent string
 	// Superseded, if set, says (the reader's lock held) that the request
 	// may no longer take a part: a member's request from before a resume
-	// or a re-join, whose requester may be gone (teamserve.go).
+	// or a re-join, whose requester may be gone (traineragent's teamserve.go).
 	Superseded func() bool
 }
 

@@ -27,7 +27,7 @@ import (
 // tail the policy moved to its ranks, or chunks lost with a restarted
 // member) are produced again there from a function (they are
 // deterministic). The protocol runs over core NATS requests
-// (teamserve.go, member.go); no preprocessed byte crosses it.
+// (traineragent's teamserve.go, teamproto's member.go); no preprocessed byte crosses it.
 
 // unjoined marks a rank whose agent has not joined the team yet.
 const unjoined = "\x00"

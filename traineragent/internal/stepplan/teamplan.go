@@ -7,7 +7,7 @@ import (
 
 // The team policy: how the global steps of a reader are formed when its
 // ranks are served by several agents (a team, one agent per node; see
-// team.go), each holding the rows of the shards it took from the job's
+// readerstate's team.go), each holding the rows of the shards it took from the job's
 // queue. A rank's rows should come from its own agent (bytes do not cross
 // nodes), every rank still takes the same number of steps per epoch, and
 // the epoch's last step still splits the rest evenly: near the end of an

@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// Cutting a part given as spans (team.go): each span's rows are cut from
+// Cutting a part given as spans (readerstate's team.go): each span's rows are cut from
 // its chunk, which the agent holds or has produced again.
 
 // CutRows is the batch of epoch e made of spans' rows, whose keys must be

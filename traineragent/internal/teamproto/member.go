@@ -23,7 +23,7 @@ import (
 )
 
 // Member is a reader's side on an agent of its team that does not plan
-// (team.go): it tells the planner each chunk it receives and keeps the
+// (readerstate's team.go): it tells the planner each chunk it receives and keeps the
 // bytes, asks it for its ranks' parts and cuts them, and settles the
 // tasks it holds once the planner's position has their shards complete.
 type Member struct {
