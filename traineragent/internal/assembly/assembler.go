@@ -34,8 +34,8 @@ type ShardRef struct{ Epoch, Shard int }
 // rows into other chunks (another function version), and every send
 // starts at row 0.
 
-// shardState is a shard of an unfinished epoch that is not complete yet.
-type shardState struct {
+// ShardState is a shard of an unfinished epoch that is not complete yet.
+type ShardState struct {
 	// Total is the rows the shard has: its end's sample count (or the rows
 	// that came, should those be more), or what a failed shard got; -1
 	// until known.
@@ -61,22 +61,22 @@ type shardState struct {
 // assembler while sends go on).
 type SendCursor struct{ from, Next, Row int }
 
-func newShardState() *shardState {
-	return &shardState{Total: -1, cursor: map[string]SendCursor{}}
+func newShardState() *ShardState {
+	return &ShardState{Total: -1, cursor: map[string]SendCursor{}}
 }
 
 // arrivedEvery reports whether every row of the shard was received.
-func (s *shardState) arrivedEvery() bool {
+func (s *ShardState) arrivedEvery() bool {
 	return s.Total >= 0 && s.got.countBelow(s.Total) == s.Total
 }
 
 // handedEvery reports whether every row of the shard was handed out.
-func (s *shardState) handedEvery() bool {
+func (s *ShardState) handedEvery() bool {
 	return s.Total >= 0 && len(s.Held) == 0 && s.handed.countBelow(s.Total) == s.Total
 }
 
 // lastGot is one past the highest row received (0 if none).
-func (s *shardState) lastGot() int {
+func (s *ShardState) lastGot() int {
 	for w := len(s.got) - 1; w >= 0; w-- {
 		if s.got[w] != 0 {
 			return w*64 + 64 - bits.LeadingZeros64(s.got[w])
@@ -86,17 +86,17 @@ func (s *shardState) lastGot() int {
 }
 
 // empty reports whether nothing of the shard was received, handed out or announced.
-func (s *shardState) empty() bool {
+func (s *ShardState) empty() bool {
 	return s.Total < 0 && len(s.Held) == 0 && s.lastGot() == 0 && len(s.legacyRows) == 0 && s.legacyFull.countBelow(len(s.legacyFull)*64) == 0
 }
 
-// epochState is an epoch not finished yet (or finished out of order).
-type epochState struct {
+// EpochState is an epoch not finished yet (or finished out of order).
+type EpochState struct {
 	Complete  Bitset // shards whose every chunk was handed out, shard end seen
 	nComplete int
 	Replayed  Bitset              // shards asked to be re-produced (a resume, or owed: see position)
 	owed      Bitset              // shards a lagging reader did not keep (see lag.go)
-	Shards    map[int]*shardState // shards with anything recorded, not complete
+	Shards    map[int]*ShardState // shards with anything recorded, not complete
 	arrived   int                 // shards complete or arrivedAll
 	pending   map[string][]Sample // not yet a full batch, per holder
 	Cut       bool                // every shard arrived; the last batches are cut
@@ -127,7 +127,7 @@ type Assembler struct {
 	Schema    *Schema
 	mix       *mixer              // a mixed job's sources (nil: one dataset)
 	Finished  int                 // epochs 0..finished-1 are finished
-	Open      map[int]*epochState // epochs >= finished with anything recorded or held
+	Open      map[int]*EpochState // epochs >= finished with anything recorded or held
 	Pending   int                 // samples in partial batches over all open epochs
 	HeldBytes int64               // bytes of the chunks held
 	// Completed are shards that completed since the last TakeCompleted:
@@ -137,6 +137,8 @@ type Assembler struct {
 	Version uint64
 }
 
+// NewAssembler is the assembler of a reader of job, before its position is
+// restored.
 func NewAssembler(job wire.Job) *Assembler {
 	return &Assembler{
 		job:       job.Spec.ID,
@@ -144,7 +146,7 @@ func NewAssembler(job wire.Job) *Assembler {
 		Shards:    len(job.Shards),
 		batchSize: job.Spec.BatchSize,
 		mix:       newMixer(job),
-		Open:      map[int]*epochState{},
+		Open:      map[int]*EpochState{},
 	}
 }
 
@@ -205,10 +207,11 @@ func (a *Assembler) Start() []int {
 	return out
 }
 
-func (a *Assembler) Epoch(e int) *epochState {
+// Epoch is epoch e's state, opened when first asked for.
+func (a *Assembler) Epoch(e int) *EpochState {
 	ep := a.Open[e]
 	if ep == nil {
-		ep = &epochState{Shards: map[int]*shardState{}, pending: map[string][]Sample{}}
+		ep = &EpochState{Shards: map[int]*ShardState{}, pending: map[string][]Sample{}}
 		if a.mix != nil {
 			ep.staged, ep.srcArrived, ep.handedBySrc = map[string]*mixQueue{}, make([]int, len(a.mix.slots)), make([]int, len(a.mix.slots))
 		}
@@ -219,7 +222,7 @@ func (a *Assembler) Epoch(e int) *epochState {
 
 // PendingRows counts the samples waiting in the epoch's partial batches
 // (and a mixed job's, for their turn in one).
-func (ep *epochState) PendingRows() int {
+func (ep *EpochState) PendingRows() int {
 	n := 0
 	for _, p := range ep.pending {
 		n += len(p)
@@ -231,7 +234,7 @@ func (ep *epochState) PendingRows() int {
 }
 
 // PendingOf counts holder's samples waiting in the epoch's partial batch.
-func (ep *epochState) PendingOf(holder string) int {
+func (ep *EpochState) PendingOf(holder string) int {
 	n := len(ep.pending[holder])
 	if q := ep.staged[holder]; q != nil {
 		n += q.n
@@ -239,7 +242,7 @@ func (ep *epochState) PendingOf(holder string) int {
 	return n
 }
 
-func (ep *epochState) shard(s int) *shardState {
+func (ep *EpochState) shard(s int) *ShardState {
 	sh := ep.Shards[s]
 	if sh == nil {
 		sh = newShardState()
@@ -507,7 +510,7 @@ func (a *Assembler) Fail(ref wire.ChunkRef, key, reason string) (Outcome, error)
 
 // shardOf checks ref and returns its epoch's and shard's state; dup says
 // the shard is complete already.
-func (a *Assembler) shardOf(ref wire.ChunkRef) (*epochState, *shardState, bool, error) {
+func (a *Assembler) shardOf(ref wire.ChunkRef) (*EpochState, *ShardState, bool, error) {
 	if ref.Epoch < 0 || ref.Epoch >= a.epochs {
 		return nil, nil, false, fmt.Errorf("output %s: epoch %d: want 0..%d", ref, ref.Epoch, a.epochs-1)
 	}
@@ -536,7 +539,7 @@ func (a *Assembler) ShardComplete(e, s int) bool {
 
 // arrived notes a shard whose every chunk may now be here, cuts the epoch
 // once all are, and completes the shard if all was handed out.
-func (a *Assembler) arrived(e, s int, ep *epochState, sh *shardState, out *Outcome) {
+func (a *Assembler) arrived(e, s int, ep *EpochState, sh *ShardState, out *Outcome) {
 	if !sh.arrivedAll && sh.arrivedEvery() {
 		sh.arrivedAll = true
 		ep.arrived++

@@ -90,11 +90,14 @@ type Schema struct {
 	Shapes [][]int
 }
 
+// Equal reports whether s and o have the same tensors: names, dtypes and
+// shapes.
 func (s *Schema) Equal(o *Schema) bool {
 	return slices.Equal(s.Names, o.Names) && slices.Equal(s.Dtypes, o.Dtypes) &&
 		slices.EqualFunc(s.Shapes, o.Shapes, func(a, b []int) bool { return slices.Equal(a, b) })
 }
 
+// String names the tensors of s for messages.
 func (s *Schema) String() string {
 	out := ""
 	for i, n := range s.Names {

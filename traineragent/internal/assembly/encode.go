@@ -21,6 +21,8 @@ func (b Batch) Encode(job string) ([]byte, error) {
 	return safetensors.Encode(b.Tensors, meta)
 }
 
+// Metadata is the metadata of b's safetensors file: the job, the epoch
+// and the keys.
 func (b Batch) Metadata(job string) (map[string]string, error) {
 	keys, err := json.Marshal(b.Keys)
 	if err != nil {

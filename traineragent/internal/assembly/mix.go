@@ -68,7 +68,7 @@ type mixQueue struct {
 }
 
 // stage queues fresh rows of shard s of epoch e that holder holds.
-func (a *Assembler) stage(ep *epochState, holder string, s int, fresh []Sample) {
+func (a *Assembler) stage(ep *EpochState, holder string, s int, fresh []Sample) {
 	q := ep.staged[holder]
 	if q == nil {
 		n := len(a.mix.slots)
@@ -88,7 +88,7 @@ func (a *Assembler) stage(ep *epochState, holder string, s int, fresh []Sample) 
 // release moves holder's staged rows of epoch e into its batch stream in
 // the schedule's order, as far as the sources the schedule names have
 // rows, and cuts the full batches.
-func (a *Assembler) release(e int, ep *epochState, holder string, out *Outcome) {
+func (a *Assembler) release(e int, ep *EpochState, holder string, out *Outcome) {
 	q := ep.staged[holder]
 	if q == nil {
 		return
@@ -141,7 +141,7 @@ func (a *Assembler) mixFull(q *mixQueue) bool {
 // releaseAll releases every holder's staged rows of epoch e (a source's
 // last shard arrived: the others may go on without it), holders in
 // order.
-func (a *Assembler) releaseAll(e int, ep *epochState, out *Outcome) {
+func (a *Assembler) releaseAll(e int, ep *EpochState, out *Outcome) {
 	for _, h := range slices.Sorted(maps.Keys(ep.staged)) {
 		a.release(e, ep, h, out)
 	}
@@ -149,7 +149,7 @@ func (a *Assembler) releaseAll(e int, ep *epochState, out *Outcome) {
 
 // sourceArrived counts shard s of epoch e as arrived for its source and
 // releases the rows that waited for the source, if it was its last.
-func (a *Assembler) sourceArrived(e int, ep *epochState, s int, out *Outcome) {
+func (a *Assembler) sourceArrived(e int, ep *EpochState, s int, out *Outcome) {
 	if a.mix == nil {
 		return
 	}

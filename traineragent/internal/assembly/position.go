@@ -47,6 +47,7 @@ type Position struct {
 	Epochs    map[int]EpochPosition `json:"epochs,omitempty"`
 }
 
+// EpochPosition is the position within an unfinished epoch.
 type EpochPosition struct {
 	Complete string                `json:"complete,omitempty"`
 	Shards   map[int]ShardPosition `json:"shards,omitempty"`
@@ -65,6 +66,8 @@ type EpochPosition struct {
 	Sources []int `json:"sources,omitempty"`
 }
 
+// ShardPosition is the position within a shard of an epoch that is not
+// complete.
 type ShardPosition struct {
 	// Samples is the rows the shard has, once its end was seen.
 	Samples *int `json:"samples,omitempty"`

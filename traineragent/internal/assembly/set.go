@@ -11,6 +11,7 @@ import (
 // Bitset is a set of small non-negative integers (shard or chunk indices).
 type Bitset []uint64
 
+// Add puts i in b.
 func (b *Bitset) Add(i int) {
 	w := i / 64
 	if w >= len(*b) {
@@ -25,6 +26,7 @@ func (b Bitset) remove(i int) {
 	}
 }
 
+// Has reports whether i is in b.
 func (b Bitset) Has(i int) bool {
 	w := i / 64
 	return i >= 0 && w < len(b) && b[w]&(1<<(i%64)) != 0

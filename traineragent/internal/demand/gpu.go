@@ -35,6 +35,8 @@ type GPUMeter struct {
 	failing bool // the last reading failed (logged once per run of failures)
 }
 
+// NewGPUMeter reads gpu (nil: none) several times in each demand window
+// of the given length.
 func NewGPUMeter(gpu GPUSampler, window time.Duration, logger *slog.Logger) *GPUMeter {
 	return &GPUMeter{gpu: gpu, every: max(window/gpuSamplesPerWindow, gpuMinSampleEvery), log: logger}
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// generations is the book of the reader's generations of ranks: a
+// Generations is the book of the reader's generations of ranks: a
 // generation is the ranks of one run of the trainer (torchrun restarts
 // every process of a job at once, each loading the checkpoint). The
 // planner (or lone agent) keeps it for the whole team, so that a
@@ -35,7 +35,7 @@ import (
 // straggler of a dying run, or a rank whose resume joined that run just
 // before a peer's started this one), and the parts it took there were
 // rewound.
-type generations struct {
+type Generations struct {
 	// N counts the generations (rewinds): a part carries the one it was
 	// formed for, and a member's part request the one it was admitted in.
 	N uint64
@@ -73,7 +73,7 @@ const (
 // decide says what rank's resume from st for world ranks is (id: its
 // request's, to answer a retry as the first; "" none), without changing
 // the book: a resume that fails before it rewinds leaves it as it was.
-func (g *generations) decide(st TrainerState, world, rank int, id string) (resumeVerdict, error) {
+func (g *Generations) decide(st TrainerState, world, rank int, id string) (resumeVerdict, error) {
 	prev, resumed := g.resumed[rank]
 	switch {
 	case id != "" && resumed && prev == id:
@@ -88,14 +88,14 @@ func (g *generations) decide(st TrainerState, world, rank int, id string) (resum
 }
 
 // Join records rank's resume in the current generation.
-func (g *generations) Join(rank int, id string) {
+func (g *Generations) Join(rank int, id string) {
 	g.resumed[rank] = id
 	delete(g.earlier, rank)
 }
 
 // start begins a new generation with rank's resume r (its result not
 // yet known): the ranks that resumed in the one before must resume again.
-func (g *generations) start(r *ResumeRecord, rank int, id string) {
+func (g *Generations) start(r *ResumeRecord, rank int, id string) {
 	g.N++
 	g.earlier = map[int]bool{}
 	for q := range g.resumed {
@@ -109,7 +109,7 @@ func (g *generations) start(r *ResumeRecord, rank int, id string) {
 
 // settle ends the current generation's resume: r is its record with its
 // result, nil if it failed (the next resume starts a generation again).
-func (g *generations) settle(r *ResumeRecord) {
+func (g *Generations) settle(r *ResumeRecord) {
 	g.from = r
 	if r == nil {
 		g.resumed = nil
@@ -117,7 +117,7 @@ func (g *generations) settle(r *ResumeRecord) {
 }
 
 // mustResume says why rank may take no part ("" when it may).
-func (g *generations) mustResume(rank int) error {
+func (g *Generations) mustResume(rank int) error {
 	if !g.earlier[rank] || g.from == nil {
 		return nil
 	}
@@ -126,7 +126,7 @@ func (g *generations) mustResume(rank int) error {
 }
 
 // ranks lists the ranks that resumed in the current generation.
-func (g *generations) ranks() string {
+func (g *Generations) ranks() string {
 	rs := make([]string, 0, len(g.resumed))
 	for _, r := range slices.Sorted(maps.Keys(g.resumed)) {
 		rs = append(rs, fmt.Sprint(r))

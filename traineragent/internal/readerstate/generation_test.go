@@ -13,7 +13,7 @@ func TestGenerations(t *testing.T) {
 	s0again := s0
 	s0again.Position = []byte(` { "a": 1, "v": 1 } `) // the same position, re-encoded
 	s1 := TrainerState{Version: StateVersion, Epoch: 1, Step: 2, WorldSize: 4, Position: []byte(`{"v":1,"a":2}`)}
-	var g generations
+	var g Generations
 	// do applies rank's resume as the reader does and says what it was.
 	do := func(st TrainerState, world, rank int, id string) string {
 		v, err := g.decide(st, world, rank, id)
@@ -84,7 +84,7 @@ func TestGenerations(t *testing.T) {
 func TestGenerationsConflictNamesBothPositions(t *testing.T) {
 	a := TrainerState{Version: StateVersion, Epoch: 0, Step: 5, WorldSize: 2, Position: []byte(`{"v":1,"a":1}`)}
 	b := TrainerState{Version: StateVersion, Epoch: 0, Step: 7, WorldSize: 2, Position: []byte(`{"v":1,"a":2}`)}
-	var g generations
+	var g Generations
 	g.start(&ResumeRecord{State: a, World: 2}, 0, "")
 	g.settle(&ResumeRecord{State: a, World: 2})
 	_, err := g.decide(b, 2, 1, "")

@@ -105,7 +105,7 @@ func (s *State) Rewind(req ResumeRequest, world int, fresh *assembly.Assembler, 
 		s.note(slog.LevelInfo, "a new generation of ranks resumes", "epoch", st.Epoch, "step", st.Step, "world_size", world, "rank", req.Rank)
 	}
 	dropLast, dropFixed := s.Ranks.dropLast, s.Ranks.DropFixed
-	s.Ranks = stepper{dropLast: dropLast, DropFixed: dropFixed}
+	s.Ranks = Stepper{dropLast: dropLast, DropFixed: dropFixed}
 	s.Gens.start(&ResumeRecord{State: st, World: world}, req.Rank, req.ID)
 	h := assembly.Position{Version: assembly.PositionVersion}
 	var err error

@@ -27,15 +27,15 @@ type State struct {
 	// readySamples their samples.
 	ready        map[int][]assembly.ReadyBatch
 	ReadySamples int
-	Ranks        stepper
+	Ranks        Stepper
 	// Steps forms the ranks' steps: one agent's (soloSteps) or a team's
 	// (teamSteps, which holds the team's holders and members).
-	Steps stepPolicy
+	Steps StepPolicy
 	// rest is the plan of the rest of a cut epoch (a team's: stepplan.StepRest).
 	rest *restPlan
 	// Gens is the book of the generations of ranks: which state the
 	// current one resumed from, and which of its ranks resumed.
-	Gens generations
+	Gens Generations
 	// prefetch bounds the ready samples; prefetchAuto scales it with the
 	// world size.
 	PrefetchSamples int
@@ -264,6 +264,8 @@ func (s *State) RankEnded(r int) bool {
 	return true
 }
 
+// Block notes a caller waiting for a part at now: the stall clock runs
+// while any waits.
 func (s *State) Block(now time.Time) {
 	s.Blocked++
 	if s.Blocked == 1 {
@@ -272,6 +274,7 @@ func (s *State) Block(now time.Time) {
 	}
 }
 
+// Unblock notes a caller that waited done at now.
 func (s *State) Unblock(now time.Time) {
 	s.Blocked--
 	if s.Blocked == 0 {
@@ -298,6 +301,8 @@ func (s *State) RecordFailed(fs ...wire.FailedSample) {
 // FailedCount is every failure recorded, listed or not.
 func (st Stats) FailedCount() int64 { return int64(len(st.FailedSamples)) + st.FailedSamplesOmitted }
 
+// CutText cuts s to wire.MaxReasonBytes: a key or reason from outside
+// is bounded before it is kept or sent.
 func CutText(s string) string {
 	if len(s) > wire.MaxReasonBytes {
 		return s[:wire.MaxReasonBytes] + "..."

@@ -46,10 +46,10 @@ type rankCount struct {
 	ended            bool
 }
 
-// stepper is the rank layer's state: which epoch and step the ranks are
+// Stepper is the rank layer's state: which epoch and step the ranks are
 // in, and the parts formed that their ranks have not taken yet (part of
 // State).
-type stepper struct {
+type Stepper struct {
 	World     int // 0 until fixed
 	dropLast  bool
 	DropFixed bool
@@ -63,7 +63,7 @@ type stepper struct {
 }
 
 // setWorld fixes the world size; only while no part is queued.
-func (s *stepper) setWorld(w int) {
+func (s *Stepper) setWorld(w int) {
 	s.World = w
 	s.queues = make([][]RankPart, w)
 	s.counts = make([]rankCount, w)
@@ -73,7 +73,7 @@ func (s *stepper) setWorld(w int) {
 	s.nEnded = 0
 }
 
-func (s *stepper) allEnded() bool { return s.World > 0 && s.nEnded == s.World }
+func (s *Stepper) allEnded() bool { return s.World > 0 && s.nEnded == s.World }
 
 // MaxWorldSize bounds the ranks of one reader: the agent keeps a queue
 // and counters per rank, so a world size from a request is memory it
@@ -184,7 +184,7 @@ func (st *State) stepReady() bool {
 	return stepplan.Step(st.supply(s.epoch), max(s.World, 1), st.job.Spec.BatchSize, s.dropLast).Action != stepplan.StepWait
 }
 
-// stepPolicy forms a reader's global steps from what it holds: one agent
+// StepPolicy forms a reader's global steps from what it holds: one agent
 // holds every row (soloSteps: a lone agent), or each agent of a team
 // holds some (teamSteps: the team's planner). The two agree on the steps'
 // sizes (TestPlanRestOneHolderIsPlanStep) but not on the mechanics: a lone
@@ -192,7 +192,7 @@ func (st *State) stepReady() bool {
 // its epoch's tail shares the batches' memory, and it pulls by its
 // prefetch alone; a team's holders are fixed, and each holder's share
 // of the prefetch decides whether it pulls.
-type stepPolicy interface {
+type StepPolicy interface {
 	// form forms the ranks' next global step and queues its parts,
 	// moving through finished epochs and dropped tails; it reports
 	// whether anything changed. The world must be fixed.

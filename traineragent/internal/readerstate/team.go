@@ -33,7 +33,7 @@ import (
 const unjoined = "\x00"
 
 // TeamState is the planner's bookkeeping of its team, and the team's step
-// policy (stepPolicy): which agent serves each rank, and the members that
+// policy (StepPolicy): which agent serves each rank, and the members that
 // joined.
 type TeamState struct {
 	// Holders is, per rank, the agent serving it: "" for this one, a
@@ -207,7 +207,7 @@ func (t *TeamState) Pull(st *State) (wants, starved bool) {
 	return w, w
 }
 
-// form is the team's stepPolicy.form: full steps of each rank's own
+// form is the team's StepPolicy.form: full steps of each rank's own
 // agent's batches (stepplan.TeamStep) until the epoch is cut, then the rest
 // of it as stepplan.Rest plans it.
 func (t *TeamState) form(st *State, now time.Time) bool {
@@ -556,6 +556,7 @@ type seqWindow struct {
 // teamSeqWindow is how far below the highest a sequence number may be.
 const teamSeqWindow = 1024
 
+// Accept reports whether seq is new within the window, and notes it.
 func (w *seqWindow) Accept(seq uint64) bool {
 	if seq == 0 || w.max >= teamSeqWindow && seq <= w.max-teamSeqWindow || w.seen[seq] {
 		return false

@@ -93,6 +93,8 @@ type storedChunk struct {
 	settled bool
 }
 
+// NewMember is agent name's member side of reader's team, serving ranks
+// of a world of world ranks.
 func NewMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, world int, dropLast bool, log *slog.Logger) *Member {
 	ctx, stop := context.WithCancel(context.Background())
 	return &Member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,

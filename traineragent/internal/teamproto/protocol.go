@@ -54,6 +54,7 @@ func NoteFirstRow(n wire.TeamNote) int {
 	return *n.First
 }
 
+// NoteOf is schema sc as a note tells it (nil: none).
 func NoteOf(sc *assembly.Schema) *wire.TeamSchema {
 	if sc == nil {
 		return nil
@@ -105,6 +106,7 @@ func RowBound(sc *assembly.Schema, chunkMax int) int {
 	return min(chunkMax/row, assembly.MaxRowsPerChunk)
 }
 
+// NotMember is the reply to a request of an agent that has not joined.
 func NotMember(name string) wire.TeamReply {
 	return wire.TeamReply{Status: StatusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
 }

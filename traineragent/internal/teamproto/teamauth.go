@@ -36,6 +36,8 @@ type Auth struct {
 	Job, Reader string
 }
 
+// NewAuth signs and checks the team messages of reader of job under the
+// job's team key.
 func NewAuth(key []byte, job, reader string) *Auth {
 	return &Auth{Key: key, Job: job, Reader: reader}
 }
