@@ -53,7 +53,7 @@ func (w StallWindow) blockedIn(now time.Time) time.Duration {
 // window without a report takes the agent's blocked time, and the wait the
 // next report brings is counted less that credit, not twice. (Credit is
 // kept for the agent, not per rank; DDP ranks starve together.)
-func waitOf(w StallWindow, c clientWindow, now time.Time) (wait time.Duration, source string, credit time.Duration) {
+func waitOf(w StallWindow, c ClientWindow, now time.Time) (wait time.Duration, source string, credit time.Duration) {
 	blocked := w.blockedIn(now)
 	switch {
 	case !c.Reporting:
@@ -89,7 +89,7 @@ func stallFraction(wait, gpu float64) float64 {
 // [w.Start, now], with what the clients reported of it and the GPU's mean
 // utilisation in it (negative: no GPU read). It is a pure function so the
 // arithmetic can be tested with scripted time.
-func demandOf(w StallWindow, c clientWindow, gpu float64, now time.Time) wire.Demand {
+func demandOf(w StallWindow, c ClientWindow, gpu float64, now time.Time) wire.Demand {
 	d := wire.Demand{
 		Time:            now,
 		BufferedSamples: w.Buffered,
@@ -136,7 +136,7 @@ func (w *StallWindow) Unblock(t time.Time) {
 
 // Roll closes the window at now, returns its demand and starts the next
 // window at now (an ongoing block and the credit carry over).
-func (w *StallWindow) Roll(now time.Time, c clientWindow, gpu float64) wire.Demand {
+func (w *StallWindow) Roll(now time.Time, c ClientWindow, gpu float64) wire.Demand {
 	d := demandOf(*w, c, gpu, now)
 	credit := w.Credit
 	if now.After(w.Start) {

@@ -60,7 +60,7 @@ func TestDemandOf(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, demandOf(tc.w, clientWindow{}, -1, tc.now), approx); diff != "" {
+			if diff := cmp.Diff(tc.want, demandOf(tc.w, ClientWindow{}, -1, tc.now), approx); diff != "" {
 				t.Errorf("demand (-want +got):\n%s", diff)
 			}
 		})
@@ -75,13 +75,13 @@ func TestStallWindowAcrossRolls(t *testing.T) {
 	w.Consumed += 4
 	w.Block(at(900)) // 100 ms in window 1, 400 ms in window 2
 	w.Done = 4
-	d1 := w.Roll(at(1000), clientWindow{}, -1)
+	d1 := w.Roll(at(1000), ClientWindow{}, -1)
 	w.Unblock(at(1400))
 	w.Consumed += 8
 	w.Arrived += 20
 	w.Done = 12
-	d2 := w.Roll(at(2000), clientWindow{}, -1)
-	d3 := w.Roll(at(3000), clientWindow{}, -1) // idle: not waiting, nothing moved
+	d2 := w.Roll(at(2000), ClientWindow{}, -1)
+	d3 := w.Roll(at(3000), ClientWindow{}, -1) // idle: not waiting, nothing moved
 
 	want := []wire.Demand{
 		{Time: at(1000), IntervalS: 1, ConsumedPerS: 4, StallFraction: 0.4, WaitFraction: 0.4, BufferCapacity: 10, SamplesDone: 4},
@@ -118,10 +118,10 @@ func TestStallFraction(t *testing.T) {
 // the late report brings it.
 func TestClientWaitAcrossRolls(t *testing.T) {
 	approx := cmpopts.EquateApprox(0, 1e-9)
-	reported := func(wait time.Duration) clientWindow {
-		return clientWindow{Reporting: true, Reported: true, MaxWait: wait}
+	reported := func(wait time.Duration) ClientWindow {
+		return ClientWindow{Reporting: true, Reported: true, MaxWait: wait}
 	}
-	silent := clientWindow{Reporting: true}
+	silent := ClientWindow{Reporting: true}
 	w := StallWindow{Start: at(0)}
 	var got []wire.Demand
 	// 1: the agent was blocked 600 ms (a prefetching client), the loop
@@ -158,7 +158,7 @@ func TestClientWaitAcrossRolls(t *testing.T) {
 
 func TestDemandCarriesStepTimes(t *testing.T) {
 	times := wire.StepTimes{Steps: 6, Ranks: 2, WaitS: 0.1, ComputeS: 0.3, OtherS: 0.05}
-	d := demandOf(StallWindow{Start: at(0)}, clientWindow{Reporting: true, Reported: true, Times: times}, 0.7, at(1000))
+	d := demandOf(StallWindow{Start: at(0)}, ClientWindow{Reporting: true, Reported: true, Times: times}, 0.7, at(1000))
 	if d.Step != times {
 		t.Errorf("step times %+v, want %+v", d.Step, times)
 	}

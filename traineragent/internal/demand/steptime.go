@@ -32,20 +32,20 @@ func (r StepReport) covers(o StepReport) bool {
 	return r.Steps >= o.Steps && r.WaitS >= o.WaitS && r.ComputeS >= o.ComputeS
 }
 
-// stepDelta is what a rank did between two of its reports.
-type stepDelta struct {
+// StepDelta is what a rank did between two of its reports.
+type StepDelta struct {
 	Steps    int64
 	WaitS    float64
 	ComputeS float64
 }
 
-func since(r, o StepReport) stepDelta {
-	return stepDelta{r.Steps - o.Steps, r.WaitS - o.WaitS, r.ComputeS - o.ComputeS}
+func since(r, o StepReport) StepDelta {
+	return StepDelta{r.Steps - o.Steps, r.WaitS - o.WaitS, r.ComputeS - o.ComputeS}
 }
 
-func (d stepDelta) zero() bool { return d == stepDelta{} }
+func (d StepDelta) zero() bool { return d == StepDelta{} }
 
-func (d *stepDelta) add(o stepDelta) {
+func (d *StepDelta) add(o StepDelta) {
 	d.Steps += o.Steps
 	d.WaitS += o.WaitS
 	d.ComputeS += o.ComputeS
@@ -72,7 +72,7 @@ func (p *StepParts) add(o StepParts) {
 // busy share of the compute is min(1, busy/compute), and the rest of the
 // compute is host work with the GPU idle. Without a GPU reading all of it
 // counts as compute.
-func splitCompute(d stepDelta, busyS float64) StepParts {
+func splitCompute(d StepDelta, busyS float64) StepParts {
 	p := StepParts{Steps: d.Steps, WaitS: d.WaitS, ComputeS: d.ComputeS}
 	if busyS >= 0 {
 		p.ComputeS = min(d.ComputeS, busyS)
@@ -88,7 +88,7 @@ type rankSteps struct {
 	// a stale copy of an earlier request, or a restarted client's first.
 	behind    StepReport
 	hasBehind bool
-	window    stepDelta // counted in the current demand window
+	window    StepDelta // counted in the current demand window
 	total     StepParts // in the windows closed so far
 }
 
@@ -106,7 +106,7 @@ type rankSteps struct {
 // A restarted client's first report, and a rank's first report to this
 // agent (its client may have run long before this agent started), only
 // set where counting starts.
-func (s *rankSteps) advance(r StepReport) stepDelta {
+func (s *rankSteps) advance(r StepReport) StepDelta {
 	switch {
 	case r.covers(s.last):
 		d := since(r, s.last)
@@ -118,7 +118,7 @@ func (s *rankSteps) advance(r StepReport) stepDelta {
 		return d
 	default:
 		s.behind, s.hasBehind = r, true
-		return stepDelta{}
+		return StepDelta{}
 	}
 }
 
@@ -133,7 +133,7 @@ type StepBook struct {
 }
 
 // Report applies r (valid) and returns what it adds.
-func (b *StepBook) Report(r StepReport) stepDelta {
+func (b *StepBook) Report(r StepReport) StepDelta {
 	if r.Steps > 0 || r.WaitS > 0 || r.ComputeS > 0 {
 		b.reporting = true
 	}
@@ -143,15 +143,15 @@ func (b *StepBook) Report(r StepReport) stepDelta {
 			b.ranks = map[int]*rankSteps{}
 		}
 		b.ranks[r.Rank] = &rankSteps{last: r}
-		return stepDelta{}
+		return StepDelta{}
 	}
 	d := s.advance(r)
 	s.window.add(d)
 	return d
 }
 
-// clientWindow is what the ranks' step reports say of one demand window.
-type clientWindow struct {
+// ClientWindow is what the ranks' step reports say of one demand window.
+type ClientWindow struct {
 	// Reporting is set once any rank reported totals above zero: the
 	// clients' wait then stands for the trainer's, not the agent's
 	// blocked time.
@@ -174,8 +174,8 @@ type clientWindow struct {
 // busy the share gpu (negative: no GPU read): it splits each rank's
 // window (splitCompute), adds it to the rank's totals and starts the
 // next window.
-func (b *StepBook) CloseWindow(interval time.Duration, gpu float64) clientWindow {
-	c := clientWindow{Reporting: b.reporting}
+func (b *StepBook) CloseWindow(interval time.Duration, gpu float64) ClientWindow {
+	c := ClientWindow{Reporting: b.reporting}
 	busyS := -1.0
 	if gpu >= 0 {
 		busyS = gpu * max(interval, 0).Seconds()
@@ -187,7 +187,7 @@ func (b *StepBook) CloseWindow(interval time.Duration, gpu float64) clientWindow
 		}
 		p := splitCompute(s.window, busyS)
 		s.total.add(p)
-		s.window = stepDelta{}
+		s.window = StepDelta{}
 		if c.PerRank == nil {
 			c.PerRank = map[int]StepParts{}
 		}

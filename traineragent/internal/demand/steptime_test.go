@@ -20,22 +20,22 @@ func TestStepReportsCountOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		reports []StepReport
-		want    []stepDelta // what each report adds
+		want    []StepDelta // what each report adds
 	}{
 		{
 			name:    "the first report only sets where counting starts",
 			reports: []StepReport{rep(0, 100, 40, 60), rep(0, 101, 40.5, 61)},
-			want:    []stepDelta{{}, {1, 0.5, 1}},
+			want:    []StepDelta{{}, {1, 0.5, 1}},
 		},
 		{
 			name:    "a retried request adds nothing, or the wait of the retry",
 			reports: []StepReport{rep(0, 0, 0, 0), rep(0, 1, 1, 2), rep(0, 1, 1, 2), rep(0, 1, 1.5, 2)},
-			want:    []stepDelta{{}, {1, 1, 2}, {}, {0, 0.5, 0}},
+			want:    []StepDelta{{}, {1, 1, 2}, {}, {0, 0.5, 0}},
 		},
 		{
 			name:    "a stale report arriving late adds nothing and takes nothing away",
 			reports: []StepReport{rep(0, 0, 0, 0), rep(0, 2, 1, 2), rep(0, 1, 0.5, 1), rep(0, 3, 1.5, 3)},
-			want:    []stepDelta{{}, {2, 1, 2}, {}, {1, 0.5, 1}},
+			want:    []StepDelta{{}, {2, 1, 2}, {}, {1, 0.5, 1}},
 		},
 		{
 			name: "a restarted client counts from its first report",
@@ -45,24 +45,24 @@ func TestStepReportsCountOnce(t *testing.T) {
 				rep(0, 1, 2, 1), // goes on from it: the restart is certain
 				rep(0, 2, 2.5, 2),
 			},
-			want: []stepDelta{{}, {50, 10, 40}, {}, {1, 2, 1}, {1, 0.5, 1}},
+			want: []StepDelta{{}, {50, 10, 40}, {}, {1, 2, 1}, {1, 0.5, 1}},
 		},
 		{
 			name:    "one total going back is behind too",
 			reports: []StepReport{rep(0, 0, 0, 0), rep(0, 2, 1, 2), rep(0, 3, 0.9, 3), rep(0, 4, 1.2, 4)},
-			want:    []stepDelta{{}, {2, 1, 2}, {}, {2, 0.2, 2}},
+			want:    []StepDelta{{}, {2, 1, 2}, {}, {2, 0.2, 2}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b StepBook
-			var got []stepDelta
+			var got []StepDelta
 			for _, r := range tc.reports {
 				got = append(got, b.Report(r))
 			}
 			if diff := cmp.Diff(tc.want, got, approx); diff != "" {
 				t.Errorf("deltas (-want +got):\n%s", diff)
 			}
-			var sum stepDelta
+			var sum StepDelta
 			for _, d := range got {
 				if d.Steps < 0 || d.WaitS < 0 || d.ComputeS < 0 {
 					t.Errorf("negative delta %+v", d)
@@ -88,7 +88,7 @@ func TestStepReportValid(t *testing.T) {
 }
 
 func TestSplitCompute(t *testing.T) {
-	d := stepDelta{Steps: 4, WaitS: 1, ComputeS: 2}
+	d := StepDelta{Steps: 4, WaitS: 1, ComputeS: 2}
 	for _, tc := range []struct {
 		name  string
 		busyS float64
@@ -127,7 +127,7 @@ func TestStepBookWindows(t *testing.T) {
 	b.Report(rep(0, 2, 0.3, 1.4)) // rank 0: 2 steps, 0.3 s wait, 1.4 s compute
 	b.Report(rep(1, 1, 0.6, 1.0)) // rank 1: 1 step, 0.6 s wait, 1 s compute
 	c = b.CloseWindow(2*time.Second, 0.6)
-	want := clientWindow{
+	want := ClientWindow{
 		Reporting: true, Reported: true, MaxWait: 600 * time.Millisecond,
 		Times: wire.StepTimes{Steps: 3, Ranks: 2, WaitS: 0.3, ComputeS: 2.1 / 3, OtherS: 0.2 / 3},
 		PerRank: map[int]StepParts{

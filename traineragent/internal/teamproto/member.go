@@ -72,7 +72,7 @@ type Member struct {
 	cursor    map[assembly.ShardRef]assembly.SendCursor // per shard, where its send's next chunk starts (for chunks that do not say)
 	inbox     string                                    // where replies come (inbox.SEQ), once subscribed
 	waits     map[uint64]*teamWait                      // requests waiting for a reply, by sequence number
-	polls     map[int]*rankPoll                         // per rank, its poll for the next part
+	polls     map[int]*RankPoll                         // per rank, its poll for the next part
 	// resumes counts the resumes forwarded; resumePlanner and resumeGen
 	// are the planner run that answered the last and its generation of
 	// ranks (a part asked for before it is of an earlier generation
@@ -104,7 +104,7 @@ func NewMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_agent_team_refused_total"}),
 		nonce:   readerstate.NewNonce(), runCtx: ctx, stopRun: stop,
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[assembly.ShardRef]wire.TeamNote{}, held: map[assembly.ShardRef]bool{}, cursor: map[assembly.ShardRef]assembly.SendCursor{},
-		waits: map[uint64]*teamWait{}, polls: map[int]*rankPoll{}, replanned: make(chan struct{}),
+		waits: map[uint64]*teamWait{}, polls: map[int]*RankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 }
 
@@ -620,11 +620,11 @@ func (m *Member) SettleAll() {
 	m.settled(wire.TeamReply{Complete: done}, nil)
 }
 
-// rankPoll is a rank's poll of the planner for its next part, which
+// RankPoll is a rank's poll of the planner for its next part, which
 // outlives the request that started it: a trainer that goes away (killed,
 // restarted by torchrun) leaves its part here for the rank's next
 // request rather than on a closed connection.
-type rankPoll struct {
+type RankPoll struct {
 	Done    chan struct{}
 	asked   uint64 // the member's resumes when it last asked
 	planner string // the planner run that gave its part, and its generation of ranks
@@ -642,7 +642,7 @@ func (m *Member) Part(ctx context.Context, req readerstate.RankRequest, prod fun
 		m.mu.Lock()
 		pl := m.polls[req.Rank]
 		if pl == nil {
-			pl = &rankPoll{Done: make(chan struct{}), asked: m.resumes}
+			pl = &RankPoll{Done: make(chan struct{}), asked: m.resumes}
 			m.polls[req.Rank] = pl
 			go m.poll(pl, req, prod)
 		}
@@ -679,7 +679,7 @@ func (m *Member) Part(ctx context.Context, req readerstate.RankRequest, prod fun
 
 // poll asks the planner for rank req.rank's next part until it has one,
 // and cuts it.
-func (m *Member) poll(pl *rankPoll, req readerstate.RankRequest, prod func() *Producer) {
+func (m *Member) poll(pl *RankPoll, req readerstate.RankRequest, prod func() *Producer) {
 	defer close(pl.Done)
 	ctx := m.runCtx
 	for {
@@ -869,7 +869,7 @@ func (m *Member) Buffer() (held int64, wants bool) {
 }
 
 // PollOf is rank r's poll for a part, in progress or done (nil: none).
-func (m *Member) PollOf(r int) *rankPoll {
+func (m *Member) PollOf(r int) *RankPoll {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.polls[r]
