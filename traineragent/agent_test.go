@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -136,14 +137,14 @@ func drain(t *testing.T, next func(context.Context) (Batch, error)) []Batch {
 		if err != nil {
 			t.Fatalf("after %d batches: %v", len(out), err)
 		}
-		checkBatch(t, b)
+		fixture.CheckBatch(t, b)
 		out = append(out, b)
 	}
 }
 
 // checkDelivery asserts every sample of the layout arrived once per epoch,
 // in batches of one epoch each, full but for each epoch's last.
-func checkDelivery(t *testing.T, job wire.Job, l layout, batches []Batch) {
+func checkDelivery(t *testing.T, job wire.Job, l fixture.Layout, batches []Batch) {
 	t.Helper()
 	want := map[string]bool{}
 	perEpoch := 0
@@ -151,7 +152,7 @@ func checkDelivery(t *testing.T, job wire.Job, l layout, batches []Batch) {
 		for s, chunks := range l {
 			for c, n := range chunks {
 				for i := range n {
-					want[fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))] = true
+					want[fmt.Sprintf("%d/%s", e, fixture.SampleKey(s, c, i))] = true
 				}
 			}
 		}
@@ -191,8 +192,8 @@ func checkDelivery(t *testing.T, job wire.Job, l layout, batches []Batch) {
 
 func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
-	job := testJob("job-1", 2, 4, l)
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
+	job := fixture.Job("job-1", 2, 4, l)
 	reg := prometheus.NewRegistry()
 	a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, NewMetrics(reg), reg)
 	if err != nil {
@@ -296,8 +297,8 @@ func prometheusCounter(reg *prometheus.Registry, name string) (float64, error) {
 
 func TestAgentTakesNoTaskWhileItsBufferIsFull(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{4}, {4}, {4}, {4}, {4}, {4}} // 24 samples in shards of one chunk of 4
-	job := testJob("slow", 1, 4, l)
+	l := fixture.Layout{{4}, {4}, {4}, {4}, {4}, {4}} // 24 samples in shards of one chunk of 4
+	job := fixture.Job("slow", 1, 4, l)
 	f := newFunction(t, job, l)
 	e.submit(t, job, f, 1)
 	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8, DemandInterval: 20 * time.Millisecond}, nil, nil, nil)
@@ -336,7 +337,7 @@ func TestAgentTakesNoTaskWhileItsBufferIsFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBatch(t, b)
+	fixture.CheckBatch(t, b)
 	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if st := a.Stats(); st.SamplesArrived <= 8 {
 			return fmt.Errorf("%d samples arrived after a batch was taken, want more", st.SamplesArrived)
@@ -355,8 +356,8 @@ func TestAgentTakesNoTaskWhileItsBufferIsFull(t *testing.T) {
 
 func TestAgentNextReportsStallAndStop(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{2}}
-	job := testJob("idle", 1, 2, l)
+	l := fixture.Layout{{2}}
+	job := fixture.Job("idle", 1, 2, l)
 	e.record(t, job)
 	a, err := New(e.nc, e.js, job, Options{DemandInterval: 10 * time.Millisecond, GPU: fixedGPU(0.42)}, nil, nil, nil)
 	if err != nil {
@@ -405,8 +406,8 @@ func TestAgentNextReportsStallAndStop(t *testing.T) {
 
 func TestAgentHTTP(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3}, {2}}
-	job := testJob("http", 1, 2, l)
+	l := fixture.Layout{{3}, {2}}
+	job := fixture.Job("http", 1, 2, l)
 	e.submit(t, job, newFunction(t, job, l), 2)
 	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
@@ -464,7 +465,7 @@ func TestAgentHTTP(t *testing.T) {
 
 func TestNewRejectsBadJobs(t *testing.T) {
 	e := newEnv(t)
-	twoReaders := testJob("j", 1, 1, layout{{1}})
+	twoReaders := fixture.Job("j", 1, 1, fixture.Layout{{1}})
 	twoReaders.Spec.Readers = []string{"a", "b"}
 	for _, tc := range []struct {
 		name string
@@ -472,13 +473,13 @@ func TestNewRejectsBadJobs(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"bad id", testJob("a b", 1, 1, layout{{1}}), Options{}, ""},
-		{"no batch size", testJob("j", 1, 0, layout{{1}}), Options{}, ""},
-		{"no epochs", testJob("j", 0, 1, layout{{1}}), Options{}, ""},
-		{"negative prefetch", testJob("j", 1, 1, layout{{1}}), Options{PrefetchSamples: -1}, ""},
-		{"ranks without a world size", testJob("j", 1, 1, layout{{1}}), Options{Ranks: []int{0}}, "world size"},
-		{"a rank beyond the world", testJob("j", 1, 1, layout{{1}}), Options{WorldSize: 2, Ranks: []int{2}}, "rank 2"},
-		{"a rank twice", testJob("j", 1, 1, layout{{1}}), Options{WorldSize: 4, Ranks: []int{1, 1}}, "twice"},
+		{"bad id", fixture.Job("a b", 1, 1, fixture.Layout{{1}}), Options{}, ""},
+		{"no batch size", fixture.Job("j", 1, 0, fixture.Layout{{1}}), Options{}, ""},
+		{"no epochs", fixture.Job("j", 0, 1, fixture.Layout{{1}}), Options{}, ""},
+		{"negative prefetch", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{PrefetchSamples: -1}, ""},
+		{"ranks without a world size", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{Ranks: []int{0}}, "world size"},
+		{"a rank beyond the world", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{WorldSize: 2, Ranks: []int{2}}, "rank 2"},
+		{"a rank twice", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{WorldSize: 4, Ranks: []int{1, 1}}, "twice"},
 		{"a team of a job with two readers", twoReaders, Options{WorldSize: 4, Ranks: []int{0, 1}}, "one reader"},
 	} {
 		_, err := New(e.nc, e.js, tc.job, tc.opts, nil, nil, nil)
@@ -498,8 +499,8 @@ func (g fixedGPU) Utilization() (float64, error) { return float64(g), nil }
 // other samples and its 410, not a wait for samples that will not come.
 func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3, 2}, {4}, {1, 2, 3}}
-	job := testJob("gone-shard", 1, 4, l)
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}}
+	job := fixture.Job("gone-shard", 1, 4, l)
 	f := newFunction(t, job, l)
 	f.status = map[assembly.ShardRef]int{{Epoch: 0, Shard: 1}: http.StatusNotFound}
 	e.submit(t, job, f, 2)

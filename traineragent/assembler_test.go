@@ -11,20 +11,21 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // feed applies msgs in order, hands every batch out at once and collects
 // the batches and the epochs cut.
-func feed(t *testing.T, a *assembly.Assembler, msgs []outputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
+func feed(t *testing.T, a *assembly.Assembler, msgs []fixture.OutputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
 	t.Helper()
 	for _, m := range msgs {
-		out, err := applyMsg(a, m)
+		out, err := fixture.ApplyMsg(a, m)
 		if err != nil {
-			t.Fatalf("add %s: %v", m.ref, err)
+			t.Fatalf("add %s: %v", m.Ref, err)
 		}
 		for _, b := range out.Batches {
-			checkBatch(t, b.Batch)
+			fixture.CheckBatch(t, b.Batch)
 			a.HandOut(b)
 			batches = append(batches, b.Batch)
 		}
@@ -38,15 +39,15 @@ func feed(t *testing.T, a *assembly.Assembler, msgs []outputMsg) (batches []Batc
 }
 
 func TestAssemblerBatchesPerEpochExactlyOnce(t *testing.T) {
-	l := layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
-	job := testJob("j", 2, 4, l)
-	msgs := outputs(t, job, l)
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
+	job := fixture.Job("j", 2, 4, l)
+	msgs := fixture.Outputs(t, job, l)
 	rng := rand.New(rand.NewPCG(1, 2))
 	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
 	// Re-publications: a chunk and a shard end again, somewhere later.
 	msgs = append(msgs, msgs[3], msgs[0])
 	for i := range msgs {
-		if msgs[i].ref.Chunk == -1 {
+		if msgs[i].Ref.Chunk == -1 {
 			msgs = append(msgs, msgs[i])
 			break
 		}
@@ -88,34 +89,34 @@ func TestAssemblerBatchesPerEpochExactlyOnce(t *testing.T) {
 }
 
 func TestAssemblerWaitsForEveryChunkTheShardEndAnnounces(t *testing.T) {
-	l := layout{{2, 2}}
-	job := testJob("j", 1, 3, l)
-	msgs := outputs(t, job, l) // chunk 0, chunk 1, end
+	l := fixture.Layout{{2, 2}}
+	job := fixture.Job("j", 1, 3, l)
+	msgs := fixture.Outputs(t, job, l) // chunk 0, chunk 1, end
 	a := assembly.NewAssembler(job)
 	// The end first, then chunk 1: the shard still misses chunk 0.
-	batches, completed, _, _ := feed(t, a, []outputMsg{msgs[2], msgs[1]})
+	batches, completed, _, _ := feed(t, a, []fixture.OutputMsg{msgs[2], msgs[1]})
 	if len(batches) != 0 || len(completed) != 0 {
 		t.Fatalf("before chunk 0: batches %d, completed %v; want none", len(batches), completed)
 	}
-	batches, completed, _, _ = feed(t, a, []outputMsg{msgs[0]})
+	batches, completed, _, _ = feed(t, a, []fixture.OutputMsg{msgs[0]})
 	if len(completed) != 1 || len(batches) != 2 || len(batches[0].Keys) != 3 || len(batches[1].Keys) != 1 {
 		t.Fatalf("after chunk 0: %d batches, completed %v; want a batch of 3, the final one of 1, epoch 0 complete", len(batches), completed)
 	}
 	// Anything of a complete epoch is a duplicate.
-	out, err := applyMsg(a, msgs[1])
+	out, err := fixture.ApplyMsg(a, msgs[1])
 	if err != nil || !out.Duplicate {
 		t.Fatalf("chunk of a complete epoch: duplicate=%v err=%v", out.Duplicate, err)
 	}
 }
 
 func TestAssemblerReportsBadMessages(t *testing.T) {
-	l := layout{{2}, {2}}
-	job := testJob("j", 1, 2, l)
-	msgs := outputs(t, job, l)
+	l := fixture.Layout{{2}, {2}}
+	job := fixture.Job("j", 1, 2, l)
+	msgs := fixture.Outputs(t, job, l)
 	a := assembly.NewAssembler(job)
 
 	for _, ref := range []wire.ChunkRef{{Job: "j", Epoch: 1, Shard: 0, Chunk: 0}, {Job: "j", Epoch: 0, Shard: 2, Chunk: 0}} {
-		if _, err := a.Add(ref, msgs[0].data); err == nil {
+		if _, err := a.Add(ref, msgs[0].Data); err == nil {
 			t.Errorf("%s: out of range, want an error", ref)
 		}
 	}
@@ -125,16 +126,16 @@ func TestAssemblerReportsBadMessages(t *testing.T) {
 
 	// A corrupt chunk is refused (where its rows fall is not known): its
 	// send fails, and the shard comes again.
-	out, err := a.Add(msgs[0].ref, []byte("not safetensors"))
+	out, err := a.Add(msgs[0].Ref, []byte("not safetensors"))
 	if err == nil || !strings.Contains(err.Error(), "corrupt chunk") {
 		t.Fatalf("corrupt chunk: out=%+v err=%v", out, err)
 	}
 	// So is a chunk after a gap that does not say its first row.
-	if _, err := a.Add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: 1}, chunkBytes(t, "j", 0, 0, 1, []string{"x"})); err == nil || !strings.Contains(err.Error(), "not known") {
+	if _, err := a.Add(wire.ChunkRef{Job: "j", Shard: 0, Chunk: 1}, fixture.ChunkBytes(t, "j", 0, 0, 1, []string{"x"})); err == nil || !strings.Contains(err.Error(), "not known") {
 		t.Errorf("chunk 1 first, not saying its row: err = %v", err)
 	}
 	// A chunk whose tensors differ from the first chunk's cannot be stacked.
-	other := chunkBytes(t, "j", 0, 1, 0, []string{"a", "b"})
+	other := fixture.ChunkBytes(t, "j", 0, 1, 0, []string{"a", "b"})
 	if _, err := a.Add(wire.ChunkRef{Job: "j", Shard: 1, Chunk: 0}, other); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestAssemblerReportsBadMessages(t *testing.T) {
 }
 
 func TestAssemblerJobWithoutShardsIsCompleteAtOnce(t *testing.T) {
-	a := assembly.NewAssembler(testJob("j", 3, 2, layout{}))
+	a := assembly.NewAssembler(fixture.Job("j", 3, 2, fixture.Layout{}))
 	if diff := cmp.Diff([]int{0, 1, 2}, a.Start()); diff != "" || !a.AllCut() || !a.AllFinished() {
 		t.Errorf("start (-want +got):\n%s", diff)
 	}

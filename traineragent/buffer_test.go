@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -40,14 +41,14 @@ func TestIntakeRoom(t *testing.T) {
 
 // wideOutputs is every message of a one-epoch job of shards chunks
 // chunks of rows rows each, a row rowBytes bytes.
-func wideOutputs(t testing.TB, job wire.Job, shards, chunks, rows, rowBytes int) []outputMsg {
+func wideOutputs(t testing.TB, job wire.Job, shards, chunks, rows, rowBytes int) []fixture.OutputMsg {
 	t.Helper()
-	var out []outputMsg
+	var out []fixture.OutputMsg
 	for s := range shards {
 		for c := range chunks {
 			keys := make([]string, rows)
 			for i := range keys {
-				keys[i] = rowKey(s, c*rows+i)
+				keys[i] = fixture.RowKey(s, c*rows+i)
 			}
 			kj, _ := json.Marshal(keys)
 			data, err := safetensors.Encode([]safetensors.Tensor{{Name: "x", DType: safetensors.U8, Shape: []int{rows, rowBytes}, Data: make([]byte, rows*rowBytes)}},
@@ -56,10 +57,10 @@ func wideOutputs(t testing.TB, job wire.Job, shards, chunks, rows, rowBytes int)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, outputMsg{wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: c}, data})
+			out = append(out, fixture.OutputMsg{Ref: wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: c}, Data: data})
 		}
 		end, _ := json.Marshal(wire.ShardEnd{Job: job.Spec.ID, Shard: s, Chunks: chunks, Samples: chunks * rows})
-		out = append(out, outputMsg{wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: -1}, end})
+		out = append(out, fixture.OutputMsg{Ref: wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: -1}, Data: end})
 	}
 	return out
 }
@@ -74,11 +75,11 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 		inFlight                       = 4
 	)
 	e := newEnv(t)
-	job := testJob("buffered", 1, 8, make(layout, shards))
+	job := fixture.Job("buffered", 1, 8, make(fixture.Layout, shards))
 	job.Spec.ChunkMaxBytes = 64 << 10
 	job.Spec.OutputBufferBytes = 4 * 64 << 10
 	msgs := wideOutputs(t, job, shards, chunks, rows, rowBytes)
-	chunk := int64(len(msgs[0].data))
+	chunk := int64(len(msgs[0].Data))
 	f := newFunctionOf(t, job, msgs)
 	// The replies wait until the agent has sent 4 tasks: it takes them
 	// while its buffer is empty.
@@ -158,7 +159,7 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 	}
 	for s := range shards {
 		for r := range chunks * rows {
-			if n := seen[rowKey(s, r)]; n != 1 {
+			if n := seen[fixture.RowKey(s, r)]; n != 1 {
 				t.Fatalf("row %d of shard %d handed out %d times, want once", r, s, n)
 			}
 		}
@@ -175,15 +176,15 @@ func TestBatchWrittenFromRunsIsItsFile(t *testing.T) {
 	for c, n := range []int{3, 4} {
 		keys := make([]string, n)
 		for i := range keys {
-			keys[i] = sampleKey(0, c, i)
+			keys[i] = fixture.SampleKey(0, c, i)
 		}
-		rows, _, err := assembly.SplitChunk(chunkBytes(t, "j", 0, 0, c, keys))
+		rows, _, err := assembly.SplitChunk(fixture.ChunkBytes(t, "j", 0, 0, c, keys))
 		if err != nil {
 			t.Fatal(err)
 		}
 		samples = append(samples, rows[1:]...) // runs not at a chunk's start
 	}
-	rows, sc, err := assembly.SplitChunk(chunkBytes(t, "j", 0, 0, 0, []string{sampleKey(0, 0, 0), sampleKey(0, 0, 1), sampleKey(0, 0, 2)}))
+	rows, sc, err := assembly.SplitChunk(fixture.ChunkBytes(t, "j", 0, 0, 0, []string{fixture.SampleKey(0, 0, 0), fixture.SampleKey(0, 0, 1), fixture.SampleKey(0, 0, 2)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestBatchWrittenFromRunsIsItsFile(t *testing.T) {
 	}
 	whole := b
 	whole.Materialize()
-	checkBatch(t, whole)
+	fixture.CheckBatch(t, whole)
 	want, err := safetensors.Encode(whole.Tensors, meta)
 	if err != nil {
 		t.Fatal(err)

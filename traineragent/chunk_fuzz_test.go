@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -13,20 +14,20 @@ import (
 // twice, the bookkeeping consistent, and the position it records readable
 // again.
 func FuzzAssemblerChunk(f *testing.F) {
-	job := testJob("j", 1, 3, layout{{8}})
+	job := fixture.Job("j", 1, 3, fixture.Layout{{8}})
 	keys := func(lo, n int) []string {
 		out := make([]string, n)
 		for i := range out {
-			out[i] = rowKey(0, lo+i)
+			out[i] = fixture.RowKey(0, lo+i)
 		}
 		return out
 	}
-	f.Add(chunkBytesAt(f, "j", 0, 0, 1, 4, keys(4, 4)), uint8(1), uint16(8))
-	f.Add(chunkBytesAt(f, "j", 0, 0, 0, 2, keys(2, 6)), uint8(0), uint16(8))
-	f.Add(chunkBytesAt(f, "j", 0, 0, 1, -1, keys(4, 4)), uint8(1), uint16(7))
-	f.Add(chunkBytesAt(f, "j", 0, 0, 3, 6, keys(6, 4)), uint8(3), uint16(10))
+	f.Add(fixture.ChunkBytesAt(f, "j", 0, 0, 1, 4, keys(4, 4)), uint8(1), uint16(8))
+	f.Add(fixture.ChunkBytesAt(f, "j", 0, 0, 0, 2, keys(2, 6)), uint8(0), uint16(8))
+	f.Add(fixture.ChunkBytesAt(f, "j", 0, 0, 1, -1, keys(4, 4)), uint8(1), uint16(7))
+	f.Add(fixture.ChunkBytesAt(f, "j", 0, 0, 3, 6, keys(6, 4)), uint8(3), uint16(10))
 	f.Add([]byte("not safetensors"), uint8(1), uint16(4))
-	first := chunkBytesAt(f, "j", 0, 0, 0, 0, keys(0, 4))
+	first := fixture.ChunkBytesAt(f, "j", 0, 0, 0, 0, keys(0, 4))
 	f.Fuzz(func(t *testing.T, data []byte, index uint8, samples uint16) {
 		// A key names one row: skip chunks that give a key two rows (a
 		// row handed out twice would then be two rows).

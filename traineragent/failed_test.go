@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -15,7 +16,7 @@ import (
 // MaxFailedSamplesListed failures, each cut to wire.MaxReasonBytes, and
 // counts the rest, whatever number of failures it is told of.
 func TestFailedSamplesAreListedWithinABound(t *testing.T) {
-	job := testJob("j", 1, 4, layout{})
+	job := fixture.Job("j", 1, 4, fixture.Layout{})
 	r := newReader(job, wire.DefaultReader, Options{}, slog.New(slog.DiscardHandler), NewMetrics(nil))
 	const reported = 3 * readerstate.MaxFailedSamplesListed
 	huge := strings.Repeat("x", 1<<20)

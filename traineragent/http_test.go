@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -49,7 +50,7 @@ func (h httpRank) part(hdr http.Header, body []byte) readerstate.RankPart {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	checkBatch(h.t, b)
+	fixture.CheckBatch(h.t, b)
 	f, err := safetensors.Decode(body)
 	if err != nil {
 		h.t.Fatal(err)
@@ -72,7 +73,7 @@ func (h httpRank) part(hdr http.Header, body []byte) readerstate.RankPart {
 
 func TestRanksOverHTTP(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("http-ranks", 1, 4, rankLayout)
+	job := fixture.Job("http-ranks", 1, 4, rankLayout)
 	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
@@ -143,7 +144,7 @@ func TestRanksOverHTTP(t *testing.T) {
 		}
 	}
 	checkSteps(t, parts, 4, [2]int{0, 0})
-	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
 	// Each shard end lists one failed sample: the last step says so.
 	if last := parts[1][len(parts[1])-1]; last.EpochFailed != int64(len(rankLayout)) {
 		t.Errorf("the last step's epoch_failed %d, want %d", last.EpochFailed, len(rankLayout))
@@ -172,7 +173,7 @@ func TestRanksOverHTTP(t *testing.T) {
 
 func TestResumeOverHTTP(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("http-resume", 1, 4, rankLayout)
+	job := fixture.Job("http-resume", 1, 4, rankLayout)
 	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	a, err := New(e.nc, e.js, job, Options{WorldSize: 2}, nil, nil, nil)
 	if err != nil {
@@ -242,7 +243,7 @@ func TestResumeOverHTTP(t *testing.T) {
 		}
 	}
 	checkSteps(t, parts, 4, [2]int{0, 0})
-	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
 	// Each shard end lists one failed sample: the last step says so.
 	if last := parts[1][len(parts[1])-1]; last.EpochFailed != int64(len(rankLayout)) {
 		t.Errorf("the last step's epoch_failed %d, want %d", last.EpochFailed, len(rankLayout))

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -31,11 +32,11 @@ func TestShedding(t *testing.T) {
 }
 
 func TestAssemblerShedsOnlyUntouchedShards(t *testing.T) {
-	l := layout{{2, 2}, {2}, {2}}
-	job := testJob("j", 1, 2, l)
-	msgs := outputs(t, job, l) // s0: c0 c1 end, s1: c0 end, s2: c0 end
+	l := fixture.Layout{{2, 2}, {2}, {2}}
+	job := fixture.Job("j", 1, 2, l)
+	msgs := fixture.Outputs(t, job, l) // s0: c0 c1 end, s1: c0 end, s2: c0 end
 	a := assembly.NewAssembler(job)
-	if _, err := applyMsg(a, msgs[0]); err != nil { // shard 0 started
+	if _, err := fixture.ApplyMsg(a, msgs[0]); err != nil { // shard 0 started
 		t.Fatal(err)
 	}
 	ref := func(s int) wire.ChunkRef { return wire.ChunkRef{Job: "j", Shard: s} }

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
-// testMixedJob is testJob over layout l whose shards below split are
+// testMixedJob is fixture.Job over layout l whose shards below split are
 // source 0's and the rest source 1's, weighted w0:w1.
-func testMixedJob(id string, epochs, batch int, l layout, split int, w0, w1 float64) wire.Job {
-	job := testJob(id, epochs, batch, l)
+func testMixedJob(id string, epochs, batch int, l fixture.Layout, split int, w0, w1 float64) wire.Job {
+	job := fixture.Job(id, epochs, batch, l)
 	job.Spec.Dataset = ""
 	job.Spec.Sources = []wire.SourceSpec{{Dataset: "s3://b/p/", Weight: w0}, {Dataset: "s3://b/q/", Weight: w1}}
 	job.Bucket = ""
@@ -21,7 +22,7 @@ func testMixedJob(id string, epochs, batch int, l layout, split int, w0, w1 floa
 	return job
 }
 
-// shardOfKey is the shard a sampleKey names.
+// shardOfKey is the shard a fixture.SampleKey names.
 func shardOfKey(t testing.TB, key string) int {
 	var s, c, i int
 	if _, err := fmt.Sscanf(key, "s%d-c%d-%d", &s, &c, &i); err != nil {
@@ -54,7 +55,7 @@ func checkWindows(t *testing.T, epoch int, sources []int, share float64) {
 // is handed out once. Shard by shard (the order before mixing), a window
 // would hold only one source.
 func TestAssemblerMixesSourcesBySample(t *testing.T) {
-	var l layout
+	var l fixture.Layout
 	for range 6 {
 		l = append(l, []int{25, 15}) // source 0: 240 rows
 	}
@@ -62,15 +63,15 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 	for _, order := range []string{"source after source", "shuffled", "source 1 first"} {
 		t.Run(order, func(t *testing.T) {
 			job := testMixedJob("mix", 2, 16, l, 6, 3, 1)
-			msgs := outputs(t, job, l)
+			msgs := fixture.Outputs(t, job, l)
 			switch order {
 			case "shuffled":
 				rng := rand.New(rand.NewPCG(3, 4))
 				rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
 			case "source 1 first":
-				var first, rest []outputMsg
+				var first, rest []fixture.OutputMsg
 				for _, m := range msgs {
-					if m.ref.Shard >= 6 {
+					if m.Ref.Shard >= 6 {
 						first = append(first, m)
 					} else {
 						rest = append(rest, m)
@@ -98,7 +99,7 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 				}
 				rows[b.Epoch] = append(rows[b.Epoch], b.Sources...)
 			}
-			checkEveryOnce(t, job, l, seenKeys, 0)
+			fixture.CheckEveryOnce(t, job, l, seenKeys, 0)
 			if !a.AllFinished() || a.Pending != 0 {
 				t.Errorf("finished %v, %d rows pending: want every row handed out", a.AllFinished(), a.Pending)
 			}
@@ -115,13 +116,13 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 // A source whose every shard arrived no longer holds the others back:
 // its share goes to them, and rows staged for it are released.
 func TestAssemblerMixReleasesRowsWhenASourceIsDone(t *testing.T) {
-	l := layout{{20}, {20}, {4}} // source 0: 40 rows; source 1: 4
+	l := fixture.Layout{{20}, {20}, {4}} // source 0: 40 rows; source 1: 4
 	job := testMixedJob("mixdone", 1, 8, l, 2, 1, 1)
-	msgs := outputs(t, job, l)
+	msgs := fixture.Outputs(t, job, l)
 	a := assembly.NewAssembler(job)
 	// Source 0's first shard: the schedule (seed 0) starts with source
 	// 1, so all of it waits.
-	out, err := applyMsg(a, msgs[0])
+	out, err := fixture.ApplyMsg(a, msgs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestAssemblerMixReleasesRowsWhenASourceIsDone(t *testing.T) {
 	// source 0's, then source 0's 16 others go on alone.
 	var got []int
 	for _, m := range msgs[4:6] {
-		out, err := applyMsg(a, m)
+		out, err := fixture.ApplyMsg(a, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func fmtSources(s []int) string {
 // is not there: the rows held go on, out of proportion, rather than the
 // agent holding more.
 func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
-	l := layout{{20}, {20}, {4}}
+	l := fixture.Layout{{20}, {20}, {4}}
 	for _, tc := range []struct {
 		buffer int64
 		want   int
@@ -167,7 +168,7 @@ func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
 		job := testMixedJob("mixfull", 1, 8, l, 2, 1, 1)
 		job.Spec.OutputBufferBytes = tc.buffer
 		a := assembly.NewAssembler(job)
-		out, err := applyMsg(a, outputs(t, job, l)[0])
+		out, err := fixture.ApplyMsg(a, fixture.Outputs(t, job, l)[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,14 +185,14 @@ func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
 // A restored position's complete shards count as arrived for their
 // source: a source done before a restart is not waited for after it.
 func TestAssemblerMixRestoredSourceDone(t *testing.T) {
-	l := layout{{20}, {20}, {4}}
+	l := fixture.Layout{{20}, {20}, {4}}
 	job := testMixedJob("mixrestore", 1, 8, l, 2, 1, 1)
 	a := assembly.NewAssembler(job)
 	if err := a.Restore(assembly.Position{Version: assembly.PositionVersion, Epochs: map[int]assembly.EpochPosition{0: {Complete: "2"}}}); err != nil {
 		t.Fatal(err)
 	}
 	a.Start()
-	out, err := applyMsg(a, outputs(t, job, l)[0])
+	out, err := fixture.ApplyMsg(a, fixture.Outputs(t, job, l)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,17 +212,17 @@ func TestAssemblerMixRestoredSourceDone(t *testing.T) {
 // across the restart, every window of 64 holds 54 or 55 whatever step the
 // reader stopped after.
 func TestAssemblerMixResumesTheSchedule(t *testing.T) {
-	var l layout
+	var l fixture.Layout
 	for range 20 {
 		l = append(l, []int{20}) // 17 shards of source 0, 3 of source 1
 	}
 	job := testMixedJob("mixresume", 1, 10, l, 17, 0.85, 0.15)
-	msgs := outputs(t, job, l)
+	msgs := fixture.Outputs(t, job, l)
 	for k := 1; k < 30; k++ {
 		a := assembly.NewAssembler(job)
 		var ready []assembly.ReadyBatch
 		for _, m := range msgs {
-			out, err := applyMsg(a, m)
+			out, err := fixture.ApplyMsg(a, m)
 			if err != nil {
 				t.Fatal(err)
 			}

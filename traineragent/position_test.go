@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 )
 
@@ -79,11 +80,11 @@ func everyOther(from, to int) []int {
 // completed. Every sample of every epoch must be handed out exactly once
 // over all runs, and every task settled.
 func TestAssemblerResumesExactlyOnce(t *testing.T) {
-	l := layout{{3, 2}, {4}, {1, 2, 3}, {0}, {5, 5}, {}} // a chunk without rows, a shard without chunks
-	job := testJob("j", 3, 4, l)
-	byShard := map[assembly.ShardRef][]outputMsg{}
-	for _, m := range outputs(t, job, l) {
-		k := assembly.ShardRef{Epoch: m.ref.Epoch, Shard: m.ref.Shard}
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}, {0}, {5, 5}, {}} // a chunk without rows, a shard without chunks
+	job := fixture.Job("j", 3, 4, l)
+	byShard := map[assembly.ShardRef][]fixture.OutputMsg{}
+	for _, m := range fixture.Outputs(t, job, l) {
+		k := assembly.ShardRef{Epoch: m.Ref.Epoch, Shard: m.Ref.Shard}
 		byShard[k] = append(byShard[k], m)
 	}
 	for trial := range 200 {
@@ -105,7 +106,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 			a.Start()
 			// Every task not settled is sent again, a few of them twice
 			// (a redelivery racing a retry); the responses interleave.
-			var queues [][]outputMsg
+			var queues [][]fixture.OutputMsg
 			for k, msgs := range byShard {
 				if settled[k] {
 					continue
@@ -115,7 +116,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 					queues = append(queues, msgs)
 				}
 			}
-			var todo []outputMsg
+			var todo []fixture.OutputMsg
 			for len(queues) > 0 {
 				i := rng.IntN(len(queues))
 				todo = append(todo, queues[i][0])
@@ -151,7 +152,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 				}
 			}
 			for _, m := range todo[:crashAt] {
-				out, err := applyMsg(a, m)
+				out, err := fixture.ApplyMsg(a, m)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -175,7 +176,7 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 			for s, chunks := range l {
 				for c, n := range chunks {
 					for i := range n {
-						id := fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))
+						id := fmt.Sprintf("%d/%s", e, fixture.SampleKey(s, c, i))
 						if delivered[id] != 1 {
 							t.Fatalf("trial %d: sample %s delivered %d times", trial, id, delivered[id])
 						}
@@ -202,11 +203,11 @@ func TestAssemblerResumesExactlyOnce(t *testing.T) {
 // holding it stays well under 64 KiB.
 func TestPositionSizeFor10000Shards(t *testing.T) {
 	const shards = 10000
-	l := make(layout, shards)
+	l := make(fixture.Layout, shards)
 	for s := range l {
 		l[s] = []int{2, 2}
 	}
-	job := testJob("big", 2, 1, l)
+	job := fixture.Job("big", 2, 1, l)
 	for _, tc := range []struct {
 		name   string
 		done   func(s int) bool // shards handed out in full
@@ -219,14 +220,14 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 		a := assembly.NewAssembler(job)
 		a.Start()
 		a.Finished = 1 // epoch 0 finished
-		add := func(ref outputMsg) []assembly.ReadyBatch {
-			out, err := applyMsg(a, ref)
+		add := func(ref fixture.OutputMsg) []assembly.ReadyBatch {
+			out, err := fixture.ApplyMsg(a, ref)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return out.Batches
 		}
-		msgs := outputs(t, testJob("big", 2, 1, l[:1]), l[:1]) // epoch 0 and 1 of shard 0: c0, c1, end
+		msgs := fixture.Outputs(t, fixture.Job("big", 2, 1, l[:1]), l[:1]) // epoch 0 and 1 of shard 0: c0, c1, end
 		for s := range shards {
 			var batches []assembly.ReadyBatch
 			flight := !tc.done(s) && s >= 6000 && s < 6016
@@ -234,7 +235,7 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 				continue
 			}
 			for _, m := range msgs[3:] { // epoch 1
-				m.ref.Shard = s
+				m.Ref.Shard = s
 				batches = append(batches, add(m)...)
 			}
 			n := len(batches)
@@ -285,7 +286,7 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 }
 
 func TestRestoreRejectsForeignPositions(t *testing.T) {
-	job := testJob("j", 2, 4, layout{{2}, {2}})
+	job := fixture.Job("j", 2, 4, fixture.Layout{{2}, {2}})
 	for _, bad := range []string{
 		`{"v":3}`,
 		`{"v":1,"finished":3}`,

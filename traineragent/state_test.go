@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -29,11 +30,11 @@ func loadedState(t *testing.T, job wire.Job, opts Options) *readerstate.State {
 }
 
 // feedState applies msgs to st as the agent's intake does.
-func feedState(t *testing.T, st *readerstate.State, msgs []outputMsg) {
+func feedState(t *testing.T, st *readerstate.State, msgs []fixture.OutputMsg) {
 	t.Helper()
 	for _, m := range msgs {
-		if _, err := st.Intake(m.ref, false, stateNow, func() (assembly.Outcome, error) { return applySent(st.Asm, m, true) }); err != nil {
-			t.Fatalf("intake of %s: %v", m.ref, err)
+		if _, err := st.Intake(m.Ref, false, stateNow, func() (assembly.Outcome, error) { return fixture.ApplySent(st.Asm, m, true) }); err != nil {
+			t.Fatalf("intake of %s: %v", m.Ref, err)
 		}
 	}
 }
@@ -67,7 +68,7 @@ func takeStep(t *testing.T, st *readerstate.State, world int, ranks []int, holde
 }
 
 // rowsOf names the rows of a part: its keys, or the rows of its spans
-// (rowKey of shard and row) where another agent holds them.
+// (fixture.RowKey of shard and row) where another agent holds them.
 func rowsOf(p readerstate.RankPart) []string {
 	if p.Spans == nil {
 		return p.Keys
@@ -75,7 +76,7 @@ func rowsOf(p readerstate.RankPart) []string {
 	var out []string
 	for _, sp := range p.Spans {
 		for i := range sp.N {
-			out = append(out, rowKey(sp.Ref.Shard, sp.Row+i))
+			out = append(out, fixture.RowKey(sp.Ref.Shard, sp.Row+i))
 		}
 	}
 	return out
@@ -104,7 +105,7 @@ func shardRows(rows int, ss ...int) []string {
 	var out []string
 	for _, s := range ss {
 		for r := range rows {
-			out = append(out, rowKey(s, r))
+			out = append(out, fixture.RowKey(s, r))
 		}
 	}
 	return out
@@ -115,16 +116,16 @@ func shardRows(rows int, ss ...int) []string {
 // row of every epoch is handed out once, each rank takes as many steps
 // per epoch, the last one ends the epoch, and every rank is told the end.
 func TestStateHandsEveryRowOnceInEqualSteps(t *testing.T) {
-	job := testJob("state", 2, 2, layout{{3, 2}, {4}})
+	job := fixture.Job("state", 2, 2, fixture.Layout{{3, 2}, {4}})
 	st := loadedState(t, job, Options{WorldSize: 2})
 	st.Changed = false
 	if parts := takeStep(t, st, 2, []int{0, 1}, nil, false); parts != nil || st.Changed {
 		t.Fatalf("before any row: parts %v, changed %t; want a wait and no change", parts, st.Changed)
 	}
-	var msgs []outputMsg
+	var msgs []fixture.OutputMsg
 	for e := range 2 {
-		msgs = append(msgs, chunked(t, job, e, 0, []int{3, 2}, true)...)
-		msgs = append(msgs, chunked(t, job, e, 1, []int{4}, true)...)
+		msgs = append(msgs, fixture.Chunked(t, job, e, 0, []int{3, 2}, true)...)
+		msgs = append(msgs, fixture.Chunked(t, job, e, 1, []int{4}, true)...)
 	}
 	feedState(t, st, msgs)
 	got := map[int][]string{}
@@ -164,9 +165,9 @@ func TestStateHandsEveryRowOnceInEqualSteps(t *testing.T) {
 // 4 rows, a step handed out of them, then its retry chunked as 2 of 6
 // (another function version): every row once, none lost, nothing failed.
 func TestStateTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
-	job := testJob("state-rechunk", 1, 4, layout{{4, 4, 4}})
+	job := fixture.Job("state-rechunk", 1, 4, fixture.Layout{{4, 4, 4}})
 	st := loadedState(t, job, Options{WorldSize: 1})
-	first := chunked(t, job, 0, 0, []int{4, 4, 4}, true)
+	first := fixture.Chunked(t, job, 0, 0, []int{4, 4, 4}, true)
 	feedState(t, st, first[:2]) // cut after two chunks
 	var got []string
 	parts := takeStep(t, st, 1, []int{0}, nil, false)
@@ -174,7 +175,7 @@ func TestStateTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 		t.Fatal("no step of the first send's 8 rows")
 	}
 	got = append(got, rowsOf(parts[0])...)
-	feedState(t, st, chunked(t, job, 0, 0, []int{6, 6}, true))
+	feedState(t, st, fixture.Chunked(t, job, 0, 0, []int{6, 6}, true))
 	for {
 		parts := takeStep(t, st, 1, []int{0}, nil, false)
 		if parts == nil {
@@ -209,28 +210,28 @@ func checkpointAfter(t *testing.T, job wire.Job, p readerstate.RankPart) (State,
 // teamOfTwo is a team's state: the planner serves ranks 0,1 and holds
 // shards 0,1; member m serves ranks 2,3 and holds shards 2,3 (told as
 // notes); each shard is one chunk of 4 rows, batches of 2: two steps.
-func teamOfTwo(t *testing.T) (*readerstate.State, *readerstate.TeamState, wire.Job, []outputMsg) {
+func teamOfTwo(t *testing.T) (*readerstate.State, *readerstate.TeamState, wire.Job, []fixture.OutputMsg) {
 	t.Helper()
-	job := testJob("state-team", 1, 2, layout{{4}, {4}, {4}, {4}})
+	job := fixture.Job("state-team", 1, 2, fixture.Layout{{4}, {4}, {4}, {4}})
 	st := loadedState(t, job, Options{WorldSize: 4})
 	team := readerstate.NewTeamState(4, []int{0, 1})
 	st.Steps = team
 	if _, err := team.JoinMember(st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, stateNow); err != nil {
 		t.Fatal(err)
 	}
-	var ends []outputMsg
+	var ends []fixture.OutputMsg
 	for s := range 4 {
-		msgs := chunked(t, job, 0, s, []int{4}, true)
+		msgs := fixture.Chunked(t, job, 0, s, []int{4}, true)
 		ends = append(ends, msgs[1])
 		if s < 2 {
 			feedState(t, st, msgs[:1])
 			continue
 		}
-		_, sc, first, err := assembly.SplitChunkAt(msgs[0].data)
+		_, sc, first, err := assembly.SplitChunkAt(msgs[0].Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := msgs[0].ref
+		ref := msgs[0].Ref
 		if _, err := st.Intake(ref, false, stateNow, func() (assembly.Outcome, error) { return team.AddRemote(st, ref, "m", first, 4, sc, "") }); err != nil {
 			t.Fatal(err)
 		}
@@ -296,11 +297,11 @@ func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 // whose rows were handed out are produced again, and the new generation
 // gets those rows once.
 func TestStateResumeRewindsAStepTakenByAGoneGeneration(t *testing.T) {
-	job := testJob("state-resume", 1, 2, layout{{4}, {4}})
+	job := fixture.Job("state-resume", 1, 2, fixture.Layout{{4}, {4}})
 	st := loadedState(t, job, Options{WorldSize: 2})
-	var msgs []outputMsg
+	var msgs []fixture.OutputMsg
 	for s := range 2 {
-		msgs = append(msgs, chunked(t, job, 0, s, []int{4}, true)...)
+		msgs = append(msgs, fixture.Chunked(t, job, 0, s, []int{4}, true)...)
 	}
 	feedState(t, st, msgs)
 	step0 := takeStep(t, st, 2, []int{0, 1}, nil, false)
@@ -318,7 +319,7 @@ func TestStateResumeRewindsAStepTakenByAGoneGeneration(t *testing.T) {
 	st.ResumeDone(&readerstate.ResumeRecord{State: state, World: 2, Result: res})
 	for e, ss := range replay { // the dispatcher produces them again
 		for _, s := range ss {
-			feedState(t, st, chunked(t, job, e, s, []int{4}, true))
+			feedState(t, st, fixture.Chunked(t, job, e, s, []int{4}, true))
 		}
 	}
 	got := rowsOf(step0[0])

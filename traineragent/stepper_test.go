@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -103,36 +104,6 @@ func seen(got map[string]int, parts [][]readerstate.RankPart) map[string]int {
 	return got
 }
 
-// checkEveryOnce asserts that got holds every sample of every epoch of
-// the layout once, but for dropped samples missing.
-func checkEveryOnce(t *testing.T, job wire.Job, l layout, got map[string]int, dropped int) {
-	t.Helper()
-	want := map[string]int{}
-	for e := range job.Spec.Epochs {
-		for s, chunks := range l {
-			for c, n := range chunks {
-				for i := range n {
-					want[fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))] = 1
-				}
-			}
-		}
-	}
-	missing := 0
-	for k, n := range got {
-		if n != 1 || want[k] != 1 {
-			t.Errorf("sample %s delivered %d times, want %d", k, n, want[k])
-		}
-	}
-	for k := range want {
-		if got[k] == 0 {
-			missing++
-		}
-	}
-	if missing != dropped {
-		t.Errorf("%d samples never delivered, want %d (dropped)", missing, dropped)
-	}
-}
-
 // doneRecordOf reads a reader's done key, failing if it is missing.
 func (e env) doneRecordOf(t *testing.T, job, reader string) wire.ReaderDone {
 	t.Helper()
@@ -152,13 +123,13 @@ func (e env) doneRecordOf(t *testing.T, job, reader string) wire.ReaderDone {
 }
 
 // rankLayout has 26 samples per epoch.
-var rankLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}}
+var rankLayout = fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}}
 
 func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 	for _, world := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("world %d", world), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("ranks", 2, 4, rankLayout)
+			job := fixture.Job("ranks", 2, 4, rankLayout)
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 			e.submit(t, job, newFunction(t, job, rankLayout), 2)
 			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
@@ -168,7 +139,7 @@ func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 			wait := runAgent(t, a)
 			parts := takeRanks(t, a, world, -1)
 			checkSteps(t, parts, 4, [2]int{0, 0})
-			checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+			fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
 			// 26 samples: full steps of 4*world, then the tail split.
 			steps := (26 + 4*world - 1) / (4 * world)
 			if diff := cmp.Diff(map[int]int{0: steps, 1: steps}, stepsPerEpoch(parts)); diff != "" {
@@ -195,7 +166,7 @@ func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 
 func TestRanksDropLast(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("drop", 2, 4, rankLayout)
+	job := fixture.Job("drop", 2, 4, rankLayout)
 	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	reg := prometheus.NewRegistry()
 	a, err := New(e.nc, e.js, job, Options{WorldSize: 3, DropLast: true}, nil, NewMetrics(reg), nil)
@@ -206,7 +177,7 @@ func TestRanksDropLast(t *testing.T) {
 	parts := takeRanks(t, a, 3, -1)
 	checkSteps(t, parts, 4, [2]int{0, 0})
 	// Of 26 samples, 2 full steps of 12; the 2 left are dropped.
-	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 4)
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 4)
 	if diff := cmp.Diff(map[int]int{0: 2, 1: 2}, stepsPerEpoch(parts)); diff != "" {
 		t.Errorf("steps per epoch (-want +got):\n%s", diff)
 	}
@@ -227,8 +198,8 @@ func TestRanksDropLast(t *testing.T) {
 // epoch its ranks are in.
 func TestRanksGetEpochsInOrder(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{2, 2}, {2}}
-	job := testJob("order", 2, 2, l)
+	l := fixture.Layout{{2, 2}, {2}}
+	job := fixture.Job("order", 2, 2, l)
 	e.submit(t, job, newFunction(t, job, l), 1, assembly.ShardRef{Epoch: 1, Shard: 0}, assembly.ShardRef{Epoch: 1, Shard: 1}, assembly.ShardRef{Epoch: 0, Shard: 0}, assembly.ShardRef{Epoch: 0, Shard: 1})
 	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil, nil)
 	if err != nil {
@@ -258,7 +229,7 @@ func TestRanksGetEpochsInOrder(t *testing.T) {
 // once, the shards recorded past the checkpoint produced again. So too
 // for a job mixing two sources (shards 0-3 and 4-5, 3:1).
 func TestResumeFromACheckpoint(t *testing.T) {
-	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
+	l := fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
 	for _, tc := range []struct {
 		world, past int
 		mixed       bool
@@ -270,7 +241,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("resume", 2, 2, l)
+			job := fixture.Job("resume", 2, 2, l)
 			if tc.mixed {
 				job = testMixedJob("resume", 2, 2, l, 4, 3, 1)
 			}
@@ -356,7 +327,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			}
 			rest := takeRanks(t, ag, world, -1)
 			checkSteps(t, rest, 2, [2]int{0, state.Step})
-			checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+			fixture.CheckEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
 			if tc.mixed {
 				checkPartSources(t, job, kept, rest)
 			}
@@ -377,9 +348,9 @@ func TestResumeFromACheckpoint(t *testing.T) {
 // next agent, with no resume of its own, finds them noted in the position
 // and sends them itself, and the model sees every sample once.
 func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
-	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}}
+	l := fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}}
 	e := newEnv(t)
-	job := testJob("replay-again", 1, 2, l)
+	job := fixture.Job("replay-again", 1, 2, l)
 	f := newFunction(t, job, l)
 	e.submit(t, job, f, 2)
 	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
@@ -434,7 +405,7 @@ func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 	wait := runAgent(t, c)
 	rest := takeRanks(t, c, 2, -1)
 	checkSteps(t, rest, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +415,7 @@ func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 // first part when a resume sets a smaller world gets ErrWorldMismatch.
 func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("rewait", 1, 2, layout{{2}})
+	job := fixture.Job("rewait", 1, 2, fixture.Layout{{2}})
 	e.record(t, job)
 	ag, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {

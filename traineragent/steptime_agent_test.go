@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/demand"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -18,7 +19,7 @@ import (
 // metrics and Stats count them.
 func TestAgentReportsStepTimes(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("steps", 1, 2, layout{{2}})
+	job := fixture.Job("steps", 1, 2, fixture.Layout{{2}})
 	e.record(t, job)
 	reg := prometheus.NewRegistry()
 	ag, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond, GPU: fixedGPU(0.25)}, nil, NewMetrics(reg), nil)

@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 	"github.com/sluice-project/sluice/wire"
@@ -81,7 +82,7 @@ func benchTeam(b *testing.B, agents int) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		id := fmt.Sprintf("team%d-%d", agents, e.next())
-		job := testJob(id, tbEpochs, tbBatch, tbLayout())
+		job := fixture.Job(id, tbEpochs, tbBatch, tbLayout())
 		e.submit(b, job, agents)
 		runs := e.newAgents(b, job, agents)
 		fn0, nats0, self0, varz0 := e.fn.cpu(b), e.nats.cpu(b), selfCPUTime(b), e.varz(b)
@@ -130,8 +131,8 @@ func benchTeam(b *testing.B, agents int) {
 	}
 }
 
-func tbLayout() layout {
-	l := make(layout, tbShards)
+func tbLayout() fixture.Layout {
+	l := make(fixture.Layout, tbShards)
 	for s := range l {
 		l[s] = make([]int, tbChunks)
 		for c := range l[s] {
@@ -534,7 +535,7 @@ func newReadyFunction(t *testing.T) *readyFunction {
 		for c := range tbChunks {
 			keys := make([]string, tbPerChunk)
 			for k := range keys {
-				keys[k] = sampleKey(s, c, k)
+				keys[k] = fixture.SampleKey(s, c, k)
 			}
 			kj, _ := json.Marshal(keys)
 			data, err := safetensors.Encode([]safetensors.Tensor{

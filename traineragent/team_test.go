@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -28,7 +29,7 @@ func teamOptions(name string, world int, ranks []int) Options {
 }
 
 // teamLayout has 46 samples per epoch in 8 shards of uneven sizes.
-var teamLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
+var teamLayout = fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
 
 // startTeam starts one agent per entry of ranks (the first must hold rank
 // 0: it plans), after delay each but the first.
@@ -57,7 +58,7 @@ func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]re
 	out := takeTeamParts(t, agents, ranks, world, n)
 	for _, parts := range out {
 		for _, p := range parts {
-			checkBatch(t, p.Batch)
+			fixture.CheckBatch(t, p.Batch)
 		}
 	}
 	return out
@@ -111,7 +112,7 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 	}{{"together", 0, false}, {"second agent late", 300 * time.Millisecond, false}, {"drop_last", 0, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("team", 3, 2, teamLayout)
+			job := fixture.Job("team", 3, 2, teamLayout)
 			job.Submitted = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
 			f := newFunction(t, job, teamLayout)
 			e.submit(t, job, f, 2)
@@ -124,7 +125,7 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 			if tc.drop {
 				dropped, steps = 3*(46%8), 46/8
 			}
-			checkEveryOnce(t, job, teamLayout, seen(nil, parts), dropped)
+			fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, parts), dropped)
 			if diff := cmp.Diff(map[int]int{0: steps, 1: steps, 2: steps}, stepsPerEpoch(parts)); diff != "" {
 				t.Errorf("steps per epoch (-want +got):\n%s", diff)
 			}
@@ -154,7 +155,7 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 // job that mixes two sources (shards 0-4 and 5-7, weighted 3:1), each
 // row's source named in its part.
 func TestTeamResumesOnAnotherLayout(t *testing.T) {
-	t.Run("one dataset", func(t *testing.T) { testTeamResumesOnAnotherLayout(t, testJob("teamresume", 2, 2, teamLayout)) })
+	t.Run("one dataset", func(t *testing.T) { testTeamResumesOnAnotherLayout(t, fixture.Job("teamresume", 2, 2, teamLayout)) })
 	t.Run("mixed", func(t *testing.T) {
 		testTeamResumesOnAnotherLayout(t, testMixedJob("teamresumemix", 2, 2, teamLayout, 5, 3, 1))
 	})
@@ -204,7 +205,7 @@ func testTeamResumesOnAnotherLayout(t *testing.T, job wire.Job) {
 	}
 	rest := takeTeam(t, agents, ranks, 3, -1)
 	checkSteps(t, rest, 2, [2]int{last.Epoch, last.Step + 1})
-	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 	if len(job.Sources) > 0 {
 		checkPartSources(t, job, kept, rest)
 	}
@@ -223,7 +224,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 	for _, restart := range []int{1, 0} {
 		t.Run(fmt.Sprintf("agent %d", restart), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("teamrestart", 2, 2, teamLayout)
+			job := fixture.Job("teamrestart", 2, 2, teamLayout)
 			job.Submitted = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 			f := newFunction(t, job, teamLayout)
 			e.submit(t, job, f, 2)
@@ -258,7 +259,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 					t.Errorf("rank %d took %d parts after the restart, rank 0 %d", r, len(after[r]), len(after[0]))
 				}
 			}
-			checkEveryOnce(t, job, teamLayout, seen(seen(nil, before), after), 0)
+			fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, before), after), 0)
 			for i, errc := range errcs {
 				select {
 				case err := <-errc:
@@ -279,7 +280,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 // every rank, each taking the same steps.
 func TestTeamEndsAnEpochWithoutAShardThatFailed(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("teamgone", 2, 2, teamLayout)
+	job := fixture.Job("teamgone", 2, 2, teamLayout)
 	f := newFunction(t, job, teamLayout)
 	f.status = map[assembly.ShardRef]int{{Epoch: 0, Shard: 3}: http.StatusNotFound, {Epoch: 1, Shard: 5}: http.StatusNotFound}
 	e.submit(t, job, f, 2)
@@ -319,7 +320,7 @@ func TestTeamEndsAnEpochWithoutAShardThatFailed(t *testing.T) {
 func TestTeamRandomLayouts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for i := range 12 {
-		var l layout
+		var l fixture.Layout
 		total := 0
 		for range 3 + rng.IntN(8) {
 			var chunks []int
@@ -344,7 +345,7 @@ func TestTeamRandomLayouts(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("%d: %d samples, %d agents %v, batch %d, drop_last %t", i, total, agents, ranks, batch, dropLast), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob(fmt.Sprintf("teamrand%d", i), 2, batch, l)
+			job := fixture.Job(fmt.Sprintf("teamrand%d", i), 2, batch, l)
 			e.submit(t, job, newFunction(t, job, l), 2)
 			team, waits := startTeam(t, e, job, world, ranks, 0, dropLast)
 			parts := takeTeam(t, team, ranks, world, -1)
@@ -353,7 +354,7 @@ func TestTeamRandomLayouts(t *testing.T) {
 			if dropLast {
 				dropped = 2 * (total % (world * batch))
 			}
-			checkEveryOnce(t, job, l, seen(nil, parts), dropped)
+			fixture.CheckEveryOnce(t, job, l, seen(nil, parts), dropped)
 			for j, w := range waits {
 				if err := w(); err != nil {
 					t.Fatalf("agent %d: %v", j, err)
@@ -387,7 +388,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 		took := 1 + rng.IntN(4)
 		t.Run(fmt.Sprintf("%d: %v then %v after %d steps", i, r1, r2, took), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob(fmt.Sprintf("teamresume%d", i), 2, 2, teamLayout)
+			job := fixture.Job(fmt.Sprintf("teamresume%d", i), 2, 2, teamLayout)
 			e.submit(t, job, newFunction(t, job, teamLayout), 2)
 			ctx, cancel := context.WithCancel(context.Background())
 			var runs sync.WaitGroup
@@ -423,7 +424,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			rest := takeTeam(t, second, r2, w2, -1)
-			checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+			fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 			for j, w := range waits {
 				if err := w(); err != nil {
 					t.Fatalf("agent %d: %v", j, err)
@@ -440,7 +441,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 // its own error (reproduction 11: it wedged the team), and one that comes
 // again with the member's nonce (its reply lost) gets the same session.
 func TestJoinMember(t *testing.T) {
-	job := testJob("join", 1, 2, layout{{2}})
+	job := fixture.Job("join", 1, 2, fixture.Layout{{2}})
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	st := readerstate.NewReaderState(job, readerstate.Config{WorldSize: 4}, now)
 	team := readerstate.NewTeamState(4, []int{0, 1})

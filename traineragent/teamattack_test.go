@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -52,7 +53,7 @@ func applied(m *nats.Msg) bool {
 func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire.Job, agents []*Agent)) {
 	t.Helper()
 	e := newEnv(t)
-	job := testJob(id, 2, 2, teamLayout)
+	job := fixture.Job(id, 2, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
@@ -70,7 +71,7 @@ func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire
 		all[r] = append(all[r], rest[r]...)
 	}
 	checkSteps(t, all, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, teamLayout, seen(nil, all), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, all), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)

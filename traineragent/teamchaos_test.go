@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -42,7 +43,7 @@ func TestTeamRandomRestarts(t *testing.T) {
 func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 24))
 	e := newEnv(t)
-	job := testJob(fmt.Sprintf("chaos%d", seed), 8, 2, teamLayout)
+	job := fixture.Job(fmt.Sprintf("chaos%d", seed), 8, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	type run struct {
@@ -183,7 +184,7 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 		}
 		checkSteps(t, rest, 2, [2]int{state.Epoch, state.Step})
 	}
-	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 	if state.Epoch >= job.Spec.Epochs {
 		return // a restarted agent waits for ranks that will not ask again
 	}

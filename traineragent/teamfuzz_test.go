@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
@@ -22,7 +23,7 @@ var teamOps = []string{wire.TeamOpJoin, wire.TeamOpNotes, wire.TeamOpStatus, wir
 // with one member: nothing may panic, the member's ranks stay its own
 // (but for a join), and every sample count stays within bounds.
 func FuzzTeamRequest(f *testing.F) {
-	job := testJob("fuzz", 2, 2, layout{{3, 2}, {4}})
+	job := fixture.Job("fuzz", 2, 2, fixture.Layout{{3, 2}, {4}})
 	sc := &wire.TeamSchema{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
 	seed := func(op int, v any) {
 		data, _ := json.Marshal(v)
@@ -100,7 +101,7 @@ func FuzzTeamEnvelope(f *testing.F) {
 // FuzzTeamReply: any reply body a member reads is decoded and its part
 // checked without a panic or an allocation of its claimed size.
 func FuzzTeamReply(f *testing.F) {
-	job := testJob("fuzz", 2, 4, layout{{3, 2}, {4}})
+	job := fixture.Job("fuzz", 2, 4, fixture.Layout{{3, 2}, {4}})
 	mem := teamproto.NewMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
 	good, _ := json.Marshal(wire.TeamReply{Status: teamproto.StatusOK, Part: &wire.TeamPart{World: 2, Rows: 3, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, N: 3}}}})
 	f.Add(good)

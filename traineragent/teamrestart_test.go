@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -22,7 +23,7 @@ import (
 // must reach one rank once, in equal steps.
 func TestTeamFastTrainerRestart(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("fastrestart", 2, 2, teamLayout)
+	job := fixture.Job("fastrestart", 2, 2, teamLayout)
 	f := newFunction(t, job, teamLayout)
 	f.hold = make(chan struct{}) // no output yet: the rank's request waits at the planner
 	e.submit(t, job, f, 2)
@@ -71,7 +72,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 	close(f.hold)
 	parts := takeTeam(t, agents, ranks, 4, -1)
 	checkSteps(t, parts, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -87,7 +88,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 // answers of the planner it joined.
 func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("oldplanner", 2, 2, teamLayout)
+	job := fixture.Job("oldplanner", 2, 2, teamLayout)
 	f := newFunction(t, job, teamLayout)
 	e.submit(t, job, f, 2)
 
@@ -122,7 +123,7 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 	oldRuns.Wait()
 	rest := takeTeam(t, agents, ranks, 3, -1)
 	checkSteps(t, rest, 2, [2]int{last.Epoch, last.Step + 1})
-	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -137,7 +138,7 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 // the old one's).
 func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("stalepart", 2, 2, teamLayout)
+	job := fixture.Job("stalepart", 2, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
@@ -175,7 +176,7 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	}
 	parts := takeTeam(t, agents, ranks, 4, -1)
 	checkSteps(t, parts, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -191,7 +192,7 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 // ranks", seen in TestTeamRandomRestarts).
 func TestTeamConcurrentResumes(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("concresume", 20, 2, teamLayout)
+	job := fixture.Job("concresume", 20, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0}, {1}, {2}}
 	agents, _ := startTeam(t, e, job, 3, ranks, 0, false)

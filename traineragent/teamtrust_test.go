@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
@@ -131,7 +132,7 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 // held is refused, not applied (reproductions 9 and 10 from inside the
 // job).
 func TestTeamNoteBounds(t *testing.T) {
-	job := testJob("bounds", 1, 2, layout{{3, 3}, {2}})
+	job := fixture.Job("bounds", 1, 2, fixture.Layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
 	pl := r.planAsTeam(newTeam(2, []int{0}, &teamproto.Auth{Key: testTeamKey}))
 	r.mu.Lock()
@@ -174,7 +175,7 @@ func TestTeamNoteBounds(t *testing.T) {
 // refused before anything is allocated for it (reproduction 13: 10^12
 // rows killed a member).
 func TestMemberChecksPartSizes(t *testing.T) {
-	job := testJob("part", 1, 4, layout{{3, 3}, {2}})
+	job := fixture.Job("part", 1, 4, fixture.Layout{{3, 3}, {2}})
 	m := teamproto.NewMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
 	good := wire.TeamPart{Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, Lo: 0, N: 3}, {Shard: 1, Chunk: 0, Lo: 0, N: 1}}}
 	if err := m.CheckPart(good); err != nil {
@@ -209,7 +210,7 @@ func mustJSONRaw(v any) json.RawMessage {
 // the planner is busy, without a goroutine each (reproduction 14 from
 // inside the job).
 func TestTeamBoundsAMembersRequests(t *testing.T) {
-	job := testJob("flood", 1, 2, layout{{3, 3}, {2}})
+	job := fixture.Job("flood", 1, 2, fixture.Layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
 	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamproto.Auth{Key: testTeamKey, Job: job.Spec.ID, Reader: wire.DefaultReader}))
 	r.mu.Lock()

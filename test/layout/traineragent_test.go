@@ -13,12 +13,14 @@ import (
 // (docs/architecture.md, "Inside traineragent"): the pure rank policies,
 // batch assembly and positions, and the demand signals at the bottom,
 // each on its own; the reader's plain state above them; the team
-// protocol above that; the agent's shell on top.
+// protocol above that; the agent's shell on top. fixture, the helpers
+// the packages' tests share, stands beside the state.
 var agentFloors = map[string]int{
 	"traineragent/internal/stepplan":    0,
 	"traineragent/internal/assembly":    0,
 	"traineragent/internal/demand":      0,
 	"traineragent/internal/readerstate": 1,
+	"traineragent/internal/fixture":     1,
 	"traineragent/internal/teamproto":   2,
 	"traineragent":                      3,
 }
