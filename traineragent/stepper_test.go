@@ -243,7 +243,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			e := newEnv(t)
 			job := fixture.Job("resume", 2, 2, l)
 			if tc.mixed {
-				job = testMixedJob("resume", 2, 2, l, 4, 3, 1)
+				job = fixture.MixedJob("resume", 2, 2, l, 4, 3, 1)
 			}
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 			f := newFunction(t, job, l)

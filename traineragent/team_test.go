@@ -157,7 +157,7 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 func TestTeamResumesOnAnotherLayout(t *testing.T) {
 	t.Run("one dataset", func(t *testing.T) { testTeamResumesOnAnotherLayout(t, fixture.Job("teamresume", 2, 2, teamLayout)) })
 	t.Run("mixed", func(t *testing.T) {
-		testTeamResumesOnAnotherLayout(t, testMixedJob("teamresumemix", 2, 2, teamLayout, 5, 3, 1))
+		testTeamResumesOnAnotherLayout(t, fixture.MixedJob("teamresumemix", 2, 2, teamLayout, 5, 3, 1))
 	})
 }
 
@@ -512,7 +512,7 @@ func checkPartSources(t *testing.T, job wire.Job, runs ...[][]readerstate.RankPa
 					t.Fatalf("rank %d: epoch %d step %d: %d rows, %d sources", r, p.Epoch, p.Step, len(p.Keys), len(p.Sources))
 				}
 				for i, k := range p.Keys {
-					if want := job.SourceOf(shardOfKey(t, k)); p.Sources[i] != want {
+					if want := job.SourceOf(fixture.ShardOfKey(t, k)); p.Sources[i] != want {
 						t.Fatalf("row %s: source %d, want %d", k, p.Sources[i], want)
 					}
 				}

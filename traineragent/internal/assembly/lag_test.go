@@ -1,4 +1,4 @@
-package traineragent
+package assembly_test
 
 import (
 	"fmt"

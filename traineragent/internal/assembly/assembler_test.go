@@ -1,4 +1,4 @@
-package traineragent
+package assembly_test
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 
 // feed applies msgs in order, hands every batch out at once and collects
 // the batches and the epochs cut.
-func feed(t *testing.T, a *assembly.Assembler, msgs []fixture.OutputMsg) (batches []Batch, completed []int, dups int, failed []wire.FailedSample) {
+func feed(t *testing.T, a *assembly.Assembler, msgs []fixture.OutputMsg) (batches []assembly.Batch, completed []int, dups int, failed []wire.FailedSample) {
 	t.Helper()
 	for _, m := range msgs {
 		out, err := fixture.ApplyMsg(a, m)

@@ -1,4 +1,4 @@
-package traineragent
+package assembly_test
 
 import (
 	"fmt"
@@ -8,28 +8,7 @@ import (
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/fixture"
-	"github.com/sluice-project/sluice/wire"
 )
-
-// testMixedJob is fixture.Job over layout l whose shards below split are
-// source 0's and the rest source 1's, weighted w0:w1.
-func testMixedJob(id string, epochs, batch int, l fixture.Layout, split int, w0, w1 float64) wire.Job {
-	job := fixture.Job(id, epochs, batch, l)
-	job.Spec.Dataset = ""
-	job.Spec.Sources = []wire.SourceSpec{{Dataset: "s3://b/p/", Weight: w0}, {Dataset: "s3://b/q/", Weight: w1}}
-	job.Bucket = ""
-	job.Sources = []wire.JobSource{{Bucket: "b", Listed: split, First: 0, Slots: split}, {Bucket: "b", Listed: len(l) - split, First: split, Slots: len(l) - split}}
-	return job
-}
-
-// shardOfKey is the shard a fixture.SampleKey names.
-func shardOfKey(t testing.TB, key string) int {
-	var s, c, i int
-	if _, err := fmt.Sscanf(key, "s%d-c%d-%d", &s, &c, &i); err != nil {
-		t.Fatalf("key %q: %v", key, err)
-	}
-	return s
-}
 
 // checkWindows checks that every window of 64 rows of each epoch's rows
 // (sources, in order) holds share of source 0 to within a row.
@@ -62,7 +41,7 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 	l = append(l, []int{40}, []int{30, 10}) // source 1: 80 rows
 	for _, order := range []string{"source after source", "shuffled", "source 1 first"} {
 		t.Run(order, func(t *testing.T) {
-			job := testMixedJob("mix", 2, 16, l, 6, 3, 1)
+			job := fixture.MixedJob("mix", 2, 16, l, 6, 3, 1)
 			msgs := fixture.Outputs(t, job, l)
 			switch order {
 			case "shuffled":
@@ -89,7 +68,7 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 				}
 				for i, k := range b.Keys {
 					want := 0
-					if shardOfKey(t, k) >= 6 {
+					if fixture.ShardOfKey(t, k) >= 6 {
 						want = 1
 					}
 					if b.Sources[i] != want {
@@ -117,7 +96,7 @@ func TestAssemblerMixesSourcesBySample(t *testing.T) {
 // its share goes to them, and rows staged for it are released.
 func TestAssemblerMixReleasesRowsWhenASourceIsDone(t *testing.T) {
 	l := fixture.Layout{{20}, {20}, {4}} // source 0: 40 rows; source 1: 4
-	job := testMixedJob("mixdone", 1, 8, l, 2, 1, 1)
+	job := fixture.MixedJob("mixdone", 1, 8, l, 2, 1, 1)
 	msgs := fixture.Outputs(t, job, l)
 	a := assembly.NewAssembler(job)
 	// Source 0's first shard: the schedule (seed 0) starts with source
@@ -165,7 +144,7 @@ func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
 		buffer int64
 		want   int
 	}{{0, 0}, {1, 16}} { // no bound: all 20 rows wait; 1 byte: 2 batches of 8 go on
-		job := testMixedJob("mixfull", 1, 8, l, 2, 1, 1)
+		job := fixture.MixedJob("mixfull", 1, 8, l, 2, 1, 1)
 		job.Spec.OutputBufferBytes = tc.buffer
 		a := assembly.NewAssembler(job)
 		out, err := fixture.ApplyMsg(a, fixture.Outputs(t, job, l)[0])
@@ -186,7 +165,7 @@ func TestAssemblerMixBendsPastTheBuffer(t *testing.T) {
 // source: a source done before a restart is not waited for after it.
 func TestAssemblerMixRestoredSourceDone(t *testing.T) {
 	l := fixture.Layout{{20}, {20}, {4}}
-	job := testMixedJob("mixrestore", 1, 8, l, 2, 1, 1)
+	job := fixture.MixedJob("mixrestore", 1, 8, l, 2, 1, 1)
 	a := assembly.NewAssembler(job)
 	if err := a.Restore(assembly.Position{Version: assembly.PositionVersion, Epochs: map[int]assembly.EpochPosition{0: {Complete: "2"}}}); err != nil {
 		t.Fatal(err)
@@ -216,7 +195,7 @@ func TestAssemblerMixResumesTheSchedule(t *testing.T) {
 	for range 20 {
 		l = append(l, []int{20}) // 17 shards of source 0, 3 of source 1
 	}
-	job := testMixedJob("mixresume", 1, 10, l, 17, 0.85, 0.15)
+	job := fixture.MixedJob("mixresume", 1, 10, l, 17, 0.85, 0.15)
 	msgs := fixture.Outputs(t, job, l)
 	for k := 1; k < 30; k++ {
 		a := assembly.NewAssembler(job)
