@@ -1,4 +1,4 @@
-package traineragent
+package readerstate_test
 
 import (
 	"encoding/json"
@@ -20,9 +20,9 @@ import (
 var stateNow = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 
 // loadedState is the state of a reader of job with nothing recorded.
-func loadedState(t *testing.T, job wire.Job, opts Options) *readerstate.State {
+func loadedState(t *testing.T, job wire.Job, c readerstate.Config) *readerstate.State {
 	t.Helper()
-	st := readerstate.NewReaderState(job, opts.stateConfig(), stateNow)
+	st := readerstate.NewReaderState(job, c, stateNow)
 	if err := st.Load(nil, stateNow); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func shardRows(rows int, ss ...int) []string {
 // per epoch, the last one ends the epoch, and every rank is told the end.
 func TestStateHandsEveryRowOnceInEqualSteps(t *testing.T) {
 	job := fixture.Job("state", 2, 2, fixture.Layout{{3, 2}, {4}})
-	st := loadedState(t, job, Options{WorldSize: 2})
+	st := loadedState(t, job, readerstate.Config{WorldSize: 2})
 	st.Changed = false
 	if parts := takeStep(t, st, 2, []int{0, 1}, nil, false); parts != nil || st.Changed {
 		t.Fatalf("before any row: parts %v, changed %t; want a wait and no change", parts, st.Changed)
@@ -166,7 +166,7 @@ func TestStateHandsEveryRowOnceInEqualSteps(t *testing.T) {
 // (another function version): every row once, none lost, nothing failed.
 func TestStateTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 	job := fixture.Job("state-rechunk", 1, 4, fixture.Layout{{4, 4, 4}})
-	st := loadedState(t, job, Options{WorldSize: 1})
+	st := loadedState(t, job, readerstate.Config{WorldSize: 1})
 	first := fixture.Chunked(t, job, 0, 0, []int{4, 4, 4}, true)
 	feedState(t, st, first[:2]) // cut after two chunks
 	var got []string
@@ -194,7 +194,7 @@ func TestStateTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 
 // checkpointAfter is the state a trainer checkpoints after part p's step,
 // and its position restored.
-func checkpointAfter(t *testing.T, job wire.Job, p readerstate.RankPart) (State, *assembly.Assembler) {
+func checkpointAfter(t *testing.T, job wire.Job, p readerstate.RankPart) (readerstate.TrainerState, *assembly.Assembler) {
 	t.Helper()
 	pos, err := assembly.DecodePosition(p.Position)
 	if err != nil {
@@ -204,7 +204,7 @@ func checkpointAfter(t *testing.T, job wire.Job, p readerstate.RankPart) (State,
 	if err := fresh.Restore(pos); err != nil {
 		t.Fatal(err)
 	}
-	return State{Version: readerstate.StateVersion, Epoch: p.Epoch, Step: p.Step + 1, WorldSize: p.World, Position: json.RawMessage(p.Position)}, fresh
+	return readerstate.TrainerState{Version: readerstate.StateVersion, Epoch: p.Epoch, Step: p.Step + 1, WorldSize: p.World, Position: json.RawMessage(p.Position)}, fresh
 }
 
 // teamOfTwo is a team's state: the planner serves ranks 0,1 and holds
@@ -213,7 +213,7 @@ func checkpointAfter(t *testing.T, job wire.Job, p readerstate.RankPart) (State,
 func teamOfTwo(t *testing.T) (*readerstate.State, *readerstate.TeamState, wire.Job, []fixture.OutputMsg) {
 	t.Helper()
 	job := fixture.Job("state-team", 1, 2, fixture.Layout{{4}, {4}, {4}, {4}})
-	st := loadedState(t, job, Options{WorldSize: 4})
+	st := loadedState(t, job, readerstate.Config{WorldSize: 4})
 	team := readerstate.NewTeamState(4, []int{0, 1})
 	st.Steps = team
 	if _, err := team.JoinMember(st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, stateNow); err != nil {
@@ -298,7 +298,7 @@ func TestStateFastRestartSupersedesTheOldGeneration(t *testing.T) {
 // gets those rows once.
 func TestStateResumeRewindsAStepTakenByAGoneGeneration(t *testing.T) {
 	job := fixture.Job("state-resume", 1, 2, fixture.Layout{{4}, {4}})
-	st := loadedState(t, job, Options{WorldSize: 2})
+	st := loadedState(t, job, readerstate.Config{WorldSize: 2})
 	var msgs []fixture.OutputMsg
 	for s := range 2 {
 		msgs = append(msgs, fixture.Chunked(t, job, 0, s, []int{4}, true)...)
