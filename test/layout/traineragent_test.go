@@ -1,12 +1,9 @@
 package layout
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 // agentFloors are the floors inside traineragent, from the ground up
@@ -30,33 +27,21 @@ var agentFloors = map[string]int{
 // one beside it or above; and every package of traineragent has a floor,
 // so that a new one is placed before it is used.
 func TestTrainerAgentFloors(t *testing.T) {
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(t.Context(), "go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./traineragent/...")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
 	var seen []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		fields := strings.Fields(l)
-		pkg := strings.TrimPrefix(fields[0], module+"/")
-		floor, ok := agentFloors[pkg]
+	for _, p := range listImports(t, "./traineragent/...") {
+		floor, ok := agentFloors[p.pkg]
 		if !ok {
-			t.Errorf("%s has no floor in agentFloors: place it (and in docs/architecture.md)", pkg)
+			t.Errorf("%s has no floor in agentFloors: place it (and in docs/architecture.md)", p.pkg)
 			continue
 		}
-		seen = append(seen, pkg)
-		for _, imp := range fields[1:] {
+		seen = append(seen, p.pkg)
+		for _, imp := range p.imports {
 			rel, ok := strings.CutPrefix(imp, module+"/")
 			if !ok || rel != "traineragent" && !strings.HasPrefix(rel, "traineragent/") {
 				continue
 			}
 			if f, ok := agentFloors[rel]; ok && f >= floor {
-				t.Errorf("%s (floor %d) imports %s (floor %d): inside traineragent, imports run down only", pkg, floor, rel, f)
+				t.Errorf("%s (floor %d) imports %s (floor %d): inside traineragent, imports run down only", p.pkg, floor, rel, f)
 			}
 		}
 	}
