@@ -3,7 +3,6 @@ package traineragent
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/fixture"
-	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -289,37 +287,5 @@ func TestRestoreBoundsTheRowsAPositionRecords(t *testing.T) {
 	err := assembly.NewAssembler(job).Restore(p)
 	if err == nil || !strings.Contains(err.Error(), "more rows handed out than a position may record") {
 		t.Errorf("restore of 8 shards of 8 MiB bitmaps: err = %v", err)
-	}
-}
-
-// TestMemberTellsARetryChunkedDifferently: a member whose send was cut
-// stores the retry's chunks that carry other rows under indices of their
-// own and tells the planner where their rows fall; copies it holds are
-// not told again.
-func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
-	job := fixture.Job("j", 1, 4, fixture.Layout{{12}})
-	m := teamproto.NewMember(nil, job, wire.DefaultReader, "node1", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	task := job.Task(0, 0)
-	feed := func(msgs []fixture.OutputMsg) {
-		for _, msg := range msgs {
-			if msg.Ref.Chunk < 0 {
-				continue
-			}
-			if err := m.Chunk(task, msg.Ref.Chunk, msg.Data); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	feed(fixture.Chunked(t, job, 0, 0, []int{4, 4, 4}, false)[:2]) // cut after 2 chunks
-	feed(fixture.Chunked(t, job, 0, 0, []int{6, 6}, false))
-	feed(fixture.Chunked(t, job, 0, 0, []int{6, 6}, true)) // the same again: copies
-	var got []string
-	for _, n := range m.Queue {
-		got = append(got, fmt.Sprintf("chunk %d first %d rows %d", n.Chunk, teamproto.NoteFirstRow(n), n.Rows))
-	}
-	want := []string{"chunk 0 first 0 rows 4", "chunk 1 first 4 rows 4",
-		fmt.Sprintf("chunk %d first 0 rows 6", teamproto.AltChunks), fmt.Sprintf("chunk %d first 6 rows 6", teamproto.AltChunks+1)}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("notes (-want +got):\n%s", diff)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
@@ -68,51 +66,6 @@ func FuzzTeamRequest(f *testing.F) {
 		}
 		if m := pl.team.Members["m"]; m.Rows > readerstate.MaxMemberRows+assembly.MaxRowsPerChunk {
 			t.Errorf("%s: member m holds %d rows at the planner", name, m.Rows)
-		}
-	})
-}
-
-// FuzzTeamEnvelope: any headers and body are opened without a panic, and
-// only a message sealed with the key opens.
-func FuzzTeamEnvelope(f *testing.F) {
-	auth := &teamproto.Auth{Key: testTeamKey, Job: "fuzz", Reader: wire.DefaultReader}
-	m := nats.NewMsg("x")
-	m.Data = []byte(`{"rank":2}`)
-	auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpPart, Member: "m", Session: "s", Seq: 7})
-	f.Add(m.Header.Get(wire.TeamHeaderVersion), "m", "s", "7", "", m.Header.Get(wire.TeamHeaderMAC), m.Data)
-	f.Add("1", "", "", "", "", "", []byte{})
-	f.Fuzz(func(t *testing.T, version, member, session, seq, planner, mac string, body []byte) {
-		m := nats.NewMsg("x")
-		m.Data = body
-		for k, v := range map[string]string{wire.TeamHeaderVersion: version, wire.TeamHeaderMember: member, wire.TeamHeaderSession: session, wire.TeamHeaderSeq: seq, wire.TeamHeaderPlanner: planner, wire.TeamHeaderMAC: mac} {
-			m.Header.Set(k, v)
-		}
-		h, err := auth.Open(m, teamproto.KindRequest, wire.TeamOpPart)
-		if err != nil {
-			return
-		}
-		want := auth.Sum(teamproto.KindRequest, h, body)
-		if got := m.Header.Get(wire.TeamHeaderMAC); got == "" || len(want) == 0 {
-			t.Fatalf("opened without a MAC")
-		}
-	})
-}
-
-// FuzzTeamReply: any reply body a member reads is decoded and its part
-// checked without a panic or an allocation of its claimed size.
-func FuzzTeamReply(f *testing.F) {
-	job := fixture.Job("fuzz", 2, 4, fixture.Layout{{3, 2}, {4}})
-	mem := teamproto.NewMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	good, _ := json.Marshal(wire.TeamReply{Status: teamproto.StatusOK, Part: &wire.TeamPart{World: 2, Rows: 3, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, N: 3}}}})
-	f.Add(good)
-	f.Add([]byte(`{"status":"ok","part":{"rows":1000000000000,"world":2}}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		var r wire.TeamReply
-		if json.Unmarshal(body, &r) != nil || r.Part == nil {
-			return
-		}
-		if err := mem.CheckPart(*r.Part); err == nil && r.Part.Rows > job.Spec.BatchSize {
-			t.Fatalf("a part of %d rows passed", r.Part.Rows)
 		}
 	})
 }

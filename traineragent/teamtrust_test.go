@@ -171,31 +171,6 @@ func TestTeamNoteBounds(t *testing.T) {
 	}
 }
 
-// TestMemberChecksPartSizes: a part whose sizes do not fit the job is
-// refused before anything is allocated for it (reproduction 13: 10^12
-// rows killed a member).
-func TestMemberChecksPartSizes(t *testing.T) {
-	job := fixture.Job("part", 1, 4, fixture.Layout{{3, 3}, {2}})
-	m := teamproto.NewMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	good := wire.TeamPart{Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, Lo: 0, N: 3}, {Shard: 1, Chunk: 0, Lo: 0, N: 1}}}
-	if err := m.CheckPart(good); err != nil {
-		t.Fatalf("a good part: %v", err)
-	}
-	for name, n := range map[string]wire.TeamPart{
-		"10^12 rows":          {Epoch: 0, World: 2, Rows: 1e12},
-		"rows beyond a batch": {Epoch: 0, World: 2, Rows: 5, Spans: []wire.TeamSpan{{N: 5}}},
-		"spans short of rows": {Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{N: 3}}},
-		"a huge span":         {Epoch: 0, World: 2, Rows: 2, Spans: []wire.TeamSpan{{Lo: 1 << 62, N: 1}, {N: 1}}},
-		"another world":       {Epoch: 0, World: 3, Rows: 0},
-		"another epoch":       {Epoch: 1, World: 2, Rows: 0},
-		"a shard beyond":      {Epoch: 0, World: 2, Rows: 1, Spans: []wire.TeamSpan{{Shard: 2, N: 1}}},
-	} {
-		if err := m.CheckPart(n); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
-}
-
 func mustJSONRaw(v any) json.RawMessage {
 	data, err := json.Marshal(v)
 	if err != nil {
