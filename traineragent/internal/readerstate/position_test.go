@@ -1,4 +1,4 @@
-package traineragent
+package readerstate_test
 
 import (
 	"encoding/json"
@@ -74,7 +74,7 @@ func TestPositionSizeFor10000Shards(t *testing.T) {
 		if len(data) > 4<<10 {
 			t.Errorf("%s: position is %d bytes, want at most 4 KiB", tc.name, len(data))
 		}
-		state, err := json.Marshal(State{Version: readerstate.StateVersion, Job: "big", Reader: "trainer", Epoch: 1, Step: 1234,
+		state, err := json.Marshal(readerstate.TrainerState{Version: readerstate.StateVersion, Job: "big", Reader: "trainer", Epoch: 1, Step: 1234,
 			WorldSize: 8, Position: data})
 		if err != nil {
 			t.Fatal(err)
