@@ -1,7 +1,7 @@
 # The README's test command is `make test`; .ci/run runs exactly that.
 GO ?= go
 
-.PHONY: test test-python deps build build-turbo image demo vet fmt-check e2e-knative
+.PHONY: test test-python test-python-torch deps build build-turbo image demo vet fmt-check e2e-knative
 
 # Everything, then the packages whose code differs under the turbojpeg tag
 # again in that build: functions/image and the functions and commands that
@@ -19,6 +19,13 @@ SLUICE_PYTHON ?= /usr/bin/python3
 test-python:
 	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && $(GO) build -o $$d/sluice ./cmd/sluice && \
 	PYTHONPATH=clients/python SLUICE_BIN=$$d/sluice $(SLUICE_PYTHON) -m unittest discover -s clients/python/tests -t clients/python/tests
+	$(SLUICE_PYTHON) -m unittest discover -s bench/peers -p 'test_*.py'
+
+# The same tests with PyPI's current torch (.ci/torch-current/requirements.txt: torch 2.15.0,
+# torchvision 0.29.2, numpy 2.4.6) in a venv cached at ~/.cache/sluice/torch-current: about
+# 3 GB from PyPI (torch's CUDA wheels) the first time. Opt-in: not part of make test.
+test-python-torch:
+	@venv=$$(bash .ci/torch-current/install.sh) && $(MAKE) --no-print-directory test-python SLUICE_PYTHON=$$venv/bin/python
 
 deps:
 	@bash .ci/deps.sh
@@ -47,6 +54,17 @@ image: deps
 
 demo:
 	$(GO) run ./cmd/sluice demo
+
+# Sluice beside tf.data (local and service), Ray Data, DALI, SPDL, torch's
+# DataLoader, torchdata.nodes, HF datasets + tokenizers and tiktoken, on one
+# dataset and the same two cores (bench/README.md, "Against the peers"). Installs the
+# peers' pinned versions into ~/.cache/sluice/peers the first time (about
+# 9 GB: PyPI's torch brings CUDA). Not part of test. PEERS_ARGS: e.g.
+# "--json peers.json --png peers.png".
+PEERS_DIR ?= $(HOME)/.cache/sluice/peers
+bench-peers:
+	SLUICE_PEERS_DIR=$(PEERS_DIR) bash bench/peers/install.sh
+	SLUICE_PEERS_DIR=$(PEERS_DIR) nice -n 10 $(PEERS_DIR)/main/bin/python bench/peers/peers.py $(PEERS_ARGS)
 
 # The real-cluster tests: Kubernetes v1.34.2, Knative Serving v0.42.2 and
 # Traefik (its KIngress) built from the Go module proxy into

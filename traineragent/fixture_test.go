@@ -223,7 +223,7 @@ func resumeAgent(ctx context.Context, a *Agent, st State, world int) (ResumeResu
 	errs := make([]error, len(ranks))
 	var wg sync.WaitGroup
 	for i, r := range ranks {
-		wg.Go(func() { results[i], errs[i] = a.readers[0].Resume(ctx, st, world, r) })
+		wg.Go(func() { results[i], errs[i] = a.readers[0].Resume(ctx, st, world, r, "") })
 	}
 	wg.Wait()
 	for i := range results {

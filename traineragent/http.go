@@ -31,10 +31,11 @@ import (
 //	               Sluice-End): "delivered" once the rank got every step,
 //	               "ended" when the job was cancelled, failed or deleted
 //	               (the body says why). 503: the agent stopped otherwise.
-//	POST /v1/resume?rank=R&world_size=W
+//	POST /v1/resume?rank=R&world_size=W&generation=G
 //	               body: a State; rank R of a generation of W ranks
-//	               resumes from it (Resume): the generation's first
-//	               resume rewinds the reader, its other ranks' join it.
+//	               (G: the trainer's run, optional) resumes from it
+//	               (Resume): the generation's first resume rewinds the
+//	               reader, its other ranks' join it.
 //	               200: ResumeResult as JSON. 400: no rank, a malformed
 //	               state, or another job's or reader's. 409: the
 //	               generation's other ranks resumed from another state.
@@ -211,7 +212,7 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("decoding the state: %v", err), http.StatusBadRequest)
 		return
 	}
-	res, err := a.Resume(r.Context(), st, world, rank)
+	res, err := a.Resume(r.Context(), st, world, rank, r.URL.Query().Get(wire.AgentParamGeneration))
 	switch {
 	case err == nil:
 	case errors.Is(err, readerstate.ErrBadState):

@@ -202,6 +202,7 @@ func TestResumeOverHTTP(t *testing.T) {
 		{"another reader", "?rank=0", `{"v":1,"job":"http-resume","reader":"eval"}`},
 		{"a bad position", "?rank=0", `{"v":1,"job":"http-resume","reader":"trainer","position":{"v":1,"finished":7}}`},
 		{"no rank", "?world_size=2", `{"v":1,"job":"http-resume","reader":"trainer"}`},
+		{"a generation with a space", "?rank=0&generation=a%20b", `{"v":1,"job":"http-resume","reader":"trainer"}`},
 		{"a rank beyond the world", "?world_size=2&rank=2", `{"v":1,"job":"http-resume","reader":"trainer"}`},
 		{"a bad world size", "?world_size=0&rank=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},
 		{"a world size beyond the bound", "?world_size=2000000000&rank=0", `{"v":1,"job":"http-resume","reader":"trainer"}`},

@@ -28,8 +28,16 @@ import (
 // is rewound, so that an agent of an earlier run still stopping cannot
 // write over it unseen (reproduction 7 of issue 24: a 2 x 2 -> 3 x 1
 // resume while the old planner stops).
-func (a *Reader) Resume(ctx context.Context, st State, world, rank int) (ResumeResult, error) {
-	return a.role.resume(ctx, readerstate.ResumeRequest{State: st, World: world, Rank: rank})
+//
+// generation names the trainer's run the rank is of (every rank of one
+// launch the same; "" when the client has none): a resume naming another
+// run than the current generation's starts a new one, whichever ranks
+// resumed before.
+func (a *Reader) Resume(ctx context.Context, st State, world, rank int, generation string) (ResumeResult, error) {
+	if err := readerstate.CheckGeneration(generation); err != nil {
+		return ResumeResult{}, err
+	}
+	return a.role.resume(ctx, readerstate.ResumeRequest{State: st, World: world, Rank: rank, Token: generation})
 }
 
 // resumeHere is Resume on the agent that keeps the reader's position (a
@@ -50,6 +58,7 @@ func (a *Reader) resumeHere(ctx context.Context, req readerstate.ResumeRequest, 
 	if req.Rank < 0 || req.Rank >= world {
 		return ResumeResult{}, fmt.Errorf("%w: rank %d: want 0..%d (world size %d)", readerstate.ErrBadState, req.Rank, world-1, world)
 	}
+	req.World = world
 	fresh := assembly.NewAssembler(a.job)
 	if err := fresh.Restore(p); err != nil {
 		return ResumeResult{}, fmt.Errorf("%w: %w", readerstate.ErrBadState, err)
@@ -77,7 +86,7 @@ func (a *Reader) resumeHere(ctx context.Context, req readerstate.ResumeRequest, 
 	}
 	a.log.Info("resuming from a trainer's checkpoint", "epoch", st.Epoch, "step", st.Step, "rank", req.Rank,
 		"world_size", world, "checkpoint_world_size", st.WorldSize, "replay_epochs", len(replay))
-	return a.recordResume(ctx, st, world, p, replay, result)
+	return a.recordResume(ctx, req, p, replay, result)
 }
 
 // lockForResume waits for the recorded position, and for a concurrent
@@ -108,7 +117,7 @@ func (a *Reader) unlockResume() {
 // replayed: an agent that crashes now leaves a position that sends them
 // again), then asks for the replay. It finishes even if the client goes
 // away: the memory is rewound already.
-func (a *Reader) recordResume(ctx context.Context, st State, world int, p assembly.Position, replay map[int][]int, result ResumeResult) (ResumeResult, error) {
+func (a *Reader) recordResume(ctx context.Context, req readerstate.ResumeRequest, p assembly.Position, replay map[int][]int, result ResumeResult) (ResumeResult, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionWriteTimeout)
 	defer cancel()
 	base := assembly.NewAssembler(a.job)
@@ -137,7 +146,7 @@ func (a *Reader) recordResume(ctx context.Context, st State, world int, p assemb
 	result.ReplayedShards = len(tasks)
 	a.replay(tasks)
 	a.mu.Lock()
-	a.st.ResumeDone(&readerstate.ResumeRecord{State: st, World: world, Result: result})
+	a.st.ResumeDone(&readerstate.ResumeRecord{State: req.State, World: req.World, Token: req.Token, Result: result})
 	a.unlock()
 	a.log.Info("resumed", "replayed_shards", result.ReplayedShards)
 	return result, nil

@@ -297,7 +297,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 						// A client may keep the metadata's text as a string.
 						st.Position, _ = json.Marshal(string(state.Position))
 					}
-					results[r], errs[r] = b.Resume(context.Background(), st, world, r)
+					results[r], errs[r] = b.Resume(context.Background(), st, world, r, "")
 				}()
 			}
 			wg.Wait()
@@ -305,12 +305,12 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			// both; then the generation's.
 			other := state
 			other.Step++
-			if _, err := b.Resume(context.Background(), other, world, world-1); !errors.Is(err, readerstate.ErrResumeConflict) ||
+			if _, err := b.Resume(context.Background(), other, world, world-1, ""); !errors.Is(err, readerstate.ErrResumeConflict) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", other.Epoch, other.Step)) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", state.Epoch, state.Step)) {
 				t.Errorf("a rank resuming from another state than its generation's: %v, want ErrResumeConflict naming both", err)
 			}
-			results[world-1], errs[world-1] = b.Resume(context.Background(), state, world, world-1)
+			results[world-1], errs[world-1] = b.Resume(context.Background(), state, world, world-1, "")
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
@@ -436,7 +436,7 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 		return nil
 	})
 	st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
-	if _, err := a.Resume(context.Background(), st, 2, 0); err != nil {
+	if _, err := a.Resume(context.Background(), st, 2, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -446,5 +446,74 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting rank of the old world was not refused")
+	}
+}
+
+// TestResumeOfALateRankJoinsItsGeneration (issue 31): a DDP job's ranks
+// each load rank 0's checkpoint; rank 0's resume rewinds and it takes a
+// step before rank 1's resume arrives. Rank 1's resume joins the
+// generation (nothing rewound again, the same answer), so rank 0 is not
+// served its step twice; a rank that took parts in the generation before
+// and resumes again starts the next one, and a rank of that one's
+// predecessor that did not resume again is refused a part.
+func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
+	e := newEnv(t)
+	job := fixture.Job("late", 2, 2, rankLayout)
+	e.submit(t, job, newFunction(t, job, rankLayout), 2)
+	ag, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAgent(t, ag)
+	kept := takeRanks(t, ag, 2, 2)
+	last := kept[0][1]
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
+	takeRanks(t, ag, 2, 1) // past the checkpoint: lost with the crash
+	b := ag.readers[0]
+	ctx := context.Background()
+	res0, err := b.Resume(ctx, state, 2, 0, "")
+	if err != nil || !res0.Resumed {
+		t.Fatalf("rank 0's resume: %+v, %v; want a rewind", res0, err)
+	}
+	first, err := b.nextPart(ctx, readerstate.RankRequest{Rank: 0, World: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	gen := b.st.Gens.N
+	b.mu.Unlock()
+	res1, err := b.Resume(ctx, state, 2, 1, "")
+	b.mu.Lock()
+	joined := b.st.Gens.N == gen
+	b.mu.Unlock()
+	if err != nil || res1 != res0 || !joined {
+		t.Fatalf("rank 1's late resume: %+v, %v (generation kept: %t); want rank 0's answer, no rewind", res1, err, joined)
+	}
+	rest := takeRanks(t, ag, 2, 1)
+	rest[0] = append([]readerstate.RankPart{first}, rest[0]...)
+	second, err := b.nextPart(ctx, readerstate.RankRequest{Rank: 1, World: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest[1] = append(rest[1], second)
+	checkSteps(t, rest, 2, [2]int{state.Epoch, state.Step})
+
+	// Rank 0 restarts alone (a new process): the next generation. Rank
+	// 1, of the one before, must resume before it takes a part.
+	if _, err := b.Resume(ctx, state, 2, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.nextPart(ctx, readerstate.RankRequest{Rank: 1, World: 2}); !errors.Is(err, readerstate.ErrResumeConflict) || !strings.Contains(err.Error(), "load the checkpoint again") {
+		t.Fatalf("rank 1 of the generation before: %v, want readerstate.ErrResumeConflict", err)
+	}
+	if _, err := b.Resume(ctx, state, 2, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	all := takeRanks(t, ag, 2, -1)
+	checkSteps(t, all, 2, [2]int{state.Epoch, state.Step})
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(seen(nil, kept), all), 0)
+	if err := wait(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -199,7 +199,10 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		if len(req.ID) > readerstate.MaxResumeID {
 			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), readerstate.MaxResumeID)}
 		}
-		res, err := a.resumeFor(ctx, readerstate.ResumeRequest{State: st, World: req.World, Rank: req.Rank, ID: req.ID}, member)
+		if err := readerstate.CheckGeneration(req.Generation); err != nil {
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: %v", err)}
+		}
+		res, err := a.resumeFor(ctx, readerstate.ResumeRequest{State: st, World: req.World, Rank: req.Rank, Token: req.Generation, ID: req.ID}, member)
 		if err != nil {
 			return wire.TeamReply{Status: teamproto.StatusOf(err), Error: err.Error()}
 		}

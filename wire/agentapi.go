@@ -13,6 +13,12 @@ const (
 	AgentParamRank      = "rank"
 	AgentParamWorldSize = "world_size"
 	AgentParamDropLast  = "drop_last"
+	// AgentParamGeneration, on POST /v1/resume, names the trainer's run:
+	// every rank of one launch sends the same, each launch another (the
+	// client derives it from torchrun's run id and restart count, or
+	// rank 0 broadcasts one). Optional; without it the agent tells a new
+	// launch from a late rank by which ranks resumed already.
+	AgentParamGeneration = "generation"
 	AgentParamSteps     = "steps"     // the client's steps so far
 	AgentParamWaitS     = "wait_s"    // its seconds waiting for data
 	AgentParamComputeS  = "compute_s" // its seconds computing

@@ -81,6 +81,9 @@ type TeamResume struct {
 	// ID names the forward: the planner answers a copy of it (the member
 	// asks again when no answer came) as it answered the first.
 	ID string `json:"id"`
+	// Generation is the trainer's run the rank is of
+	// (AgentParamGeneration; "" none).
+	Generation string `json:"generation,omitempty"`
 }
 
 // TeamStatus asks which of the shards a member holds output of are

@@ -3,7 +3,9 @@ package knative
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -32,6 +34,10 @@ type Actuator struct {
 	scale     scaleBounds // min/max-scale of the template as last read or written
 	synced    bool
 	warned    int64 // generation whose CheckService problems were logged
+	waking    bool  // a wake request is in flight
+
+	hc   *http.Client    // the wake's
+	life context.Context // Run's, which ends a wake in flight
 }
 
 // scaleBounds are the template's min-scale and max-scale annotations.
@@ -63,6 +69,8 @@ func New(client servingv1client.ServingV1Interface, opts Options, logger *slog.L
 		log:       logger.With("service", opts.Namespace+"/"+opts.Service),
 		requested: map[string]int{},
 		mins:      map[string]int{},
+		hc:        &http.Client{Timeout: opts.WakeTimeout},
+		life:      context.Background(),
 	}, nil
 }
 
@@ -84,9 +92,41 @@ func (a *Actuator) Scale(ctx context.Context, job string, n int) error {
 		a.m.requested.DeleteLabelValues(job)
 		return nil
 	}
+	if a.requested[job] == 0 && a.ready == 0 && a.url != "" && !a.waking && a.opts.WakeTimeout > 0 {
+		a.waking = true
+		go a.wake(a.life, a.url)
+	}
 	a.requested[job] = n
 	a.m.requested.WithLabelValues(job).Set(float64(n))
 	return nil
+}
+
+// wake sends one request to the Service at zero pods, so that Knative's
+// activator starts a pod at once rather than when the job's first task
+// comes: an agent starting beside its trainer takes a few tenths of a
+// second to connect and send, which the cold start would otherwise add
+// (docs/knative.md). Any answer will do (the function refuses a request
+// without its token): the pod has started by then.
+func (a *Actuator) wake(ctx context.Context, url string) {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = a.hc.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+		}
+	}
+	a.mu.Lock()
+	a.waking = false
+	a.mu.Unlock()
+	if err != nil {
+		a.m.wakes.WithLabelValues("failed").Inc()
+		a.log.Warn("waking the function Service from zero", "err", err)
+		return
+	}
+	a.m.wakes.WithLabelValues("answered").Inc()
+	a.log.Debug("woke the function Service from zero", "took", time.Since(start).Round(time.Millisecond))
 }
 
 // Ready is job's share of the Service's ready pods (ShareReady).
@@ -217,6 +257,9 @@ func (a *Actuator) syncIfNeeded(ctx context.Context) error {
 // Run reads the Service and its Revisions every Options.Poll until ctx
 // ends; a failed read is logged and the last known state kept.
 func (a *Actuator) Run(ctx context.Context) {
+	a.mu.Lock()
+	a.life = ctx
+	a.mu.Unlock()
 	t := time.NewTicker(a.opts.Poll)
 	defer t.Stop()
 	failing := false

@@ -2,7 +2,14 @@ package knative
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
@@ -12,6 +19,7 @@ import (
 	"knative.dev/serving/pkg/client/clientset/versioned/fake"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 const testNS = "sluice"
@@ -39,7 +47,8 @@ func fakeCluster(t *testing.T, ready int32) (*fake.Clientset, *Actuator) {
 	n := int32(9)
 	other.Status.ActualReplicas = &n
 	cs := fake.NewSimpleClientset(svc, rev, other)
-	a, err := New(cs.ServingV1(), Options{Namespace: testNS, Concurrency: 4, MaxScale: 16}, nil, nil)
+	// No wake: the Service's address is not on loopback (TestWakeFromZero).
+	a, err := New(cs.ServingV1(), Options{Namespace: testNS, Concurrency: 4, MaxScale: 16, WakeTimeout: -1}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +156,7 @@ func TestBoundsChangeOnlyWhenJobsStartAndEnd(t *testing.T) {
 func TestMaxScaleSetOnceAtTheFirstJob(t *testing.T) {
 	ctx := context.Background()
 	cs, _ := fakeCluster(t, 0)
-	a, err := New(cs.ServingV1(), Options{Namespace: testNS, Concurrency: 4, MaxScale: 6}, nil, nil)
+	a, err := New(cs.ServingV1(), Options{Namespace: testNS, Concurrency: 4, MaxScale: 6, WakeTimeout: -1}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,5 +185,70 @@ func TestSyncFailsOnAMissingService(t *testing.T) {
 	}
 	if _, err := New(cs.ServingV1(), Options{}, nil, nil); err == nil {
 		t.Error("New without a namespace: want an error")
+	}
+}
+
+// TestWakeFromZero: the first job to ask for replicas while the Service
+// has no ready pod sends it one request at once (Knative's activator then
+// starts a pod before the job's agents send); not while one is in flight,
+// not with pods ready, and not for a job that had replicas already.
+func TestWakeFromZero(t *testing.T) {
+	ctx := context.Background()
+	hold := make(chan struct{})
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path != "/readyz" {
+			t.Errorf("wake to %s, want /readyz", r.URL.Path)
+		}
+		<-hold // the activator holds it until a pod is ready
+	}))
+	defer srv.Close()
+	cs, _ := fakeCluster(t, 0)
+	a, err := New(cs.ServingV1(), Options{Namespace: testNS, Concurrency: 4, URL: srv.URL}, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		job string
+		n   int
+	}{{"j1", 1}, {"j1", 3}, {"j2", 2}} { // one wake in flight at a time
+		if err := a.Scale(ctx, step.job, step.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := hits.Load(); n != 1 {
+			return fmt.Errorf("%d wakes, want 1", n)
+		}
+		return nil
+	})
+	close(hold)
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.waking {
+			return fmt.Errorf("the wake is still in flight")
+		}
+		return nil
+	})
+	// A new job at zero ready pods wakes again; one with replicas does not.
+	if err := a.Scale(ctx, "j3", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Scale(ctx, "j1", 2); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := hits.Load(); n != 2 {
+			return fmt.Errorf("%d wakes, want 2", n)
+		}
+		return nil
+	})
+	if bad := (Options{Namespace: testNS, WakeTimeout: time.Hour}).validate(); bad == nil {
+		t.Error("a wake timeout of an hour: want an error")
 	}
 }

@@ -159,7 +159,7 @@ func TestIntegrationJobScalesFromZeroUpAndBackToZero(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	act, err := knative.New(client, knative.Options{Namespace: ns, Concurrency: 4, Poll: 50 * time.Millisecond}, nil, nil)
+	act, err := knative.New(client, knative.Options{Namespace: ns, Concurrency: 4, Poll: 50 * time.Millisecond, WakeTimeout: -1}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

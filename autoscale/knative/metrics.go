@@ -12,6 +12,7 @@ type metrics struct {
 	revisions  prometheus.Gauge
 	patches    prometheus.Counter
 	syncErrors prometheus.Counter
+	wakes      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,6 +33,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_knative_sync_errors_total", Help: "Failed reads of the function Service or its Revisions.",
 		}),
 	}
+	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_knative_wakes_total", Help: "Requests sent to the function Service at zero pods when a job first asked for replicas, by outcome (answered, failed): the cold start begins before the job's agents send.",
+	}, []string{"outcome"})
+	m.wakes = promreg.Register(reg, m.wakes)
 	m.requested = promreg.Register(reg, m.requested)
 	m.ready = promreg.Register(reg, m.ready)
 	m.revisions = promreg.Register(reg, m.revisions)

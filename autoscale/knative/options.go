@@ -30,7 +30,16 @@ type Options struct {
 	MaxScale int
 	// Poll is how often Run reads ready replicas (default DefaultPoll).
 	Poll time.Duration
+	// WakeTimeout bounds the request that wakes the Service from zero
+	// when a job first asks for replicas (default DefaultWakeTimeout; < 0:
+	// no wake).
+	WakeTimeout time.Duration
 }
+
+// DefaultWakeTimeout bounds a wake: Knative's activator holds it until a
+// pod is ready, which from zero takes seconds, or a minute for an image
+// not yet pulled.
+const DefaultWakeTimeout = 2 * time.Minute
 
 func (o Options) withDefaults() Options {
 	if o.Service == "" {
@@ -41,6 +50,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = 1
+	}
+	if o.WakeTimeout == 0 {
+		o.WakeTimeout = DefaultWakeTimeout
 	}
 	return o
 }
@@ -58,6 +70,9 @@ func (o Options) validate() error {
 	}
 	if o.Poll > time.Minute {
 		errs = append(errs, fmt.Errorf("poll %v: want at most 1m", o.Poll))
+	}
+	if o.WakeTimeout > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("wake timeout %v: want at most 10m (< 0: no wake)", o.WakeTimeout))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("knative actuator: %w", errors.Join(errs...))

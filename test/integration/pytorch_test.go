@@ -146,15 +146,20 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 
 // pythonWithTorch is $SLUICE_PYTHON or /usr/bin/python3, with torch. The
 // scenario fails without it on CI and is skipped elsewhere.
-func pythonWithTorch(t *testing.T) string {
+func pythonWithTorch(t *testing.T) string { return pythonWith(t, "torch, numpy") }
+
+// pythonWith is $SLUICE_PYTHON or /usr/bin/python3, with modules (a Python
+// import list). The scenario fails without them on CI and is skipped
+// elsewhere.
+func pythonWith(t *testing.T, modules string) string {
 	t.Helper()
 	py := os.Getenv("SLUICE_PYTHON")
 	if py == "" {
 		py = "/usr/bin/python3"
 	}
-	out, err := exec.Command(py, "-c", "import torch, numpy; print(torch.__version__)").CombinedOutput()
+	out, err := exec.Command(py, "-c", "import "+modules).CombinedOutput()
 	if err != nil {
-		msg := fmt.Sprintf("%s with torch and numpy is needed (set SLUICE_PYTHON): %v: %s", py, err, out)
+		msg := fmt.Sprintf("%s with %s is needed (set SLUICE_PYTHON): %v: %s", py, modules, err, out)
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}

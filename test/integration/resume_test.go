@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -48,14 +47,19 @@ type resumeCase struct {
 	own           bool          // each rank loads its own state (else rank 0's)
 	stagger       float64       // the resumed ranks start up to this many seconds apart
 	ckptAfter     int           // batches each rank takes before the checkpoint
-	readOn        time.Duration // the first run reads on this long past its checkpoint
+	stopAfter     int           // and before it stops (it does not finish the job: the agents would end)
+	readOn        time.Duration // the first run reads on this long past its checkpoint (at most to stopAfter)
 	pause         time.Duration // between the kill and the resume
 	secondKill    time.Duration // > 0: the resumed run is killed this long after it starts, and resumed again
+	// tokens: each run's ranks name their launch (Loader's generation, as
+	// under torchrun or sluice.torch); else the agent goes by which ranks
+	// resumed.
+	tokens bool
 }
 
 func (rc resumeCase) String() string {
-	s := fmt.Sprintf("%s: %v -> %v, checkpoint after %d batches, read on %v, resume after %v",
-		rc.kind, rc.before, rc.after, rc.ckptAfter, rc.readOn, rc.pause)
+	s := fmt.Sprintf("%s: %v -> %v, checkpoint after %d batches, read on %v (at most %d batches), resume after %v",
+		rc.kind, rc.before, rc.after, rc.ckptAfter, rc.readOn, rc.stopAfter, rc.pause)
 	if rc.own {
 		s += ", each rank its own state"
 	}
@@ -64,6 +68,9 @@ func (rc resumeCase) String() string {
 	}
 	if rc.secondKill > 0 {
 		s += fmt.Sprintf(", killed again %v into the resume", rc.secondKill)
+	}
+	if rc.tokens {
+		s += ", each launch named"
 	}
 	return s
 }
@@ -167,23 +174,8 @@ func startResumeEnv(t *testing.T) *resumeEnv {
 	return &resumeEnv{c: c, data: data, py: py, script: filepath.Join(root, "clients", "python", "tests", "ranks.py")}
 }
 
-// pythonWithNumpy is $SLUICE_PYTHON or /usr/bin/python3, with numpy (the
-// client's only dependency). Required on CI, skipped elsewhere.
-func pythonWithNumpy(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("SLUICE_PYTHON")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if out, err := exec.Command(py, "-c", "import numpy").CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("%s with numpy is needed (set SLUICE_PYTHON): %v: %s", py, err, out)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return py
-}
+// pythonWithNumpy is Python with the client's only dependency.
+func pythonWithNumpy(t *testing.T) string { return pythonWith(t, "numpy") }
 
 // run runs scenario rc as job id, with the resumed ranks' delays drawn
 // from seed, and returns what the check found.
@@ -194,24 +186,27 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	agents, urls := e.startAgents(c, id, "a", rc.before)
+	agents, urls := startLayout(c, id, "a", rc.before)
 	defer func() {
 		for _, a := range agents {
 			a.Stop(5 * time.Second)
 		}
 	}()
 
-	first := e.startRanks(c, dir, "run1", rc.before, urls, seed, "--ckpt-after", strconv.Itoa(rc.ckptAfter))
+	first := e.startRanks(c, dir, "run1", rc.before, urls, seed, "--ckpt-after", strconv.Itoa(rc.ckptAfter), "--stop-after", strconv.Itoa(rc.stopAfter))
 	waitFiles(t, first, dir, "run1", rc.before.world, "state-rank%d.json")
 	time.Sleep(rc.readOn)
 	killAll(first) // requests in flight on every agent
 	state := readState(t, filepath.Join(dir, "run1-state-rank0.json"))
 
-	if !slices.EqualFunc(rc.before.nodes, rc.after.nodes, slices.Equal) && !(len(rc.before.nodes) == 1 && len(rc.after.nodes) == 1) {
+	switch {
+	case len(rc.before.nodes) == 1 && len(rc.after.nodes) == 1:
+		urls = slices.Repeat(urls[:1], rc.after.world) // a lone agent takes any world
+	case !slices.EqualFunc(rc.before.nodes, rc.after.nodes, slices.Equal):
 		for _, a := range agents {
 			_ = a.Kill()
 		}
-		agents, urls = e.startAgents(c, id, "b", rc.after)
+		agents, urls = startLayout(c, id, "b", rc.after)
 	}
 	time.Sleep(rc.pause)
 	resume := []string{"--resume", filepath.Join(dir, "run1-state-rank0.json")}
@@ -221,13 +216,23 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 	if rc.stagger > 0 {
 		resume = append(resume, "--stagger", strconv.FormatFloat(rc.stagger, 'f', 2, 64))
 	}
+	launch := func(run string) []string {
+		if !rc.tokens {
+			return resume
+		}
+		return append(slices.Clip(resume), "--generation", id+"-"+run)
+	}
 	last := "run2"
-	final := e.startRanks(c, dir, last, rc.after, urls, seed, resume...)
-	if rc.secondKill > 0 {
+	var final []*Process
+	if rc.secondKill == 0 {
+		final = e.startRanks(c, dir, last, rc.after, urls, seed, launch(last)...)
+	} else {
+		// Killed a moment into the resume, before it could finish.
+		final = e.startRanks(c, dir, last, rc.after, urls, seed, append(launch(last), "--stop-after", "1", "--prefetch", "1")...)
 		time.Sleep(rc.secondKill)
 		killAll(final)
 		last = "run3"
-		final = e.startRanks(c, dir, last, rc.after, urls, seed+1, resume...)
+		final = e.startRanks(c, dir, last, rc.after, urls, seed+1, launch(last)...)
 	}
 	for _, p := range final {
 		if err := p.Wait(jobTimeout); err != nil {
@@ -255,27 +260,14 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 		id, state.Epoch, state.Step, resumeEpochs, countLines(before), countLines(after))
 }
 
-// startAgents starts a generation's agents (named from tag) and returns
-// them and each rank's URL.
-func (e *resumeEnv) startAgents(c *Cluster, job, tag string, l rankLayout) ([]*Agent, []string) {
-	if len(l.nodes) == 1 {
-		a := c.StartAgent(fmt.Sprintf("%s-%s0", job, tag), job)
-		return []*Agent{a}, slices.Repeat([]string{a.URL}, l.world)
+// startLayout starts a generation's agents (named from tag): a lone
+// agent when it has one node.
+func startLayout(c *Cluster, job, tag string, l rankLayout) ([]*Agent, []string) {
+	nodes := l.nodes
+	if len(nodes) == 1 {
+		nodes = nil
 	}
-	urls := make([]string, l.world)
-	var agents []*Agent
-	for i, ranks := range l.nodes {
-		list := make([]string, len(ranks))
-		for j, r := range ranks {
-			list[j] = strconv.Itoa(r)
-		}
-		a := c.StartAgent(fmt.Sprintf("%s-%s%d", job, tag, i), job,
-			"--world-size", strconv.Itoa(l.world), "--ranks", strings.Join(list, ","))
-		for _, r := range ranks {
-			urls[r] = a.URL
-		}
-		agents = append(agents, a)
-	}
+	urls, agents := startNodes(c, job, tag, l.world, nodes)
 	return agents, urls
 }
 
@@ -535,7 +527,7 @@ func TestIntegrationResumeDDPAtOnce(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			for i := range runs {
 				l := rankLayout{world: 4, nodes: nodes, procs: mode.procs}
-				rc := resumeCase{kind: "images", before: l, after: l, ckptAfter: 5, readOn: 150 * time.Millisecond, pause: 500 * time.Millisecond}
+				rc := resumeCase{kind: "images", before: l, after: l, ckptAfter: 5, stopAfter: 8, readOn: 150 * time.Millisecond, pause: 500 * time.Millisecond}
 				env := *e
 				env.data.images = d
 				env.run(t, fmt.Sprintf("ddp%s%d", mode.name[:1], i), rc, 8, uint64(i))
@@ -586,12 +578,39 @@ func randomResumeCase(seed uint64) resumeCase {
 	} else {
 		rc.ckptAfter = 1 + rng.IntN(steps+steps/2)
 	}
+	// No run before the last may finish the job: its agents would end,
+	// delivered. A rank stopped after n batches was handed up to n+4 parts
+	// (prefetched: 2 queued, 1 on its way, 1 a member's poll holds); a run
+	// killed during its resume stops after one, with a prefetch of one.
+	total := resumeEpochs * steps
+	rc.ckptAfter = min(rc.ckptAfter, total-5)
+	rc.stopAfter = min(rc.ckptAfter+rng.IntN(4), total-5)
 	rc.readOn = time.Duration(rng.IntN(300)) * time.Millisecond
 	rc.pause = time.Duration(rng.IntN(500)) * time.Millisecond
 	if rng.IntN(3) == 0 {
 		rc.secondKill = time.Duration(100+rng.IntN(1400)) * time.Millisecond
 	}
+	// A launch killed during its resume needs names (generations);
+	// otherwise half the seeds go by which ranks resumed.
+	rc.tokens = rc.secondKill > 0 || rng.IntN(2) == 0
+	if rc.secondKill > 0 && stepsLeft(per, rc.before.world, rc.after.world, rc.ckptAfter) < 5 {
+		// The killed resume would be handed every step left (see above)
+		// and its agents end, delivered.
+		rc.secondKill = 0
+	}
 	return rc
+}
+
+// stepsLeft is how many steps of after ranks follow a checkpoint taken
+// after ckpt steps of before ranks, with per samples an epoch.
+func stepsLeft(per, before, after, ckpt int) int {
+	stepsOf := func(rows, world int) int { return (rows + world*resumeBatch - 1) / (world * resumeBatch) }
+	sb := stepsOf(per, before)
+	e, s := ckpt/sb, ckpt%sb
+	if e >= resumeEpochs {
+		return 0
+	}
+	return stepsOf(per-min(s*before*resumeBatch, per), after) + (resumeEpochs-1-e)*stepsOf(per, after)
 }
 
 // TestIntegrationResumeRandom: randomized resumes with the real Python
@@ -622,4 +641,50 @@ func TestIntegrationResumeRandom(t *testing.T) {
 			e.run(t, fmt.Sprintf("rz%d", s), rc, resumeBatch, uint64(s))
 		})
 	}
+}
+
+// TestIntegrationResumeMixtureRefused: two ranks of one generation load
+// different checkpoints (rank 1's a step later): the second to arrive
+// is refused with 409, naming both positions, never served a mixture.
+func TestIntegrationResumeMixtureRefused(t *testing.T) {
+	e := startResumeEnv(t)
+	c := e.c
+	c.Submit(e.data.spec("mixture", "images", resumeBatch))
+	dir := filepath.Join(c.Dir, "mixture")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := rankLayout{world: 2, nodes: [][]int{{0, 1}}, procs: [][]int{{0, 1}}}
+	_, urls := startLayout(c, "mixture", "a", l)
+	first := e.startRanks(c, dir, "run1", l, urls, 1, "--ckpt-after", "3", "--stop-after", "4")
+	waitFiles(t, first, dir, "run1", 2, "state-rank%d.json")
+	killAll(first)
+	st := readState(t, filepath.Join(dir, "run1-state-rank0.json"))
+	var raw map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, "run1-state-rank0.json"))
+	if err != nil || json.Unmarshal(b, &raw) != nil {
+		t.Fatalf("the state: %v", err)
+	}
+	raw["step"] = st.Step + 1 // another checkpoint's step
+	later, _ := json.Marshal(raw)
+	if err := os.WriteFile(filepath.Join(dir, "later.json"), later, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	one := rankLayout{world: 2, procs: [][]int{{0}}}
+	p0 := e.startRanks(c, dir, "run2", one, urls, 2, "--resume", filepath.Join(dir, "run1-state-rank0.json"))
+	waitFiles(t, p0, dir, "run2", 1, "rank%d.keys")
+	p1 := e.startRanks(c, dir, "run2b", rankLayout{world: 2, procs: [][]int{{1}}}, urls, 3, "--resume", filepath.Join(dir, "later.json"))
+	if err := p1[0].Wait(jobTimeout); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := os.ReadFile(filepath.Join(dir, "run2b-rank1.err"))
+	if err != nil {
+		t.Fatalf("rank 1, loading another checkpoint, was not refused: %v", err)
+	}
+	for _, want := range []string{"409", fmt.Sprintf("epoch %d step %d", st.Epoch, st.Step+1), fmt.Sprintf("epoch %d step %d", st.Epoch, st.Step)} {
+		if !strings.Contains(string(msg), want) {
+			t.Errorf("rank 1's error %q lacks %q", msg, want)
+		}
+	}
+	t.Logf("rank 1 was told: %s", strings.TrimSpace(string(msg)))
 }

@@ -13,8 +13,9 @@ padding left out.
 
 It logs each step's loss (and, for a job mixing datasets, how many rows of
 the batch came from each source), then a JSON line: steps, loss_first and
-loss_last (means of the first and last 4 steps), rows, distinct_rows and
-rows_by_source.
+loss_last (means of the first and last 4 steps), rows, distinct_rows,
+rows_by_source, torch (its version) and attention ("sdpa": torch >= 2.0's
+scaled_dot_product_attention; "masked softmax" on torch 1.13).
 """
 
 import argparse
@@ -32,6 +33,23 @@ from sluice.lm import IGNORE_INDEX, causal_document_mask, next_token_labels  # n
 from sluice.torch import SluiceIterableDataset  # noqa: E402
 
 
+# torch >= 2.0 has scaled_dot_product_attention (SDPA): a fused kernel that
+# never holds the [B, heads, T, T] scores (on CPU, its flash kernel). torch
+# 1.13 has not: there the scores are masked and softmaxed in full, several times
+# slower at 2,048 tokens a row (docs/language-models.md).
+SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+def attend(q, k, v, mask, sdpa=SDPA):
+    """Attention of q, k, v [B, heads, T, dim] where mask (bool, True: may
+    attend, broadcast to [B, heads, T, T]) allows: SDPA when torch has it,
+    else the same computed in full."""
+    if sdpa:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+
+
 class Block(nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
@@ -43,11 +61,7 @@ class Block(nn.Module):
     def forward(self, x, mask):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        if hasattr(F, "scaled_dot_product_attention"):  # torch >= 2.0
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        else:
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-            a = s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        a = attend(q, k, v, mask)
         x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
 
@@ -141,7 +155,8 @@ def main():
     # of up to 4 steps) and what was read.
     k = min(4, len(losses))
     print(json.dumps({"steps": len(losses), "loss_first": round(sum(losses[:k]) / max(k, 1), 3),
-                      "loss_last": round(sum(losses[-k:]) / max(k, 1), 3), **stats}))
+                      "loss_last": round(sum(losses[-k:]) / max(k, 1), 3), **stats,
+                      "torch": torch.__version__, "attention": "sdpa" if SDPA else "masked softmax"}))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Protocol (the agent's HTTP API, see the repository README):
               job ended (Sluice-End: ended; the body says why)
          409: another world size, or a conflicting resume
          503: the agent stopped
-    POST /v1/resume?world_size=W   body: a state dict
+    POST /v1/resume?rank=R&world_size=W[&generation=G]   body: a state dict
+         409: another rank of this generation resumed from another state
          401: the agent wants its token (see Loader: token)
 """
 
@@ -50,6 +51,27 @@ TOKEN_ENV = "SLUICE_AGENT_TOKEN"
 # A token as the agent accepts it: RFC 6750's b64token, 16 to 4096 bytes.
 _TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 _TOKEN_MIN, _TOKEN_MAX = 16, 4096
+
+
+_GENERATION_RE = re.compile(r"[!-~]{1,128}")
+
+
+def _check_generation(value):
+    """value, checked as a generation (what the agent accepts)."""
+    if not isinstance(value, str) or not _GENERATION_RE.fullmatch(value):
+        raise ValueError(f"generation {value!r:.64}: want 1 to 128 printable ASCII characters, no spaces")
+    return value
+
+
+def torchrun_generation():
+    """The launch torchrun (torch.distributed.elastic) started this process
+    in: its run id and restart count, the same on every rank of a launch;
+    None outside torchrun."""
+    run, restarts = os.environ.get("TORCHELASTIC_RUN_ID"), os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if not run or restarts is None:
+        return None
+    g = f"{run}.{restarts}"
+    return g if _GENERATION_RE.fullmatch(g) else None
 
 
 def _check_token(value, where):
@@ -159,7 +181,7 @@ class Loader:
 
     def __init__(self, url, rank=0, world_size=1, prefetch=2, timeout=300.0,
                  connect_timeout=30.0, drop_last=False, convert=None, reader="trainer",
-                 token=None, token_file=None):
+                 token=None, token_file=None, generation=None):
         """url: the agent, e.g. "http://127.0.0.1:8081". rank, world_size:
         this process's place in the data-parallel group. prefetch: batches
         kept ready (>= 1). timeout: seconds one read from the agent may
@@ -174,7 +196,14 @@ class Loader:
         sent as `Authorization: Bearer` with every request; by default
         read from the file $SLUICE_AGENT_TOKEN_FILE names, else from
         $SLUICE_AGENT_TOKEN; none when neither is set (an agent on
-        loopback without a token)."""
+        loopback without a token). generation: the trainer's run this
+        rank is of, the same string for every rank of one launch and
+        another for each launch (printable ASCII, at most 128 bytes): it
+        tells the agent that a resume is a new launch's rather than a late
+        rank's. By default torchrun's (TORCHELASTIC_RUN_ID and
+        TORCHELASTIC_RESTART_COUNT); sluice.torch broadcasts one from rank
+        0 otherwise. Without one the agent goes by which ranks resumed,
+        which a launch killed during its resume can mislead."""
         u = urllib.parse.urlsplit(url)
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"url {url!r}: want http://HOST:PORT")
@@ -193,6 +222,7 @@ class Loader:
         tok = load_token(token, token_file)
         # The header, not the token, is kept: nothing prints it.
         self._auth = {"Authorization": "Bearer " + tok} if tok else {}
+        self.generation = _check_generation(generation) if generation is not None else torchrun_generation()
         # Consumer side: the training loop's position and timings.
         self.epoch, self.step = 0, 0
         self.done = False
@@ -406,7 +436,10 @@ class Loader:
             raise AgentError(f"agent {self.url}: {method} {path.split('?')[0]}: {type(e).__name__}: {e}") from None
 
     def _post_resume(self, state):
-        q = urllib.parse.urlencode({"world_size": self.world_size, "rank": self.rank})
+        params = {"world_size": self.world_size, "rank": self.rank}
+        if self.generation:
+            params["generation"] = self.generation
+        q = urllib.parse.urlencode(params)
         body = json.dumps(state).encode()
         resp = self._request("POST", "/v1/resume?" + q, body, {"Content-Type": "application/json"})
         data = self._read_small(resp)

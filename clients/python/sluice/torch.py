@@ -13,6 +13,9 @@ num_workers=0: the loader prefetches in its own thread, and its state
 (state_dict) must live in the training process.
 """
 
+import os
+import warnings
+
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
@@ -60,6 +63,7 @@ class SluiceIterableDataset(IterableDataset):
         self.pin_memory = pin_memory
         self.loader = Loader(url, rank=rank, world_size=world_size,
                              convert=lambda b: to_tensors(b, pin_memory), **loader_kwargs)
+        self._generation_agreed = False
 
     @property
     def epoch(self):
@@ -73,7 +77,27 @@ class SluiceIterableDataset(IterableDataset):
         if get_worker_info() is not None:
             raise RuntimeError("SluiceIterableDataset in a DataLoader worker: use num_workers=0 "
                                "(the loader prefetches in its own thread, and its state must stay in the training process)")
+        if not self._generation_agreed:
+            self._agree_generation()
         return iter(self.loader)
+
+    def _agree_generation(self):
+        """Every rank of this launch takes rank 0's generation (a
+        collective, at the first iteration, which every rank makes): the
+        agent then tells a new launch's resume from a late rank's."""
+        self._generation_agreed = True
+        if self.loader.generation is not None or self.loader.world_size == 1:
+            return
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() != self.loader.world_size:
+            return
+        box = [os.urandom(12).hex() if dist.get_rank() == 0 else None]
+        try:
+            dist.broadcast_object_list(box, src=0)
+        except Exception as e:  # noqa: BLE001 - the resume still works without it
+            warnings.warn(f"sluice: could not agree on a generation over torch.distributed ({e}); "
+                          "pass generation= to tell the agent which launch this is", stacklevel=3)
+            return
+        self.loader.generation = box[0]
 
     def epochs(self):
         return self.loader.epochs()

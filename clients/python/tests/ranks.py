@@ -6,16 +6,21 @@ is the list of samples it took, appended to a keys file as
 "epoch step source key" lines, flushed after every batch.
 
     ranks.py --world-size W --rank R=URL [--rank R=URL ...] --out DIR --run NAME
-             [--ckpt-after N] [--resume STATE.json | --resume-own RUN]
-             [--stagger S] [--seed N] [--prefetch N]
+             [--ckpt-after N] [--stop-after N] [--resume STATE.json | --resume-own RUN]
+             [--stagger S] [--seed N] [--prefetch N] [--generation G]
 
 --ckpt-after N: after its N-th batch each rank writes its state_dict() to
 DIR/NAME-state-rankR.json (atomically), as a DDP trainer's ranks each hold
 the same state at a checkpoint, and reads on until killed or done.
+--stop-after N: after its N-th batch a rank stops taking batches (its
+prefetched ones stay with it) and waits to be killed, as a crashed
+trainer's would.
 --resume: every rank loads that state (rank 0's checkpoint, DDP style);
 --resume-own RUN: rank R loads DIR/RUN-state-rankR.json (rank 0's if the
 checkpointed run had no rank R). The ranks start
 at once (a barrier), each after a random delay of up to --stagger seconds.
+--generation G is the launch's (sluice.Loader's generation), as torchrun
+or sluice.torch give every rank of one launch.
 A rank that is done writes DIR/NAME-rankR.done; one that fails writes its
 error to DIR/NAME-rankR.err and the process exits 3.
 """
@@ -40,11 +45,13 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--ckpt-after", type=int, default=0)
+    ap.add_argument("--stop-after", type=int, default=0)
     ap.add_argument("--resume")
     ap.add_argument("--resume-own")
     ap.add_argument("--stagger", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prefetch", type=int, default=2)
+    ap.add_argument("--generation")
     args = ap.parse_args()
 
     ranks = []
@@ -61,7 +68,8 @@ def main():
 
     def rank_main(rank, url):
         try:
-            loader = Loader(url, rank=rank, world_size=args.world_size, prefetch=args.prefetch, timeout=120)
+            loader = Loader(url, rank=rank, world_size=args.world_size, prefetch=args.prefetch, timeout=120,
+                            generation=args.generation)
             if args.resume or args.resume_own:
                 src = args.resume
                 if args.resume_own:
@@ -84,6 +92,10 @@ def main():
                         n += 1
                         if n == args.ckpt_after:
                             save(path(f"state-rank{rank}.json"), loader.state_dict())
+                        if n == args.stop_after:
+                            open(path(f"rank{rank}.stopped"), "w").close()
+                            while True:
+                                time.sleep(1)  # killed, its prefetched batches lost
             open(path(f"rank{rank}.done"), "w").close()
             loader.close()
         except BaseException as e:  # noqa: BLE001 - the test reads why

@@ -1,7 +1,9 @@
 import json
+import os
 import socket
 import time
 import unittest
+from unittest import mock
 
 import numpy as np
 
@@ -133,13 +135,28 @@ class LoaderTest(unittest.TestCase):
         self.assertEqual(ld.state_dict()["position"], {"anything": [1, 2]})
         b = next(iter(ld))
         method, path, q, body = ag.requests[0]
-        self.assertEqual((method, path, q["world_size"]), ("POST", "/v1/resume", "3"))
+        self.assertEqual((method, path, q["world_size"], q["rank"]), ("POST", "/v1/resume", "3", "1"))
+        self.assertNotIn("generation", q)  # none given, and not under torchrun
         self.assertEqual(json.loads(body), state)
         self.assertEqual(ag.requests[1][1], "/v1/batch")
         self.assertEqual(ld.resume_info, {"resumed": True, "replayed_shards": 0})
         self.assertEqual(b["__step__"], 1)
         with self.assertRaises(RuntimeError):
             ld.load_state_dict(state)
+
+    def test_resume_names_the_generation(self):
+        ag = self.agent([batches(4, 1)], world_size=2)
+        state = {"v": 1, "job": "j", "reader": "trainer", "epoch": 0, "step": 0, "world_size": 2, "position": None}
+        with mock.patch.dict(os.environ, {"TORCHELASTIC_RUN_ID": "job-7", "TORCHELASTIC_RESTART_COUNT": "2"}):
+            ld = self.loader(ag.url, rank=0, world_size=2)
+        self.assertEqual(ld.generation, "job-7.2")  # torchrun's launch
+        ld.load_state_dict(state)
+        next(iter(ld))
+        self.assertEqual(ag.requests[0][2]["generation"], "job-7.2")
+        self.assertEqual(self.loader("http://127.0.0.1:1", generation="g-1").generation, "g-1")
+        for bad in ["", "a b", "x" * 129, "é"]:
+            with self.assertRaises(ValueError):
+                self.loader("http://127.0.0.1:1", generation=bad)
 
     def test_load_state_dict_checks_the_state(self):
         ld = self.loader("http://127.0.0.1:1")

@@ -58,6 +58,30 @@ class SluiceIterableDatasetTest(unittest.TestCase):
         ds2.load_state_dict(st)
         self.assertEqual(ds2.loader.state_dict(), st)
 
+    def test_tensors_kept_alone_keep_their_buffer(self):
+        """The loader reuses a response buffer once nothing views it: a
+        tensor kept without its batch dict (nor the numpy arrays under it)
+        must keep the buffer from reuse, as torch.from_numpy's tensors
+        hold their array."""
+        agent = FakeAgent([batches(20, 3)])
+        self.addCleanup(agent.close)
+        ds = self.dataset_of(agent, prefetch=1)
+        kept = []
+        for i, b in enumerate(DataLoader(ds, batch_size=None)):
+            if i % 2 == 0:
+                kept.append((b["image"], b["label"], list(b["__key__"])))
+            del b
+        self.assertEqual(len(kept), 10)
+        for image, label, keys in kept:
+            self.assertEqual(label.tolist(), [int(k) for k in keys])
+            self.assertEqual(image[:, 0, 0, 0].tolist(), [int(k) % 256 for k in keys])
+        self.assertLessEqual(len(ds.loader._pool), ds.loader.prefetch + 4)
+
+    def dataset_of(self, agent, **kw):
+        ds = SluiceIterableDataset(agent.url, timeout=10, connect_timeout=1, **kw)
+        self.addCleanup(ds.close)
+        return ds
+
     def test_workers_refused(self):
         ds = self.dataset(rank=0, world_size=2)
         with self.assertRaisesRegex(RuntimeError, "num_workers=0"):

@@ -2,7 +2,7 @@
 # Builds everything the real cluster runs, from the Go module proxy and Debian's packages, into a
 # cache outside the repository (a fresh clone reuses it): Kubernetes v1.34.2 and etcd, CoreDNS,
 # Knative Serving v0.42.2's core, Traefik v3 (the KIngress), the kn CLI, nats-server, versitygw
-# (S3), a pause image and Sluice's own image. Prints the cache directory.
+# (S3), a pause image, a minimal Service's (floor) and Sluice's own image. Prints the cache directory.
 #
 # Usage: build.sh            (cache: ${SLUICE_E2E_CACHE:-~/.cache/sluice/e2e})
 # Every step is skipped when its output is there; only Sluice's image is built each time.
@@ -63,6 +63,9 @@ tools() {
   image nats-server v2.15.2 "$bin/nats-server-v2.15.2"
   gobuild "$here/pause" "$bin/pause" .
   image pause 1 "$bin/pause"
+  # Knative's floor: a minimal Service's image, packed as Sluice's is (the cold-start scenario).
+  gobuild "$here/floor" "$bin/floor-1" .
+  image floor 1 "$bin/floor-1"
   # kn's client-pkg pseudo-version is not in the checksum database; go.sum pins it.
   GONOSUMDB=knative.dev/client-pkg gobuild "$here/tools/kn" "$bin/kn-v0.42.0" knative.dev/client/cmd/kn
   ln -sf "$bin/kn-v0.42.0" "$bin/kn"

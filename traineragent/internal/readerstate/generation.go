@@ -51,6 +51,23 @@ type Generations struct {
 	earlier map[int]bool
 }
 
+// maxGeneration bounds a generation token from a client.
+const maxGeneration = 128
+
+// CheckGeneration checks a generation token from a client: printable
+// ASCII, at most 128 bytes.
+func CheckGeneration(token string) error {
+	if len(token) > maxGeneration {
+		return fmt.Errorf("%w: a generation of %d bytes: want at most %d", ErrBadState, len(token), maxGeneration)
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: a generation with byte %#x: want printable ASCII", ErrBadState, c)
+		}
+	}
+	return nil
+}
+
 // MaxResumeID bounds a forwarded resume's id (NewResumeID makes 16 hex
 // digits).
 const MaxResumeID = 64
@@ -70,16 +87,25 @@ const (
 	resumeNew                        // it starts a new generation: the reader rewinds
 )
 
-// decide says what rank's resume from st for world ranks is (id: its
-// request's, to answer a retry as the first; "" none), without changing
-// the book: a resume that fails before it rewinds leaves it as it was.
-func (g *Generations) decide(st TrainerState, world, rank int, id string) (resumeVerdict, error) {
+// decide says what a rank's resume is (req.ID: its request's, to answer
+// a retry as the first; "" none), without changing the book: a resume
+// that fails before it rewinds leaves it as it was.
+func (g *Generations) decide(req ResumeRequest) (resumeVerdict, error) {
+	st, world, rank := req.State, req.World, req.Rank
 	prev, resumed := g.resumed[rank]
+	sameRun := g.from != nil && req.Token != "" && req.Token == g.from.Token
 	switch {
-	case id != "" && resumed && prev == id:
+	case req.ID != "" && resumed && prev == req.ID:
 		return resumeJoins, nil // the same request again (a member's retry)
-	case g.from == nil || g.from.World != world || resumed:
+	case g.from == nil:
 		return resumeNew, nil
+	case req.Token != "" && !sameRun:
+		return resumeNew, nil // another launch of the trainer
+	case !sameRun && (g.from.World != world || resumed):
+		return resumeNew, nil
+	case g.from.World != world:
+		return 0, fmt.Errorf("%w: rank %d resumes with world size %d, but this generation of ranks (run %.64q) has %d",
+			ErrResumeConflict, rank, world, req.Token, g.from.World)
 	case !sameState(g.from.State, st):
 		return 0, fmt.Errorf("%w: rank %d resumes from %s, but this generation of ranks resumed from %s (ranks %s): "+
 			"every rank of a generation must load the same checkpoint", ErrResumeConflict, rank, describeState(st), describeState(g.from.State), g.ranks())

@@ -50,16 +50,17 @@ var ErrResumeConflict = errors.New("conflicting resume")
 type ResumeRecord struct {
 	State  TrainerState
 	World  int
+	Token  string // the trainer's run it is of ("": none given)
 	Result ResumeResult
 }
 
 // ResumeRequest is one rank's resume: the state it loaded, the world size
-// of its generation, and its request's id (a member's forward, which it
-// may send again; "" none).
+// of its generation, the trainer's run it is of (Token; "" none), and its
+// request's id (a member's forward, which it may send again; "" none).
 type ResumeRequest struct {
 	State       TrainerState
 	World, Rank int
-	ID          string
+	Token, ID   string
 }
 
 // AnswerResume answers a resume that rewinds nothing: the reader stopped,
@@ -78,7 +79,8 @@ func (s *State) AnswerResume(req ResumeRequest, agent string) (ResumeResult, boo
 	if world == 0 {
 		world = req.State.WorldSize
 	}
-	v, err := s.Gens.decide(req.State, world, req.Rank, req.ID)
+	req.World = world
+	v, err := s.Gens.decide(req)
 	switch {
 	case err != nil:
 		return ResumeResult{}, true, err
@@ -106,7 +108,7 @@ func (s *State) Rewind(req ResumeRequest, world int, fresh *assembly.Assembler, 
 	}
 	dropLast, dropFixed := s.Ranks.dropLast, s.Ranks.DropFixed
 	s.Ranks = Stepper{dropLast: dropLast, DropFixed: dropFixed}
-	s.Gens.start(&ResumeRecord{State: st, World: world}, req.Rank, req.ID)
+	s.Gens.start(&ResumeRecord{State: st, World: world, Token: req.Token}, req.Rank, req.ID)
 	h := assembly.Position{Version: assembly.PositionVersion}
 	var err error
 	if recorded != nil {
@@ -138,7 +140,7 @@ func (s *State) Rewind(req ResumeRequest, world int, fresh *assembly.Assembler, 
 	}
 	s.Changed = true
 	if bytes.Equal(mustEncode(s.Asm.Snapshot()), want) {
-		s.Gens.settle(&ResumeRecord{State: st, World: world, Result: result})
+		s.Gens.settle(&ResumeRecord{State: st, World: world, Token: req.Token, Result: result})
 		return result, nil, nil
 	}
 	s.rewindMemory(fresh, replay, now)

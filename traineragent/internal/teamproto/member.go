@@ -819,7 +819,7 @@ func (m *Member) Resume(ctx context.Context, req readerstate.ResumeRequest, time
 	// An id for this resume: askUntil may send it again, and the planner
 	// answers a copy as the first (a second resume of a rank would be a
 	// new generation's).
-	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.World, Rank: req.Rank, ID: readerstate.NewResumeID()}, timeout)
+	r, err := m.askUntil(ctx, wire.TeamOpResume, wire.TeamResume{State: state, World: req.World, Rank: req.Rank, Generation: req.Token, ID: readerstate.NewResumeID()}, timeout)
 	if err != nil {
 		return readerstate.ResumeResult{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -117,5 +118,23 @@ func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
 		fmt.Sprintf("chunk %d first 0 rows 6", teamproto.AltChunks), fmt.Sprintf("chunk %d first 6 rows 6", teamproto.AltChunks+1)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("notes (-want +got):\n%s", diff)
+	}
+}
+
+// TestTeamProtocolVersionRefused: a message of the protocol before the
+// rank-named resume (1) is refused with both versions named, and so a
+// planner of protocol 1 would refuse this one's.
+func TestTeamProtocolVersionRefused(t *testing.T) {
+	auth := &teamproto.Auth{Key: testTeamKey, Job: "v", Reader: wire.DefaultReader}
+	m := nats.NewMsg(wire.TeamSubject("v", wire.DefaultReader, wire.TeamOpResume))
+	m.Data = []byte(`{"state":{},"world":2}`)
+	auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpResume, Member: "old", Session: "s", Seq: 1})
+	if _, err := auth.Open(m, teamproto.KindRequest, wire.TeamOpResume); err != nil {
+		t.Fatalf("a message of this version: %v", err)
+	}
+	m.Header.Set(wire.TeamHeaderVersion, "1")
+	_, err := auth.Open(m, teamproto.KindRequest, wire.TeamOpResume)
+	if err == nil || !strings.Contains(err.Error(), `team protocol "1", want `+wire.TeamProtocol) || !strings.Contains(err.Error(), "same version") {
+		t.Errorf("a message of protocol 1: %v, want a refusal naming both versions", err)
 	}
 }

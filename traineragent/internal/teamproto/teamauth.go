@@ -96,7 +96,7 @@ func (t *Auth) Open(m *nats.Msg, kind, op string) (Head, error) {
 		return h, fmt.Errorf("%w: no team envelope (an agent of another version, or not an agent)", ErrAuth)
 	}
 	if v := m.Header.Get(wire.TeamHeaderVersion); v != wire.TeamProtocol {
-		return h, fmt.Errorf("%w: team protocol %.16q, want %s", ErrAuth, v, wire.TeamProtocol)
+		return h, fmt.Errorf("%w: team protocol %.16q, want %s: every agent of a team must run the same version of sluice", ErrAuth, v, wire.TeamProtocol)
 	}
 	var err error
 	if h.Member, err = get(wire.TeamHeaderMember); err != nil {
