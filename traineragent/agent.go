@@ -19,6 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -70,8 +73,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		return nil, fmt.Errorf("trainer agent: job %s: batch size %d: want >= 1", job.Spec.ID, job.Spec.BatchSize)
 	case job.Spec.Epochs < 1:
 		return nil, fmt.Errorf("trainer agent: job %s: epochs %d: want >= 1", job.Spec.ID, job.Spec.Epochs)
-	case opts.WorldSize < 0 || opts.WorldSize > MaxWorldSize:
-		return nil, fmt.Errorf("trainer agent: world size %d: want 0..%d (0: from the first request)", opts.WorldSize, MaxWorldSize)
+	case opts.WorldSize < 0 || opts.WorldSize > readerstate.MaxWorldSize:
+		return nil, fmt.Errorf("trainer agent: world size %d: want 0..%d (0: from the first request)", opts.WorldSize, readerstate.MaxWorldSize)
 	case opts.PrefetchSamples < 0:
 		return nil, fmt.Errorf("trainer agent: prefetch samples %d: want >= 0 (0 for the default)", opts.PrefetchSamples)
 	case opts.DemandInterval < 0:
@@ -122,13 +125,13 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 		r.completed = a.shardsRecorded
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
-			r.st.ranks.dropFixed = true // the team's agents share it
-			auth := &teamAuth{key: opts.TeamKey, job: job.Spec.ID, reader: name}
+			r.st.Ranks.DropFixed = true // the team's agents share it
+			auth := teamproto.NewAuth(opts.TeamKey, job.Spec.ID, name)
 			if slices.Contains(opts.Ranks, 0) {
 				r.planAsTeam(newTeam(opts.WorldSize, opts.Ranks, auth))
 			} else {
-				m := newMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
-				m.auth, m.m = auth, r.m
+				m := teamproto.NewMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
+				m.Secure(auth, r.m.teamRefused)
 				r.joinTeam(m)
 			}
 		}
@@ -229,7 +232,7 @@ func (a *Agent) Handler() http.Handler {
 // the readers until every rank of every reader got every step; it then
 // records each reader as done, publishes the final demand (Done) and
 // returns nil. It returns early with ctx's error, an error wrapping
-// ErrJobEnded when the job is cancelled or deleted, or another error; the
+// readerstate.ErrJobEnded when the job is cancelled or deleted, or another error; the
 // readers' Next then fails with ErrStopped. The tasks it holds unsettled
 // go back to the queue at once, so another agent (or this one restarted)
 // takes them.
@@ -282,7 +285,7 @@ func (a *Agent) run(ctx context.Context) error {
 			return err
 		}
 		stops = append(stops, stop)
-		bg.Go(func() { r.gpu.run(bgCtx) })
+		bg.Go(func() { r.gpu.Run(bgCtx) })
 	}
 	demandCtx, stopDemand := context.WithCancel(bgCtx)
 	var demandDone sync.WaitGroup
@@ -326,8 +329,8 @@ func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatc
 	}
 	for _, r := range a.readers {
 		r.mu.Lock()
-		r.producer = &producer{job: a.job, produce: d.Produce, ctx: ctx, shards: map[shardRef]*production{}, maxBytes: a.job.Spec.OutputBufferBytes / 4}
-		r.st.changed = true
+		r.producer = teamproto.NewProducer(ctx, a.job, d.Produce)
+		r.st.Changed = true
 		r.unlock()
 		r.role.dispatching(d)
 	}
@@ -354,7 +357,7 @@ func (a *Agent) waitDelivered(ctx context.Context, jobs jetstream.KeyValue, disp
 				if ended := checkJob(ctx, jobs, id); ended != nil {
 					return ended
 				}
-				return fmt.Errorf("%w: job %s: %w", ErrJobEnded, id, err)
+				return fmt.Errorf("%w: job %s: %w", readerstate.ErrJobEnded, id, err)
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -397,7 +400,7 @@ func (a *Agent) allDone() bool {
 // records its position once more. (The dispatcher has returned its
 // unsettled tasks to the queue.)
 func (a *Agent) release(err error) {
-	if err == nil || errors.Is(err, ErrJobEnded) {
+	if err == nil || errors.Is(err, readerstate.ErrJobEnded) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -414,21 +417,21 @@ func (a *Agent) release(err error) {
 // has it recorded. Settling a task the dispatcher does not hold (settled
 // before, its copy come again and gone) does nothing, so a task delivered
 // again after its shard was recorded settles as soon as its end comes.
-func (a *Agent) shardsRecorded(shards []shardRef) {
+func (a *Agent) shardsRecorded(shards []assembly.ShardRef) {
 	d := a.disp.Load()
 	if d == nil {
 		return
 	}
 	for _, s := range shards {
 		if a.everyReaderRecorded(s) {
-			d.Settle(s.epoch, s.shard)
+			d.Settle(s.Epoch, s.Shard)
 		}
 	}
 }
 
-func (a *Agent) everyReaderRecorded(s shardRef) bool {
+func (a *Agent) everyReaderRecorded(s assembly.ShardRef) bool {
 	for _, r := range a.readers {
-		if !r.recorded.has(s) {
+		if !r.recorded.Has(s) {
 			return false
 		}
 	}
@@ -468,7 +471,7 @@ func (a *Agent) watchJob(ctx context.Context, jobs jetstream.KeyValue) {
 			}
 			err := jobEnded(a.job.Spec.ID, e)
 			if err == nil && a.succeededWithoutMe(e) {
-				err = fmt.Errorf("%w: job %s succeeded: another agent delivered what this one had not", ErrJobEnded, a.job.Spec.ID)
+				err = fmt.Errorf("%w: job %s succeeded: another agent delivered what this one had not", readerstate.ErrJobEnded, a.job.Spec.ID)
 			}
 			if err != nil {
 				a.log.Warn("stopping", "reason", err)
@@ -550,7 +553,7 @@ var _ dispatch.Sink = (*sink)(nil)
 
 // Room: some reader wants more and the chunks held stay within the job's
 // output buffer, not counting those of readers that lag (they keep no
-// new shard: lag.go).
+// new shard: assembly's lag.go).
 func (s *sink) Room() bool {
 	held := make([]int64, len(s.readers))
 	wants := make([]bool, len(s.readers))
@@ -562,7 +565,7 @@ func (s *sink) Room() bool {
 	if bound == 0 {
 		bound = buffer / 2
 	}
-	lag := shedding(held, wants, bound)
+	lag := assembly.Shedding(held, wants, bound)
 	var kept int64
 	want := false
 	for i, r := range s.readers {
@@ -595,12 +598,12 @@ func (s *sink) End(task wire.ShardTask, end wire.ShardEnd) {
 	// after its settle was lost) settles at once; others once recorded (a
 	// member's position is its planner's: it records none, and settles
 	// what the planner says is complete).
-	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
+	(*Agent)(s).shardsRecorded([]assembly.ShardRef{{Epoch: task.Epoch, Shard: task.Shard}})
 }
 
 func (s *sink) Failed(task wire.ShardTask, reason string) {
 	for _, r := range s.readers {
 		r.role.end(task, nil, reason)
 	}
-	(*Agent)(s).shardsRecorded([]shardRef{{task.Epoch, task.Shard}})
+	(*Agent)(s).shardsRecorded([]assembly.ShardRef{{Epoch: task.Epoch, Shard: task.Shard}})
 }

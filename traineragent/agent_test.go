@@ -20,8 +20,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/dispatch"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -133,14 +137,14 @@ func drain(t *testing.T, next func(context.Context) (Batch, error)) []Batch {
 		if err != nil {
 			t.Fatalf("after %d batches: %v", len(out), err)
 		}
-		checkBatch(t, b)
+		fixture.CheckBatch(t, b)
 		out = append(out, b)
 	}
 }
 
 // checkDelivery asserts every sample of the layout arrived once per epoch,
 // in batches of one epoch each, full but for each epoch's last.
-func checkDelivery(t *testing.T, job wire.Job, l layout, batches []Batch) {
+func checkDelivery(t *testing.T, job wire.Job, l fixture.Layout, batches []Batch) {
 	t.Helper()
 	want := map[string]bool{}
 	perEpoch := 0
@@ -148,7 +152,7 @@ func checkDelivery(t *testing.T, job wire.Job, l layout, batches []Batch) {
 		for s, chunks := range l {
 			for c, n := range chunks {
 				for i := range n {
-					want[fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))] = true
+					want[fmt.Sprintf("%d/%s", e, fixture.SampleKey(s, c, i))] = true
 				}
 			}
 		}
@@ -188,8 +192,8 @@ func checkDelivery(t *testing.T, job wire.Job, l layout, batches []Batch) {
 
 func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
-	job := testJob("job-1", 2, 4, l)
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}} // 15 samples per epoch
+	job := fixture.Job("job-1", 2, 4, l)
 	reg := prometheus.NewRegistry()
 	a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, NewMetrics(reg), reg)
 	if err != nil {
@@ -204,10 +208,10 @@ func TestAgentDeliversEveryEpochExactlyOnce(t *testing.T) {
 	// The agent may start before the job is submitted.
 	wait := runAgent(t, a)
 	rng := rand.New(rand.NewPCG(7, 7))
-	var order []shardRef
+	var order []assembly.ShardRef
 	for ep := range job.Spec.Epochs {
 		for s := range job.Shards {
-			order = append(order, shardRef{ep, s})
+			order = append(order, assembly.ShardRef{Epoch: ep, Shard: s})
 		}
 	}
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -293,8 +297,8 @@ func prometheusCounter(reg *prometheus.Registry, name string) (float64, error) {
 
 func TestAgentTakesNoTaskWhileItsBufferIsFull(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{4}, {4}, {4}, {4}, {4}, {4}} // 24 samples in shards of one chunk of 4
-	job := testJob("slow", 1, 4, l)
+	l := fixture.Layout{{4}, {4}, {4}, {4}, {4}, {4}} // 24 samples in shards of one chunk of 4
+	job := fixture.Job("slow", 1, 4, l)
 	f := newFunction(t, job, l)
 	e.submit(t, job, f, 1)
 	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 8, DemandInterval: 20 * time.Millisecond}, nil, nil, nil)
@@ -333,7 +337,7 @@ func TestAgentTakesNoTaskWhileItsBufferIsFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBatch(t, b)
+	fixture.CheckBatch(t, b)
 	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if st := a.Stats(); st.SamplesArrived <= 8 {
 			return fmt.Errorf("%d samples arrived after a batch was taken, want more", st.SamplesArrived)
@@ -352,8 +356,8 @@ func TestAgentTakesNoTaskWhileItsBufferIsFull(t *testing.T) {
 
 func TestAgentNextReportsStallAndStop(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{2}}
-	job := testJob("idle", 1, 2, l)
+	l := fixture.Layout{{2}}
+	job := fixture.Job("idle", 1, 2, l)
 	e.record(t, job)
 	a, err := New(e.nc, e.js, job, Options{DemandInterval: 10 * time.Millisecond, GPU: fixedGPU(0.42)}, nil, nil, nil)
 	if err != nil {
@@ -392,7 +396,7 @@ func TestAgentNextReportsStallAndStop(t *testing.T) {
 	if err := <-runErr; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run after cancel = %v, want context.Canceled", err)
 	}
-	if _, err := a.Next(context.Background()); !errors.Is(err, ErrStopped) {
+	if _, err := a.Next(context.Background()); !errors.Is(err, readerstate.ErrStopped) {
 		t.Errorf("Next after Run stopped = %v, want ErrStopped", err)
 	}
 	if err := a.Run(context.Background()); err == nil {
@@ -402,8 +406,8 @@ func TestAgentNextReportsStallAndStop(t *testing.T) {
 
 func TestAgentHTTP(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3}, {2}}
-	job := testJob("http", 1, 2, l)
+	l := fixture.Layout{{3}, {2}}
+	job := fixture.Job("http", 1, 2, l)
 	e.submit(t, job, newFunction(t, job, l), 2)
 	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
@@ -429,7 +433,7 @@ func TestAgentHTTP(t *testing.T) {
 		}
 		switch resp.StatusCode {
 		case http.StatusOK:
-			return DecodeBatch(body)
+			return assembly.DecodeBatch(body)
 		case http.StatusGone:
 			return Batch{}, io.EOF
 		}
@@ -461,7 +465,7 @@ func TestAgentHTTP(t *testing.T) {
 
 func TestNewRejectsBadJobs(t *testing.T) {
 	e := newEnv(t)
-	twoReaders := testJob("j", 1, 1, layout{{1}})
+	twoReaders := fixture.Job("j", 1, 1, fixture.Layout{{1}})
 	twoReaders.Spec.Readers = []string{"a", "b"}
 	for _, tc := range []struct {
 		name string
@@ -469,13 +473,13 @@ func TestNewRejectsBadJobs(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"bad id", testJob("a b", 1, 1, layout{{1}}), Options{}, ""},
-		{"no batch size", testJob("j", 1, 0, layout{{1}}), Options{}, ""},
-		{"no epochs", testJob("j", 0, 1, layout{{1}}), Options{}, ""},
-		{"negative prefetch", testJob("j", 1, 1, layout{{1}}), Options{PrefetchSamples: -1}, ""},
-		{"ranks without a world size", testJob("j", 1, 1, layout{{1}}), Options{Ranks: []int{0}}, "world size"},
-		{"a rank beyond the world", testJob("j", 1, 1, layout{{1}}), Options{WorldSize: 2, Ranks: []int{2}}, "rank 2"},
-		{"a rank twice", testJob("j", 1, 1, layout{{1}}), Options{WorldSize: 4, Ranks: []int{1, 1}}, "twice"},
+		{"bad id", fixture.Job("a b", 1, 1, fixture.Layout{{1}}), Options{}, ""},
+		{"no batch size", fixture.Job("j", 1, 0, fixture.Layout{{1}}), Options{}, ""},
+		{"no epochs", fixture.Job("j", 0, 1, fixture.Layout{{1}}), Options{}, ""},
+		{"negative prefetch", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{PrefetchSamples: -1}, ""},
+		{"ranks without a world size", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{Ranks: []int{0}}, "world size"},
+		{"a rank beyond the world", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{WorldSize: 2, Ranks: []int{2}}, "rank 2"},
+		{"a rank twice", fixture.Job("j", 1, 1, fixture.Layout{{1}}), Options{WorldSize: 4, Ranks: []int{1, 1}}, "twice"},
 		{"a team of a job with two readers", twoReaders, Options{WorldSize: 4, Ranks: []int{0, 1}}, "one reader"},
 	} {
 		_, err := New(e.nc, e.js, tc.job, tc.opts, nil, nil, nil)
@@ -495,10 +499,10 @@ func (g fixedGPU) Utilization() (float64, error) { return float64(g), nil }
 // other samples and its 410, not a wait for samples that will not come.
 func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3, 2}, {4}, {1, 2, 3}}
-	job := testJob("gone-shard", 1, 4, l)
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}}
+	job := fixture.Job("gone-shard", 1, 4, l)
 	f := newFunction(t, job, l)
-	f.status = map[shardRef]int{{0, 1}: http.StatusNotFound}
+	f.status = map[assembly.ShardRef]int{{Epoch: 0, Shard: 1}: http.StatusNotFound}
 	e.submit(t, job, f, 2)
 	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
@@ -538,5 +542,18 @@ func TestAShardThatFailsForGoodEndsItsEpoch(t *testing.T) {
 	}
 	if n := e.taskBacklog(t, job.Spec.ID); n != 0 {
 		t.Errorf("%d tasks left unsettled, want 0", n)
+	}
+}
+
+// TestDispatchLoad: the work an agent's demand reports counts what its
+// queue no longer shows: shards produced again and replays not started,
+// so that the autoscaler keeps or brings back a replica for them.
+func TestDispatchLoad(t *testing.T) {
+	inFlight, pending := dispatchLoad(dispatch.Stats{InFlight: 2, Producing: 1, Queued: 5, Replays: 3, Held: 9, Share: 4})
+	if inFlight != 3 || pending != 8 {
+		t.Errorf("in flight %d, pending %d; want 3 and 8", inFlight, pending)
+	}
+	if inFlight, pending := dispatchLoad(dispatch.Stats{Producing: 1}); inFlight != 1 || pending != 0 {
+		t.Errorf("a production alone: in flight %d, pending %d; want 1 and 0", inFlight, pending)
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -31,7 +33,7 @@ func BenchmarkAgentMBChunks(b *testing.B) {
 	const shards, chunksPerShard, perChunk = 4, 5, 20
 	e := benchEnv(b)
 	nc, js := e.nc, e.js
-	l := make(layout, shards)
+	l := make(fixture.Layout, shards)
 	for s := range l {
 		l[s] = make([]int, chunksPerShard)
 	}
@@ -41,7 +43,7 @@ func BenchmarkAgentMBChunks(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer() // preprocessing is the functions' work, not the agent's
 		id := fmt.Sprintf("bench-%d", i)
-		job := testJob(id, 1, 32, l)
+		job := fixture.Job(id, 1, 32, l)
 		msgs, size := imageNetOutput(b, id, shards, chunksPerShard, perChunk)
 		bytes += size
 		e.submit(b, job, newFunctionOf(b, job, msgs), 2)
@@ -96,12 +98,12 @@ func BenchmarkNextRecordsPosition(b *testing.B) {
 	for i := range chunks {
 		chunks[i] = 10
 	}
-	l := layout{chunks} // 1000 samples
+	l := fixture.Layout{chunks} // 1000 samples
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		job := testJob(fmt.Sprintf("pos-%d", i), 1, 1, l)
+		job := fixture.Job(fmt.Sprintf("pos-%d", i), 1, 1, l)
 		e.submit(b, job, newFunction(b, job, l), 2)
 		a, err := New(nc, js, job, Options{}, nil, nil, nil)
 		if err != nil {
@@ -139,7 +141,7 @@ func BenchmarkServeBatchesOverHTTP(b *testing.B) {
 	const shards, chunksPerShard, perChunk, batch = 4, 8, 32, 256
 	e := benchEnv(b)
 	nc, js := e.nc, e.js
-	l := make(layout, shards)
+	l := make(fixture.Layout, shards)
 	for s := range l {
 		l[s] = make([]int, chunksPerShard)
 	}
@@ -149,7 +151,7 @@ func BenchmarkServeBatchesOverHTTP(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		id := fmt.Sprintf("http-%d", i)
-		job := testJob(id, 1, batch, l)
+		job := fixture.Job(id, 1, batch, l)
 		msgs, _ := imageNetOutput(b, id, shards, chunksPerShard, perChunk)
 		e.submit(b, job, newFunctionOf(b, job, msgs), 2)
 		a, err := New(nc, js, job, Options{PrefetchSamples: shards * chunksPerShard * perChunk}, nil, nil, nil)
@@ -226,16 +228,16 @@ func benchEnv(b *testing.B) env {
 // imageNetOutput is the output of job id's shards as functions make it:
 // chunksPerShard chunks of perChunk uint8 224x224x3 samples (zeros) each,
 // then the shard's end; and the chunks' bytes.
-func imageNetOutput(b *testing.B, id string, shards, chunksPerShard, perChunk int) ([]outputMsg, int64) {
+func imageNetOutput(b *testing.B, id string, shards, chunksPerShard, perChunk int) ([]fixture.OutputMsg, int64) {
 	img := make([]byte, perChunk*224*224*3)
 	lab := make([]byte, perChunk*8)
-	var msgs []outputMsg
+	var msgs []fixture.OutputMsg
 	var bytes int64
 	for s := range shards {
 		for c := range chunksPerShard {
 			keys := make([]string, perChunk)
 			for k := range keys {
-				keys[k] = sampleKey(s, c, k)
+				keys[k] = fixture.SampleKey(s, c, k)
 			}
 			kj, _ := json.Marshal(keys)
 			data, err := safetensors.Encode([]safetensors.Tensor{
@@ -246,10 +248,10 @@ func imageNetOutput(b *testing.B, id string, shards, chunksPerShard, perChunk in
 				b.Fatal(err)
 			}
 			bytes += int64(len(data))
-			msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: c}, data})
+			msgs = append(msgs, fixture.OutputMsg{Ref: wire.ChunkRef{Job: id, Shard: s, Chunk: c}, Data: data})
 		}
 		end, _ := json.Marshal(wire.ShardEnd{Job: id, Shard: s, Chunks: chunksPerShard})
-		msgs = append(msgs, outputMsg{wire.ChunkRef{Job: id, Shard: s, Chunk: -1}, end})
+		msgs = append(msgs, fixture.OutputMsg{Ref: wire.ChunkRef{Job: id, Shard: s, Chunk: -1}, Data: end})
 	}
 	return msgs, bytes
 }
@@ -263,7 +265,7 @@ func imageNetOutput(b *testing.B, id string, shards, chunksPerShard, perChunk in
 // buffer per tensor first, as it did before (stack).
 func BenchmarkAssembleAndWrite(b *testing.B) {
 	const shards, chunksPerShard, perChunk, batch = 2, 8, 26, 256
-	job := testJob("aw", 1, batch, make(layout, shards))
+	job := fixture.Job("aw", 1, batch, make(fixture.Layout, shards))
 	msgs, size := imageNetOutput(b, "aw", shards, chunksPerShard, perChunk)
 	meta := map[string]string{wire.MetaBatchJob: "aw"}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -297,28 +299,28 @@ func BenchmarkAssembleAndWrite(b *testing.B) {
 			b.SetBytes(size)
 			b.ReportAllocs()
 			for b.Loop() {
-				a := newAssembler(job)
+				a := assembly.NewAssembler(job)
 				for _, m := range msgs {
-					out, err := applySent(a, m, true)
+					out, err := fixture.ApplySent(a, m, true)
 					if err != nil {
 						b.Fatal(err)
 					}
-					for _, rb := range out.batches {
-						a.handOut(rb)
+					for _, rb := range out.Batches {
+						a.HandOut(rb)
 						bt := rb.Batch
 						if mode == "copy" {
-							bt.materialize()
+							bt.Materialize()
 						}
-						head, _, err := bt.header(meta)
+						head, _, err := bt.Header(meta)
 						if err == nil {
-							err = bt.write(bc.to, head)
+							err = bt.WriteFile(bc.to, head)
 						}
 						if err != nil {
 							b.Fatal(err)
 						}
 					}
 				}
-				if !a.allFinished() {
+				if !a.AllFinished() {
 					b.Fatal("not every row handed out")
 				}
 			}

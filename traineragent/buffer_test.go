@@ -13,6 +13,8 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -39,14 +41,14 @@ func TestIntakeRoom(t *testing.T) {
 
 // wideOutputs is every message of a one-epoch job of shards chunks
 // chunks of rows rows each, a row rowBytes bytes.
-func wideOutputs(t testing.TB, job wire.Job, shards, chunks, rows, rowBytes int) []outputMsg {
+func wideOutputs(t testing.TB, job wire.Job, shards, chunks, rows, rowBytes int) []fixture.OutputMsg {
 	t.Helper()
-	var out []outputMsg
+	var out []fixture.OutputMsg
 	for s := range shards {
 		for c := range chunks {
 			keys := make([]string, rows)
 			for i := range keys {
-				keys[i] = rowKey(s, c*rows+i)
+				keys[i] = fixture.RowKey(s, c*rows+i)
 			}
 			kj, _ := json.Marshal(keys)
 			data, err := safetensors.Encode([]safetensors.Tensor{{Name: "x", DType: safetensors.U8, Shape: []int{rows, rowBytes}, Data: make([]byte, rows*rowBytes)}},
@@ -55,10 +57,10 @@ func wideOutputs(t testing.TB, job wire.Job, shards, chunks, rows, rowBytes int)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, outputMsg{wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: c}, data})
+			out = append(out, fixture.OutputMsg{Ref: wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: c}, Data: data})
 		}
 		end, _ := json.Marshal(wire.ShardEnd{Job: job.Spec.ID, Shard: s, Chunks: chunks, Samples: chunks * rows})
-		out = append(out, outputMsg{wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: -1}, end})
+		out = append(out, fixture.OutputMsg{Ref: wire.ChunkRef{Job: job.Spec.ID, Shard: s, Chunk: -1}, Data: end})
 	}
 	return out
 }
@@ -73,11 +75,11 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 		inFlight                       = 4
 	)
 	e := newEnv(t)
-	job := testJob("buffered", 1, 8, make(layout, shards))
+	job := fixture.Job("buffered", 1, 8, make(fixture.Layout, shards))
 	job.Spec.ChunkMaxBytes = 64 << 10
 	job.Spec.OutputBufferBytes = 4 * 64 << 10
 	msgs := wideOutputs(t, job, shards, chunks, rows, rowBytes)
-	chunk := int64(len(msgs[0].data))
+	chunk := int64(len(msgs[0].Data))
 	f := newFunctionOf(t, job, msgs)
 	// The replies wait until the agent has sent 4 tasks: it takes them
 	// while its buffer is empty.
@@ -117,7 +119,7 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 		r := a.readers[0]
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.st.asm.heldBytes
+		return r.st.Asm.HeldBytes
 	}
 	var most int64
 	testenv.CheckFor(t, 20*time.Second, 5*time.Millisecond, func() error {
@@ -157,7 +159,7 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 	}
 	for s := range shards {
 		for r := range chunks * rows {
-			if n := seen[rowKey(s, r)]; n != 1 {
+			if n := seen[fixture.RowKey(s, r)]; n != 1 {
 				t.Fatalf("row %d of shard %d handed out %d times, want once", r, s, n)
 			}
 		}
@@ -170,39 +172,39 @@ func TestAgentHoldsNoMoreThanItsOutputBuffer(t *testing.T) {
 // TestBatchWrittenFromRunsIsItsFile: a batch of rows of several chunks,
 // written from the chunks' bytes, is the file Encode makes of its copy.
 func TestBatchWrittenFromRunsIsItsFile(t *testing.T) {
-	var samples []sample
+	var samples []assembly.Sample
 	for c, n := range []int{3, 4} {
 		keys := make([]string, n)
 		for i := range keys {
-			keys[i] = sampleKey(0, c, i)
+			keys[i] = fixture.SampleKey(0, c, i)
 		}
-		rows, _, err := splitChunk(chunkBytes(t, "j", 0, 0, c, keys))
+		rows, _, err := assembly.SplitChunk(fixture.ChunkBytes(t, "j", 0, 0, c, keys))
 		if err != nil {
 			t.Fatal(err)
 		}
 		samples = append(samples, rows[1:]...) // runs not at a chunk's start
 	}
-	rows, sc, err := splitChunk(chunkBytes(t, "j", 0, 0, 0, []string{sampleKey(0, 0, 0), sampleKey(0, 0, 1), sampleKey(0, 0, 2)}))
+	rows, sc, err := assembly.SplitChunk(fixture.ChunkBytes(t, "j", 0, 0, 0, []string{fixture.SampleKey(0, 0, 0), fixture.SampleKey(0, 0, 1), fixture.SampleKey(0, 0, 2)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	samples = append(samples, rows[0]) // a run of another decode of a chunk
-	b := stack(0, sc, samples).Batch
-	if len(b.runs) != 2 || len(b.runs[0]) != 3 {
-		t.Fatalf("runs %d, of image %d: want 2 tensors of 3 runs", len(b.runs), len(b.runs[0]))
+	b := assembly.Stack(0, sc, samples).Batch
+	if len(b.Runs) != 2 || len(b.Runs[0]) != 3 {
+		t.Fatalf("runs %d, of image %d: want 2 tensors of 3 runs", len(b.Runs), len(b.Runs[0]))
 	}
 	meta := map[string]string{wire.MetaBatchJob: "j"}
-	head, size, err := b.header(meta)
+	head, size, err := b.Header(meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got bytes.Buffer
-	if err := b.write(&got, head); err != nil {
+	if err := b.WriteFile(&got, head); err != nil {
 		t.Fatal(err)
 	}
 	whole := b
-	whole.materialize()
-	checkBatch(t, whole)
+	whole.Materialize()
+	fixture.CheckBatch(t, whole)
 	want, err := safetensors.Encode(whole.Tensors, meta)
 	if err != nil {
 		t.Fatal(err)

@@ -9,18 +9,24 @@
 // its own process. No preprocessed byte passes through NATS: JetStream
 // holds only tasks, positions, job records and signals.
 //
-// Files: agent.go (the Agent: its dispatcher as the readers' sink, the
-// settling of tasks, demand), state.go (a reader's bookkeeping,
-// readerState: no lock, no I/O), reader.go (the Reader, the shell around
-// it: the lock, waiters, logs, metrics; and the agent's lock order),
-// role.go (a reader's role: a lone agent, a team's planner or member),
-// stepper.go and ranks.go (steps per rank), store.go, posstore.go
-// and recorded.go (the position: loading, writing, what it has
-// complete), resume.go and replayset.go (resume), lag.go (shedding),
-// mix.go (the order of a mixed job's rows: docs/mixing.md),
-// team.go, teamplan.go, teamserve.go, member.go and cut.go (a reader's
-// team of agents, one per node).
-//
+// Packages, from the ground up (each imports only those below it;
+// test/layout TestTrainerAgentFloors): internal/stepplan (the pure rank
+// policies: a lone agent's steps, a team's), internal/assembly (batch
+// assembly: chunks in, batches out in the schedule's order, mixing, the
+// position and a resume's replay set, lag shedding), internal/demand (the
+// demand signals: stall window, step reports, GPU meter), beside them;
+// internal/readerstate (a reader's plain state: no lock, no I/O, times
+// given: the ranks, the step policy, the team's state, the generations of
+// ranks and a resume's rewind, Stats); internal/teamproto (the team
+// protocol: the envelope and its MAC, a member agent's side, the producer
+// of chunks made again); and this package, the shell: agent.go (the
+// Agent: its dispatcher as the readers' sink, the settling of tasks,
+// demand), reader.go (the Reader around its state: the lock, waiters,
+// logs, metrics; and the agent's lock order), role.go (a reader's role: a
+// lone agent, a team's planner or member), teamserve.go (the planner
+// answering its members), store.go and posstore.go (the position's KV),
+// resume.go (a resume's I/O), http.go (the HTTP API).
+
 // Readers: a job declares its readers (wire.JobSpec.Readers; one per
 // trainer or sweep trial), and an agent serves all of them, each a Reader
 // with its own position, ranks and HTTP API (/r/NAME/v1/...; the first
@@ -30,7 +36,7 @@
 // row of it as handed out, or noted it owed (below), and the agent takes
 // no task while the chunks its readers hold fill the job's output buffer
 // (OutputBufferBytes). A lagging reader does not set the others' pace
-// (lag.go): while its prefetch is full, it holds half the buffer and
+// (assembly's lag.go): while its prefetch is full, it holds half the buffer and
 // another reader wants more, it keeps nothing of shards it has not
 // started and notes them owed; when its ranks reach them it asks for them
 // again, produced for it alone (the other readers drop the copies).
@@ -38,7 +44,7 @@
 // Ranks: by default one agent serves every rank of each reader (ranks on
 // other nodes reach it over TCP). The job's batch size is per rank. The
 // assembler cuts batches of that size per epoch; the rank layer
-// (planStep, a pure policy) groups world-size consecutive batches of one
+// (stepplan.Step, a pure policy) groups world-size consecutive batches of one
 // epoch into a global step and gives rank r the r-th. Epochs go to the
 // ranks strictly in order. When an epoch is cut and fewer than a full
 // step of samples (n) remain, they form its last step, split so that
@@ -51,16 +57,17 @@
 // else by the first request; another world size gets 409 until a resume
 // changes it. Next is rank 0 of a world of 1.
 //
-// Teams (team.go, teamplan.go, teamserve.go, member.go, cut.go): with
+// Teams (readerstate.TeamState, stepplan.TeamStep, teamserve.go,
+// teamproto.Member): with
 // Options.Ranks an agent serves only its node's ranks, and the agents of
 // one reader form its team, sharing the job's queue (a fast node takes
 // more shards) and each keeping the bytes of what it took. The agent
 // serving rank 0 plans: the others (members) tell it each chunk's row count
 // over core NATS requests (wire.TeamSubject), and it runs the reader as
 // above (positions, resume, settling, the done key) with every batch
-// labelled by the agent holding it. The team policy (planTeamStep) gives
+// labelled by the agent holding it. The team policy (stepplan.TeamStep) gives
 // each rank its own agent's next full batch; once an epoch is cut its
-// rest is planned at once (planRest): full steps, then the tail split
+// rest is planned at once (stepplan.Rest): full steps, then the tail split
 // evenly over all ranks, each rank taking its own agent's rows while its
 // agent has rows its ranks need, and the surplus of others otherwise.
 // Rows are drawn from each agent's front, step by step, so every chunk's
@@ -99,11 +106,11 @@
 // before returning the part. A shard's task is settled (acked to the queue)
 // only once every reader's recorded position has the shard complete; until
 // then the dispatcher keeps it alive. Each part carries that position
-// (metadata "position"). The position (see position) holds, per
+// (metadata "position"). The position (assembly.Position) holds, per
 // unfinished epoch, the complete shards as ranges or a bitmap, the shard
 // ends seen, the chunks handed out in full, the leading rows handed out of
 // the others and the shards being replayed (and in a mixed job the rows
-// handed out per source, which order what comes next: mix.go); finished
+// handed out per source, which order what comes next: assembly's mix.go); finished
 // epochs are a count. A restarted agent loads it, drops what was handed
 // out, skips the rows already handed out of chunks that come again, and
 // sends again the shards it notes as replayed.
@@ -117,7 +124,7 @@
 // took (the client's state dict, State) and, restarted, posts it to
 // POST /v1/resume. The reader's recorded position is at or past it; every
 // shard the recorded position has anything of beyond the state's, or that
-// the reader holds chunks of (replaySet), is produced again (the agent
+// the reader holds chunks of (assembly.ReplaySet), is produced again (the agent
 // sends it itself: dispatch.Replay), and the state's position, with those
 // shards noted as replayed, becomes the reader's: every sample the
 // checkpointed model had not consumed comes exactly once, to the new world
@@ -154,7 +161,7 @@
 // batch do not count against the prefetch, so an epoch can always
 // complete.
 //
-// Stall accounting (demand.go, steptime.go, gpu.go): without step reports
+// Stall accounting (package demand): without step reports
 // the time the trainer spends blocked in Next (or in GET /v1/batch) is its
 // wait: the share of a demand interval during which at least one caller
 // was blocked, an ongoing block included. Clients that report step times

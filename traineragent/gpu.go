@@ -1,102 +1,15 @@
 package traineragent
 
 import (
-	"context"
 	"log/slog"
-	"sync"
-	"time"
+
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
 )
 
-// GPUSampler reads the current GPU utilisation in [0,1], averaged over the
-// machine's GPUs. OpenNVML gives one backed by NVIDIA's NVML.
-type GPUSampler interface {
-	Utilization() (float64, error)
-}
+// GPUSampler reads the GPU's utilisation for the demand signal
+// (Options.GPU); its readers live with the signals, in demand.
+type GPUSampler = demand.GPUSampler
 
-// gpuSamplesPerWindow is how many times a demand window reads the GPU.
-// NVML's utilisation covers only its last sample period (1/6 s to 1 s by
-// GPU), so a single reading per one-second window sees a sixth of it on
-// some GPUs; a reading costs microseconds, so several are cheap.
-const gpuSamplesPerWindow = 4
-
-// gpuMinSampleEvery is NVML's shortest sample period: reading faster only
-// reads the same period again.
-const gpuMinSampleEvery = time.Second / 6
-
-// gpuMeter averages a GPUSampler's readings over each demand window.
-type gpuMeter struct {
-	gpu   GPUSampler // nil: no GPU to read
-	every time.Duration
-	log   *slog.Logger
-
-	mu      sync.Mutex // a leaf (see Reader): nothing is locked under it
-	sum     float64    // readings since the last take
-	n       int
-	failing bool // the last reading failed (logged once per run of failures)
-}
-
-func newGPUMeter(gpu GPUSampler, window time.Duration, logger *slog.Logger) *gpuMeter {
-	return &gpuMeter{gpu: gpu, every: max(window/gpuSamplesPerWindow, gpuMinSampleEvery), log: logger}
-}
-
-// run reads the GPU every g.every until ctx ends.
-func (g *gpuMeter) run(ctx context.Context) {
-	if g.gpu == nil {
-		return
-	}
-	t := time.NewTicker(g.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			g.sample()
-		}
-	}
-}
-
-// sample takes one reading.
-func (g *gpuMeter) sample() {
-	u, err := g.gpu.Utilization()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if err != nil {
-		if !g.failing {
-			g.log.Warn("reading gpu utilisation", "err", err)
-		}
-		g.failing = true
-		return
-	}
-	if g.failing {
-		g.log.Info("reading gpu utilisation again")
-	}
-	g.failing = false
-	g.sum += min(max(u, 0), 1)
-	g.n++
-}
-
-// take returns the mean of the readings since the last take and starts
-// over; with none yet (a window shorter than a reading's period, or run
-// not started) it reads once. It returns -1 when there is no GPU or no
-// reading succeeded: the demand signal then says "no GPU" rather than
-// "idle GPU".
-func (g *gpuMeter) take() float64 {
-	if g.gpu == nil {
-		return -1
-	}
-	g.mu.Lock()
-	n := g.n
-	g.mu.Unlock()
-	if n == 0 {
-		g.sample()
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.n == 0 {
-		return -1
-	}
-	mean := g.sum / float64(g.n)
-	g.sum, g.n = 0, 0
-	return mean
-}
+// OpenNVML opens NVIDIA's NVML as a GPUSampler (an error where the agent
+// was built without cgo or no NVML is found); the func closes it.
+func OpenNVML(logger *slog.Logger) (GPUSampler, func(), error) { return demand.OpenNVML(logger) }

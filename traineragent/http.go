@@ -8,72 +8,12 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 
-	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// Encode writes b as a safetensors file with the job, epoch and keys in its metadata.
-func (b Batch) Encode(job string) ([]byte, error) {
-	b.materialize()
-	meta, err := b.metadata(job)
-	if err != nil {
-		return nil, err
-	}
-	return safetensors.Encode(b.Tensors, meta)
-}
-
-func (b Batch) metadata(job string) (map[string]string, error) {
-	keys, err := json.Marshal(b.Keys)
-	if err != nil {
-		return nil, fmt.Errorf("encoding batch keys: %w", err)
-	}
-	meta := map[string]string{
-		wire.MetaBatchJob:   job,
-		wire.MetaBatchEpoch: strconv.Itoa(b.Epoch),
-		wire.MetaBatchKeys:  string(keys),
-	}
-	if b.Sources != nil {
-		sources, err := json.Marshal(b.Sources)
-		if err != nil {
-			return nil, fmt.Errorf("encoding batch sources: %w", err)
-		}
-		meta[wire.MetaBatchSources] = string(sources)
-	}
-	return meta, nil
-}
-
-// DecodeBatch reads a batch written by Batch.Encode; tensors alias data and
-// come sorted by name.
-func DecodeBatch(data []byte) (Batch, error) {
-	f, err := safetensors.Decode(data)
-	if err != nil {
-		return Batch{}, err
-	}
-	var b Batch
-	if b.Epoch, err = strconv.Atoi(f.Metadata[wire.MetaBatchEpoch]); err != nil {
-		return Batch{}, fmt.Errorf("batch metadata %q: %w", wire.MetaBatchEpoch, err)
-	}
-	if err := json.Unmarshal([]byte(f.Metadata[wire.MetaBatchKeys]), &b.Keys); err != nil {
-		return Batch{}, fmt.Errorf("batch metadata %q: %w", wire.MetaBatchKeys, err)
-	}
-	if src, ok := f.Metadata[wire.MetaBatchSources]; ok {
-		if err := json.Unmarshal([]byte(src), &b.Sources); err != nil || len(b.Sources) != len(b.Keys) {
-			return Batch{}, fmt.Errorf("batch metadata %q: want one source per key: %v", wire.MetaBatchSources, err)
-		}
-	}
-	names := make([]string, 0, len(f.Tensors))
-	for name := range f.Tensors {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		b.Tensors = append(b.Tensors, f.Tensors[name])
-	}
-	return b, nil
-}
 
 // Handler serves the agent to a trainer's ranks in other processes:
 //
@@ -116,7 +56,7 @@ func (a *Reader) Handler() http.Handler {
 
 // parseBatchQuery reads GET /v1/batch's parameters; report is nil when
 // the client sent none.
-func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err error) {
+func parseBatchQuery(q url.Values) (req readerstate.RankRequest, report *demand.StepReport, err error) {
 	intParam := func(name string, lo, hi int) (int, bool, error) {
 		v := q.Get(name)
 		if v == "" {
@@ -142,21 +82,21 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 	var errs []error
 	var ok [3]bool
 	var e error
-	req.rank, _, e = intParam(wire.AgentParamRank, 0, MaxWorldSize-1)
+	req.Rank, _, e = intParam(wire.AgentParamRank, 0, readerstate.MaxWorldSize-1)
 	errs = append(errs, e)
-	req.world, _, e = intParam(wire.AgentParamWorldSize, 1, MaxWorldSize)
+	req.World, _, e = intParam(wire.AgentParamWorldSize, 1, readerstate.MaxWorldSize)
 	errs = append(errs, e)
 	switch v := q.Get(wire.AgentParamDropLast); v {
 	case "":
 	case "1", "true":
-		req.dropLast = new(bool)
-		*req.dropLast = true
+		req.DropLast = new(bool)
+		*req.DropLast = true
 	case "0", "false":
-		req.dropLast = new(bool)
+		req.DropLast = new(bool)
 	default:
 		errs = append(errs, fmt.Errorf("drop_last=%q: want 0 or 1", v))
 	}
-	var r StepReport
+	var r demand.StepReport
 	var steps int
 	steps, ok[0], e = intParam(wire.AgentParamSteps, 0, math.MaxInt32)
 	errs = append(errs, e)
@@ -168,7 +108,7 @@ func parseBatchQuery(q url.Values) (req rankRequest, report *StepReport, err err
 		return req, nil, err
 	}
 	if ok[0] || ok[1] || ok[2] {
-		r.Rank, r.Steps = req.rank, int64(steps)
+		r.Rank, r.Steps = req.Rank, int64(steps)
 		report = &r
 	}
 	return req, report, nil
@@ -188,13 +128,13 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case errors.Is(err, io.EOF):
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndDelivered)
-		http.Error(w, fmt.Sprintf("job %s: rank %d got every step of every epoch", a.job.Spec.ID, req.rank), http.StatusGone)
+		http.Error(w, fmt.Sprintf("job %s: rank %d got every step of every epoch", a.job.Spec.ID, req.Rank), http.StatusGone)
 		return
-	case errors.Is(err, ErrJobEnded):
+	case errors.Is(err, readerstate.ErrJobEnded):
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
 		return
-	case errors.Is(err, ErrWorldMismatch):
+	case errors.Is(err, readerstate.ErrWorldMismatch):
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	case r.Context().Err() != nil:
@@ -206,20 +146,20 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	b := p.Batch
 	// The file as Encode writes it, without copying the tensors into one
 	// buffer first: a batch is MBs.
-	meta, err := b.metadata(a.job.Spec.ID)
+	meta, err := b.Metadata(a.job.Spec.ID)
 	var head []byte
 	var size int
 	if err == nil {
 		meta[wire.MetaBatchReader] = a.reader
 		meta[wire.MetaBatchStep] = strconv.Itoa(p.Step)
-		meta[wire.MetaBatchRank] = strconv.Itoa(req.rank)
+		meta[wire.MetaBatchRank] = strconv.Itoa(req.Rank)
 		meta[wire.MetaBatchWorldSize] = strconv.Itoa(p.World)
 		meta[wire.MetaBatchLastStep] = strconv.FormatBool(p.Last)
 		meta[wire.MetaBatchPosition] = string(p.Position)
 		if p.Last {
 			meta[wire.MetaBatchEpochFailed] = strconv.FormatInt(p.EpochFailed, 10)
 		}
-		head, size, err = b.header(meta)
+		head, size, err = b.Header(meta)
 	}
 	if err != nil {
 		// The batch is lost to this trainer; say so rather than hide it.
@@ -236,37 +176,13 @@ func (a *Reader) serveBatch(w http.ResponseWriter, r *http.Request) {
 	// The position already counts this batch as delivered: a trainer
 	// that loses it here does not get it from a restarted agent either
 	// (it resumes from its checkpoint instead).
-	if err := b.write(w, head); err != nil {
+	if err := b.WriteFile(w, head); err != nil {
 		// The batch left the agent but not for the trainer: report its samples.
-		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.rank, "samples", len(b.Keys), "err", err)
+		a.log.Warn("writing a batch to the trainer", "epoch", b.Epoch, "rank", req.Rank, "samples", len(b.Keys), "err", err)
 		for _, k := range b.Keys {
 			a.Fail(k, "sending batch to the trainer: "+err.Error())
 		}
 	}
-}
-
-// header is the start of b's safetensors file with meta, and the file's size.
-func (b *Batch) header(meta map[string]string) (head []byte, size int, err error) {
-	lengths := make([]int, len(b.Tensors))
-	for j := range b.Tensors {
-		lengths[j] = b.dataLen(j)
-	}
-	return safetensors.HeaderLengths(b.Tensors, lengths, meta)
-}
-
-// write writes b's file, head then the tensors' data, straight from the
-// chunks it came in.
-func (b *Batch) write(w io.Writer, head []byte) error {
-	_, err := w.Write(head)
-	for j := range b.Tensors {
-		for _, run := range b.data(j) {
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(run)
-		}
-	}
-	return err
 }
 
 // maxStateBytes bounds a resume's body: a state is under 64 KiB at
@@ -277,8 +193,8 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	world := 0
 	if v := r.URL.Query().Get(wire.AgentParamWorldSize); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxWorldSize {
-			http.Error(w, fmt.Sprintf("world_size=%q: want an integer in 1..%d", v, MaxWorldSize), http.StatusBadRequest)
+		if err != nil || n < 1 || n > readerstate.MaxWorldSize {
+			http.Error(w, fmt.Sprintf("world_size=%q: want an integer in 1..%d", v, readerstate.MaxWorldSize), http.StatusBadRequest)
 			return
 		}
 		world = n
@@ -287,8 +203,8 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	// none is older than the agent's resume per rank).
 	v := r.URL.Query().Get(wire.AgentParamRank)
 	rank, err := strconv.Atoi(v)
-	if err != nil || rank < 0 || rank >= MaxWorldSize {
-		http.Error(w, fmt.Sprintf("rank=%q: want the resuming rank, an integer in 0..%d (a client that sends none is older than this agent)", v, MaxWorldSize-1), http.StatusBadRequest)
+	if err != nil || rank < 0 || rank >= readerstate.MaxWorldSize {
+		http.Error(w, fmt.Sprintf("rank=%q: want the resuming rank, an integer in 0..%d (a client that sends none is older than this agent)", v, readerstate.MaxWorldSize-1), http.StatusBadRequest)
 		return
 	}
 	var st State
@@ -299,13 +215,13 @@ func (a *Reader) serveResume(w http.ResponseWriter, r *http.Request) {
 	res, err := a.Resume(r.Context(), st, world, rank, r.URL.Query().Get(wire.AgentParamGeneration))
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrBadState):
+	case errors.Is(err, readerstate.ErrBadState):
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
-	case errors.Is(err, ErrResumeConflict):
+	case errors.Is(err, readerstate.ErrResumeConflict):
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
-	case errors.Is(err, ErrJobEnded):
+	case errors.Is(err, readerstate.ErrJobEnded):
 		w.Header().Set(wire.AgentHeaderEnd, wire.AgentEndEnded)
 		http.Error(w, err.Error(), http.StatusGone)
 		return

@@ -12,6 +12,9 @@ import (
 	"testing"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -39,21 +42,21 @@ func (h httpRank) get(world int, extra string) (int, http.Header, []byte) {
 	return resp.StatusCode, resp.Header, body
 }
 
-// part decodes a 200 body into a rankPart, checking the metadata against
+// part decodes a 200 body into a readerstate.RankPart, checking the metadata against
 // the headers.
-func (h httpRank) part(hdr http.Header, body []byte) rankPart {
+func (h httpRank) part(hdr http.Header, body []byte) readerstate.RankPart {
 	h.t.Helper()
-	b, err := DecodeBatch(body)
+	b, err := assembly.DecodeBatch(body)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	checkBatch(h.t, b)
+	fixture.CheckBatch(h.t, b)
 	f, err := safetensors.Decode(body)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	m := f.Metadata
-	p := rankPart{Batch: b, Position: []byte(m[wire.MetaBatchPosition])}
+	p := readerstate.RankPart{Batch: b, Position: []byte(m[wire.MetaBatchPosition])}
 	p.Step, _ = strconv.Atoi(m[wire.MetaBatchStep])
 	p.World, _ = strconv.Atoi(m[wire.MetaBatchWorldSize])
 	p.Last = m[wire.MetaBatchLastStep] == "true"
@@ -70,7 +73,7 @@ func (h httpRank) part(hdr http.Header, body []byte) rankPart {
 
 func TestRanksOverHTTP(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("http-ranks", 1, 4, rankLayout)
+	job := fixture.Job("http-ranks", 1, 4, rankLayout)
 	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	a, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
@@ -86,7 +89,7 @@ func TestRanksOverHTTP(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("first GET: %d %s", code, body)
 	}
-	parts := [][]rankPart{{r0.part(hdr, body)}, nil}
+	parts := [][]readerstate.RankPart{{r0.part(hdr, body)}, nil}
 	for _, tc := range []struct {
 		name  string
 		rank  httpRank
@@ -110,7 +113,7 @@ func TestRanksOverHTTP(t *testing.T) {
 	// (the trainer restarted, the agent did not): it starts again from
 	// its state, here the job's start, and what the old ranks took is
 	// theirs to lose.
-	state, _ := json.Marshal(State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 2})
+	state, _ := json.Marshal(State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 2})
 	// Each rank of it resumes; the second joins the first's resume.
 	for r := range 2 {
 		resp, err := http.Post(srv.URL+"/v1/resume?world_size=2&rank="+strconv.Itoa(r), "application/json", bytes.NewReader(state))
@@ -123,7 +126,7 @@ func TestRanksOverHTTP(t *testing.T) {
 			t.Errorf("POST /v1/resume of rank %d after a batch: %s %s, want 200 with the rewind", r, resp.Status, msg)
 		}
 	}
-	parts = [][]rankPart{nil, nil}
+	parts = [][]readerstate.RankPart{nil, nil}
 
 	for r, h := range []httpRank{r0, r1} {
 		for {
@@ -141,7 +144,7 @@ func TestRanksOverHTTP(t *testing.T) {
 		}
 	}
 	checkSteps(t, parts, 4, [2]int{0, 0})
-	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
 	// Each shard end lists one failed sample: the last step says so.
 	if last := parts[1][len(parts[1])-1]; last.EpochFailed != int64(len(rankLayout)) {
 		t.Errorf("the last step's epoch_failed %d, want %d", last.EpochFailed, len(rankLayout))
@@ -156,9 +159,9 @@ func TestRanksOverHTTP(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	var st struct {
-		WorldSize      int         `json:"world_size"`
-		DroppedSamples int         `json:"dropped_samples"`
-		Ranks          []RankStats `json:"ranks"`
+		WorldSize      int                     `json:"world_size"`
+		DroppedSamples int                     `json:"dropped_samples"`
+		Ranks          []readerstate.RankStats `json:"ranks"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
@@ -170,7 +173,7 @@ func TestRanksOverHTTP(t *testing.T) {
 
 func TestResumeOverHTTP(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("http-resume", 1, 4, rankLayout)
+	job := fixture.Job("http-resume", 1, 4, rankLayout)
 	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	a, err := New(e.nc, e.js, job, Options{WorldSize: 2}, nil, nil, nil)
 	if err != nil {
@@ -226,7 +229,7 @@ func TestResumeOverHTTP(t *testing.T) {
 	if code, msg := post("?world_size=3&rank=2", start); code != http.StatusOK {
 		t.Errorf("rank 2's resume from the generation's state: %d %s, want 200", code, msg)
 	}
-	parts := make([][]rankPart, 3)
+	parts := make([][]readerstate.RankPart, 3)
 	for r := range 3 {
 		h := httpRank{t, srv.URL, r}
 		for {
@@ -241,7 +244,7 @@ func TestResumeOverHTTP(t *testing.T) {
 		}
 	}
 	checkSteps(t, parts, 4, [2]int{0, 0})
-	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
 	// Each shard end lists one failed sample: the last step says so.
 	if last := parts[1][len(parts[1])-1]; last.EpochFailed != int64(len(rankLayout)) {
 		t.Errorf("the last step's epoch_failed %d, want %d", last.EpochFailed, len(rankLayout))

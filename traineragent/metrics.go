@@ -1,6 +1,12 @@
 package traineragent
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
+)
 
 // Metrics are the agent's Prometheus series, labelled by job and reader.
 type Metrics struct {
@@ -115,5 +121,16 @@ func (m *Metrics) forJob(job, reader string) jobMetrics {
 		steps:            m.steps.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
 		stepSeconds:      m.stepSeconds.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
 		teamRefused:      m.teamRefused,
+	}
+}
+
+// countSteps adds a closed window's split to the step series.
+func (m jobMetrics) countSteps(perRank map[int]demand.StepParts) {
+	for rank, p := range perRank {
+		r := strconv.Itoa(rank)
+		m.steps.WithLabelValues(r).Add(float64(p.Steps))
+		m.stepSeconds.WithLabelValues(r, "wait").Add(p.WaitS)
+		m.stepSeconds.WithLabelValues(r, "compute").Add(p.ComputeS)
+		m.stepSeconds.WithLabelValues(r, "other").Add(p.OtherS)
 	}
 }

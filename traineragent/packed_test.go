@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/synth"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -85,7 +86,7 @@ func TestTeamResumesAPackedJobExactlyOnce(t *testing.T) {
 	last := kept[0][len(kept[0])-1]
 	stopOld()
 	oldRuns.Wait()
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 
 	ranks, agents, waits, err := resumeThreeByOne(t, e, job, state)
@@ -165,7 +166,7 @@ func TestTeamResumesAPackedJobExactlyOnce(t *testing.T) {
 // attention_mask is 1.
 func realTokens(t *testing.T, b *Batch, i, seqLen int) []int32 {
 	t.Helper()
-	b.materialize()
+	b.Materialize()
 	var ids, mask []byte
 	for _, tn := range b.Tensors {
 		switch tn.Name {

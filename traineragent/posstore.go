@@ -11,7 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/internal/streams"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -46,7 +48,7 @@ var ErrReaderTaken = errors.New("another agent is reading as this reader")
 // openPositionStore binds to key in wire.ReadersBucket and reads the
 // position stored there: nil if none, or if it is an earlier job's under
 // the same id (submitted differs; it is then overwritten, not resumed).
-func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitted string, log *slog.Logger) (*positionStore, *position, error) {
+func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitted string, log *slog.Logger) (*positionStore, *assembly.Position, error) {
 	kv, err := js.KeyValue(ctx, wire.ReadersBucket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening reader positions (bucket %s): %w", wire.ReadersBucket, err)
@@ -59,7 +61,7 @@ func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitt
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading the position under %s: %w", key, err)
 	}
-	p, err := decodePosition(e.Value())
+	p, err := assembly.DecodePosition(e.Value())
 	if err != nil {
 		return nil, nil, fmt.Errorf("position under %s: %w", key, err)
 	}
@@ -143,7 +145,7 @@ func (s *positionStore) put(ctx context.Context, key string, data []byte) error 
 			return nil
 		}
 		s.log.Warn("writing "+key+"; retrying", "err", err)
-		if err := sleepCtx(wctx, wait); err != nil {
+		if err := retry.Sleep(wctx, wait); err != nil {
 			return fmt.Errorf("writing %s: %w", key, err)
 		}
 	}

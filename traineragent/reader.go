@@ -2,8 +2,6 @@ package traineragent
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,15 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// ErrStopped is returned by Next once Run has ended before the job was delivered.
-var ErrStopped = errors.New("trainer agent stopped")
-
-// ErrJobEnded means the job was cancelled, failed or deleted while the agent
-// read it: its output is gone and nothing more will come.
-var ErrJobEnded = errors.New("job ended")
 
 // Options tune an Agent; zero values take the defaults.
 type Options struct {
@@ -48,7 +43,7 @@ type Options struct {
 	TeamKey []byte
 	// Ranks are the ranks of WorldSize this agent serves, those of its
 	// node (nil: all). The agents serving the other ranks form the
-	// reader's team with it (team.go): the one serving rank 0 plans. A
+	// reader's team with it (readerstate's team.go): the one serving rank 0 plans. A
 	// team serves a job with one reader; its agents share DropLast.
 	Ranks []int
 	// DropLast drops each epoch's last step when it would be partial
@@ -64,106 +59,12 @@ type Options struct {
 	// GPU reads GPU utilisation; nil reports -1 (no GPU).
 	GPU GPUSampler
 	// MaxLagBytes is what a reader may hold, its prefetch full, before it
-	// lags and keeps no new shard while another reader wants more (lag.go).
+	// lags and keeps no new shard while another reader wants more (assembly's lag.go).
 	// 0: half the job's output buffer; < 0: never (the slowest reader
 	// then sets every reader's pace once the buffer is full).
 	MaxLagBytes int64
 	// Dispatch tunes the agent's dispatcher (its Agent name is Name).
 	Dispatch dispatch.Options
-}
-
-// Stats describe the agent's progress.
-type Stats struct {
-	SamplesArrived   int64 // samples received from functions (duplicates excluded)
-	SamplesDelivered int64
-	BatchesDelivered int64
-	// ShedShards counts the shards this reader did not keep while it
-	// lagged (lag.go): they were produced again when its ranks got there.
-	ShedShards int64
-	// DuplicateChunks counts output messages (chunks and shard ends)
-	// dropped because the agent had already seen them.
-	DuplicateChunks int64
-	// FailedSamples are those that functions could not preprocess (from
-	// ShardEnd messages), lost in a corrupt chunk, or reported with Fail:
-	// the first MaxFailedSamplesListed; FailedSamplesOmitted counts the
-	// rest.
-	FailedSamples        []wire.FailedSample
-	FailedSamplesOmitted int64
-	// StallTime is the time the trainer spent waiting in Next, an ongoing
-	// wait included; RunTime and TimeToFirstBatch count from New.
-	StallTime        time.Duration
-	RunTime          time.Duration
-	TimeToFirstBatch time.Duration
-	// Epochs is the number of epochs whose every batch was handed out.
-	Epochs int
-	// BufferedSamples are held by the agent: in ready batches, in partial
-	// ones and in ranks' parts not taken yet.
-	BufferedSamples int
-	// WorldSize is the number of ranks served (0 until fixed), DropLast
-	// their drop_last setting, DroppedSamples the samples of epochs'
-	// partial last steps that drop_last left out.
-	WorldSize      int
-	DropLast       bool
-	DroppedSamples int64
-	// Ranks has what each rank took.
-	Ranks []RankStats
-	// Steps are the step times each rank's client reported, by rank.
-	Steps []RankSteps
-}
-
-// RankStats is what one rank took: parts (batches) and samples, the epoch
-// and step of its last part (-1 before the first), and whether it was told
-// that every step was delivered.
-type RankStats struct {
-	Rank    int   `json:"rank"`
-	Batches int64 `json:"batches"`
-	Samples int64 `json:"samples"`
-	Epoch   int   `json:"epoch"`
-	Step    int   `json:"step"`
-	Ended   bool  `json:"ended"`
-}
-
-// MarshalJSON writes durations in seconds, for trainers in any language.
-func (s Stats) MarshalJSON() ([]byte, error) {
-	failed := s.FailedSamples
-	if failed == nil {
-		failed = []wire.FailedSample{}
-	}
-	ranks := s.Ranks
-	if ranks == nil {
-		ranks = []RankStats{}
-	}
-	return json.Marshal(struct {
-		SamplesArrived     int64               `json:"samples_arrived"`
-		SamplesDelivered   int64               `json:"samples_delivered"`
-		BatchesDelivered   int64               `json:"batches_delivered"`
-		DuplicateChunks    int64               `json:"duplicate_chunks"`
-		ShedShards         int64               `json:"shed_shards"`
-		FailedSamples      []wire.FailedSample `json:"failed_samples"`
-		FailedOmitted      int64               `json:"failed_samples_omitted,omitempty"`
-		StallS             float64             `json:"stall_s"`
-		RunS               float64             `json:"run_s"`
-		TimeToFirstBatchS  float64             `json:"time_to_first_batch_s"`
-		Epochs             int                 `json:"epochs"`
-		BufferedSamples    int                 `json:"buffered_samples"`
-		StallFractionTotal float64             `json:"stall_fraction_total"`
-		WorldSize          int                 `json:"world_size"`
-		DropLast           bool                `json:"drop_last"`
-		DroppedSamples     int64               `json:"dropped_samples"`
-		Ranks              []RankStats         `json:"ranks"`
-		Steps              []RankSteps         `json:"steps"`
-	}{
-		s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.ShedShards, failed, s.FailedSamplesOmitted,
-		s.StallTime.Seconds(), s.RunTime.Seconds(), s.TimeToFirstBatch.Seconds(), s.Epochs, s.BufferedSamples,
-		ratio(s.StallTime, s.RunTime), s.WorldSize, s.DropLast, s.DroppedSamples, ranks, s.Steps,
-	})
-}
-
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a.Seconds() / b.Seconds()
 }
 
 // Reader feeds one job to the ranks of one trainer, as one of the job's
@@ -178,7 +79,7 @@ func ratio(a, b time.Duration) float64 {
 // its part. A trainer that resumes from its checkpoint (Resume) closes
 // that gap.
 //
-// The Reader is a shell around its state (readerState, which has every
+// The Reader is a shell around its state (readerstate.State, which has every
 // piece of bookkeeping and no I/O): it holds the lock, does the NATS, KV
 // and HTTP work, wakes waiters, writes the state's log lines and keeps
 // the metrics in step with the state's counters.
@@ -188,13 +89,13 @@ func ratio(a, b time.Duration) float64 {
 //
 //  1. positionStore.mu: a write of the position, or a resume's rewind
 //     (lockForResume), which must see no write.
-//  2. Reader.mu: the state (readerState). Never held across I/O but one:
+//  2. Reader.mu: the state (readerstate.State). Never held across I/O but one:
 //     a member's last end settles its tasks (dispatch.Dispatcher.Settle,
 //     an ack) before the agent can see it is done.
 //  3. The leaves, each held only for a few fields and never while taking
-//     another: recordedShards.mu (under positionStore.mu: a write's
-//     shards), member.mu and Agent.roomMu (under Reader.mu: a member's
-//     settle, a change's wake), producer.mu, gpuMeter.mu. The
+//     another: assembly.RecordedShards.mu (under positionStore.mu: a write's
+//     shards), teamproto.Member.mu and Agent.roomMu (under Reader.mu: a member's
+//     settle, a change's wake), teamproto.Producer.mu, demand.GPUMeter.mu. The
 //     dispatcher's own lock is a leaf too: it calls the sink with it
 //     released.
 //
@@ -209,7 +110,7 @@ type Reader struct {
 	// completed is told the shards whose every row the position now
 	// records as handed out (after the write): the agent settles their
 	// tasks once every reader it serves has them.
-	completed func([]shardRef)
+	completed func([]assembly.ShardRef)
 	// replay asks the agent to produce shards again for this reader.
 	replay func([]wire.ShardTask)
 	// changed is told every change notify signals (the agent's sends
@@ -219,39 +120,39 @@ type Reader struct {
 	// pos keeps the position (its mutex serialises writes); recorded
 	// says which shards the written position has complete.
 	pos      *positionStore
-	recorded recordedShards
+	recorded assembly.RecordedShards
 
-	mu   sync.Mutex    // lock order: see above
-	st   *readerState  // guarded by mu
-	wake chan struct{} // closed and replaced on every change (mu)
-	gpu  *gpuMeter     // readings of the GPU for the demand window
-	fail func(error)   // stops the agent
+	mu   sync.Mutex         // lock order: see above
+	st   *readerstate.State // guarded by mu
+	wake chan struct{}      // closed and replaced on every change (mu)
+	gpu  *demand.GPUMeter   // readings of the GPU for the demand window
+	fail func(error)        // stops the agent
 	// role is the reader's kind: a lone agent, a team's planner or
 	// member (role.go).
 	role role
 	// producer has shards produced again for parts whose rows this agent
 	// does not hold (set once the agent dispatches; mu).
-	producer *producer
-	// shedding is set by the agent while the reader lags (lag.go).
+	producer *teamproto.Producer
+	// shedding is set by the agent while the reader lags (assembly's lag.go).
 	shedding atomic.Bool
 }
 
 // newReader prepares reader name of job.
 func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *Metrics) *Reader {
 	now := time.Now()
-	st := newReaderState(job, opts, now)
-	opts.PrefetchSamples = st.prefetchSamples
+	st := readerstate.NewReaderState(job, opts.stateConfig(), now)
+	opts.PrefetchSamples = st.PrefetchSamples
 	log := logger.With("job", job.Spec.ID, "reader", name)
 	r := &Reader{
 		job: job, reader: name, opts: opts, log: log,
 		m:         m.forJob(job.Spec.ID, name),
-		completed: func([]shardRef) {},
+		completed: func([]assembly.ShardRef) {},
 		replay:    func([]wire.ShardTask) {},
 		changed:   func() {},
 		fail:      func(error) {},
 		st:        st,
 		wake:      make(chan struct{}),
-		gpu:       newGPUMeter(opts.GPU, opts.DemandInterval, log),
+		gpu:       demand.NewGPUMeter(opts.GPU, opts.DemandInterval, log),
 	}
 	r.role = solo{r}
 	return r
@@ -260,12 +161,12 @@ func newReader(job wire.Job, name string, opts Options, logger *slog.Logger, m *
 // planAsTeam makes the reader its team's planner.
 func (a *Reader) planAsTeam(t *team) planner {
 	p := planner{solo{a}, t}
-	a.role, a.st.steps = p, t.teamState
+	a.role, a.st.Steps = p, t.TeamState
 	return p
 }
 
 // joinTeam makes the reader a member of its team.
-func (a *Reader) joinTeam(m *member) {
+func (a *Reader) joinTeam(m *teamproto.Member) {
 	a.role = memberRole{a, m}
 }
 
@@ -276,7 +177,7 @@ func (a *Reader) Name() string { return a.reader }
 func (a *Reader) Ready() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.loaded && !a.st.runEnded
+	return a.st.Loaded && !a.st.RunEnded
 }
 
 // unlock ends a change of the state: waiters are woken if it changed, the
@@ -288,22 +189,22 @@ func (a *Reader) unlock() {
 
 // unlockToWait is unlock, returning the channel closed at the next change.
 func (a *Reader) unlockToWait() <-chan struct{} {
-	if a.st.changed {
+	if a.st.Changed {
 		a.notify()
 	}
 	a.meter()
 	wake := a.wake
-	events := a.st.takeEvents()
+	events := a.st.TakeEvents()
 	a.mu.Unlock()
 	for _, e := range events {
-		a.log.Log(context.Background(), e.level, e.msg, e.args...)
+		a.log.Log(context.Background(), e.Level, e.Msg, e.Args...)
 	}
 	return wake
 }
 
 // notify wakes every waiter; a.mu must be held.
 func (a *Reader) notify() {
-	a.st.changed = false
+	a.st.Changed = false
 	close(a.wake)
 	a.wake = make(chan struct{})
 	a.changed()
@@ -317,13 +218,13 @@ type meterMarks struct {
 
 // marksOf are the counters of s.
 func marksOf(s *Stats) meterMarks {
-	return meterMarks{s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.DroppedSamples, s.failedCount(), s.StallTime}
+	return meterMarks{s.SamplesArrived, s.SamplesDelivered, s.BatchesDelivered, s.DuplicateChunks, s.DroppedSamples, s.FailedCount(), s.StallTime}
 }
 
 // meter brings the metrics in step with the state's counters, which only
 // grow; a.mu must be held.
 func (a *Reader) meter() {
-	now, was := marksOf(&a.st.stats), a.metered
+	now, was := marksOf(&a.st.Stats), a.metered
 	if now != was {
 		add := func(c prometheus.Counter, now, was int64) {
 			if now > was {
@@ -341,8 +242,8 @@ func (a *Reader) meter() {
 		}
 		a.metered = now
 	}
-	a.m.bufferedSamples.Set(float64(a.st.buffered()))
-	a.m.heldBytes.Set(float64(a.st.asm.heldBytes))
+	a.m.bufferedSamples.Set(float64(a.st.Buffered()))
+	a.m.heldBytes.Set(float64(a.st.Asm.HeldBytes))
 }
 
 // stop ends the agent's run with err.
@@ -351,7 +252,7 @@ func (a *Reader) stop(err error) { a.fail(err) }
 // end marks the reader stopped (err nil: every rank got every step).
 func (a *Reader) end(err error) {
 	a.mu.Lock()
-	a.st.end(err)
+	a.st.End(err)
 	a.unlock()
 }
 
@@ -375,35 +276,35 @@ func (a *Reader) handedOut() bool {
 // must not reuse it); an error refuses it (see assembler.add).
 func (a *Reader) addChunk(task wire.ShardTask, index int, data []byte) error {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: index}
-	_, err := a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.add(ref, data) })
+	_, err := a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.Add(ref, data) })
 	return err
 }
 
 // addEnd applies task's shard end.
 func (a *Reader) addEnd(task wire.ShardTask, end wire.ShardEnd) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
-	_, _ = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.end(ref, end, true) }) // logged
+	_, _ = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.End(ref, end, true) }) // logged
 }
 
 // addFailed ends task's shard, which failed for good.
 func (a *Reader) addFailed(task wire.ShardTask, reason string) {
 	ref := wire.ChunkRef{Job: task.Job, Epoch: task.Epoch, Shard: task.Shard, Chunk: -1}
 	a.log.Warn("shard failed for good; its samples are reported failed", "epoch", task.Epoch, "shard", task.Shard, "key", task.Key, "reason", reason)
-	_, _ = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.fail(ref, task.Key, reason) }) // logged
+	_, _ = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.Fail(ref, task.Key, reason) }) // logged
 }
 
 // intake applies output to the state (apply changes it, a.mu held).
-func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (outcome, error)) (outcome, error) {
+func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerstate.State) (assembly.Outcome, error)) (assembly.Outcome, error) {
 	now := time.Now()
 	shedding := a.shedding.Load()
 	a.mu.Lock()
-	out, err := a.st.intake(ref, shedding, now, func() (outcome, error) { return apply(a.st) })
+	out, err := a.st.Intake(ref, shedding, now, func() (assembly.Outcome, error) { return apply(a.st) })
 	a.unlock()
 	if err != nil {
 		a.log.Warn("refusing output", "chunk", ref.String(), "err", err)
 		return out, err
 	}
-	if out.duplicate {
+	if out.Duplicate {
 		a.log.Debug("dropping a copy", "chunk", ref.String())
 	}
 	return out, nil
@@ -414,14 +315,14 @@ func (a *Reader) intake(ref wire.ChunkRef, apply func(*readerState) (outcome, er
 func (a *Reader) shardComplete(e, s int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.asm.shardComplete(e, s)
+	return a.st.Asm.ShardComplete(e, s)
 }
 
 // arrived counts samples received (a member's chunks: the planner
 // batches them).
 func (a *Reader) arrived(n int) {
 	a.mu.Lock()
-	a.st.arrived(n)
+	a.st.Arrived(n)
 	a.unlock()
 }
 
@@ -446,15 +347,15 @@ func (a *Reader) waitFor(ctx context.Context, cond func() bool) error {
 // ErrWorldMismatch), blocking until one is ready; the time spent blocked
 // is the trainer's stall time. It
 // returns io.EOF after the last batch of the last epoch, and an error
-// wrapping ErrStopped if Run ended before that (wrapping ErrJobEnded too if
+// wrapping ErrStopped if Run ended before that (wrapping readerstate.ErrJobEnded too if
 // that is why).
 //
 // The batch counts as delivered once Next returns it: the reader's
 // position is written first, so a restarted agent will not hand out its
 // samples again.
 func (a *Reader) Next(ctx context.Context) (Batch, error) {
-	p, err := a.nextPart(ctx, rankRequest{rank: 0, world: 1})
-	p.Batch.materialize()
+	p, err := a.nextPart(ctx, readerstate.RankRequest{Rank: 0, World: 1})
+	p.Batch.Materialize()
 	return p.Batch, err
 }
 
@@ -466,16 +367,16 @@ func (a *Reader) Next(ctx context.Context) (Batch, error) {
 //
 // The part counts as delivered once nextPart returns it: the reader's
 // position, covering the part's whole step, is written first.
-func (a *Reader) nextPart(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a *Reader) nextPart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	return a.role.nextPart(ctx, req)
 }
 
 // takeAndRecord pops rank req.rank's next part once the position that
 // covers its step is written.
-func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a *Reader) takeAndRecord(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	p, err := a.takePart(ctx, req)
 	if err != nil {
-		return rankPart{}, err
+		return readerstate.RankPart{}, err
 	}
 	// Not cancelled with Run: a step taken is recorded and returned even
 	// while the agent stops (else a later write could record it unreturned).
@@ -483,7 +384,7 @@ func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, 
 	if err := a.sync(context.WithoutCancel(ctx), true); err != nil {
 		err = fmt.Errorf("recording the position of reader %s: %w", a.reader, err)
 		a.stop(err)
-		return rankPart{}, fmt.Errorf("%w: %w", ErrStopped, err)
+		return readerstate.RankPart{}, fmt.Errorf("%w: %w", readerstate.ErrStopped, err)
 	}
 	return p, nil
 }
@@ -491,37 +392,37 @@ func (a *Reader) takeAndRecord(ctx context.Context, req rankRequest) (rankPart, 
 // takePart pops rank req.rank's next part, forming the next step if the
 // rank has none queued, waiting for a change of the state while there is
 // none.
-func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error) {
+func (a *Reader) takePart(ctx context.Context, req readerstate.RankRequest) (readerstate.RankPart, error) {
 	a.mu.Lock()
 	defer a.unlock()
-	if err := a.st.join(req); err != nil {
-		return rankPart{}, err
+	if err := a.st.Join(req); err != nil {
+		return readerstate.RankPart{}, err
 	}
-	world := a.st.ranks.world
+	world := a.st.Ranks.World
 	// A member's rank waits at its own agent, which counts that wait.
-	remote := req.agent != ""
+	remote := req.Agent != ""
 	waiting := false
 	for {
-		superseded := req.superseded != nil && req.superseded()
-		p, wait, err := a.st.take(req.rank, world, superseded, time.Now())
+		superseded := req.Superseded != nil && req.Superseded()
+		p, wait, err := a.st.Take(req.Rank, world, superseded, time.Now())
 		if !wait {
 			if waiting {
-				a.st.unblock(time.Now())
+				a.st.Unblock(time.Now())
 			}
 			return p, err
 		}
 		if !waiting && !remote {
 			waiting = true
-			a.st.block(time.Now())
+			a.st.Block(time.Now())
 		}
 		wake := a.unlockToWait()
 		select {
 		case <-ctx.Done():
 			a.mu.Lock()
 			if waiting {
-				a.st.unblock(time.Now())
+				a.st.Unblock(time.Now())
 			}
-			return rankPart{}, ctx.Err()
+			return readerstate.RankPart{}, ctx.Err()
 		case <-wake:
 		}
 		a.mu.Lock()
@@ -532,7 +433,7 @@ func (a *Reader) takePart(ctx context.Context, req rankRequest) (rankPart, error
 func (a *Reader) Fail(key, reason string) {
 	a.mu.Lock()
 	defer a.unlock()
-	a.st.recordFailed(wire.FailedSample{Key: key, Reason: reason})
+	a.st.RecordFailed(wire.FailedSample{Key: key, Reason: reason})
 }
 
 // Stats returns a snapshot of the agent's progress.
@@ -540,15 +441,15 @@ func (a *Reader) Stats() Stats {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.snapshot(now)
+	return a.st.Snapshot(now)
 }
 
 // demand closes the reader's demand window at now: the signal the agent
 // publishes for it.
 func (a *Reader) demand(now time.Time, done bool) wire.Demand {
-	gpu := a.gpu.take()
+	gpu := a.gpu.Take()
 	a.mu.Lock()
-	d, perRank := a.st.closeWindow(now, gpu)
+	d, perRank := a.st.CloseWindow(now, gpu)
 	a.unlock()
 	a.m.countSteps(perRank)
 	a.m.gpuUtilization.Set(d.GPUUtilization)
@@ -557,4 +458,63 @@ func (a *Reader) demand(now time.Time, done bool) wire.Demand {
 	d.Reader = a.reader
 	d.Done = done
 	return d
+}
+
+// reportStep takes a rank's report (the query of GET /v1/batch). An
+// invalid one (negative or not finite) is dropped.
+func (a *Reader) reportStep(r demand.StepReport) {
+	if !r.Valid() {
+		a.log.Debug("dropping an invalid step report", "rank", r.Rank, "steps", r.Steps, "wait_s", r.WaitS, "compute_s", r.ComputeS)
+		return
+	}
+	a.mu.Lock()
+	defer a.unlock()
+	a.st.Book.Report(r)
+}
+
+// askOwed asks for the owed shards of the ranks' epoch once no step of it
+// is ready: they are noted replayed (and so never shed), the position is
+// written, and the agent produces them again.
+func (r *Reader) askOwed(ctx context.Context) {
+	r.mu.Lock()
+	tasks := r.st.OwedDue()
+	r.unlock()
+	if len(tasks) == 0 {
+		return
+	}
+	if err := r.sync(ctx, false); err != nil {
+		r.stop(err)
+		return
+	}
+	r.replay(tasks)
+}
+
+// readerstate.Config is what opts fix of a reader's state.
+func (o Options) stateConfig() readerstate.Config {
+	return readerstate.Config{PrefetchSamples: o.PrefetchSamples, WorldSize: o.WorldSize, DropLast: o.DropLast}
+}
+
+// cutPart cuts a part of this (planner) agent's rank given as spans:
+// from the chunks it holds, or produced again. A part that cannot be cut
+// is lost to the trainer (it counts as handed out): its samples are
+// reported failed.
+func (a *Reader) cutPart(ctx context.Context, p readerstate.RankPart) (readerstate.RankPart, error) {
+	a.mu.Lock()
+	sc, prod := a.st.Asm.Schema, a.producer
+	a.mu.Unlock()
+	b, err := teamproto.CutRows(ctx, p.Epoch, p.Keys, p.Spans, sc, func(ctx context.Context, sp assembly.RowSpan) ([]assembly.Sample, *assembly.Schema, error) {
+		if sp.Data != nil {
+			return teamproto.SpanRows(sp, sp.Data)
+		}
+		return prod.Rows(ctx, sp)
+	})
+	if err != nil {
+		a.mu.Lock()
+		a.st.Lost(p, err)
+		a.unlock()
+		return readerstate.RankPart{}, fmt.Errorf("%w: cutting a part of step %d: %w", readerstate.ErrStopped, p.Step, err)
+	}
+	b.Sources = assembly.SpanSources(a.job, p.Spans)
+	p.Batch, p.Spans = b, nil
+	return p, nil
 }

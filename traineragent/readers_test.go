@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -32,14 +35,14 @@ func take(t *testing.T, a interface {
 		if err != nil {
 			t.Fatalf("after %d batches: %v", len(out), err)
 		}
-		checkBatch(t, b)
+		fixture.CheckBatch(t, b)
 		out = append(out, b)
 	}
 	return out
 }
 
 // storedPosition reads a reader's recorded position.
-func (e env) storedPosition(t *testing.T, job, reader string) position {
+func (e env) storedPosition(t *testing.T, job, reader string) assembly.Position {
 	t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
 	if err != nil {
@@ -49,7 +52,7 @@ func (e env) storedPosition(t *testing.T, job, reader string) position {
 	if err != nil {
 		t.Fatalf("position of %s: %v", reader, err)
 	}
-	p, err := decodePosition(entry.Value())
+	p, err := assembly.DecodePosition(entry.Value())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +61,8 @@ func (e env) storedPosition(t *testing.T, job, reader string) position {
 
 func TestTwoReadersEachGetEverySampleAtTheirOwnPace(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3, 2}, {4}, {1, 2, 3}}
-	job := testJob("two", 2, 4, l)
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}}
+	job := fixture.Job("two", 2, 4, l)
 	job.Spec.Readers = []string{"fast", "slow"}
 	f := newFunction(t, job, l)
 	e.submit(t, job, f, 2)
@@ -118,7 +121,7 @@ func TestTwoReadersEachGetEverySampleAtTheirOwnPace(t *testing.T) {
 
 func TestNewRefusesAnUndeclaredReader(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("j", 1, 1, layout{{1}})
+	job := fixture.Job("j", 1, 1, fixture.Layout{{1}})
 	job.Spec.Readers = []string{"rank0", "rank1"}
 	_, err := New(e.nc, e.js, job, Options{Readers: []string{"rank2"}}, nil, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), `no reader "rank2"`) || !strings.Contains(err.Error(), "rank0, rank1") {
@@ -145,8 +148,8 @@ func TestNewRefusesAnUndeclaredReader(t *testing.T) {
 // once, batches full but for each epoch's last, and every task is settled.
 func TestAgentResumesWhereItsBatchesEnded(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}} // 26 samples per epoch
-	job := testJob("resume", 2, 4, l)
+	l := fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}} // 26 samples per epoch
+	job := fixture.Job("resume", 2, 4, l)
 	e.submit(t, job, newFunction(t, job, l), 1)
 	run := func() (*Agent, context.CancelFunc, chan error) {
 		a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
@@ -233,10 +236,10 @@ func TestALaggingReaderDoesNotHoldBackTheOther(t *testing.T) {
 	for i := range chunks {
 		chunks[i] = 4
 	}
-	l := layout{chunks, chunks, chunks, chunks, chunks, chunks} // 120 samples in 6 shards of 5 chunks
-	job := testJob("lag", 1, 4, l)
+	l := fixture.Layout{chunks, chunks, chunks, chunks, chunks, chunks} // 120 samples in 6 shards of 5 chunks
+	job := fixture.Job("lag", 1, 4, l)
 	job.Spec.Readers = []string{"fast", "slow"}
-	one := len(chunkBytes(t, job.Spec.ID, 0, 0, 0, []string{sampleKey(0, 0, 0), sampleKey(0, 0, 1), sampleKey(0, 0, 2), sampleKey(0, 0, 3)}))
+	one := len(fixture.ChunkBytes(t, job.Spec.ID, 0, 0, 0, []string{fixture.SampleKey(0, 0, 0), fixture.SampleKey(0, 0, 1), fixture.SampleKey(0, 0, 2), fixture.SampleKey(0, 0, 3)}))
 	job.Spec.OutputBufferBytes = int64(12 * one) // two shards and a bit
 	f := newFunction(t, job, l)
 	e.submit(t, job, f, 1)
@@ -287,7 +290,7 @@ func recordable(job wire.Job) wire.Job {
 // controller refuses it, naming what is wrong.
 func TestOpenRefusesARecordThatDoesNotCheck(t *testing.T) {
 	e := newEnv(t)
-	job := recordable(testJob("outside", 1, 2, layout{{2}}))
+	job := recordable(fixture.Job("outside", 1, 2, fixture.Layout{{2}}))
 	job.Shards[0] = "other/secrets.tar"
 	e.record(t, job)
 	_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
@@ -300,8 +303,8 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 	for _, end := range []string{"cancelled", "deleted"} {
 		t.Run(end, func(t *testing.T) {
 			e := newEnv(t)
-			l := layout{{2}, {2}}
-			job := recordable(testJob("gone", 1, 2, l))
+			l := fixture.Layout{{2}, {2}}
+			job := recordable(fixture.Job("gone", 1, 2, l))
 			f := newFunction(t, job, l)
 			// Open waits for the record.
 			opened := make(chan *Agent, 1)
@@ -335,10 +338,10 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 			} else if err := kv.Purge(context.Background(), job.Spec.ID); err != nil {
 				t.Fatal(err)
 			}
-			if err := wait(); !errors.Is(err, ErrJobEnded) {
-				t.Fatalf("Run after the job was %s: %v, want ErrJobEnded", end, err)
+			if err := wait(); !errors.Is(err, readerstate.ErrJobEnded) {
+				t.Fatalf("Run after the job was %s: %v, want readerstate.ErrJobEnded", end, err)
 			}
-			if _, err := a.Next(context.Background()); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), end) {
+			if _, err := a.Next(context.Background()); !errors.Is(err, readerstate.ErrJobEnded) || !strings.Contains(err.Error(), end) {
 				t.Errorf("Next after the job was %s: %v", end, err)
 			}
 			resp, err := http.Get(srv.URL + "/v1/batch")
@@ -357,24 +360,24 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 	}
 	t.Run("succeeded through another agent", func(t *testing.T) {
 		e := newEnv(t)
-		job := recordable(testJob("done", 1, 2, layout{{2}}))
+		job := recordable(fixture.Job("done", 1, 2, fixture.Layout{{2}}))
 		job.State = wire.JobSucceeded
 		e.record(t, job)
 		a, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := runAgent(t, a)(); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "succeeded") {
+		if err := runAgent(t, a)(); !errors.Is(err, readerstate.ErrJobEnded) || !strings.Contains(err.Error(), "succeeded") {
 			t.Errorf("Run of an agent with nothing delivered of a succeeded job: %v", err)
 		}
 	})
 	t.Run("refused at open", func(t *testing.T) {
 		e := newEnv(t)
-		job := recordable(testJob("over", 1, 2, layout{{2}}))
+		job := recordable(fixture.Job("over", 1, 2, fixture.Layout{{2}}))
 		job.State, job.Reason = wire.JobFailed, "no sample could be processed"
 		e.record(t, job)
 		_, err := Open(context.Background(), e.nc, e.js, job.Spec.ID, Options{}, nil, nil, nil)
-		if !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "no sample could be processed") {
+		if !errors.Is(err, readerstate.ErrJobEnded) || !strings.Contains(err.Error(), "no sample could be processed") {
 			t.Errorf("Open of a failed job: %v", err)
 		}
 	})
@@ -382,8 +385,8 @@ func TestAgentStopsWhenTheJobIsCancelledOrDeleted(t *testing.T) {
 
 func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{2}, {3}}
-	job := testJob("again", 1, 2, l)
+	l := fixture.Layout{{2}, {3}}
+	job := fixture.Job("again", 1, 2, l)
 	job.Submitted = time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
 	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
 	if err != nil {
@@ -416,8 +419,8 @@ func TestAgentIgnoresThePositionOfAnEarlierJobUnderItsID(t *testing.T) {
 // just waits.)
 func TestTwoAgentsOfOneReaderDoNotBothDeliver(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{3, 2}, {4}, {1, 2, 3}, {5}}
-	job := testJob("twice", 2, 2, l)
+	l := fixture.Layout{{3, 2}, {4}, {1, 2, 3}, {5}}
+	job := fixture.Job("twice", 2, 2, l)
 	e.submit(t, job, newFunction(t, job, l), 2)
 	type result struct {
 		batches []Batch

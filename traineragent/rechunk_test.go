@@ -1,164 +1,14 @@
 package traineragent
 
 import (
-	"encoding/json"
 	"fmt"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sluice-project/sluice/wire"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 )
-
-// rowKey names row r of shard s, whatever chunk it comes in.
-func rowKey(s, r int) string { return fmt.Sprintf("s%d-r%02d", s, r) }
-
-// chunked is shard s of epoch e, of sum(sizes) rows, cut into chunks of
-// sizes, then its end: a send of it (withFirst: by a function that says
-// each chunk's first row).
-func chunked(t testing.TB, job wire.Job, e, s int, sizes []int, withFirst bool) []outputMsg {
-	t.Helper()
-	var out []outputMsg
-	row := 0
-	for c, n := range sizes {
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = rowKey(s, row+i)
-		}
-		first := -1
-		if withFirst {
-			first = row
-		}
-		ref := wire.ChunkRef{Job: job.Spec.ID, Epoch: e, Shard: s, Chunk: c}
-		out = append(out, outputMsg{ref, chunkBytesAt(t, job.Spec.ID, e, s, c, first, keys)})
-		row += n
-	}
-	end, err := json.Marshal(wire.ShardEnd{Job: job.Spec.ID, Epoch: e, Shard: s, Chunks: len(sizes), Samples: row})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append(out, outputMsg{wire.ChunkRef{Job: job.Spec.ID, Epoch: e, Shard: s, Chunk: -1}, end})
-}
-
-// feedSafely applies the messages of sends in order, as the agent's
-// intake does, handing every batch out at once; a panic fails the test.
-func feedSafely(t *testing.T, a *assembler, msgs []outputMsg) (batches []Batch, failed []wire.FailedSample, ok bool) {
-	t.Helper()
-	defer func() {
-		if r := recover(); r != nil {
-			t.Errorf("panic: %v", r)
-			ok = false
-		}
-	}()
-	for _, m := range msgs {
-		out, err := applySent(a, m, true)
-		if err != nil {
-			t.Fatalf("add %s: %v", m.ref, err)
-		}
-		for _, b := range out.batches {
-			checkBatch(t, b.Batch)
-			a.handOut(b)
-			batches = append(batches, b.Batch)
-		}
-		failed = append(failed, out.failed...)
-	}
-	return batches, failed, true
-}
-
-// TestAssemblerTakesARetryChunkedDifferentlyExactlyOnce is reproduction 2
-// of issue 24: a shard's send cut after some chunks, its retry chunked
-// differently (another function version): every row once, none lost, no
-// panic, whether rows were handed out before the retry or not, and
-// whether the function says each chunk's first row or not.
-func TestAssemblerTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
-	for _, tc := range []struct{ first, retry []int }{
-		{[]int{4, 4, 4}, []int{6, 6}},
-		{[]int{6, 6}, []int{4, 4, 4}},
-		{[]int{4, 4, 4}, []int{12}},
-		{[]int{5, 7}, []int{3, 3, 3, 3}},
-		{[]int{4, 4, 4}, []int{4, 4, 4}},
-	} {
-		for cut := 0; cut <= len(tc.first); cut++ {
-			for _, batch := range []int{4, 5, 100} {
-				for _, withFirst := range []bool{true, false} {
-					name := fmt.Sprintf("%v cut after %d then %v, batch %d, first said %t", tc.first, cut, tc.retry, batch, withFirst)
-					t.Run(name, func(t *testing.T) {
-						l := layout{{12}, {2}}
-						job := testJob("j", 1, batch, l)
-						a := newAssembler(job)
-						msgs := chunked(t, job, 0, 0, tc.first, withFirst)[:cut]
-						msgs = append(msgs, chunked(t, job, 0, 0, tc.retry, withFirst)...)
-						msgs = append(msgs, chunked(t, job, 0, 1, []int{2}, withFirst)...)
-						batches, failed, ok := feedSafely(t, a, msgs)
-						if !ok {
-							return
-						}
-						if len(failed) != 0 {
-							t.Errorf("failed samples %v, want none", failed)
-						}
-						seen := map[string]int{}
-						for _, b := range batches {
-							for _, k := range b.Keys {
-								seen[k]++
-							}
-						}
-						for r := range 12 {
-							if n := seen[rowKey(0, r)]; n != 1 {
-								t.Errorf("row %d handed out %d times, want once", r, n)
-							}
-						}
-						if !a.allFinished() {
-							t.Errorf("epoch not finished after every row came")
-						}
-					})
-				}
-			}
-		}
-	}
-}
-
-// TestAssemblerReportsAShardEndThatContradictsItsRows: an end whose
-// sample count is not the rows that came is reported, loses nothing
-// silently and still completes the shard.
-func TestAssemblerReportsAShardEndThatContradictsItsRows(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		samples int
-		want    string
-	}{
-		{"fewer", 10, "12 rows came"},
-		{"more", 14, "2 of them never came"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			job := testJob("j", 1, 5, layout{{12}})
-			a := newAssembler(job)
-			msgs := chunked(t, job, 0, 0, []int{4, 4, 4}, true)
-			var end wire.ShardEnd
-			if err := json.Unmarshal(msgs[3].data, &end); err != nil {
-				t.Fatal(err)
-			}
-			end.Samples = tc.samples
-			msgs[3].data, _ = json.Marshal(end)
-			batches, failed, ok := feedSafely(t, a, msgs)
-			if !ok {
-				return
-			}
-			n := 0
-			for _, b := range batches {
-				n += len(b.Keys)
-			}
-			if n != 12 || !a.allFinished() {
-				t.Errorf("handed out %d rows, finished %t: want the 12 that came, the shard complete", n, a.allFinished())
-			}
-			if len(failed) != 1 || !strings.Contains(failed[0].Reason, tc.want) {
-				t.Errorf("failed = %v, want one report saying %q", failed, tc.want)
-			}
-		})
-	}
-}
 
 // TestAgentTakesARetryChunkedDifferentlyExactlyOnce is reproduction 2 of
 // issue 24 through the agent: a replica cut after some chunks, the retry
@@ -174,10 +24,10 @@ func TestAgentTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 		{[]int{6, 6}, []int{4, 4, 4}, 1},
 	} {
 		t.Run(fmt.Sprintf("%v cut after %d then %v", tc.first, tc.cut, tc.retry), func(t *testing.T) {
-			job := testJob(fmt.Sprintf("rechunk-%d", i), 1, 5, layout{{12}, {2}})
-			msgs := append(chunked(t, job, 0, 0, tc.first, true), chunked(t, job, 0, 1, []int{2}, true)...)
+			job := fixture.Job(fmt.Sprintf("rechunk-%d", i), 1, 5, fixture.Layout{{12}, {2}})
+			msgs := append(fixture.Chunked(t, job, 0, 0, tc.first, true), fixture.Chunked(t, job, 0, 1, []int{2}, true)...)
 			f := newFunctionOf(t, job, msgs)
-			f.setRetry(0, 0, chunked(t, job, 0, 0, tc.retry, true))
+			f.setRetry(0, 0, fixture.Chunked(t, job, 0, 0, tc.retry, true))
 			f.cut(0, 0, tc.cut)
 			a, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond}, nil, nil, nil)
 			if err != nil {
@@ -191,14 +41,14 @@ func TestAgentTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 			}
 			seen := map[string]int{}
 			for _, b := range batches {
-				checkBatch(t, b)
+				fixture.CheckBatch(t, b)
 				for _, k := range b.Keys {
 					seen[k]++
 				}
 			}
-			want := map[string]int{rowKey(1, 0): 1, rowKey(1, 1): 1}
+			want := map[string]int{fixture.RowKey(1, 0): 1, fixture.RowKey(1, 1): 1}
 			for r := range 12 {
-				want[rowKey(0, r)] = 1
+				want[fixture.RowKey(0, r)] = 1
 			}
 			if diff := cmp.Diff(want, seen); diff != "" {
 				t.Errorf("rows handed out (-want +got):\n%s", diff)
@@ -213,53 +63,6 @@ func TestAgentTakesARetryChunkedDifferentlyExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestAssemblerReadsAFormat1Position: a position written by an agent
-// that recorded rows by chunk index still skips what it handed out, once
-// those chunks come again, and keeps what is not applied yet.
-func TestAssemblerReadsAFormat1Position(t *testing.T) {
-	l := layout{{3, 2, 4}, {2}}
-	job := testJob("j", 1, 2, l)
-	p, err := decodePosition([]byte(`{"v":1,"epochs":{"0":{"shards":{"0":{"end":3,"chunks":"0","rows":{"1":1}}}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := newAssembler(job)
-	if err := a.restore(p); err != nil {
-		t.Fatal(err)
-	}
-	msgs := outputs(t, job, l)
-	// Chunk 2 first: chunk 1's rows are still skipped when it comes.
-	out, err := applySent(a, msgs[2], false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, b := range out.batches {
-		a.handOut(b)
-		keys = append(keys, b.Keys...)
-	}
-	if got := a.snapshot().Epochs[0].Shards[0]; got.Chunks != "0" || fmt.Sprint(got.Rows) != "map[1:1]" {
-		t.Errorf("position before chunks 0 and 1 came = %+v, want their format 1 entries kept", got)
-	}
-	for _, m := range []outputMsg{msgs[0], msgs[1], msgs[3], msgs[4], msgs[5]} {
-		out, err := applySent(a, m, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range out.batches {
-			a.handOut(b)
-			keys = append(keys, b.Keys...)
-		}
-	}
-	want := []string{sampleKey(0, 2, 0), sampleKey(0, 2, 1), sampleKey(0, 2, 2), sampleKey(0, 2, 3), sampleKey(0, 1, 1), sampleKey(1, 0, 0), sampleKey(1, 0, 1)}
-	if diff := cmp.Diff(want, keys); diff != "" {
-		t.Errorf("rows handed out after the restore (-want +got):\n%s", diff)
-	}
-	if !a.allFinished() {
-		t.Errorf("not finished")
-	}
-}
-
 // TestTeamTakesShardsProducedAgainChunkedDifferently: a team whose second
 // agent is late (rows move between the agents at each epoch's end, and
 // are produced again where they go) while every shard's sends after the
@@ -269,18 +72,18 @@ func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
 	first := [][]int{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
 	again := [][]int{{9}, {2, 3}, {6}, {3, 3}, {1, 7}, {1, 1}, {4, 3}, {1, 2}}
 	e := newEnv(t)
-	job := testJob("team-rechunk", 2, 2, make(layout, len(first)))
+	job := fixture.Job("team-rechunk", 2, 2, make(fixture.Layout, len(first)))
 	job.Submitted = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
-	var msgs []outputMsg
+	var msgs []fixture.OutputMsg
 	for ep := range job.Spec.Epochs {
 		for s, sizes := range first {
-			msgs = append(msgs, chunked(t, job, ep, s, sizes, true)...)
+			msgs = append(msgs, fixture.Chunked(t, job, ep, s, sizes, true)...)
 		}
 	}
 	f := newFunctionOf(t, job, msgs)
 	for ep := range job.Spec.Epochs {
 		for s, sizes := range again {
-			f.setRetry(ep, s, chunked(t, job, ep, s, sizes, true))
+			f.setRetry(ep, s, fixture.Chunked(t, job, ep, s, sizes, true))
 		}
 	}
 	// Some sends cut after their first chunk: sent again, chunked
@@ -308,7 +111,7 @@ func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
 				n += c
 			}
 			for r := range n {
-				want[fmt.Sprintf("%d/%s", ep, rowKey(s, r))] = 1
+				want[fmt.Sprintf("%d/%s", ep, fixture.RowKey(s, r))] = 1
 			}
 		}
 	}
@@ -327,51 +130,4 @@ func TestTeamTakesShardsProducedAgainChunkedDifferently(t *testing.T) {
 		}
 	}
 	t.Logf("shards sent again (chunked differently): %d", again2)
-}
-
-// TestRestoreBoundsTheRowsAPositionRecords: a position (a trainer's state
-// is input) may not make the agent hold row bitmaps without bound.
-func TestRestoreBoundsTheRowsAPositionRecords(t *testing.T) {
-	job := testJob("j", 1, 4, make(layout, 8))
-	shards := map[int]shardPosition{}
-	for s := range 8 {
-		shards[s] = shardPosition{Handed: fmt.Sprint(maxRowsPerShard - 1)} // one row, an 8 MiB bitmap
-	}
-	p := position{Version: positionVersion, Epochs: map[int]epochPosition{0: {Shards: shards}}}
-	err := newAssembler(job).restore(p)
-	if err == nil || !strings.Contains(err.Error(), "more rows handed out than a position may record") {
-		t.Errorf("restore of 8 shards of 8 MiB bitmaps: err = %v", err)
-	}
-}
-
-// TestMemberTellsARetryChunkedDifferently: a member whose send was cut
-// stores the retry's chunks that carry other rows under indices of their
-// own and tells the planner where their rows fall; copies it holds are
-// not told again.
-func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
-	job := testJob("j", 1, 4, layout{{12}})
-	m := newMember(nil, job, wire.DefaultReader, "node1", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	task := job.Task(0, 0)
-	feed := func(msgs []outputMsg) {
-		for _, msg := range msgs {
-			if msg.ref.Chunk < 0 {
-				continue
-			}
-			if err := m.chunk(task, msg.ref.Chunk, msg.data); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	feed(chunked(t, job, 0, 0, []int{4, 4, 4}, false)[:2]) // cut after 2 chunks
-	feed(chunked(t, job, 0, 0, []int{6, 6}, false))
-	feed(chunked(t, job, 0, 0, []int{6, 6}, true)) // the same again: copies
-	var got []string
-	for _, n := range m.queue {
-		got = append(got, fmt.Sprintf("chunk %d first %d rows %d", n.Chunk, noteFirstRow(n), n.Rows))
-	}
-	want := []string{"chunk 0 first 0 rows 4", "chunk 1 first 4 rows 4",
-		fmt.Sprintf("chunk %d first 0 rows 6", altChunks), fmt.Sprintf("chunk %d first 6 rows 6", altChunks+1)}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("notes (-want +got):\n%s", diff)
-	}
 }

@@ -15,14 +15,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // takeRanks runs world ranks against ag at once, each taking n parts (n <
 // 0: until io.EOF), and returns each rank's parts, checked.
-func takeRanks(t *testing.T, ag *Agent, world, n int) [][]rankPart {
+func takeRanks(t *testing.T, ag *Agent, world, n int) [][]readerstate.RankPart {
 	t.Helper()
 	all := make([]int, world)
 	for r := range all {
@@ -35,7 +37,7 @@ func takeRanks(t *testing.T, ag *Agent, world, n int) [][]rankPart {
 // (epoch, step) first on: parts of a step share epoch, step, last flag and
 // position; all are full batches but an epoch's last step's, whose sizes
 // differ by at most one (larger for lower ranks).
-func checkSteps(t *testing.T, parts [][]rankPart, batch int, first [2]int) {
+func checkSteps(t *testing.T, parts [][]readerstate.RankPart, batch int, first [2]int) {
 	t.Helper()
 	world := len(parts)
 	for r := range parts {
@@ -59,8 +61,8 @@ func checkSteps(t *testing.T, parts [][]rankPart, batch int, first [2]int) {
 		if p0.Last && (sizes[0]-sizes[world-1] > 1 || !slices.IsSortedFunc(sizes, func(a, b int) int { return b - a })) {
 			t.Errorf("epoch %d last step %d: sizes %v, want them to differ by at most one, lower ranks larger", p0.Epoch, p0.Step, sizes)
 		}
-		var p position
-		if err := json.Unmarshal(p0.Position, &p); err != nil || p.Version != positionVersion {
+		var p assembly.Position
+		if err := json.Unmarshal(p0.Position, &p); err != nil || p.Version != assembly.PositionVersion {
 			t.Errorf("epoch %d step %d: position %q: %v", p0.Epoch, p0.Step, p0.Position, err)
 		}
 		want := first
@@ -78,7 +80,7 @@ func checkSteps(t *testing.T, parts [][]rankPart, batch int, first [2]int) {
 }
 
 // stepsPerEpoch counts rank 0's parts per epoch.
-func stepsPerEpoch(parts [][]rankPart) map[int]int {
+func stepsPerEpoch(parts [][]readerstate.RankPart) map[int]int {
 	n := map[int]int{}
 	for _, p := range parts[0] {
 		n[p.Epoch]++
@@ -87,7 +89,7 @@ func stepsPerEpoch(parts [][]rankPart) map[int]int {
 }
 
 // seen counts the (epoch, sample) pairs in parts.
-func seen(got map[string]int, parts [][]rankPart) map[string]int {
+func seen(got map[string]int, parts [][]readerstate.RankPart) map[string]int {
 	if got == nil {
 		got = map[string]int{}
 	}
@@ -99,36 +101,6 @@ func seen(got map[string]int, parts [][]rankPart) map[string]int {
 		}
 	}
 	return got
-}
-
-// checkEveryOnce asserts that got holds every sample of every epoch of
-// the layout once, but for dropped samples missing.
-func checkEveryOnce(t *testing.T, job wire.Job, l layout, got map[string]int, dropped int) {
-	t.Helper()
-	want := map[string]int{}
-	for e := range job.Spec.Epochs {
-		for s, chunks := range l {
-			for c, n := range chunks {
-				for i := range n {
-					want[fmt.Sprintf("%d/%s", e, sampleKey(s, c, i))] = 1
-				}
-			}
-		}
-	}
-	missing := 0
-	for k, n := range got {
-		if n != 1 || want[k] != 1 {
-			t.Errorf("sample %s delivered %d times, want %d", k, n, want[k])
-		}
-	}
-	for k := range want {
-		if got[k] == 0 {
-			missing++
-		}
-	}
-	if missing != dropped {
-		t.Errorf("%d samples never delivered, want %d (dropped)", missing, dropped)
-	}
 }
 
 // doneRecordOf reads a reader's done key, failing if it is missing.
@@ -150,13 +122,13 @@ func (e env) doneRecordOf(t *testing.T, job, reader string) wire.ReaderDone {
 }
 
 // rankLayout has 26 samples per epoch.
-var rankLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}}
+var rankLayout = fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}}
 
 func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 	for _, world := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("world %d", world), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("ranks", 2, 4, rankLayout)
+			job := fixture.Job("ranks", 2, 4, rankLayout)
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 			e.submit(t, job, newFunction(t, job, rankLayout), 2)
 			a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
@@ -166,7 +138,7 @@ func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 			wait := runAgent(t, a)
 			parts := takeRanks(t, a, world, -1)
 			checkSteps(t, parts, 4, [2]int{0, 0})
-			checkEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
+			fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 0)
 			// 26 samples: full steps of 4*world, then the tail split.
 			steps := (26 + 4*world - 1) / (4 * world)
 			if diff := cmp.Diff(map[int]int{0: steps, 1: steps}, stepsPerEpoch(parts)); diff != "" {
@@ -193,7 +165,7 @@ func TestRanksTakeDisjointEqualSteps(t *testing.T) {
 
 func TestRanksDropLast(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("drop", 2, 4, rankLayout)
+	job := fixture.Job("drop", 2, 4, rankLayout)
 	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	reg := prometheus.NewRegistry()
 	a, err := New(e.nc, e.js, job, Options{WorldSize: 3, DropLast: true}, nil, NewMetrics(reg), nil)
@@ -204,7 +176,7 @@ func TestRanksDropLast(t *testing.T) {
 	parts := takeRanks(t, a, 3, -1)
 	checkSteps(t, parts, 4, [2]int{0, 0})
 	// Of 26 samples, 2 full steps of 12; the 2 left are dropped.
-	checkEveryOnce(t, job, rankLayout, seen(nil, parts), 4)
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(nil, parts), 4)
 	if diff := cmp.Diff(map[int]int{0: 2, 1: 2}, stepsPerEpoch(parts)); diff != "" {
 		t.Errorf("steps per epoch (-want +got):\n%s", diff)
 	}
@@ -225,9 +197,9 @@ func TestRanksDropLast(t *testing.T) {
 // epoch its ranks are in.
 func TestRanksGetEpochsInOrder(t *testing.T) {
 	e := newEnv(t)
-	l := layout{{2, 2}, {2}}
-	job := testJob("order", 2, 2, l)
-	e.submit(t, job, newFunction(t, job, l), 1, shardRef{1, 0}, shardRef{1, 1}, shardRef{0, 0}, shardRef{0, 1})
+	l := fixture.Layout{{2, 2}, {2}}
+	job := fixture.Job("order", 2, 2, l)
+	e.submit(t, job, newFunction(t, job, l), 1, assembly.ShardRef{Epoch: 1, Shard: 0}, assembly.ShardRef{Epoch: 1, Shard: 1}, assembly.ShardRef{Epoch: 0, Shard: 0}, assembly.ShardRef{Epoch: 0, Shard: 1})
 	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 2}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +228,7 @@ func TestRanksGetEpochsInOrder(t *testing.T) {
 // once, the shards recorded past the checkpoint produced again. So too
 // for a job mixing two sources (shards 0-3 and 4-5, 3:1).
 func TestResumeFromACheckpoint(t *testing.T) {
-	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
+	l := fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}} // 36 samples per epoch: 9 steps of 2x2
 	for _, tc := range []struct {
 		world, past int
 		mixed       bool
@@ -268,9 +240,9 @@ func TestResumeFromACheckpoint(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("resume", 2, 2, l)
+			job := fixture.Job("resume", 2, 2, l)
 			if tc.mixed {
-				job = testMixedJob("resume", 2, 2, l, 4, 3, 1)
+				job = fixture.MixedJob("resume", 2, 2, l, 4, 3, 1)
 			}
 			job.Submitted = time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
 			f := newFunction(t, job, l)
@@ -286,7 +258,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			kept := takeRanks(t, a, 2, 3)
 			checkSteps(t, kept, 2, [2]int{0, 0})
 			last := kept[0][2]
-			state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+			state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 				Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
 			takeRanks(t, a, 2, tc.past) // past the checkpoint: lost with the crash
 			cancel()
@@ -333,7 +305,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			// both; then the generation's.
 			other := state
 			other.Step++
-			if _, err := b.Resume(context.Background(), other, world, world-1, ""); !errors.Is(err, ErrResumeConflict) ||
+			if _, err := b.Resume(context.Background(), other, world, world-1, ""); !errors.Is(err, readerstate.ErrResumeConflict) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", other.Epoch, other.Step)) ||
 				!strings.Contains(err.Error(), fmt.Sprintf("epoch %d step %d", state.Epoch, state.Step)) {
 				t.Errorf("a rank resuming from another state than its generation's: %v, want ErrResumeConflict naming both", err)
@@ -354,7 +326,7 @@ func TestResumeFromACheckpoint(t *testing.T) {
 			}
 			rest := takeRanks(t, ag, world, -1)
 			checkSteps(t, rest, 2, [2]int{0, state.Step})
-			checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+			fixture.CheckEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
 			if tc.mixed {
 				checkPartSources(t, job, kept, rest)
 			}
@@ -375,9 +347,9 @@ func TestResumeFromACheckpoint(t *testing.T) {
 // next agent, with no resume of its own, finds them noted in the position
 // and sends them itself, and the model sees every sample once.
 func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
-	l := layout{{3, 6}, {5}, {1, 2, 3}, {6}}
+	l := fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}}
 	e := newEnv(t)
-	job := testJob("replay-again", 1, 2, l)
+	job := fixture.Job("replay-again", 1, 2, l)
 	f := newFunction(t, job, l)
 	e.submit(t, job, f, 2)
 	a, err := New(e.nc, e.js, job, Options{PrefetchSamples: 4}, nil, nil, nil)
@@ -389,7 +361,7 @@ func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 	go func() { errc <- a.Run(ctx) }()
 	kept := takeRanks(t, a, 2, 2)
 	last := kept[0][1]
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: 0, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
 	takeRanks(t, a, 2, 2)
 	cancel()
@@ -432,7 +404,7 @@ func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 	wait := runAgent(t, c)
 	rest := takeRanks(t, c, 2, -1)
 	checkSteps(t, rest, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, l, seen(seen(nil, kept), rest), 0)
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +414,7 @@ func TestAnAgentRestartedAfterAResumeSendsItsReplaysAgain(t *testing.T) {
 // first part when a resume sets a smaller world gets ErrWorldMismatch.
 func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("rewait", 1, 2, layout{{2}})
+	job := fixture.Job("rewait", 1, 2, fixture.Layout{{2}})
 	e.record(t, job)
 	ag, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
@@ -452,78 +424,28 @@ func TestResumeRefusesARankWaitingInAnotherWorld(t *testing.T) {
 	a := ag.readers[0]
 	got := make(chan error, 1)
 	go func() {
-		_, err := a.nextPart(context.Background(), rankRequest{rank: 2, world: 3})
+		_, err := a.nextPart(context.Background(), readerstate.RankRequest{Rank: 2, World: 3})
 		got <- err
 	}()
 	testenv.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if a.st.blocked == 0 {
+		if a.st.Blocked == 0 {
 			return errors.New("rank 2 is not waiting yet")
 		}
 		return nil
 	})
-	st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
+	st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
 	if _, err := a.Resume(context.Background(), st, 2, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-got:
-		if !errors.Is(err, ErrWorldMismatch) {
+		if !errors.Is(err, readerstate.ErrWorldMismatch) {
 			t.Errorf("the waiting rank of the old world: %v, want ErrWorldMismatch", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting rank of the old world was not refused")
-	}
-}
-
-// TestSplitRowsAliasesTheChunks: parts cut across batches (one as runs of
-// chunk rows, one whole) hold each rank's rows in order, as runs over the
-// batches' own memory.
-func TestSplitRowsAliasesTheChunks(t *testing.T) {
-	chunk := []byte("aaBBccDDee") // 5 rows of 2 bytes
-	a := readyBatch{Batch: Batch{Epoch: 1, Keys: []string{"a", "b", "c"},
-		Tensors: []safetensors.Tensor{{Name: "x", DType: safetensors.U8, Shape: []int{3, 2}}},
-		runs:    [][][]byte{{chunk[0:4:4], chunk[4:6:6]}}}}
-	b := readyBatch{Batch: Batch{Epoch: 1, Keys: []string{"d", "e"},
-		Tensors: []safetensors.Tensor{{Name: "x", DType: safetensors.U8, Shape: []int{2, 2}, Data: chunk[6:10:10]}}}}
-	parts := splitRows(1, []readyBatch{a, b}, []int{2, 3, 0})
-	want := []struct {
-		keys []string
-		data string
-	}{{[]string{"a", "b"}, "aaBB"}, {[]string{"c", "d", "e"}, "ccDDee"}, {nil, ""}}
-	for r, p := range parts {
-		if p.dataLen(0) != len(want[r].data) {
-			t.Errorf("part %d: %d bytes, want %d", r, p.dataLen(0), len(want[r].data))
-		}
-		for _, run := range p.data(0) {
-			if &run[0] != &chunk[bytes.Index(chunk, run)] {
-				t.Errorf("part %d: run %q is a copy", r, run)
-			}
-		}
-		p.materialize()
-		if !slices.Equal(p.Keys, want[r].keys) && len(want[r].keys)+len(p.Keys) > 0 {
-			t.Errorf("part %d: keys %v, want %v", r, p.Keys, want[r].keys)
-		}
-		if got := string(p.Tensors[0].Data); got != want[r].data || !slices.Equal(p.Tensors[0].Shape, []int{len(want[r].keys), 2}) {
-			t.Errorf("part %d: %q shape %v, want %q", r, got, p.Tensors[0].Shape, want[r].data)
-		}
-	}
-}
-
-func TestCutRuns(t *testing.T) {
-	runs := [][]byte{[]byte("abc"), []byte(""), []byte("de"), []byte("fghi")}
-	for _, c := range []struct {
-		from, to int
-		want     string
-	}{{0, 9, "abc|de|fghi"}, {1, 4, "bc|d"}, {3, 5, "de"}, {4, 4, ""}, {5, 7, "fg"}, {8, 9, "i"}} {
-		var got []string
-		for _, r := range cutRuns(runs, c.from, c.to) {
-			got = append(got, string(r))
-		}
-		if g := strings.Join(got, "|"); g != c.want {
-			t.Errorf("cutRuns(%d, %d) = %q, want %q", c.from, c.to, g, c.want)
-		}
 	}
 }
 
@@ -536,7 +458,7 @@ func TestCutRuns(t *testing.T) {
 // predecessor that did not resume again is refused a part.
 func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("late", 2, 2, rankLayout)
+	job := fixture.Job("late", 2, 2, rankLayout)
 	e.submit(t, job, newFunction(t, job, rankLayout), 2)
 	ag, err := New(e.nc, e.js, job, Options{}, nil, nil, nil)
 	if err != nil {
@@ -545,7 +467,7 @@ func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
 	wait := runAgent(t, ag)
 	kept := takeRanks(t, ag, 2, 2)
 	last := kept[0][1]
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 2, Position: last.Position}
 	takeRanks(t, ag, 2, 1) // past the checkpoint: lost with the crash
 	b := ag.readers[0]
@@ -554,23 +476,23 @@ func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
 	if err != nil || !res0.Resumed {
 		t.Fatalf("rank 0's resume: %+v, %v; want a rewind", res0, err)
 	}
-	first, err := b.nextPart(ctx, rankRequest{rank: 0, world: 2})
+	first, err := b.nextPart(ctx, readerstate.RankRequest{Rank: 0, World: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.mu.Lock()
-	gen := b.st.gens.n
+	gen := b.st.Gens.N
 	b.mu.Unlock()
 	res1, err := b.Resume(ctx, state, 2, 1, "")
 	b.mu.Lock()
-	joined := b.st.gens.n == gen
+	joined := b.st.Gens.N == gen
 	b.mu.Unlock()
 	if err != nil || res1 != res0 || !joined {
 		t.Fatalf("rank 1's late resume: %+v, %v (generation kept: %t); want rank 0's answer, no rewind", res1, err, joined)
 	}
 	rest := takeRanks(t, ag, 2, 1)
-	rest[0] = append([]rankPart{first}, rest[0]...)
-	second, err := b.nextPart(ctx, rankRequest{rank: 1, world: 2})
+	rest[0] = append([]readerstate.RankPart{first}, rest[0]...)
+	second, err := b.nextPart(ctx, readerstate.RankRequest{Rank: 1, World: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,15 +504,15 @@ func TestResumeOfALateRankJoinsItsGeneration(t *testing.T) {
 	if _, err := b.Resume(ctx, state, 2, 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.nextPart(ctx, rankRequest{rank: 1, world: 2}); !errors.Is(err, ErrResumeConflict) || !strings.Contains(err.Error(), "load the checkpoint again") {
-		t.Fatalf("rank 1 of the generation before: %v, want ErrResumeConflict", err)
+	if _, err := b.nextPart(ctx, readerstate.RankRequest{Rank: 1, World: 2}); !errors.Is(err, readerstate.ErrResumeConflict) || !strings.Contains(err.Error(), "load the checkpoint again") {
+		t.Fatalf("rank 1 of the generation before: %v, want readerstate.ErrResumeConflict", err)
 	}
 	if _, err := b.Resume(ctx, state, 2, 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	all := takeRanks(t, ag, 2, -1)
 	checkSteps(t, all, 2, [2]int{state.Epoch, state.Step})
-	checkEveryOnce(t, job, rankLayout, seen(seen(nil, kept), all), 0)
+	fixture.CheckEveryOnce(t, job, rankLayout, seen(seen(nil, kept), all), 0)
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}

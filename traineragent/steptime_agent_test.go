@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/demand"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -17,7 +19,7 @@ import (
 // metrics and Stats count them.
 func TestAgentReportsStepTimes(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("steps", 1, 2, layout{{2}})
+	job := fixture.Job("steps", 1, 2, fixture.Layout{{2}})
 	e.record(t, job)
 	reg := prometheus.NewRegistry()
 	ag, err := New(e.nc, e.js, job, Options{DemandInterval: 20 * time.Millisecond, GPU: fixedGPU(0.25)}, nil, NewMetrics(reg), nil)
@@ -28,10 +30,10 @@ func TestAgentReportsStepTimes(t *testing.T) {
 	runAgent(t, ag)
 	a := ag.readers[0]
 
-	a.reportStep(StepReport{Rank: 1, Steps: 0})
-	a.reportStep(StepReport{Rank: 1, Steps: -1}) // invalid: dropped
-	a.reportStep(StepReport{Rank: 1, Steps: 4, WaitS: 0.4, ComputeS: 2})
-	a.reportStep(StepReport{Rank: 1, Steps: 4, WaitS: 0.4, ComputeS: 2}) // a retry
+	a.reportStep(demand.StepReport{Rank: 1, Steps: 0})
+	a.reportStep(demand.StepReport{Rank: 1, Steps: -1}) // invalid: dropped
+	a.reportStep(demand.StepReport{Rank: 1, Steps: 4, WaitS: 0.4, ComputeS: 2})
+	a.reportStep(demand.StepReport{Rank: 1, Steps: 4, WaitS: 0.4, ComputeS: 2}) // a retry
 	var got wire.Demand
 	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		for _, d := range dm.all() {
@@ -44,10 +46,10 @@ func TestAgentReportsStepTimes(t *testing.T) {
 	})
 	// The GPU was busy a quarter of a ~20 ms window: about 5 ms of the 2 s
 	// compute was the GPU's, the rest other.
-	if got.WaitSource != wire.WaitClient || got.Step.Steps != 4 || got.Step.Ranks != 1 || !near(got.Step.WaitS, 0.1) {
+	if got.WaitSource != wire.WaitClient || got.Step.Steps != 4 || got.Step.Ranks != 1 || !nearly(got.Step.WaitS, 0.1) {
 		t.Errorf("demand %+v, want the client's wait and 4 steps of rank 1 waiting 0.1 s each", got)
 	}
-	if c := got.Step.ComputeS; c <= 0 || c > 0.1 || !near(got.Step.ComputeS+got.Step.OtherS, 0.5) {
+	if c := got.Step.ComputeS; c <= 0 || c > 0.1 || !nearly(got.Step.ComputeS+got.Step.OtherS, 0.5) {
 		t.Errorf("step split %+v, want compute + other = 0.5 s with compute the GPU's small share", got.Step)
 	}
 	if got.WaitFraction != 1 || got.StallFraction != 0.75 {
@@ -63,7 +65,7 @@ func TestAgentReportsStepTimes(t *testing.T) {
 		{"sluice_agent_step_seconds_total", map[string]string{"rank": "1", "part": "wait"}, 0.4},
 		{"sluice_agent_gpu_utilization", nil, 0.25},
 	} {
-		if v, err := seriesValue(reg, m.name, m.labels); err != nil || !near(v, m.want) {
+		if v, err := seriesValue(reg, m.name, m.labels); err != nil || !nearly(v, m.want) {
 			t.Errorf("%s%v = %v (%v), want %v", m.name, m.labels, v, err, m.want)
 		}
 	}
@@ -113,3 +115,5 @@ func seriesValue(reg *prometheus.Registry, name string, labels map[string]string
 	}
 	return 0, fmt.Errorf("no series %s%v", name, labels)
 }
+
+func nearly(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }

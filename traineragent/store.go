@@ -13,13 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // Open waits for job id's record to appear in wire.JobsBucket (logging
 // that it waits) and prepares an agent for it, as New does: a process
 // separate from the broker needs only the job id. A job already cancelled
-// or failed is refused with an error wrapping ErrJobEnded.
+// or failed is refused with an error wrapping readerstate.ErrJobEnded.
 func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string, opts Options, logger *slog.Logger, m *Metrics, reg prometheus.Registerer) (*Agent, error) {
 	if err := wire.ValidateJobID(id); err != nil {
 		return nil, fmt.Errorf("trainer agent: %w", err)
@@ -87,11 +89,11 @@ func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string,
 	}
 }
 
-// jobEnded returns an error wrapping ErrJobEnded if entry (of the job's
+// jobEnded returns an error wrapping readerstate.ErrJobEnded if entry (of the job's
 // record) says the job is gone: deleted, cancelled or failed.
 func jobEnded(id string, e jetstream.KeyValueEntry) error {
 	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
-		return fmt.Errorf("%w: job %s was deleted", ErrJobEnded, id)
+		return fmt.Errorf("%w: job %s was deleted", readerstate.ErrJobEnded, id)
 	}
 	var job wire.Job
 	if err := json.Unmarshal(e.Value(), &job); err != nil {
@@ -102,13 +104,13 @@ func jobEnded(id string, e jetstream.KeyValueEntry) error {
 		if reason == "" {
 			reason = "no reason given"
 		}
-		return fmt.Errorf("%w: job %s was %s: %s", ErrJobEnded, id, job.State, reason)
+		return fmt.Errorf("%w: job %s was %s: %s", readerstate.ErrJobEnded, id, job.State, reason)
 	}
 	return nil
 }
 
 // checkJob reads the job's record once and returns an error wrapping
-// ErrJobEnded if the job is gone, else nil.
+// readerstate.ErrJobEnded if the job is gone, else nil.
 func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 	if ctx.Err() != nil {
 		return nil
@@ -118,7 +120,7 @@ func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 	e, err := jobs.Get(gctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return fmt.Errorf("%w: job %s was deleted", ErrJobEnded, id)
+		return fmt.Errorf("%w: job %s was deleted", readerstate.ErrJobEnded, id)
 	case err != nil:
 		return nil
 	}
@@ -129,27 +131,27 @@ func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 // restores it, so the agent resumes where its predecessor's batches ended.
 func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error {
 	key := wire.ReaderKey(a.job.Spec.ID, a.reader)
-	store, p, err := openPositionStore(ctx, js, key, a.st.submitted(), a.log)
+	store, p, err := openPositionStore(ctx, js, key, a.st.Submitted(), a.log)
 	if err != nil {
 		return fmt.Errorf("reader %s: %w", a.reader, err)
 	}
-	var base *assembler
+	var base *assembly.Assembler
 	if p != nil {
-		base = newAssembler(a.job)
-		if err := base.restore(*p); err != nil {
+		base = assembly.NewAssembler(a.job)
+		if err := base.Restore(*p); err != nil {
 			return fmt.Errorf("position of reader %s (key %s): %w", a.reader, key, err)
 		}
 	}
-	a.recorded.reset(base)
+	a.recorded.Reset(base)
 
 	a.mu.Lock()
 	defer a.unlock()
-	_ = a.st.load(p, time.Now()) // as base did
+	_ = a.st.Load(p, time.Now()) // as base did
 	if p != nil {
-		a.log.Info("resuming from the recorded position", "finished_epochs", a.st.asm.finished,
+		a.log.Info("resuming from the recorded position", "finished_epochs", a.st.Asm.Finished,
 			"bytes", len(store.recorded))
 	}
-	store.written = a.st.asm.version
+	store.written = a.st.Asm.Version
 	a.pos = store
 	return nil
 }
@@ -165,11 +167,6 @@ func (a *Reader) writeDone(ctx context.Context) error {
 		return fmt.Errorf("encoding the done record: %w", err)
 	}
 	return a.pos.put(ctx, wire.ReaderDoneKey(a.job.Spec.ID, a.reader), data)
-}
-
-func mustEncode(p position) []byte {
-	data, _ := encodePosition(p)
-	return data
 }
 
 // sync writes the position if it changed since the last write, then
@@ -202,7 +199,7 @@ func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 		return errors.New("an earlier position write failed")
 	}
 	a.mu.Lock()
-	version, data, completed, finished, err := a.st.forWrite(a.pos.written, force)
+	version, data, completed, finished, err := a.st.ForWrite(a.pos.written, force)
 	a.mu.Unlock()
 	if err != nil {
 		return err
@@ -212,14 +209,14 @@ func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 			a.pos.broken = a.pos.broken || forBatch
 			// Not recorded: report them after the next write.
 			a.mu.Lock()
-			a.st.unrecorded(completed)
+			a.st.Unrecorded(completed)
 			a.mu.Unlock()
 			return fmt.Errorf("job %s reader %s: %w", a.job.Spec.ID, a.reader, err)
 		}
 		a.pos.written = version
 		a.m.positionBytes.Set(float64(len(data)))
 	}
-	a.recorded.add(completed, finished)
+	a.recorded.Add(completed, finished)
 	a.completed(completed)
 	return nil
 }
@@ -229,7 +226,7 @@ func (a *Reader) record(ctx context.Context, forBatch, force bool) error {
 func (a *Reader) replaysOwed() []wire.ShardTask {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.st.replaysOwed()
+	return a.st.ReplaysOwed()
 }
 
 // keepAlive writes the position when it changed without a batch (shard
@@ -255,14 +252,5 @@ func (a *Reader) keepAlive(ctx context.Context) {
 			a.stop(fmt.Errorf("job %s reader %s: %w", a.job.Spec.ID, a.reader, err))
 			return
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
 	}
 }

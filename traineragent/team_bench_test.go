@@ -28,6 +28,10 @@ import (
 	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/stepplan"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -78,7 +82,7 @@ func benchTeam(b *testing.B, agents int) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		id := fmt.Sprintf("team%d-%d", agents, e.next())
-		job := testJob(id, tbEpochs, tbBatch, tbLayout())
+		job := fixture.Job(id, tbEpochs, tbBatch, tbLayout())
 		e.submit(b, job, agents)
 		runs := e.newAgents(b, job, agents)
 		fn0, nats0, self0, varz0 := e.fn.cpu(b), e.nats.cpu(b), selfCPUTime(b), e.varz(b)
@@ -127,8 +131,8 @@ func benchTeam(b *testing.B, agents int) {
 	}
 }
 
-func tbLayout() layout {
-	l := make(layout, tbShards)
+func tbLayout() fixture.Layout {
+	l := make(fixture.Layout, tbShards)
 	for s := range l {
 		l[s] = make([]int, tbChunks)
 		for c := range l[s] {
@@ -176,7 +180,7 @@ func runTeam(ctx context.Context, b *testing.B, runs []agentRun, planning func()
 			for _, rank := range ar.ranks {
 				wg.Go(func() {
 					for {
-						p, err := r.nextPart(ctx, rankRequest{rank: rank, world: tbWorld})
+						p, err := r.nextPart(ctx, readerstate.RankRequest{Rank: rank, World: tbWorld})
 						if errors.Is(err, io.EOF) {
 							return
 						}
@@ -186,14 +190,14 @@ func runTeam(ctx context.Context, b *testing.B, runs []agentRun, planning func()
 							return
 						}
 						n := len(p.Keys)
-						if len(p.Tensors) != 2 || p.dataLen(0) != n*224*224*3 {
+						if len(p.Tensors) != 2 || p.DataLen(0) != n*224*224*3 {
 							errs[rank] = fmt.Errorf("rank %d: a part of %d samples with tensors %v", rank, n, p.Tensors)
 							cancel()
 							return
 						}
 						samples.Add(int64(n))
 						for j := range p.Tensors {
-							bytes.Add(int64(p.dataLen(j)))
+							bytes.Add(int64(p.DataLen(j)))
 						}
 					}
 				})
@@ -517,13 +521,13 @@ func serveLoopback(t *testing.T, h http.Handler) string {
 type readyFunction struct {
 	chunks [][][]byte // per shard, per chunk
 	mu     sync.Mutex
-	sends  map[string]map[shardRef]int
-	first  map[string]map[shardRef]string // the agent sent it first
+	sends  map[string]map[assembly.ShardRef]int
+	first  map[string]map[assembly.ShardRef]string // the agent sent it first
 	again  map[string]int
 }
 
 func newReadyFunction(t *testing.T) *readyFunction {
-	f := &readyFunction{sends: map[string]map[shardRef]int{}, first: map[string]map[shardRef]string{}, again: map[string]int{}}
+	f := &readyFunction{sends: map[string]map[assembly.ShardRef]int{}, first: map[string]map[assembly.ShardRef]string{}, again: map[string]int{}}
 	img := make([]byte, tbPerChunk*224*224*3)
 	lab := make([]byte, tbPerChunk*8)
 	for s := range tbShards {
@@ -531,7 +535,7 @@ func newReadyFunction(t *testing.T) *readyFunction {
 		for c := range tbChunks {
 			keys := make([]string, tbPerChunk)
 			for k := range keys {
-				keys[k] = sampleKey(s, c, k)
+				keys[k] = fixture.SampleKey(s, c, k)
 			}
 			kj, _ := json.Marshal(keys)
 			data, err := safetensors.Encode([]safetensors.Tensor{
@@ -566,9 +570,9 @@ func (f *readyFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	k, agent := shardRef{task.Epoch, task.Shard}, r.Header.Get("X-Bench-Agent")
+	k, agent := assembly.ShardRef{Epoch: task.Epoch, Shard: task.Shard}, r.Header.Get("X-Bench-Agent")
 	if f.sends[task.Job] == nil {
-		f.sends[task.Job], f.first[task.Job] = map[shardRef]int{}, map[shardRef]string{}
+		f.sends[task.Job], f.first[task.Job] = map[assembly.ShardRef]int{}, map[assembly.ShardRef]string{}
 	}
 	f.sends[task.Job][k]++
 	n := f.sends[task.Job][k]
@@ -598,7 +602,7 @@ func (f *readyFunction) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // BenchmarkPlanTeamStep is the planner's per-request policy work at scale:
-// planTeamStep over the ready batches of N agents of 8 ranks each, 4
+// stepplan.TeamStep over the ready batches of N agents of 8 ranks each, 4
 // global steps ready (the default prefetch), as teamWants runs it (under
 // the reader's lock) for every chunk note, shard end and status a member
 // sends, and formTeamStep for every step.
@@ -610,17 +614,17 @@ func BenchmarkPlanTeamStep(b *testing.B) {
 			for r := range holders {
 				holders[r] = fmt.Sprintf("node%d", r/perNode)
 			}
-			var sup teamSupply
+			var sup stepplan.TeamSupply
 			for range steps * perNode {
 				for n := range nodes {
-					sup.Ready = append(sup.Ready, teamBatch{Holder: fmt.Sprintf("node%d", n), Rows: batch})
+					sup.Ready = append(sup.Ready, stepplan.TeamBatch{Holder: fmt.Sprintf("node%d", n), Rows: batch})
 				}
 			}
 			// The last agent is one batch short: the step waits, as it
 			// does whenever teamWants asks whether that agent should take more.
 			sup.Ready = sup.Ready[:len(sup.Ready)-1]
 			for b.Loop() {
-				if p := planTeamStep(sup, holders, batch, false); p.Action != stepFull && p.Action != stepWait {
+				if p := stepplan.TeamStep(sup, holders, batch, false); p.Action != stepplan.StepFull && p.Action != stepplan.StepWait {
 					b.Fatalf("action %v", p.Action)
 				}
 			}

@@ -14,6 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -26,7 +29,7 @@ func teamOptions(name string, world int, ranks []int) Options {
 }
 
 // teamLayout has 46 samples per epoch in 8 shards of uneven sizes.
-var teamLayout = layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
+var teamLayout = fixture.Layout{{3, 6}, {5}, {1, 2, 3}, {6}, {4, 4}, {2}, {7}, {3}}
 
 // startTeam starts one agent per entry of ranks (the first must hold rank
 // 0: it plans), after delay each but the first.
@@ -50,12 +53,12 @@ func startTeam(t *testing.T, e env, job wire.Job, world int, ranks [][]int, dela
 
 // takeTeam runs every rank against the agent serving it, each taking n
 // parts (n < 0: until io.EOF), and returns each rank's parts, checked.
-func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]rankPart {
+func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]readerstate.RankPart {
 	t.Helper()
 	out := takeTeamParts(t, agents, ranks, world, n)
 	for _, parts := range out {
 		for _, p := range parts {
-			checkBatch(t, p.Batch)
+			fixture.CheckBatch(t, p.Batch)
 		}
 	}
 	return out
@@ -63,11 +66,11 @@ func takeTeam(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]ra
 
 // takeTeamParts is takeTeam without checking the batches' tensors
 // against the test layout's.
-func takeTeamParts(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]rankPart {
+func takeTeamParts(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [][]readerstate.RankPart {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out := make([][]rankPart, world)
+	out := make([][]readerstate.RankPart, world)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for i, rs := range ranks {
@@ -75,7 +78,7 @@ func takeTeamParts(t *testing.T, agents []*Agent, ranks [][]int, world, n int) [
 		for _, r := range rs {
 			wg.Go(func() {
 				for n < 0 || len(out[r]) < n {
-					p, err := a.nextPart(ctx, rankRequest{rank: r, world: world})
+					p, err := a.nextPart(ctx, readerstate.RankRequest{Rank: r, World: world})
 					if errors.Is(err, io.EOF) && n < 0 {
 						return
 					}
@@ -109,7 +112,7 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 	}{{"together", 0, false}, {"second agent late", 300 * time.Millisecond, false}, {"drop_last", 0, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("team", 3, 2, teamLayout)
+			job := fixture.Job("team", 3, 2, teamLayout)
 			job.Submitted = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
 			f := newFunction(t, job, teamLayout)
 			e.submit(t, job, f, 2)
@@ -122,7 +125,7 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 			if tc.drop {
 				dropped, steps = 3*(46%8), 46/8
 			}
-			checkEveryOnce(t, job, teamLayout, seen(nil, parts), dropped)
+			fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, parts), dropped)
 			if diff := cmp.Diff(map[int]int{0: steps, 1: steps, 2: steps}, stepsPerEpoch(parts)); diff != "" {
 				t.Errorf("steps per epoch (-want +got):\n%s", diff)
 			}
@@ -152,9 +155,9 @@ func TestTeamServesEveryRankExactlyOnce(t *testing.T) {
 // job that mixes two sources (shards 0-4 and 5-7, weighted 3:1), each
 // row's source named in its part.
 func TestTeamResumesOnAnotherLayout(t *testing.T) {
-	t.Run("one dataset", func(t *testing.T) { testTeamResumesOnAnotherLayout(t, testJob("teamresume", 2, 2, teamLayout)) })
+	t.Run("one dataset", func(t *testing.T) { testTeamResumesOnAnotherLayout(t, fixture.Job("teamresume", 2, 2, teamLayout)) })
 	t.Run("mixed", func(t *testing.T) {
-		testTeamResumesOnAnotherLayout(t, testMixedJob("teamresumemix", 2, 2, teamLayout, 5, 3, 1))
+		testTeamResumesOnAnotherLayout(t, fixture.MixedJob("teamresumemix", 2, 2, teamLayout, 5, 3, 1))
 	})
 }
 
@@ -179,7 +182,7 @@ func testTeamResumesOnAnotherLayout(t *testing.T, job wire.Job) {
 	kept := takeTeam(t, first, ranks, 4, 3)
 	checkSteps(t, kept, 2, [2]int{0, 0})
 	last := kept[0][2]
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 	takeTeam(t, first, ranks, 4, 2) // past the checkpoint: lost with the crash
 	cancel()
@@ -202,7 +205,7 @@ func testTeamResumesOnAnotherLayout(t *testing.T, job wire.Job) {
 	}
 	rest := takeTeam(t, agents, ranks, 3, -1)
 	checkSteps(t, rest, 2, [2]int{last.Epoch, last.Step + 1})
-	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 	if len(job.Sources) > 0 {
 		checkPartSources(t, job, kept, rest)
 	}
@@ -221,7 +224,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 	for _, restart := range []int{1, 0} {
 		t.Run(fmt.Sprintf("agent %d", restart), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob("teamrestart", 2, 2, teamLayout)
+			job := fixture.Job("teamrestart", 2, 2, teamLayout)
 			job.Submitted = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 			f := newFunction(t, job, teamLayout)
 			e.submit(t, job, f, 2)
@@ -256,7 +259,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 					t.Errorf("rank %d took %d parts after the restart, rank 0 %d", r, len(after[r]), len(after[0]))
 				}
 			}
-			checkEveryOnce(t, job, teamLayout, seen(seen(nil, before), after), 0)
+			fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, before), after), 0)
 			for i, errc := range errcs {
 				select {
 				case err := <-errc:
@@ -277,9 +280,9 @@ func TestTeamAgentRestarts(t *testing.T) {
 // every rank, each taking the same steps.
 func TestTeamEndsAnEpochWithoutAShardThatFailed(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("teamgone", 2, 2, teamLayout)
+	job := fixture.Job("teamgone", 2, 2, teamLayout)
 	f := newFunction(t, job, teamLayout)
-	f.status = map[shardRef]int{{0, 3}: http.StatusNotFound, {1, 5}: http.StatusNotFound}
+	f.status = map[assembly.ShardRef]int{{Epoch: 0, Shard: 3}: http.StatusNotFound, {Epoch: 1, Shard: 5}: http.StatusNotFound}
 	e.submit(t, job, f, 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
@@ -317,7 +320,7 @@ func TestTeamEndsAnEpochWithoutAShardThatFailed(t *testing.T) {
 func TestTeamRandomLayouts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for i := range 12 {
-		var l layout
+		var l fixture.Layout
 		total := 0
 		for range 3 + rng.IntN(8) {
 			var chunks []int
@@ -342,7 +345,7 @@ func TestTeamRandomLayouts(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("%d: %d samples, %d agents %v, batch %d, drop_last %t", i, total, agents, ranks, batch, dropLast), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob(fmt.Sprintf("teamrand%d", i), 2, batch, l)
+			job := fixture.Job(fmt.Sprintf("teamrand%d", i), 2, batch, l)
 			e.submit(t, job, newFunction(t, job, l), 2)
 			team, waits := startTeam(t, e, job, world, ranks, 0, dropLast)
 			parts := takeTeam(t, team, ranks, world, -1)
@@ -351,7 +354,7 @@ func TestTeamRandomLayouts(t *testing.T) {
 			if dropLast {
 				dropped = 2 * (total % (world * batch))
 			}
-			checkEveryOnce(t, job, l, seen(nil, parts), dropped)
+			fixture.CheckEveryOnce(t, job, l, seen(nil, parts), dropped)
 			for j, w := range waits {
 				if err := w(); err != nil {
 					t.Fatalf("agent %d: %v", j, err)
@@ -385,7 +388,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 		took := 1 + rng.IntN(4)
 		t.Run(fmt.Sprintf("%d: %v then %v after %d steps", i, r1, r2, took), func(t *testing.T) {
 			e := newEnv(t)
-			job := testJob(fmt.Sprintf("teamresume%d", i), 2, 2, teamLayout)
+			job := fixture.Job(fmt.Sprintf("teamresume%d", i), 2, 2, teamLayout)
 			e.submit(t, job, newFunction(t, job, teamLayout), 2)
 			ctx, cancel := context.WithCancel(context.Background())
 			var runs sync.WaitGroup
@@ -401,7 +404,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 			}
 			kept := takeTeam(t, first, r1, w1, took)
 			last := kept[0][took-1]
-			state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+			state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 				Epoch: last.Epoch, Step: last.Step + 1, WorldSize: w1, Position: last.Position}
 			if last.Last {
 				state.Epoch, state.Step = last.Epoch+1, 0
@@ -421,7 +424,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			rest := takeTeam(t, second, r2, w2, -1)
-			checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+			fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 			for j, w := range waits {
 				if err := w(); err != nil {
 					t.Fatalf("agent %d: %v", j, err)
@@ -431,76 +434,8 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 	}
 }
 
-// TestJoinMember: a member joins with its ranks; another agent claiming
-// them is refused while the first is heard from, and takes them over once
-// it has gone quiet; a join that does not fit the reader is refused,
-// naming what is wrong; a join under a live member's name is refused with
-// its own error (reproduction 11: it wedged the team), and one that comes
-// again with the member's nonce (its reply lost) gets the same session.
-func TestJoinMember(t *testing.T) {
-	job := testJob("join", 1, 2, layout{{2}})
-	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	st := newReaderState(job, Options{WorldSize: 4}, now)
-	team := newTeamState(4, []int{0, 1})
-	st.steps = team
-	const na, nb, nc = "nonce-of-a-0000000", "nonce-of-b-0000000", "nonce-of-c-0000000"
-	for _, tc := range []struct {
-		name, agent string
-		ranks       []int
-		world       int
-		drop        bool
-		want        string
-	}{
-		{"a world of another size", "b", []int{2, 3}, 5, false, "world size 5"},
-		{"another drop_last", "b", []int{2, 3}, 4, true, "drop_last"},
-		{"the planner's rank", "b", []int{1, 2}, 4, false, "rank 1 is served by the planner"},
-		{"a rank beyond the world", "b", []int{4}, 4, false, "rank 4"},
-		{"no rank", "b", nil, 4, false, "serves no rank"},
-		{"no name", "", []int{2}, 4, false, "needs a name"},
-	} {
-		if _, err := team.joinMember(st, tc.agent, nb, tc.ranks, tc.world, tc.drop, now); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
-		}
-	}
-	if _, err := team.joinMember(st, "a", "short", []int{2, 3}, 4, false, now); err == nil || !strings.Contains(err.Error(), "nonce") {
-		t.Errorf("a join without a nonce: %v", err)
-	}
-	sa, err := team.joinMember(st, "a", na, []int{2, 3}, 4, false, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !team.complete() {
-		t.Errorf("holders %q: want every rank served", team.holders)
-	}
-	if again, err := team.joinMember(st, "a", na, []int{2, 3}, 4, false, now.Add(time.Second)); err != nil || again != sa {
-		t.Errorf("a's join again with its nonce: session %q, %v; want %q", again, err, sa)
-	}
-	if _, err := team.joinMember(st, "a", nc, []int{2}, 4, false, now.Add(time.Second)); !errors.Is(err, ErrNameTaken) {
-		t.Errorf("a join under a live member's name with fewer ranks: %v, want ErrNameTaken", err)
-	}
-	if got := team.holders; got[2] != "a" || got[3] != "a" || team.members["a"].session != sa {
-		t.Errorf("after a refused join under a's name: holders %q, session changed %t", got, team.members["a"].session != sa)
-	}
-	if _, err := team.joinMember(st, "b", nb, []int{3}, 4, false, now.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "served by agent a") {
-		t.Errorf("another agent claiming a live member's rank: %v", err)
-	}
-	if _, err := team.joinMember(st, "b", nb, []int{3}, 4, false, now.Add(memberStale+time.Second)); err != nil {
-		t.Fatalf("taking over a quiet member's rank: %v", err)
-	}
-	if got := team.holders; got[2] != "a" || got[3] != "b" {
-		t.Errorf("holders %q, want rank 2 still a's and rank 3 b's", got)
-	}
-	sa2, err := team.joinMember(st, "a", nc, []int{2}, 4, false, now.Add(memberStale+2*time.Second))
-	if err != nil {
-		t.Errorf("a restarted (another nonce) joining again with fewer ranks once quiet: %v", err)
-	}
-	if sa2 == sa {
-		t.Errorf("a restarted agent got the old session")
-	}
-}
-
 // checkPartSources checks that every part names each row's source.
-func checkPartSources(t *testing.T, job wire.Job, runs ...[][]rankPart) {
+func checkPartSources(t *testing.T, job wire.Job, runs ...[][]readerstate.RankPart) {
 	t.Helper()
 	for _, parts := range runs {
 		for r, rank := range parts {
@@ -509,7 +444,7 @@ func checkPartSources(t *testing.T, job wire.Job, runs ...[][]rankPart) {
 					t.Fatalf("rank %d: epoch %d step %d: %d rows, %d sources", r, p.Epoch, p.Step, len(p.Keys), len(p.Sources))
 				}
 				for i, k := range p.Keys {
-					if want := job.SourceOf(shardOfKey(t, k)); p.Sources[i] != want {
+					if want := job.SourceOf(fixture.ShardOfKey(t, k)); p.Sources[i] != want {
 						t.Fatalf("row %s: source %d, want %d", k, p.Sources[i], want)
 					}
 				}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -51,17 +53,17 @@ func applied(m *nats.Msg) bool {
 func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire.Job, agents []*Agent)) {
 	t.Helper()
 	e := newEnv(t)
-	job := testJob(id, 2, 2, teamLayout)
+	job := fixture.Job(id, 2, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
-	var kept [][]rankPart
+	var kept [][]readerstate.RankPart
 	if before > 0 {
 		kept = takeTeam(t, agents, ranks, 4, before)
 	}
 	attack(e, job, agents)
 	rest := takeTeam(t, agents, ranks, 4, -1)
-	all := make([][]rankPart, 4)
+	all := make([][]readerstate.RankPart, 4)
 	for r := range all {
 		if kept != nil {
 			all[r] = append(all[r], kept[r]...)
@@ -69,7 +71,7 @@ func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire
 		all[r] = append(all[r], rest[r]...)
 	}
 	checkSteps(t, all, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, teamLayout, seen(nil, all), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, all), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -81,7 +83,7 @@ func attackTeam(t *testing.T, id string, before int, attack func(e env, job wire
 // running team (1,096 samples for 600, ranks on different steps).
 func TestTeamRefusesForgedResume(t *testing.T) {
 	attackTeam(t, "forgedresume", 2, func(e env, job wire.Job, _ []*Agent) {
-		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		if m := forge(t, e.nc, job.Spec.ID, "resume", map[string]any{"agent": "node1", "state": st, "world": 4}); applied(m) {
 			t.Errorf("a forged resume was applied: %s", m.Data)
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -41,7 +43,7 @@ func TestTeamRandomRestarts(t *testing.T) {
 func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 24))
 	e := newEnv(t)
-	job := testJob(fmt.Sprintf("chaos%d", seed), 8, 2, teamLayout)
+	job := fixture.Job(fmt.Sprintf("chaos%d", seed), 8, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	type run struct {
@@ -67,8 +69,8 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 	runs := []run{start(0), start(1)}
 
 	// generation runs the ranks until EOF or ctx ends; parts per rank.
-	generation := func(ctx context.Context) ([][]rankPart, []error) {
-		parts := make([][]rankPart, 4)
+	generation := func(ctx context.Context) ([][]readerstate.RankPart, []error) {
+		parts := make([][]readerstate.RankPart, 4)
 		errs := make([]error, 4)
 		var wg sync.WaitGroup
 		for i, rs := range ranks {
@@ -76,7 +78,7 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 			for _, r := range rs {
 				wg.Go(func() {
 					for {
-						p, err := a.nextPart(ctx, rankRequest{rank: r, world: 4})
+						p, err := a.nextPart(ctx, readerstate.RankRequest{Rank: r, World: 4})
 						if err != nil {
 							if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 								errs[r] = fmt.Errorf("rank %d after %d parts: %w", r, len(parts[r]), err)
@@ -92,13 +94,13 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 		return parts, errs
 	}
 
-	var kept [][]rankPart // every rank's parts up to each generation's checkpoint
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+	var kept [][]readerstate.RankPart // every rank's parts up to each generation's checkpoint
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 	events := 1 + rng.IntN(3)
 	for ev := range events {
 		ctx, kill := context.WithCancel(context.Background())
 		after := time.Duration(rng.Int64N(int64(time.Second)))
-		var parts [][]rankPart
+		var parts [][]readerstate.RankPart
 		var errs []error
 		done := make(chan struct{})
 		go func() {
@@ -138,13 +140,13 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 			}
 			checkSteps(t, parts, 2, [2]int{state.Epoch, state.Step})
 			if kept == nil {
-				kept = make([][]rankPart, 4)
+				kept = make([][]readerstate.RankPart, 4)
 			}
 			for r := range parts {
 				kept[r] = append(kept[r], parts[r]...)
 			}
 			last := parts[0][n-1]
-			state = State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+			state = State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 				Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 			if last.Last {
 				state.Epoch, state.Step = last.Epoch+1, 0
@@ -171,7 +173,7 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 			t.Fatalf("event %d: resuming: %v", ev, err)
 		}
 	}
-	var rest [][]rankPart
+	var rest [][]readerstate.RankPart
 	if state.Epoch < job.Spec.Epochs {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
@@ -182,7 +184,7 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 		}
 		checkSteps(t, rest, 2, [2]int{state.Epoch, state.Step})
 	}
-	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 	if state.Epoch >= job.Spec.Epochs {
 		return // a restarted agent waits for ranks that will not ask again
 	}

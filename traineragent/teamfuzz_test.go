@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -19,7 +21,7 @@ var teamOps = []string{wire.TeamOpJoin, wire.TeamOpNotes, wire.TeamOpStatus, wir
 // with one member: nothing may panic, the member's ranks stay its own
 // (but for a join), and every sample count stays within bounds.
 func FuzzTeamRequest(f *testing.F) {
-	job := testJob("fuzz", 2, 2, layout{{3, 2}, {4}})
+	job := fixture.Job("fuzz", 2, 2, fixture.Layout{{3, 2}, {4}})
 	sc := &wire.TeamSchema{Names: []string{"image", "label"}, DTypes: []string{"U8", "I64"}, Shapes: [][]int{{2, 2, 3}, {}}}
 	seed := func(op int, v any) {
 		data, _ := json.Marshal(v)
@@ -32,13 +34,13 @@ func FuzzTeamRequest(f *testing.F) {
 	seed(1, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 0, Shard: 1, Chunk: 0, Rows: 1 << 24, Schema: sc}}})
 	seed(2, wire.TeamStatus{Held: [][2]int{{0, 0}, {1, 1}}})
 	seed(3, wire.TeamPartRequest{Rank: 2, World: 4})
-	seed(4, wire.TeamResume{State: mustJSONRaw(State{Version: StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
+	seed(4, wire.TeamResume{State: mustJSONRaw(State{Version: readerstate.StateVersion, Job: "fuzz", Reader: wire.DefaultReader, WorldSize: 4}), World: 4})
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-		pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey}))
+		pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamproto.Auth{Key: testTeamKey}))
 		r.mu.Lock()
-		if _, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
+		if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		r.mu.Unlock()
@@ -47,7 +49,7 @@ func FuzzTeamRequest(f *testing.F) {
 		name := teamOps[int(op)%len(teamOps)]
 		var reply wire.TeamReply
 		if name == wire.TeamOpJoin {
-			reply = pl.teamJoin(teamHead{op: name, member: "x", session: "nonce-of-x-000000"}, body)
+			reply = pl.teamJoin(teamproto.Head{Op: name, Member: "x", Session: "nonce-of-x-000000"}, body)
 		} else {
 			reply = pl.teamRequest(ctx, name, "m", body)
 		}
@@ -56,59 +58,14 @@ func FuzzTeamRequest(f *testing.F) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if name != wire.TeamOpJoin && (pl.team.holders[2] != "m" || pl.team.holders[3] != "m") {
-			t.Errorf("%s changed the holders: %q", name, pl.team.holders)
+		if name != wire.TeamOpJoin && (pl.team.Holders[2] != "m" || pl.team.Holders[3] != "m") {
+			t.Errorf("%s changed the holders: %q", name, pl.team.Holders)
 		}
-		if r.st.readySamples < 0 || r.st.asm.pending < 0 {
-			t.Errorf("%s: %d ready, %d pending samples", name, r.st.readySamples, r.st.asm.pending)
+		if r.st.ReadySamples < 0 || r.st.Asm.Pending < 0 {
+			t.Errorf("%s: %d ready, %d pending samples", name, r.st.ReadySamples, r.st.Asm.Pending)
 		}
-		if m := pl.team.members["m"]; m.rows > maxMemberRows+maxRowsPerChunk {
-			t.Errorf("%s: member m holds %d rows at the planner", name, m.rows)
-		}
-	})
-}
-
-// FuzzTeamEnvelope: any headers and body are opened without a panic, and
-// only a message sealed with the key opens.
-func FuzzTeamEnvelope(f *testing.F) {
-	auth := &teamAuth{key: testTeamKey, job: "fuzz", reader: wire.DefaultReader}
-	m := nats.NewMsg("x")
-	m.Data = []byte(`{"rank":2}`)
-	auth.seal(m, kindRequest, teamHead{op: wire.TeamOpPart, member: "m", session: "s", seq: 7})
-	f.Add(m.Header.Get(wire.TeamHeaderVersion), "m", "s", "7", "", m.Header.Get(wire.TeamHeaderMAC), m.Data)
-	f.Add("1", "", "", "", "", "", []byte{})
-	f.Fuzz(func(t *testing.T, version, member, session, seq, planner, mac string, body []byte) {
-		m := nats.NewMsg("x")
-		m.Data = body
-		for k, v := range map[string]string{wire.TeamHeaderVersion: version, wire.TeamHeaderMember: member, wire.TeamHeaderSession: session, wire.TeamHeaderSeq: seq, wire.TeamHeaderPlanner: planner, wire.TeamHeaderMAC: mac} {
-			m.Header.Set(k, v)
-		}
-		h, err := auth.open(m, kindRequest, wire.TeamOpPart)
-		if err != nil {
-			return
-		}
-		want := auth.sum(kindRequest, h, body)
-		if got := m.Header.Get(wire.TeamHeaderMAC); got == "" || len(want) == 0 {
-			t.Fatalf("opened without a MAC")
-		}
-	})
-}
-
-// FuzzTeamReply: any reply body a member reads is decoded and its part
-// checked without a panic or an allocation of its claimed size.
-func FuzzTeamReply(f *testing.F) {
-	job := testJob("fuzz", 2, 4, layout{{3, 2}, {4}})
-	mem := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	good, _ := json.Marshal(wire.TeamReply{Status: statusOK, Part: &wire.TeamPart{World: 2, Rows: 3, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, N: 3}}}})
-	f.Add(good)
-	f.Add([]byte(`{"status":"ok","part":{"rows":1000000000000,"world":2}}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		var r wire.TeamReply
-		if json.Unmarshal(body, &r) != nil || r.Part == nil {
-			return
-		}
-		if err := mem.checkPart(*r.Part); err == nil && r.Part.Rows > job.Spec.BatchSize {
-			t.Fatalf("a part of %d rows passed", r.Part.Rows)
+		if m := pl.team.Members["m"]; m.Rows > readerstate.MaxMemberRows+assembly.MaxRowsPerChunk {
+			t.Errorf("%s: member m holds %d rows at the planner", name, m.Rows)
 		}
 	})
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -21,7 +23,7 @@ import (
 // must reach one rank once, in equal steps.
 func TestTeamFastTrainerRestart(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("fastrestart", 2, 2, teamLayout)
+	job := fixture.Job("fastrestart", 2, 2, teamLayout)
 	f := newFunction(t, job, teamLayout)
 	f.hold = make(chan struct{}) // no output yet: the rank's request waits at the planner
 	e.submit(t, job, f, 2)
@@ -41,7 +43,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 	ctx, kill := context.WithCancel(context.Background())
 	died := make(chan error, 1)
 	go func() {
-		_, err := agents[1].readers[0].nextPart(ctx, rankRequest{rank: 2, world: 4})
+		_, err := agents[1].readers[0].nextPart(ctx, readerstate.RankRequest{Rank: 2, World: 4})
 		died <- err
 	}()
 	select {
@@ -57,7 +59,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 
 	// The new generation resumes from the start (its checkpoint saw no
 	// step), on every agent, then takes every step.
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i := range agents {
@@ -70,7 +72,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 	close(f.hold)
 	parts := takeTeam(t, agents, ranks, 4, -1)
 	checkSteps(t, parts, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -86,7 +88,7 @@ func TestTeamFastTrainerRestart(t *testing.T) {
 // answers of the planner it joined.
 func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("oldplanner", 2, 2, teamLayout)
+	job := fixture.Job("oldplanner", 2, 2, teamLayout)
 	f := newFunction(t, job, teamLayout)
 	e.submit(t, job, f, 2)
 
@@ -109,7 +111,7 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 	}
 	kept := takeTeam(t, old, oldRanks, 4, 2)
 	last := kept[0][1]
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 		Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 4, Position: last.Position}
 
 	// The new layout starts and resumes while the old team still runs.
@@ -121,7 +123,7 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 	oldRuns.Wait()
 	rest := takeTeam(t, agents, ranks, 3, -1)
 	checkSteps(t, rest, 2, [2]int{last.Epoch, last.Step + 1})
-	checkEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(seen(nil, kept), rest), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -136,35 +138,33 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 // the old one's).
 func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("stalepart", 2, 2, teamLayout)
+	job := fixture.Job("stalepart", 2, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0, 1}, {2, 3}}
 	agents, waits := startTeam(t, e, job, 4, ranks, 0, false)
 	m := agents[1].readers[0].role.(memberRole).m
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := agents[1].readers[0].nextPart(gone, rankRequest{rank: 2, world: 4}); !errors.Is(err, context.Canceled) {
+	if _, err := agents[1].readers[0].nextPart(gone, readerstate.RankRequest{Rank: 2, World: 4}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a request of a trainer gone: %v", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		m.mu.Lock()
-		pl := m.polls[2]
-		m.mu.Unlock()
+		pl := m.PollOf(2)
 		if pl == nil {
 			t.Fatal("no poll for rank 2")
 		}
 		select {
-		case <-pl.done:
+		case <-pl.Done:
 		case <-time.After(time.Until(deadline)):
 			t.Fatal("rank 2's poll got no part")
 		}
-		if pl.err != nil {
-			t.Fatal(pl.err)
+		if pl.Err != nil {
+			t.Fatal(pl.Err)
 		}
 		break
 	}
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 	var wg sync.WaitGroup
 	errs := make([]error, len(agents))
 	for i := range agents {
@@ -176,7 +176,7 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 	}
 	parts := takeTeam(t, agents, ranks, 4, -1)
 	checkSteps(t, parts, 2, [2]int{0, 0})
-	checkEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
+	fixture.CheckEveryOnce(t, job, teamLayout, seen(nil, parts), 0)
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("agent %d: %v", i, err)
@@ -192,11 +192,11 @@ func TestTeamDropsAPartOfAnEarlierGeneration(t *testing.T) {
 // ranks", seen in TestTeamRandomRestarts).
 func TestTeamConcurrentResumes(t *testing.T) {
 	e := newEnv(t)
-	job := testJob("concresume", 20, 2, teamLayout)
+	job := fixture.Job("concresume", 20, 2, teamLayout)
 	e.submit(t, job, newFunction(t, job, teamLayout), 2)
 	ranks := [][]int{{0}, {1}, {2}}
 	agents, _ := startTeam(t, e, job, 3, ranks, 0, false)
-	state := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
+	state := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 3}
 	for round := range 40 {
 		var wg sync.WaitGroup
 		errs := make([]error, len(agents))
@@ -209,7 +209,7 @@ func TestTeamConcurrentResumes(t *testing.T) {
 		}
 		parts := takeTeam(t, agents, ranks, 3, 1)
 		last := parts[0][0]
-		state = State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
+		state = State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader,
 			Epoch: last.Epoch, Step: last.Step + 1, WorldSize: 3, Position: last.Position}
 		if last.Last {
 			state.Epoch, state.Step = last.Epoch+1, 0

@@ -2,120 +2,28 @@ package traineragent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/traineragent/internal/assembly"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
-
-// The team protocol: JSON requests from a member agent to its reader's
-// planner on wire.TeamSubject(job, reader, op), each answered with a
-// wire.TeamReply, both in the envelope of teamauth.go (who sent it, the
-// session, a sequence number, a MAC under the job's team key).
-const (
-	partWait  = 5 * time.Second // the longest a part request waits
-	teamRetry = 250 * time.Millisecond
-)
-
-// Outcomes of a team request (wire.TeamReply.Status).
-const (
-	statusOK        = "ok"
-	statusWait      = "wait"       // no part yet: ask again
-	statusEOF       = "eof"        // the rank got every step
-	statusMismatch  = "mismatch"   // ErrWorldMismatch
-	statusNotMember = "not_member" // the asking agent has not joined this planner run (or its session is not the member's)
-	statusTaken     = "name_taken" // a join under the name of a member that is still heard from
-	statusBusy      = "busy"       // the member has too many requests in progress: ask again
-	statusBadState  = "bad_state"
-	statusConflict  = "conflict"
-	statusEnded     = "ended" // ErrJobEnded
-	statusStopped   = "stopped"
-)
-
-// Bounds on what a member may ask of the planner: requests in progress per
-// member (two per rank: its long poll and its resume, plus notes and
-// status), joins in progress, and chunks and rows a member may hold at the
-// planner before its further notes are deferred (it tells them again
-// later).
-const (
-	maxMemberRequests = 8 // and 2 per rank
-	maxJoins          = 4
-	maxMemberChunks   = 1 << 16
-	maxMemberRows     = 1 << 21
-	maxTeamRequest    = 1 << 20 // bytes of a request body
-)
-
-// noteFirstRow is a note's first shard row, -1 when it does not say.
-func noteFirstRow(n wire.TeamNote) int {
-	if n.First == nil || *n.First < 0 {
-		return -1
-	}
-	return *n.First
-}
-
-func noteOf(sc *schema) *wire.TeamSchema {
-	if sc == nil {
-		return nil
-	}
-	n := &wire.TeamSchema{Names: sc.names, DTypes: make([]string, len(sc.dtypes)), Shapes: sc.shapes}
-	for i, d := range sc.dtypes {
-		n.DTypes[i] = string(d)
-	}
-	return n
-}
-
-// maxNoteTensors and maxNoteDims bound a schema note.
-const (
-	maxNoteTensors = 64
-	maxNoteDims    = 8
-)
-
-// schemaOf is the schema a note gives, checked.
-func schemaOf(n *wire.TeamSchema) (*schema, error) {
-	if n == nil || len(n.Names) == 0 || len(n.DTypes) != len(n.Names) || len(n.Shapes) != len(n.Names) {
-		return nil, errors.New("a chunk's schema needs a dtype and a shape per tensor")
-	}
-	if len(n.Names) > maxNoteTensors {
-		return nil, fmt.Errorf("a chunk's schema has %d tensors: want at most %d", len(n.Names), maxNoteTensors)
-	}
-	for i, sh := range n.Shapes { // a row's shape
-		if len(sh) > maxNoteDims {
-			return nil, fmt.Errorf("tensor %.64q has %d dimensions a row: want at most %d", n.Names[i], len(sh), maxNoteDims)
-		}
-		if safetensors.DType(n.DTypes[i]).Bytes(sh) < 0 {
-			return nil, fmt.Errorf("tensor %.64q: dtype %.16q, shape %v: not a tensor this agent can stack", n.Names[i], n.DTypes[i], sh)
-		}
-	}
-	dtypes := make([]safetensors.DType, len(n.DTypes))
-	for i, d := range n.DTypes {
-		dtypes[i] = safetensors.DType(d)
-	}
-	return &schema{names: n.Names, dtypes: dtypes, shapes: n.Shapes}, nil
-}
-
-// rowBound is how many rows a chunk of schema sc can have within the
-// job's chunk size limit: each row takes its tensors' bytes and at least 3
-// bytes of its key in the chunk's metadata.
-func rowBound(sc *schema, chunkMax int) int {
-	row := 3
-	for i, d := range sc.dtypes {
-		row += max(d.Bytes(sc.shapes[i]), 0)
-	}
-	return min(chunkMax/row, maxRowsPerChunk)
-}
 
 // serveTeam answers the team's requests for this reader (its planner)
 // until ctx ends. Each request's envelope is checked in the subscription's
 // callback, before its body is read; a request that passes runs in its
 // own goroutine, within the bounds of its member's requests in progress
-// (joins: maxJoins), so the goroutines are bounded by the members. What
+// (joins: teamproto.MaxJoins), so the goroutines are bounded by the members. What
 // waits beyond is NATS's pending limit (a slow consumer drops it).
 func (a planner) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	subj := wire.TeamSubject(a.job.Spec.ID, a.reader, "*")
@@ -134,20 +42,20 @@ func (a planner) serveTeam(ctx context.Context, nc *nats.Conn) (*nats.Subscripti
 func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 	t := a.team
 	op := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	h, err := t.auth.open(m, kindRequest, op)
+	h, err := t.auth.Open(m, teamproto.KindRequest, op)
 	if err != nil {
-		a.refuseTeam(m, op, h.member, "auth", err)
+		a.refuseTeam(m, op, h.Member, "auth", err)
 		return
 	}
-	if len(m.Data) > maxTeamRequest {
-		a.refuseTeam(m, op, h.member, "size", fmt.Errorf("%w: %d bytes: want at most %d", errTeamAuth, len(m.Data), maxTeamRequest))
+	if len(m.Data) > teamproto.MaxTeamRequest {
+		a.refuseTeam(m, op, h.Member, "size", fmt.Errorf("%w: %d bytes: want at most %d", teamproto.ErrAuth, len(m.Data), teamproto.MaxTeamRequest))
 		return
 	}
 	if op == wire.TeamOpJoin {
 		select {
 		case t.joins <- struct{}{}:
 		default:
-			a.respondTeam(m, h, wire.TeamReply{Status: statusBusy, Error: "too many joins in progress"})
+			a.respondTeam(m, h, wire.TeamReply{Status: teamproto.StatusBusy, Error: "too many joins in progress"})
 			return
 		}
 		go func() {
@@ -160,7 +68,7 @@ func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 	mem, refusal := t.admit(h, time.Now())
 	a.mu.Unlock()
 	if refusal != nil {
-		if refusal.Status == statusNotMember {
+		if refusal.Status == teamproto.StatusNotMember {
 			t.refused.Add(1)
 			a.m.teamRefused.Inc()
 		}
@@ -168,7 +76,7 @@ func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	go func() {
-		r := a.teamRequest(ctx, op, h.member, m.Data)
+		r := a.teamRequest(ctx, op, h.Member, m.Data)
 		a.mu.Lock()
 		t.done(mem)
 		a.mu.Unlock()
@@ -185,7 +93,7 @@ func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 	a.m.teamRefused.Inc()
 	now := time.Now().UnixNano()
 	if last := t.refusedLog.Load(); now-last > int64(time.Second) && t.refusedLog.CompareAndSwap(last, now) {
-		a.log.Warn("refused a team message", "op", cutText(op), "member", cutText(member), "reason", reason, "refused_total", n, "err", err)
+		a.log.Warn("refused a team message", "op", readerstate.CutText(op), "member", readerstate.CutText(member), "reason", reason, "refused_total", n, "err", err)
 	}
 	if m.Reply == "" {
 		return
@@ -196,54 +104,56 @@ func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 }
 
 // respondTeam answers request h with r, sealed.
-func (a planner) respondTeam(m *nats.Msg, h teamHead, r wire.TeamReply) {
+func (a planner) respondTeam(m *nats.Msg, h teamproto.Head, r wire.TeamReply) {
 	r.Planner = a.team.id
 	data, err := json.Marshal(r)
 	if err == nil {
 		out := nats.NewMsg(m.Reply)
 		out.Data = data
-		h.planner = a.team.id
-		a.team.auth.seal(out, kindReply, h)
+		h.Planner = a.team.id
+		a.team.auth.Seal(out, teamproto.KindReply, h)
 		err = m.RespondMsg(out)
 	}
 	if err != nil {
-		a.log.Warn("answering a member", "op", h.op, "err", err)
+		a.log.Warn("answering a member", "op", h.Op, "err", err)
 	}
 }
 
 // teamJoin answers a join of member h.member, whose h.session is its nonce.
-func (a planner) teamJoin(h teamHead, data []byte) wire.TeamReply {
+func (a planner) teamJoin(h teamproto.Head, data []byte) wire.TeamReply {
 	var req wire.TeamJoin
 	if err := json.Unmarshal(data, &req); err != nil {
-		return wire.TeamReply{Status: statusMismatch, Error: fmt.Sprintf("join: %v", err)}
+		return wire.TeamReply{Status: teamproto.StatusMismatch, Error: fmt.Sprintf("join: %v", err)}
 	}
 	a.mu.Lock()
 	defer a.unlock()
-	session, err := a.team.joinMember(a.st, h.member, h.session, req.Ranks, req.World, req.DropLast, time.Now())
+	session, err := a.team.JoinMember(a.st, h.Member, h.Session, req.Ranks, req.World, req.DropLast, time.Now())
 	switch {
-	case errors.Is(err, ErrNameTaken):
+	case errors.Is(err, readerstate.ErrNameTaken):
 		a.team.refused.Add(1)
 		a.m.teamRefused.Inc()
-		a.log.Warn("refused a join under a live member's name", "agent", cutText(h.member), "err", err)
-		return wire.TeamReply{Status: statusTaken, Error: err.Error()}
+		a.log.Warn("refused a join under a live member's name", "agent", readerstate.CutText(h.Member), "err", err)
+		return wire.TeamReply{Status: teamproto.StatusTaken, Error: err.Error()}
 	case err != nil:
-		return wire.TeamReply{Status: statusMismatch, Error: err.Error()}
+		return wire.TeamReply{Status: teamproto.StatusMismatch, Error: err.Error()}
 	}
-	return wire.TeamReply{Status: statusOK, Session: session}
+	return wire.TeamReply{Status: teamproto.StatusOK, Session: session}
 }
 
 func (a planner) teamRequest(ctx context.Context, op, member string, data []byte) wire.TeamReply {
-	bad := func(err error) wire.TeamReply { return wire.TeamReply{Status: statusMismatch, Error: err.Error()} }
+	bad := func(err error) wire.TeamReply {
+		return wire.TeamReply{Status: teamproto.StatusMismatch, Error: err.Error()}
+	}
 	switch op {
 	case wire.TeamOpNotes:
 		var req wire.TeamNotes
 		if err := json.Unmarshal(data, &req); err != nil {
 			return bad(fmt.Errorf("notes: %w", err))
 		}
-		if len(req.Notes) > maxNotes {
-			return bad(fmt.Errorf("notes: %d in one request: want at most %d", len(req.Notes), maxNotes))
+		if len(req.Notes) > teamproto.MaxNotes {
+			return bad(fmt.Errorf("notes: %d in one request: want at most %d", len(req.Notes), teamproto.MaxNotes))
 		}
-		r := wire.TeamReply{Status: statusOK}
+		r := wire.TeamReply{Status: teamproto.StatusOK}
 		for i, n := range req.Notes {
 			dup, deferred, err := a.addNote(member, n)
 			switch {
@@ -260,7 +170,7 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		r.Want = a.team.wants(a.st, member)
+		r.Want = a.team.Wants(a.st, member)
 		return r
 	case wire.TeamOpStatus:
 		var req wire.TeamStatus
@@ -281,39 +191,31 @@ func (a planner) teamRequest(ctx context.Context, op, member string, data []byte
 		var req wire.TeamResume
 		var st State
 		if err := json.Unmarshal(data, &req); err != nil {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: %v", err)}
 		}
 		if err := json.Unmarshal(req.State, &st); err != nil {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: the state: %v", err)}
 		}
-		if len(req.ID) > maxResumeID {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), maxResumeID)}
+		if len(req.ID) > readerstate.MaxResumeID {
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: an id of %d bytes: want at most %d", len(req.ID), readerstate.MaxResumeID)}
 		}
-		if err := checkGeneration(req.Generation); err != nil {
-			return wire.TeamReply{Status: statusBadState, Error: fmt.Sprintf("resume: %v", err)}
+		if err := readerstate.CheckGeneration(req.Generation); err != nil {
+			return wire.TeamReply{Status: teamproto.StatusBadState, Error: fmt.Sprintf("resume: %v", err)}
 		}
-		res, err := a.resumeFor(ctx, resumeRequest{state: st, world: req.World, rank: req.Rank, token: req.Generation, id: req.ID}, member)
+		res, err := a.resumeFor(ctx, readerstate.ResumeRequest{State: st, World: req.World, Rank: req.Rank, Token: req.Generation, ID: req.ID}, member)
 		if err != nil {
-			return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
+			return wire.TeamReply{Status: teamproto.StatusOf(err), Error: err.Error()}
 		}
 		a.mu.Lock()
-		gen := a.st.gens.n
+		gen := a.st.Gens.N
 		a.mu.Unlock()
 		out, err := json.Marshal(res)
 		if err != nil {
-			return wire.TeamReply{Status: statusStopped, Error: err.Error()}
+			return wire.TeamReply{Status: teamproto.StatusStopped, Error: err.Error()}
 		}
-		return wire.TeamReply{Status: statusOK, Resume: out, Gen: gen}
+		return wire.TeamReply{Status: teamproto.StatusOK, Resume: out, Gen: gen}
 	}
 	return bad(fmt.Errorf("unknown request %.32q", op))
-}
-
-// errSuperseded is a member's part request from before a resume or a
-// re-join: it may take no part.
-var errSuperseded = errors.New("a part request of an earlier generation of ranks or session")
-
-func notMember(name string) wire.TeamReply {
-	return wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("agent %.64q has not joined (or this is not its session)", name)}
 }
 
 // addNote applies member's note of a chunk, a shard end or a failed
@@ -321,30 +223,30 @@ func notMember(name string) wire.TeamReply {
 // planner already.
 func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bool, err error) {
 	ref := wire.ChunkRef{Job: a.job.Spec.ID, Epoch: n.Epoch, Shard: n.Shard, Chunk: n.Chunk}
-	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= maxChunksPerShard || n.Chunk < -1 {
+	if n.Epoch < 0 || n.Epoch >= a.job.Spec.Epochs || n.Shard < 0 || n.Shard >= len(a.job.Shards) || n.Chunk >= assembly.MaxChunksPerShard || n.Chunk < -1 {
 		return false, false, fmt.Errorf("note of %s: out of range", ref)
 	}
-	var out outcome
+	var out assembly.Outcome
 	switch {
 	case n.Chunk >= 0:
-		var sc *schema
+		var sc *assembly.Schema
 		if n.Corrupt == "" && n.Rows != 0 {
-			if sc, err = schemaOf(n.Schema); err != nil {
+			if sc, err = teamproto.SchemaOf(n.Schema); err != nil {
 				return false, false, fmt.Errorf("chunk %s: %w", ref, err)
 			}
 		}
-		if n.Rows < 0 || sc != nil && n.Rows > rowBound(sc, a.chunkMax()) {
-			return false, false, fmt.Errorf("chunk %s: %d rows: a chunk of this schema within %d bytes has at most %d", ref, n.Rows, a.chunkMax(), rowBound(sc, a.chunkMax()))
+		if n.Rows < 0 || sc != nil && n.Rows > teamproto.RowBound(sc, a.chunkMax()) {
+			return false, false, fmt.Errorf("chunk %s: %d rows: a chunk of this schema within %d bytes has at most %d", ref, n.Rows, a.chunkMax(), teamproto.RowBound(sc, a.chunkMax()))
 		}
-		corrupt := cutText(n.Corrupt)
+		corrupt := readerstate.CutText(n.Corrupt)
 		a.mu.Lock()
-		deferred = !a.team.memberRoom(a.st, member, n.Rows)
+		deferred = !a.team.MemberRoom(a.st, member, n.Rows)
 		a.mu.Unlock()
 		if deferred {
 			return false, true, nil
 		}
-		out, err = a.intake(ref, func(st *readerState) (outcome, error) {
-			return a.team.addRemote(st, ref, member, noteFirstRow(n), n.Rows, sc, corrupt)
+		out, err = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) {
+			return a.team.AddRemote(st, ref, member, teamproto.NoteFirstRow(n), n.Rows, sc, corrupt)
 		})
 	case n.End != nil:
 		ref.Chunk = -1
@@ -356,61 +258,35 @@ func (a planner) addNote(member string, n wire.TeamNote) (duplicate, deferred bo
 		// and reports it (assembler.end): nothing is lost to it, and a
 		// member's end of a retry may say less than an earlier send gave
 		// (an object rewritten), so it is not refused either.
-		out, err = a.intake(ref, func(st *readerState) (outcome, error) { return st.asm.end(ref, end, false) })
+		out, err = a.intake(ref, func(st *readerstate.State) (assembly.Outcome, error) { return st.Asm.End(ref, end, false) })
 	case n.Reason != "":
-		a.addFailed(a.job.Task(n.Epoch, n.Shard), cutText(n.Reason))
+		a.addFailed(a.job.Task(n.Epoch, n.Shard), readerstate.CutText(n.Reason))
 	default:
 		return false, false, fmt.Errorf("note of %s: neither a chunk, an end nor a failure", ref)
 	}
-	return out.duplicate && !out.heldThere, false, err
+	return out.Duplicate && !out.HeldThere, false, err
 }
 
 // admit checks request h's sender against the members that joined, and
 // counts it in progress (the caller's busy-- ends it), unless refused.
-func (t *teamState) admit(h teamHead, now time.Time) (*teamMember, *wire.TeamReply) {
-	mem := t.members[h.member]
+func (t *team) admit(h teamproto.Head, now time.Time) (*readerstate.TeamMember, *wire.TeamReply) {
+	mem := t.Members[h.Member]
 	switch {
-	case mem == nil || mem.session != h.session:
-		r := notMember(h.member)
+	case mem == nil || mem.Session != h.Session:
+		r := teamproto.NotMember(h.Member)
 		return nil, &r
-	case !mem.seqs.accept(h.seq):
-		return nil, &wire.TeamReply{Status: statusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.seq, h.member)}
-	case mem.busy >= maxMemberRequests+2*mem.ranks:
-		return nil, &wire.TeamReply{Status: statusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.member, mem.busy)}
+	case !mem.Seqs.Accept(h.Seq):
+		return nil, &wire.TeamReply{Status: teamproto.StatusNotMember, Error: fmt.Sprintf("a copy of request %d of agent %q", h.Seq, h.Member)}
+	case mem.Busy >= teamproto.MaxMemberRequests+2*mem.Ranks:
+		return nil, &wire.TeamReply{Status: teamproto.StatusBusy, Error: fmt.Sprintf("agent %q has %d requests in progress", h.Member, mem.Busy)}
 	}
-	mem.busy++
-	mem.seen = now
+	mem.Busy++
+	mem.Seen = now
 	return mem, nil
 }
 
 // done ends a request admit admitted.
-func (t *teamState) done(mem *teamMember) { mem.busy-- }
-
-// addRemote applies member's note of a chunk it holds, counting its rows
-// at the planner (memberRoom).
-func (t *teamState) addRemote(st *readerState, ref wire.ChunkRef, member string, first, rows int, sc *schema, corrupt string) (outcome, error) {
-	out, err := st.asm.addRemote(ref, member, first, rows, sc, corrupt)
-	if m := t.members[member]; err == nil && !out.duplicate && m != nil {
-		m.chunks++
-		m.rows += rows
-	}
-	return out, err
-}
-
-// ticket is what a part request of member takes: superseded says (the
-// reader's lock held) that its session or generation of ranks ended, and
-// is nil when member has not joined. A part goes only to a request of
-// the member's current session and generation of ranks: one from before
-// a resume or a re-join may have lost its requester (a trainer or a
-// member agent restarted), and the part would be lost with it.
-func (t *teamState) ticket(st *readerState, member string) (superseded func() bool) {
-	gen, mem := st.gens.n, t.members[member]
-	if mem == nil {
-		return nil
-	}
-	session := mem.session
-	return func() bool { return st.gens.n != gen || t.members[member] != mem || mem.session != session }
-}
+func (t *team) done(mem *readerstate.TeamMember) { mem.Busy-- }
 
 // chunkMax is the job's chunk size limit.
 func (a planner) chunkMax() int {
@@ -420,41 +296,16 @@ func (a planner) chunkMax() int {
 	return wire.DefaultChunkMaxBytes
 }
 
-// memberRoom says whether member may hold another chunk of rows at the
-// planner. The counts only grow between recounts, which are made when
-// they reach a bound (rows handed out or rewound leave them).
-func (t *teamState) memberRoom(st *readerState, member string, rows int) bool {
-	m := t.members[member]
-	if m == nil {
-		return false
-	}
-	if m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows {
-		return true
-	}
-	m.chunks, m.rows = 0, 0
-	for _, ep := range st.asm.open {
-		for _, sh := range ep.shards {
-			for _, h := range sh.held {
-				if h.holder == member {
-					m.chunks++
-					m.rows += h.rows - h.handed
-				}
-			}
-		}
-	}
-	return m.chunks < maxMemberChunks && m.rows+rows <= maxMemberRows
-}
-
 // memberStatus says which of a member's shards every rank's position has
 // complete (the member settles their tasks) and whether it should take
 // more tasks.
 func (a planner) memberStatus(member string, req wire.TeamStatus) wire.TeamReply {
-	r := wire.TeamReply{Status: statusOK}
+	r := wire.TeamReply{Status: teamproto.StatusOK}
 	a.mu.Lock()
-	r.Want = a.team.wants(a.st, member)
+	r.Want = a.team.Wants(a.st, member)
 	a.mu.Unlock()
 	for _, h := range req.Held {
-		if a.recorded.has(shardRef{h[0], h[1]}) {
+		if a.recorded.Has(assembly.ShardRef{Epoch: h[0], Shard: h[1]}) {
 			r.Complete = append(r.Complete, h)
 		}
 	}
@@ -462,68 +313,61 @@ func (a planner) memberStatus(member string, req wire.TeamStatus) wire.TeamReply
 }
 
 // memberPartReply takes a member rank's next part, waiting up to
-// partWait, and records it as handed out before answering.
+// teamproto.PartWait, and records it as handed out before answering.
 func (a planner) memberPartReply(ctx context.Context, member string, req wire.TeamPartRequest) wire.TeamReply {
-	ctx, cancel := context.WithTimeout(ctx, partWait)
+	ctx, cancel := context.WithTimeout(ctx, teamproto.PartWait)
 	defer cancel()
 	// A part goes only to a request of the member's current session and
 	// generation of ranks: one from before a resume or a re-join may have
 	// lost its requester (a trainer or a member agent restarted), and the
 	// part would be lost with it. Such a request is told to ask again.
 	a.mu.Lock()
-	superseded := a.team.ticket(a.st, member)
+	superseded := a.team.Ticket(a.st, member)
 	a.mu.Unlock()
 	if superseded == nil {
-		return notMember(member)
+		return teamproto.NotMember(member)
 	}
-	p, err := a.takeAndRecord(ctx, rankRequest{rank: req.Rank, world: req.World, dropLast: req.DropLast, agent: member, superseded: superseded})
+	p, err := a.takeAndRecord(ctx, readerstate.RankRequest{Rank: req.Rank, World: req.World, DropLast: req.DropLast, Agent: member, Superseded: superseded})
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errSuperseded) {
-			return wire.TeamReply{Status: statusWait}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, readerstate.ErrSuperseded) {
+			return wire.TeamReply{Status: teamproto.StatusWait}
 		}
-		return wire.TeamReply{Status: statusOf(err), Error: err.Error()}
+		return wire.TeamReply{Status: teamproto.StatusOf(err), Error: err.Error()}
 	}
 	a.mu.Lock()
-	sc := noteOf(a.st.asm.schema)
+	sc := teamproto.NoteOf(a.st.Asm.Schema)
 	a.mu.Unlock()
-	n := &wire.TeamPart{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.gen}
+	n := &wire.TeamPart{Epoch: p.Epoch, Step: p.Step, Last: p.Last, Failed: p.EpochFailed, World: p.World, Position: p.Position, Rows: len(p.Keys), Schema: sc, Gen: p.Gen}
 	for _, s := range p.Spans {
-		row := s.row
-		n.Spans = append(n.Spans, wire.TeamSpan{Shard: s.ref.Shard, Chunk: s.ref.Chunk, Lo: s.lo, N: s.n, Row: &row})
+		row := s.Row
+		n.Spans = append(n.Spans, wire.TeamSpan{Shard: s.Ref.Shard, Chunk: s.Ref.Chunk, Lo: s.Lo, N: s.N, Row: &row})
 	}
-	return wire.TeamReply{Status: statusOK, Part: n}
+	return wire.TeamReply{Status: teamproto.StatusOK, Part: n}
 }
 
-// statusOf is the team status of a reader's error.
-func statusOf(err error) string {
-	switch {
-	case errors.Is(err, io.EOF):
-		return statusEOF
-	case errors.Is(err, ErrJobEnded):
-		return statusEnded
-	case errors.Is(err, ErrWorldMismatch):
-		return statusMismatch
-	case errors.Is(err, ErrBadState):
-		return statusBadState
-	case errors.Is(err, ErrResumeConflict):
-		return statusConflict
-	}
-	return statusStopped
+// team is the planner's side of its reader's team: what answers the
+// members over NATS (teamserve.go). Its bookkeeping, readerstate.TeamState, is part
+// of the reader's state.
+type team struct {
+	*readerstate.TeamState
+	// id names this planner's run: members that see another id re-join
+	// and announce again the chunks they hold.
+	id   string
+	auth *teamproto.Auth
+	// joins bounds the joins in progress.
+	joins chan struct{}
+	// refused counts team messages refused (envelope, session, copies,
+	// joins under a live member's name); refusedLog is when one was last
+	// logged (unix ns).
+	refused, refusedLog atomic.Int64
 }
 
-// errOf is the reader's error of a team status, for the member's caller.
-func errOf(status, msg string) error {
-	switch status {
-	case statusEOF:
-		return io.EOF
-	case statusEnded:
-		return fmt.Errorf("%w: %s", ErrJobEnded, msg)
-	case statusMismatch:
-		return fmt.Errorf("%w: the reader's planner says: %s", ErrWorldMismatch, msg)
-	case statusBadState:
-		return fmt.Errorf("%w: the reader's planner says: %s", ErrBadState, msg)
-	case statusConflict:
-		return fmt.Errorf("%w: the reader's planner says: %s", ErrResumeConflict, msg)
-	}
-	return fmt.Errorf("%w: the reader's planner says: %s", ErrStopped, msg)
+func newTeam(world int, own []int, auth *teamproto.Auth) *team {
+	return &team{TeamState: readerstate.NewTeamState(world, own), id: newTeamID(), auth: auth, joins: make(chan struct{}, teamproto.MaxJoins)}
+}
+
+func newTeamID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -12,13 +12,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // sealed sends a team request on op signed with key, with envelope h, and
 // returns the reply's body (nil: no reply, or an unsigned refusal) and the
 // refusal's text.
-func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead, body any) (*wire.TeamReply, string) {
+func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamproto.Head, body any) (*wire.TeamReply, string) {
 	t.Helper()
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -26,8 +29,8 @@ func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead,
 	}
 	m := nats.NewMsg(wire.TeamSubject(job, wire.DefaultReader, op))
 	m.Data = data
-	h.op = op
-	(&teamAuth{key: key, job: job, reader: wire.DefaultReader}).seal(m, kindRequest, h)
+	h.Op = op
+	(&teamproto.Auth{Key: key, Job: job, Reader: wire.DefaultReader}).Seal(m, teamproto.KindRequest, h)
 	r, err := nc.RequestMsg(m, 3*time.Second)
 	if err != nil {
 		t.Fatalf("%s: %v", op, err)
@@ -50,7 +53,7 @@ func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamHead,
 func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 	other := []byte("the key of another job, 32 bytes")
 	attackTeam(t, "otherkey", 1, func(e env, job wire.Job, agents []*Agent) {
-		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		for _, op := range []struct {
 			op   string
 			body any
@@ -60,7 +63,7 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
 			{wire.TeamOpNotes, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 1, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 1}}}}},
 		} {
-			r, why := sealed(t, e.nc, job.Spec.ID, op.op, other, teamHead{member: "node1", session: "0123456789abcdef0123", seq: 1}, op.body)
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, other, teamproto.Head{Member: "node1", Session: "0123456789abcdef0123", Seq: 1}, op.body)
 			if r != nil || !strings.Contains(why, "team key") {
 				t.Errorf("%s signed with another job's key: reply %+v, refusal %q; want refused for its key", op.op, r, why)
 			}
@@ -78,7 +81,7 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 // one of the member's own requests is refused.
 func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 	attackTeam(t, "insider", 1, func(e env, job wire.Job, agents []*Agent) {
-		st := State{Version: StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
+		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		for _, op := range []struct {
 			op   string
 			body any
@@ -87,14 +90,14 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
 			{wire.TeamOpStatus, wire.TeamStatus{}},
 		} {
-			r, why := sealed(t, e.nc, job.Spec.ID, op.op, testTeamKey, teamHead{member: "node1", session: "not-the-session-0000", seq: 1 << 40}, op.body)
-			if r == nil || r.Status != statusNotMember {
-				t.Errorf("%s under a member's name without its session: reply %+v (%q), want %s", op.op, r, why, statusNotMember)
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, testTeamKey, teamproto.Head{Member: "node1", Session: "not-the-session-0000", Seq: 1 << 40}, op.body)
+			if r == nil || r.Status != teamproto.StatusNotMember {
+				t.Errorf("%s under a member's name without its session: reply %+v (%q), want %s", op.op, r, why, teamproto.StatusNotMember)
 			}
 		}
-		r, why := sealed(t, e.nc, job.Spec.ID, wire.TeamOpJoin, testTeamKey, teamHead{member: "node1", session: "another-nonce-0000000", seq: 1}, wire.TeamJoin{Ranks: []int{2}, World: 4})
-		if r == nil || r.Status != statusTaken {
-			t.Errorf("a join under a live member's name: reply %+v (%q), want %s", r, why, statusTaken)
+		r, why := sealed(t, e.nc, job.Spec.ID, wire.TeamOpJoin, testTeamKey, teamproto.Head{Member: "node1", Session: "another-nonce-0000000", Seq: 1}, wire.TeamJoin{Ranks: []int{2}, World: 4})
+		if r == nil || r.Status != teamproto.StatusTaken {
+			t.Errorf("a join under a live member's name: reply %+v (%q), want %s", r, why, teamproto.StatusTaken)
 		}
 
 		// A copy of the member's own status request, its envelope intact.
@@ -117,7 +120,7 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		var rr wire.TeamReply
-		if err := json.Unmarshal(reply.Data, &rr); err != nil || rr.Status != statusNotMember || !strings.Contains(rr.Error, "copy") {
+		if err := json.Unmarshal(reply.Data, &rr); err != nil || rr.Status != teamproto.StatusNotMember || !strings.Contains(rr.Error, "copy") {
 			t.Errorf("a copy of the member's request: %s (%v), want refused as a copy", reply.Data, err)
 		}
 	})
@@ -129,11 +132,11 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 // held is refused, not applied (reproductions 9 and 10 from inside the
 // job).
 func TestTeamNoteBounds(t *testing.T) {
-	job := testJob("bounds", 1, 2, layout{{3, 3}, {2}})
+	job := fixture.Job("bounds", 1, 2, fixture.Layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	pl := r.planAsTeam(newTeam(2, []int{0}, &teamAuth{key: testTeamKey}))
+	pl := r.planAsTeam(newTeam(2, []int{0}, &teamproto.Auth{Key: testTeamKey}))
 	r.mu.Lock()
-	if _, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
+	if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Unlock()
@@ -157,7 +160,7 @@ func TestTeamNoteBounds(t *testing.T) {
 		t.Errorf("an end of 4 samples with 6 rows held: %v", err)
 	}
 	r.mu.Lock()
-	total := r.st.asm.open[0].shards[0].total
+	total := r.st.Asm.Open[0].Shards[0].Total
 	r.mu.Unlock()
 	reported := slices.ContainsFunc(r.Stats().FailedSamples, func(f wire.FailedSample) bool { return strings.Contains(f.Reason, "says 4 samples") })
 	if total != 6 || !reported {
@@ -165,31 +168,6 @@ func TestTeamNoteBounds(t *testing.T) {
 	}
 	if _, _, err := pl.addNote("m", wire.TeamNote{Epoch: 0, Shard: 1, Chunk: -1, End: &wire.ShardEnd{Job: "another", Epoch: 0, Shard: 1, Chunks: 1}}); err == nil {
 		t.Errorf("an end naming another job was applied")
-	}
-}
-
-// TestMemberChecksPartSizes: a part whose sizes do not fit the job is
-// refused before anything is allocated for it (reproduction 13: 10^12
-// rows killed a member).
-func TestMemberChecksPartSizes(t *testing.T) {
-	job := testJob("part", 1, 4, layout{{3, 3}, {2}})
-	m := newMember(nil, job, wire.DefaultReader, "m", []int{1}, 2, false, slog.New(slog.DiscardHandler))
-	good := wire.TeamPart{Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{Shard: 0, Chunk: 0, Lo: 0, N: 3}, {Shard: 1, Chunk: 0, Lo: 0, N: 1}}}
-	if err := m.checkPart(good); err != nil {
-		t.Fatalf("a good part: %v", err)
-	}
-	for name, n := range map[string]wire.TeamPart{
-		"10^12 rows":          {Epoch: 0, World: 2, Rows: 1e12},
-		"rows beyond a batch": {Epoch: 0, World: 2, Rows: 5, Spans: []wire.TeamSpan{{N: 5}}},
-		"spans short of rows": {Epoch: 0, World: 2, Rows: 4, Spans: []wire.TeamSpan{{N: 3}}},
-		"a huge span":         {Epoch: 0, World: 2, Rows: 2, Spans: []wire.TeamSpan{{Lo: 1 << 62, N: 1}, {N: 1}}},
-		"another world":       {Epoch: 0, World: 3, Rows: 0},
-		"another epoch":       {Epoch: 1, World: 2, Rows: 0},
-		"a shard beyond":      {Epoch: 0, World: 2, Rows: 1, Spans: []wire.TeamSpan{{Shard: 2, N: 1}}},
-	} {
-		if err := m.checkPart(n); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
 	}
 }
 
@@ -207,11 +185,11 @@ func mustJSONRaw(v any) json.RawMessage {
 // the planner is busy, without a goroutine each (reproduction 14 from
 // inside the job).
 func TestTeamBoundsAMembersRequests(t *testing.T) {
-	job := testJob("flood", 1, 2, layout{{3, 3}, {2}})
+	job := fixture.Job("flood", 1, 2, fixture.Layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamAuth{key: testTeamKey, job: job.Spec.ID, reader: wire.DefaultReader}))
+	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamproto.Auth{Key: testTeamKey, Job: job.Spec.ID, Reader: wire.DefaultReader}))
 	r.mu.Lock()
-	session, err := pl.team.joinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
+	session, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
 	r.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -222,16 +200,16 @@ func TestTeamBoundsAMembersRequests(t *testing.T) {
 	for seq := range uint64(1000) {
 		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, wire.TeamOpPart))
 		m.Data = []byte(`{"rank":2,"world":4}`)
-		pl.team.auth.seal(m, kindRequest, teamHead{op: wire.TeamOpPart, member: "m", session: session, seq: seq + 1})
+		pl.team.auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpPart, Member: "m", Session: session, Seq: seq + 1})
 		pl.admitTeam(ctx, m)
 	}
 	r.mu.Lock()
-	busy := pl.team.members["m"].busy
+	busy := pl.team.Members["m"].Busy
 	r.mu.Unlock()
-	if want := maxMemberRequests + 2*2; busy != want {
+	if want := teamproto.MaxMemberRequests + 2*2; busy != want {
 		t.Errorf("%d requests of the member in progress, want %d", busy, want)
 	}
-	if n := runtime.NumGoroutine(); n > base+2*(maxMemberRequests+4) {
+	if n := runtime.NumGoroutine(); n > base+2*(teamproto.MaxMemberRequests+4) {
 		t.Errorf("%d goroutines after 1,000 part requests of one member, %d before", n, base)
 	}
 }
