@@ -223,6 +223,7 @@ class Loader:
         # The header, not the token, is kept: nothing prints it.
         self._auth = {"Authorization": "Bearer " + tok} if tok else {}
         self.generation = _check_generation(generation) if generation is not None else torchrun_generation()
+        self._generation_later = False  # sluice.torch agrees on one at the first iteration
         # Consumer side: the training loop's position and timings.
         self.epoch, self.step = 0, 0
         self.done = False
@@ -270,6 +271,10 @@ class Loader:
         missing = [k for k in ("job", "reader", "epoch", "step", "world_size", "position") if k not in state]
         if missing:
             raise ValueError(f"loader state: missing {', '.join(missing)}")
+        if self.generation is None and self.world_size > 1 and not self._generation_later:
+            warnings.warn("sluice: a resume of several ranks without a generation: the agent cannot tell a rank of "
+                          "a new launch from a late rank of one killed during its resume; pass generation= (the same "
+                          "for every rank of a launch), or run under torchrun or sluice.torch", stacklevel=2)
         self._resume = dict(state)
         self._job, self._reader = state["job"], state["reader"]
         self.epoch, self.step = int(state["epoch"]), int(state["step"])

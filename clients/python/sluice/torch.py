@@ -64,6 +64,9 @@ class SluiceIterableDataset(IterableDataset):
         self.loader = Loader(url, rank=rank, world_size=world_size,
                              convert=lambda b: to_tensors(b, pin_memory), **loader_kwargs)
         self._generation_agreed = False
+        # Ranks of a process group agree on a generation at the first
+        # iteration (_agree_generation): the loader need not warn.
+        self.loader._generation_later = world_size > 1 and dist.is_available() and dist.is_initialized()
 
     @property
     def epoch(self):

@@ -3,6 +3,7 @@ import os
 import socket
 import time
 import unittest
+import warnings
 from unittest import mock
 
 import numpy as np
@@ -157,6 +158,15 @@ class LoaderTest(unittest.TestCase):
         for bad in ["", "a b", "x" * 129, "é"]:
             with self.assertRaises(ValueError):
                 self.loader("http://127.0.0.1:1", generation=bad)
+
+    def test_resume_of_several_ranks_without_a_generation_warns(self):
+        state = {"v": 1, "job": "j", "reader": "trainer", "epoch": 0, "step": 0, "world_size": 2, "position": None}
+        with self.assertWarnsRegex(UserWarning, "generation"):
+            self.loader("http://127.0.0.1:1", rank=1, world_size=2).load_state_dict(state)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.loader("http://127.0.0.1:1", rank=1, world_size=2, generation="g").load_state_dict(state)
+            self.loader("http://127.0.0.1:1").load_state_dict({**state, "world_size": 1})
 
     def test_load_state_dict_checks_the_state(self):
         ld = self.loader("http://127.0.0.1:1")
