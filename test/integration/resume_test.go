@@ -191,6 +191,10 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 		for _, a := range agents {
 			a.Stop(5 * time.Second)
 		}
+		// The cluster's controller serves every seed's job: one left with
+		// tasks (its agents stopped before they settled them all) would
+		// hold its replicas from the next seeds.
+		c.Sluice(nil, "job", "delete", id, "--force")
 	}()
 
 	first := e.startRanks(c, dir, "run1", rc.before, urls, seed, "--ckpt-after", strconv.Itoa(rc.ckptAfter), "--stop-after", strconv.Itoa(rc.stopAfter))
