@@ -19,9 +19,9 @@ const (
 	// rank 0 broadcasts one). Optional; without it the agent tells a new
 	// launch from a late rank by which ranks resumed already.
 	AgentParamGeneration = "generation"
-	AgentParamSteps     = "steps"     // the client's steps so far
-	AgentParamWaitS     = "wait_s"    // its seconds waiting for data
-	AgentParamComputeS  = "compute_s" // its seconds computing
+	AgentParamSteps      = "steps"     // the client's steps so far
+	AgentParamWaitS      = "wait_s"    // its seconds waiting for data
+	AgentParamComputeS   = "compute_s" // its seconds computing
 
 	AgentHeaderEpoch = "Sluice-Epoch"
 	AgentHeaderStep  = "Sluice-Step"
