@@ -16,7 +16,7 @@ func TestPythonClientSpeaksTheAgentAPI(t *testing.T) {
 	}
 	for _, name := range []string{
 		AgentPathBatch, AgentPathResume,
-		AgentParamRank, AgentParamWorldSize, AgentParamDropLast, AgentParamSteps, AgentParamWaitS, AgentParamComputeS,
+		AgentParamRank, AgentParamWorldSize, AgentParamDropLast, AgentParamSteps, AgentParamWaitS, AgentParamComputeS, AgentParamGeneration,
 		AgentHeaderEnd, AgentEndEnded,
 		MetaBatchJob, MetaBatchEpoch, MetaBatchKeys, MetaBatchReader, MetaBatchStep, MetaBatchRank,
 		MetaBatchWorldSize, MetaBatchLastStep, MetaBatchPosition, MetaBatchEpochFailed, MetaBatchSources,
