@@ -1,3 +1,7 @@
+import os
+import socket
+import subprocess
+import sys
 import unittest
 
 try:
@@ -81,6 +85,26 @@ class SluiceIterableDatasetTest(unittest.TestCase):
         ds = SluiceIterableDataset(agent.url, timeout=10, connect_timeout=1, **kw)
         self.addCleanup(ds.close)
         return ds
+
+    def test_ranks_agree_on_a_generation(self):
+        # Two ranks of a gloo process group on loopback: rank 0's
+        # generation reaches rank 1 at the first iteration.
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        script = (
+            "import sys; import torch.distributed as dist; from sluice.torch import SluiceIterableDataset\n"
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}', rank=int(sys.argv[1]), world_size=2)\n"
+            "ds = SluiceIterableDataset('http://127.0.0.1:1')\n"
+            "ds._agree_generation(); print(ds.loader.generation); dist.destroy_process_group()\n")
+        env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), ".."), "OMP_NUM_THREADS": "1"}
+        env.pop("TORCHELASTIC_RUN_ID", None)
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], env=env, stdout=subprocess.PIPE, text=True)
+                 for r in range(2)]
+        out = [p.communicate(timeout=120)[0].strip() for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0])
+        self.assertEqual(out[0], out[1])
+        self.assertRegex(out[0], r"^[0-9a-f]{24}$")
 
     def test_workers_refused(self):
         ds = self.dataset(rank=0, world_size=2)
