@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/internal/bearer"
+	"github.com/sluice-project/sluice/internal/lowwater"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -218,7 +219,7 @@ const ReadBufferSize = 1 << 20
 
 // NewHTTPClient is the client for sends to function replicas: no total
 // timeout (a shard may take long), the connections to few replicas kept,
-// and a read buffer that spares the reader's CPU.
+// and a read buffer and read batching that spare the reader's CPU.
 func NewHTTPClient() *http.Client {
 	tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
 	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
@@ -227,6 +228,9 @@ func NewHTTPClient() *http.Client {
 	// Many sends go to few replicas at once: keep their connections.
 	tr.MaxIdleConnsPerHost = 256
 	tr.ReadBufferSize = ReadBufferSize
+	// A long stream through proxies comes in segments of 32 KB or less:
+	// read it in batches, not a wake-up each (docs/knative.md).
+	tr.DialContext = lowwater.Dial(lowwater.Default, tr.DialContext)
 	return &http.Client{Transport: tr}
 }
 
