@@ -23,9 +23,9 @@ import (
 
 // The reader's CPU per GB of a shard stream, as the agent reads it on a
 // trainer node: from the function directly, and through a Go reverse
-// proxy that copies with 32 KB buffers and flushes after every read
-// (Traefik, then Knative's queue-proxy), so that the body comes as HTTP/1.1
-// chunks of at most 32 KB. The function and the proxy run in a child
+// proxy that copies with 32 KB buffers and flushes after every read, then
+// a second one (Traefik, then Knative's queue-proxy), so that the body
+// comes as HTTP/1.1 chunks and TCP segments of at most 32 KB. The function and the proxy run in a child
 // process, so that this process's rusage is the reader's alone; wall time
 // means nothing on a loaded machine.
 //
@@ -79,7 +79,15 @@ func TestSendBenchChild(t *testing.T) {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.BufferPool = &bufferPool{}
 	proxy.FlushInterval = -1
-	proxyURL := sbServe(t, proxy)
+	// A second proxy in front, as Traefik is in front of queue-proxy.
+	inner, err := url.Parse(sbServe(t, proxy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer := httputil.NewSingleHostReverseProxy(inner)
+	outer.BufferPool = &bufferPool{}
+	outer.FlushInterval = -1
+	proxyURL := sbServe(t, outer)
 	fmt.Printf("READY %s %s\n", fnURL, proxyURL)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
@@ -139,6 +147,13 @@ func BenchmarkSendStream(b *testing.B) {
 		{"client=rbuf4k", func() *http.Client {
 			hc := NewHTTPClient()
 			hc.Transport.(*http.Transport).ReadBufferSize = 0
+			return hc
+		}},
+		// The 1 MB buffer without read batching (lowwater): the client
+		// before it.
+		{"client=rbuf1m", func() *http.Client {
+			hc := NewHTTPClient()
+			hc.Transport.(*http.Transport).DialContext = (&net.Dialer{}).DialContext
 			return hc
 		}},
 		{"client=new", NewHTTPClient},
