@@ -25,6 +25,7 @@ import (
 )
 
 func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	start := time.Now() // a cold start's share: the "serving" line says it
 	f := newFnServeFlags(stderr)
 	if err := f.parse(args); err != nil {
 		return err
@@ -51,7 +52,7 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// The local actuator reads the endpoint from this line, printed once
 	// S3 answered and the server listens.
 	ops.announce(stdout)
-	logger.Info("serving", "addr", ops.addr(), "pipelines", pipeline.Names(), "auth", auth,
+	logger.Info("serving", "addr", ops.addr(), "startup", time.Since(start).Round(time.Millisecond), "pipelines", pipeline.Names(), "auth", auth,
 		"memory_limit", bytesize.Format(f.memLimit), "memory_limit_from", f.memSource)
 
 	select {

@@ -189,11 +189,13 @@ func TestColdStartThroughTheActivator(t *testing.T) {
 		j := e.startJob(t, "cold-"+string(rune('a'+round)), kd, epochs, 2)
 		knative = append(knative, j.firstBatch(t))
 		stopWatch()
+		fnLog := e.functionLog(t, tl)
 		j.finish(t, e, js)
 		t.Logf("figures: round=%d first_batch_local_s=%.2f floor_first_response_s=%.2f first_batch_knative_s=%.2f ratio=%.2f over_floor_s=%.2f",
 			round, local[round].Seconds(), floor[round].Seconds(), knative[round].Seconds(),
 			knative[round].Seconds()/local[round].Seconds(), (knative[round] - floor[round]).Seconds())
-		t.Logf("figures: round=%d knative_pod_since_submit %s first_batch=%.2fs", round, tl, knative[round].Seconds())
+		t.Logf("figures: round=%d knative_pod_since_submit %s agent_ready=%.2fs function %s first_batch=%.2fs",
+			round, tl, j.agentReady.Seconds(), fnLog, knative[round].Seconds())
 	}
 	ratios := make([]float64, len(local))
 	for i := range local {

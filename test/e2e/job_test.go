@@ -207,6 +207,8 @@ type runningJob struct {
 	trainer *integration.Trainer
 	done    chan error
 	first   chan time.Duration // when the first batch came, since start
+
+	agentReady time.Duration // when its agent was ready, since start
 }
 
 // startJob submits an image job over d and starts its agent and trainer;
@@ -229,6 +231,7 @@ func (e *env) startJob(t *testing.T, name string, d integration.Dataset, epochs,
 	e.submit(t, spec)
 	var url string
 	j.agent, url = e.agent(t, "agent-"+id, id)
+	j.agentReady = time.Since(j.start)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	go func() { j.done <- j.trainer.Run(ctx, func() string { return url }) }()

@@ -3,12 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // podTimeline watches service's pods from start and records, for the
@@ -81,6 +84,65 @@ func (tl *podTimeline) String() string {
 			fmt.Fprintf(&b, "%s=%.2fs ", s, d.Seconds())
 		} else {
 			fmt.Fprintf(&b, "%s=- ", s)
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// functionLog is when the function pod of tl logged, since tl's start:
+// its "serving" line (and the startup it reports) and its first "shard
+// done". Read from the kubelet's log of the pod on the node, whose lines
+// it stamps.
+func (e *env) functionLog(t *testing.T, tl *podTimeline) string {
+	t.Helper()
+	tl.mu.Lock()
+	pod := tl.pod
+	tl.mu.Unlock()
+	if pod == "" {
+		return "no pod"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := e.kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return "no pod: " + err.Error()
+	}
+	container := ""
+	for _, c := range p.Spec.Containers {
+		if c.Name != "queue-proxy" {
+			container = c.Name
+			break
+		}
+	}
+	// The kubelet's own file: the API server's log proxy to the kubelet
+	// is not reachable in this cluster.
+	files, _ := filepath.Glob(filepath.Join("/var/log/pods", namespace+"_"+pod+"_*", container, "*.log"))
+	if len(files) == 0 {
+		return "no log file"
+	}
+	raw, err := os.ReadFile(files[0])
+	if err != nil {
+		return "no log: " + err.Error()
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(string(raw), "\n") {
+		ts, rest, ok := strings.Cut(line, " ") // then the stream, a flag, the line
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if !ok || err != nil {
+			continue
+		}
+		since := fmt.Sprintf("%.2fs", at.Sub(tl.start).Seconds())
+		switch {
+		case strings.Contains(rest, `"msg":"serving"`) || strings.Contains(rest, "msg=serving"):
+			startup := "?"
+			if _, v, ok := strings.Cut(rest, "startup="); ok {
+				startup, _, _ = strings.Cut(v, " ")
+			} else if _, v, ok := strings.Cut(rest, `"startup":`); ok {
+				startup, _, _ = strings.Cut(v, ",")
+			}
+			fmt.Fprintf(&b, "serving=%s (startup %s) ", since, startup)
+		case strings.Contains(rest, "shard done") && !strings.Contains(b.String(), "first_shard_done"):
+			fmt.Fprintf(&b, "first_shard_done=%s ", since)
 		}
 	}
 	return strings.TrimSpace(b.String())
