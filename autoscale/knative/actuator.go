@@ -85,6 +85,9 @@ func (a *Actuator) Scale(ctx context.Context, job string, n int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if a.opts.KPAAlone {
+		return nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n == 0 {
@@ -192,6 +195,9 @@ func (r requested) Ready(job string) int {
 // min-scale (or max-scale differs from Options.MaxScale) the Service's
 // template is patched, which makes one Revision.
 func (a *Actuator) StartJob(ctx context.Context, job string, b autoscale.JobBounds) error {
+	if a.opts.KPAAlone {
+		return nil
+	}
 	a.mu.Lock()
 	a.mins[job] = b.MinReplicas
 	a.mu.Unlock()

@@ -252,3 +252,40 @@ func TestWakeFromZero(t *testing.T) {
 		t.Error("a wake timeout of an hour: want an error")
 	}
 }
+
+// With KPAAlone (the baseline), the actuator leaves the Service to the
+// KPA: no wake from zero, no requested replicas, no bounds patched.
+func TestKPAAloneLeavesTheServiceToTheKPA(t *testing.T) {
+	ctx := context.Background()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	cs, _ := fakeCluster(t, 0)
+	a, err := New(cs.ServingV1(), Options{Namespace: testNS, Concurrency: 4, MaxScale: 6, URL: srv.URL, KPAAlone: true}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StartJob(ctx, "j1", autoscale.JobBounds{MinReplicas: 2, MaxReplicas: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Scale(ctx, "j1", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.EndJob(ctx, "j1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := patches(cs); got != 0 {
+		t.Errorf("%d patches of the Service, want none", got)
+	}
+	if got := a.Requested().Ready("j1"); got != 0 {
+		t.Errorf("requested %d replicas, want none", got)
+	}
+	// Give a wake, had one been sent, time to arrive.
+	time.Sleep(50 * time.Millisecond)
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d wakes, want none", n)
+	}
+}

@@ -53,7 +53,7 @@ func (a *Actuator) Sync(ctx context.Context) error {
 
 	var problems []string
 	a.mu.Lock()
-	if a.warned != svc.Generation {
+	if a.warned != svc.Generation && !a.opts.KPAAlone {
 		a.warned = svc.Generation
 		problems = CheckService(svc, a.opts.Concurrency)
 	}

@@ -34,6 +34,13 @@ type Options struct {
 	// when a job first asks for replicas (default DefaultWakeTimeout; < 0:
 	// no wake).
 	WakeTimeout time.Duration
+	// KPAAlone leaves the Service to Knative's KPA, which sizes it by the
+	// concurrency the agents' fixed in-flight budget makes: the baseline
+	// Sluice's scaling is measured against (`sluice loadtest controller
+	// --knative-scaling kpa`). Scale then records and wakes nothing,
+	// StartJob and EndJob patch no bounds, and the Service's KPA settings
+	// are not checked against Sluice's (CheckService).
+	KPAAlone bool
 }
 
 // DefaultWakeTimeout bounds a wake: Knative's activator holds it until a

@@ -57,7 +57,7 @@ func runControllerWith(ctx context.Context, name string, args []string, stdout, 
 	var conn connect.Config
 	var cache shardcache.Config
 	var fnToken bearer.Token
-	if err := parse(fs, args, append(f.checks(&conn, &cache, &fnToken), baselines.checks()...)...); err != nil {
+	if err := parse(fs, args, append(f.checks(&conn, &cache, &fnToken), baselines.checks(f.concurrency)...)...); err != nil {
 		return err
 	}
 	logger, listen := newLogger(stderr, *f.logLevel).With("component", "controller"), f.listen
@@ -69,7 +69,7 @@ func runControllerWith(ctx context.Context, name string, args []string, stdout, 
 	ops := newOpsServer()
 	reg := ops.Registry
 
-	act, dispatch, stopAct, err := f.actuatorFor(ctx, conn, cache, fnToken, logger, reg)
+	act, dispatch, stopAct, err := f.actuatorFor(ctx, conn, cache, fnToken, baselines, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -215,15 +215,21 @@ func (f *controllerFlags) loadCalloutSeed() error {
 // ready count the jobs' dispatch reads (nil: the actuator's); stop ends
 // it.
 func (f *controllerFlags) actuatorFor(ctx context.Context, conn connect.Config, cache shardcache.Config, fnToken bearer.Token,
-	logger *slog.Logger, reg prometheus.Registerer) (controller.Actuator, controller.ReadyReplicas, func(), error) {
+	baselines *baselineFlags, logger *slog.Logger, reg prometheus.Registerer) (controller.Actuator, controller.ReadyReplicas, func(), error) {
 	if *f.actuator == "knative" {
-		ka, err := f.kn.actuator(ctx, *f.concurrency, *f.maxReplicas, logger.With("component", "actuator"), reg)
+		kpa := baselines.kpaAlone()
+		ka, err := f.kn.actuator(ctx, *f.concurrency, *f.maxReplicas, kpa, logger.With("component", "actuator"), reg)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		kctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); ka.Run(kctx) }()
+		if kpa {
+			// The baseline: every job's agents keep a fixed number of
+			// tasks in flight and the KPA sizes the Service by it.
+			return ka, kpaDispatch{*baselines.kpaInFlight / *f.concurrency}, func() { stop(); <-done }, nil
+		}
 		// The jobs' in-flight budgets are the replicas requested: requests
 		// wait in the activator through a cold start, and make the KPA
 		// scale. The Service's one URL stands for all its pods

@@ -32,7 +32,7 @@ func registerKnativeFlags(fs *flag.FlagSet) knativeFlags {
 
 // actuator connects to the cluster and reads the Service once, so a
 // missing Service, namespace or right fails the command at start.
-func (k knativeFlags) actuator(ctx context.Context, concurrency, maxReplicas int, logger *slog.Logger, reg prometheus.Registerer) (*knative.Actuator, error) {
+func (k knativeFlags) actuator(ctx context.Context, concurrency, maxReplicas int, kpaAlone bool, logger *slog.Logger, reg prometheus.Registerer) (*knative.Actuator, error) {
 	client, ns, err := knative.Client(*k.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--actuator knative: %w", err)
@@ -45,7 +45,7 @@ func (k knativeFlags) actuator(ctx context.Context, concurrency, maxReplicas int
 	}
 	act, err := knative.New(client, knative.Options{
 		Namespace: ns, Service: *k.service, URL: *k.url,
-		Concurrency: concurrency, MaxScale: maxReplicas,
+		Concurrency: concurrency, MaxScale: maxReplicas, KPAAlone: kpaAlone,
 	}, logger, reg)
 	if err != nil {
 		return nil, err

@@ -405,16 +405,18 @@ func TestControllerFlagErrorsNameTheFlag(t *testing.T) {
 // TestLoadtestControllerFlagErrorsNameTheFlag: the baselines' flags are
 // the load test's controller's; the production controller has none.
 func TestLoadtestControllerFlagErrorsNameTheFlag(t *testing.T) {
-	code, _, stderr := runCLI(t, "loadtest", "controller", "--actuator", "nomad", "--lease-ttl", "1ms", "--max-replicas", "0", "--local-scaling", "hpa")
+	code, _, stderr := runCLI(t, "loadtest", "controller", "--actuator", "nomad", "--lease-ttl", "1ms", "--max-replicas", "0", "--local-scaling", "hpa",
+		"--knative-scaling", "hpa", "--kpa-in-flight", "6", "--replica-concurrency", "4")
 	if code != 2 {
 		t.Errorf("exit %d, want 2", code)
 	}
-	for _, w := range []string{`--actuator "nomad": want one of local, knative`, `--local-scaling "hpa": want one of sluice, kpa`, "--lease-ttl 1ms: want 100ms..1h0m0s", "--max-replicas 0: want 1..10000"} {
+	for _, w := range []string{`--actuator "nomad": want one of local, knative`, `--local-scaling "hpa": want one of sluice, kpa`, "--lease-ttl 1ms: want 100ms..1h0m0s", "--max-replicas 0: want 1..10000",
+		`--knative-scaling "hpa": want one of sluice, kpa`, "--kpa-in-flight 6: want a multiple of --replica-concurrency 4"} {
 		if !strings.Contains(stderr, w) {
 			t.Errorf("stderr %q lacks %q", stderr, w)
 		}
 	}
-	for _, flag := range []string{"--local-scaling", "--kpa-window", "--keda-polling-interval"} {
+	for _, flag := range []string{"--local-scaling", "--kpa-window", "--keda-polling-interval", "--knative-scaling", "--kpa-in-flight"} {
 		code, _, stderr := runCLI(t, "controller", flag, "1s")
 		if code != 2 || !strings.Contains(stderr, "flag provided but not defined") {
 			t.Errorf("controller %s: exit %d, %q; want it undefined", flag, code, stderr)

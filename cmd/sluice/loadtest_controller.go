@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"time"
 
@@ -25,6 +26,10 @@ type baselineFlags struct {
 	scaling   *string
 	kpaWindow *time.Duration
 	keda      baseline.KEDAConfig
+	// With --actuator knative: Knative's own KPA in place of Sluice's
+	// policy, the agents keeping a fixed number of tasks in flight.
+	knativeScaling *string
+	kpaInFlight    *int
 }
 
 func (b *baselineFlags) register(fs *flag.FlagSet) {
@@ -39,9 +44,22 @@ func (b *baselineFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&b.keda.LagThreshold, "keda-lag-threshold", b.keda.LagThreshold, "with --local-scaling keda: the queue lag (tasks pending and in flight) one replica is sized for")
 	fs.DurationVar(&b.keda.CooldownPeriod, "keda-cooldown", b.keda.CooldownPeriod, "with --local-scaling keda: KEDA's cooldownPeriod before a job without lag goes to its min replicas")
 	fs.DurationVar(&b.keda.ScaleDownStabilization, "keda-scale-down-window", b.keda.ScaleDownStabilization, "with --local-scaling keda: the HPA's scale-down stabilization window")
+	b.knativeScaling = fs.String("knative-scaling", "sluice", "with --actuator knative: who sizes the function Service: sluice (its demand-driven policy) or kpa (Knative's KPA alone, by the concurrency of --kpa-in-flight tasks each job's agents keep outstanding; the controller wakes, patches and decides nothing)")
+	b.kpaInFlight = fs.Int("kpa-in-flight", 8, "with --knative-scaling kpa: the tasks each job's agents keep in flight, a multiple of --replica-concurrency (a data loader's fixed parallelism)")
 }
 
-func (b *baselineFlags) checks() []func() error {
+// kpaAlone says whether Knative's KPA alone sizes the function Service.
+func (b *baselineFlags) kpaAlone() bool { return b != nil && *b.knativeScaling == "kpa" }
+
+// kpaDispatch is the fixed in-flight budget of --knative-scaling kpa, as
+// the replicas' worth of tasks the controller's dispatch plans are sized
+// by.
+type kpaDispatch struct{ replicas int }
+
+func (k kpaDispatch) Ready(string) int { return k.replicas }
+
+// checks are the flags' checks; concurrency is --replica-concurrency.
+func (b *baselineFlags) checks(concurrency *int) []func() error {
 	if b == nil {
 		return nil
 	}
@@ -49,6 +67,14 @@ func (b *baselineFlags) checks() []func() error {
 		oneOf("local-scaling", b.scaling, "sluice", "kpa", "keda"),
 		b.keda.Validate,
 		durationRange("kpa-window", b.kpaWindow, 6*time.Second, time.Hour),
+		oneOf("knative-scaling", b.knativeScaling, "sluice", "kpa"),
+		intRange("kpa-in-flight", b.kpaInFlight, 1, 10000),
+		func() error {
+			if *b.kpaInFlight%max(*concurrency, 1) != 0 {
+				return fmt.Errorf("--kpa-in-flight %d: want a multiple of --replica-concurrency %d", *b.kpaInFlight, *concurrency)
+			}
+			return nil
+		},
 	}
 }
 
