@@ -208,7 +208,11 @@ type runningJob struct {
 	done    chan error
 	first   chan time.Duration // when the first batch came, since start
 
-	agentReady time.Duration // when its agent was ready, since start
+	agentReady time.Duration      // when its agent was ready, since start
+	stop       context.CancelFunc // ends the trainer
+
+	mu   sync.Mutex
+	wait time.Duration // the trainer's wait for batches (startPacedJob)
 }
 
 // startJob submits an image job over d and starts its agent and trainer;
@@ -216,11 +220,31 @@ type runningJob struct {
 // suffix: a cluster kept up between runs keeps its jobs.
 func (e *env) startJob(t *testing.T, name string, d integration.Dataset, epochs, maxReplicas int, more ...map[string]any) *runningJob {
 	t.Helper()
+	return e.startPacedJob(t, name, d, epochs, maxReplicas, nil, more...)
+}
+
+// startPacedJob is startJob with a trainer that, after each batch, computes
+// for compute() (nil: not at all) before it asks for the next, as a GPU's
+// step would; wait is then the time it spent waiting for batches.
+func (e *env) startPacedJob(t *testing.T, name string, d integration.Dataset, epochs, maxReplicas int,
+	compute func() time.Duration, more ...map[string]any) *runningJob {
+	t.Helper()
 	id := name + "-" + e.suffix
 	j := &runningJob{id: id, d: d, epochs: epochs, start: time.Now(), trainer: integration.NewTrainer(),
 		done: make(chan error, 1), first: make(chan time.Duration, 1)}
 	var once sync.Once
-	j.trainer.AfterBatch(func(int) { once.Do(func() { j.first <- time.Since(j.start) }) })
+	asked := j.start // when the trainer last asked for a batch
+	j.trainer.AfterBatch(func(int) {
+		now := time.Now()
+		once.Do(func() { j.first <- now.Sub(j.start) })
+		j.mu.Lock()
+		j.wait += now.Sub(asked)
+		j.mu.Unlock()
+		if compute != nil {
+			time.Sleep(compute())
+		}
+		asked = time.Now()
+	})
 	spec := map[string]any{
 		"id": id, "dataset": d.URL(), "pipeline": "imagenet-eval",
 		"batch_size": 16, "epochs": epochs, "seed": 7, "max_replicas": maxReplicas,
@@ -234,8 +258,17 @@ func (e *env) startJob(t *testing.T, name string, d integration.Dataset, epochs,
 	j.agentReady = time.Since(j.start)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
+	j.stop = cancel
 	go func() { j.done <- j.trainer.Run(ctx, func() string { return url }) }()
 	return j
+}
+
+// waited is how long the trainer has waited for batches so far (from its
+// start to its first batch, and after each step's compute to the next).
+func (j *runningJob) waited() time.Duration {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.wait
 }
 
 // firstBatch waits for the first batch and returns when it came, since the
