@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/test/integration"
 )
@@ -48,11 +52,17 @@ const floorService = "sluice-floor"
 
 // floorCreate deploys the minimal Service with the function's autoscaling
 // settings (base/function.yaml) and readiness probe, and waits until it is
-// routed.
+// routed. Like the function's pods, its pods mount no ServiceAccount token:
+// the kubelet polls for mounted volumes every 300 ms, which a pod without
+// one does not wait for.
 func (e *env) floorCreate(t *testing.T) string {
 	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: floorService}, AutomountServiceAccountToken: new(false)}
+	if _, err := e.kube.CoreV1().ServiceAccounts(namespace).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating the floor's ServiceAccount: %v", err)
+	}
 	args := []string{"service", "create", floorService, "--namespace", namespace, "--force",
-		"--image", "dev.local/floor:1", "--cluster-local",
+		"--image", "dev.local/floor:1", "--cluster-local", "--service-account", floorService,
 		"--concurrency-limit", "4", "--concurrency-target", "4", "--concurrency-utilization", "100",
 		"--probe-readiness", "http:::/readyz",
 		"--annotation-revision", "autoscaling.knative.dev/class=kpa.autoscaling.knative.dev",

@@ -249,7 +249,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 KCFG
 start kubelet "$bin/kubelet" --config kubelet.yaml --kubeconfig kubelet.kubeconfig \
-  --hostname-override $node --node-ip $ip --root-dir "$state/kubelet" --v=1
+  --hostname-override $node --node-ip $ip --root-dir "$state/kubelet" --v=${SLUICE_E2E_KUBELET_V:-1}
 cat >kube-proxy.yaml <<KP
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
