@@ -174,9 +174,13 @@ type SubmitOption func(*wire.Job)
 
 // WithTeamKey lets the job's agents connect to NATS as the job with key,
 // its team key: the record holds the hash of their password
-// (wire.AgentPasswordHash), never the key.
+// (wire.AgentPasswordHash) and the public key that certifies its nodes'
+// credentials (wire.JobNodeKey), never the key.
 func WithTeamKey(key []byte) SubmitOption {
-	return func(j *wire.Job) { j.AgentAuth = wire.AgentPasswordHash(wire.AgentNATSPassword(key)) }
+	return func(j *wire.Job) {
+		j.AgentAuth = wire.AgentPasswordHash(wire.AgentNATSPassword(key))
+		j.NodeKey = wire.JobNodeKey(key)
+	}
 }
 
 // Submit checks spec (its SpecCheck, after WithDefaults), lists its

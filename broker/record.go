@@ -46,6 +46,11 @@ func CheckRecord(key string, job wire.Job) error {
 	if a := job.AgentAuth; a != "" && !isSHA256Hex(a) {
 		ps = append(ps, "agent_auth is not a SHA-256 (64 hex digits)")
 	}
+	if k := job.NodeKey; k != "" {
+		if _, err := wire.ParseNodeKey(k); err != nil {
+			ps = append(ps, err.Error())
+		}
+	}
 	if job.Submitted.IsZero() {
 		ps = append(ps, "no submission time")
 	}

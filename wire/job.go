@@ -182,6 +182,12 @@ type Job struct {
 	// a job submitted without a team key, whose agents the controller
 	// does not let in as the job.
 	AgentAuth string `json:"agent_auth,omitempty"`
+	// NodeKey is the public key (hex Ed25519) that certifies the job's node
+	// credentials (JobNodeKey of its team key; nodecred.go): every team
+	// message, demand signal and reader record of an agent of the job is
+	// sealed by its node, and checked against it. Empty for a job submitted
+	// without a team key, or by an older sluice.
+	NodeKey string `json:"node_key,omitempty"`
 }
 
 // Tasks is the number of shard tasks the job queues over all epochs.
