@@ -191,8 +191,8 @@ func readerDone(ctx context.Context, kv jetstream.KeyValue, job wire.Job, reader
 	if err != nil {
 		return false
 	}
-	var d wire.ReaderDone
-	return json.Unmarshal(e.Value(), &d) == nil && d.Submitted.Equal(job.Submitted)
+	d, _, err := wire.ReadReaderDone(job, e.Key(), e.Value())
+	return err == nil && d.Submitted.Equal(job.Submitted)
 }
 
 // DeleteSweep removes sweep id's record, so that the id may be submitted

@@ -59,6 +59,9 @@ type Controller struct {
 	// the controller is their one owner, and hands the autoscaler plain
 	// inputs made of them each tick.
 	demandMu sync.Mutex
+	// sealLogged is when a signal refused for its seal was last logged
+	// (unix ns): a flood of them must not flood the log.
+	sealLogged atomic.Int64
 	demand   *demandBook
 
 	// calloutMu guards calloutSub, the auth callout's subscription

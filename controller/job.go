@@ -260,9 +260,15 @@ func (c *Controller) readersDone(ctx context.Context, job wire.Job) (bool, error
 		if err != nil {
 			return false, fmt.Errorf("job %s reader %s: reading %s: %w", job.Spec.ID, r, wire.ReaderDoneKey(job.Spec.ID, r), err)
 		}
-		var done wire.ReaderDone
-		if err := json.Unmarshal(e.Value(), &done); err != nil {
-			return false, fmt.Errorf("job %s reader %s: decoding %s: %w", job.Spec.ID, r, wire.ReaderDoneKey(job.Spec.ID, r), err)
+		done, _, err := wire.ReadReaderDone(job, e.Key(), e.Value())
+		if errors.Is(err, wire.ErrNodeSeal) {
+			// Not its reader's agent's: the job goes on.
+			c.m.sealRefused.WithLabelValues("done_record").Inc()
+			c.log.Warn("refused a reader's done record", "job", job.Spec.ID, "reader", r, "err", err)
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("job %s reader %s: %w", job.Spec.ID, r, err)
 		}
 		if !done.Submitted.Equal(job.Submitted) {
 			return false, nil // an earlier job's under this id

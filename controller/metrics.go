@@ -26,6 +26,8 @@ type metrics struct {
 	// agentLogins counts the auth callouts answered, by result:
 	// accepted, or why refused.
 	agentLogins *prometheus.CounterVec
+	// sealRefused counts the agents' records refused for their node seal.
+	sealRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -63,13 +65,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		})),
 		refused: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_autoscale_demand_refused_total",
-			Help: "Demand signals refused: of a reader the job does not declare, naming an agent over the bounds, or with a count out of bounds.",
+			Help: "Demand signals refused: of a reader the job does not declare, naming an agent over the bounds, with a count out of bounds, " +
+				"not sealed by a node the job's key certifies (node_seal), or naming an agent other than the node that sealed it (other_node).",
 		}, []string{"reason"})),
 		agentLogins: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_controller_agent_logins_total",
 			Help: "Agents' NATS logins the controller answered (the server's auth callout), by result: accepted, or why refused " +
 				"(not_agent_user, no_job, no_credential, wrong_password, lookup_error, bad_request).",
 		}, []string{"result"})),
+		sealRefused: promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_controller_node_refused_total",
+			Help: "Agents' records refused for their node seal (not sealed by a node the job's key certifies), by record: done_record.",
+		}, []string{"reason"})),
 	}
 }
 

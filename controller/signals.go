@@ -35,6 +35,8 @@ const (
 	refusedAgentName        = "agent_name"
 	refusedTooManyAgents    = "too_many_agents"
 	refusedOutOfBounds      = "out_of_bounds"
+	refusedNodeSeal         = "node_seal"  // not sealed by a node the job's key certifies
+	refusedOtherNode        = "other_node" // naming an agent other than the node that sealed it
 )
 
 // signalKey names one agent's signals for one reader: the agents of a
@@ -50,6 +52,9 @@ type jobSignals struct {
 	// on agents; readerKeys counts each reader's keys: the bound on readers.
 	seen       map[string]time.Time
 	readerKeys map[string]int
+	// check checks the signals' node seals (nil: the job's record has no
+	// node key, and its signals are not sealed).
+	check *wire.NodeVerifier
 }
 
 // demandBook keeps the agents' demand signals of the jobs that run here,
@@ -72,6 +77,29 @@ func (b *demandBook) addJob(id string, readers []string) {
 	}
 	b.jobs[id] = &jobSignals{readers: slices.Clone(readers), latest: map[signalKey]autoscale.Signal{},
 		seen: map[string]time.Time{}, readerKeys: map[string]int{}}
+}
+
+// sealedBy has job id's signals checked by check: each must be sealed by
+// a node the job's key certifies, and name that node as its agent.
+func (b *demandBook) sealedBy(id string, check *wire.NodeVerifier) {
+	if j, ok := b.jobs[id]; ok {
+		j.check = check
+	}
+}
+
+// unseal checks a signal of job, data with its headers, before it is
+// read: the node that sealed it ("" for a job whose signals are not
+// sealed, or not kept here), or why it is refused.
+func (b *demandBook) unseal(job string, header map[string][]string, data []byte) (node, refused string, err error) {
+	j, ok := b.jobs[job]
+	if !ok || j.check == nil {
+		return "", "", nil
+	}
+	node, err = j.check.Verify(wire.SealOfHeader(header), wire.SealDemand, nil, data)
+	if err != nil {
+		return "", refusedNodeSeal, err
+	}
+	return node, "", nil
 }
 
 // removeJob forgets job id's signals.
@@ -279,13 +307,25 @@ func mergeTeam(team []autoscale.Signal, now time.Time, stale time.Duration) auto
 func (c *Controller) listenDemand() (stop func(), err error) {
 	prefix := strings.TrimSuffix(wire.DemandSubjects, "*")
 	sub, err := c.opts.NC.Subscribe(wire.DemandSubjects, func(m *nats.Msg) {
+		// The subject names the job; a signal cannot speak for another.
+		job := strings.TrimPrefix(m.Subject, prefix)
+		c.demandMu.Lock()
+		node, why, err := c.demand.unseal(job, m.Header, m.Data)
+		c.demandMu.Unlock()
+		if why != "" {
+			c.refuseDemand(job, why, err)
+			return
+		}
 		var d wire.Demand
 		if err := json.Unmarshal(m.Data, &d); err != nil {
 			c.log.Warn("ignoring a malformed demand signal", "subject", m.Subject, "err", err)
 			return
 		}
-		// The subject names the job; a signal cannot speak for another.
-		d.Job = strings.TrimPrefix(m.Subject, prefix)
+		d.Job = job
+		if node != "" && d.Agent != node {
+			c.refuseDemand(job, refusedOtherNode, fmt.Errorf("a signal naming agent %.64q sealed by node %s: a node acting as another", d.Agent, node))
+			return
+		}
 		c.observeDemand(d, time.Now())
 	})
 	if err != nil {
@@ -307,6 +347,15 @@ func (c *Controller) observeDemand(d wire.Demand, at time.Time) {
 	if why != "" {
 		c.m.refused.WithLabelValues(why).Inc()
 		c.log.Debug("refusing a demand signal", "job", d.Job, "reader", d.ReaderName(), "agent", d.Agent, "why", why, "err", d.CheckCounts())
+	}
+}
+
+// refuseDemand counts and logs a signal refused for its seal.
+func (c *Controller) refuseDemand(job, why string, err error) {
+	c.m.refused.WithLabelValues(why).Inc()
+	now := time.Now().UnixNano()
+	if last := c.sealLogged.Load(); now-last > int64(time.Second) && c.sealLogged.CompareAndSwap(last, now) {
+		c.log.Warn("refusing a demand signal (at most one such line a second)", "job", job, "why", why, "err", err)
 	}
 }
 

@@ -103,8 +103,14 @@ func (c *Controller) openTasks(ctx context.Context, jr *jobRun) (jetstream.Consu
 // agents' signals and its backlog.
 func (c *Controller) addToRunner(jr *jobRun, job wire.Job, cons jetstream.Consumer) *taskBacklog {
 	id := jr.id
+	var check *wire.NodeVerifier
+	if job.NodeKey != "" {
+		// CheckRecord checked the key: this cannot fail.
+		check, _ = wire.NewNodeVerifier(id, job.NodeKey)
+	}
 	c.demandMu.Lock()
 	c.demand.addJob(id, job.Spec.Readers)
+	c.demand.sealedBy(id, check)
 	c.demandMu.Unlock()
 	backlog := &taskBacklog{}
 	info := cons.CachedInfo()

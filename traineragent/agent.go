@@ -34,6 +34,10 @@ type Agent struct {
 	js      jetstream.JetStream
 	job     wire.Job
 	name    string
+	// node seals what the agent sends and check checks what it reads
+	// (nil both: the job's record has no node key).
+	node    *wire.NodeIdentity
+	check   *wire.NodeVerifier
 	opts    Options
 	log     *slog.Logger
 	reg     prometheus.Registerer
@@ -85,10 +89,6 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	if err := checkRanks(job, opts, declared); err != nil {
 		return nil, err
 	}
-	if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize && len(opts.TeamKey) < wire.TeamKeyBytes {
-		return nil, fmt.Errorf("trainer agent: job %s: a team (ranks %v of %d) needs the job's team key (%d bytes; `sluice job submit` writes it): its messages are signed with it",
-			job.Spec.ID, opts.Ranks, opts.WorldSize, wire.TeamKeyBytes)
-	}
 	for _, r := range names {
 		if !slices.Contains(declared, r) {
 			return nil, fmt.Errorf("trainer agent: job %s has no reader %q: its spec declares %s",
@@ -107,9 +107,16 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	if opts.KeepAliveInterval == 0 {
 		opts.KeepAliveInterval = defaultKeepAlive
 	}
+	if opts.Name == "" && opts.Node != nil {
+		opts.Name = opts.Node.Node
+	}
 	if opts.Name == "" {
 		host, _ := os.Hostname()
 		opts.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	node, check, err := nodeSeals(job, opts)
+	if err != nil {
+		return nil, err
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -117,27 +124,71 @@ func New(nc *nats.Conn, js jetstream.JetStream, job wire.Job, opts Options, logg
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	a := &Agent{nc: nc, js: js, job: job, name: opts.Name, opts: opts, reg: reg,
+	a := &Agent{nc: nc, js: js, job: job, name: opts.Name, node: node, check: check, opts: opts, reg: reg,
 		log: logger.With("job", job.Spec.ID, "agent", opts.Name)}
 	for _, name := range names {
 		r := newReader(job, name, opts, logger, m)
+		r.node, r.check = node, check
 		r.changed = a.pokeRoom
 		r.completed = a.shardsRecorded
 		r.replay = a.replay
 		if len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize {
 			r.st.Ranks.DropFixed = true // the team's agents share it
-			auth := teamproto.NewAuth(opts.TeamKey, job.Spec.ID, name)
+			auth := teamproto.NewAuth(node, check, job.Spec.ID, name)
 			if slices.Contains(opts.Ranks, 0) {
 				r.planAsTeam(newTeam(opts.WorldSize, opts.Ranks, auth))
 			} else {
 				m := teamproto.NewMember(nc, job, name, opts.Name, slices.Sorted(slices.Values(opts.Ranks)), opts.WorldSize, opts.DropLast, r.log)
-				m.Secure(auth, r.m.teamRefused)
+				m.Secure(auth, r.m.teamRefused, r.m.nodeRefused)
 				r.joinTeam(m)
 			}
 		}
 		a.readers = append(a.readers, r)
 	}
 	return a, nil
+}
+
+// nodeSeals are the agent's node credential and the check of its job's
+// nodes' seals, from opts (its Node, or one derived from its TeamKey for
+// its Name) and the job record's node key: nil both where the record has
+// none (a job submitted without a team key, or by an older sluice), which
+// a team may not be.
+func nodeSeals(job wire.Job, opts Options) (*wire.NodeIdentity, *wire.NodeVerifier, error) {
+	id := job.Spec.ID
+	team := len(opts.Ranks) > 0 && len(opts.Ranks) < opts.WorldSize
+	if job.NodeKey == "" {
+		if team {
+			return nil, nil, fmt.Errorf("trainer agent: job %s: a team (ranks %v of %d) seals its messages with node credentials, and the job's record has no node key "+
+				"(submitted without a team key, or by an older sluice): submit it again with `sluice job submit`", id, opts.Ranks, opts.WorldSize)
+		}
+		return nil, nil, nil
+	}
+	check, err := wire.NewNodeVerifier(id, job.NodeKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("trainer agent: %w", err)
+	}
+	node := opts.Node
+	switch {
+	case node != nil && node.Job != id:
+		return nil, nil, fmt.Errorf("trainer agent: the node credential is of job %s, not %s", node.Job, id)
+	case node != nil && node.Node != opts.Name:
+		return nil, nil, fmt.Errorf("trainer agent: the node credential is node %s's: the agent's name must be its node's (it is %.64q)", node.Node, opts.Name)
+	case node == nil && len(opts.TeamKey) == 0:
+		return nil, nil, fmt.Errorf("trainer agent: job %s: its agents seal their messages as their node (its record has a node key): "+
+			"give the agent the job's team key (`sluice job submit` writes it) or its node credential (`sluice job node-credential`)", id)
+	case node == nil:
+		if node, err = wire.DeriveNode(opts.TeamKey, id, opts.Name); err != nil {
+			return nil, nil, fmt.Errorf("trainer agent: deriving the node credential of agent %.64q: %w", opts.Name, err)
+		}
+	}
+	// A credential of another submission of the job (or a wrong key) is
+	// said now, not as every message refused.
+	probe := node.SealFor(wire.SealDemand, nil, nil)
+	if _, err := check.Verify(probe, wire.SealDemand, nil, nil); err != nil {
+		return nil, nil, fmt.Errorf("trainer agent: job %s: this agent's node credential is not certified by the job's record "+
+			"(the team key or node credential of another submission of the job?): %w", id, err)
+	}
+	return node, check, nil
 }
 
 // checkRanks checks Options.Ranks: ranks of WorldSize, each once, on a
@@ -528,7 +579,13 @@ func (a *Agent) publishDemand(now time.Time, done bool) error {
 		if err != nil {
 			return fmt.Errorf("encoding demand: %w", err)
 		}
-		if err := a.nc.Publish(wire.DemandSubject(a.job.Spec.ID), data); err != nil {
+		msg := nats.NewMsg(wire.DemandSubject(a.job.Spec.ID))
+		msg.Data = data
+		if a.node != nil {
+			// The controller checks it names the node that sealed it.
+			a.node.SealFor(wire.SealDemand, nil, data).SetHeader(msg.Header)
+		}
+		if err := a.nc.PublishMsg(msg); err != nil {
 			return fmt.Errorf("publishing demand of job %s: %w", a.job.Spec.ID, err)
 		}
 	}

@@ -25,6 +25,7 @@ type Metrics struct {
 	steps            *prometheus.CounterVec
 	stepSeconds      *prometheus.CounterVec
 	teamRefused      prometheus.Counter
+	nodeRefused      *prometheus.CounterVec
 }
 
 // NewMetrics creates the agent's series and registers them with reg unless
@@ -79,11 +80,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"job", "reader", "rank", "part"}),
 		teamRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_agent_team_refused_total",
-			Help: "Team messages refused: a MAC that does not match the job's team key, no session of the member it names, a copy, a join under a live member's name, a forged reply.",
+			Help: "Team messages refused: not sealed by a node of the job, a request naming another node than its sealer's, no session of the member it names, a copy, a join under a live member's name, a forged reply.",
 		}),
 	}
+	m.nodeRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_agent_node_refused_total",
+		Help: "Team messages and reader records refused for their node seal, by reason: " +
+			"team_seal (not sealed by a node the job's key certifies), team_other_node (a request naming another node than its sealer's), " +
+			"reply_other_node (a reply not sealed by the node that answered the join), record_seal, record_copy (a reader's earlier record put back).",
+	}, []string{"reason"})
 	if reg != nil {
-		reg.MustRegister(m.teamRefused)
+		reg.MustRegister(m.teamRefused, m.nodeRefused)
 		reg.MustRegister(m.samplesArrived, m.samplesDelivered, m.batchesDelivered, m.duplicateChunks,
 			m.failedSamples, m.droppedSamples, m.stallSeconds, m.bufferedSamples, m.heldBytes, m.stallFraction, m.positionBytes,
 			m.gpuUtilization, m.steps, m.stepSeconds)
@@ -102,6 +109,7 @@ type jobMetrics struct {
 	steps                                              *prometheus.CounterVec // by rank
 	stepSeconds                                        *prometheus.CounterVec // by rank and part
 	teamRefused                                        prometheus.Counter
+	nodeRefused                                        *prometheus.CounterVec
 }
 
 func (m *Metrics) forJob(job, reader string) jobMetrics {
@@ -121,6 +129,7 @@ func (m *Metrics) forJob(job, reader string) jobMetrics {
 		steps:            m.steps.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
 		stepSeconds:      m.stepSeconds.MustCurryWith(prometheus.Labels{"job": job, "reader": reader}),
 		teamRefused:      m.teamRefused,
+		nodeRefused:      m.nodeRefused,
 	}
 }
 

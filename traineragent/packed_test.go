@@ -75,7 +75,7 @@ func TestTeamResumesAPackedJobExactlyOnce(t *testing.T) {
 	var oldRuns sync.WaitGroup
 	var old []*Agent
 	for i, rs := range oldRanks {
-		a, err := New(e.nc, e.js, job, teamOptions(fmt.Sprintf("old%d", i), 4, rs), nil, nil, nil)
+		a, err := New(e.nc, e.js, keyed(job), teamOptions(fmt.Sprintf("old%d", i), 4, rs), nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

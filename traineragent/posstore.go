@@ -24,10 +24,11 @@ import (
 // see no write); every other field belongs to it. It is the first lock
 // of the agent's order (see Reader): Reader.mu is taken under it.
 type positionStore struct {
-	mu  sync.Mutex
-	kv  jetstream.KeyValue
-	key string
-	log *slog.Logger
+	mu    sync.Mutex
+	kv    jetstream.KeyValue
+	key   string
+	seals recordSeals
+	log   *slog.Logger
 	rev uint64 // revision of the stored position, 0 if none
 	// written is the assembler version last written; broken says a write
 	// for a batch failed (no write may follow: it would record the batch).
@@ -35,6 +36,64 @@ type positionStore struct {
 	broken  bool
 	// recorded is the position last written or loaded (nil: none).
 	recorded []byte
+}
+
+// recordSeals seal the reader's records as its node, and check those
+// read: a record another node of the job wrote in this reader's agent's
+// name (not sealed by a node the job's key certifies), or an earlier
+// record of this node put back, is refused and told to refused (a
+// reason of the node_refused series), and the reader's own written again.
+// node nil: records are plain (the job's record has no node key).
+type recordSeals struct {
+	node    *wire.NodeIdentity
+	check   *wire.NodeVerifier
+	refused func(reason string, err error)
+}
+
+// seal is record as stored under key over revision over.
+func (s recordSeals) seal(key string, over uint64, record []byte) ([]byte, error) {
+	if s.node == nil {
+		return record, nil
+	}
+	return s.node.SealRecord(key, over, record)
+}
+
+// open is the record stored under key, the node that wrote it ("" for a
+// plain record) and the revision it was written over.
+func (s recordSeals) open(key string, value []byte) (record []byte, node string, over uint64, err error) {
+	if s.check == nil {
+		return value, "", 0, nil
+	}
+	return s.check.OpenRecord(key, value)
+}
+
+// errRefusedRecord marks a record under the reader's key that is not its
+// agent's to take: it is written over.
+var errRefusedRecord = errors.New("refused record")
+
+// judge decides an entry found under the key in place of the one last
+// written at revision rev, data: nil if it is that write landed (a retry);
+// an error wrapping errRefusedRecord if it is refused (told to refused);
+// else one wrapping ErrReaderTaken, naming the node that took it.
+func (s *positionStore) judge(e jetstream.KeyValueEntry, data []byte) error {
+	rec, node, over, err := s.seals.open(s.key, e.Value())
+	switch {
+	case err != nil:
+		s.seals.refused("record_seal", err)
+		return fmt.Errorf("%w: %w", errRefusedRecord, err)
+	case bytes.Equal(rec, data):
+		return nil
+	case s.seals.node != nil && node == s.seals.node.Node && over != s.rev:
+		// Another run of this node writes over the revision it read:
+		// this one's last. An earlier record of this node, put back,
+		// does not.
+		err := fmt.Errorf("%w: the position under %s is a record of this node written over revision %d, not over its last write (%d): an earlier record put back", wire.ErrNodeSeal, s.key, over, s.rev)
+		s.seals.refused("record_copy", err)
+		return fmt.Errorf("%w: %w", errRefusedRecord, err)
+	case node != "":
+		return fmt.Errorf("%w (node %s wrote the position under %s)", ErrReaderTaken, node, s.key)
+	}
+	return fmt.Errorf("%w (the position under %s changed)", ErrReaderTaken, s.key)
 }
 
 // positionWriteTimeout bounds the retries of one position write; past it
@@ -48,12 +107,16 @@ var ErrReaderTaken = errors.New("another agent is reading as this reader")
 // openPositionStore binds to key in wire.ReadersBucket and reads the
 // position stored there: nil if none, or if it is an earlier job's under
 // the same id (submitted differs; it is then overwritten, not resumed).
-func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitted string, log *slog.Logger) (*positionStore, *assembly.Position, error) {
+//
+// A position no node of the job sealed is not resumed from, nor taken
+// for none (the reader would hand out again what it recorded): the agent
+// stops, saying so.
+func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitted string, seals recordSeals, log *slog.Logger) (*positionStore, *assembly.Position, error) {
 	kv, err := js.KeyValue(ctx, wire.ReadersBucket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening reader positions (bucket %s): %w", wire.ReadersBucket, err)
 	}
-	s := &positionStore{kv: kv, key: key, log: log}
+	s := &positionStore{kv: kv, key: key, seals: seals, log: log}
 	e, err := kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -61,7 +124,16 @@ func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitt
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading the position under %s: %w", key, err)
 	}
-	p, err := assembly.DecodePosition(e.Value())
+	rec, node, _, err := seals.open(key, e.Value())
+	if err != nil {
+		seals.refused("record_seal", err)
+		return nil, nil, fmt.Errorf("%w: not resuming from it; if the job was deleted and submitted again, or the record is known bad, delete the key (nats kv del %s %s) to start the reader afresh",
+			err, wire.ReadersBucket, key)
+	}
+	if node != "" {
+		log.Info("the recorded position was written by node", "key", key, "node", node)
+	}
+	p, err := assembly.DecodePosition(rec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("position under %s: %w", key, err)
 	}
@@ -71,7 +143,7 @@ func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitt
 			"position_of", p.Submitted, "job_submitted", submitted)
 		return s, nil, nil
 	}
-	s.recorded = e.Value()
+	s.recorded = rec
 	return s, &p, nil
 }
 
@@ -82,11 +154,15 @@ func (s *positionStore) write(ctx context.Context, data []byte) error {
 	for {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var rev uint64
-		var err error
+		value, err := s.seals.seal(s.key, s.rev, data)
+		if err != nil {
+			cancel()
+			return err
+		}
 		if s.rev == 0 {
-			rev, err = s.kv.Create(wctx, s.key, data)
+			rev, err = s.kv.Create(wctx, s.key, value)
 		} else {
-			rev, err = s.kv.Update(wctx, s.key, data, s.rev)
+			rev, err = s.kv.Update(wctx, s.key, value, s.rev)
 		}
 		cancel()
 		if err == nil {
@@ -98,11 +174,19 @@ func (s *positionStore) write(ctx context.Context, data []byte) error {
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			e, gerr := s.kv.Get(gctx, s.key)
 			cancel()
-			if gerr == nil && bytes.Equal(e.Value(), data) {
+			if gerr != nil {
+				return fmt.Errorf("%w (the position under %s changed)", ErrReaderTaken, s.key)
+			}
+			switch jerr := s.judge(e, data); {
+			case jerr == nil:
 				s.rev, s.recorded = e.Revision(), data
 				return nil
+			case errors.Is(jerr, errRefusedRecord) && time.Now().Before(deadline):
+				s.rev = e.Revision() // written over at once
+				continue
+			default:
+				return jerr
 			}
-			return fmt.Errorf("%w (the position under %s changed)", ErrReaderTaken, s.key)
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return fmt.Errorf("writing %s: %w", s.key, err)
@@ -131,7 +215,26 @@ func (s *positionStore) taken(ctx context.Context) error {
 	if err != nil || e.Revision() == s.rev {
 		return nil // none, or not readable now: the next tick looks again
 	}
-	return fmt.Errorf("%w (the position under %s changed)", ErrReaderTaken, s.key)
+	err = s.judge(e, s.recorded)
+	if !errors.Is(err, errRefusedRecord) {
+		return err
+	}
+	// Refused: the reader's own record goes back over it (none yet: the
+	// key is deleted).
+	if s.recorded == nil {
+		_ = s.kv.Delete(gctx, s.key, jetstream.LastRevision(e.Revision()))
+		return nil
+	}
+	value, err := s.seals.seal(s.key, e.Revision(), s.recorded)
+	if err != nil {
+		return err
+	}
+	rev, err := s.kv.Update(gctx, s.key, value, e.Revision())
+	if err != nil {
+		return nil // written meanwhile, or not writable now: the next tick looks again
+	}
+	s.rev = rev
+	return nil
 }
 
 // put writes data under another key of the bucket (the reader's done
@@ -139,8 +242,12 @@ func (s *positionStore) taken(ctx context.Context) error {
 func (s *positionStore) put(ctx context.Context, key string, data []byte) error {
 	wctx, cancel := context.WithTimeout(ctx, positionWriteTimeout)
 	defer cancel()
+	value, err := s.seals.seal(key, 0, data)
+	if err != nil {
+		return err
+	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		_, err := s.kv.Put(wctx, key, data)
+		_, err := s.kv.Put(wctx, key, value)
 		if err == nil {
 			return nil
 		}

@@ -37,10 +37,16 @@ type Options struct {
 	// WorldSize fixes the number of ranks the reader has; 0 takes it
 	// from the first request (Next is rank 0 of world 1).
 	WorldSize int
-	// TeamKey is the job's team key (`sluice job submit` makes it): every
-	// message between the agents of a team is signed with it. A team
-	// (Ranks set, fewer than WorldSize) needs it; it is never logged.
+	// TeamKey is the job's team key (`sluice job submit` makes it): the
+	// agent derives from it its node credential for Name (Node), unless
+	// given one. It is never logged.
 	TeamKey []byte
+	// Node is the agent's node credential (`sluice job node-credential`
+	// writes it: wire.ParseNodeCredential): the agent seals its team
+	// messages, demand signals and reader records as its node, whose name
+	// is the agent's Name. A job whose record has a node key
+	// (wire.Job.NodeKey) needs it or TeamKey; a team needs such a job.
+	Node *wire.NodeIdentity
 	// Ranks are the ranks of WorldSize this agent serves, those of its
 	// node (nil: all). The agents serving the other ranks form the
 	// reader's team with it (readerstate's team.go): the one serving rank 0 plans. A
@@ -121,6 +127,10 @@ type Reader struct {
 	// says which shards the written position has complete.
 	pos      *positionStore
 	recorded assembly.RecordedShards
+	// node seals the reader's records, check checks those read (nil both:
+	// the job's record has no node key; the records are plain).
+	node  *wire.NodeIdentity
+	check *wire.NodeVerifier
 
 	mu   sync.Mutex         // lock order: see above
 	st   *readerstate.State // guarded by mu

@@ -131,7 +131,11 @@ func checkJob(ctx context.Context, jobs jetstream.KeyValue, id string) error {
 // restores it, so the agent resumes where its predecessor's batches ended.
 func (a *Reader) loadPosition(ctx context.Context, js jetstream.JetStream) error {
 	key := wire.ReaderKey(a.job.Spec.ID, a.reader)
-	store, p, err := openPositionStore(ctx, js, key, a.st.Submitted(), a.log)
+	seals := recordSeals{node: a.node, check: a.check, refused: func(reason string, err error) {
+		a.m.nodeRefused.WithLabelValues(reason).Inc()
+		a.log.Warn("refused a record of the reader", "reason", reason, "err", err)
+	}}
+	store, p, err := openPositionStore(ctx, js, key, a.st.Submitted(), seals, a.log)
 	if err != nil {
 		return fmt.Errorf("reader %s: %w", a.reader, err)
 	}

@@ -326,6 +326,9 @@ func (e *teamBenchEnv) newAgents(b *testing.B, job wire.Job, agents int) []agent
 		if os.Getenv("SLUICE_TEAMBENCH_LOG") != "" {
 			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
+		if opts.TeamKey != nil {
+			job = keyed(job)
+		}
 		a, err := New(nc, js, job, opts, log, nil, nil)
 		if err != nil {
 			b.Fatal(err)

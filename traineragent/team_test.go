@@ -17,11 +17,39 @@ import (
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/fixture"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
+	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
 	"github.com/sluice-project/sluice/wire"
 )
 
 // testTeamKey is the team key of the tests' jobs.
 var testTeamKey = []byte("a test team key of 32 bytes, ok!")
+
+// keyed is job as submitted with testTeamKey: its record holds the key
+// that certifies its nodes (a team's agents seal their messages).
+func keyed(job wire.Job) wire.Job {
+	job.NodeKey = wire.JobNodeKey(testTeamKey)
+	return job
+}
+
+// testNode is node's credential of job (testTeamKey's).
+func testNode(t testing.TB, job, node string) *wire.NodeIdentity {
+	t.Helper()
+	id, err := wire.DeriveNode(testTeamKey, job, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// testAuth seals and checks reader's team messages of job as node.
+func testAuth(t testing.TB, job, node string) *teamproto.Auth {
+	t.Helper()
+	check, err := wire.NewNodeVerifier(job, wire.JobNodeKey(testTeamKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return teamproto.NewAuth(testNode(t, job, node), check, job, wire.DefaultReader)
+}
 
 // teamOptions are the options of agent name of a team: ranks of world.
 func teamOptions(name string, world int, ranks []int) Options {
@@ -41,7 +69,7 @@ func startTeam(t *testing.T, e env, job wire.Job, world int, ranks [][]int, dela
 		if i > 0 {
 			time.Sleep(delay)
 		}
-		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: world, Ranks: rs, PrefetchSamples: 8, DropLast: dropLast, TeamKey: testTeamKey}, nil, nil, nil)
+		a, err := New(e.nc, e.js, keyed(job), Options{Name: fmt.Sprintf("node%d", i), WorldSize: world, Ranks: rs, PrefetchSamples: 8, DropLast: dropLast, TeamKey: testTeamKey}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +200,7 @@ func testTeamResumesOnAnotherLayout(t *testing.T, job wire.Job) {
 	var runs sync.WaitGroup
 	var first []*Agent
 	for i, rs := range ranks {
-		a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("old%d", i), WorldSize: 4, Ranks: rs, PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
+		a, err := New(e.nc, e.js, keyed(job), Options{Name: fmt.Sprintf("old%d", i), WorldSize: 4, Ranks: rs, PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +258,7 @@ func TestTeamAgentRestarts(t *testing.T) {
 			e.submit(t, job, f, 2)
 			ranks := [][]int{{0, 1}, {2, 3}}
 			start := func(i int) (*Agent, context.CancelFunc, <-chan error) {
-				a, err := New(e.nc, e.js, job, Options{Name: fmt.Sprintf("node%d", i), WorldSize: 4, Ranks: ranks[i], PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
+				a, err := New(e.nc, e.js, keyed(job), Options{Name: fmt.Sprintf("node%d", i), WorldSize: 4, Ranks: ranks[i], PrefetchSamples: 8, TeamKey: testTeamKey}, nil, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -395,7 +423,7 @@ func TestTeamResumesRandomLayouts(t *testing.T) {
 			var first []*Agent
 			for j, rs := range r1 {
 				o := Options{Name: fmt.Sprintf("a%d", j), WorldSize: w1, Ranks: rs, PrefetchSamples: 8, TeamKey: testTeamKey}
-				a, err := New(e.nc, e.js, job, o, nil, nil, nil)
+				a, err := New(e.nc, e.js, keyed(job), o, nil, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

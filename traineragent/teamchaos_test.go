@@ -56,7 +56,7 @@ func chaosRun(t *testing.T, seed uint64, maxGap time.Duration) {
 		if os.Getenv("SLUICE_TEAM_LOG") != "" {
 			log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
-		a, err := New(e.nc, e.js, job, teamOptions(fmt.Sprintf("node%d", i), 4, ranks[i]), log, nil, nil)
+		a, err := New(e.nc, e.js, keyed(job), teamOptions(fmt.Sprintf("node%d", i), 4, ranks[i]), log, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ func FuzzTeamRequest(f *testing.F) {
 	seed(5, []byte("{}"))
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-		pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamproto.Auth{Key: testTeamKey}))
+		pl := r.planAsTeam(newTeam(4, []int{0, 1}, testAuth(t, "fuzz", "p")))
 		r.mu.Lock()
 		if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now()); err != nil {
 			t.Fatal(err)

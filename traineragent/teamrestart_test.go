@@ -102,7 +102,7 @@ func TestTeamResumesWhileTheOldPlannerStops(t *testing.T) {
 		// No position written by the old planner once the new one runs (a
 		// second writer of the reader stops the other, as it should).
 		o.KeepAliveInterval = time.Hour
-		a, err := New(e.nc, e.js, job, o, nil, nil, nil)
+		a, err := New(e.nc, e.js, keyed(job), o, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func resumeThreeByOne(t *testing.T, e env, job wire.Job, state State) (ranks [][
 	t.Helper()
 	ranks = [][]int{{0}, {1}, {2}}
 	for i, rs := range ranks {
-		a, err := New(e.nc, e.js, job, teamOptions(fmt.Sprintf("new%d", i), 3, rs), nil, nil, nil)
+		a, err := New(e.nc, e.js, keyed(job), teamOptions(fmt.Sprintf("new%d", i), 3, rs), nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,6 +91,10 @@ func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 	t := a.team
 	n := t.refused.Add(1)
 	a.m.teamRefused.Inc()
+	if why := teamproto.NodeRefusal(err, teamproto.KindRequest); why != "" {
+		a.m.nodeRefused.WithLabelValues(why).Inc()
+		reason = why
+	}
 	now := time.Now().UnixNano()
 	if last := t.refusedLog.Load(); now-last > int64(time.Second) && t.refusedLog.CompareAndSwap(last, now) {
 		a.log.Warn("refused a team message", "op", readerstate.CutText(op), "member", readerstate.CutText(member), "reason", reason, "refused_total", n, "err", err)

@@ -18,10 +18,10 @@ import (
 	"github.com/sluice-project/sluice/wire"
 )
 
-// sealed sends a team request on op signed with key, with envelope h, and
-// returns the reply's body (nil: no reply, or an unsigned refusal) and the
-// refusal's text.
-func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamproto.Head, body any) (*wire.TeamReply, string) {
+// sealed sends a team request on op sealed by auth's node, with envelope
+// h, and returns the reply's body (nil: no reply, or an unsigned refusal)
+// and the refusal's text.
+func sealed(t *testing.T, nc *nats.Conn, job, op string, auth *teamproto.Auth, h teamproto.Head, body any) (*wire.TeamReply, string) {
 	t.Helper()
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -30,7 +30,7 @@ func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamproto
 	m := nats.NewMsg(wire.TeamSubject(job, wire.DefaultReader, op))
 	m.Data = data
 	h.Op = op
-	(&teamproto.Auth{Key: key, Job: job, Reader: wire.DefaultReader}).Seal(m, teamproto.KindRequest, h)
+	auth.Seal(m, teamproto.KindRequest, h)
 	r, err := nc.RequestMsg(m, 3*time.Second)
 	if err != nil {
 		t.Fatalf("%s: %v", op, err)
@@ -46,13 +46,18 @@ func sealed(t *testing.T, nc *nats.Conn, job, op string, key []byte, h teamproto
 }
 
 // TestTeamRefusesAnotherJobsKey: an agent of another job (it holds that
-// job's team key, and the agent NATS user every node shares) sends this
-// team's messages signed with its own key, under a member's name: each is
-// refused unread, counted and logged, and the team serves every sample
-// once in equal steps.
+// job's team key, and can publish on this team's subjects) sends this
+// team's messages sealed by a node credential its key derives for a
+// member's name: each is refused unread, counted and logged, and the team
+// serves every sample once in equal steps.
 func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 	other := []byte("the key of another job, 32 bytes")
 	attackTeam(t, "otherkey", 1, func(e env, job wire.Job, agents []*Agent) {
+		node, err := wire.DeriveNode(other, job.Spec.ID, "node1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		forger := teamproto.NewAuth(node, nil, job.Spec.ID, wire.DefaultReader)
 		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		for _, op := range []struct {
 			op   string
@@ -63,9 +68,9 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
 			{wire.TeamOpNotes, wire.TeamNotes{Notes: []wire.TeamNote{{Epoch: 1, Shard: 0, Chunk: -1, End: &wire.ShardEnd{Job: job.Spec.ID, Epoch: 1}}}}},
 		} {
-			r, why := sealed(t, e.nc, job.Spec.ID, op.op, other, teamproto.Head{Member: "node1", Session: "0123456789abcdef0123", Seq: 1}, op.body)
-			if r != nil || !strings.Contains(why, "team key") {
-				t.Errorf("%s signed with another job's key: reply %+v, refusal %q; want refused for its key", op.op, r, why)
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, forger, teamproto.Head{Member: "node1", Session: "0123456789abcdef0123", Seq: 1}, op.body)
+			if r != nil || !strings.Contains(why, "not certified") {
+				t.Errorf("%s sealed by a node of another job's key: reply %+v, refusal %q; want refused for its certificate", op.op, r, why)
 			}
 		}
 		if n := agents[0].readers[0].role.(planner).team.refused.Load(); n < 4 {
@@ -74,13 +79,14 @@ func TestTeamRefusesAnotherJobsKey(t *testing.T) {
 	})
 }
 
-// TestTeamRefusesAnInsiderWithoutTheSession: a holder of the job's key
-// (another node of the job) who is not the member it names: a request
+// TestTeamRefusesAnInsiderWithoutTheSession: a holder of member node1's
+// credential (a copy of it elsewhere) that is not the running member: a request
 // under the member's name without its session is refused, a join under
 // its name with another nonce is refused as a name taken, and a copy of
 // one of the member's own requests is refused.
 func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 	attackTeam(t, "insider", 1, func(e env, job wire.Job, agents []*Agent) {
+		node1 := testAuth(t, job.Spec.ID, "node1")
 		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 4}
 		for _, op := range []struct {
 			op   string
@@ -90,12 +96,12 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 			{wire.TeamOpPart, wire.TeamPartRequest{Rank: 2, World: 4}},
 			{wire.TeamOpStatus, wire.TeamStatus{}},
 		} {
-			r, why := sealed(t, e.nc, job.Spec.ID, op.op, testTeamKey, teamproto.Head{Member: "node1", Session: "not-the-session-0000", Seq: 1 << 40}, op.body)
+			r, why := sealed(t, e.nc, job.Spec.ID, op.op, node1, teamproto.Head{Member: "node1", Session: "not-the-session-0000", Seq: 1 << 40}, op.body)
 			if r == nil || r.Status != teamproto.StatusNotMember {
 				t.Errorf("%s under a member's name without its session: reply %+v (%q), want %s", op.op, r, why, teamproto.StatusNotMember)
 			}
 		}
-		r, why := sealed(t, e.nc, job.Spec.ID, wire.TeamOpJoin, testTeamKey, teamproto.Head{Member: "node1", Session: "another-nonce-0000000", Seq: 1}, wire.TeamJoin{Ranks: []int{2}, World: 4})
+		r, why := sealed(t, e.nc, job.Spec.ID, wire.TeamOpJoin, node1, teamproto.Head{Member: "node1", Session: "another-nonce-0000000", Seq: 1}, wire.TeamJoin{Ranks: []int{2}, World: 4})
 		if r == nil || r.Status != teamproto.StatusTaken {
 			t.Errorf("a join under a live member's name: reply %+v (%q), want %s", r, why, teamproto.StatusTaken)
 		}
@@ -134,7 +140,7 @@ func TestTeamRefusesAnInsiderWithoutTheSession(t *testing.T) {
 func TestTeamNoteBounds(t *testing.T) {
 	job := fixture.Job("bounds", 1, 2, fixture.Layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 2}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	pl := r.planAsTeam(newTeam(2, []int{0}, &teamproto.Auth{Key: testTeamKey}))
+	pl := r.planAsTeam(newTeam(2, []int{0}, testAuth(t, job.Spec.ID, "p")))
 	r.mu.Lock()
 	if _, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{1}, 2, false, time.Now()); err != nil {
 		t.Fatal(err)
@@ -187,7 +193,8 @@ func mustJSONRaw(v any) json.RawMessage {
 func TestTeamBoundsAMembersRequests(t *testing.T) {
 	job := fixture.Job("flood", 1, 2, fixture.Layout{{3, 3}, {2}})
 	r := newReader(job, wire.DefaultReader, Options{WorldSize: 4}, slog.New(slog.DiscardHandler), NewMetrics(nil))
-	pl := r.planAsTeam(newTeam(4, []int{0, 1}, &teamproto.Auth{Key: testTeamKey, Job: job.Spec.ID, Reader: wire.DefaultReader}))
+	pl := r.planAsTeam(newTeam(4, []int{0, 1}, testAuth(t, job.Spec.ID, "p")))
+	member := testAuth(t, job.Spec.ID, "m")
 	r.mu.Lock()
 	session, err := pl.team.JoinMember(r.st, "m", "nonce-of-m-000000", []int{2, 3}, 4, false, time.Now())
 	r.mu.Unlock()
@@ -200,7 +207,7 @@ func TestTeamBoundsAMembersRequests(t *testing.T) {
 	for seq := range uint64(1000) {
 		m := nats.NewMsg(wire.TeamSubject(job.Spec.ID, wire.DefaultReader, wire.TeamOpPart))
 		m.Data = []byte(`{"rank":2,"world":4}`)
-		pl.team.auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpPart, Member: "m", Session: session, Seq: seq + 1})
+		member.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpPart, Member: "m", Session: session, Seq: seq + 1})
 		pl.admitTeam(ctx, m)
 	}
 	r.mu.Lock()

@@ -382,3 +382,24 @@ func (v *NodeVerifier) OpenRecord(key string, value []byte) (record []byte, node
 	}
 	return rec.Bytes(), node, r.Over, nil
 }
+
+// ReadReaderDone reads a reader's done record (value under key
+// ReaderDoneKey) of job: sealed by a node of the job where its record has
+// a node key (the node is returned), plain where it has none.
+func ReadReaderDone(job Job, key string, value []byte) (ReaderDone, string, error) {
+	var d ReaderDone
+	node := ""
+	if job.NodeKey != "" {
+		v, err := NewNodeVerifier(job.Spec.ID, job.NodeKey)
+		if err != nil {
+			return d, "", err
+		}
+		if value, node, _, err = v.OpenRecord(key, value); err != nil {
+			return d, "", err
+		}
+	}
+	if err := json.Unmarshal(value, &d); err != nil {
+		return d, "", fmt.Errorf("decoding %s: %w", key, err)
+	}
+	return d, node, nil
+}

@@ -53,8 +53,10 @@ func TeamSubject(job, reader, op string) string {
 // TeamProtocol is the version of the team protocol (the trainer agent's
 // team messages on TeamSubject, their envelope in NATS headers): agents
 // of one team must speak the same. 2: a resume names its rank and an id
-// (TeamResume), each rank of a generation joining its resume once.
-const TeamProtocol = "2"
+// (TeamResume), each rank of a generation joining its resume once. 3:
+// each message is sealed by its sender's node (NodeSeal in the
+// NodeHeader* headers) instead of a MAC under the job's team key.
+const TeamProtocol = "3"
 
 // TaskSubjects is the subject filter of TaskStream.
 const TaskSubjects = taskSubjectPrefix + ">"

@@ -7,8 +7,9 @@ import "encoding/json"
 // asking its reader's planner (the agent of rank 0), and the planner's
 // replies. Each message travels in the envelope the trainer agent puts in
 // its NATS headers (TeamHeader*): who sent it, the session of its join, a
-// sequence number, the planner run that answers, and an HMAC-SHA256 under
-// the job's team key. No preprocessed byte crosses it.
+// sequence number, the planner run that answers, and its sender node's
+// seal (NodeHeader*: the node's certified key's signature over all of
+// these and the body). No preprocessed byte crosses it.
 const (
 	TeamOpJoin   = "join"   // TeamJoin: a member serves Ranks
 	TeamOpNotes  = "notes"  // TeamNotes: chunks it received (row counts), shard ends, shards failed for good
@@ -24,7 +25,6 @@ const (
 	TeamHeaderSession = "Sluice-Team-Session" // a join: the member's nonce; else the session its join got
 	TeamHeaderSeq     = "Sluice-Team-Seq"     // the member's sequence number, echoed in the reply
 	TeamHeaderPlanner = "Sluice-Team-Planner" // a reply: the planner run that answers
-	TeamHeaderMAC     = "Sluice-Team-Mac"     // hex HMAC-SHA256 under the job's team key
 	TeamHeaderRefused = "Sluice-Team-Refused" // an unsigned refusal of a message whose envelope failed
 )
 

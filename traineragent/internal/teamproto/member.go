@@ -39,6 +39,9 @@ type Member struct {
 	arrived  func(samples int) // counts the samples of a chunk it keeps
 	auth     *Auth
 	refused  prometheus.Counter // team replies refused (Metrics.teamRefused)
+	// nodeRefused counts those refused for their node seal, by reason
+	// (Metrics.nodeRefused).
+	nodeRefused *prometheus.CounterVec
 	// nonce is what its joins carry (one per run of the agent).
 	nonce string
 	seq   atomic.Uint64
@@ -60,6 +63,9 @@ type Member struct {
 	kick    chan struct{}   // wakes keepNotes
 	planner string          // the planner's run it joined ("" none)
 	session string          // the session that run gave it
+	// plannerNode is the node that sealed the join's answer: every reply
+	// of that run must be sealed by it.
+	plannerNode string
 	// replanned is closed when the member joins another planner run:
 	// requests still waiting on the one before give up.
 	replanned chan struct{}
@@ -99,9 +105,10 @@ func NewMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 	ctx, stop := context.WithCancel(context.Background())
 	return &Member{nc: nc, job: job, reader: reader, name: name, ranks: ranks, world: world, dropLast: dropLast,
 		log: log.With("team", "member"), settle: func(int, int) {}, arrived: func(int) {},
-		auth: &Auth{Job: job.Spec.ID, Reader: reader},
+		auth: &Auth{Job: job.Spec.ID, Reader: reader}, // Secure sets its node and check
 		// The agent counts refusals in its own series (Agent: m.refused); this one is no registry's.
-		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_agent_team_refused_total"}),
+		refused:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_agent_team_refused_total"}),
+		nodeRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_agent_node_refused_total"}, []string{"reason"}),
 		nonce:   readerstate.NewNonce(), runCtx: ctx, stopRun: stop,
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[assembly.ShardRef]wire.TeamNote{}, held: map[assembly.ShardRef]bool{}, cursor: map[assembly.ShardRef]assembly.SendCursor{},
 		waits: map[uint64]*teamWait{}, polls: map[int]*RankPoll{}, replanned: make(chan struct{}),
@@ -112,6 +119,8 @@ func NewMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 type teamWait struct {
 	op, session string
 	planner     string // the run it was sent to ("" a join: any)
+	plannerNode string // the node of that run ("" a join: any)
+	node        string // the node that sealed the reply taken (guarded by member.mu)
 	ch          chan wire.TeamReply
 	other       chan struct{} // another planner run says the member has not joined it
 	none        chan struct{} // no planner runs
@@ -152,6 +161,9 @@ func (m *Member) onReply(msg *nats.Msg) {
 	}
 	refuse := func(err error) {
 		m.refused.Inc()
+		if why := NodeRefusal(err, KindReply); why != "" {
+			m.nodeRefused.WithLabelValues(why).Inc()
+		}
 		now := time.Now().UnixNano()
 		if last := m.refusedLog.Load(); now-last > int64(time.Second) && m.refusedLog.CompareAndSwap(last, now) {
 			m.log.Warn("dropped a reply that is not the planner's", "op", w.op, "err", err)
@@ -167,6 +179,9 @@ func (m *Member) onReply(msg *nats.Msg) {
 		return
 	case len(msg.Data) > maxTeamReply:
 		refuse(fmt.Errorf("%w: a reply of %d bytes", ErrAuth, len(msg.Data)))
+		return
+	case w.plannerNode != "" && h.Planner == w.planner && h.Node != w.plannerNode:
+		refuse(fmt.Errorf("%w: %w: a reply of planner run %.32q sealed by node %s, but node %s answered the join", ErrAuth, ErrOtherNode, h.Planner, h.Node, w.plannerNode))
 		return
 	}
 	var r wire.TeamReply
@@ -191,6 +206,9 @@ func (m *Member) onReply(msg *nats.Msg) {
 		}
 		return
 	}
+	m.mu.Lock()
+	w.node = h.Node
+	m.mu.Unlock()
 	select {
 	case w.ch <- r:
 	default:
@@ -203,23 +221,29 @@ func (m *Member) onReply(msg *nats.Msg) {
 // one does not answer within a second, the planner restarted: the member
 // joins again.
 func (m *Member) ask(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, error) {
+	r, _, err := m.askNode(ctx, op, v, timeout)
+	return r, err
+}
+
+// askNode is ask, also returning the node that sealed the reply.
+func (m *Member) askNode(ctx context.Context, op string, v any, timeout time.Duration) (wire.TeamReply, string, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return wire.TeamReply{}, fmt.Errorf("encoding a %s request: %w", op, err)
+		return wire.TeamReply{}, "", fmt.Errorf("encoding a %s request: %w", op, err)
 	}
 	m.mu.Lock()
 	if m.inbox == "" {
 		inbox := m.nc.NewInbox()
 		if _, err := m.nc.Subscribe(inbox+".*", m.onReply); err != nil {
 			m.mu.Unlock()
-			return wire.TeamReply{}, fmt.Errorf("subscribing to the team's replies: %w", err)
+			return wire.TeamReply{}, "", fmt.Errorf("subscribing to the team's replies: %w", err)
 		}
 		m.inbox = inbox
 	}
 	seq := m.seq.Add(1)
-	w := &teamWait{op: op, session: m.session, planner: m.planner, ch: make(chan wire.TeamReply, 1), other: make(chan struct{}, 1), none: make(chan struct{}, 1)}
+	w := &teamWait{op: op, session: m.session, planner: m.planner, plannerNode: m.plannerNode, ch: make(chan wire.TeamReply, 1), other: make(chan struct{}, 1), none: make(chan struct{}, 1)}
 	if op == wire.TeamOpJoin {
-		w.session, w.planner = m.nonce, ""
+		w.session, w.planner, w.plannerNode = m.nonce, "", ""
 	}
 	m.waits[seq] = w
 	inbox, replanned := m.inbox, m.replanned
@@ -236,7 +260,7 @@ func (m *Member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 	msg.Reply, msg.Data = inbox+"."+strconv.FormatUint(seq, 10), data
 	m.auth.Seal(msg, KindRequest, Head{Op: op, Member: m.name, Session: w.session, Seq: seq})
 	if err := m.nc.PublishMsg(msg); err != nil {
-		return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
+		return wire.TeamReply{}, "", fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, err)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -249,16 +273,19 @@ func (m *Member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 				m.joined = false
 				m.mu.Unlock()
 			}
-			return r, nil
+			m.mu.Lock()
+			node := w.node
+			m.mu.Unlock()
+			return r, node, nil
 		case <-replanned:
 			// The member joined another run of the planner (this one
 			// stopped): ask that one.
-			return wire.TeamReply{Status: StatusNotMember, Error: "the member joined another run of the planner"}, nil
+			return wire.TeamReply{Status: StatusNotMember, Error: "the member joined another run of the planner"}, "", nil
 		case <-w.none:
 			m.mu.Lock()
 			m.joined = false
 			m.mu.Unlock()
-			return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): no planner runs", m.reader, op)
+			return wire.TeamReply{}, "", fmt.Errorf("asking reader %s's planner (%s): no planner runs", m.reader, op)
 		case <-w.other:
 			// Not a part: one the planner hands to a request given up
 			// would be lost (it waits PartWait at most, well within the
@@ -273,18 +300,18 @@ func (m *Member) ask(ctx context.Context, op string, v any, timeout time.Duratio
 			m.mu.Unlock()
 			switch {
 			case joinReply != nil:
-				return *joinReply, nil
+				return *joinReply, "", nil
 			case other:
 				m.mu.Lock()
 				m.joined = false
 				m.mu.Unlock()
-				return wire.TeamReply{Status: StatusNotMember, Error: "another run of the planner answers"}, nil
+				return wire.TeamReply{Status: StatusNotMember, Error: "another run of the planner answers"}, "", nil
 			case refusal != "":
-				return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): refused: %s", m.reader, op, refusal)
+				return wire.TeamReply{}, "", fmt.Errorf("asking reader %s's planner (%s): refused: %s", m.reader, op, refusal)
 			}
-			return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): no answer within %v", m.reader, op, timeout)
+			return wire.TeamReply{}, "", fmt.Errorf("asking reader %s's planner (%s): no answer within %v", m.reader, op, timeout)
 		case <-ctx.Done():
-			return wire.TeamReply{}, fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, ctx.Err())
+			return wire.TeamReply{}, "", fmt.Errorf("asking reader %s's planner (%s): %w", m.reader, op, ctx.Err())
 		}
 	}
 }
@@ -330,7 +357,7 @@ func (m *Member) join(ctx context.Context) error {
 	}
 	// A short wait: before the planner runs, another subscriber (a `nats
 	// sub`) would hold the request until its timeout.
-	r, err := m.ask(ctx, wire.TeamOpJoin, wire.TeamJoin{Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, time.Second)
+	r, node, err := m.askNode(ctx, wire.TeamOpJoin, wire.TeamJoin{Ranks: m.ranks, World: m.world, DropLast: m.dropLast}, time.Second)
 	if err != nil {
 		return err
 	}
@@ -343,14 +370,14 @@ func (m *Member) join(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	fresh := m.planner != r.Planner
-	m.planner, m.session, m.joined = r.Planner, r.Session, true
+	m.planner, m.session, m.plannerNode, m.joined = r.Planner, r.Session, node, true
 	if fresh {
 		close(m.replanned)
 		m.replanned = make(chan struct{})
 		// A new planner run knows nothing of what this member holds:
 		// keepNotes tells it all again.
 		m.again = true
-		m.log.Info("joined the reader's team", "planner", r.Planner, "ranks", m.ranks, "chunks_held", len(m.store))
+		m.log.Info("joined the reader's team", "planner", r.Planner, "planner_node", node, "ranks", m.ranks, "chunks_held", len(m.store))
 		m.kickNotes()
 	}
 	m.mu.Unlock()
@@ -839,10 +866,10 @@ func (m *Member) Resume(ctx context.Context, req readerstate.ResumeRequest, time
 	return res, nil
 }
 
-// Secure gives the member its reader's team key (auth) and the agent's
-// count of refused replies.
-func (m *Member) Secure(auth *Auth, refused prometheus.Counter) {
-	m.auth, m.refused = auth, refused
+// Secure gives the member its reader's seals (auth: its node's credential,
+// the job's node key) and the agent's count of refused replies.
+func (m *Member) Secure(auth *Auth, refused prometheus.Counter, nodeRefused *prometheus.CounterVec) {
+	m.auth, m.refused, m.nodeRefused = auth, refused, nodeRefused
 }
 
 // Dispatching wires the member to its dispatcher: settle acks a shard's

@@ -2,6 +2,7 @@ package teamproto_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -19,28 +20,44 @@ import (
 // their own).
 var testTeamKey = []byte("a test team key of 32 bytes, ok!")
 
+// testAuth seals and checks the team messages of reader of job as node.
+func testAuth(t testing.TB, job, node string) *teamproto.Auth {
+	t.Helper()
+	id, err := wire.DeriveNode(testTeamKey, job, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := wire.NewNodeVerifier(job, wire.JobNodeKey(testTeamKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return teamproto.NewAuth(id, check, job, wire.DefaultReader)
+}
+
 // FuzzTeamEnvelope: any headers and body are opened without a panic, and
-// only a message sealed with the key opens.
+// only a message sealed by the node it names opens: that one's envelope
+// and body.
 func FuzzTeamEnvelope(f *testing.F) {
-	auth := &teamproto.Auth{Key: testTeamKey, Job: "fuzz", Reader: wire.DefaultReader}
+	auth := testAuth(f, "fuzz", "m")
 	m := nats.NewMsg("x")
 	m.Data = []byte(`{"rank":2}`)
 	auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpPart, Member: "m", Session: "s", Seq: 7})
-	f.Add(m.Header.Get(wire.TeamHeaderVersion), "m", "s", "7", "", m.Header.Get(wire.TeamHeaderMAC), m.Data)
-	f.Add("1", "", "", "", "", "", []byte{})
-	f.Fuzz(func(t *testing.T, version, member, session, seq, planner, mac string, body []byte) {
-		m := nats.NewMsg("x")
-		m.Data = body
-		for k, v := range map[string]string{wire.TeamHeaderVersion: version, wire.TeamHeaderMember: member, wire.TeamHeaderSession: session, wire.TeamHeaderSeq: seq, wire.TeamHeaderPlanner: planner, wire.TeamHeaderMAC: mac} {
-			m.Header.Set(k, v)
+	f.Add(m.Header.Get(wire.TeamHeaderVersion), "m", "s", "7", "", m.Header.Get(wire.NodeHeaderName), m.Header.Get(wire.NodeHeaderSig), m.Data)
+	f.Add("1", "", "", "", "", "", "", []byte{})
+	f.Fuzz(func(t *testing.T, version, member, session, seq, planner, node, sig string, body []byte) {
+		g := nats.NewMsg("x")
+		g.Data = body
+		for k, v := range map[string]string{wire.TeamHeaderVersion: version, wire.TeamHeaderMember: member, wire.TeamHeaderSession: session, wire.TeamHeaderSeq: seq,
+			wire.TeamHeaderPlanner: planner, wire.NodeHeaderName: node, wire.NodeHeaderSig: sig,
+			wire.NodeHeaderKey: m.Header.Get(wire.NodeHeaderKey), wire.NodeHeaderCert: m.Header.Get(wire.NodeHeaderCert)} {
+			g.Header.Set(k, v)
 		}
-		h, err := auth.Open(m, teamproto.KindRequest, wire.TeamOpPart)
+		h, err := auth.Open(g, teamproto.KindRequest, wire.TeamOpPart)
 		if err != nil {
 			return
 		}
-		want := auth.Sum(teamproto.KindRequest, h, body)
-		if got := m.Header.Get(wire.TeamHeaderMAC); got == "" || len(want) == 0 {
-			t.Fatalf("opened without a MAC")
+		if h.Node != "m" || h.Member != "m" || h.Session != "s" || h.Seq != 7 || string(body) != string(m.Data) {
+			t.Fatalf("opened a message m did not seal: %+v %q", h, body)
 		}
 	})
 }
@@ -125,7 +142,7 @@ func TestMemberTellsARetryChunkedDifferently(t *testing.T) {
 // rank-named resume (1) is refused with both versions named, and so a
 // planner of protocol 1 would refuse this one's.
 func TestTeamProtocolVersionRefused(t *testing.T) {
-	auth := &teamproto.Auth{Key: testTeamKey, Job: "v", Reader: wire.DefaultReader}
+	auth := testAuth(t, "v", "old")
 	m := nats.NewMsg(wire.TeamSubject("v", wire.DefaultReader, wire.TeamOpResume))
 	m.Data = []byte(`{"state":{},"world":2}`)
 	auth.Seal(m, teamproto.KindRequest, teamproto.Head{Op: wire.TeamOpResume, Member: "old", Session: "s", Seq: 1})
@@ -136,5 +153,27 @@ func TestTeamProtocolVersionRefused(t *testing.T) {
 	_, err := auth.Open(m, teamproto.KindRequest, wire.TeamOpResume)
 	if err == nil || !strings.Contains(err.Error(), `team protocol "1", want `+wire.TeamProtocol) || !strings.Contains(err.Error(), "same version") {
 		t.Errorf("a message of protocol 1: %v, want a refusal naming both versions", err)
+	}
+}
+
+// TestTeamRequestNamesItsNode: a request sealed by node a that names
+// member b (a node of the job acting as another) is refused as such; a
+// reply names its sealer, the planner's node.
+func TestTeamRequestNamesItsNode(t *testing.T) {
+	a := testAuth(t, "n", "node-a")
+	for _, op := range []string{wire.TeamOpJoin, wire.TeamOpPart, wire.TeamOpNotes, wire.TeamOpResume, wire.TeamOpStatus} {
+		m := nats.NewMsg(wire.TeamSubject("n", wire.DefaultReader, op))
+		m.Data = []byte(`{}`)
+		a.Seal(m, teamproto.KindRequest, teamproto.Head{Op: op, Member: "node-b", Session: "s", Seq: 1})
+		_, err := a.Open(m, teamproto.KindRequest, op)
+		if !errors.Is(err, teamproto.ErrOtherNode) || teamproto.NodeRefusal(err, teamproto.KindRequest) != "team_other_node" {
+			t.Errorf("%s naming node-b sealed by node-a: %v, want ErrOtherNode", op, err)
+		}
+	}
+	m := nats.NewMsg("inbox.1")
+	m.Data = []byte(`{}`)
+	a.Seal(m, teamproto.KindReply, teamproto.Head{Op: wire.TeamOpPart, Member: "node-b", Session: "s", Seq: 1, Planner: "p"})
+	if h, err := a.Open(m, teamproto.KindReply, wire.TeamOpPart); err != nil || h.Node != "node-a" {
+		t.Errorf("node-a's reply to node-b: %+v, %v", h, err)
 	}
 }

@@ -1,10 +1,6 @@
 package teamproto
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,12 +12,13 @@ import (
 
 // The team's envelope: every team request and reply carries, in NATS
 // headers, who sent it (the member's name and the session its join
-// opened), a sequence number, the planner run that answers, and an
-// HMAC-SHA256 under the job's team key over all of these and the body. A
-// message is checked before its body is parsed: a holder of another job's
-// credentials (every node of every job shares the agent NATS user) can
-// neither forge nor replay one, and within the job a message that claims
-// to be member M must carry M's session. See docs/design-multi-agent.md.
+// opened), a sequence number, the planner run that answers, and the
+// sending node's seal (wire.NodeSeal: its certified key's signature over
+// all of these and the body). A message is checked before its body is
+// parsed: a holder of another job's credentials can neither forge nor
+// replay one; within the job a request naming member M must be sealed by
+// node M (a node cannot act as another), and carry M's session. See
+// docs/design-multi-agent.md.
 const (
 	KindRequest = "request"
 	KindReply   = "reply"
@@ -30,40 +27,37 @@ const (
 	maxTeamHeader = 256
 )
 
-// Auth signs and checks a reader's team messages.
+// Auth seals and checks a reader's team messages.
 type Auth struct {
-	Key         []byte
+	// Node seals what this agent sends; Check checks what it receives
+	// against the job record's node key.
+	Node        *wire.NodeIdentity
+	Check       *wire.NodeVerifier
 	Job, Reader string
 }
 
-// NewAuth signs and checks the team messages of reader of job under the
-// job's team key.
-func NewAuth(key []byte, job, reader string) *Auth {
-	return &Auth{Key: key, Job: job, Reader: reader}
+// NewAuth seals reader of job's team messages as node and checks them
+// with check.
+func NewAuth(node *wire.NodeIdentity, check *wire.NodeVerifier, job, reader string) *Auth {
+	return &Auth{Node: node, Check: check, Job: job, Reader: reader}
 }
 
-// Head is a team message's envelope.
+// Head is a team message's envelope. Node is the node that sealed it
+// (Open sets it).
 type Head struct {
 	Op, Member, Session, Planner string
 	Seq                          uint64
+	Node                         string
 }
 
-// Sum is the MAC of a message of kind with h and body.
-func (t *Auth) Sum(kind string, h Head, body []byte) []byte {
-	mac := hmac.New(sha256.New, t.Key)
-	var b []byte
-	for _, s := range []string{wire.TeamProtocol, kind, t.Job, t.Reader, h.Op, h.Member, h.Session, h.Planner} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	b = binary.AppendUvarint(b, h.Seq)
-	b = binary.AppendUvarint(b, uint64(len(body)))
-	mac.Write(b)
-	mac.Write(body)
-	return mac.Sum(nil)
+// parts are the envelope's fields a seal covers, with the message's kind.
+func (t *Auth) parts(kind string, h Head) [][]byte {
+	return [][]byte{[]byte(wire.TeamProtocol), []byte(kind), []byte(t.Reader), []byte(h.Op), []byte(h.Member),
+		[]byte(h.Session), []byte(h.Planner), strconv.AppendUint(nil, h.Seq, 10)}
 }
 
-// Seal sets m's envelope headers for h, its MAC over m.Data.
+// Seal sets m's envelope headers for h, sealed by the agent's node over
+// m.Data.
 func (t *Auth) Seal(m *nats.Msg, kind string, h Head) {
 	if m.Header == nil {
 		m.Header = nats.Header{}
@@ -75,52 +69,61 @@ func (t *Auth) Seal(m *nats.Msg, kind string, h Head) {
 	if h.Planner != "" {
 		m.Header.Set(wire.TeamHeaderPlanner, h.Planner)
 	}
-	m.Header.Set(wire.TeamHeaderMAC, hex.EncodeToString(t.Sum(kind, h, m.Data)))
+	t.Node.SealFor(wire.SealTeam, t.parts(kind, h), m.Data).SetHeader(m.Header)
 }
 
 // ErrAuth marks a team message refused by its envelope.
 var ErrAuth = errors.New("team message refused")
 
+// ErrOtherNode marks a request refused because the member it names is not
+// the node that sealed it: a node of the job acting as another.
+var ErrOtherNode = errors.New("a node acting as another")
+
+// NodeRefusal is the reason label (the agent's node_refused series) of a
+// message of kind refused for its node seal ("" for another refusal).
+func NodeRefusal(err error, kind string) string {
+	switch {
+	case errors.Is(err, ErrOtherNode) && kind == KindReply:
+		return "reply_other_node"
+	case errors.Is(err, ErrOtherNode):
+		return "team_other_node"
+	case errors.Is(err, wire.ErrNodeSeal):
+		return "team_seal"
+	}
+	return ""
+}
+
 // Open checks m's envelope as a message of kind for op and returns it.
-// Nothing of the body is read.
+// Nothing of the body is read. A request must be sealed by the node it
+// names as its member (ErrOtherNode).
 func (t *Auth) Open(m *nats.Msg, kind, op string) (Head, error) {
 	h := Head{Op: op}
-	get := func(k string) (string, error) {
-		v := m.Header.Get(k)
-		if len(v) > maxTeamHeader {
-			return "", fmt.Errorf("%w: header %s of %d bytes: want at most %d", ErrAuth, k, len(v), maxTeamHeader)
-		}
-		return v, nil
-	}
 	if m.Header == nil {
 		return h, fmt.Errorf("%w: no team envelope (an agent of another version, or not an agent)", ErrAuth)
+	}
+	for k := range m.Header {
+		if len(m.Header.Get(k)) > maxTeamHeader {
+			return h, fmt.Errorf("%w: header %.64s of %d bytes: want at most %d", ErrAuth, k, len(m.Header.Get(k)), maxTeamHeader)
+		}
 	}
 	if v := m.Header.Get(wire.TeamHeaderVersion); v != wire.TeamProtocol {
 		return h, fmt.Errorf("%w: team protocol %.16q, want %s: every agent of a team must run the same version of sluice", ErrAuth, v, wire.TeamProtocol)
 	}
+	h.Member = m.Header.Get(wire.TeamHeaderMember)
+	h.Session = m.Header.Get(wire.TeamHeaderSession)
+	h.Planner = m.Header.Get(wire.TeamHeaderPlanner)
+	seq := m.Header.Get(wire.TeamHeaderSeq)
 	var err error
-	if h.Member, err = get(wire.TeamHeaderMember); err != nil {
-		return h, err
-	}
-	if h.Session, err = get(wire.TeamHeaderSession); err != nil {
-		return h, err
-	}
-	if h.Planner, err = get(wire.TeamHeaderPlanner); err != nil {
-		return h, err
-	}
-	seq, err := get(wire.TeamHeaderSeq)
-	if err != nil {
-		return h, err
-	}
 	if h.Seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
 		return h, fmt.Errorf("%w: sequence %.24q", ErrAuth, seq)
 	}
-	sum, err := hex.DecodeString(m.Header.Get(wire.TeamHeaderMAC))
-	if err != nil || len(sum) != sha256.Size {
-		return h, fmt.Errorf("%w: no valid MAC", ErrAuth)
+	node, err := t.Check.Verify(wire.SealOfHeader(m.Header), wire.SealTeam, t.parts(kind, h), m.Data)
+	if err != nil {
+		return h, fmt.Errorf("%w: %w", ErrAuth, err)
 	}
-	if !hmac.Equal(sum, t.Sum(kind, h, m.Data)) {
-		return h, fmt.Errorf("%w: its MAC does not match the job's team key (an agent of another job, or started with another key)", ErrAuth)
+	h.Node = node
+	if kind == KindRequest && h.Member != node {
+		return h, fmt.Errorf("%w: %w: a request naming member %.64q sealed by node %s", ErrAuth, ErrOtherNode, h.Member, node)
 	}
 	return h, nil
 }
