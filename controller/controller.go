@@ -62,7 +62,7 @@ type Controller struct {
 	// sealLogged is when a signal refused for its seal was last logged
 	// (unix ns): a flood of them must not flood the log.
 	sealLogged atomic.Int64
-	demand   *demandBook
+	demand     *demandBook
 
 	// calloutMu guards calloutSub, the auth callout's subscription
 	// (ServeCallout).

@@ -30,10 +30,10 @@ import (
 // it serves (a trainer, or a sweep's trials on this node) from the same
 // chunks. Several agents of one job (one per node) share its task queue.
 type Agent struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	job     wire.Job
-	name    string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	job  wire.Job
+	name string
 	// node seals what the agent sends and check checks what it reads
 	// (nil both: the job's record has no node key).
 	node    *wire.NodeIdentity

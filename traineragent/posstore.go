@@ -29,7 +29,7 @@ type positionStore struct {
 	key   string
 	seals recordSeals
 	log   *slog.Logger
-	rev uint64 // revision of the stored position, 0 if none
+	rev   uint64 // revision of the stored position, 0 if none
 	// written is the assembler version last written; broken says a write
 	// for a batch failed (no write may follow: it would record the batch).
 	written uint64

@@ -109,7 +109,7 @@ func NewMember(nc *nats.Conn, job wire.Job, reader, name string, ranks []int, wo
 		// The agent counts refusals in its own series (Agent: m.refused); this one is no registry's.
 		refused:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_agent_team_refused_total"}),
 		nodeRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_agent_node_refused_total"}, []string{"reason"}),
-		nonce:   readerstate.NewNonce(), runCtx: ctx, stopRun: stop,
+		nonce:       readerstate.NewNonce(), runCtx: ctx, stopRun: stop,
 		store: map[wire.ChunkRef]*storedChunk{}, ends: map[assembly.ShardRef]wire.TeamNote{}, held: map[assembly.ShardRef]bool{}, cursor: map[assembly.ShardRef]assembly.SendCursor{},
 		waits: map[uint64]*teamWait{}, polls: map[int]*RankPoll{}, replanned: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
