@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/autoscale"
+	"github.com/sluice-project/sluice/internal/ratelog"
 	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/planner"
@@ -59,9 +60,9 @@ type Controller struct {
 	// the controller is their one owner, and hands the autoscaler plain
 	// inputs made of them each tick.
 	demandMu sync.Mutex
-	// sealLogged is when a signal refused for its seal was last logged
-	// (unix ns): a flood of them must not flood the log.
-	sealLogged atomic.Int64
+	// sealLogs bounds the log lines of signals refused for their seal: a
+	// flood of them must not flood the log.
+	sealLogs ratelog.Limiter
 	demand     *demandBook
 
 	// calloutMu guards calloutSub, the auth callout's subscription

@@ -82,7 +82,7 @@ func TestJobRunsWithTheRealAgent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the agent connecting as its job: %v", err)
 	}
-	agent, err := traineragent.Open(ctx, anc, ajs, "real", traineragent.Options{Name: "node-a", DemandInterval: 100 * time.Millisecond}, nil, nil, nil)
+	agent, err := traineragent.Open(ctx, anc, ajs, "real", traineragent.Options{Name: "node-a", DemandInterval: 100 * time.Millisecond, TeamKey: key}, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

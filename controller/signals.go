@@ -353,9 +353,8 @@ func (c *Controller) observeDemand(d wire.Demand, at time.Time) {
 // refuseDemand counts and logs a signal refused for its seal.
 func (c *Controller) refuseDemand(job, why string, err error) {
 	c.m.refused.WithLabelValues(why).Inc()
-	now := time.Now().UnixNano()
-	if last := c.sealLogged.Load(); now-last > int64(time.Second) && c.sealLogged.CompareAndSwap(last, now) {
-		c.log.Warn("refusing a demand signal (at most one such line a second)", "job", job, "why", why, "err", err)
+	if ok, left := c.sealLogs.Allow(why, time.Now()); ok {
+		c.log.Warn("refusing a demand signal", "job", job, "why", why, "unlogged_since", left, "err", err)
 	}
 }
 

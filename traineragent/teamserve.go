@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sluice-project/sluice/internal/ratelog"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
@@ -85,8 +86,9 @@ func (a planner) admitTeam(ctx context.Context, m *nats.Msg) {
 }
 
 // refuseTeam answers a request whose envelope failed, unsigned (its sender
-// may not hold the key), counts it and logs it (at most once a second:
-// a flood must not flood the log).
+// may not be of the job), counts it and logs it (at most once a second
+// per reason, the next line counting those left out: a flood must not
+// flood the log).
 func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 	t := a.team
 	n := t.refused.Add(1)
@@ -95,9 +97,9 @@ func (a planner) refuseTeam(m *nats.Msg, op, member, reason string, err error) {
 		a.m.nodeRefused.WithLabelValues(why).Inc()
 		reason = why
 	}
-	now := time.Now().UnixNano()
-	if last := t.refusedLog.Load(); now-last > int64(time.Second) && t.refusedLog.CompareAndSwap(last, now) {
-		a.log.Warn("refused a team message", "op", readerstate.CutText(op), "member", readerstate.CutText(member), "reason", reason, "refused_total", n, "err", err)
+	if ok, left := t.logs.Allow(reason, time.Now()); ok {
+		a.log.Warn("refused a team message", "op", readerstate.CutText(op), "member", readerstate.CutText(member), "reason", reason,
+			"refused_total", n, "unlogged_since", left, "err", err)
 	}
 	if m.Reply == "" {
 		return
@@ -361,9 +363,10 @@ type team struct {
 	// joins bounds the joins in progress.
 	joins chan struct{}
 	// refused counts team messages refused (envelope, session, copies,
-	// joins under a live member's name); refusedLog is when one was last
+	// joins under a live member's name); logs bounds their log lines.
 	// logged (unix ns).
-	refused, refusedLog atomic.Int64
+	refused atomic.Int64
+	logs    ratelog.Limiter
 }
 
 func newTeam(world int, own []int, auth *teamproto.Auth) *team {

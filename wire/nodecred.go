@@ -52,14 +52,14 @@ const (
 	nodeSealLabel   = "sluice node seal"
 )
 
-var nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]*$`)
 
 // ValidateNodeName checks a node's name: 1 to MaxNodeName characters of
-// [A-Za-z0-9._-], starting with a letter or digit. The error never quotes
+// [A-Za-z0-9._-], not starting with a dot. The error never quotes
 // the name whole (it may come from outside).
 func ValidateNodeName(node string) error {
 	if len(node) == 0 || len(node) > MaxNodeName || !nodeNamePattern.MatchString(node) {
-		return fmt.Errorf("node name %.32q: want 1-%d characters of [A-Za-z0-9._-], starting with a letter or digit", node, MaxNodeName)
+		return fmt.Errorf("node name %.32q: want 1-%d characters of [A-Za-z0-9._-], not starting with a dot", node, MaxNodeName)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func TestDeriveNodeIsPerNode(t *testing.T) {
 	if JobNodeKey(testKey) == JobNodeKey(otherKey) {
 		t.Error("two team keys gave one job signing key")
 	}
-	for _, bad := range []string{"", "-a", "a b", "a/b", strings.Repeat("x", MaxNodeName+1)} {
+	for _, bad := range []string{"", ".a", "a b", "a/b", strings.Repeat("x", MaxNodeName+1)} {
 		if _, err := DeriveNode(testKey, "j", bad); err == nil {
 			t.Errorf("node name %q: derived", bad)
 		}

@@ -148,6 +148,8 @@ type agentFlags struct {
 	maxLagBytes                       int64
 	ranks                             []int
 	teamKey                           []byte
+	nodeCredFile                      *string
+	node                              *wire.NodeIdentity
 	agentToken, fnToken               bearer.Token
 }
 
@@ -169,6 +171,8 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f.logLevel = fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
 	f.teamKeyFile = fs.String("team-key-file", "", "`FILE` holding the job's team key, which `sluice job submit` wrote: the agent connects to NATS as its job with it (unless NATS credentials are given), and an agent of a team (--ranks) signs its messages with it "+
 		"(default: $"+wire.TeamKeyFileEnv+", else $"+wire.TeamKeyEnv+" (the key itself), else the job's file in $"+wire.TeamKeyDirEnv+" or the user's config directory)")
+	f.nodeCredFile = fs.String("node-credential-file", "", "`FILE` holding this node's credential, which `sluice job node-credential` wrote: given, the agent needs no team key, and acts as that node only "+
+		"(its --name is the node's) (default: $"+wire.NodeCredentialFileEnv+")")
 	f.connFlags = connect.Register(fs, connect.PartNATS)
 	f.agentTokenFlag = bearer.Agent.Register(fs, "the token the trainers must send (Authorization: Bearer) to /v1/ and /r/, required when --listen is beyond loopback")
 	f.fnTokenFlag = bearer.Function.Register(fs, "the token sent with each task to the function replicas (their "+bearer.Function.Env+")")
@@ -231,6 +235,7 @@ func (f *agentFlags) parse(args []string) error {
 			return nil
 		},
 		durationRange("task-ack-wait", f.taskAckWait, 0, time.Hour),
+		f.loadNodeCredential,
 		f.loadTeamKey,
 		resolve(f.connFlags, &f.conn),
 	)
@@ -243,9 +248,14 @@ func (f *agentFlags) parse(args []string) error {
 // the callout) are used instead; with neither, it connects without any.
 func (f *agentFlags) connectAsJob(ctx context.Context, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	conn, job := f.conn, *f.jobID
-	asJob := !conn.NATS.HasCredentials() && f.teamKey != nil
+	asJob := !conn.NATS.HasCredentials() && (f.teamKey != nil || f.node != nil)
 	if asJob {
-		conn.NATS.User, conn.NATS.Password = wire.AgentNATSUser(job), wire.AgentNATSPassword(f.teamKey)
+		conn.NATS.User = wire.AgentNATSUser(job)
+		if f.node != nil {
+			conn.NATS.Password = f.node.NATSPassword
+		} else {
+			conn.NATS.Password = wire.AgentNATSPassword(f.teamKey)
+		}
 		// The first connect, or a reconnect, may come while no controller
 		// answers the callout in time: retried (connect.NATS.RetryAuth).
 		conn.NATS.RetryAuth = true
@@ -272,6 +282,32 @@ func (f *agentFlags) connectAsJob(ctx context.Context, logger *slog.Logger) (*na
 	return nc, js, err
 }
 
+// loadNodeCredential reads --node-credential-file (else
+// $SLUICE_NODE_CREDENTIAL_FILE), if given: a credential of the job, whose
+// node is the agent's --name.
+func (f *agentFlags) loadNodeCredential() error {
+	file, from := *f.nodeCredFile, "--node-credential-file"
+	if file == "" {
+		file, from = os.Getenv(wire.NodeCredentialFileEnv), "$"+wire.NodeCredentialFileEnv
+	}
+	if file == "" {
+		return nil
+	}
+	id, err := loadNodeCredential(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	switch {
+	case id.Job != *f.jobID:
+		return fmt.Errorf("%s %s: a credential of job %s, not of --job %s", from, file, id.Job, *f.jobID)
+	case *f.name != "" && *f.name != id.Node:
+		return fmt.Errorf("%s %s: node %s's credential: --name must be the node's, or unset", from, file, id.Node)
+	}
+	*f.name = id.Node
+	f.node = id
+	return nil
+}
+
 // errNoTeamKey: the job's team key file is not in the key directory.
 var errNoTeamKey = errors.New("no team key")
 
@@ -281,6 +317,9 @@ var errNoTeamKey = errors.New("no team key")
 // --world-size) needs it; a lone agent without one connects with the NATS
 // settings alone. Its errors name where the key came from, never the key.
 func (f *agentFlags) loadTeamKey() error {
+	if f.node != nil {
+		return nil // the node's credential is the agent's
+	}
 	team := len(f.ranks) > 0 && len(f.ranks) < *f.worldSize
 	err := f.findTeamKey()
 	if errors.Is(err, errNoTeamKey) && !team {
@@ -366,7 +405,7 @@ func (f *agentFlags) parseRanks() error {
 // options are the agent's options from the flags.
 func (f *agentFlags) options() traineragent.Options {
 	opts := traineragent.Options{Name: *f.name, PrefetchSamples: *f.prefetch, WorldSize: *f.worldSize, Ranks: f.ranks, DropLast: *f.dropLast, MaxLagBytes: f.maxLagBytes,
-		TeamKey:  f.teamKey,
+		TeamKey: f.teamKey, Node: f.node,
 		Dispatch: dispatch.Options{LocalityWait: *f.localityWait, AckWait: *f.taskAckWait, Token: f.fnToken}}
 	if *f.localityWait == 0 {
 		opts.Dispatch.LocalityWait = -1 // never wait; the option's zero is the default

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-project/sluice/internal/ratelog"
 	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
@@ -49,8 +50,8 @@ type Member struct {
 	// the request that started it.
 	runCtx  context.Context
 	stopRun context.CancelFunc
-	// refusedLog is when a refused reply was last logged (unix ns).
-	refusedLog atomic.Int64
+	// logs bounds the log lines of refused replies.
+	logs ratelog.Limiter
 	// takenLogged: a join refused for its name was logged.
 	takenLogged atomic.Bool
 
@@ -161,12 +162,12 @@ func (m *Member) onReply(msg *nats.Msg) {
 	}
 	refuse := func(err error) {
 		m.refused.Inc()
-		if why := NodeRefusal(err, KindReply); why != "" {
+		why := NodeRefusal(err, KindReply)
+		if why != "" {
 			m.nodeRefused.WithLabelValues(why).Inc()
 		}
-		now := time.Now().UnixNano()
-		if last := m.refusedLog.Load(); now-last > int64(time.Second) && m.refusedLog.CompareAndSwap(last, now) {
-			m.log.Warn("dropped a reply that is not the planner's", "op", w.op, "err", err)
+		if ok, left := m.logs.Allow(why, time.Now()); ok {
+			m.log.Warn("dropped a reply that is not the planner's", "op", w.op, "reason", why, "unlogged_since", left, "err", err)
 		}
 	}
 	h, err := m.auth.Open(msg, KindReply, w.op)
