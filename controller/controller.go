@@ -63,7 +63,7 @@ type Controller struct {
 	// sealLogs bounds the log lines of signals refused for their seal: a
 	// flood of them must not flood the log.
 	sealLogs ratelog.Limiter
-	demand     *demandBook
+	demand   *demandBook
 
 	// calloutMu guards calloutSub, the auth callout's subscription
 	// (ServeCallout).
