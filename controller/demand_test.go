@@ -1,11 +1,16 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-project/sluice/broker"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -82,4 +87,76 @@ func counter(t *testing.T, e *env, name, label, value string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestDemandNamingAnotherNodeIsRefused: on a job submitted with a team
+// key, a signal sealed by node-a naming node-a is kept; one sealed by
+// node-a naming node-b (a node acting as another), one unsealed, and one
+// with node-a's key and certificate under node-b's name are refused,
+// counted by reason and logged.
+func TestDemandNamingAnotherNodeIsRefused(t *testing.T) {
+	e := newEnv(t, 2)
+	run := e.startController(t, "c1", Options{})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	if _, err := e.b.Submit(context.Background(), spec("sealed", "img", 1), broker.WithTeamKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	nodeA, err := wire.DeriveNode(key, "sealed", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(agent string, samples int64, seal func(data []byte, h nats.Header)) {
+		t.Helper()
+		m := nats.NewMsg(wire.DemandSubject("sealed"))
+		m.Data, _ = json.Marshal(wire.Demand{Job: "sealed", Agent: agent, Time: time.Now(), SamplesDone: samples, GPUUtilization: -1})
+		seal(m.Data, m.Header)
+		if err := e.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byA := func(data []byte, h nats.Header) { nodeA.SealFor(wire.SealDemand, nil, data).SetHeader(h) }
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		publish("node-a", 3, byA)
+		s, err := e.status("sealed")
+		if err != nil {
+			return err
+		}
+		if s.Readers[wire.DefaultReader].SamplesDelivered != 3 {
+			return fmt.Errorf("readers %v: want node-a's signal", s.Readers)
+		}
+		return nil
+	})
+	publish("node-b", 1000, byA)
+	publish("node-b", 1000, func([]byte, nats.Header) {})
+	time.Sleep(1100 * time.Millisecond) // a line a second per reason: the next node_seal is logged too
+	publish("node-b", 1000, func(data []byte, h nats.Header) {
+		s := nodeA.SealFor(wire.SealDemand, nil, data)
+		s.Node = "node-b"
+		s.SetHeader(h)
+	})
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := counter(t, e, "sluice_autoscale_demand_refused_total", "reason", "other_node"); n != 1 {
+			return fmt.Errorf("%v signals refused as naming another node, want 1", n)
+		}
+		if n := counter(t, e, "sluice_autoscale_demand_refused_total", "reason", "node_seal"); n != 2 {
+			return fmt.Errorf("%v signals refused for their seal, want 2", n)
+		}
+		return nil
+	})
+	for _, want := range []string{"why=other_node", "why=node_seal", "sealed by node node-a", "not sealed by a node", "not certified"} {
+		if !strings.Contains(run.logs.String(), want) {
+			t.Errorf("the controller's log has no %q", want)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a few ticks: statuses written since
+	s, err := e.status("sealed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Readers[wire.DefaultReader].SamplesDelivered; got != 3 {
+		t.Errorf("the reader delivered %d samples, want node-a's 3: a refused signal was kept", got)
+	}
 }
