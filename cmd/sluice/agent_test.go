@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -472,5 +473,66 @@ func TestAgentFlagsTeamKey(t *testing.T) {
 	}
 	if f, err := parse("--ranks", "0,1,2,3"); err != nil || f.options().TeamKey != nil {
 		t.Errorf("a lone agent without a key: %v, key set %t", err, f != nil && f.options().TeamKey != nil)
+	}
+}
+
+// TestAgentFlagsNodeCredential: `sluice job node-credential` writes a
+// node's credential (0600) from the job's team key; an agent given it
+// needs no team key, takes the node's name, and refuses a credential of
+// another job, another --name, or one others can read.
+func TestAgentFlagsNodeCredential(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(wire.TeamKeyDirEnv, dir)
+	t.Setenv(wire.TeamKeyEnv, "")
+	t.Setenv(wire.TeamKeyFileEnv, "")
+	t.Setenv(wire.NodeCredentialFileEnv, "")
+	keyText := wire.NewTeamKey()
+	if err := os.WriteFile(wire.TeamKeyPath(dir, "j"), keyText, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cred := filepath.Join(dir, "node-b.nodecred")
+	var out, stderr bytes.Buffer
+	if err := runJobNodeCredential(context.Background(), []string{"j", "--node", "node-b", "--out", cred}, &out, &stderr); err != nil {
+		t.Fatalf("node-credential: %v: %s", err, stderr.String())
+	}
+	st, err := os.Stat(cred)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the credential file: %v, mode %v; want 0600", err, st.Mode().Perm())
+	}
+	key, _ := wire.ParseTeamKey(keyText)
+	if strings.Contains(out.String()+stderr.String(), hex.EncodeToString(key)) {
+		t.Error("node-credential printed the team key")
+	}
+	if err := os.Remove(wire.TeamKeyPath(dir, "j")); err != nil { // the node has its credential only
+		t.Fatal(err)
+	}
+	parse := func(args ...string) (*agentFlags, error) {
+		var stderr bytes.Buffer
+		f := newAgentFlags(&stderr)
+		if err := f.parse(append([]string{"--world-size", "4", "--ranks", "2,3"}, args...)); err != nil {
+			return f, fmt.Errorf("%w: %s", err, stderr.String())
+		}
+		return f, nil
+	}
+	f, err := parse("--job", "j", "--node-credential-file", cred)
+	if err != nil {
+		t.Fatalf("a team agent with its node credential only: %v", err)
+	}
+	opts := f.options()
+	if opts.Name != "node-b" || opts.Node == nil || opts.TeamKey != nil || opts.Node.NATSPassword != wire.AgentNATSPassword(key) {
+		t.Errorf("options: name %q, node set %t, team key set %t; want node-b's credential, no key", opts.Name, opts.Node != nil, opts.TeamKey != nil)
+	}
+	t.Setenv(wire.NodeCredentialFileEnv, cred)
+	if _, err := parse("--job", "j", "--name", "node-a"); err == nil || !strings.Contains(err.Error(), "node-b") {
+		t.Errorf("node-b's credential with --name node-a: %v, want refused", err)
+	}
+	if _, err := parse("--job", "k"); err == nil || !strings.Contains(err.Error(), "of job j") {
+		t.Errorf("job j's credential for --job k: %v, want refused", err)
+	}
+	if err := os.Chmod(cred, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parse("--job", "j"); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a credential others can read: %v, want refused", err)
 	}
 }
