@@ -305,7 +305,7 @@ func TestIntegrationNATSLeastPrivilege(t *testing.T) {
 		t.Errorf("reading a plan as the cli: %v", err)
 	}
 	agent := e.mustConnectAgent(spec.ID, key, "least")
-	samples := readToEnd(t, agent, spec.ID)
+	samples := readToEnd(t, agent, spec.ID, key)
 	if len(samples) != 8 {
 		t.Errorf("agent read %d samples, want 8", len(samples))
 	}
@@ -392,11 +392,11 @@ func TestIntegrationNATSLeastPrivilege(t *testing.T) {
 
 // readToEnd reads job id as a trainer would, through an agent connected
 // as m, and returns the samples' keys it got.
-func readToEnd(t *testing.T, m member, id string) []string {
+func readToEnd(t *testing.T, m member, id string, key []byte) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	a, err := traineragent.Open(ctx, m.nc, m.js, id, traineragent.Options{}, nil, nil, nil)
+	a, err := traineragent.Open(ctx, m.nc, m.js, id, traineragent.Options{TeamKey: key}, nil, nil, nil)
 	if err != nil {
 		t.Fatalf("agent: %v", err)
 	}
@@ -646,7 +646,7 @@ func TestIntegrationNATSAgentActsOnItsJobOnly(t *testing.T) {
 	}
 
 	// B's own agent reads B to its end: every sample once.
-	keys := readToEnd(t, e.mustConnectAgent("job-b", keyB, "b"), "job-b")
+	keys := readToEnd(t, e.mustConnectAgent("job-b", keyB, "b"), "job-b", keyB)
 	seen := map[string]int{}
 	for _, k := range keys {
 		seen[k]++

@@ -279,7 +279,7 @@ func (p *parts) startController(ctx context.Context) error {
 // wait time alone measures stall.
 func (p *parts) openAgent(ctx context.Context) error {
 	logger := p.logger
-	agentOpts := traineragent.Options{}
+	agentOpts := traineragent.Options{TeamKey: p.teamKey} // its node credential derived from it
 	agentOpts.Dispatch.Token = p.fnToken
 	if gpu, closeGPU, err := traineragent.OpenNVML(logger); err == nil {
 		agentOpts.GPU = gpu
