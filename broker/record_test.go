@@ -36,6 +36,7 @@ func TestCheckRecord(t *testing.T) {
 		`bucket "" is not the dataset's ("data")`:    func(j *wire.Job) { j.Bucket = "" },
 		`state "" is not a job state`:                func(j *wire.Job) { j.State = "" },
 		"no submission time":                         func(j *wire.Job) { j.Submitted = time.Time{} },
+		"node_key: want an Ed25519 public key":       func(j *wire.Job) { j.NodeKey = "abcd" },
 	} {
 		j := good
 		j.Shards = append([]string(nil), good.Shards...)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -215,15 +214,7 @@ func writeTeamKey(file, job string, key []byte) (string, error) {
 		}
 		file = wire.TeamKeyPath(dir, job)
 	}
-	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
-		return "", fmt.Errorf("writing the team key: %w", err)
-	}
-	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, key, 0o600); err != nil {
-		return "", fmt.Errorf("writing the team key: %w", err)
-	}
-	if err := os.Rename(tmp, file); err != nil {
-		_ = os.Remove(tmp)
+	if err := writeSecretFile(file, key); err != nil {
 		return "", fmt.Errorf("writing the team key: %w", err)
 	}
 	return file, nil
