@@ -216,6 +216,10 @@ func (s *positionStore) taken(ctx context.Context) error {
 		return nil // none, or not readable now: the next tick looks again
 	}
 	err = s.judge(e, s.recorded)
+	if err == nil {
+		s.rev = e.Revision() // its own record, written again: not taken
+		return nil
+	}
 	if !errors.Is(err, errRefusedRecord) {
 		return err
 	}
