@@ -115,7 +115,7 @@ def figures(m):
     return {
         "images_per_s": round(n / wall, 1),
         "cpu_s_per_1k": round((m["tree_cpu_end"] - m["tree_cpu_first"]) / n * 1000, 2),
-        "trainer_cpu_s_per_1k": round(m["trainer_cpu_s"] / n * 1000, 2),
+        "trainer_cpu_s_per_1k": round(m["trainer_cpu_s"] / n * 1000, 3),
         "first_batch_s": round(m["t_first"] - m["t_start"], 2),
         "peak_mem_mb": round(m["peak_mem_mb"]),
     }
@@ -159,7 +159,7 @@ def _fmt(v, nd=1):
 IMAGE_COLUMNS = [
     ("system", "system", None), ("dtype", "output", None), ("setting", "won at", None),
     ("images_per_s", "img/s", 1), ("cpu_s_per_1k", "CPU-s/1k all", 2),
-    ("trainer_cpu_s_per_1k", "CPU-s/1k trainer", 2), ("first_batch_s", "1st batch s", 2),
+    ("trainer_cpu_s_per_1k", "CPU-s/1k trainer", 3), ("first_batch_s", "1st batch s", 2),
     ("peak_mem_mb", "peak MB", 0),
 ]
 
@@ -238,8 +238,8 @@ def targets(best, lm_runs):
                    f"{p['system']} {1000 / p['cpu_s_per_1k']:.0f}: {ratio:.2f}x (target 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})")
         pt = min(peers, key=lambda r: r["trainer_cpu_s_per_1k"])
         tr = s["trainer_cpu_s_per_1k"] / pt["trainer_cpu_s_per_1k"] if pt["trainer_cpu_s_per_1k"] else float("inf")
-        out.append(f"{dtype}: trainer CPU-s/1k {s['system']} {s['trainer_cpu_s_per_1k']:.2f}, lowest peer {pt['system']} "
-                   f"{pt['trainer_cpu_s_per_1k']:.2f}: {tr:.2f}x (target <= 0.5x: {'met' if tr <= 0.5 else 'NOT met'})")
+        out.append(f"{dtype}: trainer CPU-s/1k {s['system']} {s['trainer_cpu_s_per_1k']:.3f}, lowest peer {pt['system']} "
+                   f"{pt['trainer_cpu_s_per_1k']:.3f}: {tr:.2f}x (target <= 0.5x: {'met' if tr <= 0.5 else 'NOT met'})")
         pf = min(peers, key=lambda r: r["first_batch_s"])
         out.append(f"{dtype}: first batch {s['system']} {s['first_batch_s']:.2f}s, earliest peer {pf['system']} "
                    f"{pf['first_batch_s']:.2f}s (target no later: {'met' if s['first_batch_s'] <= pf['first_batch_s'] else 'NOT met'})")

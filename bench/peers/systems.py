@@ -454,7 +454,7 @@ def run_sluice(a, probe):
     JetStream and S3 on loopback (bench/peers/stack, the embedded servers),
     `sluice job submit`, `sluice controller --actuator local` (which starts
     the `fn serve` replicas), `sluice agent`; this process is the trainer,
-    reading the agent with the Python client."""
+    reading the agent's Unix socket with the Python client."""
     sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
     import sluice
     binary = a.sluice_bin
@@ -490,10 +490,14 @@ def run_sluice(a, probe):
         ctl = start("controller", [binary, "controller", "--actuator", "local", "--listen", "127.0.0.1:0",
                                    "--max-replicas", str(a.setting), "--replica-concurrency", str(a.concurrency)], env)
         procs.append(ctl)
+        # The trainer reads the agent's Unix socket, as one on its node does:
+        # each batch a memfd it maps (--listen-unix), not a copy through TCP.
         agent_addr = f"127.0.0.1:{free_port()}"
-        agent = start("agent", [binary, "agent", "--job", "peers", "--listen", agent_addr, "--world-size", "1"], env)
+        sock = os.path.join(work, "agent.sock")
+        agent = start("agent", [binary, "agent", "--job", "peers", "--listen", agent_addr, "--listen-unix", sock,
+                                "--world-size", "1"], env)
         procs.append(agent)
-        with sluice.Loader("http://" + agent_addr, prefetch=2, timeout=300) as ld:
+        with sluice.Loader("unix:" + sock, prefetch=2, timeout=300, connect_timeout=60) as ld:
             for e, batches in enumerate(ld.epochs()):
                 for b in batches:
                     probe.batch(e, b["image"], b["__key__"], b["label"])

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/bytesize"
 	"github.com/sluice-project/sluice/internal/connect"
+	"github.com/sluice-project/sluice/internal/fdhttp"
 	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/internal/kvpoll"
 	"github.com/sluice-project/sluice/internal/natsperm"
@@ -73,8 +74,25 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer cancel()
 		_ = hs.Shutdown(sctx) // lets a batch being written finish
 	}()
+	if *f.listenUnix != "" {
+		uln, err := fdhttp.Listen(*f.listenUnix, 0o660)
+		if err != nil {
+			return fmt.Errorf("--listen-unix: %w", err)
+		}
+		us := fdhttp.New(hs.Handler, fdhttp.Options{Logger: logger})
+		both := make(chan error, 2)
+		go func(tcp <-chan error) { both <- <-tcp }(served)
+		go func() { both <- us.Serve(uln) }()
+		served = both
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = us.Shutdown(sctx)
+			_ = os.Remove(*f.listenUnix)
+		}()
+	}
 	ops.announce(stdout)
-	logger.Info("serving", "addr", ops.addr(), "job", *f.jobID, "world_size", *f.worldSize, "ranks", f.ranks, "drop_last", *f.dropLast, "auth", auth,
+	logger.Info("serving", "addr", ops.addr(), "unix", *f.listenUnix, "job", *f.jobID, "world_size", *f.worldSize, "ranks", f.ranks, "drop_last", *f.dropLast, "auth", auth,
 		"function_token", f.fnToken.IsSet())
 
 	opened := make(chan error, 1)
@@ -138,6 +156,7 @@ func (s *agentServer) run(ctx context.Context, served <-chan error, linger time.
 type agentFlags struct {
 	fs                                *flag.FlagSet
 	jobID, listen, name, maxLag       *string
+	listenUnix                        *string
 	logLevel, ranksFlag, teamKeyFile  *string
 	prefetch, worldSize               *int
 	dropLast, insecure                *bool
@@ -158,6 +177,8 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f := &agentFlags{fs: fs}
 	f.jobID = fs.String("job", "", "`ID` of the job to read (required)")
 	f.listen = fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on (0.0.0.0:PORT for ranks on other nodes)")
+	f.listenUnix = fs.String("listen-unix", "", "also serve the trainers on a Unix socket at `PATH` (mode 0660: who may open it may connect; the token applies too): "+
+		"the same API, each batch handed over as a memfd the trainer maps (the Python client's unix://PATH), so its process copies nothing")
 	f.name = fs.String("name", "", "this agent's `NAME` in demand signals and the job's dispatch shares (default: host name and process id)")
 	f.prefetch = fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches per rank, at least 256)")
 	f.worldSize = fs.Int("world-size", 0, "number of ranks (`W`) of the trainer: the agent serves them all, or those --ranks names (0: set by the first request's world_size)")

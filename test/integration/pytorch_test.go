@@ -39,7 +39,8 @@ const ddpPipeline = "{\"name\": \"ddp\", \"label\": {\"member\": \"cls\"}, \"ops
 // ranks resumes from the checkpoint through a restarted agent and trains
 // to the end. The samples the model saw, by (epoch, key) — those of the
 // first run up to the checkpoint, and all of the second's — must be every
-// sample of every epoch exactly once. Three scenarios (each about 30 s on
+// sample of every epoch exactly once. The ranks of the first two read
+// their agent's Unix socket (batches as memfds), the third's TCP. Three scenarios (each about 30 s on
 // two cores, most of it torch starting up): 2 ranks resumed by 3 from a
 // checkpoint in epoch 0; 2 by 2 after a crash between checkpoints in
 // epoch 1; and 2 nodes of 2 ranks, each node's ranks reading from their
@@ -95,11 +96,11 @@ func TestIntegrationPyTorchResume(t *testing.T) {
 			state := readLoaderState(t, ckpt)
 			t.Logf("run 1 (%d ranks) stopped after %d steps; checkpoint at epoch %d step %d", sc.first, sc.stopAfter, state.Epoch, state.Step)
 			if sc.nodes[1] == nil {
-				url, err := agents[0].Restart()
-				if err != nil {
+				// The same socket path: the killed agent's file is stale.
+				if _, err := agents[0].Restart(); err != nil {
 					t.Fatal(err)
 				}
-				urls = slices.Repeat([]string{url}, sc.second)
+				urls = slices.Repeat(urls[:1], sc.second)
 			} else {
 				for _, a := range agents {
 					_ = a.Kill()
@@ -174,8 +175,11 @@ func pythonWith(t *testing.T, modules string) string {
 func startNodes(c *Cluster, job, run string, world int, nodes [][]int) ([]string, []*Agent) {
 	c.T.Helper()
 	if nodes == nil {
-		a := c.StartAgent("agent-"+job, job)
-		return slices.Repeat([]string{a.URL}, world), []*Agent{a}
+		// One agent for every rank, which read it on its Unix socket: each
+		// batch a memfd the trainer maps.
+		sock := filepath.Join(c.Dir, job+".sock")
+		a := c.StartAgent("agent-"+job, job, "--listen-unix", sock)
+		return slices.Repeat([]string{"unix:" + sock}, world), []*Agent{a}
 	}
 	urls := make([]string, world)
 	var agents []*Agent

@@ -32,6 +32,7 @@ import warnings
 
 from .errors import AgentError, CorruptBatch, JobEnded
 from .safetensors import parse
+from .unixsock import UnixConnection
 
 STATE_VERSION = 1
 
@@ -182,7 +183,11 @@ class Loader:
     def __init__(self, url, rank=0, world_size=1, prefetch=2, timeout=300.0,
                  connect_timeout=30.0, drop_last=False, convert=None, reader="trainer",
                  token=None, token_file=None, generation=None):
-        """url: the agent, e.g. "http://127.0.0.1:8081". rank, world_size:
+        """url: the agent, e.g. "http://127.0.0.1:8081", or on the same
+        node its --listen-unix socket, "unix:/run/sluice/agent.sock" (the
+        batches then come as memfds this process maps: it copies nothing;
+        "http+unix://%2Frun%2Fsluice%2Fagent.sock/r/READER" for a reader of
+        a job with several). rank, world_size:
         this process's place in the data-parallel group. prefetch: batches
         kept ready (>= 1). timeout: seconds one read from the agent may
         block (a batch can take long at a job's start). connect_timeout:
@@ -204,9 +209,7 @@ class Loader:
         TORCHELASTIC_RESTART_COUNT); sluice.torch broadcasts one from rank
         0 otherwise. Without one the agent goes by which ranks resumed,
         which a launch killed during its resume can mislead."""
-        u = urllib.parse.urlsplit(url)
-        if u.scheme != "http" or not u.hostname:
-            raise ValueError(f"url {url!r}: want http://HOST:PORT")
+        self._unix, self._host, self._port, self._base = _agent_address(url)
         if not (0 <= rank < world_size):
             raise ValueError(f"rank {rank} of world_size {world_size}: want 0 <= rank < world_size")
         if prefetch < 1:
@@ -217,8 +220,6 @@ class Loader:
         self.timeout, self.connect_timeout = timeout, connect_timeout
         self.drop_last = bool(drop_last)
         self._convert = convert
-        self._host, self._port = u.hostname, u.port or 80
-        self._base = u.path.rstrip("/")
         tok = load_token(token, token_file)
         # The header, not the token, is kept: nothing prints it.
         self._auth = {"Authorization": "Bearer " + tok} if tok else {}
@@ -409,7 +410,10 @@ class Loader:
 
     def _connection(self):
         if self._conn is None:
-            self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            if self._unix is not None:
+                self._conn = UnixConnection(self._unix, timeout=self.timeout)
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
         conn = self._conn
         if conn.sock is not None and _peer_closed(conn.sock):
             conn.close()  # the agent's idle timeout passed (a long step): open another
@@ -420,7 +424,7 @@ class Loader:
                 try:
                     conn.connect()
                     break
-                except ConnectionRefusedError as e:
+                except (ConnectionRefusedError, FileNotFoundError) as e:  # a socket file not made yet, too
                     if time.monotonic() >= deadline or self._stop.is_set():
                         raise AgentError(f"agent {self.url} unreachable: {e}") from None
                     time.sleep(0.2)
@@ -495,6 +499,8 @@ class Loader:
 
     def _read_body(self, resp):
         """The body in one buffer of its size, read into in place."""
+        if getattr(resp, "mapped", None) is not None:
+            return resp.mapped  # the agent's memfd, mapped: nothing to copy
         n = resp.length
         try:
             if n is None:  # not sent with a length: read it whole
@@ -588,6 +594,21 @@ class Loader:
         if self._convert is not None:
             item.batch = self._convert(batch)
         return item
+
+
+def _agent_address(url):
+    """(unix socket path or None, host, port, base path) of an agent URL:
+    http://HOST:PORT[/r/READER], or its Unix socket as unix:PATH or
+    http+unix://PATH-PERCENT-ENCODED[/r/READER] (requests-unixsocket's
+    form, which has room for a reader's path)."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme == "unix" and u.path and not u.netloc:
+        return u.path, None, None, ""
+    if u.scheme == "http+unix" and u.netloc:
+        return urllib.parse.unquote(u.netloc), None, None, u.path.rstrip("/")
+    if u.scheme != "http" or not u.hostname:
+        raise ValueError(f"url {url!r}: want http://HOST:PORT, unix:PATH or http+unix://PATH-PERCENT-ENCODED")
+    return None, u.hostname, u.port or 80, u.path.rstrip("/")
 
 
 def _text(data, limit=2000):
