@@ -64,6 +64,9 @@ type Controller struct {
 	// flood of them must not flood the log.
 	sealLogs ratelog.Limiter
 	demand   *demandBook
+	// refusedDone is the revision of each reader's done record refused
+	// last ("job/reader"): a record is read every poll, refused once.
+	refusedDone sync.Map
 
 	// calloutMu guards calloutSub, the auth callout's subscription
 	// (ServeCallout).

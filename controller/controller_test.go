@@ -265,7 +265,7 @@ func TestJobWaitsForEveryDeclaredReader(t *testing.T) {
 	if st, _ := e.status("two"); st.State != wire.JobRunning {
 		t.Fatalf("job is %s while reader eval is not through, want running", st.State)
 	}
-	e.readerDone(job, "eval")
+	e.readerDone(job, "eval", nil)
 	e.waitState(t, "two", wire.JobSucceeded, 20*time.Second)
 }
 

@@ -160,3 +160,66 @@ func TestDemandNamingAnotherNodeIsRefused(t *testing.T) {
 		t.Errorf("the reader delivered %d samples, want node-a's 3: a refused signal was kept", got)
 	}
 }
+
+// TestDoneRecordNotSealedByTheJobsNodeIsRefused: in a job with a team key,
+// the record that a reader is through decides that the job succeeded. One
+// not sealed by a node, or sealed by a node of another job, is refused,
+// counted and logged, and the job runs on; its own node's ends it.
+func TestDoneRecordNotSealedByTheJobsNodeIsRefused(t *testing.T) {
+	e := newEnv(t, 2)
+	e.gate.release()
+	run := e.startController(t, "c1", Options{})
+	key, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	job, err := e.b.Submit(context.Background(), spec("sealed-done", "img", 1), broker.WithTeamKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeA, err := wire.DeriveNode(key, "sealed-done", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, _ := wire.ParseTeamKey(wire.NewTeamKey())
+	stranger, err := wire.DeriveNode(otherKey, "sealed-done", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent seals its demand (the controller scales from zero on it)
+	// and writes no done record itself.
+	e.startAgent(t, job, "node-a", func(a *agent) { a.node, a.finishes = nodeA, nil })
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		s, err := e.status("sealed-done")
+		if err != nil {
+			return err
+		}
+		if s.Tasks.Done != job.Tasks() {
+			return fmt.Errorf("tasks %+v, want all %d done", s.Tasks, job.Tasks())
+		}
+		return nil
+	})
+	for i, forger := range []*wire.NodeIdentity{nil, stranger} {
+		if i > 0 {
+			time.Sleep(1100 * time.Millisecond) // a line a second per reason: the next is logged too
+		}
+		e.readerDone(job, wire.DefaultReader, forger)
+		testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			if n := counter(t, e, "sluice_controller_node_refused_total", "reason", "done_record"); n < float64(i+1) {
+				return fmt.Errorf("%v done records refused, want %d", n, i+1)
+			}
+			return nil
+		})
+		time.Sleep(200 * time.Millisecond) // polls that read the record again
+		if n := counter(t, e, "sluice_controller_node_refused_total", "reason", "done_record"); n != float64(i+1) {
+			t.Errorf("%v done records refused after %d written: each is counted once", n, i+1)
+		}
+		if s, err := e.status("sealed-done"); err != nil || s.State != wire.JobRunning {
+			t.Fatalf("after a forged done record (%d): state %s (%v), want running", i, s.State, err)
+		}
+	}
+	for _, want := range []string{"refused a reader's done record", "not sealed by a node", "not certified"} {
+		if !strings.Contains(run.logs.String(), want) {
+			t.Errorf("the controller's log has no %q", want)
+		}
+	}
+	e.readerDone(job, wire.DefaultReader, nodeA)
+	e.waitState(t, "sealed-done", wire.JobSucceeded, 30*time.Second)
+}

@@ -290,6 +290,9 @@ type agent struct {
 	finishes []string
 	stall    float64
 	hc       *http.Client
+	// node, when set, seals the agent's demand and done records as the
+	// node of a job with a team key does.
+	node *wire.NodeIdentity
 
 	mu          sync.Mutex
 	inflight    int
@@ -390,9 +393,13 @@ func (a *agent) signal() {
 	inflight := a.inflight
 	a.mu.Unlock()
 	for _, r := range a.readers {
-		d, _ := json.Marshal(wire.Demand{Job: a.job.Spec.ID, Reader: r, Agent: a.name, Time: time.Now(),
+		m := nats.NewMsg(wire.DemandSubject(a.job.Spec.ID))
+		m.Data, _ = json.Marshal(wire.Demand{Job: a.job.Spec.ID, Reader: r, Agent: a.name, Time: time.Now(),
 			InFlight: inflight, StallFraction: a.stall, BufferCapacity: 100})
-		_ = a.e.nc.Publish(wire.DemandSubject(a.job.Spec.ID), d)
+		if a.node != nil {
+			a.node.SealFor(wire.SealDemand, nil, m.Data).SetHeader(m.Header)
+		}
+		_ = a.e.nc.PublishMsg(m)
 	}
 }
 
@@ -465,7 +472,7 @@ func (a *agent) finishIfDone(ctx context.Context) {
 	a.finished = true
 	a.mu.Unlock()
 	for _, r := range a.finishes {
-		a.e.readerDone(a.job, r)
+		a.e.readerDone(a.job, r, a.node)
 	}
 }
 
@@ -476,14 +483,20 @@ func (a *agent) send(ctx context.Context, ep string, task wire.ShardTask) (wire.
 }
 
 // readerDone writes that reader of job is through, as its agent does once
-// every rank reached the end of the last epoch.
-func (e *env) readerDone(job wire.Job, reader string) {
+// every rank reached the end of the last epoch: sealed by node, when set.
+func (e *env) readerDone(job wire.Job, reader string, node *wire.NodeIdentity) {
 	readers, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
 	if err != nil {
 		panic(err)
 	}
+	key := wire.ReaderDoneKey(job.Spec.ID, reader)
 	data, _ := json.Marshal(wire.ReaderDone{Submitted: job.Submitted, Time: time.Now()})
-	if _, err := readers.Put(context.Background(), wire.ReaderDoneKey(job.Spec.ID, reader), data); err != nil {
+	if node != nil {
+		if data, err = node.SealRecord(key, 0, data); err != nil {
+			panic(err)
+		}
+	}
+	if _, err := readers.Put(context.Background(), key, data); err != nil {
 		panic(err)
 	}
 }

@@ -263,8 +263,12 @@ func (c *Controller) readersDone(ctx context.Context, job wire.Job) (bool, error
 		done, _, err := wire.ReadReaderDone(job, e.Key(), e.Value())
 		if errors.Is(err, wire.ErrNodeSeal) {
 			// Not its reader's agent's: the job goes on.
-			c.m.sealRefused.WithLabelValues("done_record").Inc()
-			c.log.Warn("refused a reader's done record", "job", job.Spec.ID, "reader", r, "err", err)
+			if prev, seen := c.refusedDone.Swap(job.Spec.ID+"/"+r, e.Revision()); !seen || prev != e.Revision() {
+				c.m.sealRefused.WithLabelValues("done_record").Inc()
+				if ok, left := c.sealLogs.Allow("done_record", time.Now()); ok {
+					c.log.Warn("refused a reader's done record", "job", job.Spec.ID, "reader", r, "revision", e.Revision(), "unlogged_since", left, "err", err)
+				}
+			}
 			return false, nil
 		}
 		if err != nil {
@@ -273,6 +277,9 @@ func (c *Controller) readersDone(ctx context.Context, job wire.Job) (bool, error
 		if !done.Submitted.Equal(job.Submitted) {
 			return false, nil // an earlier job's under this id
 		}
+	}
+	for _, r := range job.Spec.Readers {
+		c.refusedDone.Delete(job.Spec.ID + "/" + r)
 	}
 	return true, nil
 }

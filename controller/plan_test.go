@@ -206,7 +206,7 @@ func TestBacklogReadsTheTaskConsumer(t *testing.T) {
 		}
 		return nil
 	})
-	e.readerDone(job, wire.DefaultReader)
+	e.readerDone(job, wire.DefaultReader, nil)
 	e.waitState(t, "queued", wire.JobSucceeded, 20*time.Second)
 }
 

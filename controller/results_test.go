@@ -169,7 +169,7 @@ func TestStatusFromShardResults(t *testing.T) {
 		}
 		return nil
 	})
-	e.readerDone(job, wire.DefaultReader)
+	e.readerDone(job, wire.DefaultReader, nil)
 	s := e.waitState(t, "results", wire.JobSucceeded, 10*time.Second)
 	if s.Tasks.Done != 2 || s.Tasks.Failed != 1 {
 		t.Errorf("final tasks %+v, want the counts before the end", s.Tasks)
@@ -260,7 +260,7 @@ func TestTasksGivenUpCountWithTheirResultsLost(t *testing.T) {
 			}
 		}
 	}
-	e.readerDone(job, wire.DefaultReader)
+	e.readerDone(job, wire.DefaultReader, nil)
 	s := e.waitState(t, "lost", wire.JobSucceeded, 10*time.Second)
 	if s.Tasks.Done != 2 || s.Tasks.Failed != 1 || len(s.FailedShards) != 1 || s.FailedShards[0].Key != job.Shards[2] ||
 		!strings.Contains(s.FailedShards[0].Reason, "shard not found") {
