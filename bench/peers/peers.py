@@ -406,6 +406,10 @@ def main():
     if not args.skip_images:
         data = os.path.join(CACHE, f"data-images-{args.images}-{args.shards}")
         manifest = prepare_images(args.images, args.shards, data)
+        if "stack" not in args.build_errors:
+            # Sluice's S3 store of the shards, untimed, as the files are.
+            subprocess.run([bins["stack"], "--shards", os.path.join(data, "shards"), "--s3-dir", os.path.join(data, "s3"),
+                            "--prepare"], check=True)
         systems = [s for s in args.systems.split(",") if s]
         rows = []
         dtypes = args.dtypes.split(",")

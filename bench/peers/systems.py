@@ -472,8 +472,10 @@ def run_sluice(a, probe):
                AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null", AWS_EC2_METADATA_DISABLED="true")
     procs = []
     try:
+        # The dataset is in S3 already (peers.py uploaded it before any
+        # timed run), as the peers' files are on disk.
         stack = start("stack", [a.stack_bin, "--shards", os.path.join(a.data, "shards"),
-                                "--data-dir", os.path.join(work, "js")], env)
+                                "--s3-dir", os.path.join(a.data, "s3"), "--data-dir", os.path.join(work, "js")], env)
         procs.append(stack)
         info = json.loads(stack.stdout.readline())
         env.update(SLUICE_NATS_URL=info["nats_url"], SLUICE_S3_ENDPOINT=info["s3_endpoint"],

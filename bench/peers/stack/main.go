@@ -3,6 +3,9 @@
 // loopback, in this one process (the embedded defaults `sluice demo` runs
 // on). It uploads the shards of --shards to s3://BUCKET/PREFIX/, prints
 // one JSON line with the URLs, and serves until stdin closes or SIGTERM.
+// With --s3-dir the S3 store is that directory, uploaded to once (--prepare
+// does only that, before any timed run): a deployment's dataset is in S3
+// before its job starts, as the peers' files are on disk.
 // The harness starts `sluice job submit`, `sluice controller` and `sluice
 // agent` against it as separate processes, and counts this process's CPU
 // and memory as part of Sluice's.
@@ -41,54 +44,77 @@ func run() error {
 	bucket := flag.String("bucket", "peers", "bucket")
 	prefix := flag.String("prefix", "data/", "object prefix (ends in /)")
 	dataDir := flag.String("data-dir", "", "JetStream store (default: a temporary one)")
+	s3Dir := flag.String("s3-dir", "", "keep the S3 store in this directory, uploaded to once (default: in memory, uploaded at every start)")
+	prepare := flag.Bool("prepare", false, "with --s3-dir: upload the shards if they are not there yet, and exit")
 	flag.Parse()
 	if *shardDir == "" {
 		return errors.New("--shards is required")
 	}
-	var shards []synth.Shard
+	if *prepare && *s3Dir == "" {
+		return errors.New("--prepare needs --s3-dir")
+	}
 	names, err := os.ReadDir(*shardDir)
 	if err != nil {
 		return err
 	}
+	var listing []string // name and size of each shard, sorted
 	for _, e := range names {
 		n := e.Name()
 		if !strings.HasSuffix(n, ".tar") && !strings.HasSuffix(n, ".jsonl") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(*shardDir, n))
+		fi, err := e.Info()
 		if err != nil {
 			return err
 		}
-		shards = append(shards, synth.Shard{Name: n, Data: b})
+		listing = append(listing, fmt.Sprintf("%s %d", n, fi.Size()))
 	}
-	if len(shards) == 0 {
+	if len(listing) == 0 {
 		return fmt.Errorf("no shards in %s", *shardDir)
 	}
-	sort.Slice(shards, func(i, j int) bool { return shards[i].Name < shards[j].Name })
+	sort.Strings(listing)
+	marker := filepath.Join(*s3Dir, "uploaded")
+	upload := true
+	if *s3Dir != "" {
+		if b, err := os.ReadFile(marker); err == nil && string(b) == strings.Join(listing, "\n") {
+			upload = false
+		} else if err := os.RemoveAll(*s3Dir); err != nil {
+			return err
+		}
+	}
 
 	// No NATS authorization: the peers run unauthenticated on loopback too,
 	// and the agent's job login would only add a callout round trip.
+	var s3srv *embedded.S3
+	if *s3Dir != "" {
+		s3srv, err = embedded.StartS3Dir("", *s3Dir)
+	} else {
+		s3srv, err = embedded.StartS3("")
+	}
+	if err != nil {
+		return err
+	}
+	defer s3srv.Close()
+	if upload {
+		if err := uploadShards(s3srv, *shardDir, listing, *bucket, *prefix); err != nil {
+			return err
+		}
+		if *s3Dir != "" {
+			if err := os.WriteFile(marker, []byte(strings.Join(listing, "\n")), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	if *prepare {
+		return nil
+	}
 	nsrv, err := embedded.StartNATS(embedded.NATSOptions{StoreDir: *dataDir})
 	if err != nil {
 		return err
 	}
 	defer nsrv.Shutdown()
-	s3srv, err := embedded.StartS3("")
-	if err != nil {
-		return err
-	}
-	defer s3srv.Close()
-	ctx := context.Background()
-	c, err := objstore.NewClient(ctx, objstore.Config{Endpoint: s3srv.Endpoint(), PathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider("peers", "peers-secret", "")}, nil)
-	if err != nil {
-		return err
-	}
-	if err := synth.Upload(ctx, c, *bucket, *prefix, shards); err != nil {
-		return err
-	}
 	line, _ := json.Marshal(map[string]any{"nats_url": nsrv.URL(), "s3_endpoint": s3srv.Endpoint(),
-		"dataset": "s3://" + *bucket + "/" + *prefix, "shards": len(shards)})
+		"dataset": "s3://" + *bucket + "/" + *prefix, "shards": len(listing)})
 	fmt.Println(string(line))
 
 	done := make(chan struct{})
@@ -100,4 +126,24 @@ func run() error {
 	case <-sig:
 	}
 	return nil
+}
+
+// uploadShards puts the shards listing names (each "NAME SIZE") from dir.
+func uploadShards(s3srv *embedded.S3, dir string, listing []string, bucket, prefix string) error {
+	shards := make([]synth.Shard, len(listing))
+	for i, l := range listing {
+		name, _, _ := strings.Cut(l, " ")
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		shards[i] = synth.Shard{Name: name, Data: b}
+	}
+	ctx := context.Background()
+	c, err := objstore.NewClient(ctx, objstore.Config{Endpoint: s3srv.Endpoint(), PathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider("peers", "peers-secret", "")}, nil)
+	if err != nil {
+		return err
+	}
+	return synth.Upload(ctx, c, bucket, prefix, shards)
 }
