@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
@@ -48,6 +52,47 @@ func do(t *testing.T, method, url string, tok bearer.Token, body string) (int, s
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)
+}
+
+// doUnix is do on the agent's Unix socket (wire/agentsocket.go), one
+// connection per request, for answers that come inline.
+func doUnix(t *testing.T, sock, method, path string, tok bearer.Token, body string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://agent"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.Authorize(req)
+	var raw bytes.Buffer
+	if err := req.Write(&raw); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(raw.Len())), raw.Bytes()...)); err != nil {
+		t.Fatal(err)
+	}
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		t.Fatal(err)
+	}
+	js := make([]byte, binary.BigEndian.Uint32(n[:]))
+	if _, err := io.ReadFull(c, js); err != nil {
+		t.Fatal(err)
+	}
+	var head wire.AgentSocketHead
+	if err := json.Unmarshal(js, &head); err != nil || head.FD || head.Buffer != 0 {
+		t.Fatalf("head %s (%v): want an inline answer", js, err)
+	}
+	b := make([]byte, head.Length)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatal(err)
+	}
+	return head.Status, http.Header(head.Header).Get("WWW-Authenticate"), string(b)
 }
 
 // TestFnServeRequiresTheToken: `fn serve` given a token (here through
@@ -154,7 +199,9 @@ func TestAgentCommandRequiresTheToken(t *testing.T) {
 		}
 	}
 	want := submitAgentTestJobWith(t, nc, js, "authed", fnTok)
-	cmd, url := startAgent(t, "--job", "authed", "--nats", srv.URL(), "--agent-token-file", agentFile, "--fn-token-file", fnFile)
+	sock := filepath.Join(dir, "agent.sock")
+	cmd, url := startAgent(t, "--job", "authed", "--nats", srv.URL(), "--agent-token-file", agentFile, "--fn-token-file", fnFile,
+		"--listen-unix", sock)
 
 	wrong := testToken(t, "not-the-token-0123456789abcdef")
 	for _, tc := range []struct {
@@ -172,6 +219,14 @@ func TestAgentCommandRequiresTheToken(t *testing.T) {
 		if code != http.StatusUnauthorized || !strings.HasPrefix(challenge, "Bearer") {
 			t.Errorf("%s %s with token %v: %d %q %s; want 401 and a Bearer challenge", tc.method, tc.path, tc.tok, code, challenge, body)
 		}
+		// The same on the Unix socket: its file's mode is not the only check.
+		code, challenge, body = doUnix(t, sock, tc.method, tc.path, tc.tok, tc.body)
+		if code != http.StatusUnauthorized || !strings.HasPrefix(challenge, "Bearer") {
+			t.Errorf("unix socket: %s %s with token %v: %d %q %s; want 401 and a Bearer challenge", tc.method, tc.path, tc.tok, code, challenge, body)
+		}
+	}
+	if code, _, body := doUnix(t, sock, "GET", "/v1/stats", agentTok, ""); code != http.StatusOK || !strings.Contains(body, "batches_delivered") {
+		t.Errorf("unix socket: GET /v1/stats with the token: %d %s", code, body)
 	}
 	for _, p := range []string{"/healthz", "/metrics"} {
 		if code, _, body := do(t, "GET", url+p, bearer.Token{}, ""); code != http.StatusOK {

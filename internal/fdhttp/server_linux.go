@@ -279,7 +279,15 @@ func (s *Server) readRequest(c *net.UnixConn) (*http.Request, int, error) {
 // serveOne runs the handler on req and sends its answer; keep says whether
 // the connection takes another request.
 func (s *Server) serveOne(c *net.UnixConn, req *http.Request, bufs *pool, log *slog.Logger) (keep bool, err error) {
+	// Counted under the lock Shutdown sets closing with: none is added
+	// once it waits.
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return false, ErrServerClosed
+	}
 	s.inflight.Add(1)
+	s.mu.Unlock()
 	defer s.inflight.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
