@@ -54,7 +54,8 @@ const floorService = "sluice-floor"
 // settings (base/function.yaml) and readiness probe, and waits until it is
 // routed. Like the function's pods, its pods mount no ServiceAccount token:
 // the kubelet polls for mounted volumes every 300 ms, which a pod without
-// one does not wait for.
+// one does not wait for. SLUICE_E2E_FLOOR_ENV=fn gives it the function's
+// environment sources too (a ConfigMap and three Secrets).
 func (e *env) floorCreate(t *testing.T) string {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: floorService}, AutomountServiceAccountToken: new(false)}
@@ -69,6 +70,16 @@ func (e *env) floorCreate(t *testing.T) string {
 		"--annotation-revision", "autoscaling.knative.dev/window=30s",
 		"--annotation-revision", "autoscaling.knative.dev/target-burst-capacity=0",
 		"--scale-min", "0", "--request", "cpu=100m,memory=32Mi", "--limit", "memory=64Mi", "--wait-timeout", "240"}
+	if v := os.Getenv("SLUICE_E2E_FLOOR_ENV"); v == "fn" {
+		// The function's environment sources, unused by the floor: what
+		// the kubelet must fetch before it can create the container.
+		args = append(args, "--env-from", "config-map:sluice-config",
+			"--env-value-from", "SLUICE_FN_TOKEN=secret:sluice-fn-token:token",
+			"--env-value-from", "AWS_ACCESS_KEY_ID=secret:sluice-s3-credentials:access",
+			"--env-value-from", "AWS_SECRET_ACCESS_KEY=secret:sluice-s3-credentials:secret")
+	} else if v != "" {
+		t.Fatalf("SLUICE_E2E_FLOOR_ENV=%q: want fn (the function's ConfigMap and Secrets as the floor's env) or nothing", v)
+	}
 	cmd := exec.Command(filepath.Join(e.bin, "kn"), args...)
 	cmd.Env = append(cmd.Environ(), "KUBECONFIG="+e.kubeconfig)
 	if out, err := cmd.CombinedOutput(); err != nil {
