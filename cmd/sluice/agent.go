@@ -178,7 +178,7 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f.jobID = fs.String("job", "", "`ID` of the job to read (required)")
 	f.listen = fs.String("listen", "127.0.0.1:8081", "host:port (`ADDR`) to serve the trainer on (0.0.0.0:PORT for ranks on other nodes)")
 	f.listenUnix = fs.String("listen-unix", "", "also serve the trainers on a Unix socket at `PATH` (mode 0660: who may open it may connect; the token applies too): "+
-		"the same API, each batch handed over as a memfd the trainer maps (the Python client's unix://PATH), so its process copies nothing")
+		"the same API, each batch handed over as a memfd the trainer maps (the Python client's unix:PATH), so its process copies nothing")
 	f.name = fs.String("name", "", "this agent's `NAME` in demand signals and the job's dispatch shares (default: host name and process id)")
 	f.prefetch = fs.Int("prefetch", 0, "samples (`N`) held in batches ready for the trainer (0: 4 batches per rank, at least 256)")
 	f.worldSize = fs.Int("world-size", 0, "number of ranks (`W`) of the trainer: the agent serves them all, or those --ranks names (0: set by the first request's world_size)")
