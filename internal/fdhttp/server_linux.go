@@ -19,16 +19,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluice-project/sluice/internal/httpserve"
 	"github.com/sluice-project/sluice/wire"
 )
 
-// Defaults of Options.
-const (
-	DefaultReadTimeout = 30 * time.Second
-	DefaultIdleTimeout = 2 * time.Minute
-)
-
-// Options configure a Server. Zero durations take the defaults.
+// Options configure a Server. Zero durations take httpserve's defaults,
+// so both listeners of one process bound a client alike.
 type Options struct {
 	// ReadTimeout bounds a request frame from its first byte to its last.
 	ReadTimeout time.Duration
@@ -52,10 +48,10 @@ type Server struct {
 // New is a server for h.
 func New(h http.Handler, o Options) *Server {
 	if o.ReadTimeout <= 0 {
-		o.ReadTimeout = DefaultReadTimeout
+		o.ReadTimeout = httpserve.DefaultReadTimeout
 	}
 	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
+		o.IdleTimeout = httpserve.DefaultIdleTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -174,12 +170,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-func (s *Server) shuttingDown() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
-}
-
 // peer names the connection's other process, for the request's RemoteAddr.
 func peer(c *net.UnixConn) string {
 	raw, err := c.SyscallConn()
@@ -204,10 +194,8 @@ func (s *Server) serveConn(c *net.UnixConn) {
 	bufs := newPool(wire.AgentSocketMaxBuffers, wire.AgentSocketMaxBufferBytes)
 	defer bufs.close()
 	for {
-		if s.shuttingDown() {
-			return
-		}
-		req, status, err := s.readRequest(c)
+		req, status, err := s.readRequest(c) // ErrServerClosed once Shutdown began
+
 		if err != nil {
 			if status != 0 {
 				log.Debug("refused a request frame", "err", err)
