@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,19 @@ type env struct {
 	suffix                 string // this test's suffix of job ids and dataset prefixes
 	artifacts              string // where charts go (SLUICE_E2E_ARTIFACTS, else dir)
 	secrets                map[string]string
+	nodes                  int // the cluster's nodes (up.sh's SLUICE_E2E_NODES)
 }
+
+// nodeNetns and nodeIP are node n's network namespace and address, as
+// up.sh makes them (n from 1).
+func nodeNetns(n int) string {
+	if n == 1 {
+		return "sluice-e2e"
+	}
+	return fmt.Sprintf("sluice-e2e-%d", n)
+}
+
+func nodeIP(n int) string { return fmt.Sprintf("10.%d.0.1", 87+n) }
 
 var cluster *env
 
@@ -96,7 +109,10 @@ func setUp(state string) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, bin: vars["SLUICE_E2E_BIN"], kubeconfig: vars["KUBECONFIG"], secrets: map[string]string{}}
+	e := &env{state: state, bin: vars["SLUICE_E2E_BIN"], kubeconfig: vars["KUBECONFIG"], secrets: map[string]string{}, nodes: 1}
+	if n, err := strconv.Atoi(vars["SLUICE_E2E_NODES"]); err == nil {
+		e.nodes = n
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", e.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
@@ -158,7 +174,7 @@ func (e *env) deploy(ctx context.Context, root string) error {
 	if e.readSecrets(ctx) {
 		return e.applySluice(ctx, root)
 	}
-	for _, k := range []string{"controller", "cli", "admin", "fn-token", "s3-access", "s3-secret"} {
+	for _, k := range []string{"controller", "cli", "admin", "route", "fn-token", "s3-access", "s3-secret"} {
 		e.secrets[k] = randomHex(24)
 	}
 	// The auth callout's key pair (`sluice nats callout-key` makes one):
@@ -177,7 +193,7 @@ metadata: {name: %[1]s}
 apiVersion: v1
 kind: Secret
 metadata: {name: sluice-nats-auth, namespace: %[1]s}
-stringData: {controller: %[2]s, cli: %[3]s, admin: %[4]s, callout-seed: %[8]s, callout-issuer: %[9]s}
+stringData: {controller: %[2]s, cli: %[3]s, admin: %[4]s, callout-seed: %[8]s, callout-issuer: %[9]s, route: %[10]s}
 ---
 apiVersion: v1
 kind: Secret
@@ -189,7 +205,8 @@ kind: Secret
 metadata: {name: sluice-s3-credentials, namespace: %[1]s}
 stringData: {access: %[6]s, secret: %[7]s}
 `, namespace, e.secrets["controller"], e.secrets["cli"], e.secrets["admin"],
-		e.secrets["fn-token"], e.secrets["s3-access"], e.secrets["s3-secret"], e.secrets["callout-seed"], e.secrets["callout-issuer"])
+		e.secrets["fn-token"], e.secrets["s3-access"], e.secrets["s3-secret"], e.secrets["callout-seed"], e.secrets["callout-issuer"],
+		e.secrets["route"])
 	// Secrets on stdin, never on a command line.
 	if _, err := e.kubectlIn(ctx, secrets, "apply", "-f", "-"); err != nil {
 		return err
@@ -211,11 +228,11 @@ func (e *env) readSecrets(ctx context.Context) bool {
 	if nats == nil || fn == nil || s3 == nil {
 		return false
 	}
-	for _, k := range []string{"controller", "cli", "admin", "callout-seed", "callout-issuer"} {
+	for _, k := range []string{"controller", "cli", "admin", "callout-seed", "callout-issuer", "route"} {
 		e.secrets[k] = string(nats[k])
 	}
-	if e.secrets["callout-issuer"] == "" {
-		return false // deployed before agents connected as their jobs
+	if e.secrets["callout-issuer"] == "" || e.secrets["route"] == "" {
+		return false // deployed before agents connected as their jobs, or before NATS ran as a cluster
 	}
 	e.secrets["fn-token"] = string(fn["token"])
 	e.secrets["s3-access"], e.secrets["s3-secret"] = string(s3["access"]), string(s3["secret"])

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/traineragent"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -27,7 +28,8 @@ type Trainer struct {
 	bytes      int64             // batch bodies received
 	failed     map[string]string // "epoch/key" -> reason, from the agent's stats
 	client     *http.Client
-	afterBatch func(n int) // called after the nth batch (1-based) was received
+	token      bearer.Token // sent with every request, if set
+	afterBatch func(n int)  // called after the nth batch (1-based) was received
 	// sources are a mixed job's rows' sources per epoch, in the order
 	// received; seenFrom counts "epoch/source/key" (sources may share keys).
 	sources  map[int][]int
@@ -39,6 +41,10 @@ func NewTrainer() *Trainer {
 	return &Trainer{seen: map[string]int{}, failed: map[string]string{}, client: &http.Client{Timeout: 2 * time.Minute},
 		sources: map[int][]int{}, seenFrom: map[string]int{}}
 }
+
+// Authorize makes the trainer send tok with every request, as a trainer
+// of an agent listening beyond loopback does.
+func (tr *Trainer) Authorize(tok bearer.Token) { tr.token = tok }
 
 // AfterBatch sets a hook the trainer calls after receiving each batch and
 // before asking for the next: the moment to kill an agent between requests.
@@ -109,6 +115,7 @@ func (tr *Trainer) next(ctx context.Context, base string) error {
 	if err != nil {
 		return err
 	}
+	tr.token.Authorize(req)
 	resp, err := tr.client.Do(req)
 	if err != nil {
 		return retryable{fmt.Errorf("trainer: get batch: %w", err)}
@@ -143,6 +150,7 @@ func (tr *Trainer) readStats(ctx context.Context, base string) error {
 	if err != nil {
 		return err
 	}
+	tr.token.Authorize(req)
 	resp, err := tr.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("trainer: get stats: %w", err)

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Starts a real single-node Kubernetes v1.34.2 with Knative Serving v0.42.2 and Traefik (its
-# KIngress) inside a network namespace of its own, from what build.sh put in the cache.
+# Starts a real three-node Kubernetes v1.34.2 with Knative Serving v0.42.2 and Traefik (its
+# KIngress), each node in a network namespace of its own, from what build.sh put in the cache.
 #
 # Usage: up.sh     (as root; down.sh stops it)
 #   SLUICE_E2E_CACHE  the build cache (default ~/.cache/sluice/e2e)
 #   SLUICE_E2E_STATE  where the cluster keeps its state, logs and kubeconfig
 #                     (default /var/lib/sluice-e2e; wiped at each start)
 #
-# The namespace (sluice-e2e) has only lo and the bridge cni0 (10.88.0.1/16: the node's address,
-# the API server's and the cluster DNS's), no uplink and no default route: nothing in it
-# reaches beyond it, and nothing outside reaches in. Every process runs inside it; pods live
-# under the cgroup /sluice-e2e, so down.sh kills exactly what this started.
+# Node 1 (namespace sluice-e2e) runs the control plane and pods; nodes 2 and 3 (sluice-e2e-2,
+# sluice-e2e-3) run pods. Node N's address is 10.(87+N).0.1 on its bridge cni0, its pods
+# 10.(87+N).0.0/16. Nodes 2 and 3 each have one link to node 1 (a veth pair, 10.87.N.0/24) and
+# routes to the other nodes' pods through it: node 1 is the network between them. No namespace
+# has an uplink or a default route: nothing in them reaches beyond them, and nothing outside
+# reaches in. Every process runs inside them; node N's pods live under the cgroup /sluice-e2e
+# (node 1) or /sluice-e2e-N, so down.sh kills exactly what this started.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${SLUICE_E2E_CACHE:-$HOME/.cache/sluice/e2e}
@@ -19,6 +22,12 @@ bin=$cache/bin
 netns=sluice-e2e
 node=sluice-e2e
 ip=10.88.0.1
+# Three: NATS runs a member on each (test/e2e/cluster/manifests/sluice).
+nodes=3
+# node_ns N, node_name N, node_ip N: node N's network namespace, name and address.
+node_ns() { if [ "$1" = 1 ]; then echo sluice-e2e; else echo "sluice-e2e-$1"; fi; }
+node_name() { node_ns "$1"; }
+node_ip() { echo "10.$((87 + $1)).0.1"; }
 t0=$SECONDS
 log() { echo "e2e up [$((SECONDS - t0))s]: $*" >&2; }
 in_ns() { nsenter --net=/run/netns/$netns "$@"; }
@@ -26,32 +35,40 @@ in_ns() { nsenter --net=/run/netns/$netns "$@"; }
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns-v1.11.3; do
   [ -x "$bin/$b" ] || { echo "up.sh: $bin/$b missing: run build.sh first" >&2; exit 1; }
 done
-if ip netns list | grep -qw "$netns"; then
-  echo "up.sh: network namespace $netns exists: run down.sh first" >&2
-  exit 1
-fi
+for n in 1 2 3; do
+  if ip netns list | awk '{print $1}' | grep -qx "$(node_ns $n)"; then
+    echo "up.sh: network namespace $(node_ns $n) exists: run down.sh first" >&2
+    exit 1
+  fi
+done
 
 rm -rf "$state"
-mkdir -p "$state"/{pki,logs,pids,cni,containerd,kubelet}
+mkdir -p "$state"/{pki,logs,pids}
 cd "$state"
 # What is not ours, for down.sh: the pods' network namespaces there before.
 ip netns list | awk '/^cni-/ {print $1}' >netns-before
-# The pods' cgroup, in every hierarchy (cgroup v1); a cpuset needs its CPUs and memory nodes.
-for c in /sys/fs/cgroup/*/; do
-  [ -d "$c" ] && [ ! -L "${c%/}" ] && mkdir -p "$c/sluice-e2e"
+# Each node's pods' cgroup, in every hierarchy (cgroup v1); a cpuset needs its CPUs and memory
+# nodes.
+for n in $(seq 1 "$nodes"); do
+  cg=$(node_ns "$n")
+  for c in /sys/fs/cgroup/*/; do
+    [ -d "$c" ] && [ ! -L "${c%/}" ] && mkdir -p "$c/$cg"
+  done
+  if [ -d "/sys/fs/cgroup/cpuset/$cg" ]; then
+    cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$cg/cpuset.cpus"
+    cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$cg/cpuset.mems"
+  fi
 done
-if [ -d /sys/fs/cgroup/cpuset/sluice-e2e ]; then
-  cat /sys/fs/cgroup/cpuset/cpuset.cpus >/sys/fs/cgroup/cpuset/sluice-e2e/cpuset.cpus
-  cat /sys/fs/cgroup/cpuset/cpuset.mems >/sys/fs/cgroup/cpuset/sluice-e2e/cpuset.mems
-fi
 
-# start NAME CMD...: runs CMD inside the namespace in its own session, logging to logs/NAME.log.
-start() {
-  local name=$1; shift
+# start_on N NAME CMD...: runs CMD inside node N's namespace in its own session, logging to
+# logs/NAME.log; start NAME CMD... runs it on node 1.
+start_on() {
+  local n=$1 name=$2; shift 2
   # nsenter and setsid exec what follows: $! is the process itself.
-  nsenter --net=/run/netns/$netns setsid "$@" >"logs/$name.log" 2>&1 </dev/null &
+  nsenter --net="/run/netns/$(node_ns "$n")" setsid "$@" >"logs/$name.log" 2>&1 </dev/null &
   echo $! >"pids/$name"
 }
+start() { start_on 1 "$@"; }
 # wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
 wait_for() {
   local what=$1 limit=$2; shift 2
@@ -67,23 +84,41 @@ wait_for() {
   log "$what ready"
 }
 
-# --- the network namespace ---
-ip netns add $netns
-in_ns ip link set lo up
-in_ns ip link add cni0 type bridge
-in_ns ip addr add $ip/16 dev cni0
-in_ns ip link set cni0 up
-# ClusterIPs need a route in a namespace with no default route.
-in_ns ip route add 10.96.0.0/16 dev cni0 src $ip
-in_ns sysctl -qw net.ipv4.ip_forward=1
-# Pod to Service to a pod on the same bridge: the bridge's traffic must pass iptables.
-in_ns sysctl -qw net.bridge.bridge-nf-call-iptables=1 || true
+# --- the nodes' network namespaces and the links between them ---
 echo "nameserver $ip" >resolv.conf
-# What a pod's resolver has, for processes run with `ip netns exec sluice-e2e` (the tests, and
-# the agents they start beside the cluster): the cluster DNS and its search path.
-mkdir -p /etc/netns/$netns
-printf 'nameserver %s\nsearch sluice.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n' $ip >/etc/netns/$netns/resolv.conf
-log "network namespace $netns with cni0 $ip/16"
+for n in $(seq 1 "$nodes"); do
+  ns=$(node_ns "$n") nip=$(node_ip "$n")
+  ip netns add "$ns"
+  nsenter --net="/run/netns/$ns" sh -ec "
+    ip link set lo up
+    ip link add cni0 type bridge
+    ip addr add $nip/16 dev cni0
+    ip link set cni0 up
+    # ClusterIPs need a route in a namespace with no default route.
+    ip route add 10.96.0.0/16 dev cni0 src $nip
+    sysctl -qw net.ipv4.ip_forward=1
+    # Pod to Service to a pod on the same bridge: the bridge's traffic must pass iptables.
+    sysctl -qw net.bridge.bridge-nf-call-iptables=1 || true"
+  # What a pod's resolver has, for processes run with `ip netns exec` (the tests, and the
+  # agents they start beside the cluster): the cluster DNS and its search path.
+  mkdir -p "/etc/netns/$ns"
+  printf 'nameserver %s\nsearch sluice.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n' $ip >"/etc/netns/$ns/resolv.conf"
+  if [ "$n" != 1 ]; then
+    # Node 1's end is nN (10.87.N.1), node N's uplink (10.87.N.2).
+    ip link add "n$n" netns "$netns" type veth peer name uplink netns "$ns"
+    in_ns ip addr add "10.87.$n.1/24" dev "n$n"
+    in_ns ip link set "n$n" up
+    in_ns ip route add "10.$((87 + n)).0.0/16" via "10.87.$n.2"
+    nsenter --net="/run/netns/$ns" sh -ec "
+      ip addr add 10.87.$n.2/24 dev uplink
+      ip link set uplink up"
+    for m in $(seq 1 "$nodes"); do
+      [ "$m" = "$n" ] && continue
+      nsenter --net="/run/netns/$ns" ip route add "10.$((87 + m)).0.0/16" via "10.87.$n.1" src "$nip"
+    done
+  fi
+  log "node $n: namespace $ns, cni0 $nip/16"
+done
 
 # --- PKI and credentials: a CA, the API server's certificate, a service-account key pair,
 # and one static token per component (the API server is reachable only inside the namespace).
@@ -120,7 +155,9 @@ KC
   chmod 600 "$1.kubeconfig"
 }
 kubeconfig admin admin system:masters
-kubeconfig kubelet system:node:$node system:nodes
+for n in $(seq 1 "$nodes"); do
+  kubeconfig "kubelet-$n" "system:node:$(node_name "$n")" system:nodes
+done
 kubeconfig controller-manager system:kube-controller-manager ""
 kubeconfig scheduler system:kube-scheduler ""
 kubeconfig kube-proxy system:kube-proxy ""
@@ -147,7 +184,7 @@ start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig contro
   --authentication-kubeconfig controller-manager.kubeconfig --authorization-kubeconfig controller-manager.kubeconfig \
   --service-account-private-key-file pki/sa.key --root-ca-file pki/ca.crt \
   --use-service-account-credentials --leader-elect=false --bind-address 127.0.0.1 \
-  --cluster-cidr 10.88.0.0/16 --service-cluster-ip-range 10.96.0.0/16 --v=1
+  --cluster-cidr 10.88.0.0/14 --service-cluster-ip-range 10.96.0.0/16 --v=1
 start kube-scheduler "$bin/kube-scheduler" --kubeconfig scheduler.kubeconfig \
   --authentication-kubeconfig scheduler.kubeconfig --authorization-kubeconfig scheduler.kubeconfig \
   --leader-elect=false --bind-address 127.0.0.1 --v=1
@@ -185,18 +222,24 @@ cat >Corefile <<CF
 CF
 start coredns "$bin/coredns-v1.11.3" -conf Corefile
 
-# --- containerd (Debian's), its own root, state and socket ---
-cat >cni/10-sluice-e2e.conflist <<CNI
+# --- each node: containerd (Debian's, its own root, state and socket), the kubelet, kube-proxy ---
+# node_up N: starts node N's containerd, imports the images into it, then its kubelet and
+# kube-proxy. Node N's files are under nodes/N.
+node_up() {
+  local n=$1 name nip d sock cg
+  name=$(node_name "$n") nip=$(node_ip "$n") d=$state/nodes/$n cg=/$(node_ns "$n")
+  mkdir -p "$d"/{cni,containerd,kubelet}
+  cat >"$d/cni/10-sluice-e2e.conflist" <<CNI
 {"cniVersion": "0.4.0", "name": "sluice-e2e", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": "$state/cni/ipam",
-            "ranges": [[{"subnet": "10.88.0.0/16", "gateway": "$ip", "rangeStart": "10.88.1.0"}]]}}]}
+   "ipam": {"type": "host-local", "dataDir": "$d/cni/ipam",
+            "ranges": [[{"subnet": "10.$((87 + n)).0.0/16", "gateway": "$nip", "rangeStart": "10.$((87 + n)).1.0"}]]}}]}
 CNI
-sock=$state/containerd/containerd.sock
-cat >containerd.toml <<TOML
+  sock=$d/containerd/containerd.sock
+  cat >"$d/containerd.toml" <<TOML
 version = 2
-root = "$state/containerd/root"
-state = "$state/containerd/state"
+root = "$d/containerd/root"
+state = "$d/containerd/state"
 [grpc]
   address = "$sock"
 [plugins."io.containerd.grpc.v1.cri"]
@@ -213,28 +256,27 @@ state = "$state/containerd/state"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$state/cni"
+    conf_dir = "$d/cni"
 TOML
-start containerd containerd --config containerd.toml
-wait_for containerd 30 ctr -a "$sock" version
-for t in "$cache"/images/*.tar; do
-  ctr -a "$sock" -n k8s.io images import --no-unpack=false "$t" >/dev/null
-done
-log "images imported: $(ls "$cache"/images/*.tar | wc -l)"
+  start_on "$n" "containerd-$n" containerd --config "$d/containerd.toml"
+  wait_for "node $n's containerd" 30 ctr -a "$sock" version
+  for t in "$cache"/images/*.tar; do
+    ctr -a "$sock" -n k8s.io images import --no-unpack=false "$t" >/dev/null
+  done
+  log "node $n: images imported: $(ls "$cache"/images/*.tar | wc -l)"
 
-# --- kubelet and kube-proxy ---
-cat >kubelet.yaml <<KCFG
+  cat >"$d/kubelet.yaml" <<KCFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
-# Every pod under one cgroup of ours: down.sh kills exactly these.
-cgroupRoot: /sluice-e2e
+# Every pod of this node under one cgroup of ours: down.sh kills exactly these.
+cgroupRoot: $cg
 containerRuntimeEndpoint: unix://$sock
 failSwapOn: false
-address: $ip
+address: $nip
 readOnlyPort: 0
-# The kubelet's API is reachable only inside the namespace; the API server's logs and exec
+# The kubelet's API is reachable only inside the namespaces; the API server's logs and exec
 # calls come without a client certificate.
 authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
 authorization: {mode: AlwaysAllow}
@@ -248,21 +290,29 @@ evictionHard: {memory.available: 100Mi, nodefs.available: "1%", imagefs.availabl
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 KCFG
-start kubelet "$bin/kubelet" --config kubelet.yaml --kubeconfig kubelet.kubeconfig \
-  --hostname-override $node --node-ip $ip --root-dir "$state/kubelet" --v=${SLUICE_E2E_KUBELET_V:-1}
-cat >kube-proxy.yaml <<KP
+  start_on "$n" "kubelet-$n" "$bin/kubelet" --config "$d/kubelet.yaml" --kubeconfig "kubelet-$n.kubeconfig" \
+    --hostname-override "$name" --node-ip "$nip" --root-dir "$d/kubelet" --v="${SLUICE_E2E_KUBELET_V:-1}"
+  cat >"$d/kube-proxy.yaml" <<KP
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
-clusterCIDR: 10.88.0.0/16
-hostnameOverride: $node
+# Every node's pods (10.88-10.90): traffic from them to a Service is not masqueraded.
+clusterCIDR: 10.88.0.0/14
+hostnameOverride: $name
 clientConnection: {kubeconfig: $state/kube-proxy.kubeconfig}
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 KP
-start kube-proxy "$bin/kube-proxy" --config kube-proxy.yaml --v=1
-wait_for "node $node" 120 kc wait --for condition=Ready --timeout 1s node/$node
+  start_on "$n" "kube-proxy-$n" "$bin/kube-proxy" --config "$d/kube-proxy.yaml" --v=1
+  wait_for "node $name" 120 kc wait --for condition=Ready --timeout 1s "node/$name"
+}
+# The nodes at once: most of each is importing its images.
+node_pids=()
+for n in $(seq 1 "$nodes"); do
+  node_up "$n" & node_pids+=($!)
+done
+for p in "${node_pids[@]}"; do wait "$p" || { echo "up.sh: a node did not come up" >&2; exit 1; }; done
 wait_for "cluster DNS" 60 ip netns exec $netns getent hosts kubernetes.default.svc.cluster.local
 
 # --- Knative Serving v0.42.2's core, from its module, with the images built here ---
@@ -278,23 +328,41 @@ kc apply --server-side -f "$here/manifests/traefik.yaml" >/dev/null
 wait_for "Knative Serving" 240 kc -n knative-serving wait --for condition=Available --timeout 10s deployment --all
 wait_for "Traefik" 120 kc -n traefik wait --for condition=Available --timeout 10s deployment --all
 
-# The node's local storage: one hostPath PersistentVolume (NATS's StatefulSet claims one;
-# there is no dynamic provisioner).
-mkdir -p "$state/volumes/pv0" && chmod 0777 "$state/volumes/pv0"
-kc apply -f - >/dev/null <<YAML
+# Each node's local storage: a hostPath PersistentVolume bound to that node, in a default
+# StorageClass that binds a claim only once its pod is scheduled (as local volumes do; there is
+# no dynamic provisioner). NATS's StatefulSet claims one per member.
+kc apply -f - >/dev/null <<'YAML'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+YAML
+for n in $(seq 1 "$nodes"); do
+  mkdir -p "$state/volumes/pv$n" && chmod 0777 "$state/volumes/pv$n"
+  kc apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: PersistentVolume
-metadata: {name: sluice-e2e-pv0}
+metadata: {name: sluice-e2e-pv$n}
 spec:
   capacity: {storage: 20Gi}
   accessModes: [ReadWriteOnce]
   persistentVolumeReclaimPolicy: Retain
-  hostPath: {path: $state/volumes/pv0, type: Directory}
+  storageClassName: local
+  hostPath: {path: $state/volumes/pv$n, type: Directory}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$(node_name "$n")]}]
 YAML
+done
 
 cat >env <<ENV
 SLUICE_E2E_STATE=$state
 SLUICE_E2E_NETNS=$netns
+SLUICE_E2E_NODES=$nodes
 KUBECONFIG=$state/admin.kubeconfig
 SLUICE_E2E_BIN=$bin
 SLUICE_E2E_IMAGE=dev.local/sluice:e2e
