@@ -45,7 +45,10 @@ type Sink interface {
 const (
 	DefaultMaxDeliver   = 20
 	DefaultLocalityWait = 100 * time.Millisecond
-	DefaultStallTimeout = 5 * time.Minute
+	// DefaultStallTimeout is six of the functions' heartbeat intervals
+	// (wire.ShardHeartbeatInterval): a replica whose node is lost goes
+	// silent, not away, and its shard is sent elsewhere after this.
+	DefaultStallTimeout = 6 * wire.ShardHeartbeatInterval
 )
 
 // Options tune a Dispatcher.
@@ -59,9 +62,11 @@ type Options struct {
 	// the zero Token sends none (replicas on loopback without one).
 	Token bearer.Token
 	// StallTimeout fails a send (transiently) when its replica sent no
-	// byte for that long, before or between frames: a wedged replica must
-	// not hold a task for ever. Default 5m (a shard's first chunk may wait
-	// for its whole download); negative: none.
+	// byte for that long, before or between frames: a wedged replica, or
+	// one on a lost node, must not hold a task for ever. A function sends
+	// heartbeats while it has nothing else to send (a long download), so
+	// the bound is a few of their intervals. Default DefaultStallTimeout;
+	// negative: none.
 	StallTimeout time.Duration
 }
 

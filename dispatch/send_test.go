@@ -174,6 +174,30 @@ func TestSendShardStalled(t *testing.T) {
 	}
 }
 
+// TestSendShardHeartbeatsKeepASlowShard: a replica that sends nothing but
+// heartbeats for longer than the stall timeout, then its chunks and end,
+// is not taken for stalled.
+func TestSendShardHeartbeatsKeepASlowShard(t *testing.T) {
+	task := testJob("js", 3, 1).Task(0, 2)
+	const stall = 100 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", wire.ShardStreamMediaType)
+		for range 8 { // 8 x 25 ms: twice the stall timeout
+			_ = wire.WriteFrame(w, wire.FrameHeartbeat, 0, nil)
+			w.(http.Flusher).Flush()
+			time.Sleep(stall / 4)
+		}
+		writeShard(w, task, -1)
+	}))
+	defer srv.Close()
+	chunks := 0
+	end, err := sendShard(context.Background(), srv.Client(), bearer.Token{}, srv.URL, task, stall,
+		func(int, []byte) error { chunks++; return nil }, nil)
+	if err != nil || chunks != 3 || end.Chunks != 3 {
+		t.Fatalf("end %+v, %d chunks, err %v: want the shard whole", end, chunks, err)
+	}
+}
+
 // rejected is a function's reply rejecting the task itself.
 func rejected(status int, msg string) func(http.ResponseWriter) {
 	return func(w http.ResponseWriter) {

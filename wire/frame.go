@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // A function answers a shard task with its output in the HTTP response
@@ -23,8 +24,12 @@ import (
 //	           complete shard. Only the end makes the shard complete.
 //	       'X' error: payload is a JSON ShardError; the last frame of a
 //	           shard that failed after the 200 was sent.
+//	       'H' heartbeat: no payload; a function sends one whenever it sent
+//	           nothing for ShardHeartbeatInterval (a long download, a slow
+//	           chunk), so that a caller can take a silent replica for lost
+//	           after a few intervals rather than wait for a whole shard.
 //
-// The chunk index is 0 in end and error frames. A body that stops before
+// The chunk index is 0 in end, error and heartbeat frames. A body that stops before
 // an end or error frame (a killed replica, a cut connection) means "shard
 // incomplete": the caller sends the task again, and because functions are
 // deterministic (per-sample seeds, chunk boundaries that depend only on
@@ -46,10 +51,15 @@ type FrameKind byte
 
 // Frame kinds.
 const (
-	FrameChunk FrameKind = 'C'
-	FrameEnd   FrameKind = 'E'
-	FrameError FrameKind = 'X'
+	FrameChunk     FrameKind = 'C'
+	FrameEnd       FrameKind = 'E'
+	FrameError     FrameKind = 'X'
+	FrameHeartbeat FrameKind = 'H'
 )
+
+// ShardHeartbeatInterval is the longest a function stays silent in a
+// shard's stream: after it, it sends a heartbeat frame.
+const ShardHeartbeatInterval = 5 * time.Second
 
 func (k FrameKind) String() string {
 	switch k {
@@ -59,6 +69,8 @@ func (k FrameKind) String() string {
 		return "shard end"
 	case FrameError:
 		return "error"
+	case FrameHeartbeat:
+		return "heartbeat"
 	}
 	return fmt.Sprintf("frame kind 0x%02x", byte(k))
 }
@@ -132,10 +144,20 @@ func NewFrameReader(r io.Reader, chunkMaxBytes int) *FrameReader {
 	return &FrameReader{r: bufio.NewReaderSize(r, 64<<10), maxChunk: ChunkFrameMax(chunkMaxBytes)}
 }
 
-// Next returns the next frame. At a clean end of the body (no byte of a
-// next frame) it returns io.EOF, in a cut frame io.ErrUnexpectedEOF, and
-// an error wrapping ErrFrame for a frame that breaks the format.
+// Next returns the next frame, passing over heartbeats. At a clean end of
+// the body (no byte of a next frame) it returns io.EOF, in a cut frame
+// io.ErrUnexpectedEOF, and an error wrapping ErrFrame for a frame that
+// breaks the format.
 func (fr *FrameReader) Next() (Frame, error) {
+	for {
+		f, err := fr.next()
+		if err != nil || f.Kind != FrameHeartbeat {
+			return f, err
+		}
+	}
+}
+
+func (fr *FrameReader) next() (Frame, error) {
 	var h [FrameHeaderLen]byte
 	if _, err := io.ReadFull(fr.r, h[:]); err != nil {
 		return Frame{}, err
@@ -144,6 +166,8 @@ func (fr *FrameReader) Next() (Frame, error) {
 	n := int64(binary.BigEndian.Uint32(h[5:9]))
 	var limit int64
 	switch f.Kind {
+	case FrameHeartbeat:
+		limit = 0
 	case FrameChunk:
 		limit = int64(fr.maxChunk)
 	case FrameEnd:

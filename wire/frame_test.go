@@ -9,11 +9,16 @@ import (
 
 func TestFramesRoundTrip(t *testing.T) {
 	var b bytes.Buffer
+	// Heartbeats between and around the chunks are passed over.
 	for i, p := range [][]byte{[]byte("chunk0"), []byte("chunk1")} {
+		if err := WriteFrame(&b, FrameHeartbeat, 0, nil); err != nil {
+			t.Fatal(err)
+		}
 		if err := WriteFrame(&b, FrameChunk, i, p); err != nil {
 			t.Fatal(err)
 		}
 	}
+	WriteFrame(&b, FrameHeartbeat, 0, nil)
 	if err := WriteFrame(&b, FrameEnd, 0, []byte(`{"chunks":2}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +52,7 @@ func TestFrameReaderRefuses(t *testing.T) {
 			WriteFrame(b, FrameChunk, 0, make([]byte, ChunkFrameMax(64<<10)+1))
 		},
 		"end over its bound": func(b *bytes.Buffer) { WriteFrame(b, FrameEnd, 0, make([]byte, MaxEndFrameBytes+1)) },
+		"heartbeat with a payload": func(b *bytes.Buffer) { WriteFrame(b, FrameHeartbeat, 0, []byte("x")) },
 	}
 	for name, write := range cases {
 		var b bytes.Buffer

@@ -57,6 +57,10 @@ type Config struct {
 	// counts as gone, so it cannot hold a processing slot forever. Negative
 	// means no bound.
 	FrameWriteTimeout time.Duration
+	// HeartbeatInterval is how long a shard's stream may stay silent
+	// before a heartbeat frame goes out (default
+	// wire.ShardHeartbeatInterval; negative: none).
+	HeartbeatInterval time.Duration
 	// Cache keeps the raw bytes of shards read from S3 on local disk and
 	// in memory; the zero value caches nothing. Parquet shards bypass it.
 	Cache shardcache.Config
@@ -84,6 +88,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MemoryLimit <= 0 {
 		c.MemoryLimit = memlimit.Default
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = wire.ShardHeartbeatInterval
 	}
 	if c.FrameWriteTimeout == 0 {
 		c.FrameWriteTimeout = DefaultFrameWriteTimeout
@@ -231,7 +238,9 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request) {
 	defer release()
 
 	sink := &responseSink{w: w, rc: http.NewResponseController(w), timeout: s.cfg.FrameWriteTimeout}
+	stop := sink.keepAlive(s.cfg.HeartbeatInterval)
 	_, err = s.ProcessShard(r.Context(), task, sink)
+	stop()
 	switch {
 	case err == nil:
 	case !sink.started:

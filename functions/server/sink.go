@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sluice-project/sluice/wire"
@@ -46,11 +47,57 @@ type responseSink struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration // per frame; <= 0 none
-	started bool          // the 200 was sent
-	err     error         // the first write error: the client is gone
+
+	mu      sync.Mutex // the shard's writer and keepAlive's
+	started bool       // the 200 was sent
+	err     error      // the first write error: the client is gone
+	last    time.Time  // when the last frame went out
 }
 
 func (s *responseSink) WriteFrame(kind wire.FrameKind, chunk int, payload []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeFrame(kind, chunk, payload)
+}
+
+// keepAlive sends a heartbeat frame whenever no frame went out for every
+// (the first one starts the 200), until stop is called; stop returns once
+// no heartbeat is being written. every <= 0 sends none.
+func (s *responseSink) keepAlive(every time.Duration) (stop func()) {
+	if every <= 0 {
+		return func() {}
+	}
+	s.mu.Lock()
+	s.last = time.Now()
+	s.mu.Unlock()
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			next := every - time.Since(s.last)
+			if next <= 0 {
+				if err := s.writeFrame(wire.FrameHeartbeat, 0, nil); err != nil {
+					s.mu.Unlock()
+					return
+				}
+				next = every
+			}
+			s.mu.Unlock()
+			t.Reset(next)
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+func (s *responseSink) writeFrame(kind wire.FrameKind, chunk int, payload []byte) error {
 	if s.err != nil {
 		return s.err
 	}
@@ -70,6 +117,7 @@ func (s *responseSink) WriteFrame(kind wire.FrameKind, chunk int, payload []byte
 	if err != nil {
 		s.err = fmt.Errorf("sending the response: %w", err)
 	}
+	s.last = time.Now()
 	return s.err
 }
 

@@ -29,6 +29,12 @@ const (
 	jetStreamTimeout     = 3 * time.Second // one attempt of the start-up JetStream check (retried)
 	// publishAsyncTimeout reclaims async publish futures never acked.
 	publishAsyncTimeout = 30 * time.Second
+	// A server on a lost node goes silent, not away: the client pings it
+	// every pingInterval and takes it for gone, and reconnects to another
+	// member, once maxPingsOut pings went unanswered (nats.go's defaults,
+	// 2 minutes and 2, would take 4 to 6 minutes).
+	pingInterval = 5 * time.Second
+	maxPingsOut  = 3
 )
 
 // ConnectNATS connects to the first NATS server of c.NATS.URLs that
@@ -198,6 +204,8 @@ func (n NATS) options(name string, logger *slog.Logger) ([]nats.Option, error) {
 		nats.Timeout(dialTimeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("nats disconnected; reconnecting", "url", RedactURL(nc.ConnectedUrl()), "err", err)

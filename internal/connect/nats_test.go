@@ -226,3 +226,22 @@ func TestConnectNATSWaitsForJetStreamOfAFormingCluster(t *testing.T) {
 	}
 	t.Logf("retry line: %s", strings.SplitN(logs.String(), "\n", 2)[0])
 }
+
+// TestConnectNATSPingsASilentServer: a connection pings its server often
+// enough to take one on a lost node (silent, its TCP connection never
+// closed) for gone within 20 s and reconnect to another member, where
+// nats.go's defaults would wait 4 to 6 minutes.
+func TestConnectNATSPingsASilentServer(t *testing.T) {
+	s := startNATS(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, _, err := natsConfig(s.ClientURL(), nil).ConnectNATS(ctx, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if d := nc.Opts.PingInterval * time.Duration(nc.Opts.MaxPingsOut+1); d > 20*time.Second || nc.Opts.MaxPingsOut < 2 {
+		t.Errorf("ping every %v, %d outstanding: a silent server is found after %v, want at most 20s with at least 2 pings",
+			nc.Opts.PingInterval, nc.Opts.MaxPingsOut, d)
+	}
+}
