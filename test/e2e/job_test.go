@@ -83,8 +83,11 @@ func (e *env) agent(t *testing.T, name, job string, extra ...string) (*integrati
 // jetStream is a client of the cluster's NATS as the cli user.
 func (e *env) jetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
+	// Pinging as Sluice's own clients do: a member on a node cut off
+	// (9_nodes_test.go) goes silent, and the test must reconnect too.
 	nc, err := nats.Connect(natsURL, nats.UserInfo("sluice-cli", e.secrets["cli"]),
-		nats.CustomInboxPrefix(natsperm.CLI().InboxPrefix))
+		nats.CustomInboxPrefix(natsperm.CLI().InboxPrefix), nats.MaxReconnects(-1),
+		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,8 @@ bin=$cache/bin
 netns=sluice-e2e
 node=sluice-e2e
 ip=10.88.0.1
-# Three: NATS runs a member on each (test/e2e/cluster/manifests/sluice).
+# Three: NATS runs a member on each (test/e2e/cluster/manifests/sluice). Node 1 is the control
+# plane, which also holds one of them.
 nodes=3
 # node_ns N, node_name N, node_ip N: node N's network namespace, name and address.
 node_ns() { if [ "$1" = 1 ]; then echo sluice-e2e; else echo "sluice-e2e-$1"; fi; }
@@ -178,7 +179,8 @@ start kube-apiserver "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 
   --service-account-key-file pki/sa.pub --service-account-signing-key-file pki/sa.key \
   --service-cluster-ip-range 10.96.0.0/16 --authorization-mode Node,RBAC \
   --token-auth-file pki/tokens.csv --anonymous-auth=false --allow-privileged=true \
-  --kubelet-preferred-address-types InternalIP --profiling=false --v=1
+  --kubelet-preferred-address-types InternalIP --profiling=false --v=1 \
+  --default-not-ready-toleration-seconds 30 --default-unreachable-toleration-seconds 30
 wait_for kube-apiserver 120 kc get --raw /readyz
 start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig controller-manager.kubeconfig \
   --authentication-kubeconfig controller-manager.kubeconfig --authorization-kubeconfig controller-manager.kubeconfig \
@@ -314,6 +316,12 @@ for n in $(seq 1 "$nodes"); do
 done
 for p in "${node_pids[@]}"; do wait "$p" || { echo "up.sh: a node did not come up" >&2; exit 1; }; done
 wait_for "cluster DNS" 60 ip netns exec $netns getent hosts kubernetes.default.svc.cluster.local
+# Node 1 is the control plane (kubeadm's label and taint): the cluster's own services run there
+# (Knative's, Traefik, and in the Sluice deployment S3 and the controllers), the functions and
+# the trainers on the workers, nodes 2 and 3, which the multi-node scenarios lose.
+kc label node "$node" node-role.kubernetes.io/control-plane= >/dev/null
+kc taint node "$node" node-role.kubernetes.io/control-plane=:NoSchedule >/dev/null
+on_control_plane='{"spec":{"template":{"spec":{"nodeSelector":{"node-role.kubernetes.io/control-plane":""},"tolerations":[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists","effect":"NoSchedule"}]}}}}'
 
 # --- Knative Serving v0.42.2's core, from its module, with the images built here ---
 bash "$here/knative.sh" "$state/knative"
@@ -324,9 +332,25 @@ wait_for "Knative's CRDs" 60 kc wait --for condition=established --timeout 10s c
 kc apply --server-side -f "$state/knative.yaml" >/dev/null
 kc -n knative-serving patch configmap config-network --type merge \
   -p '{"data":{"ingress-class":"traefik.ingress.networking.knative.dev"}}' >/dev/null
+# Knative's feature flag for a Service's topologySpreadConstraints: the function's pods spread
+# over the workers (test/e2e/cluster/manifests/sluice), so a node lost takes only some of them.
+kc -n knative-serving patch configmap config-features --type merge \
+  -p '{"data":{"kubernetes.podspec-topologyspreadconstraints":"enabled"}}' >/dev/null
 kc apply --server-side -f "$here/manifests/traefik.yaml" >/dev/null
-wait_for "Knative Serving" 240 kc -n knative-serving wait --for condition=Available --timeout 10s deployment --all
-wait_for "Traefik" 120 kc -n traefik wait --for condition=Available --timeout 10s deployment --all
+# rolled_out NS: every Deployment of NS has rolled out (onto the control plane).
+rolled_out() {
+  local d
+  for d in $(kc -n "$1" get deployment -o name); do
+    kc -n "$1" rollout status --timeout 10s "$d" || return 1
+  done
+}
+for ns in knative-serving traefik; do
+  for d in $(kc -n "$ns" get deployment -o name); do
+    kc -n "$ns" patch "$d" --type merge -p "$on_control_plane" >/dev/null
+  done
+done
+wait_for "Knative Serving" 240 rolled_out knative-serving
+wait_for "Traefik" 120 rolled_out traefik
 
 # Each node's local storage: a hostPath PersistentVolume bound to that node, in a default
 # StorageClass that binds a claim only once its pod is scheduled (as local volumes do; there is
