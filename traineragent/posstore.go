@@ -97,8 +97,11 @@ func (s *positionStore) judge(e jetstream.KeyValueEntry, data []byte) error {
 }
 
 // positionWriteTimeout bounds the retries of one position write; past it
-// the agent stops rather than hand out batches it cannot record.
-const positionWriteTimeout = 30 * time.Second
+// the agent stops rather than hand out batches it cannot record. It
+// outlasts a NATS member lost with its node: 15-20 s for the client to
+// find its server silent, a reconnect through the auth callout (whose
+// controller may be reconnecting too), and the stream's new leader.
+const positionWriteTimeout = 90 * time.Second
 
 // ErrReaderTaken means another agent wrote this reader's position: two
 // agents must not read a job as the same reader.

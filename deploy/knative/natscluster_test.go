@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sluice-project/sluice/internal/natsperm"
+	"github.com/sluice-project/sluice/internal/testenv"
 )
 
 const clusterConfPath = "components/nats-cluster/cluster.conf"
@@ -78,7 +79,13 @@ func clusterMember(t *testing.T, dir, name string, port int, routes []string, ro
 	if err != nil {
 		t.Fatalf("nats-server refuses %s: %v", clusterConfPath, err)
 	}
-	// The pod's ports and volume, here on loopback and in a temporary directory.
+	// A member on a lost node must be given up in seconds (its routes
+	// carry interest, such as the auth callout's).
+	if d := o.Cluster.PingInterval * time.Duration(o.Cluster.MaxPingsOut+1); d == 0 || d > 20*time.Second {
+		t.Errorf("routes pinged every %v, %d outstanding: a silent member is given up after %v, want at most 20s",
+			o.Cluster.PingInterval, o.Cluster.MaxPingsOut, d)
+	}
+		// The pod's ports and volume, here on loopback and in a temporary directory.
 	o.Host, o.Port, o.HTTPPort = "127.0.0.1", -1, 0
 	o.Cluster.Host, o.Cluster.Port = "127.0.0.1", port
 	o.StoreDir = t.TempDir()
@@ -138,7 +145,7 @@ func TestNATSClusterConfigFormsACluster(t *testing.T) {
 			logs0 = l
 		}
 	}
-	waitUntil(t, 20*time.Second, func() error {
+	testenv.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
 		for i, s := range members {
 			if n := s.NumRoutes(); n < 2 {
 				return fmt.Errorf("member %d has %d routes, want 2", i, n)
@@ -159,7 +166,7 @@ func TestNATSClusterConfigFormsACluster(t *testing.T) {
 	}
 	// The JetStream cluster elects its meta leader a moment after the routes form.
 	var kv jetstream.KeyValue
-	waitUntil(t, 30*time.Second, func() error {
+	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "sluice_jobs", Replicas: 3})
@@ -180,7 +187,7 @@ func TestNATSClusterConfigFormsACluster(t *testing.T) {
 	t.Setenv("POD_NAME", "intruder")
 	bad := []string{fmt.Sprintf("nats://sluice-route:wrong@127.0.0.1:%d", ports[0])}
 	clusterMember(t, dir, "intruder", freePort(t), bad, "wrong")
-	waitUntil(t, 20*time.Second, func() error {
+	testenv.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
 		if !logs0.has("Router connection closed: Authentication Failure") {
 			logs0.mu.Lock()
 			defer logs0.mu.Unlock()
@@ -267,20 +274,5 @@ func TestNATSClusterComponentWiresTheRoutes(t *testing.T) {
 	}
 	if replicas != "3" {
 		t.Errorf("SLUICE_STREAM_REPLICAS %q, want 3", replicas)
-	}
-}
-
-func waitUntil(t *testing.T, within time.Duration, f func() error) {
-	t.Helper()
-	end := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("after %v: %v", within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
