@@ -68,7 +68,7 @@ bench-peers:
 
 # The real-cluster tests: Kubernetes v1.34.2, Knative Serving v0.42.2 and
 # Traefik (its KIngress) built from the Go module proxy into
-# ~/.cache/sluice/e2e, started in the network namespace sluice-e2e, Sluice
+# ~/.cache/sluice/e2e, started in the network namespaces sluice-e2e(-2,-3), Sluice
 # deployed from deploy/knative, the scenarios of test/e2e run, all torn
 # down. Needs root. See test/e2e/run.sh for its settings.
 e2e-knative:

@@ -7,8 +7,8 @@
 #   SLUICE_E2E_STATE  where the cluster keeps its state, logs and kubeconfig
 #                     (default /var/lib/sluice-e2e; wiped at each start)
 #
-# Node 1 (namespace sluice-e2e) runs the control plane and pods; nodes 2 and 3 (sluice-e2e-2,
-# sluice-e2e-3) run pods. Node N's address is 10.(87+N).0.1 on its bridge cni0, its pods
+# Node 1 (namespace sluice-e2e) runs the control plane and the cluster's own pods (it is
+# tainted: see below); nodes 2 and 3 (sluice-e2e-2, sluice-e2e-3) are the workers. Node N's address is 10.(87+N).0.1 on its bridge cni0, its pods
 # 10.(87+N).0.0/16. Nodes 2 and 3 each have one link to node 1 (a veth pair, 10.87.N.0/24) and
 # routes to the other nodes' pods through it: node 1 is the network between them. No namespace
 # has an uplink or a default route: nothing in them reaches beyond them, and nothing outside
