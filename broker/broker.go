@@ -76,6 +76,10 @@ const (
 // rollbackTimeout bounds the cleanup of a Submit that failed half way.
 const rollbackTimeout = 10 * time.Second
 
+// queueRetryWindow bounds how long a Submit retries queueing its tasks
+// through a transient JetStream failure (a stream electing its leader).
+const queueRetryWindow = time.Minute
+
 // Broker submits, lists, watches, cancels and deletes jobs. It needs no
 // controller running: what it changes is all in JetStream.
 type Broker struct {
@@ -234,10 +238,17 @@ func (b *Broker) Submit(ctx context.Context, spec wire.JobSpec, opts ...SubmitOp
 	start := time.Now()
 	// The consumer exists before the first task: the work-queue stream
 	// then holds every task for the job's agents, which bind to it.
-	err = b.createConsumer(ctx, id)
-	if err == nil {
-		err = b.queueTasks(ctx, job)
-	}
+	// A stream whose leader was on a lost member answers again once the
+	// others elect one: retried for a while (a resent task is dropped as a
+	// duplicate, by its Nats-Msg-Id).
+	qctx, cancel := context.WithTimeout(ctx, queueRetryWindow)
+	defer cancel()
+	err = retry.Do(qctx, b.log, retry.Startup(), "queueing the job's tasks", retry.Transient, func(ctx context.Context) error {
+		if err := b.createConsumer(ctx, id); err != nil {
+			return err
+		}
+		return b.queueTasks(ctx, job)
+	})
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()

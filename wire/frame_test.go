@@ -51,7 +51,7 @@ func TestFrameReaderRefuses(t *testing.T) {
 		"chunk over its bound": func(b *bytes.Buffer) {
 			WriteFrame(b, FrameChunk, 0, make([]byte, ChunkFrameMax(64<<10)+1))
 		},
-		"end over its bound": func(b *bytes.Buffer) { WriteFrame(b, FrameEnd, 0, make([]byte, MaxEndFrameBytes+1)) },
+		"end over its bound":       func(b *bytes.Buffer) { WriteFrame(b, FrameEnd, 0, make([]byte, MaxEndFrameBytes+1)) },
 		"heartbeat with a payload": func(b *bytes.Buffer) { WriteFrame(b, FrameHeartbeat, 0, []byte("x")) },
 	}
 	for name, write := range cases {

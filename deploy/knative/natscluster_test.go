@@ -85,7 +85,7 @@ func clusterMember(t *testing.T, dir, name string, port int, routes []string, ro
 		t.Errorf("routes pinged every %v, %d outstanding: a silent member is given up after %v, want at most 20s",
 			o.Cluster.PingInterval, o.Cluster.MaxPingsOut, d)
 	}
-		// The pod's ports and volume, here on loopback and in a temporary directory.
+	// The pod's ports and volume, here on loopback and in a temporary directory.
 	o.Host, o.Port, o.HTTPPort = "127.0.0.1", -1, 0
 	o.Cluster.Host, o.Cluster.Port = "127.0.0.1", port
 	o.StoreDir = t.TempDir()

@@ -22,7 +22,8 @@ const (
 // Transient reports whether err, from a JetStream API call, may go away
 // by itself while a NATS cluster forms or a server restarts: a request
 // that timed out or found no responder, no meta leader, too few peers for
-// a replicated stream yet, a connection being re-established.
+// a replicated stream yet, a connection being re-established, a stream
+// with no leader for the moment (a publish no stream answered).
 func Transient(err error) bool {
 	var api *jetstream.APIError
 	switch {
@@ -30,7 +31,8 @@ func Transient(err error) bool {
 		return false // configuration, not timing
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, jetstream.ErrNoStreamResponse):
 		return true
 	case errors.As(err, &api):
 		switch api.ErrorCode {

@@ -27,6 +27,7 @@ func TestTransient(t *testing.T) {
 		{fmt.Errorf("creating stream X: %w", context.DeadlineExceeded), true},
 		{nats.ErrTimeout, true},
 		{nats.ErrNoResponders, true},
+		{fmt.Errorf("queueing task (msg id a/e0/s1@x): %w", jetstream.ErrNoStreamResponse), true}, // a stream electing its leader
 		{jetstream.ErrJetStreamNotEnabled, true},
 		{api(503, 10008), true}, // no meta leader
 		{api(400, 10005), true}, // too few peers for R3, yet
