@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -120,15 +119,7 @@ func TestNATSClusterConfigFormsACluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, r := range natsperm.Roles() {
-		t.Setenv(r.PasswordEnv(), "pw-"+r.Name)
-	}
-	issuer, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := issuer.PublicKey()
-	t.Setenv(natsperm.CalloutIssuerEnv, pub)
+	setNATSEnv(t)
 
 	const pw = "route-secret"
 	ports := []int{freePort(t), freePort(t), freePort(t)}

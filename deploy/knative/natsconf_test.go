@@ -65,15 +65,7 @@ func TestShippedNATSConfigHasThePermissions(t *testing.T) {
 // with the variables the StatefulSet sets, and waits CalloutWait for the
 // controllers' answer to an auth callout, not its default 2 s.
 func TestShippedNATSConfigParses(t *testing.T) {
-	for _, r := range natsperm.Roles() {
-		t.Setenv(r.PasswordEnv(), "pw-"+r.Name)
-	}
-	issuer, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := issuer.PublicKey()
-	t.Setenv(natsperm.CalloutIssuerEnv, pub)
+	_, pub := setNATSEnv(t)
 	t.Setenv("POD_NAME", "sluice-nats-0")
 	o, err := server.ProcessConfigFile(natsConfPath)
 	if err != nil {
@@ -174,4 +166,21 @@ func TestManifestsGiveEachComponentItsNATSUser(t *testing.T) {
 			t.Errorf("controller's %s %q is not the Secret's %s key alone, mounted", env, file, key)
 		}
 	}
+}
+
+// setNATSEnv sets the variables the StatefulSet gives the NATS server:
+// each role's password ("pw-" and its name) and a new auth callout
+// issuer, which it returns with its public key.
+func setNATSEnv(t *testing.T) (nkeys.KeyPair, string) {
+	t.Helper()
+	for _, r := range natsperm.Roles() {
+		t.Setenv(r.PasswordEnv(), "pw-"+r.Name)
+	}
+	issuer, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := issuer.PublicKey()
+	t.Setenv(natsperm.CalloutIssuerEnv, pub)
+	return issuer, pub
 }

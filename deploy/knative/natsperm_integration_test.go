@@ -61,15 +61,7 @@ type leastPrivilege struct {
 
 func startLeastPrivilege(t *testing.T) *leastPrivilege {
 	ctx := context.Background()
-	for _, r := range natsperm.Roles() {
-		t.Setenv(r.PasswordEnv(), "pw-"+r.Name)
-	}
-	issuer, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := issuer.PublicKey()
-	t.Setenv(natsperm.CalloutIssuerEnv, pub)
+	issuer, _ := setNATSEnv(t)
 	t.Setenv("POD_NAME", "sluice-nats-0")
 	e := &leastPrivilege{t: t, srv: testenv.NATSFromConfig(t, natsConfPath), dir: t.TempDir(), ctlReg: prometheus.NewRegistry(), issuer: issuer}
 
