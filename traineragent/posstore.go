@@ -103,6 +103,10 @@ func (s *positionStore) judge(e jetstream.KeyValueEntry, data []byte) error {
 // controller may be reconnecting too), and the stream's new leader.
 const positionWriteTimeout = 90 * time.Second
 
+// replicaCatchUp bounds the wait, before the position is read, for the
+// bucket's replicas to catch up with their leader.
+const replicaCatchUp = 30 * time.Second
+
 // ErrReaderTaken means another agent wrote this reader's position: two
 // agents must not read a job as the same reader.
 var ErrReaderTaken = errors.New("another agent is reading as this reader")
@@ -118,6 +122,11 @@ func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitt
 	kv, err := js.KeyValue(ctx, wire.ReadersBucket)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening reader positions (bucket %s): %w", wire.ReadersBucket, err)
+	}
+	// A replica behind its leader would answer with an earlier position
+	// (its first write over it would then look like another agent's).
+	if err := streams.WaitReplicasCurrent(ctx, kv, replicaCatchUp); err != nil {
+		return nil, nil, fmt.Errorf("not reading the position under %s from a replica that may be behind: %w", key, err)
 	}
 	s := &positionStore{kv: kv, key: key, seals: seals, log: log}
 	e, err := kv.Get(ctx, key)
@@ -174,11 +183,9 @@ func (s *positionStore) write(ctx context.Context, data []byte) error {
 		}
 		if streams.IsCASConflict(err) {
 			// A retried write that did land looks like a conflict.
-			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			e, gerr := s.kv.Get(gctx, s.key)
-			cancel()
+			e, gerr := s.readPast(ctx, deadline)
 			if gerr != nil {
-				return fmt.Errorf("%w (the position under %s changed)", ErrReaderTaken, s.key)
+				return fmt.Errorf("%w (the position under %s changed: %w)", ErrReaderTaken, s.key, gerr)
 			}
 			switch jerr := s.judge(e, data); {
 			case jerr == nil:
@@ -204,6 +211,30 @@ func (s *positionStore) write(ctx context.Context, data []byte) error {
 	}
 }
 
+// readPast reads the entry that made a write over s.rev conflict, reading
+// again until deadline while the replica that answers has nothing past
+// s.rev: it is behind (a member back from a partition), and judging its
+// earlier entry would take this reader's own last write for another's.
+func (s *positionStore) readPast(ctx context.Context, deadline time.Time) (jetstream.KeyValueEntry, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		e, err := s.kv.Get(gctx, s.key)
+		cancel()
+		switch {
+		case err == nil && e.Revision() > s.rev:
+			return e, nil
+		case err == nil:
+			err = fmt.Errorf("read revision %d, not past this reader's last write (%d): a replica behind", e.Revision(), s.rev)
+		}
+		if !time.Now().Add(wait).Before(deadline) {
+			return nil, err
+		}
+		if serr := retry.Sleep(ctx, wait); serr != nil {
+			return nil, err
+		}
+	}
+}
+
 // taken returns an error wrapping ErrReaderTaken if another agent wrote
 // the position since this one last did. Two agents of one reader split
 // the job's tasks; one whose shards make no step of the ranks' epoch has
@@ -215,8 +246,8 @@ func (s *positionStore) taken(ctx context.Context) error {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	e, err := s.kv.Get(gctx, s.key)
-	if err != nil || e.Revision() == s.rev {
-		return nil // none, or not readable now: the next tick looks again
+	if err != nil || e.Revision() <= s.rev {
+		return nil // none, not readable now, or read from a replica behind: the next tick looks again
 	}
 	err = s.judge(e, s.recorded)
 	if err == nil {

@@ -124,3 +124,6 @@ func (c *NATSCluster) JetStream(i int) jetstream.JetStream {
 	}
 	return js
 }
+
+// Server is node i (nil if not started).
+func (c *NATSCluster) Server(i int) *server.Server { return c.servers[i] }

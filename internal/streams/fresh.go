@@ -1,0 +1,66 @@
+package streams
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A key-value Get is a direct get: any replica of the bucket's stream
+// answers it (the one on the client's own server first) from what it
+// holds, so a replica catching up (one back from a partition) answers with
+// an earlier entry than the leader has.
+
+// WaitReplicasCurrent waits, up to max, until every replica of kv's
+// stream that the leader sees online has every entry the leader
+// committed, so that a Get after it sees what was written before. The
+// error names the replicas still behind, or why the stream's state could
+// not be read. A bucket on one server has no replica to wait for.
+func WaitReplicasCurrent(ctx context.Context, kv jetstream.KeyValue, max time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	var last error
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		st, err := kv.Status(ctx)
+		switch {
+		case err != nil:
+			last = fmt.Errorf("reading bucket %s's replicas: %w", kv.Bucket(), err)
+		default:
+			last = replicasBehind(kv.Bucket(), st)
+			if last == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(wait):
+		}
+	}
+}
+
+// replicasBehind names the online replicas of st's stream that lack
+// committed entries, nil if none does.
+func replicasBehind(bucket string, st jetstream.KeyValueStatus) error {
+	s, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || s.StreamInfo() == nil || s.StreamInfo().Cluster == nil {
+		return nil
+	}
+	c := s.StreamInfo().Cluster
+	if c.Leader == "" {
+		return fmt.Errorf("bucket %s has no stream leader", bucket)
+	}
+	var behind []string
+	for _, p := range c.Replicas {
+		if !p.Offline && !p.Current {
+			behind = append(behind, fmt.Sprintf("%s (%d entries behind)", p.Name, p.Lag))
+		}
+	}
+	if len(behind) > 0 {
+		return fmt.Errorf("bucket %s: replicas behind their leader %s: %s", bucket, c.Leader, strings.Join(behind, ", "))
+	}
+	return nil
+}
