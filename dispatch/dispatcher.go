@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/lowwater"
+	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/wire"
 )
@@ -154,17 +155,30 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, job wire.Jo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cons, err := bindConsumer(ctx, js, id, opts.AckWait)
+	// A consumer or bucket whose leader was on a lost member answers again
+	// once the others elect one: an agent started meanwhile (the job
+	// resumed on another node) waits for it.
+	var cons jetstream.Consumer
+	var kv, readers jetstream.KeyValue
+	bctx, cancel := context.WithTimeout(ctx, bindRetryWindow)
+	defer cancel()
+	err := retry.JetStream(bctx, logger, nc, "binding to the task consumer and buckets", func(ctx context.Context) error {
+		actx, cancel := context.WithTimeout(ctx, bindAttemptTimeout)
+		defer cancel()
+		var err error
+		if cons, err = bindConsumer(actx, js, id, opts.AckWait); err != nil {
+			return err
+		}
+		if kv, err = js.KeyValue(actx, wire.DispatchBucket); err != nil {
+			return fmt.Errorf("job %s: opening key-value bucket %s: %w", id, wire.DispatchBucket, err)
+		}
+		if readers, err = js.KeyValue(actx, wire.ReadersBucket); err != nil {
+			return fmt.Errorf("job %s: opening key-value bucket %s: %w", id, wire.ReadersBucket, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	kv, err := js.KeyValue(ctx, wire.DispatchBucket)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: opening key-value bucket %s: %w", id, wire.DispatchBucket, err)
-	}
-	readers, err := js.KeyValue(ctx, wire.ReadersBucket)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: opening key-value bucket %s: %w", id, wire.ReadersBucket, err)
 	}
 	// Ping within the consumer's own AckWait, should it be shorter.
 	ackWait := opts.AckWait
@@ -238,6 +252,14 @@ func NewHTTPClient() *http.Client {
 	tr.DialContext = lowwater.Dial(lowwater.Default, tr.DialContext)
 	return &http.Client{Transport: tr}
 }
+
+// bindRetryWindow bounds the retries of binding to the task consumer and
+// the buckets.
+const bindRetryWindow = time.Minute
+
+// bindAttemptTimeout bounds one attempt: a request to a consumer with no
+// leader gets no answer.
+const bindAttemptTimeout = 5 * time.Second
 
 // bindConsumer opens job id's task consumer, creating it with ackWait if
 // it does not exist yet. Create, not CreateOrUpdate: one the broker or
