@@ -15,10 +15,13 @@ import (
 // an earlier entry than the leader has.
 
 // WaitReplicasCurrent waits, up to max, until every replica of kv's
-// stream that the leader sees online has every entry the leader
-// committed, so that a Get after it sees what was written before. The
-// error names the replicas still behind, or why the stream's state could
-// not be read. A bucket on one server has no replica to wait for.
+// stream that the leader hears from has every entry the leader
+// committed, so that a Get after it sees what was written before. A
+// replica the leader has not heard from for peerSilent is cut off from
+// it, and so from this client, which reached the leader: it answers no
+// read here (NATS takes a silent server for gone only after minutes).
+// The error names the replicas still behind, or why the stream's state
+// could not be read. A bucket on one server has no replica to wait for.
 func WaitReplicasCurrent(ctx context.Context, kv jetstream.KeyValue, max time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
@@ -42,8 +45,11 @@ func WaitReplicasCurrent(ctx context.Context, kv jetstream.KeyValue, max time.Du
 	}
 }
 
-// replicasBehind names the online replicas of st's stream that lack
-// committed entries, nil if none does.
+// peerSilent is five of the stream leader's heartbeats (one a second).
+const peerSilent = 5 * time.Second
+
+// replicasBehind names the replicas of st's stream that the leader hears
+// from and that lack committed entries, nil if none does.
 func replicasBehind(bucket string, st jetstream.KeyValueStatus) error {
 	s, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok || s.StreamInfo() == nil || s.StreamInfo().Cluster == nil {
@@ -55,7 +61,7 @@ func replicasBehind(bucket string, st jetstream.KeyValueStatus) error {
 	}
 	var behind []string
 	for _, p := range c.Replicas {
-		if !p.Offline && !p.Current {
+		if !p.Offline && !p.Current && p.Active <= peerSilent {
 			behind = append(behind, fmt.Sprintf("%s (%d entries behind)", p.Name, p.Lag))
 		}
 	}
