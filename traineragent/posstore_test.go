@@ -2,14 +2,19 @@ package traineragent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/logbuf"
+	"github.com/sluice-project/sluice/traineragent/internal/fixture"
+	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -121,5 +126,44 @@ func TestPositionWriteOutlastsAReplicaBehind(t *testing.T) {
 	}
 	if after, err := kv.Get(ctx, key); err != nil || after.Revision() != got.Revision() {
 		t.Errorf("the position was written again (revision %d, was %d): %v", after.Revision(), got.Revision(), err)
+	}
+}
+
+// TestResumeOfAReaderThatCouldNotReadItsPosition: the reader's recorded
+// position is not sealed by a node of the job, so the agent stops before
+// it has a position; a trainer's resume arriving meanwhile is answered
+// that the reader stopped (a 503), not by a crash of the request.
+func TestResumeOfAReaderThatCouldNotReadItsPosition(t *testing.T) {
+	e := newEnv(t)
+	job := keyed(fixture.Job("unread", 2, 1, teamLayout))
+	e.submit(t, job, newFunction(t, job, teamLayout), 2)
+	kv, err := e.js.KeyValue(context.Background(), wire.ReadersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), wire.ReaderKey(job.Spec.ID, wire.DefaultReader), []byte(`{"plain":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(e.nc, e.js, job, teamOptions("node0", 1, []int{0}), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := make(chan error, 1)
+	go func() {
+		st := State{Version: readerstate.StateVersion, Job: job.Spec.ID, Reader: wire.DefaultReader, WorldSize: 1}
+		_, err := a.readers[0].Resume(context.Background(), st, 1, 0, "")
+		resumed <- err
+	}()
+	wait := runAgent(t, a)
+	if err := wait(); err == nil || !strings.Contains(err.Error(), "not sealed by a node") {
+		t.Fatalf("Run = %v, want it stopped on the unsealed position", err)
+	}
+	select {
+	case err := <-resumed:
+		if !errors.Is(err, readerstate.ErrStopped) {
+			t.Errorf("the resume: %v, want ErrStopped", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resume was not answered")
 	}
 }

@@ -99,6 +99,12 @@ func (a *Reader) lockForResume(ctx context.Context) error {
 		if err := a.waitFor(ctx, func() bool { return a.st.RunEnded || a.st.Loaded && !a.st.Resuming }); err != nil {
 			return err
 		}
+		a.mu.Lock()
+		unloaded, err := a.pos == nil, a.st.Stopped()
+		a.unlock()
+		if unloaded {
+			return err // the run ended before the position was read: there is none to rewind
+		}
 		a.pos.mu.Lock()
 		a.mu.Lock()
 		if !a.st.Resuming {

@@ -68,7 +68,7 @@ type ResumeRequest struct {
 // state conflicts with the generation's.
 func (s *State) AnswerResume(req ResumeRequest, agent string) (ResumeResult, bool, error) {
 	if s.RunEnded {
-		return ResumeResult{}, true, s.stopped()
+		return ResumeResult{}, true, s.Stopped()
 	}
 	if agent != "" {
 		if err := s.Steps.serves(req.Rank, agent); err != nil {

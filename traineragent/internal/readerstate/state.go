@@ -415,8 +415,8 @@ func (s *State) OwedDue() []wire.ShardTask {
 	return tasks
 }
 
-// stopped is the error of a reader whose run ended.
-func (s *State) stopped() error {
+// Stopped is the error of a reader whose run ended.
+func (s *State) Stopped() error {
 	if s.runErr != nil {
 		return fmt.Errorf("%w: %w", ErrStopped, s.runErr)
 	}

@@ -151,7 +151,7 @@ func (st *State) Take(rank, world int, superseded bool, now time.Time) (p RankPa
 			st.RankEnded(rank)
 			return RankPart{}, false, io.EOF
 		case st.RunEnded || st.closing:
-			return RankPart{}, false, st.stopped()
+			return RankPart{}, false, st.Stopped()
 		case st.Steps.form(st, now):
 			continue
 		}
