@@ -129,7 +129,18 @@ func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitt
 		return nil, nil, fmt.Errorf("not reading the position under %s from a replica that may be behind: %w", key, err)
 	}
 	s := &positionStore{kv: kv, key: key, seals: seals, log: log}
-	e, err := kv.Get(ctx, key)
+	// A read sent to a replica on a lost node gets no answer; another
+	// attempt may reach a live one.
+	var e jetstream.KeyValueEntry
+	rctx, cancel := context.WithTimeout(ctx, positionWriteTimeout)
+	defer cancel()
+	err = retry.Do(rctx, log, retry.Startup(), "reading the position", retry.Transient, func(ctx context.Context) error {
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var err error
+		e, err = kv.Get(gctx, key)
+		return err
+	})
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return s, nil, nil
