@@ -281,7 +281,7 @@ func (f *agentFlags) connectAsJob(ctx context.Context, logger *slog.Logger) (*na
 		// answers the callout in time: retried (connect.NATS.RetryAuth).
 		conn.NATS.RetryAuth = true
 	}
-	nc, js, err := connectAs(ctx, conn, natsperm.AgentFor(job), "sluice-agent "+job, logger)
+	nc, js, err := agentAs(ctx, conn, natsperm.AgentFor(job), "sluice-agent "+job, logger)
 	if err == nil {
 		// The job's record and plan are followed by reading them: an
 		// agent creates no consumer on a bucket (natsperm.AgentFor).

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,10 +31,23 @@ func connectAs(ctx context.Context, c connect.Config, role natsperm.Role, name s
 	return c.ConnectNATS(ctx, name, logger)
 }
 
+// agentAs is connectAs for an agent: a NATS server not reachable is
+// retried for agentConnectWindow (connect.Config.ConnectNATSWithin), as
+// an agent is started when a trainer node is replaced, often just after
+// a node (and maybe the NATS server on it) was lost.
+func agentAs(ctx context.Context, c connect.Config, role natsperm.Role, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	c.NATS.InboxPrefix = role.InboxPrefix
+	return c.ConnectNATSWithin(ctx, agentConnectWindow, name, logger)
+}
+
+// agentConnectWindow outlasts a lost node's NATS endpoint: the node
+// controller's grace period (40 s by default) and the endpoint update.
+const agentConnectWindow = time.Minute
+
 // serveAs is connectAs for the controller, a cluster service deployed
 // beside NATS: it waits for a NATS server that is not reachable yet
-// (connect.Config.ConnectNATSWaiting). The agent and the CLI fail at once
-// with one clear error instead: a user started them.
+// (connect.Config.ConnectNATSWaiting). The CLI fails at once with one
+// clear error instead: a user is waiting on it.
 func serveAs(ctx context.Context, c connect.Config, role natsperm.Role, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	c.NATS.InboxPrefix = role.InboxPrefix
 	return c.ConnectNATSWaiting(ctx, name, logger)

@@ -156,6 +156,18 @@ func (c Config) ConnectNATSWaiting(ctx context.Context, name string, logger *slo
 	return nc, js, err
 }
 
+// ConnectNATSWithin is ConnectNATSWaiting for at most within, for a
+// process a user started (an agent): a wrong URL still fails with one
+// clear error, but a server briefly out of reach is outlasted. Behind a
+// Service's ClusterIP in front of several servers, a new connection goes
+// to a server on a lost node until the node controller takes its
+// endpoints out (tens of seconds); another attempt may reach a live one.
+func (c Config) ConnectNATSWithin(ctx context.Context, within time.Duration, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return c.ConnectNATSWaiting(ctx, name, logger)
+}
+
 // waitJetStream is CheckJetStream until JetStream answers: a cluster
 // still forming (no meta leader yet) is retried with backoff and a Warn
 // line each time, until ctx ends. JetStream off on the server, or for the

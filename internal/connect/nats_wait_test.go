@@ -50,3 +50,27 @@ func TestConnectNATSWaitingWaitsForTheServer(t *testing.T) {
 		t.Errorf("no retry logged: %s", logs.String())
 	}
 }
+
+// TestConnectNATSWithinGivesUp: with no server, ConnectNATSWithin retries
+// for its window only, then fails with the error ConnectNATS gives.
+func TestConnectNATSWithinGivesUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	c := Config{NATS: NATS{URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}}}
+	logger, logs := logbuf.Logger(0)
+	start := time.Now()
+	_, _, err = c.ConnectNATSWithin(context.Background(), 2*time.Second, "t", logger)
+	if !errors.Is(err, ErrNATSUnreachable) {
+		t.Fatalf("ConnectNATSWithin without a server: %v, want ErrNATSUnreachable", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("gave up after %v, past its 2s window", took)
+	}
+	if !strings.Contains(logs.String(), "connecting to nats: not ready yet; retrying") {
+		t.Errorf("no retry logged: %s", logs.String())
+	}
+}
