@@ -239,22 +239,15 @@ func waitStopped(t *testing.T, procs []*Process, steps int) {
 	})
 }
 
-// loaderState is the part of sluice.Loader's state_dict the check needs:
-// the next step the checkpointed model would have taken.
-type loaderState struct {
-	Epoch int `json:"epoch"`
-	Step  int `json:"step"`
-}
-
 // readLoaderState reads the loader state train.py writes beside each
 // checkpoint (ckpt + ".loader.json"), which Go can read without pickle.
-func readLoaderState(t *testing.T, ckpt string) loaderState {
+func readLoaderState(t *testing.T, ckpt string) LoaderState {
 	t.Helper()
 	b, err := os.ReadFile(ckpt + ".loader.json")
 	if err != nil {
 		t.Fatalf("the first run left no checkpoint: %v", err)
 	}
-	var s loaderState
+	var s LoaderState
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatalf("loader state %s: %v", b, err)
 	}

@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -201,7 +199,7 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 	waitFiles(t, first, dir, "run1", rc.before.world, "state-rank%d.json")
 	time.Sleep(rc.readOn)
 	killAll(first) // requests in flight on every agent
-	state := readState(t, filepath.Join(dir, "run1-state-rank0.json"))
+	state := ReadLoaderStateFile(t, filepath.Join(dir, "run1-state-rank0.json"))
 
 	switch {
 	case len(rc.before.nodes) == 1 && len(rc.after.nodes) == 1:
@@ -250,18 +248,18 @@ func (e *resumeEnv) run(t *testing.T, id string, rc resumeCase, batch int, seed 
 	}
 
 	keys, total := e.data.want(rc.kind)
-	before := readRankLines(t, dir, "run1", rc.before.world, func(l keyLine4) bool {
-		return l.epoch < state.Epoch || l.epoch == state.Epoch && l.step < state.Step
+	before := ReadRankLines(t, dir, "run1", rc.before.world, func(l KeyLine) bool {
+		return state.Before(l)
 	})
-	after := readRankLines(t, dir, last, rc.after.world, nil)
-	if err := checkResumed(before, after, state, keys, total); err != nil {
+	after := ReadRankLines(t, dir, last, rc.after.world, nil)
+	if err := CheckResumed(before, after, state, keys, total, resumeEpochs); err != nil {
 		for _, a := range agents {
 			t.Logf("%s:\n%s", a.Name, grepLog(a.Log(), "resum", 12))
 		}
 		t.Fatal(err)
 	}
 	t.Logf("%s: checkpoint at epoch %d step %d; every sample of %d epochs once (%d before it, %d after)",
-		id, state.Epoch, state.Step, resumeEpochs, countLines(before), countLines(after))
+		id, state.Epoch, state.Step, resumeEpochs, CountLines(before), CountLines(after))
 }
 
 // startLayout starts a generation's agents (named from tag): a lone
@@ -325,155 +323,6 @@ func rankErrs(dir, run string, world int) string {
 		}
 	}
 	return strings.Join(out, "")
-}
-
-func readState(t *testing.T, path string) loaderState {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s loaderState
-	if err := json.Unmarshal(b, &s); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return s
-}
-
-// keyLine4 is one of ranks.py's "epoch step source key" lines (key "-":
-// a step of zero rows).
-type keyLine4 struct {
-	epoch, step, source int
-	key                 string
-}
-
-// readRankLines reads each rank's lines of run that keep (nil: all) keeps.
-func readRankLines(t *testing.T, dir, run string, world int, keep func(keyLine4) bool) [][]keyLine4 {
-	t.Helper()
-	out := make([][]keyLine4, world)
-	for r := range world {
-		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("%s-rank%d.keys", run, r)))
-		if errors.Is(err, os.ErrNotExist) {
-			continue // a rank that took nothing
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var l keyLine4
-			if _, err := fmt.Sscanf(sc.Text(), "%d %d %d %s", &l.epoch, &l.step, &l.source, &l.key); err != nil {
-				t.Fatalf("%s rank %d: line %q: %v", run, r, sc.Text(), err)
-			}
-			if keep == nil || keep(l) {
-				out[r] = append(out[r], l)
-			}
-		}
-		f.Close()
-	}
-	return out
-}
-
-func countLines(ranks [][]keyLine4) int {
-	n := 0
-	for _, ls := range ranks {
-		for _, l := range ls {
-			if l.key != "-" {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// checkResumed checks what the model saw (before: the first run's lines
-// before the checkpoint; after: the last run's): every sample of every
-// epoch once (keys: "source/key" of an epoch's samples, or nil when only
-// their number total is known), and every rank of each run taking the
-// same steps in order: the first run's from the start to the
-// checkpoint, the last's from it to the end.
-func checkResumed(before, after [][]keyLine4, ckpt loaderState, keys []string, total int) error {
-	var errs []error
-	seen := map[string]int{}
-	for _, run := range [][][]keyLine4{before, after} {
-		for _, ls := range run {
-			for _, l := range ls {
-				if l.key != "-" {
-					seen[fmt.Sprintf("%d/%d/%s", l.epoch, l.source, l.key)]++
-				}
-			}
-		}
-	}
-	dups, n := 0, 0
-	var dupKeys []string
-	for k, c := range seen {
-		n += c
-		if c > 1 {
-			dups += c - 1
-			dupKeys = append(dupKeys, k)
-		}
-	}
-	if dups > 0 {
-		slices.Sort(dupKeys)
-		errs = append(errs, fmt.Errorf("%d samples delivered twice or more: %s", dups, first(dupKeys, 8)))
-	}
-	if want := resumeEpochs * total; len(seen) != want {
-		errs = append(errs, fmt.Errorf("%d distinct samples seen, want %d", len(seen), want))
-	}
-	if keys != nil {
-		var lost []string
-		for e := range resumeEpochs {
-			for _, k := range keys {
-				if seen[strconv.Itoa(e)+"/"+k] == 0 {
-					lost = append(lost, strconv.Itoa(e)+"/"+k)
-				}
-			}
-		}
-		if len(lost) > 0 {
-			errs = append(errs, fmt.Errorf("%d samples lost: %s", len(lost), first(lost, 8)))
-		}
-	}
-	errs = append(errs, checkStepOrder("before the checkpoint", before, [2]int{0, 0}, &[2]int{ckpt.Epoch, ckpt.Step}))
-	errs = append(errs, checkStepOrder("after the resume", after, [2]int{ckpt.Epoch, ckpt.Step}, nil))
-	return errors.Join(errs...)
-}
-
-// checkStepOrder checks that every rank took the same steps, from start
-// on in order (an epoch's next step, or the next epoch's first), and
-// before end (nil: no bound).
-func checkStepOrder(what string, ranks [][]keyLine4, start [2]int, end *[2]int) error {
-	var ref [][2]int
-	for r, ls := range ranks {
-		var steps [][2]int
-		for _, l := range ls {
-			s := [2]int{l.epoch, l.step}
-			if len(steps) == 0 || steps[len(steps)-1] != s {
-				steps = append(steps, s)
-			}
-		}
-		for i, s := range steps {
-			if i == 0 {
-				if s != start {
-					return fmt.Errorf("%s: rank %d's first step is %v, want %v (steps %v)", what, r, s, start, steps)
-				}
-				continue
-			}
-			prev := steps[i-1]
-			if s != [2]int{prev[0], prev[1] + 1} && s != [2]int{prev[0] + 1, 0} {
-				return fmt.Errorf("%s: rank %d took step %v after %v (steps %v)", what, r, s, prev, steps)
-			}
-		}
-		if end != nil && len(steps) > 0 {
-			if last := steps[len(steps)-1]; last[0] > end[0] || last[0] == end[0] && last[1] >= end[1] {
-				return fmt.Errorf("%s: rank %d took step %v, at or past the checkpoint's %v", what, r, last, *end)
-			}
-		}
-		if r == 0 {
-			ref = steps
-		} else if !slices.Equal(steps, ref) {
-			return fmt.Errorf("%s: rank %d took steps %v, rank 0 %v", what, r, steps, ref)
-		}
-	}
-	return nil
 }
 
 // grepLog is the last n lines of log that contain s.
@@ -663,7 +512,7 @@ func TestIntegrationResumeMixtureRefused(t *testing.T) {
 	first := e.startRanks(c, dir, "run1", l, urls, 1, "--ckpt-after", "3", "--stop-after", "4")
 	waitFiles(t, first, dir, "run1", 2, "state-rank%d.json")
 	killAll(first)
-	st := readState(t, filepath.Join(dir, "run1-state-rank0.json"))
+	st := ReadLoaderStateFile(t, filepath.Join(dir, "run1-state-rank0.json"))
 	var raw map[string]any
 	b, err := os.ReadFile(filepath.Join(dir, "run1-state-rank0.json"))
 	if err != nil || json.Unmarshal(b, &raw) != nil {
