@@ -258,14 +258,38 @@ func (e *env) applySluice(ctx context.Context, root string) error {
 		{"-n", namespace, "rollout", "status", "deployment/sluice-s3", "--timeout=180s"},
 		{"-n", namespace, "rollout", "status", "deployment/sluice-controller", "--timeout=180s"},
 		{"-n", namespace, "rollout", "status", "deployment/sluice-kube-jobs", "--timeout=180s"},
-		{"-n", namespace, "wait", "--for=condition=Ready", "ksvc/" + fnService, "--timeout=180s"},
+		{"-n", namespace, "wait", "--for=condition=Ready", "ksvc/" + fnService, "--timeout=300s"},
 	}
 	for _, w := range waits {
 		if _, err := e.kubectl(ctx, w...); err != nil {
-			return err
+			return fmt.Errorf("%w\n%s", err, e.deployState(ctx))
 		}
 	}
 	return waitRouted(ctx, "http://"+fnService+"."+namespace+".svc.cluster.local/")
+}
+
+// deployState is what a deploy that did not become ready left: Sluice's
+// and Knative's objects and pods, and the namespace's latest events.
+func (e *env) deployState(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second) // the deploy's own may be spent
+	defer cancel()
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"-n", namespace, "get", "ksvc,configurations,revisions,podautoscalers,kingresses,pods", "-o", "wide"},
+		{"-n", "knative-serving", "get", "pods", "-o", "wide"},
+		{"-n", namespace, "get", "ksvc/" + fnService, "-o", "jsonpath={.status.conditions}"},
+		{"-n", namespace, "get", "events", "--sort-by=.lastTimestamp"},
+	} {
+		out, err := e.kubectl(ctx, args...)
+		if err != nil {
+			out = err.Error()
+		}
+		if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) > 40 {
+			out = strings.Join(lines[len(lines)-40:], "\n")
+		}
+		fmt.Fprintf(&b, "$ kubectl %s\n%s\n", strings.Join(args, " "), out)
+	}
+	return b.String()
 }
 
 // waitRouted waits until url is routed: a task without the token gets
