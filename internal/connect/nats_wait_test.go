@@ -18,12 +18,7 @@ import (
 // first attempt failed: the connect logs a retry and then succeeds, where
 // ConnectNATS fails at once.
 func TestConnectNATSWaitingWaitsForTheServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := unusedPort(t)
 	c := Config{NATS: NATS{URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}}}
 	if _, _, err := c.ConnectNATS(context.Background(), "t", nil); !errors.Is(err, ErrNATSUnreachable) {
 		t.Fatalf("ConnectNATS without a server: %v, want ErrNATSUnreachable", err)
@@ -54,16 +49,11 @@ func TestConnectNATSWaitingWaitsForTheServer(t *testing.T) {
 // TestConnectNATSWithinGivesUp: with no server, ConnectNATSWithin retries
 // for its window only, then fails with the error ConnectNATS gives.
 func TestConnectNATSWithinGivesUp(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := unusedPort(t)
 	c := Config{NATS: NATS{URLs: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}}}
 	logger, logs := logbuf.Logger(0)
 	start := time.Now()
-	_, _, err = c.ConnectNATSWithin(context.Background(), 2*time.Second, "t", logger)
+	_, _, err := c.ConnectNATSWithin(context.Background(), 2*time.Second, "t", logger)
 	if !errors.Is(err, ErrNATSUnreachable) {
 		t.Fatalf("ConnectNATSWithin without a server: %v, want ErrNATSUnreachable", err)
 	}
@@ -73,4 +63,15 @@ func TestConnectNATSWithinGivesUp(t *testing.T) {
 	if !strings.Contains(logs.String(), "connecting to nats: not ready yet; retrying") {
 		t.Errorf("no retry logged: %s", logs.String())
 	}
+}
+
+// unusedPort is a loopback port nothing listens on (just now).
+func unusedPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
