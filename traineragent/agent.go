@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/dispatch"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/traineragent/internal/teamproto"
@@ -363,9 +364,9 @@ func (a *Agent) run(ctx context.Context) error {
 // asking again for the shards a resume had asked for before this agent
 // (re)started.
 func (a *Agent) open(ctx context.Context) (jetstream.KeyValue, *dispatch.Dispatcher, error) {
-	jobs, err := a.js.KeyValue(ctx, wire.JobsBucket)
+	jobs, err := streams.OpenBucket(ctx, a.js, wire.JobsBucket, a.log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening the job store (bucket %s): %w", wire.JobsBucket, err)
+		return nil, nil, fmt.Errorf("opening the job store: %w", err)
 	}
 	for _, r := range a.readers {
 		if err := r.role.open(ctx, a.js); err != nil {

@@ -119,9 +119,9 @@ var ErrReaderTaken = errors.New("another agent is reading as this reader")
 // for none (the reader would hand out again what it recorded): the agent
 // stops, saying so.
 func openPositionStore(ctx context.Context, js jetstream.JetStream, key, submitted string, seals recordSeals, log *slog.Logger) (*positionStore, *assembly.Position, error) {
-	kv, err := js.KeyValue(ctx, wire.ReadersBucket)
+	kv, err := streams.OpenBucket(ctx, js, wire.ReadersBucket, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening reader positions (bucket %s): %w", wire.ReadersBucket, err)
+		return nil, nil, fmt.Errorf("opening reader positions: %w", err)
 	}
 	// A replica behind its leader would answer with an earlier position
 	// (its first write over it would then look like another agent's).

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-project/sluice/broker"
+	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/traineragent/internal/readerstate"
 	"github.com/sluice-project/sluice/wire"
@@ -33,12 +34,12 @@ func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, id string,
 	var kv jetstream.KeyValue
 	for logged := false; ; logged = true {
 		var err error
-		kv, err = js.KeyValue(ctx, wire.JobsBucket)
+		kv, err = streams.OpenBucket(ctx, js, wire.JobsBucket, log)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, fmt.Errorf("opening the job store (bucket %s): %w", wire.JobsBucket, err)
+			return nil, fmt.Errorf("opening the job store: %w", err)
 		}
 		if !logged {
 			log.Info("waiting for the job store to be created (by a broker or controller)", "bucket", wire.JobsBucket)
