@@ -1,9 +1,10 @@
-package retry
+package retry_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-project/sluice/internal/logbuf"
+	"github.com/sluice-project/sluice/internal/retry"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 )
@@ -37,7 +40,7 @@ func TestTransient(t *testing.T) {
 		{context.Canceled, false},
 		{errors.New("boom"), false},
 	} {
-		if got := Transient(c.err); got != c.want {
+		if got := retry.Transient(c.err); got != c.want {
 			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
@@ -52,10 +55,10 @@ func TestJetStreamWaitsForAFormingCluster(t *testing.T) {
 	cluster := testenv.NewNATSCluster(t, 3)
 	cluster.Start(0)
 	js := cluster.JetStream(0)
-	logger, logs := newLog()
+	logger, logs := logbuf.Logger(slog.LevelWarn)
 	done := make(chan error, 1)
 	go func() {
-		done <- JetStream(context.Background(), logger, js.Conn(), "creating streams and buckets", func(ctx context.Context) error {
+		done <- retry.JetStream(context.Background(), logger, js.Conn(), "creating streams and buckets", func(ctx context.Context) error {
 			return streams.Ensure(ctx, js, streams.Options{})
 		})
 	}()
@@ -113,9 +116,9 @@ func TestJetStreamDoesNotRetryAPermissionsViolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger, logs := newLog()
+	logger, logs := logbuf.Logger(slog.LevelWarn)
 	calls := 0
-	err = JetStream(context.Background(), logger, nc, "creating streams", func(ctx context.Context) error {
+	err = retry.JetStream(context.Background(), logger, nc, "creating streams", func(ctx context.Context) error {
 		calls++
 		return streams.Ensure(ctx, js, streams.Options{})
 	})
