@@ -31,10 +31,11 @@ func connectAs(ctx context.Context, c connect.Config, role natsperm.Role, name s
 	return c.ConnectNATS(ctx, name, logger)
 }
 
-// agentAs is connectAs for an agent: a NATS server not reachable is
-// retried for agentConnectWindow (connect.Config.ConnectNATSWithin), as
+// agentAs is connectAs for an agent: a NATS server that does not answer
+// is retried for agentConnectWindow (connect.Config.ConnectNATSWithin), as
 // an agent is started when a trainer node is replaced, often just after
-// a node (and maybe the NATS server on it) was lost.
+// a node (and maybe the NATS server on it) was lost. A refused connection
+// (a wrong URL) still fails at once.
 func agentAs(ctx context.Context, c connect.Config, role natsperm.Role, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	c.NATS.InboxPrefix = role.InboxPrefix
 	return c.ConnectNATSWithin(ctx, agentConnectWindow, name, logger)

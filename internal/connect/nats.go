@@ -145,10 +145,28 @@ func (c Config) connectNATS(ctx context.Context, name string, logger *slog.Logge
 // the process. Deployed together, a service's pod otherwise crashes while
 // NATS starts, and the kubelet's back-off then holds it down for minutes.
 func (c Config) ConnectNATSWaiting(ctx context.Context, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	return c.connectRetrying(ctx, name, logger, func(err error) bool { return errors.Is(err, ErrNATSUnreachable) })
+}
+
+// ConnectNATSWithin is ConnectNATS for a process a user started (an
+// agent) that outlasts a server briefly out of reach: one that does not
+// answer (a dial or handshake that timed out) is retried for at most
+// within; one that refuses the connection (nothing listens there, as at a
+// wrong URL) fails at once with one clear error. Behind a Service's
+// ClusterIP in front of several servers, a new connection goes to a
+// server on a lost node, silent, until the node controller takes its
+// endpoints out (tens of seconds); another attempt may reach a live one.
+func (c Config) ConnectNATSWithin(ctx context.Context, within time.Duration, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return c.connectRetrying(ctx, name, logger, func(err error) bool { return errors.Is(err, ErrNATSUnreachable) && timedOut(err) })
+}
+
+// connectRetrying is ConnectNATS, retried with backoff while retryable.
+func (c Config) connectRetrying(ctx context.Context, name string, logger *slog.Logger, retryable func(error) bool) (*nats.Conn, jetstream.JetStream, error) {
 	var nc *nats.Conn
 	var js jetstream.JetStream
-	unreachable := func(err error) bool { return errors.Is(err, ErrNATSUnreachable) }
-	err := retry.Do(ctx, logger, retry.Startup(), "connecting to nats", unreachable, func(ctx context.Context) error {
+	err := retry.Do(ctx, logger, retry.Startup(), "connecting to nats", retryable, func(ctx context.Context) error {
 		var err error
 		nc, js, err = c.ConnectNATS(ctx, name, logger)
 		return err
@@ -156,16 +174,10 @@ func (c Config) ConnectNATSWaiting(ctx context.Context, name string, logger *slo
 	return nc, js, err
 }
 
-// ConnectNATSWithin is ConnectNATSWaiting for at most within, for a
-// process a user started (an agent): a wrong URL still fails with one
-// clear error, but a server briefly out of reach is outlasted. Behind a
-// Service's ClusterIP in front of several servers, a new connection goes
-// to a server on a lost node until the node controller takes its
-// endpoints out (tens of seconds); another attempt may reach a live one.
-func (c Config) ConnectNATSWithin(ctx context.Context, within time.Duration, name string, logger *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	return c.ConnectNATSWaiting(ctx, name, logger)
+// timedOut: the server did not answer in time, as a silent (lost) one.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, nats.ErrTimeout)
 }
 
 // waitJetStream is CheckJetStream until JetStream answers: a cluster
@@ -289,7 +301,7 @@ func (n NATS) explain(err error) error {
 		}
 		return fmt.Errorf("%w: %v (%s)", ErrNATSTLS, err, hint)
 	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrTimeout), isNetError(err):
-		return fmt.Errorf("%w (is it running, and listening there?): %v", ErrNATSUnreachable, err)
+		return fmt.Errorf("%w (is it running, and listening there?): %w", ErrNATSUnreachable, err)
 	}
 	return err
 }
