@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -27,10 +28,15 @@ func TestNewWaitsForTheTaskConsumer(t *testing.T) {
 	if _, err := js.CreateConsumer(ctx, "SLUICE_TASKS", streams.Dispatch(job.Spec.ID, 0)); err != nil {
 		t.Fatal(err)
 	}
-	for _, i := range []int{1, 2} {
-		cluster.Server(i).Shutdown()
-		cluster.Server(i).WaitForShutdown()
-	}
+	cluster.Stop(1, 2)
+	// The consumer's leader, if it was node 0, answers until it finds its
+	// quorum gone.
+	testenv.CheckFor(t, time.Minute, 100*time.Millisecond, func() error {
+		if _, err := js.Consumer(ctx, "SLUICE_TASKS", streams.Dispatch(job.Spec.ID, 0).Durable); err == nil {
+			return errors.New("the consumer still answers with one node of three")
+		}
+		return nil
+	})
 	done := make(chan error, 1)
 	go func() {
 		_, err := New(ctx, js.Conn(), js, job, newRecSink(t), Options{Agent: "a"}, nil, nil)
