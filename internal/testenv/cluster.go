@@ -127,12 +127,3 @@ func (c *NATSCluster) JetStream(i int) jetstream.JetStream {
 
 // Server is node i (nil if not started).
 func (c *NATSCluster) Server(i int) *server.Server { return c.servers[i] }
-
-// Stop shuts nodes down (Start starts one again, with its store) and
-// returns once they are down.
-func (c *NATSCluster) Stop(nodes ...int) {
-	for _, i := range nodes {
-		c.servers[i].Shutdown()
-		c.servers[i].WaitForShutdown()
-	}
-}
