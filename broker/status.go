@@ -124,10 +124,16 @@ func (b *Broker) Watch(ctx context.Context, id string, each func(wire.Job, wire.
 		case <-ctx.Done():
 			return ctx.Err()
 		case e, ok := <-jobs.Updates():
+			if !ok && ctx.Err() != nil {
+				return ctx.Err() // the watcher stopped because ctx ended
+			}
 			if err := w.jobUpdate(e, ok); err != nil {
 				return err
 			}
 		case e, ok := <-statuses.Updates():
+			if !ok && ctx.Err() != nil {
+				return ctx.Err()
+			}
 			fresh, err := w.statusUpdate(e, ok)
 			if err != nil {
 				return err
