@@ -20,8 +20,8 @@ package bpe
 
 import (
 	"container/heap"
-	"math"
 	"strings"
+	"sync"
 )
 
 // Bounds on what is read from a tokenizer file.
@@ -39,9 +39,6 @@ const (
 	MaxAddedTokens = 1 << 16
 )
 
-// noMerge is the pair rank of a pair that does not merge.
-const noMerge = math.MaxUint64
-
 // Tokenizer turns text into token ids. It is safe for concurrent use.
 type Tokenizer struct {
 	// whole maps a piece's bytes to its id where that piece, whole, is
@@ -50,8 +47,9 @@ type Tokenizer struct {
 	// case is one map lookup.
 	whole map[string]int32
 	bytes [256]int32
-	// pairs maps two adjacent ids (a<<32 | b) to rank<<32 | merged id.
-	pairs map[uint64]uint64
+	// pairs is the rank of two adjacent ids that merge, and what they
+	// merge into.
+	pairs pairTable
 
 	pattern     Pattern
 	split       splitter
@@ -61,6 +59,9 @@ type Tokenizer struct {
 	addedNorm   addedTokens // then in what is between, once normalized (tokenizers' normalized: true)
 	bos, eos    []int32     // what the post-processor puts around a sequence
 	size        int         // the largest id + 1
+
+	caches  sync.Pool // *pieceCache: a call takes one, so calls at once each have their own
+	noCache bool      // merge every piece (the benchmarks' and tests' baseline)
 }
 
 // Pattern is the split pattern the tokenizer uses.
@@ -110,6 +111,13 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 func (t *Tokenizer) AppendIDs(dst []int32, text string, matchSpecial bool, limit int) []int32 {
 	text = validUTF8(text)
 	var sc scratch
+	if !t.noCache {
+		sc.cache, _ = t.caches.Get().(*pieceCache)
+		if sc.cache == nil {
+			sc.cache = newPieceCache()
+		}
+		defer t.caches.Put(sc.cache)
+	}
 	for len(text) > 0 {
 		seg, id, rest, found := text, int32(0), "", false
 		if matchSpecial {
@@ -173,10 +181,11 @@ func (t *Tokenizer) appendPart(dst []int32, part string, limit int, sc *scratch)
 	return dst
 }
 
-// scratch holds one call's merge buffers.
+// scratch holds one call's merge buffers and piece cache (nil: none).
 type scratch struct {
 	ids   []int32
-	ranks []uint64
+	ranks []uint32
+	cache *pieceCache
 }
 
 // shortPiece is the longest piece merged by scanning for the lowest pair
@@ -184,17 +193,29 @@ type scratch struct {
 // ones go through a heap, so a megabyte without a space is not a DoS.
 const shortPiece = 128
 
-func (t *Tokenizer) pair(a, b int32) uint64 {
-	if v, ok := t.pairs[uint64(a)<<32|uint64(uint32(b))]; ok {
-		return v
-	}
-	return noMerge
-}
+func (t *Tokenizer) pair(a, b int32) uint32 { return t.pairs.rank(a, b) }
 
+// appendPiece appends the ids of a piece, from the cache if it has it.
 func (t *Tokenizer) appendPiece(dst []int32, p string, sc *scratch) []int32 {
 	if len(p) == 1 {
 		return append(dst, t.bytes[p[0]])
 	}
+	if sc.cache == nil || len(p) > cacheKeyBytes {
+		return t.mergePiece(dst, p, sc)
+	}
+	e := sc.cache.slot(p)
+	if out, ok := e.get(dst, p); ok {
+		return out
+	}
+	n := len(dst)
+	dst = t.mergePiece(dst, p, sc)
+	e.put(p, dst[n:])
+	return dst
+}
+
+// mergePiece appends the ids of a piece of two bytes or more: one lookup
+// if it is a token whole, else its bytes merged.
+func (t *Tokenizer) mergePiece(dst []int32, p string, sc *scratch) []int32 {
 	if id, ok := t.whole[p]; ok {
 		return append(dst, id)
 	}
@@ -209,7 +230,7 @@ func (t *Tokenizer) appendPiece(dst []int32, p string, sc *scratch) []int32 {
 		ranks = append(ranks, t.pair(ids[k], ids[k+1]))
 	}
 	for len(ids) > 1 {
-		m, best := -1, uint64(noMerge)
+		m, best := -1, uint32(noMerge)
 		for k, r := range ranks {
 			if r < best {
 				m, best = k, r
@@ -218,7 +239,7 @@ func (t *Tokenizer) appendPiece(dst []int32, p string, sc *scratch) []int32 {
 		if m < 0 {
 			break
 		}
-		ids[m] = int32(uint32(best))
+		ids[m] = t.pairs.merged[best]
 		ids = append(ids[:m+1], ids[m+2:]...)
 		ranks = append(ranks[:m], ranks[m+1:]...)
 		if m > 0 {
@@ -259,7 +280,7 @@ func (t *Tokenizer) mergeLong(dst []int32, p string) []int32 {
 		if ids[i] < 0 || j < 0 || t.pair(ids[i], ids[j]) != c.rank {
 			continue // stale: one of its symbols merged since
 		}
-		ids[i] = int32(uint32(c.rank))
+		ids[i] = t.pairs.merged[c.rank]
 		ids[j] = -1
 		next[i] = next[j]
 		if next[j] >= 0 {
@@ -283,7 +304,7 @@ func (t *Tokenizer) mergeLong(dst []int32, p string) []int32 {
 }
 
 type cand struct {
-	rank uint64
+	rank uint32
 	pos  int32
 }
 

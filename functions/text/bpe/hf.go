@@ -272,7 +272,7 @@ func (t *Tokenizer) hfModel(m *hfModel) error {
 		}
 		t.bytes[b] = id
 	}
-	t.pairs = make(map[uint64]uint64, len(m.Merges))
+	t.pairs = newPairTable(len(m.Merges), len(m.Merges))
 	for i, raw := range m.Merges {
 		a, b, err := parseMerge(raw)
 		if err != nil {
@@ -285,7 +285,7 @@ func (t *Tokenizer) hfModel(m *hfModel) error {
 			return fmt.Errorf("model BPE: merges[%d] (%q %q): a token not in the vocab", i, clip(a, 40), clip(b, 40))
 		}
 		// A pair listed twice takes its later rank, as tokenizers' HashMap does.
-		t.pairs[uint64(ia)<<32|uint64(uint32(ib))] = uint64(i)<<32 | uint64(uint32(im))
+		t.pairs.set(ia, ib, uint32(i), im)
 	}
 	// A piece that is a token is one lookup: with ignore_merges always
 	// (that is what it means), otherwise where merging its bytes gives

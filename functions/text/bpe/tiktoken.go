@@ -102,13 +102,13 @@ func LoadTiktoken(r io.Reader, encoding string) (*Tokenizer, error) {
 		t.bytes[b] = id
 	}
 	// Two adjacent tokens merge into their concatenation, at its rank.
-	t.pairs = make(map[uint64]uint64, len(t.whole))
+	t.pairs = newPairTable(len(t.whole), t.size)
 	for s, id := range t.whole {
 		for k := 1; k < len(s); k++ {
 			a, oka := t.whole[s[:k]]
 			b, okb := t.whole[s[k:]]
 			if oka && okb {
-				t.pairs[uint64(a)<<32|uint64(uint32(b))] = uint64(id)<<32 | uint64(uint32(id))
+				t.pairs.set(a, b, uint32(id), id) // tiktoken's rank is the id
 			}
 		}
 	}
