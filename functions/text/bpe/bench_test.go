@@ -128,3 +128,24 @@ func BenchmarkEncode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLoadHF is LoadHF of Llama 3's tokenizer.json (9 MB, 280,147
+// merges), which every replica building an lm-pretrain pipeline and every
+// job submit checking one do; cpu-ms/op counts the GC's work too.
+//
+//	go test -run '^$' -bench BenchmarkLoadHF -cpu 1 ./functions/text/bpe/
+func BenchmarkLoadHF(b *testing.B) {
+	data, err := os.ReadFile(filepath.Join(tokref(b), "llama3.json"))
+	if err != nil {
+		b.Skip(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	c0 := cpuTime(b)
+	for b.Loop() {
+		if _, err := LoadHF(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime(b)-c0).Milliseconds())/float64(b.N), "cpu-ms/op")
+}

@@ -5,18 +5,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"unicode/utf8"
 )
 
 // byteToRune is GPT-2's bytes_to_unicode: the printable bytes stand for
 // themselves, the others for U+0100 upward in order, so that a vocab
 // spells every byte string with printable characters ("Ġ" is a space).
+// runeToByte is the inverse, -1 where a rune stands for no byte.
 var byteToRune, runeToByte = byteMaps()
 
-func byteMaps() ([256]rune, map[rune]byte) {
-	var b2r [256]rune
-	r2b := make(map[rune]byte, 256)
+func byteMaps() (b2r [256]rune, r2b [256 + 68]int16) {
+	for i := range r2b {
+		r2b[i] = -1
+	}
 	n := rune(0)
 	for b := range 256 {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
@@ -25,24 +26,22 @@ func byteMaps() ([256]rune, map[rune]byte) {
 			b2r[b] = 256 + n
 			n++
 		}
-		r2b[b2r[b]] = byte(b)
+		r2b[b2r[b]] = int16(b)
 	}
 	return b2r, r2b
 }
 
-// unmapBytes turns a vocab string back into the bytes it stands for; ok
-// is false if it has a character outside the byte map (a token no
-// byte-level input can reach).
-func unmapBytes(s string) (string, bool) {
-	var b strings.Builder
+// appendUnmapped appends the bytes a vocab string stands for to dst; ok is
+// false if it has a character outside the byte map (a token no byte-level
+// input can reach).
+func appendUnmapped(dst []byte, s string) ([]byte, bool) {
 	for _, r := range s {
-		c, ok := runeToByte[r]
-		if !ok {
-			return "", false
+		if r < 0 || int(r) >= len(runeToByte) || runeToByte[r] < 0 {
+			return dst, false
 		}
-		b.WriteByte(c)
+		dst = append(dst, byte(runeToByte[r]))
 	}
-	return b.String(), true
+	return dst, true
 }
 
 type hfFile struct {
@@ -66,15 +65,17 @@ type hfAdded struct {
 }
 
 type hfModel struct {
-	Type                    string            `json:"type"`
-	Dropout                 *float64          `json:"dropout"`
-	UnkToken                *string           `json:"unk_token"`
-	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
-	ByteFallback            bool              `json:"byte_fallback"`
-	IgnoreMerges            bool              `json:"ignore_merges"`
-	Vocab                   map[string]int64  `json:"vocab"`
-	Merges                  []json.RawMessage `json:"merges"`
+	Type                    string   `json:"type"`
+	Dropout                 *float64 `json:"dropout"`
+	UnkToken                *string  `json:"unk_token"`
+	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
+	ByteFallback            bool     `json:"byte_fallback"`
+	IgnoreMerges            bool     `json:"ignore_merges"`
+	// Read by scanVocab and scanMerges (hfscan.go), and here null unless
+	// cutVocabAndMerges left them in.
+	Vocab  json.RawMessage `json:"vocab"`
+	Merges json.RawMessage `json:"merges"`
 }
 
 // component is any tokenizer.json component: its type and the rest.
@@ -117,9 +118,18 @@ func LoadHF(r io.Reader) (*Tokenizer, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("over the %d MiB limit", MaxFileBytes>>20)
 	}
+	// The vocab and merges (hfscan.go) cut out, encoding/json reads the rest.
+	text := string(data)
+	rest, vocab, merges, cut := cutVocabAndMerges(text)
+	if !cut {
+		rest = data
+	}
 	var f hfFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	if err := json.Unmarshal(rest, &f); err != nil {
 		return nil, fmt.Errorf("not a tokenizer.json: %w", err)
+	}
+	if !cut {
+		vocab, merges = string(f.Model.Vocab), string(f.Model.Merges)
 	}
 	t := &Tokenizer{}
 	if !isNull(f.Truncation) {
@@ -134,7 +144,7 @@ func LoadHF(r io.Reader) (*Tokenizer, error) {
 	if err := t.hfPreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
-	if err := t.hfModel(&f.Model); err != nil {
+	if err := t.hfModel(&f.Model, vocab, merges); err != nil {
 		return nil, err
 	}
 	if err := t.hfAddedTokens(f.AddedTokens); err != nil {
@@ -236,7 +246,7 @@ func clip(s string, n int) string {
 	return s[:n] + "..."
 }
 
-func (t *Tokenizer) hfModel(m *hfModel) error {
+func (t *Tokenizer) hfModel(m *hfModel, vocabText, mergesText string) error {
 	switch {
 	case m.Type != "BPE":
 		return fmt.Errorf("model %s is not supported (supported: BPE)", m.Type)
@@ -248,22 +258,15 @@ func (t *Tokenizer) hfModel(m *hfModel) error {
 		return fmt.Errorf("model BPE: continuing_subword_prefix is not supported")
 	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return fmt.Errorf("model BPE: end_of_word_suffix is not supported")
-	case len(m.Vocab) > MaxVocab:
-		return fmt.Errorf("model BPE: %d vocab entries, over the limit of %d", len(m.Vocab), MaxVocab)
-	case len(m.Merges) > MaxMerges:
-		return fmt.Errorf("model BPE: %d merges, over the limit of %d", len(m.Merges), MaxMerges)
 	}
-	vocab := make(map[string]int32, len(m.Vocab))
-	t.whole = make(map[string]int32, len(m.Vocab))
-	for s, id := range m.Vocab {
-		if id < 0 || id >= MaxVocab {
-			return fmt.Errorf("model BPE: token %q has id %d, outside 0..%d", clip(s, 40), id, MaxVocab-1)
-		}
-		if len(s) > MaxTokenBytes {
-			return fmt.Errorf("model BPE: a token of %d bytes, over the limit of %d", len(s), MaxTokenBytes)
-		}
-		vocab[s] = int32(id)
-		t.size = max(t.size, int(id)+1)
+	entries, err := scanVocab(vocabText)
+	if err != nil {
+		return err
+	}
+	vocab := make(map[string]int32, len(entries))
+	for _, e := range entries {
+		vocab[e.s] = e.id // a token listed twice: the later id, as a map would
+		t.size = max(t.size, int(e.id)+1)
 	}
 	for b := range 256 {
 		id, ok := vocab[string(byteToRune[b])]
@@ -272,56 +275,68 @@ func (t *Tokenizer) hfModel(m *hfModel) error {
 		}
 		t.bytes[b] = id
 	}
-	t.pairs = newPairTable(len(m.Merges), len(m.Merges))
-	for i, raw := range m.Merges {
-		a, b, err := parseMerge(raw)
-		if err != nil {
-			return fmt.Errorf("model BPE: merges[%d]: %w", i, err)
-		}
+	// The merges' ids first, then a table of the right size.
+	type merge struct{ a, b, m int32 }
+	merges := make([]merge, 0, len(mergesText)/12) // GPT-2's take 12 bytes each, Llama 3's 14.6
+	var ab []byte
+	err = scanMerges(mergesText, func(i int, a, b string) error {
+		ab = append(append(ab[:0], a...), b...)
 		ia, oka := vocab[a]
 		ib, okb := vocab[b]
-		im, okm := vocab[a+b]
+		im, okm := vocab[string(ab)]
 		if !oka || !okb || !okm {
 			return fmt.Errorf("model BPE: merges[%d] (%q %q): a token not in the vocab", i, clip(a, 40), clip(b, 40))
 		}
+		merges = append(merges, merge{ia, ib, im})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	t.pairs = newPairTable(len(merges), len(merges))
+	for i, mg := range merges {
 		// A pair listed twice takes its later rank, as tokenizers' HashMap does.
-		t.pairs.set(ia, ib, uint32(i), im)
+		t.pairs.set(mg.a, mg.b, uint32(i), mg.m)
 	}
 	// A piece that is a token is one lookup: with ignore_merges always
 	// (that is what it means), otherwise where merging its bytes gives
-	// that token anyway.
+	// that token anyway. The pieces' bytes are one allocation.
+	raw := make([]byte, 0, len(vocabText)/2) // Llama 3's tokens are 43% of its vocab's text
+	ends := make([]int, len(entries))
+	for i, e := range entries {
+		n := len(raw)
+		var ok bool
+		if raw, ok = appendUnmapped(raw, e.s); !ok || len(raw)-n < 2 {
+			raw = raw[:n] // not a piece the map is asked for
+		}
+		ends[i] = len(raw)
+	}
+	all := string(raw)
+	t.whole = make(map[string]int32, len(entries))
 	var sc scratch
-	for s, id := range vocab {
-		raw, ok := unmapBytes(s)
-		if !ok || len(raw) < 2 {
+	dups := len(vocab) < len(entries)
+	for i, e := range entries {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		p := all[start:ends[i]]
+		if p == "" {
 			continue
+		}
+		id := e.id
+		if dups {
+			id = vocab[e.s] // a token listed twice: its later id
 		}
 		if m.IgnoreMerges {
-			t.whole[raw] = id
+			t.whole[p] = id
 			continue
 		}
-		if got := t.appendPiece(nil, raw, &sc); len(got) == 1 && got[0] == id {
-			t.whole[raw] = id
+		if got := t.mergePiece(nil, p, &sc); len(got) == 1 && got[0] == id {
+			t.whole[p] = id
 		}
 	}
 	return nil
-}
-
-func parseMerge(raw json.RawMessage) (a, b string, err error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		var ok bool
-		a, b, ok = strings.Cut(s, " ")
-		if !ok || strings.Contains(b, " ") {
-			return "", "", fmt.Errorf("%q: want two tokens separated by a space", clip(s, 80))
-		}
-		return a, b, nil
-	}
-	var pair []string
-	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
-		return "", "", fmt.Errorf("want \"a b\" or [a, b]")
-	}
-	return pair[0], pair[1], nil
 }
 
 func (t *Tokenizer) hfAddedTokens(list []hfAdded) error {
