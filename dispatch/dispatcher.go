@@ -34,7 +34,8 @@ type Sink interface {
 	// Chunk hands over chunk `index` of task's shard as it arrives, in the send's order from 0; data
 	// is the sink's to keep. After a retry the same rows come again (perhaps cut into other chunks:
 	// wire.MetaFirst): the sink drops copies. An error refuses the chunk: the send fails (as a
-	// malformed reply) and the task is sent again.
+	// malformed reply) and the task is sent again. The dispatcher sends tasks with Expand set, so a
+	// chunk may carry expansions (wire.MetaExpand) for the sink to apply.
 	Chunk(task wire.ShardTask, index int, data []byte) error
 	// End says the shard is complete: every chunk 0..end.Chunks-1 was passed to Chunk (in this send or an earlier one).
 	End(task wire.ShardTask, end wire.ShardEnd)

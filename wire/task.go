@@ -24,6 +24,10 @@ type ShardTask struct {
 	ChunkMaxBytes int `json:"chunk_max_bytes"`
 	// Columns maps members to Parquet columns (JobSpec.Columns).
 	Columns Columns `json:"columns,omitzero"`
+	// Expand says the sender applies expansions (MetaExpand): a function
+	// may send a widening last op's input, with its table, in place of
+	// its output. A function that does not know the field sends the output.
+	Expand bool `json:"expand,omitempty"`
 }
 
 // ID names the task uniquely within the cluster: job/epoch/shard.

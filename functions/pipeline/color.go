@@ -1,10 +1,10 @@
 package pipeline
 
 import (
-	"encoding/binary"
 	"math"
 
 	"github.com/sluice-project/sluice/format/safetensors"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // colorJitter follows torchvision's ColorJitter on PIL images, which calls
@@ -129,57 +129,54 @@ func adjustSaturation(pix []uint8, f float32) {
 
 // normalize is torchvision's ToTensor then Normalize, in float32 as torch
 // computes them: (float32(v)/255 - mean) / std. With 256 possible inputs
-// per channel the results are tabulated once per pipeline.
+// per channel the results are tabulated once per pipeline, as the
+// wire.Expansion a replica sends in its place when deferred (a task whose
+// agent widens the bytes itself: Options.DeferExpansion).
 type normalize struct {
-	f16    bool
-	bits32 [3][256]uint32 // float32 bits
-	lut16  [3][256]uint16
+	exp      *wire.Expansion
+	deferred bool
 }
 
-func newNormalize(mean, std []float64, f16 bool) *normalize {
-	n := &normalize{f16: f16}
+func newNormalize(mean, std []float64, f16, deferred bool) (*normalize, error) {
+	tables := make([][256]uint32, 3)
 	for c := range 3 {
 		m, s := float32(mean[c]), float32(std[c])
 		for v := range 256 {
-			x := float32(v) / 255
-			y := (x - m) / s
-			n.bits32[c][v] = math.Float32bits(y)
-			n.lut16[c][v] = float16(y)
+			y := (float32(v)/255 - m) / s
+			if f16 {
+				tables[c][v] = uint32(float16(y))
+			} else {
+				tables[c][v] = math.Float32bits(y)
+			}
 		}
 	}
-	return n
+	dtype := "F32"
+	if f16 {
+		dtype = "F16"
+	}
+	exp, err := wire.NewExpansion(dtype, tables)
+	if err != nil {
+		return nil, err
+	}
+	return &normalize{exp: exp, deferred: deferred}, nil
 }
 
 func (n *normalize) apply(st *state) error {
+	if n.deferred {
+		if err := (toUint8HWC{}).apply(st); err != nil {
+			return err
+		}
+		st.fields[len(st.fields)-1].Expand = n.exp
+		return nil
+	}
 	if err := st.decoded(); err != nil {
 		return err
 	}
 	m := st.img
 	hw := m.W * m.H
-	shape := []int{3, m.H, m.W}
-	pix := m.Pix[:3*hw]
-	// One pass over the pixels, writing the three planes together.
-	if n.f16 {
-		data := make([]byte, 3*hw*2)
-		r, g, b := data[:2*hw], data[2*hw:4*hw], data[4*hw:]
-		for i := range hw {
-			p := pix[3*i : 3*i+3]
-			binary.LittleEndian.PutUint16(r[2*i:], n.lut16[0][p[0]])
-			binary.LittleEndian.PutUint16(g[2*i:], n.lut16[1][p[1]])
-			binary.LittleEndian.PutUint16(b[2*i:], n.lut16[2][p[2]])
-		}
-		st.fields = append(st.fields, Field{Name: "image", DType: safetensors.F16, Shape: shape, Data: data})
-		return nil
-	}
-	data := make([]byte, 3*hw*4)
-	r, g, b := data[:4*hw], data[4*hw:8*hw], data[8*hw:]
-	for i := range hw {
-		p := pix[3*i : 3*i+3]
-		binary.LittleEndian.PutUint32(r[4*i:], n.bits32[0][p[0]])
-		binary.LittleEndian.PutUint32(g[4*i:], n.bits32[1][p[1]])
-		binary.LittleEndian.PutUint32(b[4*i:], n.bits32[2][p[2]])
-	}
-	st.fields = append(st.fields, Field{Name: "image", DType: safetensors.F32, Shape: shape, Data: data})
+	data := make([]byte, 3*hw*n.exp.Size())
+	n.exp.Expand(data, m.Pix[:3*hw], 3*hw)
+	st.fields = append(st.fields, Field{Name: "image", DType: safetensors.DType(n.exp.DType), Shape: []int{3, m.H, m.W}, Data: data})
 	return nil
 }
 

@@ -124,8 +124,8 @@ func imageOps() []OpSpec {
 				}
 				return TypeTensorF32CHW
 			},
-			build: func(p Params, _ Options) (stage, error) {
-				return newNormalize(p.Floats("mean"), p.Floats("std"), p.String("dtype") == "f16"), nil
+			build: func(p Params, o Options) (stage, error) {
+				return newNormalize(p.Floats("mean"), p.Floats("std"), p.String("dtype") == "f16", o.DeferExpansion)
 			},
 		},
 		{

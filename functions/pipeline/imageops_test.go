@@ -242,6 +242,34 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+// TestNormalizeDeferred: built with DeferExpansion, normalize outputs the
+// uint8 HWC it reads with its table, and the table applied gives the
+// bytes the op gives when not deferred, for f32 and f16.
+func TestNormalizeDeferred(t *testing.T) {
+	src := image.NewRGB(3, 2)
+	for i := range src.Pix {
+		src.Pix[i] = uint8(37 * i)
+	}
+	s := pngSample(t, "n", src)
+	for _, dtype := range []string{"f32", "f16"} {
+		doc := "ops: [decode, {op: normalize, dtype: " + dtype + "}]"
+		whole := run(t, spec(t, doc), s, 1).Fields[0]
+		p, err := Lookup(doc, Options{DeferExpansion: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := run(t, p, s, 1).Fields[0]
+		if f.DType != "U8" || !cmp.Equal(f.Shape, []int{2, 3, 3}) || f.Expand == nil || !bytes.Equal(f.Data, src.Pix) {
+			t.Fatalf("%s deferred: %s%v, expansion %v", dtype, f.DType, f.Shape, f.Expand != nil)
+		}
+		got := make([]byte, len(f.Data)*f.Expand.Size())
+		f.Expand.Expand(got, f.Data, len(f.Data))
+		if string(f.Expand.DType) != string(whole.DType) || !bytes.Equal(got, whole.Data) {
+			t.Errorf("%s: the deferred table gives other bytes than normalize", dtype)
+		}
+	}
+}
+
 // halfToFloat decodes IEEE half precision, to check float16 against.
 func halfToFloat(h uint16) float64 {
 	sign := 1.0

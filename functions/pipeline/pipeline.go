@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/format/wds"
 	"github.com/sluice-project/sluice/functions/image"
+	"github.com/sluice-project/sluice/wire"
 )
 
 // Field is one tensor of one sample's output, without a batch dimension.
@@ -18,6 +19,9 @@ type Field struct {
 	DType safetensors.DType
 	Shape []int
 	Data  []byte
+	// Expand, when set, is what the receiver applies to Data (U8
+	// [H,W,C]) to get the field's value: see Options.DeferExpansion.
+	Expand *wire.Expansion
 }
 
 // Output is what a pipeline makes of one sample. Its fields come in a fixed
@@ -55,6 +59,12 @@ type Options struct {
 	// Tokenizers shares the BPE tokenizers loaded from VocabDir among
 	// pipelines; nil loads each pipeline's own.
 	Tokenizers *TokenizerCache
+	// DeferExpansion leaves an op whose work only widens bytes (normalize:
+	// a table per channel from uint8 to float) to the receiver: its field
+	// is the uint8 [H,W,C] it reads, with the table (Field.Expand). A
+	// replica sets it for a task whose sender applies expansions
+	// (wire.ShardTask.Expand): the wire then carries a quarter of the bytes.
+	DeferExpansion bool
 
 	// check validates without reading the files a spec names (Check).
 	check bool

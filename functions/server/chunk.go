@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -31,13 +32,14 @@ type chunker struct {
 }
 
 type fieldSpec struct {
-	name  string
-	dtype safetensors.DType
-	shape []int
+	name   string
+	dtype  safetensors.DType
+	shape  []int
+	expand *wire.Expansion // sent in the chunk's metadata (wire.MetaExpand)
 }
 
 func (a fieldSpec) equal(b fieldSpec) bool {
-	return a.name == b.name && a.dtype == b.dtype && slices.Equal(a.shape, b.shape)
+	return a.name == b.name && a.dtype == b.dtype && slices.Equal(a.shape, b.shape) && a.expand.Equal(b.expand)
 }
 
 // chunk is an encoded chunk ready to send.
@@ -59,7 +61,7 @@ func (c *chunker) add(o pipeline.Output) (*chunk, error) {
 	schema := make([]fieldSpec, len(o.Fields))
 	n := 0
 	for i, f := range o.Fields {
-		schema[i] = fieldSpec{f.Name, f.DType, f.Shape}
+		schema[i] = fieldSpec{f.Name, f.DType, f.Shape, f.Expand}
 		if f.DType.Size() == 0 {
 			return nil, fmt.Errorf("output field %s: unsupported dtype %q", f.Name, f.DType)
 		}
@@ -110,14 +112,20 @@ func (c *chunker) close() (*chunk, error) {
 		return nil, fmt.Errorf("encoding chunk keys: %w", err)
 	}
 	ref := wire.ChunkRef{Job: c.job, Epoch: c.epoch, Shard: c.shard, Chunk: c.index}
-	data, err := safetensors.Encode(tensors, map[string]string{
+	meta := map[string]string{
 		wire.MetaJob:   c.job,
 		wire.MetaEpoch: strconv.Itoa(c.epoch),
 		wire.MetaShard: strconv.Itoa(c.shard),
 		wire.MetaChunk: strconv.Itoa(c.index),
 		wire.MetaFirst: strconv.Itoa(c.first),
 		wire.MetaKeys:  string(keys),
-	})
+	}
+	if exp := expansions(c.schema); exp != nil {
+		if meta[wire.MetaExpand], err = wire.EncodeExpansions(exp); err != nil {
+			return nil, err
+		}
+	}
+	data, err := safetensors.Encode(tensors, meta)
 	if err != nil {
 		return nil, fmt.Errorf("encoding chunk %s: %w", ref, err)
 	}
@@ -133,6 +141,20 @@ func (c *chunker) close() (*chunk, error) {
 		c.data[i] = c.data[i][:0] // Encode copied them
 	}
 	return out, nil
+}
+
+// expansions are the schema's fields' expansions by name (nil: none).
+func expansions(schema []fieldSpec) map[string]*wire.Expansion {
+	var m map[string]*wire.Expansion
+	for _, f := range schema {
+		if f.expand != nil {
+			if m == nil {
+				m = map[string]*wire.Expansion{}
+			}
+			m[f.name] = f.expand
+		}
+	}
+	return m
 }
 
 func sameSchema(a, b []fieldSpec) bool {
@@ -151,6 +173,11 @@ func sizeBound(schema []fieldSpec, keysLen, dataBytes int) int {
 	for _, f := range schema {
 		// "name":{"dtype":"U8","shape":[n,...],"data_offsets":[a,b]},
 		h += len(`"":{"dtype":"","shape":[],"data_offsets":[,]},`) + 6*len(f.name) + len(f.dtype) + (len(f.shape)+1)*(digits+1) + 2*digits
+		if f.expand != nil {
+			// ,"expand":"{\"name\":{\"dtype\":\"F32\",\"lut\":\"BASE64\"}}": base64
+			// needs no escaping; the name is escaped twice.
+			h += 64 + 12*len(f.name) + 2*len(f.expand.DType) + base64.StdEncoding.EncodedLen(len(f.expand.LUT))
+		}
 	}
 	h += 7 // alignment padding
 	return 8 + h + dataBytes

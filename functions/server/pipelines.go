@@ -18,27 +18,37 @@ const maxCachedPipelines = 64
 type pipelineCache struct {
 	opts pipeline.Options
 	mu   sync.Mutex
-	m    map[string]pipeline.Pipeline
+	m    map[pipelineKey]pipeline.Pipeline
+}
+
+// pipelineKey is a pipeline as a task names it, and whether its task
+// lets it defer expansions (built with Options.DeferExpansion).
+type pipelineKey struct {
+	name   string
+	expand bool
 }
 
 // get returns the pipeline a task names; errors (an invalid spec) are not
 // cached, so a replica never remembers a vocab file it could not read.
-func (c *pipelineCache) get(name string) (pipeline.Pipeline, error) {
+func (c *pipelineCache) get(name string, expand bool) (pipeline.Pipeline, error) {
+	k := pipelineKey{name, expand}
 	c.mu.Lock()
-	p, ok := c.m[name]
+	p, ok := c.m[k]
 	c.mu.Unlock()
 	if ok {
 		return p, nil
 	}
-	p, err := pipeline.Lookup(name, c.opts)
+	opts := c.opts
+	opts.DeferExpansion = expand
+	p, err := pipeline.Lookup(name, opts)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedPipelines {
-		c.m = map[string]pipeline.Pipeline{} // simplest bound: start over
+		c.m = map[pipelineKey]pipeline.Pipeline{} // simplest bound: start over
 	}
-	c.m[name] = p
+	c.m[k] = p
 	return p, nil
 }

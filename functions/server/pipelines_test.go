@@ -4,15 +4,15 @@ import "testing"
 
 func TestPipelineCacheBuildsEachPipelineOnce(t *testing.T) {
 	var c pipelineCache
-	a, err := c.get("imagenet-train")
+	a, err := c.get("imagenet-train", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := c.get("imagenet-train")
+	b, _ := c.get("imagenet-train", false)
 	if a != b {
 		t.Error("the same pipeline name was built twice")
 	}
-	if _, err := c.get("no-such-pipeline"); err == nil {
+	if _, err := c.get("no-such-pipeline", false); err == nil {
 		t.Fatal("an unknown pipeline: want an error")
 	}
 	if len(c.m) != 1 {
@@ -20,7 +20,7 @@ func TestPipelineCacheBuildsEachPipelineOnce(t *testing.T) {
 	}
 	for i := 0; i < maxCachedPipelines+5; i++ {
 		doc := `{"ops": [{"op": "decode"}, {"op": "center_crop", "size": ` + string(rune('1'+i%9)) + `}, {"op": "to_uint8_hwc"}], "name": "n` + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"}`
-		if _, err := c.get(doc); err != nil {
+		if _, err := c.get(doc, false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -818,3 +818,50 @@ func TestChunkerBoundaries(t *testing.T) {
 		t.Errorf("rows %d (%v...), want k000..k099 and y", len(rows), rows[:3])
 	}
 }
+
+// TestChunkerBoundsExpansions: a chunk whose field carries an expansion
+// says so in its metadata, and the size bound counts the table (a name
+// and keys that JSON escapes twice), so no chunk goes over its cap.
+func TestChunkerBoundsExpansions(t *testing.T) {
+	exp, err := wire.NewExpansion("F32", make([][256]uint32, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := task(0)
+	tk.ChunkMaxBytes = 64 << 10
+	c := newChunker(tk)
+	name := `im"a\ge<`
+	var chunks []*chunk
+	for i := range 200 {
+		o := pipeline.Output{Key: fmt.Sprintf(`k"%03d\`, i), Fields: []pipeline.Field{
+			{Name: name, DType: safetensors.U8, Shape: []int{10, 10, 4}, Data: make([]byte, 400), Expand: exp}}}
+		got, err := c.add(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != nil {
+			chunks = append(chunks, got)
+		}
+	}
+	if last, err := c.close(); err != nil {
+		t.Fatal(err)
+	} else if last != nil {
+		chunks = append(chunks, last)
+	}
+	if len(chunks) < 2 {
+		t.Fatalf("%d chunks: want the rows over several", len(chunks))
+	}
+	for i, ch := range chunks {
+		f, err := safetensors.Decode(ch.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := wire.ParseExpansions(f.Metadata[wire.MetaExpand])
+		if err != nil || !m[name].Equal(exp) {
+			t.Errorf("chunk %d: expansions %v, %v", i, m, err)
+		}
+		if len(ch.data) > tk.ChunkMaxBytes || len(ch.data) < tk.ChunkMaxBytes-2048 && i < len(chunks)-1 {
+			t.Errorf("chunk %d: %d bytes, cap %d", i, len(ch.data), tk.ChunkMaxBytes)
+		}
+	}
+}

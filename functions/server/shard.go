@@ -88,7 +88,7 @@ func (s *Server) processShard(ctx context.Context, task wire.ShardTask, sink Fra
 	if err := task.Validate(); err != nil {
 		return r.end, fmt.Errorf("%w: %w", ErrInvalidTask, err)
 	}
-	p, err := s.pipelines.get(task.Pipeline)
+	p, err := s.pipelines.get(task.Pipeline, task.Expand)
 	if err != nil {
 		return r.end, fmt.Errorf("%w: task %s: %w", ErrInvalidTask, task.ID(), err)
 	}
@@ -268,7 +268,7 @@ func packedRowSize(po pipeline.PackOptions, prefix string) int {
 	var schema []fieldSpec
 	n := 0
 	for _, f := range row.Fields {
-		schema = append(schema, fieldSpec{f.Name, f.DType, f.Shape})
+		schema = append(schema, fieldSpec{f.Name, f.DType, f.Shape, nil})
 		n += len(f.Data)
 	}
 	return sizeBound(schema, keyLen(row.Key), n)

@@ -25,24 +25,36 @@ type Batch struct {
 	// chunks they came from, and Tensors have no Data yet: a batch served
 	// over HTTP is written from the chunks' own bytes, never copied
 	// (materialize makes the tensors whole, for a caller in process).
-	Runs [][][]byte
+	Runs [][]Run
+}
+
+// Run is consecutive rows of one tensor as a chunk holds them, with the
+// expansion that makes them the trainer's (nil: they are as they are).
+type Run struct {
+	Data   []byte
+	Expand *wire.Expansion
+}
+
+// Len is the size of r as the trainer gets it.
+func (r Run) Len() int {
+	if r.Expand == nil {
+		return len(r.Data)
+	}
+	return len(r.Data) * r.Expand.Size()
 }
 
 // Materialize makes b's tensors whole (copying its runs into one buffer
-// each), once.
+// each, expanded), once.
 func (b *Batch) Materialize() {
 	if b.Runs == nil {
 		return
 	}
 	tensors := make([]safetensors.Tensor, len(b.Tensors))
 	for j, t := range b.Tensors {
-		size := 0
+		data := make([]byte, b.DataLen(j))
+		off := 0
 		for _, r := range b.Runs[j] {
-			size += len(r)
-		}
-		data := make([]byte, 0, size)
-		for _, r := range b.Runs[j] {
-			data = append(data, r...)
+			off += r.put(data[off:], rowElems(t))
 		}
 		t.Data = data
 		tensors[j] = t
@@ -50,22 +62,37 @@ func (b *Batch) Materialize() {
 	b.Tensors, b.Runs = tensors, nil
 }
 
-// DataLen is the size of tensor j's data.
+// put writes r as the trainer gets it to dst, returning its length; rows
+// of an expanded run are rowBytes bytes.
+func (r Run) put(dst []byte, rowBytes int) int {
+	if r.Expand == nil {
+		return copy(dst, r.Data)
+	}
+	n := r.Len()
+	r.Expand.Expand(dst[:n], r.Data, rowBytes)
+	return n
+}
+
+// rowElems is the elements of one row of stacked tensor t: the bytes of
+// the row of an expanded run (a U8 per element).
+func rowElems(t safetensors.Tensor) int { return safetensors.Elements(t.Shape[1:]) }
+
+// DataLen is the size of tensor j's data, as the trainer gets it.
 func (b *Batch) DataLen(j int) int {
 	if b.Runs == nil {
 		return len(b.Tensors[j].Data)
 	}
 	n := 0
 	for _, r := range b.Runs[j] {
-		n += len(r)
+		n += r.Len()
 	}
 	return n
 }
 
 // Data is tensor j's data, as one buffer or as runs.
-func (b *Batch) Data(j int) [][]byte {
+func (b *Batch) Data(j int) []Run {
 	if b.Runs == nil {
-		return [][]byte{b.Tensors[j].Data}
+		return []Run{{Data: b.Tensors[j].Data}}
 	}
 	return b.Runs[j]
 }
@@ -79,7 +106,16 @@ type Sample struct {
 	idx  int
 	rows [][]byte
 	cols [][]byte
+	exp  []*wire.Expansion // per tensor, shared by the chunk's rows (nil: none)
 	src  *HeldChunk
+}
+
+// expand is the expansion of the sample's tensor j (nil: none).
+func (s Sample) expand(j int) *wire.Expansion {
+	if s.exp == nil {
+		return nil
+	}
+	return s.exp[j]
 }
 
 // Schema is the tensor layout all samples of a job share, so that they can
@@ -140,6 +176,13 @@ func splitDecoded(f safetensors.File) ([]Sample, *Schema, error) {
 	if len(f.Tensors) == 0 {
 		return nil, nil, fmt.Errorf("no tensors")
 	}
+	var exps map[string]*wire.Expansion
+	if v, ok := f.Metadata[wire.MetaExpand]; ok {
+		var err error
+		if exps, err = wire.ParseExpansions(v); err != nil {
+			return nil, nil, err
+		}
+	}
 	sc := &Schema{}
 	for name := range f.Tensors {
 		sc.Names = append(sc.Names, name)
@@ -148,16 +191,31 @@ func splitDecoded(f safetensors.File) ([]Sample, *Schema, error) {
 	n := len(keys)
 	samples := make([]Sample, n)
 	cols := make([][]byte, len(sc.Names))
+	var exp []*wire.Expansion
+	if exps != nil {
+		exp = make([]*wire.Expansion, len(sc.Names))
+	}
 	for i := range samples {
-		samples[i] = Sample{Key: keys[i], idx: i, rows: make([][]byte, len(sc.Names)), cols: cols}
+		samples[i] = Sample{Key: keys[i], idx: i, rows: make([][]byte, len(sc.Names)), cols: cols, exp: exp}
 	}
 	for j, name := range sc.Names {
 		t := f.Tensors[name]
 		if len(t.Shape) == 0 || t.Shape[0] != n {
 			return nil, nil, fmt.Errorf("tensor %q has shape %v, want %d rows (one per key)", name, t.Shape, n)
 		}
-		sc.Dtypes = append(sc.Dtypes, t.DType)
-		sc.Shapes = append(sc.Shapes, slices.Clone(t.Shape[1:]))
+		if e := exps[name]; e != nil {
+			// The trainer's tensor is the expansion's: [C,H,W] of its dtype.
+			if c := e.Channels(); t.DType != safetensors.U8 || len(t.Shape) != 4 || t.Shape[3] != c {
+				return nil, nil, fmt.Errorf("tensor %q is %s%v: an expansion of %d channels takes U8 [n,H,W,%d]", name, t.DType, t.Shape, c, c)
+			}
+			exp[j] = e
+			sc.Dtypes = append(sc.Dtypes, safetensors.DType(e.DType))
+			sc.Shapes = append(sc.Shapes, []int{t.Shape[3], t.Shape[1], t.Shape[2]})
+			delete(exps, name)
+		} else {
+			sc.Dtypes = append(sc.Dtypes, t.DType)
+			sc.Shapes = append(sc.Shapes, slices.Clone(t.Shape[1:]))
+		}
 		cols[j] = t.Data
 		if n == 0 {
 			continue
@@ -166,6 +224,9 @@ func splitDecoded(f safetensors.File) ([]Sample, *Schema, error) {
 		for i := range samples {
 			samples[i].rows[j] = t.Data[i*row : (i+1)*row : (i+1)*row]
 		}
+	}
+	for name := range exps {
+		return nil, nil, fmt.Errorf("metadata %q names tensor %q, which the chunk does not have", wire.MetaExpand, name)
 	}
 	return samples, sc, nil
 }
@@ -210,7 +271,7 @@ func Stack(epoch int, sc *Schema, samples []Sample) ReadyBatch {
 	if len(samples) > 0 && samples[0].rows == nil {
 		return b
 	}
-	b.Runs = make([][][]byte, len(sc.Names))
+	b.Runs = make([][]Run, len(sc.Names))
 	for j, name := range sc.Names {
 		shape := append([]int{len(samples)}, sc.Shapes[j]...)
 		b.Tensors = append(b.Tensors, safetensors.Tensor{Name: name, DType: sc.Dtypes[j], Shape: shape})
@@ -223,10 +284,10 @@ func Stack(epoch int, sc *Schema, samples []Sample) ReadyBatch {
 			}
 			if s.cols == nil || row == 0 {
 				for _, r := range samples[i:k] {
-					b.Runs[j] = append(b.Runs[j], r.rows[j])
+					b.Runs[j] = append(b.Runs[j], Run{r.rows[j], r.expand(j)})
 				}
 			} else {
-				b.Runs[j] = append(b.Runs[j], s.cols[j][s.idx*row:(s.idx+k-i)*row:(s.idx+k-i)*row])
+				b.Runs[j] = append(b.Runs[j], Run{s.cols[j][s.idx*row : (s.idx+k-i)*row : (s.idx+k-i)*row], s.expand(j)})
 			}
 			i = k
 		}

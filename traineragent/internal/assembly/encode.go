@@ -82,17 +82,35 @@ func (b *Batch) Header(meta map[string]string) (head []byte, size int, err error
 	return safetensors.HeaderLengths(b.Tensors, lengths, meta)
 }
 
-// write writes b's file, head then the tensors' data, straight from the
-// chunks it came in.
+// WriteFile writes b's file, head then the tensors' data, straight from
+// the chunks it came in; an expanded run goes through a buffer of about
+// expandBuffer bytes (it stays in the core's cache between the two).
 func (b *Batch) WriteFile(w io.Writer, head []byte) error {
 	_, err := w.Write(head)
-	for j := range b.Tensors {
+	var buf []byte
+	for j, t := range b.Tensors {
+		rowBytes := rowElems(t)
 		for _, run := range b.Data(j) {
 			if err != nil {
 				return err
 			}
-			_, err = w.Write(run)
+			if run.Expand == nil {
+				_, err = w.Write(run.Data)
+				continue
+			}
+			rows := max(1, expandBuffer/(rowBytes*run.Expand.Size())) * rowBytes
+			for src := run.Data; len(src) > 0 && err == nil; {
+				part := Run{src[:min(rows, len(src))], run.Expand}
+				if n := part.Len(); cap(buf) < n {
+					buf = make([]byte, n)
+				}
+				_, err = w.Write(buf[:part.put(buf, rowBytes)])
+				src = src[len(part.Data):]
+			}
 		}
 	}
 	return err
 }
+
+// expandBuffer is the size of the buffer WriteFile expands runs into.
+const expandBuffer = 1 << 20

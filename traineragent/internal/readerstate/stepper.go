@@ -332,7 +332,7 @@ func SplitRows(e int, batches []assembly.ReadyBatch, sizes []int) []assembly.Bat
 	// Each tensor's data as one list of runs over all the batches, and the
 	// size of one of its rows (all batches share the job's schema).
 	var tensors []safetensors.Tensor
-	var runs [][][]byte
+	var runs [][]assembly.Run
 	var rowBytes []int
 	for i, b := range batches {
 		for j, t := range b.Tensors {
@@ -350,7 +350,7 @@ func SplitRows(e int, batches []assembly.ReadyBatch, sizes []int) []assembly.Bat
 	parts := make([]assembly.Batch, len(sizes))
 	lo := 0
 	for r, n := range sizes {
-		p := assembly.Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], Runs: make([][][]byte, len(tensors))}
+		p := assembly.Batch{Epoch: e, Keys: keys[lo : lo+n : lo+n], Runs: make([][]assembly.Run, len(tensors))}
 		if len(sources) == len(keys) {
 			p.Sources = sources[lo : lo+n : lo+n]
 		}
@@ -365,17 +365,23 @@ func SplitRows(e int, batches []assembly.ReadyBatch, sizes []int) []assembly.Bat
 	return parts
 }
 
-// CutRuns is bytes [from, to) of the concatenation of runs, as runs
-// aliasing them.
-func CutRuns(runs [][]byte, from, to int) [][]byte {
-	var out [][]byte
+// CutRuns is bytes [from, to) of the concatenation of runs as the trainer
+// gets them, as runs aliasing them. The cuts fall between rows, so an
+// expanded run is cut where its own bytes' rows end.
+func CutRuns(runs []assembly.Run, from, to int) []assembly.Run {
+	var out []assembly.Run
 	off := 0
 	for _, r := range runs {
-		lo, hi := max(from-off, 0), min(to-off, len(r))
+		n := r.Len()
+		lo, hi := max(from-off, 0), min(to-off, n)
 		if lo < hi {
-			out = append(out, r[lo:hi:hi])
+			f := 1
+			if r.Expand != nil {
+				f = r.Expand.Size()
+			}
+			out = append(out, assembly.Run{Data: r.Data[lo/f : hi/f : hi/f], Expand: r.Expand})
 		}
-		off += len(r)
+		off += n
 		if off >= to {
 			break
 		}
