@@ -58,12 +58,16 @@ func fieldLabel(st *state, field string) (int64, error) {
 	if !st.hasAny(jsonMembers) {
 		return NoLabel, nil
 	}
-	obj, member, err := st.jsonObject()
-	if err != nil {
-		return 0, err
+	raw, member, found, ok := st.jsonField(jsonMembers, field) // no map if it can
+	if !ok {
+		obj, m, err := st.jsonObject()
+		if err != nil {
+			return 0, err
+		}
+		v, has := obj[field]
+		raw, member, found = v, m, has
 	}
-	raw, ok := obj[field]
-	if !ok || string(bytes.TrimSpace(raw)) == "null" {
+	if !found || string(bytes.TrimSpace(raw)) == "null" {
 		return NoLabel, nil
 	}
 	var v int64

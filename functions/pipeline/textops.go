@@ -111,6 +111,17 @@ func (o *textOp) apply(st *state) error {
 		st.text = string(b)
 		return nil
 	}
+	// The usual line, a string field: one pass, no map (jsonfield.go).
+	if raw, _, found, ok := st.jsonField(members, o.field); ok && found && raw[0] == '"' {
+		st.text = unquote(raw[1 : len(raw)-1])
+		return nil
+	}
+	return o.fromObject(st, members)
+}
+
+// fromObject reads the field from jsonObject's map: what apply does with
+// a line jsonField leaves to it (and any line, in the tests).
+func (o *textOp) fromObject(st *state, members []string) error {
 	obj, member, err := st.jsonObject(members...)
 	if err != nil {
 		return err
