@@ -34,7 +34,7 @@ if command -v apt-get >/dev/null && ! ls /usr/lib/x86_64-linux-gnu/libavfilter.s
     { apt-get install -y -q libavcodec-dev libavformat-dev libavfilter-dev libswscale-dev libavdevice-dev >>"$dir/apt.log" 2>&1; }
   rc=$?
   after=$(df -m --output=used / | tail -1)
-  record ffmpeg-apt system $((after - before)) $(( $(date +%s) - t0 )) $rc -
+  record ffmpeg_apt system $((after - before)) $(( $(date +%s) - t0 )) $rc -
 fi
 
 install_file() { # requirements-file venv-name

@@ -210,10 +210,14 @@ def run_sluice(a, rows):
             raise RuntimeError("sluice job submit: " + r.stderr.strip().replace("\n", " | "))
         start("controller", [a.sluice_bin, "controller", "--actuator", "local", "--listen", "127.0.0.1:0",
                              "--max-replicas", str(a.threads), "--vocab-dir", a.vocab])
+        # The trainer reads the agent's Unix socket, as one on its node does
+        # (docs/pytorch.md) and as the image runs do: each batch a memfd.
         addr = f"127.0.0.1:{free_port()}"
-        start("agent", [a.sluice_bin, "agent", "--job", "peers-lm", "--listen", addr, "--world-size", "1"])
+        sock = os.path.join(work, "agent.sock")
+        start("agent", [a.sluice_bin, "agent", "--job", "peers-lm", "--listen", addr, "--listen-unix", sock,
+                        "--world-size", "1"])
         tokens = 0
-        with sluice.Loader("http://" + addr, prefetch=2, timeout=300) as ld:
+        with sluice.Loader("unix:" + sock, prefetch=2, timeout=300, connect_timeout=60) as ld:
             for batches in ld.epochs():
                 for b in batches:
                     ids, mask = b["input_ids"], b["attention_mask"]
