@@ -417,29 +417,7 @@ func TestAgentHTTP(t *testing.T) {
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
 
-	get := func(ctx context.Context) (Batch, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/batch", nil)
-		if err != nil {
-			return Batch{}, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return Batch{}, err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return Batch{}, err
-		}
-		switch resp.StatusCode {
-		case http.StatusOK:
-			return assembly.DecodeBatch(body)
-		case http.StatusGone:
-			return Batch{}, io.EOF
-		}
-		return Batch{}, fmt.Errorf("GET /v1/batch: %s: %s", resp.Status, body)
-	}
-	batches := drain(t, get)
+	batches := drain(t, func(ctx context.Context) (Batch, error) { return getBatch(ctx, srv.URL) })
 	checkDelivery(t, job, l, batches)
 	if err := wait(); err != nil {
 		t.Fatal(err)
@@ -461,6 +439,31 @@ func TestAgentHTTP(t *testing.T) {
 	if st.SamplesDelivered != 5 || st.Epochs != 1 || len(st.FailedSamples) != 2 {
 		t.Errorf("GET /v1/stats = %+v, want 5 samples, 1 epoch, 2 failed", st)
 	}
+}
+
+// getBatch is GET /v1/batch of the agent at base: io.EOF once the job is
+// over (410).
+func getBatch(ctx context.Context, base string) (Batch, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/batch", nil)
+	if err != nil {
+		return Batch{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Batch{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return Batch{}, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return assembly.DecodeBatch(body)
+	case http.StatusGone:
+		return Batch{}, io.EOF
+	}
+	return Batch{}, fmt.Errorf("GET /v1/batch: %s: %s", resp.Status, body)
 }
 
 func TestNewRejectsBadJobs(t *testing.T) {

@@ -3,7 +3,6 @@ package traineragent
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"github.com/sluice-project/sluice/functions/server"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/synth"
-	"github.com/sluice-project/sluice/traineragent/internal/assembly"
 	"github.com/sluice-project/sluice/wire"
 )
 
@@ -72,29 +70,8 @@ func TestAgentExpandsWhatTheFunctionDefers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var batches []Batch
-	get := func(ctx context.Context) (Batch, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.URL+"/v1/batch", nil)
-		if err != nil {
-			return Batch{}, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return Batch{}, err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		switch {
-		case err != nil:
-			return Batch{}, err
-		case resp.StatusCode == http.StatusGone:
-			return Batch{}, io.EOF
-		case resp.StatusCode != http.StatusOK:
-			return Batch{}, fmt.Errorf("GET /v1/batch: %s: %s", resp.Status, body)
-		}
-		return assembly.DecodeBatch(body)
-	}
 	for {
-		b, err := get(ctx)
+		b, err := getBatch(ctx, api.URL)
 		if err == io.EOF {
 			break
 		}
