@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/functions/text"
+	"github.com/sluice-project/sluice/internal/jsonscan"
 )
 
 // Text ops: a sample's text (a tar shard's txt member, or a field of a
@@ -113,7 +114,7 @@ func (o *textOp) apply(st *state) error {
 	}
 	// The usual line, a string field: one pass, no map (jsonfield.go).
 	if raw, _, found, ok := st.jsonField(members, o.field); ok && found && raw[0] == '"' {
-		st.text = unquote(raw[1 : len(raw)-1])
+		st.text = jsonscan.Unquote(raw[1 : len(raw)-1])
 		return nil
 	}
 	return o.fromObject(st, members)

@@ -1,11 +1,12 @@
 package bpe
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sluice-project/sluice/internal/jsonscan"
 )
 
 // A tokenizer.json's vocab and merges (Llama 3's: 128,000 tokens and
@@ -14,143 +15,75 @@ import (
 // reflection into a map and a []json.RawMessage unmarshalled one by one,
 // and the garbage, were most of LoadHF's 0.45 CPU-seconds, which every
 // replica and job submit spend, and it read the file twice (once to check
-// it). The scanner takes only what those two hold, and JSON only: strings
-// without escapes are slices of the text, and any other string (an
-// escape, invalid UTF-8, which encoding/json replaces) is encoding/json's
-// to read, so that both read every token alike.
+// it). The scanner (internal/jsonscan's) takes only what those two hold,
+// and JSON only: strings without escapes are slices of the text, and any
+// other string (an escape, invalid UTF-8) is decoded by jsonscan.Unquote
+// as encoding/json decodes it (U+FFFD for each bad byte), so that both
+// read every token alike. The skip that cuts the two out only matches
+// brackets: encoding/json checks what it skips, and says what is wrong.
 
-// jsonScan reads JSON text.
-type jsonScan struct {
-	s string
-	i int
-}
+// jsonScan reads JSON text with jsonscan's strict scanner, and the
+// loose skip, integer and end below.
+type jsonScan struct{ jsonscan.Scanner[string] }
 
-// next is the next byte after white space, or 0 at the end.
-func (j *jsonScan) next() byte {
-	for ; j.i < len(j.s); j.i++ {
-		switch c := j.s[j.i]; c {
-		case ' ', '\t', '\n', '\r':
-		default:
-			return c
-		}
-	}
-	return 0
-}
-
-// eat consumes c if it is the next byte.
-func (j *jsonScan) eat(c byte) bool {
-	if j.next() != c {
-		return false
-	}
-	j.i++
-	return true
-}
-
-// str reads a string, if one is next.
+// str reads a string, after white space, if one is next: a slice of the
+// text where it has no escape and is valid UTF-8, else decoded as
+// encoding/json would (jsonscan.Unquote).
 func (j *jsonScan) str() (string, bool) {
-	if j.next() != '"' {
+	if j.Next() != '"' {
 		return "", false
 	}
-	start, ascii := j.i+1, true
-	for k := start; k < len(j.s); k++ {
-		switch c := j.s[k]; {
-		case c == '"':
-			s := j.s[start:k]
-			if !ascii && !utf8.ValidString(s) {
-				return j.slowStr(k + 1)
-			}
-			j.i = k + 1
-			return s, true
-		case c == '\\': // an escape: to the closing quote, then encoding/json
-			for ; k < len(j.s); k++ {
-				if j.s[k] == '\\' {
-					k++
-				} else if j.s[k] == '"' {
-					return j.slowStr(k + 1)
-				}
-			}
-			return "", false
-		case c < ' ': // not JSON: encoding/json says so
-			return "", false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
+	start := j.I
+	kind, ok := j.Str()
+	if !ok {
+		return "", false
 	}
-	return "", false
+	return strValue(j.S[start+1:j.I-1], kind), true
 }
 
-// slowStr reads the string literal that ends before end with encoding/json.
-func (j *jsonScan) slowStr(end int) (string, bool) {
-	var s string
-	if end > len(j.s) || json.Unmarshal([]byte(j.s[j.i:end]), &s) != nil {
-		return "", false
+// strValue is the value of the string whose inside is s.
+func strValue(s string, kind jsonscan.Str) string {
+	if kind&jsonscan.Escaped != 0 || kind&jsonscan.NonASCII != 0 && !utf8.ValidString(s) {
+		return jsonscan.Unquote([]byte(s))
 	}
-	j.i = end
-	return s, true
+	return s
 }
+
+// numByte marks the bytes integer takes into the text of a number, JSON
+// or not, for its message.
+var numByte = func() (t [256]bool) {
+	for _, c := range []byte("0123456789+-.eE") {
+		t[c] = true
+	}
+	return t
+}()
 
 // integer reads a number, and whether it is an integer in int64.
 func (j *jsonScan) integer() (n int64, text string, ok bool) {
-	j.next()
-	start := j.i
-	for ; j.i < len(j.s); j.i++ {
-		if c := j.s[j.i]; (c < '0' || c > '9') && c != '-' && c != '+' && c != '.' && c != 'e' && c != 'E' {
-			break
-		}
+	j.Next()
+	start := j.I
+	for j.I < len(j.S) && numByte[j.S[j.I]] {
+		j.I++
 	}
-	text = j.s[start:j.i]
+	text = j.S[start:j.I]
 	if text == "" {
-		return 0, clip(j.s[start:], 10), false
+		return 0, clip(j.S[start:], 10), false
 	}
-	digits := strings.TrimPrefix(text, "-")
-	if len(digits) > 1 && digits[0] == '0' { // not JSON, nor are + and a lone -
-		return 0, text, false
-	}
+	num := jsonscan.Scanner[string]{S: text} // JSON's form: no +, no leading 0
 	n, err := strconv.ParseInt(text, 10, 64)
-	return n, text, err == nil && text[0] != '+'
+	return n, text, err == nil && num.Num() && num.I == len(text)
 }
 
 // object reads an object, calling member with each key, the scanner at its
 // value, which member reads; false if the text is not an object or member
 // returns false.
 func (j *jsonScan) object(member func(key string) bool) bool {
-	if !j.eat('{') {
-		return false
-	}
-	if j.eat('}') {
-		return true
-	}
-	for {
-		k, ok := j.str()
-		if !ok || !j.eat(':') || !member(k) {
-			return false
-		}
-		if !j.eat(',') {
-			return j.eat('}')
-		}
-	}
+	return j.Object(func(key string, kind jsonscan.Str) bool { return member(strValue(key, kind)) })
 }
 
-// array reads an array as object reads an object, element reading each.
-func (j *jsonScan) array(element func(i int) bool) bool {
-	if !j.eat('[') {
-		return false
-	}
-	if j.eat(']') {
-		return true
-	}
-	for i := 0; ; i++ {
-		if !element(i) {
-			return false
-		}
-		if !j.eat(',') {
-			return j.eat(']')
-		}
-	}
-}
-
-// end reports whether only white space is left.
-func (j *jsonScan) end() bool { return j.next() == 0 }
+// end reports whether only white space is left (or a NUL byte, which
+// encoding/json then refuses).
+func (j *jsonScan) end() bool { return j.Next() == 0 }
 
 func isNullText(s string) bool {
 	s = strings.TrimSpace(s)
@@ -170,7 +103,7 @@ func scanVocab(text string) ([]vocabEntry, error) {
 	}
 	v := make([]vocabEntry, 0, len(text)/16) // Llama 3's take 19.5 bytes each
 	var err error
-	j := jsonScan{s: text}
+	j := jsonScan{jsonscan.Scanner[string]{S: text}}
 	ok := j.object(func(s string) bool {
 		id, num, ok := j.integer()
 		switch {
@@ -203,8 +136,8 @@ func scanMerges(text string, each func(i int, a, b string) error) error {
 		return nil
 	}
 	var err error
-	j := jsonScan{s: text}
-	ok := j.array(func(i int) bool {
+	j := jsonScan{jsonscan.Scanner[string]{S: text}}
+	ok := j.Array(func(i int) bool {
 		if i == MaxMerges {
 			err = fmt.Errorf("model BPE: over %d merges, the limit", MaxMerges)
 			return false
@@ -219,7 +152,7 @@ func scanMerges(text string, each func(i int, a, b string) error) error {
 		} else {
 			var pair [2]string
 			n := 0
-			if !j.array(func(k int) bool {
+			if !j.Array(func(k int) bool {
 				if k >= 2 {
 					return false
 				}
@@ -252,7 +185,7 @@ func scanMerges(text string, each func(i int, a, b string) error) error {
 // one model object with one vocab and one merges: then encoding/json reads
 // it all, and says what is wrong.
 func cutVocabAndMerges(text string) (rest []byte, vocab, merges string, ok bool) {
-	j := jsonScan{s: text}
+	j := jsonScan{jsonscan.Scanner[string]{S: text}}
 	var spans [][2]int
 	models := 0
 	ok = j.object(func(k string) bool {
@@ -261,20 +194,20 @@ func cutVocabAndMerges(text string) (rest []byte, vocab, merges string, ok bool)
 		}
 		models++
 		return j.object(func(mk string) bool {
-			j.next()
-			start := j.i
+			j.Next()
+			start := j.I
 			if !j.skip() {
 				return false
 			}
 			switch mk {
 			case "vocab":
-				vocab = text[start:j.i]
+				vocab = text[start:j.I]
 			case "merges":
-				merges = text[start:j.i]
+				merges = text[start:j.I]
 			default:
 				return true
 			}
-			spans = append(spans, [2]int{start, j.i})
+			spans = append(spans, [2]int{start, j.I})
 			return true
 		})
 	})
@@ -305,23 +238,23 @@ var delim = func() (d [256]bool) {
 // strings close. It checks no more: encoding/json reads what it skips.
 func (j *jsonScan) skip() bool {
 	for depth := 0; ; {
-		switch c := j.next(); c {
+		switch c := j.Next(); c {
 		case 0:
 			return false
 		case '"':
-			k := j.i + 1
-			for ; k < len(j.s) && j.s[k] != '"'; k++ {
-				if j.s[k] == '\\' {
+			k := j.I + 1
+			for ; k < len(j.S) && j.S[k] != '"'; k++ {
+				if j.S[k] == '\\' {
 					k++
 				}
 			}
-			if k >= len(j.s) {
+			if k >= len(j.S) {
 				return false
 			}
-			j.i = k + 1
+			j.I = k + 1
 		case '{', '[':
 			depth++
-			j.i++
+			j.I++
 		case '}', ']', ',', ':':
 			if depth == 0 {
 				return false
@@ -329,10 +262,10 @@ func (j *jsonScan) skip() bool {
 			if c == '}' || c == ']' {
 				depth--
 			}
-			j.i++
+			j.I++
 		default: // a number, true, false or null
-			for j.i < len(j.s) && !delim[j.s[j.i]] {
-				j.i++
+			for j.I < len(j.S) && !delim[j.S[j.I]] {
+				j.I++
 			}
 		}
 		if depth == 0 {
