@@ -36,6 +36,9 @@ type Expansion struct {
 func NewExpansion(dtype string, tables [][256]uint32) (*Expansion, error) {
 	e := &Expansion{DType: dtype}
 	size := e.Size()
+	if size == 0 {
+		return nil, e.Check() // names the dtype
+	}
 	e.LUT = make([]byte, len(tables)*256*size)
 	for c, t := range tables {
 		for v, x := range t {

@@ -79,6 +79,9 @@ func TestParseExpansions(t *testing.T) {
 	if err != nil || !m["image"].Equal(e) || m["image"].Channels() != 3 {
 		t.Fatalf("ParseExpansions(EncodeExpansions) = %v, %v", m, err)
 	}
+	if _, err := NewExpansion("BF16", make([][256]uint32, 3)); err == nil || !strings.Contains(err.Error(), `dtype "BF16"`) {
+		t.Errorf("NewExpansion(BF16) = %v, want the dtype named", err)
+	}
 	for _, c := range []struct{ in, want string }{
 		{`{"image":{"dtype":"F64","lut":""}}`, `dtype "F64"`},
 		{`{"image":{"dtype":"F32","lut":"AAAA"}}`, "table of 3 bytes"},
