@@ -159,6 +159,7 @@ type agentFlags struct {
 	listenUnix                        *string
 	logLevel, ranksFlag, teamKeyFile  *string
 	prefetch, worldSize               *int
+	nodeRank, nprocPerNode            *int
 	dropLast, insecure                *bool
 	linger, localityWait, taskAckWait *time.Duration
 	connFlags                         *connect.Flags
@@ -184,6 +185,9 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 	f.worldSize = fs.Int("world-size", 0, "number of ranks (`W`) of the trainer: the agent serves them all, or those --ranks names (0: set by the first request's world_size)")
 	f.ranksFlag = fs.String("ranks", "", "comma-separated ranks of --world-size this agent serves (`LIST`, e.g. 2,3: those on its node; default: all). "+
 		"The agent serving rank 0 plans every step; the others join it over NATS (give each its own --name, kept across restarts). All agents of one reader need the same --world-size and --drop-last")
+	f.nodeRank = fs.Int("node-rank", -1, "with --nproc-per-node, instead of --ranks: this node's index `N` among the trainer's nodes (torchrun's --node-rank; an Indexed Job's completion index), "+
+		"so that the agent serves ranks N*P..N*P+P-1 of --world-size")
+	f.nprocPerNode = fs.Int("nproc-per-node", 0, "with --node-rank: the ranks (`P`) each node runs (torchrun's --nproc-per-node)")
 	f.dropLast = fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
 	f.linger = fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
 	f.maxLag = fs.String("max-lag-bytes", "0", "what a reader of a job with several readers may hold (a `size` such as 256MiB), its prefetch full, before it keeps no new shard while another reader wants more, and asks for those shards again when its trainer gets there; 0: half the job's output buffer; -1: never")
@@ -398,8 +402,13 @@ func teamKeyDir() (string, error) {
 	return filepath.Join(d, "sluice", "teamkeys"), nil
 }
 
-// parseRanks reads --ranks: distinct ranks of --world-size.
+// parseRanks reads --ranks, distinct ranks of --world-size, or
+// --node-rank and --nproc-per-node, a node's consecutive ranks as torchrun
+// numbers them.
 func (f *agentFlags) parseRanks() error {
+	if *f.nodeRank >= 0 || *f.nprocPerNode != 0 {
+		return f.parseNodeRank()
+	}
 	if *f.ranksFlag == "" {
 		return nil
 	}
@@ -418,6 +427,26 @@ func (f *agentFlags) parseRanks() error {
 			return fmt.Errorf("--ranks %q: rank %d given twice", *f.ranksFlag, r)
 		}
 		seen[r] = true
+		f.ranks = append(f.ranks, r)
+	}
+	return nil
+}
+
+func (f *agentFlags) parseNodeRank() error {
+	n, p, w := *f.nodeRank, *f.nprocPerNode, *f.worldSize
+	switch {
+	case *f.ranksFlag != "":
+		return errors.New("--ranks and --node-rank: give one")
+	case n < 0 || p < 1:
+		return fmt.Errorf("--node-rank %d --nproc-per-node %d: give both, a node index from 0 and at least 1 rank a node", n, p)
+	case w < 1:
+		return fmt.Errorf("--node-rank %d: needs --world-size, the number of ranks of all nodes", n)
+	case w%p != 0:
+		return fmt.Errorf("--world-size %d is not a whole number of nodes of --nproc-per-node %d", w, p)
+	case n >= w/p:
+		return fmt.Errorf("--node-rank %d: want 0..%d (--world-size %d / --nproc-per-node %d)", n, w/p-1, w, p)
+	}
+	for r := n * p; r < (n+1)*p; r++ {
 		f.ranks = append(f.ranks, r)
 	}
 	return nil

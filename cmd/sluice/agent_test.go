@@ -382,6 +382,12 @@ func TestAgentCommandUsageErrors(t *testing.T) {
 		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "1,3,1"}, []string{`--ranks "1,3,1": rank 1 given twice`}},
 		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "1,x"}, []string{`--ranks "1,x": "x" is not a rank number`}},
 		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "1,,2"}, []string{`--ranks "1,,2": "" is not a rank number`}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--ranks", "1", "--node-rank", "0", "--nproc-per-node", "2"}, []string{"--ranks and --node-rank: give one"}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--node-rank", "1"}, []string{"--node-rank 1 --nproc-per-node 0: give both"}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--nproc-per-node", "2"}, []string{"--node-rank -1 --nproc-per-node 2: give both"}},
+		{[]string{"agent", "--job", "j", "--node-rank", "0", "--nproc-per-node", "2"}, []string{"--node-rank 0: needs --world-size"}},
+		{[]string{"agent", "--job", "j", "--world-size", "5", "--node-rank", "0", "--nproc-per-node", "2"}, []string{"--world-size 5 is not a whole number of nodes of --nproc-per-node 2"}},
+		{[]string{"agent", "--job", "j", "--world-size", "4", "--node-rank", "2", "--nproc-per-node", "2"}, []string{"--node-rank 2: want 0..1"}},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		if code != 2 {
@@ -395,7 +401,7 @@ func TestAgentCommandUsageErrors(t *testing.T) {
 	}
 }
 
-// TestAgentFlagsRanks: --ranks reaches the agent's options as the ranks
+// TestAgentFlagsRanks: --ranks, or --node-rank and --nproc-per-node, reach the agent's options as the ranks
 // of its team; without it the agent serves every rank.
 func TestAgentFlagsRanks(t *testing.T) {
 	t.Setenv(wire.TeamKeyEnv, strings.Repeat("ab", wire.TeamKeyBytes))
@@ -405,6 +411,8 @@ func TestAgentFlagsRanks(t *testing.T) {
 	}{
 		{[]string{"--job", "j", "--world-size", "4", "--ranks", "2, 3"}, []int{2, 3}},
 		{[]string{"--job", "j", "--world-size", "4"}, nil},
+		{[]string{"--job", "j", "--world-size", "4", "--node-rank", "1", "--nproc-per-node", "2"}, []int{2, 3}},
+		{[]string{"--job", "j", "--world-size", "4", "--node-rank", "3", "--nproc-per-node", "1"}, []int{3}},
 	} {
 		f := newAgentFlags(io.Discard)
 		if err := f.parse(tc.args); err != nil {
