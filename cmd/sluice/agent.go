@@ -116,12 +116,17 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	return s.run(ctx, served, *f.linger, logger)
+	linger := *f.linger
+	if *f.sidecar {
+		linger = -1
+	}
+	return s.run(ctx, served, linger, logger)
 }
 
 // run runs the agent to the end and, after the last batch or the job's
 // end, lets the trainer learn it from a 410 (within linger) rather than a
-// refused connection.
+// refused connection. A negative linger waits for ctx (a sidecar's
+// SIGTERM) instead.
 func (s *agentServer) run(ctx context.Context, served <-chan error, linger time.Duration, logger *slog.Logger) error {
 	a := s.agent.Load()
 	ran := make(chan error, 1)
@@ -143,6 +148,10 @@ func (s *agentServer) run(ctx context.Context, served <-chan error, linger time.
 	case !errors.Is(err, traineragent.ErrJobEnded):
 		return err
 	}
+	if linger < 0 {
+		<-ctx.Done()
+		return err
+	}
 	select {
 	case <-s.gone:
 	case <-time.After(linger):
@@ -160,7 +169,7 @@ type agentFlags struct {
 	logLevel, ranksFlag, teamKeyFile  *string
 	prefetch, worldSize               *int
 	nodeRank, nprocPerNode            *int
-	dropLast, insecure                *bool
+	dropLast, insecure, sidecar       *bool
 	linger, localityWait, taskAckWait *time.Duration
 	connFlags                         *connect.Flags
 	agentTokenFlag, fnTokenFlag       *bearer.Flag
@@ -189,6 +198,8 @@ func newAgentFlags(stderr io.Writer) *agentFlags {
 		"so that the agent serves ranks N*P..N*P+P-1 of --world-size")
 	f.nprocPerNode = fs.Int("nproc-per-node", 0, "with --node-rank: the ranks (`P`) each node runs (torchrun's --nproc-per-node)")
 	f.dropLast = fs.Bool("drop-last", false, "drop each epoch's last step when it would be partial (counted in /v1/stats dropped_samples), rather than split its samples evenly over the ranks")
+	f.sidecar = fs.Bool("sidecar", false, "run as a Kubernetes sidecar beside the trainer's container: after the last batch or the job's end, answer 410 until SIGTERM rather than exit "+
+		"(the kubelet restarts a sidecar that exits, and stops it once the trainer's container ends); --linger does not apply")
 	f.linger = fs.Duration("linger", 10*time.Second, "after the last batch, or the job's end, how long GET /v1/batch may still get its 410 before the agent exits (it exits at once after one)")
 	f.maxLag = fs.String("max-lag-bytes", "0", "what a reader of a job with several readers may hold (a `size` such as 256MiB), its prefetch full, before it keeps no new shard while another reader wants more, and asks for those shards again when its trainer gets there; 0: half the job's output buffer; -1: never")
 	f.localityWait = fs.Duration("locality-wait", dispatch.DefaultLocalityWait, "longest a task waits for the busy replica whose shard cache holds its shard before going to another; 0: never wait")

@@ -102,6 +102,44 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 	}
 }
 
+// TestAgentCommandSidecarStaysUntilSIGTERM: with --sidecar the agent
+// does not exit after the trainer's 410 (a native sidecar that exits is
+// restarted by the kubelet): it answers 410 again until SIGTERM, then
+// exits 0.
+func TestAgentCommandSidecarStaysUntilSIGTERM(t *testing.T) {
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, url := startAgent(t, "--job", "side", "--nats", srv.URL(), "--sidecar")
+	want := submitAgentTestJob(t, nc, js, "side")
+	got := map[string]bool{}
+	getBatches(t, url, got, -1)
+	if len(got) != len(want) {
+		t.Errorf("delivered %d samples, want %d", len(got), len(want))
+	}
+	for i := range 3 {
+		resp, err := http.Get(url + "/v1/batch")
+		if err != nil {
+			t.Fatalf("GET /v1/batch %d after the 410: %v (the agent exited)", i+2, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGone {
+			t.Errorf("GET /v1/batch after the 410: %s, want 410", resp.Status)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("agent exit %d on SIGTERM after delivering everything, want 0", code)
+	}
+}
+
 // submitAgentTestJob records a job (record, task consumer and tasks, as
 // the broker does), serves its shards from a function replica on loopback
 // (a hand-written one: a shard's chunks and end as frames) and publishes
