@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,14 @@ type Options struct {
 	Path       string
 	Entrypoint []string
 	Title      string
+	// Layers go on top of the base layer: a runtime and a program that
+	// are not one static binary (the real-cluster tests' Python trainer).
+	// With Layers, Binary may be empty: the base layer then holds no
+	// program.
+	Layers []v1.Layer
+	// Env adds variables to the config's, replacing those of the same
+	// name (PATH for such a runtime).
+	Env []string
 }
 
 // Image assembles the image from o.
@@ -68,9 +77,13 @@ func Image(o Options) (v1.Image, error) {
 			o.Entrypoint = []string{o.Path}
 		}
 	}
-	bin, err := os.ReadFile(o.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("reading the binary: %w", err)
+	var bin []byte
+	if o.Binary != "" || len(o.Layers) == 0 {
+		b, err := os.ReadFile(o.Binary)
+		if err != nil {
+			return nil, fmt.Errorf("reading the binary: %w", err)
+		}
+		bin = b
 	}
 	ca, err := os.ReadFile(o.CACerts)
 	if err != nil {
@@ -92,6 +105,12 @@ func Image(o Options) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
 	}
+	for i, l := range o.Layers {
+		img, err = mutate.AppendLayers(img, l)
+		if err != nil {
+			return nil, fmt.Errorf("adding layer %d: %w", i+1, err)
+		}
+	}
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -105,7 +124,7 @@ func Image(o Options) (v1.Image, error) {
 		Entrypoint:   o.Entrypoint,
 		User:         uid + ":" + uid,
 		WorkingDir:   "/",
-		Env:          []string{"PATH=/", "SSL_CERT_FILE=" + CAPath, "PORT=" + strconv.Itoa(Port)},
+		Env:          mergeEnv([]string{"PATH=/", "SSL_CERT_FILE=" + CAPath, "PORT=" + strconv.Itoa(Port)}, o.Env),
 		ExposedPorts: map[string]struct{}{strconv.Itoa(Port) + "/tcp": {}},
 		Labels: map[string]string{
 			"org.opencontainers.image.title":       title,
@@ -118,6 +137,22 @@ func Image(o Options) (v1.Image, error) {
 		return nil, fmt.Errorf("setting the image config: %w", err)
 	}
 	return img, nil
+}
+
+// mergeEnv is base with extra's variables, each replacing base's of the
+// same name.
+func mergeEnv(base, extra []string) []string {
+	out := slices.Clone(base)
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(out, func(b string) bool { return strings.HasPrefix(b, name+"=") })
+		if i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // rootfs is the layer's tar: the binary at path, passwd and group with the
@@ -139,7 +174,12 @@ func rootfs(path string, bin, ca []byte, mtime time.Time) ([]byte, error) {
 	passwd := "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:" + uid + ":" + uid + ":nonroot:/tmp:/sbin/nologin\n"
 	group := "root:x:0:\nnonroot:x:" + uid + ":\n"
 	steps := []func() error{
-		func() error { return file(path, 0o755, bin) },
+		func() error {
+			if bin == nil {
+				return nil
+			}
+			return file(path, 0o755, bin)
+		},
 		func() error { return dir("etc/", 0o755) },
 		func() error { return file("etc/passwd", 0o644, []byte(passwd)) },
 		func() error { return file("etc/group", 0o644, []byte(group)) },

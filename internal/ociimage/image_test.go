@@ -2,10 +2,12 @@ package ociimage
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"debug/elf"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,6 +123,55 @@ func TestImageConfigAndFiles(t *testing.T) {
 	}
 	if !strings.Contains(string(data["/etc/ssl/certs/ca-certificates.crt"]), "BEGIN CERTIFICATE") {
 		t.Error("no CA bundle")
+	}
+}
+
+// TestImageLayers: a program that is not one static binary (a Python
+// trainer) comes in Layers on top of the base layer, which then holds no
+// program, and Env replaces the default PATH.
+func TestImageLayers(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range []struct{ name, data string }{{"usr/bin/python3", "#!python"}, {"opt/train.py", "print(1)"}} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o755, Size: int64(len(f.data))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(f.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := Image(Options{Path: "/usr/bin/python3", Entrypoint: []string{"/usr/bin/python3", "/opt/train.py"}, Title: "trainer",
+		Layers: []v1.Layer{layer}, Env: []string{"PATH=/usr/bin:/bin", "PYTHONUNBUFFERED=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if layers, _ := img.Layers(); len(layers) != 2 {
+		t.Errorf("%d layers, want 2", len(layers))
+	}
+	hdrs, data := files(t, img)
+	if _, ok := hdrs["/sluice"]; ok {
+		t.Error("/sluice in an image of another program")
+	}
+	if string(data["/opt/train.py"]) != "print(1)" || hdrs["/etc/passwd"] == nil {
+		t.Errorf("files %v: want the layer's and the base layer's", slices.Sorted(maps.Keys(hdrs)))
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"PATH=/usr/bin:/bin", "SSL_CERT_FILE=" + CAPath, "PORT=8080", "PYTHONUNBUFFERED=1"}
+	if d := cmp.Diff(want, cf.Config.Env); d != "" {
+		t.Errorf("env (-want,+got)\n%s", d)
+	}
+	if _, err := Image(Options{Path: "/x", Title: "x"}); err == nil {
+		t.Error("an image of no binary and no layers: no error")
 	}
 }
 
