@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -591,5 +592,30 @@ func TestAgentFlagsNodeCredential(t *testing.T) {
 	}
 	if _, err := parse("--job", "j"); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a credential others can read: %v, want refused", err)
+	}
+}
+
+// TestCredentialModes: a node credential its owner alone may read is
+// taken; one root owns that its group may read (a Kubernetes Secret volume
+// with an fsGroup) too; anything more open is refused.
+func TestCredentialModes(t *testing.T) {
+	for _, tc := range []struct {
+		perm fs.FileMode
+		uid  uint32
+		ok   bool
+	}{
+		{0o600, 1000, true}, {0o400, 65532, true}, {0o600, 0, true},
+		{0o440, 0, true}, {0o640, 0, true},
+		{0o440, 65532, false}, {0o640, 1000, false},
+		{0o460, 0, false}, {0o470, 0, false},
+		{0o604, 0, false}, {0o444, 0, false}, {0o644, 1000, false},
+	} {
+		err := credentialModeErr(tc.perm, tc.uid)
+		if (err == nil) != tc.ok {
+			t.Errorf("mode %04o owner %d: %v, want ok %t", tc.perm, tc.uid, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "chmod 600") {
+			t.Errorf("mode %04o: %q does not say what to do", tc.perm, err)
+		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/sluice-project/sluice/wire"
 )
@@ -101,6 +103,22 @@ func writeSecretFile(path string, data []byte) error {
 	return werr
 }
 
+// credentialModeErr says why a credential file of mode perm, owned by
+// uid, is refused: anyone may read it, or anyone but its owner may unless
+// the owner is root and the group may only read (0440, 0640: a Kubernetes
+// Secret volume with the pod's fsGroup, which the kubelet makes
+// group-readable; PostgreSQL allows its key files the same).
+func credentialModeErr(perm fs.FileMode, uid uint32) error {
+	switch {
+	case perm&0o007 != 0:
+		return fmt.Errorf("is readable by anyone (mode %04o): a node credential lets its holder act as the node; chmod 600 it", perm)
+	case perm&0o070 != 0 && (uid != 0 || perm&0o030 != 0):
+		return fmt.Errorf("is readable by others (mode %04o, owner uid %d): a node credential lets its holder act as the node; chmod 600 it "+
+			"(group read is allowed on a file root owns, as a Kubernetes Secret volume's)", perm, uid)
+	}
+	return nil
+}
+
 // loadNodeCredential reads a node credential file: one others can read is
 // refused (it lets its holder act as the node). Its errors never quote
 // the file's secrets.
@@ -109,8 +127,12 @@ func loadNodeCredential(path string) (*wire.NodeIdentity, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s is readable by others (mode %04o): a node credential lets its holder act as the node; chmod 600 it", path, st.Mode().Perm())
+	uid := uint32(0)
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		uid = sys.Uid
+	}
+	if err := credentialModeErr(st.Mode().Perm(), uid); err != nil {
+		return nil, fmt.Errorf("%s %w", path, err)
 	}
 	if st.Size() > 64<<10 {
 		return nil, fmt.Errorf("%s: %d bytes: not a node credential", path, st.Size())
