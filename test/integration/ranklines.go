@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -73,6 +74,37 @@ func ReadRankLines(t *testing.T, dir, run string, world int, keep func(KeyLine) 
 		f.Close()
 	}
 	return out
+}
+
+// ParseStdoutRanks reads what ranks.py --out - printed (a trainer pod's
+// log): each rank's "R epoch step source key" lines, and which ranks said
+// "R done". A rank's "R error: ..." is an error; other lines (a runtime's
+// warnings) are left out.
+func ParseStdoutRanks(out string, world int) (ranks [][]KeyLine, done []bool, err error) {
+	ranks, done = make([][]KeyLine, world), make([]bool, world)
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		r, convErr := strconv.Atoi(f[0])
+		if convErr != nil || r < 0 || r >= world {
+			continue
+		}
+		switch {
+		case len(f) == 2 && f[1] == "done":
+			done[r] = true
+		case f[1] == "error:":
+			return nil, nil, fmt.Errorf("rank %d: %s", r, line)
+		case len(f) == 5:
+			var l KeyLine
+			if _, err := fmt.Sscanf(strings.Join(f[1:], " "), "%d %d %d %s", &l.Epoch, &l.Step, &l.Source, &l.Key); err != nil {
+				return nil, nil, fmt.Errorf("rank %d: line %q: %v", r, line, err)
+			}
+			ranks[r] = append(ranks[r], l)
+		}
+	}
+	return ranks, done, nil
 }
 
 // CountLines counts the samples of ranks' lines.

@@ -6,6 +6,7 @@ is the list of samples it took, appended to a keys file as
 "epoch step source key" lines, flushed after every batch.
 
     ranks.py --world-size W --rank R=URL [--rank R=URL ...] --out DIR --run NAME
+    ranks.py --world-size W --agent URL --node-rank N --nproc-per-node P --out - --run NAME
              [--ckpt-after N] [--stop-after N] [--resume STATE.json | --resume-own RUN]
              [--stagger S] [--seed N] [--prefetch N] [--generation G]
 
@@ -19,6 +20,11 @@ trainer's would.
 --resume-own RUN: rank R loads DIR/RUN-state-rankR.json (rank 0's if the
 checkpointed run had no rank R). The ranks start
 at once (a barrier), each after a random delay of up to --stagger seconds.
+--agent with --node-rank and --nproc-per-node: the ranks of node N as
+torchrun numbers them (N*P..N*P+P-1), all on the one agent URL (a
+trainer pod beside its agent, test/e2e). --out -: no files; each rank's
+lines go to stdout as "R epoch step source key", then "R done" (or
+"R error: ..." and exit 3); checkpoints are not written.
 --generation G is the launch's (sluice.Loader's generation), as torchrun
 or sluice.torch give every rank of one launch.
 A rank that is done writes DIR/NAME-rankR.done; one that fails writes its
@@ -26,6 +32,7 @@ error to DIR/NAME-rankR.err and the process exits 3.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -41,7 +48,10 @@ from sluice.loader import EPOCH, KEY, SOURCE, STEP  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--world-size", type=int, required=True)
-    ap.add_argument("--rank", action="append", required=True, help="R=URL: a rank of this process and its agent")
+    ap.add_argument("--rank", action="append", default=[], help="R=URL: a rank of this process and its agent")
+    ap.add_argument("--agent", help="URL: the agent of --node-rank's ranks")
+    ap.add_argument("--node-rank", type=int)
+    ap.add_argument("--nproc-per-node", type=int)
     ap.add_argument("--out", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--ckpt-after", type=int, default=0)
@@ -58,6 +68,15 @@ def main():
     for spec in args.rank:
         r, url = spec.split("=", 1)
         ranks.append((int(r), url))
+    if args.agent:
+        n, p = args.node_rank, args.nproc_per_node
+        ranks += [(r, args.agent) for r in range(n * p, (n + 1) * p)]
+    if not ranks:
+        ap.error("give --rank, or --agent with --node-rank and --nproc-per-node")
+    to_stdout = args.out == "-"
+    if to_stdout and (args.ckpt_after or args.stop_after or args.resume_own):
+        ap.error("--out -: no --ckpt-after, --stop-after or --resume-own (they need files)")
+    stdout_lock = threading.Lock()
     rng = random.Random(args.seed)
     delays = {r: rng.uniform(0, args.stagger) for r, _ in ranks}
     start = threading.Barrier(len(ranks))
@@ -65,6 +84,33 @@ def main():
 
     def path(name):
         return os.path.join(args.out, f"{args.run}-{name}")
+
+    class StdoutLines:
+        """A rank's keys file on stdout: each line prefixed with the rank."""
+
+        def __init__(self, rank):
+            self.prefix = f"{rank} "
+
+        def write(self, text):
+            with stdout_lock:
+                sys.stdout.write("".join(self.prefix + line + "\n" for line in text.splitlines()))
+
+        def flush(self):
+            with stdout_lock:
+                sys.stdout.flush()
+
+    def keys_out(rank):
+        if to_stdout:
+            return contextlib.nullcontext(StdoutLines(rank))
+        return open(path(f"rank{rank}.keys"), "a")
+
+    def mark(rank, what, text=""):
+        if to_stdout:
+            with stdout_lock:
+                print(f"{rank} {what}{': ' + text.strip() if text else ''}", flush=True)
+            return
+        with open(path(f"rank{rank}.{what}"), "w") as f:
+            f.write(text)
 
     def rank_main(rank, url):
         try:
@@ -81,7 +127,7 @@ def main():
             start.wait()
             time.sleep(delays[rank])
             n = 0
-            with open(path(f"rank{rank}.keys"), "a") as out:
+            with keys_out(rank) as out:
                 for epoch in loader.epochs():
                     for batch in epoch:
                         srcs = batch.get(SOURCE) or [-1] * len(batch[KEY])
@@ -96,11 +142,10 @@ def main():
                             open(path(f"rank{rank}.stopped"), "w").close()
                             while True:
                                 time.sleep(1)  # killed, its prefetched batches lost
-            open(path(f"rank{rank}.done"), "w").close()
+            mark(rank, "done")
             loader.close()
         except BaseException as e:  # noqa: BLE001 - the test reads why
-            with open(path(f"rank{rank}.err"), "w") as f:
-                f.write(f"{type(e).__name__}: {e}\n")
+            mark(rank, "err" if not to_stdout else "error", f"{type(e).__name__}: {e}\n")
             failed.set()
 
     threads = [threading.Thread(target=rank_main, args=rk, daemon=True) for rk in ranks]
