@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-project/sluice/format/safetensors"
 	"github.com/sluice-project/sluice/internal/bearer"
+	"github.com/sluice-project/sluice/internal/embedded"
 	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/traineragent"
@@ -37,6 +38,21 @@ func startAgent(t *testing.T, args ...string) (*exec.Cmd, string) {
 	cmd := exec.Command(os.Args[0], append([]string{"agent", "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), replicaEnv+"=1")
 	return cmd, testenv.StartReady(t, cmd)
+}
+
+// agentTestNATS is an embedded NATS with Sluice's streams and buckets,
+// as a deployment's agents find it.
+func agentTestNATS(t *testing.T) (*embedded.NATS, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, nc, js
 }
 
 // waitExit waits for cmd and returns its exit code.
@@ -65,15 +81,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 // the agent sends the tasks there, and the trainer's GET /v1/batch gets
 // every sample of every epoch once, then 410, and the agent exits 0.
 func TestAgentCommandServesBatchesUntil410(t *testing.T) {
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js := agentTestNATS(t)
 	cmd, url := startAgent(t, "--job", "cli", "--nats", srv.URL(), "--linger", "20s")
 
 	resp, err := http.Get(url + "/healthz")
@@ -108,14 +116,7 @@ func TestAgentCommandServesBatchesUntil410(t *testing.T) {
 // restarted by the kubelet): it answers 410 again until SIGTERM, then
 // exits 0.
 func TestAgentCommandSidecarStaysUntilSIGTERM(t *testing.T) {
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js := agentTestNATS(t)
 	cmd, url := startAgent(t, "--job", "side", "--nats", srv.URL(), "--sidecar")
 	want := submitAgentTestJob(t, nc, js, "side")
 	got := map[string]bool{}
@@ -287,14 +288,7 @@ func getBatchesWith(t *testing.T, url string, tok bearer.Token, got map[string]b
 // the middle of the first epoch and starts another for the same job:
 // together they deliver every sample once.
 func TestAgentCommandResumesAfterRestart(t *testing.T) {
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js := agentTestNATS(t)
 	want := submitAgentTestJob(t, nc, js, "restart")
 	got := map[string]bool{}
 	cmd, url := startAgent(t, "--job", "restart", "--nats", srv.URL(), "--prefetch", "4")
@@ -325,14 +319,7 @@ func TestAgentCommandResumesAfterRestart(t *testing.T) {
 // 410; a request of another world size gets 409; each epoch's 30 samples
 // make 3 steps of 2x4, the 6 left are dropped and counted.
 func TestAgentCommandServesRanks(t *testing.T) {
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js := agentTestNATS(t)
 	want := submitAgentTestJob(t, nc, js, "ranks")
 	cmd, url := startAgent(t, "--job", "ranks", "--nats", srv.URL(), "--world-size", "2", "--drop-last")
 	get := func(query string) (*http.Response, []byte) {

@@ -17,11 +17,9 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-project/sluice/internal/bearer"
 	"github.com/sluice-project/sluice/internal/ready"
-	"github.com/sluice-project/sluice/internal/streams"
 	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/synth"
 	"github.com/sluice-project/sluice/wire"
@@ -181,14 +179,7 @@ func TestFnServeRequiresTheToken(t *testing.T) {
 // every epoch once. The agent sends its function token to the replica,
 // which requires it. Both tokens come from files.
 func TestAgentCommandRequiresTheToken(t *testing.T) {
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(context.Background(), js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js := agentTestNATS(t)
 	agentTok := testToken(t, "agent-token-0123456789abcdef")
 	fnTok := testToken(t, "fn-token-0123456789abcdef")
 	dir := t.TempDir()

@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sluice-project/sluice/internal/streams"
-	"github.com/sluice-project/sluice/internal/testenv"
 	"github.com/sluice-project/sluice/planner"
 )
 
@@ -52,15 +48,8 @@ func TestPlanReplicas(t *testing.T) {
 	}
 
 	// A rate the controllers learned.
-	srv, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, _, js := agentTestNATS(t)
 	ctx := context.Background()
-	if err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
 	store, err := planner.Open(ctx, js)
 	if err != nil {
 		t.Fatal(err)
