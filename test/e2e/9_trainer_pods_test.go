@@ -156,24 +156,31 @@ patches:
 	world := nnodes * nproc
 	lines := make([][]integration.KeyLine, world)
 	nodes := map[string]string{} // pod -> node
+	done := 0
 	for _, p := range pods.Items {
 		nodes[p.Name] = p.Spec.NodeName
 		log, err := e.kube.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "trainer"}).DoRaw(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ranks, done, err := integration.ParseStdoutRanks(string(log), world)
+		out, err := integration.ParseStdoutRanks(string(log), world)
 		if err != nil {
 			t.Fatalf("pod %s: %v\n%s", p.Name, err, e.trainerLogs(ctx, ns))
 		}
 		for r := range world {
-			if len(ranks[r]) > 0 || done[r] {
+			if len(out.Lines[r]) > 0 || out.Done[r] {
 				if lines[r] != nil {
 					t.Errorf("rank %d in two pods", r)
 				}
-				lines[r] = ranks[r]
+				lines[r] = out.Lines[r]
+			}
+			if out.Done[r] {
+				done++
 			}
 		}
+	}
+	if done != world {
+		t.Errorf("%d of %d ranks said they were done", done, world)
 	}
 	keys := make([]string, len(d.Keys))
 	for i, k := range d.Keys {

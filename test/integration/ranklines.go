@@ -76,12 +76,20 @@ func ReadRankLines(t *testing.T, dir, run string, world int, keep func(KeyLine) 
 	return out
 }
 
-// ParseStdoutRanks reads what ranks.py --out - printed (a trainer pod's
-// log): each rank's "R epoch step source key" lines, and which ranks said
-// "R done". A rank's "R error: ..." is an error; other lines (a runtime's
-// warnings) are left out.
-func ParseStdoutRanks(out string, world int) (ranks [][]KeyLine, done []bool, err error) {
-	ranks, done = make([][]KeyLine, world), make([]bool, world)
+// StdoutRanks is what ranks.py --out - printed (a trainer pod's log):
+// each rank's lines, which ranks said they were done, and the bytes of the
+// arrays the done ones took.
+type StdoutRanks struct {
+	Lines [][]KeyLine
+	Done  []bool
+	Bytes int64
+}
+
+// ParseStdoutRanks reads ranks.py's "R epoch step source key" lines and
+// its "R done: bytes=N" ones. A rank's "R error: ..." is an error; other
+// lines (a runtime's warnings) are left out.
+func ParseStdoutRanks(out string, world int) (StdoutRanks, error) {
+	s := StdoutRanks{Lines: make([][]KeyLine, world), Done: make([]bool, world)}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
@@ -92,19 +100,50 @@ func ParseStdoutRanks(out string, world int) (ranks [][]KeyLine, done []bool, er
 			continue
 		}
 		switch {
-		case len(f) == 2 && f[1] == "done":
-			done[r] = true
+		case f[1] == "done:":
+			n, err := doneBytes(strings.Join(f[2:], " "))
+			if err != nil {
+				return s, fmt.Errorf("rank %d: %q: %v", r, line, err)
+			}
+			s.Done[r] = true
+			s.Bytes += n
 		case f[1] == "error:":
-			return nil, nil, fmt.Errorf("rank %d: %s", r, line)
+			return s, fmt.Errorf("rank %d: %s", r, line)
 		case len(f) == 5:
 			var l KeyLine
 			if _, err := fmt.Sscanf(strings.Join(f[1:], " "), "%d %d %d %s", &l.Epoch, &l.Step, &l.Source, &l.Key); err != nil {
-				return nil, nil, fmt.Errorf("rank %d: line %q: %v", r, line, err)
+				return s, fmt.Errorf("rank %d: line %q: %v", r, line, err)
 			}
-			ranks[r] = append(ranks[r], l)
+			s.Lines[r] = append(s.Lines[r], l)
 		}
 	}
-	return ranks, done, nil
+	return s, nil
+}
+
+// ReadRankBytes is the bytes of the arrays run's ranks took, from their
+// .done files; a rank not done is an error.
+func ReadRankBytes(dir, run string, world int) (int64, error) {
+	var total int64
+	for r := range world {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s-rank%d.done", run, r)))
+		if err != nil {
+			return 0, err
+		}
+		n, err := doneBytes(string(b))
+		if err != nil {
+			return 0, fmt.Errorf("%s rank %d: %v", run, r, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func doneBytes(s string) (int64, error) {
+	v, ok := strings.CutPrefix(strings.TrimSpace(s), "bytes=")
+	if !ok {
+		return 0, fmt.Errorf("%q: want bytes=N", s)
+	}
+	return strconv.ParseInt(v, 10, 64)
 }
 
 // CountLines counts the samples of ranks' lines.

@@ -23,11 +23,13 @@ at once (a barrier), each after a random delay of up to --stagger seconds.
 --agent with --node-rank and --nproc-per-node: the ranks of node N as
 torchrun numbers them (N*P..N*P+P-1), all on the one agent URL (a
 trainer pod beside its agent, test/e2e). --out -: no files; each rank's
-lines go to stdout as "R epoch step source key", then "R done" (or
-"R error: ..." and exit 3); checkpoints are not written.
+lines go to stdout as "R epoch step source key", then "R done: bytes=N"
+(or "R error: ..." and exit 3); checkpoints are not written. A rank
+that is done says in its .done file, or that line, the bytes of the
+arrays it took (bytes=N).
 --generation G is the launch's (sluice.Loader's generation), as torchrun
 or sluice.torch give every rank of one launch.
-A rank that is done writes DIR/NAME-rankR.done; one that fails writes its
+A rank that is done writes DIR/NAME-rankR.done (bytes=N); one that fails writes its
 error to DIR/NAME-rankR.err and the process exits 3.
 """
 
@@ -126,7 +128,7 @@ def main():
                     loader.load_state_dict(json.load(f))
             start.wait()
             time.sleep(delays[rank])
-            n = 0
+            n = nbytes = 0
             with keys_out(rank) as out:
                 for epoch in loader.epochs():
                     for batch in epoch:
@@ -136,13 +138,14 @@ def main():
                             out.write(f"{batch[EPOCH]} {batch[STEP]} -1 -\n")  # a step of zero rows, taken
                         out.flush()
                         n += 1
+                        nbytes += sum(v.nbytes for v in batch.values() if hasattr(v, "nbytes"))
                         if n == args.ckpt_after:
                             save(path(f"state-rank{rank}.json"), loader.state_dict())
                         if n == args.stop_after:
                             open(path(f"rank{rank}.stopped"), "w").close()
                             while True:
                                 time.sleep(1)  # killed, its prefetched batches lost
-            mark(rank, "done")
+            mark(rank, "done", f"bytes={nbytes}")
             loader.close()
         except BaseException as e:  # noqa: BLE001 - the test reads why
             mark(rank, "err" if not to_stdout else "error", f"{type(e).__name__}: {e}\n")
