@@ -32,7 +32,10 @@ func WaitReplicasCurrent(ctx context.Context, kv jetstream.KeyValue, max time.Du
 		case err != nil:
 			last = fmt.Errorf("reading bucket %s's replicas: %w", kv.Bucket(), err)
 		default:
-			last = replicasBehind(kv.Bucket(), st)
+			last = nil
+			if s, ok := st.(*jetstream.KeyValueBucketStatus); ok && s.StreamInfo() != nil {
+				last = replicasBehind(kv.Bucket(), s.StreamInfo().Cluster, time.Now())
+			}
 			if last == nil {
 				return nil
 			}
@@ -48,20 +51,23 @@ func WaitReplicasCurrent(ctx context.Context, kv jetstream.KeyValue, max time.Du
 // peerSilent is five of the stream leader's heartbeats (one a second).
 const peerSilent = 5 * time.Second
 
-// replicasBehind names the replicas of st's stream that the leader hears
-// from and that lack committed entries, nil if none does.
-func replicasBehind(bucket string, st jetstream.KeyValueStatus) error {
-	s, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok || s.StreamInfo() == nil || s.StreamInfo().Cluster == nil {
+// replicasBehind names the replicas of a stream (c: its cluster, as its
+// leader saw it at now) that the leader hears from and that lack
+// committed entries, nil if none does. The leader reports a replica it
+// has not heard from since its election as active 0 s ago: one it has
+// still not heard from peerSilent after it took over is silent (its node
+// was lost before the election, often the cause of it).
+func replicasBehind(bucket string, c *jetstream.ClusterInfo, now time.Time) error {
+	if c == nil {
 		return nil
 	}
-	c := s.StreamInfo().Cluster
 	if c.Leader == "" {
 		return fmt.Errorf("bucket %s has no stream leader", bucket)
 	}
 	var behind []string
 	for _, p := range c.Replicas {
-		if !p.Offline && !p.Current && p.Active <= peerSilent {
+		neverHeard := p.Active == 0 && c.LeaderSince != nil && now.Sub(*c.LeaderSince) > peerSilent
+		if !p.Offline && !p.Current && p.Active <= peerSilent && !neverHeard {
 			behind = append(behind, fmt.Sprintf("%s (%d entries behind)", p.Name, p.Lag))
 		}
 	}
