@@ -78,16 +78,16 @@ func runFnServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // fnServeFlags are the flags of `sluice fn serve`, and what parse resolved
 // from them.
 type fnServeFlags struct {
-	fs                         *flag.FlagSet
-	listen, logLevel, vocabDir *string
-	connFlags                  *connect.Flags
-	concurrency, cpus          *int
-	maxPixels, maxBody         *int
-	drain, frameTimeout        *time.Duration
-	cacheFlags                 cacheFlags
-	tokenFlag                  *bearer.Flag
-	insecure                   *bool
-	memFlag                    memoryLimitFlag
+	fs                          *flag.FlagSet
+	listen, logLevel, vocabDir  *string
+	connFlags                   *connect.Flags
+	concurrency, cpus           *int
+	maxPixels, maxBody          *int
+	drain, frameTimeout, s3Wait *time.Duration
+	cacheFlags                  cacheFlags
+	tokenFlag                   *bearer.Flag
+	insecure                    *bool
+	memFlag                     memoryLimitFlag
 
 	conn      connect.Config
 	cache     shardcache.Config
@@ -106,6 +106,8 @@ func newFnServeFlags(stderr io.Writer) *fnServeFlags {
 	f.maxPixels = fs.Int("max-pixels", 64_000_000, "largest image accepted, in pixels (decompression-bomb guard)")
 	f.maxBody = fs.Int("max-body-bytes", 1<<20, "largest CloudEvent body accepted")
 	f.drain = fs.Duration("drain-timeout", 5*time.Minute, "how long SIGTERM waits for in-flight shards")
+	f.s3Wait = fs.Duration("s3-start-wait", 20*time.Second, "how long a starting replica waits for S3 while it is unreachable (a Service whose pods are still starting) "+
+		"before it exits; keep it under the liveness probe's failure time")
 	f.frameTimeout = fs.Duration("frame-write-timeout", server.DefaultFrameWriteTimeout,
 		"how long a client may leave one frame of a shard's output unread before it counts as gone (its shard stops)")
 	f.logLevel = fs.String("log-level", "info", "log level: "+fmt.Sprint(logLevels))
@@ -134,6 +136,7 @@ func (f *fnServeFlags) parse(args []string) error {
 		intRange("max-pixels", f.maxPixels, 1, 1<<30),
 		intRange("max-body-bytes", f.maxBody, 1024, 64<<20),
 		durationRange("drain-timeout", f.drain, 0, time.Hour),
+		durationRange("s3-start-wait", f.s3Wait, 0, 10*time.Minute),
 		durationRange("frame-write-timeout", f.frameTimeout, time.Second, 24*time.Hour),
 		oneOf("log-level", f.logLevel, logLevels...),
 		f.cacheFlags.resolve(&f.cache),
@@ -160,7 +163,7 @@ func (f *fnServeFlags) newServer(ctx context.Context, logger *slog.Logger, reg p
 	if err != nil {
 		return nil, err
 	}
-	if err := connect.CheckS3(ctx, s3client, logger); err != nil {
+	if err := connect.WaitS3(ctx, s3client, logger, *f.s3Wait); err != nil {
 		return nil, fmt.Errorf("checking s3: %w", err)
 	}
 	return server.New(server.Config{

@@ -139,7 +139,7 @@ func TestFnServeRefusesToStartWithoutWorkingServers(t *testing.T) {
 		args       []string
 		wantStderr string
 	}{
-		{"unreachable s3", "k", []string{"--s3-endpoint", "http://127.0.0.1:1"},
+		{"unreachable s3", "k", []string{"--s3-endpoint", "http://127.0.0.1:1", "--s3-start-wait", "0"},
 			"checking s3: s3 endpoint unreachable at http://127.0.0.1:1"},
 		{"no s3 credentials", "", []string{"--s3-endpoint", s3cfg.Endpoint},
 			"checking s3: no s3 credentials found for " + s3cfg.Endpoint},

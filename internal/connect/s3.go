@@ -52,6 +52,30 @@ func CheckS3(ctx context.Context, client *s3.Client, logger *slog.Logger) error 
 	return ExplainS3(err, aws.ToString(client.Options().BaseEndpoint))
 }
 
+// WaitS3 is CheckS3 tried again while S3 is unreachable, for up to
+// within: a replica started beside its S3 endpoint (a Service whose pods
+// are not ready yet refuses connections) should not exit over it, since
+// Knative takes a first pod that exits for a revision that never works.
+// Any other answer ends it at once.
+func WaitS3(ctx context.Context, client *s3.Client, logger *slog.Logger, within time.Duration) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	deadline := time.Now().Add(within)
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := CheckS3(ctx, client, logger)
+		if err == nil || !errors.Is(err, ErrS3Unreachable) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		logger.Warn("s3 not reachable yet; trying again", "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // wrongCredentialCodes are the S3 error codes for an unknown access key,
 // a secret that does not match it, or a bad session token.
 var wrongCredentialCodes = map[string]bool{

@@ -11,8 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
@@ -134,6 +137,68 @@ func answer(t *testing.T, status int, code string) string {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// TestWaitS3: an S3 endpoint that refuses connections at first (a
+// Service whose pod is starting) and then serves is waited for; one that
+// never comes is given up after the wait; an answer that is not
+// "unreachable" (wrong credentials) ends the wait at its first request.
+func TestWaitS3(t *testing.T) {
+	awsEnv(t, "key", "secret")
+	client := func(endpoint string) *s3.Client {
+		c := Default()
+		c.S3 = S3{Endpoint: endpoint, PathStyle: true}
+		cl, err := c.S3Client(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // refused until the server below takes the port
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		time.Sleep(700 * time.Millisecond)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		srv := &http.Server{Handler: gofakes3.New(s3mem.New()).Server()}
+		t.Cleanup(func() { srv.Close() })
+		go srv.Serve(ln)
+	}()
+	if err := WaitS3(context.Background(), client("http://"+addr), nil, 30*time.Second); err != nil {
+		t.Errorf("an endpoint serving after 0.7 s: %v", err)
+	}
+	<-served
+
+	if err := WaitS3(context.Background(), client("http://127.0.0.1:1"), nil, time.Second); !errors.Is(err, ErrS3Unreachable) {
+		t.Errorf("an endpoint that never serves: %v, want unreachable", err)
+	}
+
+	var requests atomic.Int32
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code><Message>no such key</Message></Error>`)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	err = WaitS3(context.Background(), client("http://"+ln.Addr().String()), nil, 30*time.Second)
+	if !errors.Is(err, ErrS3WrongCredentials) || requests.Load() != 1 {
+		t.Errorf("wrong credentials: %v after %d requests, want refused after 1", err, requests.Load())
+	}
 }
 
 // TestS3CustomCA serves S3 over TLS with a certificate from a CA made in

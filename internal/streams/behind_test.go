@@ -30,7 +30,7 @@ func TestReplicasBehind(t *testing.T) {
 		{"one behind, heard from", &jetstream.ClusterInfo{Leader: "a", LeaderSince: since(time.Hour),
 			Replicas: []*jetstream.PeerInfo{peer("b", false, false, time.Second), peer("c", true, false, time.Second)}}, "b (7 entries behind)"},
 		{"behind, silent", &jetstream.ClusterInfo{Leader: "a", LeaderSince: since(time.Hour),
-			Replicas: []*jetstream.PeerInfo{peer("b", false, false, 6 * time.Second)}}, ""},
+			Replicas: []*jetstream.PeerInfo{peer("b", false, false, 6*time.Second)}}, ""},
 		{"behind, offline", &jetstream.ClusterInfo{Leader: "a", LeaderSince: since(time.Hour),
 			Replicas: []*jetstream.PeerInfo{peer("b", false, true, time.Second)}}, ""},
 		{"never heard from by a leader of 10 s", &jetstream.ClusterInfo{Leader: "a", LeaderSince: since(10 * time.Second),
