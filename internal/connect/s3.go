@@ -63,7 +63,14 @@ func WaitS3(ctx context.Context, client *s3.Client, logger *slog.Logger, within 
 	}
 	deadline := time.Now().Add(within)
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		err := CheckS3(ctx, client, logger)
+		// An endpoint that drops packets must not hold an attempt past the
+		// wait (without one, the single attempt keeps CheckS3's bound).
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if within > 0 {
+			actx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		err := CheckS3(actx, client, logger)
+		cancel()
 		if err == nil || !errors.Is(err, ErrS3Unreachable) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
